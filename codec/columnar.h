@@ -1,0 +1,88 @@
+// The COLUMNAR payload (format tag 0x02): a batch of records whose values are msgpack maps of
+// one shape (same field names in the same order, one scalar type per field) stored column by
+// column. Keys form a column too. Integers are zigzag varints (plain or delta, chosen per
+// column), floats are raw, strings and bins are varint lengths plus one blob.
+//
+// Only canonical msgpack encodings are accepted, and decoding rebuilds exactly those bytes, so
+// a round trip is byte-identical. Anything the layout cannot hold exactly (nested values,
+// heterogeneous maps, a type change within a column, non-canonical encodings, ext types) makes
+// the batch ineligible: the encoder reports why and the caller falls back to MSGPACK.
+// docs/frame-format.md describes the bytes.
+#ifndef SLUICE_CODEC_COLUMNAR_H_
+#define SLUICE_CODEC_COLUMNAR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "codec/buffer.h"
+#include "codec/frame_format.h"
+
+namespace sluice {
+
+/// Where one record lives in a decoded buffer.
+struct RecordRef {
+  uint32_t key_off;
+  uint32_t key_len;
+  uint32_t value_off;
+  uint32_t value_len;
+};
+
+/// Column value types (one byte in the payload).
+enum class ColumnType : uint8_t {
+  kNil = 0,
+  kBool = 1,
+  kInt = 2,
+  kFloat32 = 3,
+  kFloat64 = 4,
+  kStr = 5,
+  kBin = 6,
+  kRawBytes = 7,  ///< key column only: keys that are not one msgpack scalar
+};
+
+/// Encodes record batches as COLUMNAR payloads. Keeps its scratch buffers across calls.
+class ColumnarEncoder {
+ public:
+  ColumnarEncoder();
+  ~ColumnarEncoder();
+  ColumnarEncoder(const ColumnarEncoder&) = delete;
+  ColumnarEncoder& operator=(const ColumnarEncoder&) = delete;
+
+  /// Appends the COLUMNAR payload for `records` to `payload` and returns true, or returns
+  /// false (payload unchanged in size) and sets `*why_not` when the batch is not eligible.
+  bool Encode(absl::Span<const Record> records, ByteBuffer* payload, std::string* why_not);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/// Decodes COLUMNAR payloads. Keeps its scratch buffers across calls.
+class ColumnarDecoder {
+ public:
+  ColumnarDecoder();
+  ~ColumnarDecoder();
+  ColumnarDecoder(const ColumnarDecoder&) = delete;
+  ColumnarDecoder& operator=(const ColumnarDecoder&) = delete;
+
+  /// Validates `payload` as `record_count` records and rebuilds them into `rows` (keys and
+  /// canonical msgpack values, back to back) with one RecordRef per record in `index`. The
+  /// rebuilt size may not exceed `max_rows_bytes`. `rows` gets kSlack spare bytes of capacity.
+  absl::Status Decode(const uint8_t* payload, size_t size, uint32_t record_count,
+                      uint32_t max_rows_bytes, ByteBuffer* rows, PodBuffer<RecordRef>* index);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/// Spare bytes past the end kept in decode buffers so small copies can run as fixed-size
+/// loads and stores.
+inline constexpr size_t kSlack = 32;
+
+}  // namespace sluice
+
+#endif  // SLUICE_CODEC_COLUMNAR_H_

@@ -1,0 +1,193 @@
+#include "codec/frame_decoder.h"
+
+#include <zstd.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "codec/msgpack_scan.h"
+#include "codec/varint.h"
+
+namespace sluice {
+
+struct FrameDecoder::State {
+  ZSTD_DCtx* dctx = ZSTD_createDCtx();
+  ColumnarDecoder columnar;
+  ~State() { ZSTD_freeDCtx(dctx); }
+};
+
+FrameDecoder::FrameDecoder(DecodeOptions options)
+    : options_(options), state_(std::make_unique<State>()) {
+  // Frames are decoded in one shot into a buffer of the declared size, so zstd needs no window
+  // buffer; still, refuse frames that claim windows beyond 128 MiB.
+  ZSTD_DCtx_setParameter(state_->dctx, ZSTD_d_windowLogMax, 27);
+}
+FrameDecoder::~FrameDecoder() = default;
+
+absl::Status FrameDecoder::Decode(absl::Span<const uint8_t> bytes, DecodedFrame* out) {
+  absl::Status st = DecodeImpl(bytes, out);
+  if (!st.ok()) out->Clear();
+  return st;
+}
+
+namespace {
+
+absl::Status RowError(Layout layout, size_t i, absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("corrupt ", LayoutName(layout), " payload at record ", i, ": ", what));
+}
+
+absl::Status IndexOpaque(const uint8_t* p, const uint8_t* end, size_t n, RecordRef* refs) {
+  const uint8_t* const base = p;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t klen, vlen;
+    if (!GetVarint(&p, end, &klen) || klen > static_cast<uint64_t>(end - p)) {
+      return RowError(Layout::kOpaque, i, "key truncated");
+    }
+    refs[i].key_off = static_cast<uint32_t>(p - base);
+    refs[i].key_len = static_cast<uint32_t>(klen);
+    p += klen;
+    if (!GetVarint(&p, end, &vlen) || vlen > static_cast<uint64_t>(end - p)) {
+      return RowError(Layout::kOpaque, i, "value truncated");
+    }
+    refs[i].value_off = static_cast<uint32_t>(p - base);
+    refs[i].value_len = static_cast<uint32_t>(vlen);
+    p += vlen;
+  }
+  if (p != end) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "OPAQUE payload has ", end - p, " bytes after the ", n, " records its header declares"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status IndexMsgpack(const uint8_t* p, const uint8_t* end, size_t n, RecordRef* refs) {
+  const uint8_t* const base = p;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t klen;
+    const uint8_t* k = nullptr;
+    const size_t avail = static_cast<size_t>(end - p);
+    if (avail >= 2 && p[0] == 0xc4) {
+      klen = p[1];
+      k = p + 2;
+    } else if (avail >= 3 && p[0] == 0xc5) {
+      klen = LoadBE16(p + 1);
+      k = p + 3;
+    } else if (avail >= 5 && p[0] == 0xc6) {
+      klen = LoadBE32(p + 1);
+      k = p + 5;
+    } else {
+      return RowError(Layout::kMsgpack, i, "key is not a msgpack bin");
+    }
+    if (klen > static_cast<size_t>(end - k)) return RowError(Layout::kMsgpack, i, "key truncated");
+    refs[i].key_off = static_cast<uint32_t>(k - base);
+    refs[i].key_len = klen;
+    p = k + klen;
+    mp::ScanError err;
+    const uint8_t* v_end = mp::SkipObject(p, end, &err);
+    if (v_end == nullptr) return RowError(Layout::kMsgpack, i, mp::ScanErrorName(err));
+    refs[i].value_off = static_cast<uint32_t>(p - base);
+    refs[i].value_len = static_cast<uint32_t>(v_end - p);
+    p = v_end;
+  }
+  if (p != end) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MSGPACK payload has ", end - p, " bytes after the ", n, " records its header declares"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status FrameDecoder::DecodeImpl(absl::Span<const uint8_t> bytes, DecodedFrame* out) {
+  State& s = *state_;
+  const FrameLimits& limits = options_.limits;
+  auto header_or = ParseFrameHeader(bytes, limits);
+  if (!header_or.ok()) return header_or.status();
+  const FrameHeader h = *header_or;
+  if (bytes.size() < h.frame_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("frame truncated: header declares ",
+                                                   h.stored_size, " payload bytes, ",
+                                                   bytes.size() - kFrameHeaderSize, " present"));
+  }
+  if (bytes.size() > h.frame_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(bytes.size() - h.frame_size(), " trailing bytes after the frame"));
+  }
+  const uint8_t* stored = bytes.data() + kFrameHeaderSize;
+  if (PayloadChecksum(stored, h.stored_size) != h.payload_checksum) {
+    return absl::DataLossError("frame payload checksum mismatch: the payload is corrupt");
+  }
+
+  // --- Payload bytes, never more than the declared (capped) size.
+  ByteBuffer& payload = out->payload_;
+  payload.Reserve(static_cast<size_t>(h.uncompressed_size) + kSlack);
+  payload.Resize(h.uncompressed_size);
+  if (h.compression == Compression::kNone) {
+    if (h.stored_size != 0) std::memcpy(payload.data(), stored, h.stored_size);
+  } else {
+    const size_t zframe = ZSTD_findFrameCompressedSize(stored, h.stored_size);
+    if (ZSTD_isError(zframe) || zframe != h.stored_size) {
+      return absl::InvalidArgumentError(
+          "zstd payload is not exactly one zstd frame filling the stored size");
+    }
+    const unsigned long long content = ZSTD_getFrameContentSize(stored, h.stored_size);
+    if (content != ZSTD_CONTENTSIZE_UNKNOWN && content != h.uncompressed_size) {
+      return absl::InvalidArgumentError(absl::StrCat("zstd frame expands to ", content,
+                                                     " bytes but the header declares ",
+                                                     h.uncompressed_size));
+    }
+    const size_t r =
+        ZSTD_decompressDCtx(s.dctx, payload.data(), h.uncompressed_size, stored, h.stored_size);
+    if (ZSTD_isError(r)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("zstd decompression failed: ", ZSTD_getErrorName(r)));
+    }
+    if (r != h.uncompressed_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "zstd payload expands to ", r, " bytes but the header declares ", h.uncompressed_size));
+    }
+  }
+
+  // --- Records.
+  const size_t n = h.record_count;
+  const uint8_t* p = payload.data();
+  const uint8_t* end = p + payload.size();
+  switch (h.layout) {
+    case Layout::kOpaque:
+    case Layout::kMsgpack: {
+      // Every record takes at least two payload bytes; refuse impossible counts before
+      // sizing the index.
+      if (n > payload.size() / 2) {
+        return absl::InvalidArgumentError(absl::StrCat("record count ", n, " is impossible for ",
+                                                       payload.size(), " payload bytes"));
+      }
+      out->index_.Resize(n);
+      absl::Status st = h.layout == Layout::kOpaque ? IndexOpaque(p, end, n, out->index_.data())
+                                                    : IndexMsgpack(p, end, n, out->index_.data());
+      if (!st.ok()) return st;
+      out->base_ = payload.data();
+      break;
+    }
+    case Layout::kColumnar: {
+      absl::Status st = s.columnar.Decode(p, payload.size(), h.record_count,
+                                          limits.max_uncompressed_bytes, &out->rows_, &out->index_);
+      if (!st.ok()) return st;
+      out->base_ = out->rows_.data();
+      break;
+    }
+  }
+  out->header_ = h;
+
+  if (h.sorted_by_key() && options_.verify_sorted) {
+    for (size_t i = 1; i < n; ++i) {
+      if (KeyLess((*out)[i].key, (*out)[i - 1].key)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "frame is flagged sorted but record ", i, "'s key orders before record ", i - 1, "'s"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sluice

@@ -1,0 +1,66 @@
+// FrameEncoder turns a batch of records into one Sluice frame.
+//
+// The layout is chosen per frame: AUTO (the default) uses COLUMNAR when the batch's values are
+// msgpack maps of one shape, else MSGPACK when every value is one msgpack object, else OPAQUE.
+// Every fallback is lossless and its reason is kept (last_fallback_reason()). Compression is
+// zstd (level 3 by default); when zstd would not shrink the payload the frame is stored
+// uncompressed, and the header says so. An encoder reuses its buffers and zstd context, so
+// keep one per thread.
+//
+//   sluice::FrameEncoder encoder;                 // AUTO, zstd level 3
+//   std::string frame;
+//   SLUICE_RETURN_IF_ERROR(encoder.Encode(records, &frame));
+#ifndef SLUICE_CODEC_FRAME_ENCODER_H_
+#define SLUICE_CODEC_FRAME_ENCODER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "codec/frame_format.h"
+
+namespace sluice {
+
+struct EncodeOptions {
+  /// Layout to use. AUTO picks per frame; COLUMNAR falls back to MSGPACK when the batch does
+  /// not fit it; MSGPACK and COLUMNAR reject values that are not msgpack; OPAQUE takes anything.
+  LayoutChoice layout = LayoutChoice::kAuto;
+  Compression compression = Compression::kZstd;
+  int zstd_level = 3;
+  /// Sort the records by key (stable) before encoding. Either way, the frame is flagged
+  /// sorted whenever its records are in key order.
+  bool sort_by_key = false;
+  /// The encoder refuses batches a default decoder would refuse.
+  FrameLimits limits;
+};
+
+class FrameEncoder {
+ public:
+  explicit FrameEncoder(EncodeOptions options = {});
+  ~FrameEncoder();
+  FrameEncoder(const FrameEncoder&) = delete;
+  FrameEncoder& operator=(const FrameEncoder&) = delete;
+
+  const EncodeOptions& options() const { return options_; }
+  void set_options(const EncodeOptions& options) { options_ = options; }
+
+  /// Appends one frame holding `records` to `*out`. Fails with INVALID_ARGUMENT when the batch
+  /// is over the limits, or values are not msgpack for an explicit MSGPACK/COLUMNAR layout.
+  [[nodiscard]] absl::Status Encode(absl::Span<const Record> records, std::string* out);
+
+  /// The layout of the last frame encoded, and why AUTO/COLUMNAR fell back (empty if not).
+  Layout last_layout() const { return last_layout_; }
+  const std::string& last_fallback_reason() const { return last_fallback_reason_; }
+
+ private:
+  struct State;
+  EncodeOptions options_;
+  Layout last_layout_ = Layout::kOpaque;
+  std::string last_fallback_reason_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_CODEC_FRAME_ENCODER_H_

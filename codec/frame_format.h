@@ -1,0 +1,111 @@
+// The Sluice frame: a fixed 32-byte little-endian header followed by a payload.
+//
+// A frame carries a batch of records (key bytes, value bytes). The header's one-byte format
+// tag says how the records are laid out in the payload, so a reader needs no configuration:
+// the writer may pick a different layout for every frame. docs/frame-format.md describes
+// every byte; this header is the single source of the numbers.
+//
+//   offset size field
+//   0      4    magic "SLCF"
+//   4      1    version (1)
+//   5      1    format tag (Layout)
+//   6      1    compression (Compression)
+//   7      1    flags (bit 0: records sorted by key; other bits must be 0)
+//   8      4    record count
+//   12     4    uncompressed payload size
+//   16     4    stored payload size (bytes that follow the header)
+//   20     8    XXH3-64 of the stored payload
+//   28     4    low 32 bits of XXH3-64 of header bytes [0, 28)
+#ifndef SLUICE_CODEC_FRAME_FORMAT_H_
+#define SLUICE_CODEC_FRAME_FORMAT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace sluice {
+
+/// One record: an opaque key and value. Views never own their bytes.
+struct Record {
+  std::string_view key;
+  std::string_view value;
+};
+
+/// Keys order by unsigned lexicographic byte comparison; on a common prefix the shorter key
+/// comes first. This is the order of a KEY-ordered fetch and of sorted frames.
+inline int CompareKeys(std::string_view a, std::string_view b) {
+  const size_t n = a.size() < b.size() ? a.size() : b.size();
+  if (n != 0) {
+    const int c = std::memcmp(a.data(), b.data(), n);  // memcmp compares as unsigned char
+    if (c != 0) return c;
+  }
+  return a.size() < b.size() ? -1 : (a.size() > b.size() ? 1 : 0);
+}
+inline bool KeyLess(std::string_view a, std::string_view b) { return CompareKeys(a, b) < 0; }
+
+/// How records are laid out in the payload (the format tag).
+enum class Layout : uint8_t {
+  kOpaque = 0x00,    ///< keys and values are opaque byte strings
+  kMsgpack = 0x01,   ///< each value is one msgpack object; rows form a msgpack stream
+  kColumnar = 0x02,  ///< values are msgpack maps of one shape, stored column by column
+};
+/// The encoder may also be asked to choose (never written to a header).
+enum class LayoutChoice : uint8_t { kOpaque = 0, kMsgpack = 1, kColumnar = 2, kAuto = 0xff };
+
+enum class Compression : uint8_t { kNone = 0, kZstd = 1 };
+
+const char* LayoutName(Layout layout);
+const char* LayoutChoiceName(LayoutChoice choice);
+const char* CompressionName(Compression compression);
+/// Parses "opaque", "msgpack", "columnar" or "auto" (case-insensitive).
+absl::StatusOr<LayoutChoice> ParseLayoutChoice(std::string_view name);
+
+inline constexpr size_t kFrameHeaderSize = 32;
+inline constexpr char kFrameMagic[4] = {'S', 'L', 'C', 'F'};
+inline constexpr uint8_t kFrameVersion = 1;
+inline constexpr uint8_t kFlagSortedByKey = 0x01;
+inline constexpr uint8_t kKnownFlags = kFlagSortedByKey;
+/// Default cap on any decoded size (payload after decompression, rebuilt records).
+inline constexpr uint32_t kDefaultMaxUncompressedBytes = 64u << 20;
+/// Default cap on the record count of one frame.
+inline constexpr uint32_t kDefaultMaxRecords = 4u << 20;
+
+/// The decoded header fields.
+struct FrameHeader {
+  Layout layout = Layout::kOpaque;
+  Compression compression = Compression::kNone;
+  uint8_t flags = 0;
+  uint32_t record_count = 0;
+  uint32_t uncompressed_size = 0;
+  uint32_t stored_size = 0;
+  uint64_t payload_checksum = 0;
+
+  bool sorted_by_key() const { return (flags & kFlagSortedByKey) != 0; }
+  size_t frame_size() const { return kFrameHeaderSize + stored_size; }
+};
+
+/// Limits applied to untrusted frames.
+struct FrameLimits {
+  uint32_t max_uncompressed_bytes = kDefaultMaxUncompressedBytes;
+  uint32_t max_records = kDefaultMaxRecords;
+};
+
+/// Writes `h` (with its header checksum) to `out[0, kFrameHeaderSize)`.
+void WriteFrameHeader(const FrameHeader& h, uint8_t* out);
+
+/// Parses and validates a header from the first kFrameHeaderSize bytes of `bytes`: magic,
+/// version, header checksum, known tags and flags, and sizes within `limits`. Does not look at
+/// the payload. `bytes` may hold more than one frame; use frame_size() to step.
+absl::StatusOr<FrameHeader> ParseFrameHeader(absl::Span<const uint8_t> bytes,
+                                             const FrameLimits& limits = {});
+
+/// XXH3-64 of `n` bytes (the payload checksum).
+uint64_t PayloadChecksum(const uint8_t* data, size_t n);
+
+}  // namespace sluice
+
+#endif  // SLUICE_CODEC_FRAME_FORMAT_H_

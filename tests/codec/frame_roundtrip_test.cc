@@ -1,0 +1,246 @@
+// Property tests: random batches round-trip byte-identically through every layout choice and
+// compression, and AUTO picks the layout the batch's shape calls for.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <tuple>
+
+#include "codec/bench_datasets.h"
+#include "codec/frame_decoder.h"
+#include "codec/frame_encoder.h"
+#include "tests/codec/test_records.h"
+
+namespace sluice {
+namespace {
+
+using testing::Batch;
+using testing::Gen;
+
+void ExpectSameRecords(const DecodedFrame& got, const std::vector<Record>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i].key, want[i].key) << "record " << i;
+    ASSERT_EQ(got[i].value, want[i].value) << "record " << i;
+  }
+}
+
+Layout EncodeDecode(const Batch& b, LayoutChoice choice, Compression c) {
+  EncodeOptions opts;
+  opts.layout = choice;
+  opts.compression = c;
+  FrameEncoder enc(opts);
+  std::string frame;
+  const auto records = b.Records();
+  absl::Status st = enc.Encode(records, &frame);
+  EXPECT_TRUE(st.ok()) << st;
+  FrameDecoder dec;
+  DecodedFrame out;
+  st = dec.Decode(frame, &out);
+  EXPECT_TRUE(st.ok()) << st;
+  ExpectSameRecords(out, records);
+  EXPECT_EQ(out.header().layout, enc.last_layout());
+  return enc.last_layout();
+}
+
+class RoundTripTest : public ::testing::TestWithParam<std::tuple<LayoutChoice, Compression>> {};
+
+TEST_P(RoundTripTest, ColumnarShapedBatches) {
+  const auto [choice, compression] = GetParam();
+  Gen g(100 + static_cast<int>(choice) * 7 + static_cast<int>(compression));
+  for (int iter = 0; iter < 60; ++iter) {
+    const Batch b = testing::ColumnarBatch(g, 1 + g.Below(300), g.Below(12));
+    const Layout got = EncodeDecode(b, choice, compression);
+    if (choice == LayoutChoice::kAuto || choice == LayoutChoice::kColumnar) {
+      EXPECT_EQ(got, Layout::kColumnar);
+    } else {
+      EXPECT_EQ(got, static_cast<Layout>(choice));
+    }
+  }
+}
+
+TEST_P(RoundTripTest, ArbitraryMsgpackValues) {
+  const auto [choice, compression] = GetParam();
+  Gen g(200 + static_cast<int>(choice) * 7 + static_cast<int>(compression));
+  for (int iter = 0; iter < 60; ++iter) {
+    Batch b;
+    const size_t n = 1 + g.Below(200);
+    for (size_t i = 0; i < n; ++i) {
+      std::string v;
+      g.AnyValue(&v, 3);
+      b.Add(g.Bytes(10), std::move(v));
+    }
+    const Layout got = EncodeDecode(b, choice, compression);
+    if (choice == LayoutChoice::kOpaque) {
+      EXPECT_EQ(got, Layout::kOpaque);
+    } else {
+      EXPECT_NE(got, Layout::kOpaque);
+    }
+  }
+}
+
+TEST_P(RoundTripTest, OpaqueValues) {
+  const auto [choice, compression] = GetParam();
+  if (choice == LayoutChoice::kMsgpack || choice == LayoutChoice::kColumnar) {
+    GTEST_SKIP() << "explicit msgpack layouts reject non-msgpack values (tested below)";
+  }
+  Gen g(300 + static_cast<int>(compression));
+  for (int iter = 0; iter < 60; ++iter) {
+    Batch b;
+    const size_t n = g.Below(200);
+    for (size_t i = 0; i < n; ++i) b.Add(g.Bytes(20), "\xc1" + g.Bytes(50));
+    EXPECT_EQ(EncodeDecode(b, choice, compression), Layout::kOpaque);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllLayoutsAndCompressions, RoundTripTest,
+    ::testing::Combine(::testing::Values(LayoutChoice::kOpaque, LayoutChoice::kMsgpack,
+                                         LayoutChoice::kColumnar, LayoutChoice::kAuto),
+                       ::testing::Values(Compression::kNone, Compression::kZstd)),
+    [](const auto& info) {
+      return std::string(LayoutChoiceName(std::get<0>(info.param))) + "_" +
+             CompressionName(std::get<1>(info.param));
+    });
+
+TEST(FrameEncoderTest, EmptyBatchRoundTrips) {
+  for (auto choice : {LayoutChoice::kOpaque, LayoutChoice::kMsgpack, LayoutChoice::kAuto}) {
+    EXPECT_EQ(EncodeDecode(Batch{}, choice, Compression::kZstd),
+              choice == LayoutChoice::kAuto ? Layout::kMsgpack : static_cast<Layout>(choice));
+  }
+}
+
+TEST(FrameEncoderTest, ExplicitMsgpackRejectsNonMsgpackValuesNamingTheRecord) {
+  Batch b;
+  b.Add("k", "\x01");
+  b.Add("k", "\xc1");
+  EncodeOptions opts;
+  opts.layout = LayoutChoice::kMsgpack;
+  FrameEncoder enc(opts);
+  std::string frame;
+  absl::Status st = enc.Encode(b.Records(), &frame);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("record 1"), absl::string_view::npos) << st;
+  EXPECT_TRUE(frame.empty());
+}
+
+TEST(FrameEncoderTest, SortByKeyIsStableAndFlagged) {
+  Gen g(5);
+  Batch b;
+  for (int i = 0; i < 500; ++i)
+    b.Add(std::string(1, static_cast<char>('a' + g.Below(5))), std::to_string(i));
+  EncodeOptions opts;
+  opts.sort_by_key = true;
+  opts.layout = LayoutChoice::kOpaque;
+  FrameEncoder enc(opts);
+  std::string frame;
+  ASSERT_TRUE(enc.Encode(b.Records(), &frame).ok());
+  FrameDecoder dec;
+  DecodedFrame out;
+  ASSERT_TRUE(dec.Decode(frame, &out).ok());
+  EXPECT_TRUE(out.header().sorted_by_key());
+  auto want = b.Records();
+  std::stable_sort(want.begin(), want.end(),
+                   [](const Record& x, const Record& y) { return KeyLess(x.key, y.key); });
+  ExpectSameRecords(out, want);
+}
+
+TEST(FrameEncoderTest, AlreadySortedBatchIsFlaggedUnsortedIsNot) {
+  Batch sorted, unsorted;
+  sorted.Add("a", "1");
+  sorted.Add("ab", "2");
+  sorted.Add("b", "3");
+  unsorted.Add("b", "1");
+  unsorted.Add("a", "2");
+  EncodeOptions opts;
+  opts.layout = LayoutChoice::kOpaque;
+  FrameEncoder enc(opts);
+  FrameDecoder dec;
+  DecodedFrame out;
+  std::string f1, f2;
+  ASSERT_TRUE(enc.Encode(sorted.Records(), &f1).ok());
+  ASSERT_TRUE(enc.Encode(unsorted.Records(), &f2).ok());
+  ASSERT_TRUE(dec.Decode(f1, &out).ok());
+  EXPECT_TRUE(out.header().sorted_by_key());
+  ASSERT_TRUE(dec.Decode(f2, &out).ok());
+  EXPECT_FALSE(out.header().sorted_by_key());
+}
+
+TEST(FrameEncoderTest, KeyOrderIsUnsignedBytewiseShorterFirst) {
+  EXPECT_LT(CompareKeys("a", "ab"), 0);
+  EXPECT_LT(CompareKeys("", "a"), 0);
+  EXPECT_LT(CompareKeys(std::string("\x01", 1), std::string("\xff", 1)), 0);  // unsigned
+  EXPECT_EQ(CompareKeys("abc", "abc"), 0);
+  EXPECT_GT(CompareKeys("b", "abc"), 0);
+}
+
+TEST(FrameEncoderTest, OversizedBatchIsRejectedBeforeEncoding) {
+  EncodeOptions opts;
+  opts.limits.max_uncompressed_bytes = 1000;
+  FrameEncoder enc(opts);
+  Batch b;
+  b.Add("k", std::string(2000, 'x'));
+  std::string frame;
+  absl::Status st = enc.Encode(b.Records(), &frame);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("exceeds the frame cap"), absl::string_view::npos) << st;
+}
+
+TEST(FrameEncoderTest, IncompressiblePayloadIsStoredUncompressed) {
+  Gen g(9);
+  Batch b;
+  for (int i = 0; i < 50; ++i) b.Add(g.Bytes(8), "\xc1" + std::string(g.Bytes(200)));
+  EncodeOptions opts;
+  opts.layout = LayoutChoice::kOpaque;
+  FrameEncoder enc(opts);
+  std::string frame;
+  ASSERT_TRUE(enc.Encode(b.Records(), &frame).ok());
+  FrameDecoder dec;
+  DecodedFrame out;
+  ASSERT_TRUE(dec.Decode(frame, &out).ok());
+  EXPECT_EQ(out.header().compression, Compression::kNone);
+  ExpectSameRecords(out, b.Records());
+}
+
+TEST(FrameEncoderTest, EncodeAppendsSoFramesCanBeConcatenated) {
+  Batch b1, b2;
+  b1.Add("a", "\x01");
+  b2.Add("b", "\x02");
+  FrameEncoder enc;
+  std::string both;
+  ASSERT_TRUE(enc.Encode(b1.Records(), &both).ok());
+  const size_t first = both.size();
+  ASSERT_TRUE(enc.Encode(b2.Records(), &both).ok());
+  auto span = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(both.data()), both.size());
+  auto h = ParseFrameHeader(span);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->frame_size(), first);
+  FrameDecoder dec;
+  DecodedFrame out;
+  ASSERT_TRUE(dec.Decode(span.subspan(first), &out).ok());
+  EXPECT_EQ(out[0].key, "b");
+}
+
+TEST(FrameEncoderTest, BenchmarkDatasetsRoundTripAndAutoPicksColumnar) {
+  for (const auto& d : bench::MakeSeedDatasets()) {
+    const auto records = d.Records();
+    for (auto choice : {LayoutChoice::kMsgpack, LayoutChoice::kColumnar, LayoutChoice::kAuto}) {
+      EncodeOptions opts;
+      opts.layout = choice;
+      FrameEncoder enc(opts);
+      std::string frame;
+      ASSERT_TRUE(enc.Encode(records, &frame).ok()) << d.name;
+      FrameDecoder dec;
+      DecodedFrame out;
+      ASSERT_TRUE(dec.Decode(frame, &out).ok()) << d.name;
+      ExpectSameRecords(out, records);
+      if (choice != LayoutChoice::kMsgpack) {
+        EXPECT_EQ(enc.last_layout(), Layout::kColumnar)
+            << d.name << ": " << enc.last_fallback_reason();
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sluice
