@@ -39,7 +39,7 @@ class DecodedFrame {
  public:
   class Iterator {
    public:
-    using iterator_category = std::random_access_iterator_tag;
+    using iterator_category = std::forward_iterator_tag;
     using value_type = Record;
     using difference_type = std::ptrdiff_t;
     using pointer = void;

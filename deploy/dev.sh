@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Sluice's one entry point for people and CI. Idempotent: installs only what is missing
+# (Debian 12 packages, as root or through sudo), reuses the build directory and ccache.
+#
+#   bash deploy/dev.sh main        # install, build, run the main job
+#   bash deploy/dev.sh test        # install, build, run every test (ctest)
+#   bash deploy/dev.sh asan        # codec tests under AddressSanitizer + UBSan
+#   bash deploy/dev.sh fuzz [SEC]  # libFuzzer run of the frame decoder (clang), default 60 s
+#   bash deploy/dev.sh compare     # codec benchmark beside Python pickle/msgpack (+zstd)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+JOBS=${JOBS:-2}
+
+BUILD_PACKAGES=(build-essential cmake ninja-build ccache pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libmsgpack-cxx-dev libzstd-dev libabsl-dev libspdlog-dev libxxhash-dev libjemalloc-dev
+  libgtest-dev libgmock-dev libbenchmark-dev)
+TEST_PACKAGES=(python3 python3-msgpack python3-zstandard)
+FUZZ_PACKAGES=(clang libclang-rt-14-dev)
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+install_missing() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$p")
+  done
+  ((${#missing[@]} == 0)) && return 0
+  local sudo=""
+  [[ $(id -u) -ne 0 ]] && sudo=sudo
+  log "installing: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+}
+
+configure_and_build() {  # DIR [cmake args...]
+  local dir=$1
+  shift
+  if [[ ! -f $dir/build.ninja ]]; then
+    cmake -S "$ROOT" -B "$dir" -G Ninja "$@" >/dev/null
+  fi
+  cmake --build "$dir" -j "$JOBS"
+}
+
+build_main() {
+  install_missing "${BUILD_PACKAGES[@]}"
+  configure_and_build "$ROOT/build" -DCMAKE_BUILD_TYPE=Release -DSLUICE_BUILD_TESTS=ON
+}
+
+case ${1:-} in
+  main)
+    build_main
+    log "codec benchmark (one thread, zstd level 3)"
+    "$ROOT/build/codec/sluice-codec-bench"
+    ;;
+  test)
+    install_missing "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+    build_main
+    log "running the test suite"
+    ctest --test-dir "$ROOT/build" --output-on-failure -j "$JOBS" -LE soak
+    ;;
+  asan)
+    install_missing "${BUILD_PACKAGES[@]}"
+    configure_and_build "$ROOT/build-asan" -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON \
+      -DSLUICE_CODEC_ONLY=ON -DSLUICE_BUILD_TESTS=ON
+    log "codec tests under ASan+UBSan"
+    ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -L codec
+    ;;
+  fuzz)
+    secs=${2:-60}
+    install_missing "${BUILD_PACKAGES[@]}" "${FUZZ_PACKAGES[@]}"
+    configure_and_build "$ROOT/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSLUICE_FUZZ=ON \
+      -DSLUICE_CODEC_ONLY=ON -DSLUICE_BUILD_TESTS=OFF
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    log "fuzzing the frame decoder for ${secs}s"
+    "$ROOT/build-fuzz/tests/frame_decoder_fuzzer" -max_total_time="$secs" -rss_limit_mb=2048 \
+      -print_final_stats=1 "$work" "$ROOT/tests/fuzz/corpus"
+    ;;
+  compare)
+    install_missing "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+    build_main
+    /usr/bin/python3 "$ROOT/tests/py/seed_compare.py" --bench "$ROOT/build/codec/sluice-codec-bench"
+    ;;
+  *)
+    sed -n '2,10p' "$0"
+    exit 2
+    ;;
+esac
