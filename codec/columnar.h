@@ -41,6 +41,7 @@ enum class ColumnType : uint8_t {
   kStr = 5,
   kBin = 6,
   kRawBytes = 7,  ///< key column only: keys that are not one msgpack scalar
+  kKeyRef = 8,    ///< key column only: each key equals the encoded value of one field
 };
 
 /// Encodes record batches as COLUMNAR payloads. Keeps its scratch buffers across calls.
