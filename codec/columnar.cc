@@ -162,6 +162,28 @@ inline ShortKey LoadShort(const uint8_t* p, uint32_t len) {
   return {0, 0};
 }
 
+// The first 16 bytes of [p, p + len) (len <= 16), zero-padded. With at least 16 readable bytes
+// at p this is two loads and two masks; otherwise the bytes are copied.
+struct PaddedMasks {
+  uint64_t a[17], b[17];
+  constexpr PaddedMasks() : a(), b() {
+    for (int len = 0; len <= 16; ++len) {
+      a[len] = len >= 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * len)) - 1;
+      b[len] = len >= 16 ? ~uint64_t{0} : (len <= 8 ? 0 : (uint64_t{1} << (8 * (len - 8))) - 1);
+    }
+  }
+};
+constexpr PaddedMasks kPaddedMasks;
+
+inline ShortKey LoadPadded(const uint8_t* p, uint32_t len, size_t avail) {
+  if (ABSL_PREDICT_TRUE(avail >= 16)) {
+    return {Load64(p) & kPaddedMasks.a[len], Load64(p + 8) & kPaddedMasks.b[len]};
+  }
+  uint8_t buf[16] = {};
+  std::memcpy(buf, p, len);
+  return {Load64(buf), Load64(buf + 8)};
+}
+
 // True when [p, p+len) equals [q, q+len); cheap for short spans.
 inline bool SameBytes(const uint8_t* p, const uint8_t* q, size_t len) {
   if (len <= 16) {
@@ -246,9 +268,10 @@ struct BuildColumn {
            (uint64_t{len} * 0x165667b19e3779f9ULL);
   }
 
-  inline void KeyOf(const uint8_t* p, uint32_t len, uint64_t* a, uint64_t* b) const {
+  // `avail`: readable bytes at p (at least len).
+  inline void KeyOf(const uint8_t* p, uint32_t len, size_t avail, uint64_t* a, uint64_t* b) const {
     if (len <= 16) {
-      const ShortKey k = LoadShort(p, len);
+      const ShortKey k = LoadPadded(p, len, avail);
       *a = k.a;
       *b = k.b;
     } else {
@@ -258,9 +281,9 @@ struct BuildColumn {
   }
 
   // Finds or adds the value at index i in the dictionary.
-  inline void AddToDict(size_t i, const uint8_t* p, uint32_t len) {
+  inline void AddToDict(size_t i, const uint8_t* p, uint32_t len, size_t avail) {
     uint64_t a, b;
-    KeyOf(p, len, &a, &b);
+    KeyOf(p, len, avail, &a, &b);
     const size_t mask = slots.size() - 1;
     size_t idx = Hash(a, b, len) >> slot_shift;
     for (;;) {
@@ -301,7 +324,7 @@ struct BuildColumn {
     for (uint32_t code = 0; code < firsts.size(); ++code) {
       const uint32_t i = firsts[code];
       uint64_t a, b;
-      KeyOf(ptrs[i], lens[i], &a, &b);
+      KeyOf(ptrs[i], lens[i], lens[i], &a, &b);
       size_t idx = Hash(a, b, lens[i]) >> slot_shift;
       while (slots[idx].epoch == epoch) idx = (idx + 1) & mask;
       slots[idx] = Slot{a, b, lens[i], code, epoch, 0};
@@ -338,10 +361,10 @@ struct BuildColumn {
       const uint8_t* q = T == ColumnType::kStr ? mp::ReadCanonicalStr(p, end, &len)
                                                : mp::ReadCanonicalBin(p, end, &len);
       if (q == nullptr) return nullptr;
-      AddBytes(i, q, len);
+      AddBytes(i, q, len, static_cast<size_t>(end - q));
       return q + len;
     } else if constexpr (T == ColumnType::kRawBytes) {
-      AddBytes(i, p, static_cast<uint32_t>(end - p));
+      AddBytes(i, p, static_cast<uint32_t>(end - p), static_cast<size_t>(end - p));
       return end;
     } else {
       return nullptr;
@@ -372,11 +395,11 @@ struct BuildColumn {
     return nullptr;
   }
 
-  inline void AddBytes(size_t i, const uint8_t* p, uint32_t len) {
+  inline void AddBytes(size_t i, const uint8_t* p, uint32_t len, size_t avail) {
     ptrs[i] = p;
     lens[i] = len;
     total_len += len;
-    if (dict_active) AddToDict(i, p, len);
+    if (dict_active) AddToDict(i, p, len, avail);
   }
 
   bool UseDict() const { return IsBytesType(type) && dict_active && firsts.size() < n; }
@@ -556,15 +579,16 @@ struct Prefix {
       long_bytes.Append(p, n);
     } else {
       std::memcpy(bytes, p, n);
-      key = LoadShort(bytes, static_cast<uint32_t>(n));
+      key = LoadPadded(bytes, static_cast<uint32_t>(n), sizeof(bytes));
     }
   }
   const uint8_t* data() const { return len > 16 ? long_bytes.data() : bytes; }
 
   ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Matches(const uint8_t* p, const uint8_t* end) const {
-    if (static_cast<size_t>(end - p) < len) return false;
+    const auto avail = static_cast<size_t>(end - p);
+    if (avail < len) return false;
     if (len <= 16) {
-      const ShortKey k = LoadShort(p, static_cast<uint32_t>(len));
+      const ShortKey k = LoadPadded(p, static_cast<uint32_t>(len), avail);
       return k.a == key.a && k.b == key.b;
     }
     return std::memcmp(p, long_bytes.data(), len) == 0;

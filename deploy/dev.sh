@@ -64,7 +64,7 @@ case ${1:-} in
     ;;
   asan)
     install_missing "${BUILD_PACKAGES[@]}"
-    configure_and_build "$ROOT/build-asan" -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON \
+    configure_and_build "$ROOT/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_SANITIZE=ON \
       -DSLUICE_CODEC_ONLY=ON -DSLUICE_BUILD_TESTS=ON
     log "codec tests under ASan+UBSan"
     ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -L codec

@@ -20,7 +20,17 @@ using testing::Gen;
 std::vector<std::pair<std::string, Batch>> SmallBatches() {
   Gen g(11);
   std::vector<std::pair<std::string, Batch>> out;
-  out.emplace_back("columnar", testing::ColumnarBatch(g, 6, 3));
+  // Small on purpose: every byte of every frame is mutated.
+  auto small_columnar = [&g](size_t n, size_t fields) {
+    for (;;) {
+      testing::Batch b = testing::ColumnarBatch(g, n, fields);
+      size_t bytes = 0;
+      for (size_t i = 0; i < b.size(); ++i) bytes += b.keys[i].size() + b.values[i].size();
+      if (bytes < 400) return b;
+    }
+  };
+  out.emplace_back("columnar", small_columnar(6, 3));
+  out.emplace_back("columnar_wide", small_columnar(4, 6));
   Batch mp;
   for (int i = 0; i < 5; ++i) {
     std::string v;

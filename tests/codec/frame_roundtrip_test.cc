@@ -79,17 +79,18 @@ TEST_P(RoundTripTest, ArbitraryMsgpackValues) {
   }
 }
 
-TEST_P(RoundTripTest, OpaqueValues) {
-  const auto [choice, compression] = GetParam();
-  if (choice == LayoutChoice::kMsgpack || choice == LayoutChoice::kColumnar) {
-    GTEST_SKIP() << "explicit msgpack layouts reject non-msgpack values (tested below)";
-  }
-  Gen g(300 + static_cast<int>(compression));
-  for (int iter = 0; iter < 60; ++iter) {
-    Batch b;
-    const size_t n = g.Below(200);
-    for (size_t i = 0; i < n; ++i) b.Add(g.Bytes(20), "\xc1" + g.Bytes(50));
-    EXPECT_EQ(EncodeDecode(b, choice, compression), Layout::kOpaque);
+TEST(FrameRoundTripTest, OpaqueValuesUnderOpaqueAndAuto) {
+  // (Explicit MSGPACK/COLUMNAR reject non-msgpack values: FrameEncoderTest below.)
+  for (auto choice : {LayoutChoice::kOpaque, LayoutChoice::kAuto}) {
+    for (auto compression : {Compression::kNone, Compression::kZstd}) {
+      Gen g(300 + static_cast<int>(compression));
+      for (int iter = 0; iter < 60; ++iter) {
+        Batch b;
+        const size_t n = g.Below(200);
+        for (size_t i = 0; i < n; ++i) b.Add(g.Bytes(20), "\xc1" + g.Bytes(50));
+        EXPECT_EQ(EncodeDecode(b, choice, compression), Layout::kOpaque);
+      }
+    }
   }
 }
 

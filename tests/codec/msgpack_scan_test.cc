@@ -14,10 +14,15 @@ namespace sluice {
 namespace {
 
 // Returns the end offset of the first object per msgpack-cxx, or -1 if it does not parse.
+// msgpack-cxx allocates a container before reading its elements, so a garbage header would
+// make it allocate gigabytes: limit every count to the input size (each element takes at least
+// one byte, so no valid input is refused by the limit).
 long ReferenceEnd(const std::string& bytes) {
   try {
     std::size_t off = 0;
-    msgpack::object_handle oh = msgpack::unpack(bytes.data(), bytes.size(), off);
+    const auto n = static_cast<std::size_t>(bytes.size());
+    msgpack::object_handle oh = msgpack::unpack(bytes.data(), bytes.size(), off, nullptr, nullptr,
+                                                msgpack::unpack_limit(n, n, n, n, n, n + 1));
     return static_cast<long>(off);
   } catch (const std::exception&) {
     return -1;

@@ -4,6 +4,7 @@
 #define SLUICE_TESTS_CODEC_TEST_RECORDS_H_
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -186,24 +187,60 @@ inline void Gen::AnyValue(std::string* o, int depth) {
 }
 
 /// A batch every record of which fits the COLUMNAR layout: maps with `fields` fields of
-/// random but fixed types; keys are typed msgpack scalars or raw bytes.
+/// random but fixed kinds (every scalar type, plus strings from a small vocabulary, lowercase
+/// hex strings and decimal floats, which take the dictionary, hex and decimal encodings); keys
+/// are typed msgpack scalars, raw bytes, or a copy of one field's value.
 inline Batch ColumnarBatch(Gen& g, size_t n, size_t fields) {
-  std::vector<int> types(fields);
-  for (int& t : types) t = static_cast<int>(g.Below(7));
-  const int key_kind = static_cast<int>(g.Below(8));  // 7 = raw bytes
+  // kinds 0-6: Gen::Scalar types; 7: vocabulary str; 8: hex str; 9: decimal float64.
+  std::vector<int> kinds(fields);
+  for (int& k : kinds) k = static_cast<int>(g.Below(10));
+  const int key_kind = static_cast<int>(g.Below(10));  // 7 = raw bytes, 8/9 = copy of a field
+  const size_t key_field = fields == 0 ? 0 : g.Below(fields);
+  std::vector<std::string> vocab;
+  const size_t vocab_size = 1 + g.Below(g.Coin() ? 8 : 400);
+  for (size_t i = 0; i < vocab_size; ++i) vocab.push_back("w" + std::to_string(g.rng()() % 100000));
+  const int exponent = static_cast<int>(g.Below(5));
   Batch b;
   for (size_t i = 0; i < n; ++i) {
     std::string v;
+    std::string field_bytes;
     Gen::MapHeader(&v, static_cast<uint32_t>(fields));
     for (size_t j = 0; j < fields; ++j) {
       Gen::Str(&v, "field_" + std::to_string(j));
-      g.Scalar(&v, types[j]);
+      std::string x;
+      switch (kinds[j]) {
+        case 7:
+          Gen::Str(&x, vocab[g.Below(vocab.size())]);
+          break;
+        case 8: {
+          static const char kDigits[] = "0123456789abcdef";
+          std::string h(2 * g.Below(20), '0');
+          for (char& c : h) c = kDigits[g.Below(16)];
+          Gen::Str(&x, h);
+          break;
+        }
+        case 9: {
+          static const double kPow[] = {1, 10, 100, 1000, 10000};
+          const double d = static_cast<double>(static_cast<int64_t>(g.Below(2000000)) - 1000000) /
+                           kPow[exponent];
+          uint64_t bits;
+          std::memcpy(&bits, &d, 8);
+          Gen::F64(&x, bits);
+          break;
+        }
+        default:
+          g.Scalar(&x, kinds[j]);
+      }
+      if (j == key_field) field_bytes = x;
+      v += x;
     }
     std::string k;
     if (key_kind == 7) {
       k = g.Bytes(12);
+    } else if (key_kind >= 8 && fields > 0) {
+      k = field_bytes;
     } else {
-      g.Scalar(&k, key_kind);
+      g.Scalar(&k, key_kind % 7);
     }
     b.Add(std::move(k), std::move(v));
   }

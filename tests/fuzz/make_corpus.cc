@@ -38,10 +38,9 @@ int main(int argc, char** argv) {
         std::string frame;
         if (!enc.Encode(batch.Records(), &frame).ok()) continue;
         for (char mode : {'\x00', '\x01'}) {
-          const std::string path = std::string(argv[1]) + "/" + name + "_" +
-                                   sluice::LayoutChoiceName(layout) + "_" +
-                                   sluice::CompressionName(compression) + "_" +
-                                   (mode != 0 ? "resealed" : "raw");
+          const std::string path =
+              std::string(argv[1]) + "/" + name + "_" + sluice::LayoutChoiceName(layout) + "_" +
+              sluice::CompressionName(compression) + "_" + (mode != 0 ? "resealed" : "raw");
           std::ofstream f(path, std::ios::binary);
           f.put(mode);
           f.write(frame.data(), static_cast<std::streamsize>(frame.size()));
