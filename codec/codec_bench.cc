@@ -30,8 +30,8 @@ using Clock = std::chrono::steady_clock;
 struct Args {
   bool json = false;
   std::string dump_dir;
-  int runs = 9;
-  double min_run_ms = 40;
+  int runs = 21;
+  double min_run_ms = 15;
   int level = 3;
   std::string only_dataset;  // empty = all
   std::string only_layout;   // empty = all

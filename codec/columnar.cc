@@ -179,9 +179,18 @@ inline ShortKey LoadPadded(const uint8_t* p, uint32_t len, size_t avail) {
   if (ABSL_PREDICT_TRUE(avail >= 16)) {
     return {Load64(p) & kPaddedMasks.a[len], Load64(p + 8) & kPaddedMasks.b[len]};
   }
-  uint8_t buf[16] = {};
-  std::memcpy(buf, p, len);
-  return {Load64(buf), Load64(buf + 8)};
+  // Fewer than 16 readable bytes: overlapping loads that stay inside [p, p + len).
+  if (len >= 8) {
+    const uint64_t b = len == 8 ? 0 : Load64(p + len - 8) >> (8 * (16 - len));
+    return {Load64(p), b};
+  }
+  if (len >= 4) {
+    const uint64_t hi = uint64_t{Load32(p + len - 4)} >> (8 * (8 - len));
+    return {Load32(p) | (hi << 32), 0};
+  }
+  uint64_t a = 0;
+  for (uint32_t k = 0; k < len; ++k) a |= uint64_t{p[k]} << (8 * k);
+  return {a, 0};
 }
 
 // True when [p, p+len) equals [q, q+len); cheap for short spans.
@@ -281,24 +290,16 @@ struct BuildColumn {
   }
 
   // Finds or adds the value at index i in the dictionary.
-  inline void AddToDict(size_t i, const uint8_t* p, uint32_t len, size_t avail) {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE inline void AddToDict(size_t i, const uint8_t* p, uint32_t len,
+                                                     size_t avail) {
     uint64_t a, b;
     KeyOf(p, len, avail, &a, &b);
     const size_t mask = slots.size() - 1;
     size_t idx = Hash(a, b, len) >> slot_shift;
     for (;;) {
       Slot& s = slots[idx];
-      if (s.epoch != epoch) {
-        const auto code = static_cast<uint32_t>(firsts.size());
-        s = Slot{a, b, len, code, epoch, 0};
-        firsts.PushBack(static_cast<uint32_t>(i));
-        dict_len += len;
-        codes[i] = code;
-        if (code + 1 >= kMaxDict || (i >= kDictProbe && !DictPays(i + 1))) {
-          dict_active = false;  // too many distinct values: a dictionary would not pay
-        } else if (2 * (code + 1) > slots.size()) {
-          Grow();
-        }
+      if (ABSL_PREDICT_FALSE(s.epoch != epoch)) {
+        Insert(&s, i, a, b, len);
         return;
       }
       if (s.a == a && s.b == b && s.len == len &&
@@ -307,6 +308,19 @@ struct BuildColumn {
         return;
       }
       idx = (idx + 1) & mask;
+    }
+  }
+
+  ABSL_ATTRIBUTE_NOINLINE void Insert(Slot* s, size_t i, uint64_t a, uint64_t b, uint32_t len) {
+    const auto code = static_cast<uint32_t>(firsts.size());
+    *s = Slot{a, b, len, code, epoch, 0};
+    firsts.PushBack(static_cast<uint32_t>(i));
+    dict_len += len;
+    codes[i] = code;
+    if (code + 1 >= kMaxDict || (i >= kDictProbe && !DictPays(i + 1))) {
+      dict_active = false;  // too many distinct values: a dictionary would not pay
+    } else if (2 * (code + 1) > slots.size()) {
+      Grow();
     }
   }
 
@@ -395,7 +409,8 @@ struct BuildColumn {
     return nullptr;
   }
 
-  inline void AddBytes(size_t i, const uint8_t* p, uint32_t len, size_t avail) {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE inline void AddBytes(size_t i, const uint8_t* p, uint32_t len,
+                                                    size_t avail) {
     ptrs[i] = p;
     lens[i] = len;
     total_len += len;
