@@ -614,23 +614,69 @@ struct Prefix {
 // record's cursor. Returns n, or the index of the first record that does not fit; then
 // *prefix_failed tells which half failed.
 template <ColumnType T>
-size_t ParseColumn(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
-                   const uint8_t* const* ends, size_t n, bool* prefix_failed) {
-  for (size_t i = 0; i < n; ++i) {
+size_t ParseColumn(BuildColumn& col, const Prefix& pr, const uint8_t** __restrict cur,
+                   const uint8_t* const* __restrict ends, size_t n, bool* prefix_failed) {
+  // Everything the loop touches lives in locals, so stores through the output arrays do not
+  // force the compiler to reload the column's members on every record.
+  int64_t* __restrict ints = col.ints.data();
+  uint8_t* __restrict fixed = col.fixed.data();
+  const uint8_t** __restrict ptrs = col.ptrs.data();
+  uint32_t* __restrict lens = col.lens.data();
+  const size_t plen = pr.len;
+  const ShortKey pkey = pr.key;
+  const bool short_prefix = plen <= 16;
+  size_t i = 0;
+  for (; i < n; ++i) {
     const uint8_t* q = cur[i];
-    const uint8_t* end = ends[i];
-    if (ABSL_PREDICT_FALSE(!pr.Matches(q, end))) {
-      *prefix_failed = true;
-      return i;
+    const uint8_t* const end = ends[i];
+    const auto avail = static_cast<size_t>(end - q);
+    if (ABSL_PREDICT_FALSE(avail < plen)) break;
+    if (ABSL_PREDICT_TRUE(short_prefix)) {
+      const ShortKey k = LoadPadded(q, static_cast<uint32_t>(plen), avail);
+      if (ABSL_PREDICT_FALSE(k.a != pkey.a || k.b != pkey.b)) break;
+    } else if (std::memcmp(q, pr.data(), plen) != 0) {
+      break;
     }
-    q = col.ParseAs<T>(i, q + pr.len, end);
-    if (ABSL_PREDICT_FALSE(q == nullptr)) {
-      *prefix_failed = false;
-      return i;
+    const uint8_t* p = q + plen;
+    if constexpr (T == ColumnType::kInt) {
+      int64_t v;
+      p = mp::ReadCanonicalInt(p, end, &v);
+      if (ABSL_PREDICT_FALSE(p == nullptr)) goto value_failed;
+      ints[i] = v;
+    } else if constexpr (T == ColumnType::kFloat64) {
+      if (ABSL_PREDICT_FALSE(end - p < 9 || *p != 0xcb)) goto value_failed;
+      std::memcpy(fixed + i * 8, p + 1, 8);
+      p += 9;
+    } else if constexpr (T == ColumnType::kFloat32) {
+      if (ABSL_PREDICT_FALSE(end - p < 5 || *p != 0xca)) goto value_failed;
+      std::memcpy(fixed + i * 4, p + 1, 4);
+      p += 5;
+    } else if constexpr (T == ColumnType::kBool) {
+      if (ABSL_PREDICT_FALSE(p >= end || (*p & 0xfe) != 0xc2)) goto value_failed;
+      fixed[i] = *p & 1;
+      p += 1;
+    } else if constexpr (T == ColumnType::kNil) {
+      if (ABSL_PREDICT_FALSE(p >= end || *p != 0xc0)) goto value_failed;
+      p += 1;
+    } else {
+      static_assert(T == ColumnType::kStr || T == ColumnType::kBin);
+      uint32_t len;
+      const uint8_t* s = T == ColumnType::kStr ? mp::ReadCanonicalStr(p, end, &len)
+                                               : mp::ReadCanonicalBin(p, end, &len);
+      if (ABSL_PREDICT_FALSE(s == nullptr)) goto value_failed;
+      ptrs[i] = s;
+      lens[i] = len;
+      col.total_len += len;  // (read by the dictionary's cost check)
+      if (col.dict_active) col.AddToDict(i, s, len, static_cast<size_t>(end - s));
+      p = s + len;
     }
-    cur[i] = q;
+    cur[i] = p;
   }
-  return n;
+  *prefix_failed = true;
+  return i;
+value_failed:
+  *prefix_failed = false;
+  return i;
 }
 
 size_t ParseColumnOfType(BuildColumn& col, const Prefix& pr, const uint8_t** cur,

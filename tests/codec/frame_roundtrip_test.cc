@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <tuple>
 
@@ -238,6 +239,11 @@ TEST(FrameEncoderTest, BenchmarkDatasetsRoundTripAndAutoPicksColumnar) {
       if (choice != LayoutChoice::kMsgpack) {
         EXPECT_EQ(enc.last_layout(), Layout::kColumnar)
             << d.name << ": " << enc.last_fallback_reason();
+        // Sizes are deterministic: guard the column encodings against silent regressions
+        // (figures of docs/benchmarks.md, plus 3%).
+        const std::map<std::string, size_t> kMaxBytes = {
+            {"ints3", 40553}, {"int_float_str", 49222}, {"wide10", 124487}, {"str3", 20472}};
+        EXPECT_LE(frame.size(), kMaxBytes.at(d.name)) << d.name;
       }
     }
   }
