@@ -570,9 +570,11 @@ struct BuildColumn {
       for (size_t i = 0; i < n; ++i) w[i] = static_cast<uint8_t>(codes[i]);
       return w + n;
     }
+    // Two planes: every low byte, then every high byte. Frequent values come first and get
+    // small codes, so the high plane is mostly zeros, which zstd crosses quickly.
     for (size_t i = 0; i < n; ++i) {
-      const auto c = static_cast<uint16_t>(codes[i]);
-      std::memcpy(w + 2 * i, &c, 2);
+      w[i] = static_cast<uint8_t>(codes[i]);
+      w[n + i] = static_cast<uint8_t>(codes[i] >> 8);
     }
     return w + 2 * n;
   }
@@ -923,11 +925,10 @@ struct ReadColumn {
   uint32_t key_ref_field = 0;  // kKeyRef
   uint64_t rebuilt_bytes = 0;  // bytes this column contributes to the rebuilt rows
 
+  size_t n = 0;
   uint32_t Code(size_t i) const {
     if (code_width == 1) return codes[i];
-    uint16_t c;
-    std::memcpy(&c, codes + 2 * i, 2);
-    return c;
+    return codes[i] | (uint32_t{codes[n + i]} << 8);  // low plane, then high plane
   }
 };
 
@@ -1033,6 +1034,7 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
     return Corrupt(absl::StrCat("column '", name, "' codes are truncated"));
   }
   c->codes = p;
+  c->n = n;
   p += n * c->code_width;
   // Pre-encode the entries (bounded by the blob plus 5 header bytes each, both within the
   // payload), then size the rebuilt column from the codes.
