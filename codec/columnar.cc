@@ -6,6 +6,7 @@
 
 #include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "codec/msgpack_scan.h"
 #include "codec/varint.h"
@@ -75,6 +76,8 @@ inline bool DecimalOf(double v, int e, int64_t* m) {
 // Dictionary limits: past kDictProbe values a column whose values are more than half distinct
 // stops building its dictionary; no dictionary grows past kMaxDict entries.
 constexpr size_t kDictProbe = 1024;
+// The encoder drops its scratch buffers after a batch that left more than this behind.
+constexpr size_t kMaxRetainedScratch = 256u << 20;
 constexpr uint32_t kMaxDict = 1u << 16;
 
 const char* ColumnTypeName(ColumnType t) {
@@ -145,22 +148,9 @@ inline uint32_t Load32(const uint8_t* p) {
   return v;
 }
 
-// Two words that, with the length, identify a string of up to 16 bytes exactly; the loads
-// may overlap but never leave [p, p + len).
 struct ShortKey {
   uint64_t a, b;
 };
-inline ShortKey LoadShort(const uint8_t* p, uint32_t len) {
-  if (ABSL_PREDICT_TRUE(len >= 4)) {
-    // Four 4-byte windows at 0, o, 2o and len-4 with o = (len-4)/3 <= 4 cover every byte
-    // without branching on the exact length.
-    const uint32_t o = (len - 4) / 3;
-    return {Load32(p) | (uint64_t{Load32(p + o)} << 32),
-            Load32(p + 2 * o) | (uint64_t{Load32(p + len - 4)} << 32)};
-  }
-  if (len > 0) return {p[0] | (uint64_t{p[len / 2]} << 8) | (uint64_t{p[len - 1]} << 16), 0};
-  return {0, 0};
-}
 
 // The first 16 bytes of [p, p + len) (len <= 16), zero-padded. With at least 16 readable bytes
 // at p this is two loads and two masks; otherwise the bytes are copied.
@@ -193,14 +183,19 @@ inline ShortKey LoadPadded(const uint8_t* p, uint32_t len, size_t avail) {
   return {a, 0};
 }
 
-// True when [p, p+len) equals [q, q+len); cheap for short spans.
+// True when [p, p+len) equals [q, q+len). Short spans compare as two overlapping loads from
+// each end, which together cover every byte.
 inline bool SameBytes(const uint8_t* p, const uint8_t* q, size_t len) {
-  if (len <= 16) {
-    const ShortKey x = LoadShort(p, static_cast<uint32_t>(len));
-    const ShortKey y = LoadShort(q, static_cast<uint32_t>(len));
-    return x.a == y.a && x.b == y.b;
+  if (len >= 8 && len <= 16) {
+    return Load64(p) == Load64(q) && Load64(p + len - 8) == Load64(q + len - 8);
   }
-  return std::memcmp(p, q, len) == 0;
+  if (len >= 4 && len < 8) {
+    return Load32(p) == Load32(q) && Load32(p + len - 4) == Load32(q + len - 4);
+  }
+  if (len > 0 && len < 4) {
+    return p[0] == q[0] && p[len / 2] == q[len / 2] && p[len - 1] == q[len - 1];
+  }
+  return len == 0 || std::memcmp(p, q, len) == 0;
 }
 
 // A column being built from one batch. Strings are not copied while parsing: the column keeps
@@ -263,6 +258,11 @@ struct BuildColumn {
       default:
         break;
     }
+  }
+
+  size_t RetainedBytes() const {
+    return ints.capacity() * 8 + fixed.capacity() + ptrs.capacity() * 8 + lens.capacity() * 4 +
+           codes.capacity() * 4 + firsts.capacity() * 4 + slots.capacity() * sizeof(Slot);
   }
 
   void ResizeSlots(size_t cap) {
@@ -622,8 +622,9 @@ size_t ParseColumn(BuildColumn& col, const Prefix& pr, const uint8_t** __restric
   // force the compiler to reload the column's members on every record.
   int64_t* __restrict ints = col.ints.data();
   uint8_t* __restrict fixed = col.fixed.data();
-  const uint8_t** __restrict ptrs = col.ptrs.data();
-  uint32_t* __restrict lens = col.lens.data();
+  // (No __restrict on these two: the dictionary reads them back through `col`.)
+  const uint8_t** ptrs = col.ptrs.data();
+  uint32_t* lens = col.lens.data();
   const size_t plen = pr.len;
   const ShortKey pkey = pr.key;
   const bool short_prefix = plen <= 16;
@@ -724,6 +725,16 @@ ColumnarEncoder::~ColumnarEncoder() = default;
 
 bool ColumnarEncoder::Encode(absl::Span<const Record> records, ByteBuffer* payload,
                              std::string* why_not) {
+  const bool ok = EncodeImpl(records, payload, why_not);
+  // As in the decoder: reuse scratch, but do not let wide batches ratchet it up for good.
+  size_t retained = state_->key.RetainedBytes();
+  for (const BuildColumn& c : state_->fields) retained += c.RetainedBytes();
+  if (retained > kMaxRetainedScratch) state_ = std::make_unique<State>();
+  return ok;
+}
+
+bool ColumnarEncoder::EncodeImpl(absl::Span<const Record> records, ByteBuffer* payload,
+                                 std::string* why_not) {
   State& s = *state_;
   const size_t n = records.size();
   if (n == 0) {
@@ -925,6 +936,11 @@ struct ReadColumn {
   uint32_t key_ref_field = 0;  // kKeyRef
   uint64_t rebuilt_bytes = 0;  // bytes this column contributes to the rebuilt rows
 
+  size_t RetainedBytes() const {
+    return ints.capacity() * 8 + lens.capacity() * 4 + decimal_floats.capacity() +
+           entries.capacity() + entry_off.capacity() * 4;
+  }
+
   size_t n = 0;
   uint32_t Code(size_t i) const {
     if (code_width == 1) return codes[i];
@@ -951,11 +967,13 @@ absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::st
                       PodBuffer<int64_t>* ints) {
   const uint8_t* p = *pp;
   if (p >= end || *p > kIntDelta) {
-    return Corrupt(absl::StrCat("int column '", name, "' has an unknown encoding"));
+    return Corrupt(
+        absl::StrCat("column '", name, "' has ",
+                     p >= end ? "no integer encoding byte" : "an unknown integer encoding"));
   }
   const bool delta = *p++ == kIntDelta;
   if (static_cast<size_t>(end - p) < n) {  // at least one byte per value
-    return Corrupt(absl::StrCat("int column '", name, "' is truncated"));
+    return Corrupt(absl::StrCat("column '", name, "' integers are truncated"));
   }
   ints->Resize(n);
   int64_t* out = ints->data();
@@ -963,7 +981,7 @@ absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::st
   for (size_t i = 0; i < n; ++i) {
     uint64_t z;
     if (!GetVarint(&p, end, &z)) {
-      return Corrupt(absl::StrCat("int column '", name, "' has a bad varint"));
+      return Corrupt(absl::StrCat("column '", name, "' has a truncated or over-long varint"));
     }
     int64_t v = UnZigZag(z);
     if (delta) {
@@ -981,7 +999,8 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   const uint8_t* p = *pp;
   const auto avail = [&]() { return static_cast<size_t>(end - p); };
   if (avail() < 1 || *p > kBytesHex || (*p == kBytesHex && c->type != ColumnType::kStr)) {
-    return Corrupt(absl::StrCat("column '", name, "' has an unknown encoding"));
+    return Corrupt(absl::StrCat("column '", name, "' has ",
+                                avail() < 1 ? "no encoding byte" : "an unknown encoding"));
   }
   c->hex = *p == kBytesHex;
   c->dict = *p++ == kBytesDict;
@@ -1005,9 +1024,10 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
     sum += len;
   }
   uint64_t blob_len;
-  if (!GetVarint(&p, end, &blob_len) || blob_len != sum || blob_len > avail()) {
+  if (!GetVarint(&p, end, &blob_len) || blob_len != sum) {
     return Corrupt(absl::StrCat("column '", name, "' blob size does not match its lengths"));
   }
+  if (blob_len > avail()) return Corrupt(absl::StrCat("column '", name, "' blob is truncated"));
   c->blob = p;
   c->blob_end = p + blob_len;
   p += blob_len;
@@ -1038,6 +1058,9 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   p += n * c->code_width;
   // Pre-encode the entries (bounded by the blob plus 5 header bytes each, both within the
   // payload), then size the rebuilt column from the codes.
+  if (blob_len + 5 * count > 0xffffffffu - kSlack) {
+    return Corrupt(absl::StrCat("column '", name, "' dictionary is too large"));
+  }
   c->entry_off.Resize(count + 1);
   c->entries.Reserve(blob_len + 5 * count + kSlack);
   c->entries.Resize(blob_len + 5 * count);
@@ -1083,8 +1106,9 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
   switch (c->type) {
     case ColumnType::kKeyRef: {
       uint64_t field;
-      if (!GetVarint(&p, end, &field) || field >= num_fields) {
-        return Corrupt("key column refers to a field that does not exist");
+      if (!GetVarint(&p, end, &field)) return Corrupt("key reference is truncated");
+      if (field >= num_fields) {
+        return Corrupt(absl::StrCat("key column refers to field ", field, " of ", num_fields));
       }
       c->key_ref_field = static_cast<uint32_t>(field);
       c->rebuilt_bytes = 0;  // keys are views into the values
@@ -1106,8 +1130,10 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
     case ColumnType::kFloat64: {
       const size_t width = c->type == ColumnType::kFloat32 ? 4 : 8;
       c->rebuilt_bytes = n * (width + 1);
-      if (avail() < 1 || *p > kFloatDecimal ||
-          (*p == kFloatDecimal && c->type != ColumnType::kFloat64)) {
+      if (avail() < 1) {
+        return Corrupt(absl::StrCat("float column '", name, "' has no encoding byte"));
+      }
+      if (*p > kFloatDecimal || (*p == kFloatDecimal && c->type != ColumnType::kFloat64)) {
         return Corrupt(absl::StrCat("float column '", name, "' has an unknown encoding"));
       }
       if (*p++ == kFloatDecimal) {
@@ -1211,7 +1237,7 @@ struct ColumnarDecoder::State {
   std::vector<ReadColumn> fields;
   std::vector<Prefix> prefixes;
   std::vector<const uint8_t*> cursors;
-  std::vector<absl::string_view> names;
+  std::vector<std::string> names;  // escaped, for messages
   ByteBuffer scratch;
 };
 
@@ -1221,6 +1247,19 @@ ColumnarDecoder::~ColumnarDecoder() = default;
 absl::Status ColumnarDecoder::Decode(const uint8_t* payload, size_t size, uint32_t record_count,
                                      uint32_t max_rows_bytes, ByteBuffer* rows,
                                      PodBuffer<RecordRef>* index) {
+  absl::Status st = DecodeImpl(payload, size, record_count, max_rows_bytes, rows, index);
+  // Scratch is reused across frames, but frames with many fields must not ratchet it up:
+  // beyond one cap's worth, let it all go.
+  size_t retained = state_->key.RetainedBytes() + state_->scratch.capacity();
+  for (const ReadColumn& c : state_->fields) retained += c.RetainedBytes();
+  for (const Prefix& p : state_->prefixes) retained += p.long_bytes.capacity();
+  if (retained > max_rows_bytes) state_ = std::make_unique<State>();
+  return st;
+}
+
+absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, uint32_t record_count,
+                                         uint32_t max_rows_bytes, ByteBuffer* rows,
+                                         PodBuffer<RecordRef>* index) {
   State& s = *state_;
   const size_t n = record_count;
   const uint8_t* p = payload;
@@ -1234,14 +1273,16 @@ absl::Status ColumnarDecoder::Decode(const uint8_t* payload, size_t size, uint32
     s.fields.resize(num_fields);
     s.prefixes.resize(num_fields);
   }
-  s.names.assign(num_fields, absl::string_view());
+  s.names.resize(num_fields);
   uint64_t prefix_total = num_fields == 0 ? 1 : 0;  // the empty map is one byte
   for (uint64_t j = 0; j < num_fields; ++j) {
     uint64_t len;
     if (!GetVarint(&p, end, &len) || len > static_cast<size_t>(end - p)) {
       return Corrupt(absl::StrCat("field ", j, " name is truncated"));
     }
-    s.names[j] = absl::string_view(reinterpret_cast<const char*>(p), len);
+    // For messages only: untrusted bytes, escaped and cut short.
+    s.names[j] = absl::CHexEscape(
+        absl::string_view(reinterpret_cast<const char*>(p), std::min<uint64_t>(len, 64)));
     // prefix = [map header for field 0] + str header + name
     s.scratch.Clear();
     uint8_t* w = s.scratch.Extend(10 + len);
@@ -1270,8 +1311,14 @@ absl::Status ColumnarDecoder::Decode(const uint8_t* payload, size_t size, uint32
   }
 
   // Exact rebuilt size, checked against the cap before anything is allocated for it.
-  uint64_t total = s.key.rebuilt_bytes + static_cast<uint64_t>(n) * prefix_total;
-  for (uint64_t j = 0; j < num_fields; ++j) total += s.fields[j].rebuilt_bytes;
+  uint64_t total;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(n), prefix_total, &total) ||
+      __builtin_add_overflow(total, s.key.rebuilt_bytes, &total)) {
+    total = UINT64_MAX;
+  }
+  for (uint64_t j = 0; j < num_fields && total != UINT64_MAX; ++j) {
+    if (__builtin_add_overflow(total, s.fields[j].rebuilt_bytes, &total)) total = UINT64_MAX;
+  }
   if (total > max_rows_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("COLUMNAR frame rebuilds to ", total,
                                                    " bytes, over the cap of ", max_rows_bytes));

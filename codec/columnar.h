@@ -57,6 +57,7 @@ class ColumnarEncoder {
   bool Encode(absl::Span<const Record> records, ByteBuffer* payload, std::string* why_not);
 
  private:
+  bool EncodeImpl(absl::Span<const Record> records, ByteBuffer* payload, std::string* why_not);
   struct State;
   std::unique_ptr<State> state_;
 };
@@ -76,6 +77,8 @@ class ColumnarDecoder {
                       uint32_t max_rows_bytes, ByteBuffer* rows, PodBuffer<RecordRef>* index);
 
  private:
+  absl::Status DecodeImpl(const uint8_t* payload, size_t size, uint32_t record_count,
+                          uint32_t max_rows_bytes, ByteBuffer* rows, PodBuffer<RecordRef>* index);
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -18,9 +18,8 @@ struct FrameDecoder::State {
 
 FrameDecoder::FrameDecoder(DecodeOptions options)
     : options_(options), state_(std::make_unique<State>()) {
-  // Frames are decoded in one shot into a buffer of the declared size, so zstd needs no window
-  // buffer; still, refuse frames that claim windows beyond 128 MiB.
-  ZSTD_DCtx_setParameter(state_->dctx, ZSTD_d_windowLogMax, 27);
+  // Frames are decoded in one shot into a buffer of the declared (capped) size, so zstd
+  // allocates no window buffer whatever the frame claims.
 }
 FrameDecoder::~FrameDecoder() = default;
 
@@ -76,6 +75,8 @@ absl::Status IndexMsgpack(const uint8_t* p, const uint8_t* end, size_t n, Record
     } else if (avail >= 5 && p[0] == 0xc6) {
       klen = LoadBE32(p + 1);
       k = p + 5;
+    } else if (avail >= 1 && p[0] >= 0xc4 && p[0] <= 0xc6) {
+      return RowError(Layout::kMsgpack, i, "key's bin header is truncated");
     } else {
       return RowError(Layout::kMsgpack, i, "key is not a msgpack bin");
     }

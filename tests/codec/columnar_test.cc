@@ -213,6 +213,23 @@ TEST(ColumnarTest, DictionaryKeepsGrowingWhileItPays) {
   EXPECT_LT(ColumnarSize(b), 1500u * 40 + 6000u * 3);  // plain would be ~6000 * 35
 }
 
+TEST(ColumnarTest, KeyThatDiffersFromItsFieldInAnyOneByteIsKeptExactly) {
+  // The key-reference check must compare every byte, for every length.
+  for (size_t len = 0; len <= 40; ++len) {
+    std::string id(len, 'a');
+    for (size_t k = 0; k < len; ++k) id[k] = static_cast<char>('a' + k % 26);
+    const std::string encoded = S(id);
+    for (size_t pos = 0; pos < encoded.size(); ++pos) {
+      Batch b;
+      b.Add(encoded, Map({{"id", encoded}}));
+      std::string other = encoded;
+      other[pos] = static_cast<char>(other[pos] ^ 0x20);
+      b.Add(other, Map({{"id", encoded}}));
+      Auto(b);  // checks the round trip byte for byte
+    }
+  }
+}
+
 TEST(ColumnarTest, MostlyDistinctStringsStayPlain) {
   Batch b;
   for (int i = 0; i < 3000; ++i) b.Add("k", Map({{"s", S("unique-" + std::to_string(i))}}));

@@ -41,14 +41,23 @@ void Reseal(std::string* frame) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
+  static sluice::FrameLimits limits = [] {
+    sluice::FrameLimits l;
+    l.max_uncompressed_bytes = 4u << 20;
+    l.max_records = 1u << 16;
+    return l;
+  }();
   static sluice::FrameDecoder* decoder = [] {
     sluice::DecodeOptions opts;
-    opts.limits.max_uncompressed_bytes = 4u << 20;
-    opts.limits.max_records = 1u << 16;
+    opts.limits = limits;
     return new sluice::FrameDecoder(opts);
   }();
   static auto* decoded = new sluice::DecodedFrame;
-  static auto* encoder = new sluice::FrameEncoder;
+  static sluice::FrameEncoder* encoder = [] {
+    sluice::EncodeOptions opts;
+    opts.limits = limits;  // a re-encoding over the decoder's caps is refused, not a bug
+    return new sluice::FrameEncoder(opts);
+  }();
 
   std::string frame(reinterpret_cast<const char*>(data) + 1, size - 1);
   if ((data[0] & 1) != 0) Reseal(&frame);
