@@ -10,6 +10,9 @@
 //   sluice-codec-bench                 # table
 //   sluice-codec-bench --json          # one JSON object per line
 //   sluice-codec-bench --dump DIR      # also write DIR/<dataset>.msgpack (stream of [key, value])
+//   sluice-codec-bench --breakdown     # also time zstd alone on each AUTO payload
+#include <zstd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,12 +38,14 @@ struct Args {
   int level = 3;
   std::string only_dataset;  // empty = all
   std::string only_layout;   // empty = all
+  bool breakdown = false;
 };
 
 void Usage() {
-  std::fprintf(stderr,
-               "usage: sluice-codec-bench [--json] [--dump DIR] [--runs N] [--min-run-ms MS] "
-               "[--zstd-level L] [--dataset NAME] [--layout msgpack|columnar|auto]\n");
+  std::fprintf(
+      stderr,
+      "usage: sluice-codec-bench [--json] [--dump DIR] [--runs N] [--min-run-ms MS] "
+      "[--zstd-level L] [--dataset NAME] [--layout msgpack|columnar|auto] [--breakdown]\n");
 }
 
 bool ParseArgs(int argc, char** argv, Args* a) {
@@ -65,6 +70,8 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       const char* v = next();
       if (v == nullptr) return false;
       a->level = std::atoi(v);
+    } else if (arg == "--breakdown") {
+      a->breakdown = true;
     } else if (arg == "--dataset") {
       const char* v = next();
       if (v == nullptr) return false;
@@ -209,6 +216,33 @@ int main(int argc, char** argv) {
       } else {
         std::printf("%-14s %6zu %-9s %-9s %14.0f %14.0f %12zu\n", d.name.c_str(), records.size(),
                     sluice::LayoutChoiceName(layout), chosen, write_rate, read_rate, frame.size());
+      }
+      if (args.breakdown && layout == sluice::LayoutChoice::kAuto) {
+        // How much of the write time zstd alone takes: compress the same payload, no framing.
+        sluice::EncodeOptions raw_opts = opts;
+        raw_opts.compression = sluice::Compression::kNone;
+        sluice::FrameEncoder raw_encoder(raw_opts);
+        std::string raw_frame;
+        if (!raw_encoder.Encode(records, &raw_frame).ok()) return 1;
+        const char* payload = raw_frame.data() + sluice::kFrameHeaderSize;
+        const size_t payload_size = raw_frame.size() - sluice::kFrameHeaderSize;
+        std::string out(ZSTD_compressBound(payload_size), '\0');
+        ZSTD_CCtx* cctx = ZSTD_createCCtx();
+        const double zstd_rate = MedianItemsPerSec(records.size(), args, [&]() {
+          ZSTD_compressCCtx(cctx, out.data(), out.size(), payload, payload_size, args.level);
+        });
+        ZSTD_freeCCtx(cctx);
+        const double zstd_ns = 1e9 / zstd_rate, write_ns = 1e9 / write_rate;
+        if (args.json) {
+          std::printf(
+              "{\"dataset\":\"%s\",\"breakdown\":true,\"payload_bytes\":%zu,"
+              "\"zstd_ns_per_item\":%.1f,\"write_ns_per_item\":%.1f}\n",
+              d.name.c_str(), payload_size, zstd_ns, write_ns);
+        } else {
+          std::printf(
+              "    breakdown: payload %zu B; zstd alone %.1f ns/item of %.1f ns/item written\n",
+              payload_size, zstd_ns, write_ns);
+        }
       }
       if (!encoder.last_fallback_reason().empty() && !args.json) {
         std::printf("    fallback: %s\n", encoder.last_fallback_reason().c_str());
