@@ -26,7 +26,12 @@ constexpr uint8_t kIntPlain = 0;
 constexpr uint8_t kIntDelta = 1;
 constexpr uint8_t kBytesPlain = 0;
 constexpr uint8_t kBytesDict = 1;
-constexpr uint8_t kBytesHex = 2;  // str only: lowercase hex of even length, stored as bytes
+constexpr uint8_t kBytesHex = 2;
+// Dictionary code layouts (the code width byte).
+constexpr uint8_t kCodeBytes = 1;   // one byte a code
+constexpr uint8_t kCode16 = 2;      // two bytes a code, little-endian
+constexpr uint8_t kCodePlanes = 3;  // two bytes a code: n low bytes, then n high bytes  // str
+                                    // only: lowercase hex of even length, stored as bytes
 
 // Nibble of a lowercase hex digit, 0xff for anything else.
 struct HexTables {
@@ -565,16 +570,28 @@ struct BuildColumn {
       w += lens[i];
     }
     const uint8_t width = CodeWidth(d);
-    *w++ = width;
+    *w++ = width == 1 ? kCodeBytes : kCode16;
     if (width == 1) {
       for (size_t i = 0; i < n; ++i) w[i] = static_cast<uint8_t>(codes[i]);
       return w + n;
     }
-    // Two planes: every low byte, then every high byte. Frequent values come first and get
-    // small codes, so the high plane is mostly zeros, which zstd crosses quickly.
-    for (size_t i = 0; i < n; ++i) {
-      w[i] = static_cast<uint8_t>(codes[i]);
-      w[n + i] = static_cast<uint8_t>(codes[i] >> 8);
+    // Two bytes a code. When at least two thirds of the codes are below 256 (frequent values come
+    // first and get small codes) the codes go as two planes, every low byte then every high byte:
+    // the high plane is then almost all zeros, which zstd crosses quickly. Otherwise the codes stay
+    // interleaved little-endian, which zstd handles faster for flatter distributions.
+    size_t high = 0;
+    for (size_t i = 0; i < n; ++i) high += codes[i] >> 8 != 0;
+    if (high * 3 <= n) {
+      w[-1] = kCodePlanes;
+      for (size_t i = 0; i < n; ++i) {
+        w[i] = static_cast<uint8_t>(codes[i]);
+        w[n + i] = static_cast<uint8_t>(codes[i] >> 8);
+      }
+    } else {
+      for (size_t i = 0; i < n; ++i) {
+        w[2 * i] = static_cast<uint8_t>(codes[i]);
+        w[2 * i + 1] = static_cast<uint8_t>(codes[i] >> 8);
+      }
     }
     return w + 2 * n;
   }
@@ -943,7 +960,8 @@ struct ReadColumn {
 
   size_t n = 0;
   uint32_t Code(size_t i) const {
-    if (code_width == 1) return codes[i];
+    if (code_width == kCodeBytes) return codes[i];
+    if (code_width == kCode16) return codes[2 * i] | (uint32_t{codes[2 * i + 1]} << 8);
     return codes[i] | (uint32_t{codes[n + i]} << 8);  // low plane, then high plane
   }
 };
@@ -1046,16 +1064,17 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
     return absl::OkStatus();
   }
   // Codes.
-  if (avail() < 1 || (*p != 1 && *p != 2)) {
-    return Corrupt(absl::StrCat("column '", name, "' has a bad code width"));
+  if (avail() < 1 || *p < kCodeBytes || *p > kCodePlanes) {
+    return Corrupt(absl::StrCat("column '", name, "' has an unknown code layout"));
   }
   c->code_width = *p++;
-  if (avail() / c->code_width < n) {
+  const size_t code_bytes = c->code_width == kCodeBytes ? 1 : 2;
+  if (avail() / code_bytes < n) {
     return Corrupt(absl::StrCat("column '", name, "' codes are truncated"));
   }
   c->codes = p;
   c->n = n;
-  p += n * c->code_width;
+  p += n * code_bytes;
   // Pre-encode the entries (bounded by the blob plus 5 header bytes each, both within the
   // payload), then size the rebuilt column from the codes.
   if (blob_len + 5 * count > 0xffffffffu - kSlack) {
