@@ -214,19 +214,21 @@ struct BuildColumn {
   PodBuffer<uint32_t> lens;        // bytes types: content lengths
   uint64_t total_len = 0;          // sum of lens
 
-  // Dictionary (bytes types).
-  struct Slot {
+  // Dictionary (bytes types). The hash table holds 4-byte slots, (epoch << 16) | code, so it
+  // stays small; each entry's identifying words live in `entry_keys`, indexed by code. A slot
+  // whose epoch is not the current one is empty: a new batch starts by bumping the epoch.
+  struct EntryKey {
     uint64_t a, b;
-    uint32_t len, code;
-    uint32_t epoch, unused;
+    uint32_t len, unused;
   };
   bool dict_active = false;
-  PodBuffer<uint32_t> codes;   // per value
-  PodBuffer<uint32_t> firsts;  // per dictionary entry: index of its first value
-  uint64_t dict_len = 0;       // sum of the entries' lengths
-  PodBuffer<Slot> slots;
+  PodBuffer<uint32_t> codes;       // per value
+  PodBuffer<uint32_t> firsts;      // per dictionary entry: index of its first value
+  PodBuffer<EntryKey> entry_keys;  // per dictionary entry
+  uint64_t dict_len = 0;           // sum of the entries' lengths
+  PodBuffer<uint32_t> slots;
   uint32_t slot_shift = 0;  // 64 - log2(slots)
-  uint32_t epoch = 0;
+  uint32_t epoch = 0;       // 1..65535
 
   void Start(ColumnType t, size_t count) {
     type = t;
@@ -252,11 +254,12 @@ struct BuildColumn {
         lens.Resize(n);
         codes.Resize(n);
         firsts.Clear();
+        entry_keys.Clear();
         dict_len = 0;
         dict_active = n > 1;
         if (slots.empty()) ResizeSlots(1024);
-        if (++epoch == 0) {  // wrapped: forget every slot the slow way
-          for (Slot& s : slots) s.epoch = 0;
+        if (++epoch > 0xffff) {  // wrapped: forget every slot the slow way
+          std::memset(slots.data(), 0, slots.size() * sizeof(uint32_t));
           epoch = 1;
         }
         break;
@@ -267,14 +270,16 @@ struct BuildColumn {
 
   size_t RetainedBytes() const {
     return ints.capacity() * 8 + fixed.capacity() + ptrs.capacity() * 8 + lens.capacity() * 4 +
-           codes.capacity() * 4 + firsts.capacity() * 4 + slots.capacity() * sizeof(Slot);
+           codes.capacity() * 4 + firsts.capacity() * 4 + entry_keys.capacity() * sizeof(EntryKey) +
+           slots.capacity() * 4;
   }
 
+  // A new, empty table (epoch 0 is never current).
   void ResizeSlots(size_t cap) {
     slots.Resize(cap);
-    std::memset(slots.data(), 0, cap * sizeof(Slot));
+    std::memset(slots.data(), 0, cap * sizeof(uint32_t));
     slot_shift = static_cast<uint32_t>(64 - __builtin_ctzll(cap));
-    epoch = 1;
+    if (epoch == 0) epoch = 1;
   }
 
   static inline uint64_t Hash(uint64_t a, uint64_t b, uint32_t len) {
@@ -302,24 +307,27 @@ struct BuildColumn {
     const size_t mask = slots.size() - 1;
     size_t idx = Hash(a, b, len) >> slot_shift;
     for (;;) {
-      Slot& s = slots[idx];
-      if (ABSL_PREDICT_FALSE(s.epoch != epoch)) {
-        Insert(&s, i, a, b, len);
+      const uint32_t slot = slots[idx];
+      if (ABSL_PREDICT_FALSE((slot >> 16) != epoch)) {
+        Insert(idx, i, a, b, len);
         return;
       }
-      if (s.a == a && s.b == b && s.len == len &&
-          (len <= 16 || std::memcmp(p, ptrs[firsts[s.code]], len) == 0)) {
-        codes[i] = s.code;
+      const uint32_t code = slot & 0xffff;
+      const EntryKey& e = entry_keys[code];
+      if (e.a == a && e.b == b && e.len == len &&
+          (len <= 16 || std::memcmp(p, ptrs[firsts[code]], len) == 0)) {
+        codes[i] = code;
         return;
       }
       idx = (idx + 1) & mask;
     }
   }
 
-  ABSL_ATTRIBUTE_NOINLINE void Insert(Slot* s, size_t i, uint64_t a, uint64_t b, uint32_t len) {
+  ABSL_ATTRIBUTE_NOINLINE void Insert(size_t idx, size_t i, uint64_t a, uint64_t b, uint32_t len) {
     const auto code = static_cast<uint32_t>(firsts.size());
-    *s = Slot{a, b, len, code, epoch, 0};
+    slots[idx] = (epoch << 16) | code;
     firsts.PushBack(static_cast<uint32_t>(i));
+    entry_keys.PushBack(EntryKey{a, b, len, 0});
     dict_len += len;
     codes[i] = code;
     if (code + 1 >= kMaxDict || (i >= kDictProbe && !DictPays(i + 1))) {
@@ -340,13 +348,11 @@ struct BuildColumn {
   void Grow() {
     ResizeSlots(slots.size() * 2);
     const size_t mask = slots.size() - 1;
-    for (uint32_t code = 0; code < firsts.size(); ++code) {
-      const uint32_t i = firsts[code];
-      uint64_t a, b;
-      KeyOf(ptrs[i], lens[i], lens[i], &a, &b);
-      size_t idx = Hash(a, b, lens[i]) >> slot_shift;
-      while (slots[idx].epoch == epoch) idx = (idx + 1) & mask;
-      slots[idx] = Slot{a, b, lens[i], code, epoch, 0};
+    for (uint32_t code = 0; code < entry_keys.size(); ++code) {
+      const EntryKey& e = entry_keys[code];
+      size_t idx = Hash(e.a, e.b, e.len) >> slot_shift;
+      while ((slots[idx] >> 16) == epoch) idx = (idx + 1) & mask;
+      slots[idx] = (epoch << 16) | code;
     }
   }
 
