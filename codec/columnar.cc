@@ -157,50 +157,30 @@ struct ShortKey {
   uint64_t a, b;
 };
 
-// The first 16 bytes of [p, p + len) (len <= 16), zero-padded. With at least 16 readable bytes
-// at p this is two loads and two masks; otherwise the bytes are copied.
-struct PaddedMasks {
-  uint64_t a[17], b[17];
-  constexpr PaddedMasks() : a(), b() {
-    for (int len = 0; len <= 16; ++len) {
-      a[len] = len >= 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * len)) - 1;
-      b[len] = len >= 16 ? ~uint64_t{0} : (len <= 8 ? 0 : (uint64_t{1} << (8 * (len - 8))) - 1);
-    }
+// Two words that, with the length, identify a span of up to 16 bytes exactly. For 4 to 16
+// bytes they are four 4-byte windows at 0, min(4, len-4), min(8, len-4) and len-4: together
+// they cover every byte, they never leave [p, p + len), and nothing branches on the exact
+// length (a branch there mispredicts on real data, where lengths vary record to record).
+inline ShortKey KeyShort(const uint8_t* p, uint32_t len) {
+  if (ABSL_PREDICT_TRUE(len >= 4)) {
+    const uint32_t last = len - 4;
+    const uint32_t o1 = last < 4 ? last : 4;
+    const uint32_t o2 = last < 8 ? last : 8;
+    return {Load32(p) | (uint64_t{Load32(p + o1)} << 32),
+            Load32(p + o2) | (uint64_t{Load32(p + last)} << 32)};
   }
-};
-constexpr PaddedMasks kPaddedMasks;
-
-inline ShortKey LoadPadded(const uint8_t* p, uint32_t len, size_t avail) {
-  if (ABSL_PREDICT_TRUE(avail >= 16)) {
-    return {Load64(p) & kPaddedMasks.a[len], Load64(p + 8) & kPaddedMasks.b[len]};
-  }
-  // Fewer than 16 readable bytes: overlapping loads that stay inside [p, p + len).
-  if (len >= 8) {
-    const uint64_t b = len == 8 ? 0 : Load64(p + len - 8) >> (8 * (16 - len));
-    return {Load64(p), b};
-  }
-  if (len >= 4) {
-    const uint64_t hi = uint64_t{Load32(p + len - 4)} >> (8 * (8 - len));
-    return {Load32(p) | (hi << 32), 0};
-  }
-  uint64_t a = 0;
-  for (uint32_t k = 0; k < len; ++k) a |= uint64_t{p[k]} << (8 * k);
-  return {a, 0};
+  if (len > 0) return {p[0] | (uint64_t{p[len / 2]} << 8) | (uint64_t{p[len - 1]} << 16), 0};
+  return {0, 0};
 }
 
-// True when [p, p+len) equals [q, q+len). Short spans compare as two overlapping loads from
-// each end, which together cover every byte.
+// True when [p, p+len) equals [q, q+len).
 inline bool SameBytes(const uint8_t* p, const uint8_t* q, size_t len) {
-  if (len >= 8 && len <= 16) {
-    return Load64(p) == Load64(q) && Load64(p + len - 8) == Load64(q + len - 8);
+  if (len <= 16) {
+    const ShortKey x = KeyShort(p, static_cast<uint32_t>(len));
+    const ShortKey y = KeyShort(q, static_cast<uint32_t>(len));
+    return x.a == y.a && x.b == y.b;
   }
-  if (len >= 4 && len < 8) {
-    return Load32(p) == Load32(q) && Load32(p + len - 4) == Load32(q + len - 4);
-  }
-  if (len > 0 && len < 4) {
-    return p[0] == q[0] && p[len / 2] == q[len / 2] && p[len - 1] == q[len - 1];
-  }
-  return len == 0 || std::memcmp(p, q, len) == 0;
+  return std::memcmp(p, q, len) == 0;
 }
 
 // A column being built from one batch. Strings are not copied while parsing: the column keeps
@@ -287,10 +267,9 @@ struct BuildColumn {
            (uint64_t{len} * 0x165667b19e3779f9ULL);
   }
 
-  // `avail`: readable bytes at p (at least len).
-  inline void KeyOf(const uint8_t* p, uint32_t len, size_t avail, uint64_t* a, uint64_t* b) const {
+  inline void KeyOf(const uint8_t* p, uint32_t len, uint64_t* a, uint64_t* b) const {
     if (len <= 16) {
-      const ShortKey k = LoadPadded(p, len, avail);
+      const ShortKey k = KeyShort(p, len);
       *a = k.a;
       *b = k.b;
     } else {
@@ -300,10 +279,9 @@ struct BuildColumn {
   }
 
   // Finds or adds the value at index i in the dictionary.
-  ABSL_ATTRIBUTE_ALWAYS_INLINE inline void AddToDict(size_t i, const uint8_t* p, uint32_t len,
-                                                     size_t avail) {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE inline void AddToDict(size_t i, const uint8_t* p, uint32_t len) {
     uint64_t a, b;
-    KeyOf(p, len, avail, &a, &b);
+    KeyOf(p, len, &a, &b);
     const size_t mask = slots.size() - 1;
     size_t idx = Hash(a, b, len) >> slot_shift;
     for (;;) {
@@ -332,7 +310,7 @@ struct BuildColumn {
     codes[i] = code;
     if (code + 1 >= kMaxDict || (i >= kDictProbe && !DictPays(i + 1))) {
       dict_active = false;  // too many distinct values: a dictionary would not pay
-    } else if (2 * (code + 1) > slots.size()) {
+    } else if (4 * (code + 1) > slots.size()) {  // keep the load under 1/4: few probes
       Grow();
     }
   }
@@ -386,10 +364,10 @@ struct BuildColumn {
       const uint8_t* q = T == ColumnType::kStr ? mp::ReadCanonicalStr(p, end, &len)
                                                : mp::ReadCanonicalBin(p, end, &len);
       if (q == nullptr) return nullptr;
-      AddBytes(i, q, len, static_cast<size_t>(end - q));
+      AddBytes(i, q, len);
       return q + len;
     } else if constexpr (T == ColumnType::kRawBytes) {
-      AddBytes(i, p, static_cast<uint32_t>(end - p), static_cast<size_t>(end - p));
+      AddBytes(i, p, static_cast<uint32_t>(end - p));
       return end;
     } else {
       return nullptr;
@@ -420,12 +398,11 @@ struct BuildColumn {
     return nullptr;
   }
 
-  ABSL_ATTRIBUTE_ALWAYS_INLINE inline void AddBytes(size_t i, const uint8_t* p, uint32_t len,
-                                                    size_t avail) {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE inline void AddBytes(size_t i, const uint8_t* p, uint32_t len) {
     ptrs[i] = p;
     lens[i] = len;
     total_len += len;
-    if (dict_active) AddToDict(i, p, len, avail);
+    if (dict_active) AddToDict(i, p, len);
   }
 
   bool UseDict() const { return IsBytesType(type) && dict_active && firsts.size() < n; }
@@ -619,7 +596,7 @@ struct Prefix {
       long_bytes.Append(p, n);
     } else {
       std::memcpy(bytes, p, n);
-      key = LoadPadded(bytes, static_cast<uint32_t>(n), sizeof(bytes));
+      key = KeyShort(bytes, static_cast<uint32_t>(n));
     }
   }
   const uint8_t* data() const { return len > 16 ? long_bytes.data() : bytes; }
@@ -628,7 +605,7 @@ struct Prefix {
     const auto avail = static_cast<size_t>(end - p);
     if (avail < len) return false;
     if (len <= 16) {
-      const ShortKey k = LoadPadded(p, static_cast<uint32_t>(len), avail);
+      const ShortKey k = KeyShort(p, static_cast<uint32_t>(len));
       return k.a == key.a && k.b == key.b;
     }
     return std::memcmp(p, long_bytes.data(), len) == 0;
@@ -658,7 +635,7 @@ size_t ParseColumn(BuildColumn& col, const Prefix& pr, const uint8_t** __restric
     const auto avail = static_cast<size_t>(end - q);
     if (ABSL_PREDICT_FALSE(avail < plen)) break;
     if (ABSL_PREDICT_TRUE(short_prefix)) {
-      const ShortKey k = LoadPadded(q, static_cast<uint32_t>(plen), avail);
+      const ShortKey k = KeyShort(q, static_cast<uint32_t>(plen));
       if (ABSL_PREDICT_FALSE(k.a != pkey.a || k.b != pkey.b)) break;
     } else if (std::memcmp(q, pr.data(), plen) != 0) {
       break;
@@ -693,7 +670,7 @@ size_t ParseColumn(BuildColumn& col, const Prefix& pr, const uint8_t** __restric
       ptrs[i] = s;
       lens[i] = len;
       col.total_len += len;  // (read by the dictionary's cost check)
-      if (col.dict_active) col.AddToDict(i, s, len, static_cast<size_t>(end - s));
+      if (col.dict_active) col.AddToDict(i, s, len);
       p = s + len;
     }
     cur[i] = p;
