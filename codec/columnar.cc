@@ -587,6 +587,9 @@ struct Prefix {
   ByteBuffer long_bytes;  // when len > 16
   size_t len = 0;
   ShortKey key{0, 0};
+  // Two overlapping loads from either end compare any prefix of 4..16 bytes.
+  uint64_t head64 = 0, tail64 = 0;
+  uint32_t head32 = 0, tail32 = 0;
 
   void Set(const uint8_t* p, size_t n) {
     len = n;
@@ -597,6 +600,14 @@ struct Prefix {
     } else {
       std::memcpy(bytes, p, n);
       key = KeyShort(bytes, static_cast<uint32_t>(n));
+      if (n >= 8) {
+        head64 = Load64(bytes);
+        tail64 = Load64(bytes + n - 8);
+      }
+      if (n >= 4) {
+        head32 = Load32(bytes);
+        tail32 = Load32(bytes + n - 4);
+      }
     }
   }
   const uint8_t* data() const { return len > 16 ? long_bytes.data() : bytes; }
@@ -627,14 +638,22 @@ size_t ParseColumn(BuildColumn& col, const Prefix& pr, const uint8_t** __restric
   uint32_t* lens = col.lens.data();
   const size_t plen = pr.len;
   const ShortKey pkey = pr.key;
-  const bool short_prefix = plen <= 16;
+  // The same for every record, so these branches predict perfectly.
+  const bool prefix8to16 = plen >= 8 && plen <= 16;
+  const bool prefix4to7 = plen >= 4 && plen < 8;
+  const uint64_t head64 = pr.head64, tail64 = pr.tail64;
+  const uint32_t head32 = pr.head32, tail32 = pr.tail32;
   size_t i = 0;
   for (; i < n; ++i) {
     const uint8_t* q = cur[i];
     const uint8_t* const end = ends[i];
     const auto avail = static_cast<size_t>(end - q);
     if (ABSL_PREDICT_FALSE(avail < plen)) break;
-    if (ABSL_PREDICT_TRUE(short_prefix)) {
+    if (prefix8to16) {
+      if (ABSL_PREDICT_FALSE(Load64(q) != head64 || Load64(q + plen - 8) != tail64)) break;
+    } else if (prefix4to7) {
+      if (ABSL_PREDICT_FALSE(Load32(q) != head32 || Load32(q + plen - 4) != tail32)) break;
+    } else if (plen < 4) {
       const ShortKey k = KeyShort(q, static_cast<uint32_t>(plen));
       if (ABSL_PREDICT_FALSE(k.a != pkey.a || k.b != pkey.b)) break;
     } else if (std::memcmp(q, pr.data(), plen) != 0) {
