@@ -175,7 +175,14 @@ inline ShortKey KeyShort(const uint8_t* p, uint32_t len) {
 
 // True when [p, p+len) equals [q, q+len).
 inline bool SameBytes(const uint8_t* p, const uint8_t* q, size_t len) {
-  if (len <= 16) {
+  if (ABSL_PREDICT_TRUE(len >= 4 && len <= 16)) {  // the four windows of KeyShort
+    const size_t last = len - 4;
+    const size_t o1 = last < 4 ? last : 4;
+    const size_t o2 = last < 8 ? last : 8;
+    return ((Load32(p) ^ Load32(q)) | (Load32(p + o1) ^ Load32(q + o1)) |
+            (Load32(p + o2) ^ Load32(q + o2)) | (Load32(p + last) ^ Load32(q + last))) == 0;
+  }
+  if (len < 4) {
     const ShortKey x = KeyShort(p, static_cast<uint32_t>(len));
     const ShortKey y = KeyShort(q, static_cast<uint32_t>(len));
     return x.a == y.a && x.b == y.b;
