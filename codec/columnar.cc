@@ -579,8 +579,8 @@ struct BuildColumn {
       }
     } else {
       for (size_t i = 0; i < n; ++i) {
-        w[2 * i] = static_cast<uint8_t>(codes[i]);
-        w[2 * i + 1] = static_cast<uint8_t>(codes[i] >> 8);
+        const auto c = static_cast<uint16_t>(codes[i]);  // little-endian host
+        std::memcpy(w + 2 * i, &c, 2);
       }
     }
     return w + 2 * n;
