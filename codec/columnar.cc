@@ -630,12 +630,23 @@ struct Prefix {
   }
 };
 
-// Parses field `f` (prefix `pr`, then a value of type T) for every record, advancing each
-// record's cursor. Returns n, or the index of the first record that does not fit; then
-// *prefix_failed tells which half failed.
+// How a record failed to fit a column.
+enum class ParseFailure { kNone, kPrefix, kValue, kTrailing };
+
+// What a column's loop checks besides its own field.
+struct ColumnChecks {
+  bool last_field = false;              // the value must end right after this field
+  const Record* key_records = nullptr;  // if set: does each key equal this field's encoding?
+  bool key_ref_holds = false;           // in: whether to check; out: the answer
+};
+
+// Parses one field (prefix `pr`, then a value of type T) for every record, advancing each
+// record's cursor. Returns n, or the index of the first record that does not fit (*failure
+// says how).
 template <ColumnType T>
 size_t ParseColumn(BuildColumn& col, const Prefix& pr, const uint8_t** __restrict cur,
-                   const uint8_t* const* __restrict ends, size_t n, bool* prefix_failed) {
+                   const uint8_t* const* __restrict ends, size_t n, ColumnChecks* checks,
+                   ParseFailure* failure) {
   // Everything the loop touches lives in locals, so stores through the output arrays do not
   // force the compiler to reload the column's members on every record.
   int64_t* __restrict ints = col.ints.data();
@@ -650,6 +661,9 @@ size_t ParseColumn(BuildColumn& col, const Prefix& pr, const uint8_t** __restric
   const bool prefix4to7 = plen >= 4 && plen < 8;
   const uint64_t head64 = pr.head64, tail64 = pr.tail64;
   const uint32_t head32 = pr.head32, tail32 = pr.tail32;
+  const bool last_field = checks->last_field;
+  const Record* const key_records = checks->key_records;
+  bool key_ref_holds = checks->key_ref_holds && key_records != nullptr;
   size_t i = 0;
   for (; i < n; ++i) {
     const uint8_t* q = cur[i];
@@ -699,34 +713,48 @@ size_t ParseColumn(BuildColumn& col, const Prefix& pr, const uint8_t** __restric
       if (col.dict_active) col.AddToDict(i, s, len);
       p = s + len;
     }
+    if (last_field && ABSL_PREDICT_FALSE(p != end)) {
+      checks->key_ref_holds = key_ref_holds;
+      *failure = ParseFailure::kTrailing;
+      return i;
+    }
+    if (key_ref_holds) {
+      const std::string_view key = key_records[i].key;
+      const uint8_t* value = q + plen;
+      key_ref_holds = static_cast<size_t>(p - value) == key.size() &&
+                      SameBytes(value, reinterpret_cast<const uint8_t*>(key.data()), key.size());
+    }
     cur[i] = p;
   }
-  *prefix_failed = true;
+  checks->key_ref_holds = key_ref_holds;
+  *failure = i == n ? ParseFailure::kNone : ParseFailure::kPrefix;
   return i;
 value_failed:
-  *prefix_failed = false;
+  checks->key_ref_holds = key_ref_holds;
+  *failure = ParseFailure::kValue;
   return i;
 }
 
 size_t ParseColumnOfType(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
-                         const uint8_t* const* ends, size_t n, bool* prefix_failed) {
+                         const uint8_t* const* ends, size_t n, ColumnChecks* checks,
+                         ParseFailure* failure) {
   switch (col.type) {
     case ColumnType::kInt:
-      return ParseColumn<ColumnType::kInt>(col, pr, cur, ends, n, prefix_failed);
+      return ParseColumn<ColumnType::kInt>(col, pr, cur, ends, n, checks, failure);
     case ColumnType::kFloat64:
-      return ParseColumn<ColumnType::kFloat64>(col, pr, cur, ends, n, prefix_failed);
+      return ParseColumn<ColumnType::kFloat64>(col, pr, cur, ends, n, checks, failure);
     case ColumnType::kFloat32:
-      return ParseColumn<ColumnType::kFloat32>(col, pr, cur, ends, n, prefix_failed);
+      return ParseColumn<ColumnType::kFloat32>(col, pr, cur, ends, n, checks, failure);
     case ColumnType::kBool:
-      return ParseColumn<ColumnType::kBool>(col, pr, cur, ends, n, prefix_failed);
+      return ParseColumn<ColumnType::kBool>(col, pr, cur, ends, n, checks, failure);
     case ColumnType::kNil:
-      return ParseColumn<ColumnType::kNil>(col, pr, cur, ends, n, prefix_failed);
+      return ParseColumn<ColumnType::kNil>(col, pr, cur, ends, n, checks, failure);
     case ColumnType::kStr:
-      return ParseColumn<ColumnType::kStr>(col, pr, cur, ends, n, prefix_failed);
+      return ParseColumn<ColumnType::kStr>(col, pr, cur, ends, n, checks, failure);
     case ColumnType::kBin:
-      return ParseColumn<ColumnType::kBin>(col, pr, cur, ends, n, prefix_failed);
+      return ParseColumn<ColumnType::kBin>(col, pr, cur, ends, n, checks, failure);
     default:
-      *prefix_failed = false;
+      *failure = ParseFailure::kValue;
       return 0;
   }
 }
@@ -743,7 +771,6 @@ struct ColumnarEncoder::State {
   std::vector<absl::string_view> names;  // views into records[0].value
   PodBuffer<const uint8_t*> cursors;     // per record: where parsing continues
   PodBuffer<const uint8_t*> ends;        // per record: end of its value
-  PodBuffer<const uint8_t*> key_starts;  // per record: where the key-ref field's value starts
 };
 
 ColumnarEncoder::ColumnarEncoder() : state_(std::make_unique<State>()) {}
@@ -844,29 +871,23 @@ bool ColumnarEncoder::EncodeImpl(absl::Span<const Record> records, ByteBuffer* p
   }
   bool key_ref_holds = key_ref >= 0;
   for (uint32_t j = 0; j < num_fields; ++j) {
+    ColumnChecks checks;
+    checks.last_field = j + 1 == num_fields;
     if (static_cast<int>(j) == key_ref) {
-      s.key_starts.Resize(n);
-      std::memcpy(s.key_starts.data(), cur, n * sizeof(const uint8_t*));
+      checks.key_records = records.data();
+      checks.key_ref_holds = true;
     }
-    bool prefix_failed = false;
-    const size_t i = ParseColumnOfType(cols[j], prefixes[j], cur, ends, n, &prefix_failed);
-    if (i == n) {
-      if (static_cast<int>(j) == key_ref) {
-        // Each key must be exactly this field's encoded value: [start + prefix, cursor).
-        const size_t skip = prefixes[j].len;
-        const uint8_t* const* starts = s.key_starts.data();
-        for (size_t r = 0; r < n && key_ref_holds; ++r) {
-          const std::string_view key = records[r].key;
-          const uint8_t* start = starts[r] + skip;
-          key_ref_holds = static_cast<size_t>(cur[r] - start) == key.size() &&
-                          SameBytes(start, bytes_of(key), key.size());
-        }
-      }
-      continue;
-    }
-    if (prefix_failed) {
+    ParseFailure failure = ParseFailure::kNone;
+    const size_t i = ParseColumnOfType(cols[j], prefixes[j], cur, ends, n, &checks, &failure);
+    if (static_cast<int>(j) == key_ref) key_ref_holds = checks.key_ref_holds;
+    if (failure == ParseFailure::kNone) continue;
+    if (failure == ParseFailure::kPrefix) {
       *why_not = absl::StrCat("record ", i, ": map shape differs from record 0 at field ", j, " ('",
                               s.names[j], "')");
+      return false;
+    }
+    if (failure == ParseFailure::kTrailing) {
+      *why_not = absl::StrCat("record ", i, ": value has bytes after the map like record 0's");
       return false;
     }
     const uint8_t* start = cur[i] + prefixes[j].len;
@@ -882,12 +903,6 @@ bool ColumnarEncoder::EncodeImpl(absl::Span<const Record> records, ByteBuffer* p
                               "' is truncated, out of int64 range or not canonically encoded");
     }
     return false;
-  }
-  for (size_t i = 0; i < n && num_fields > 0; ++i) {
-    if (cur[i] != ends[i]) {
-      *why_not = absl::StrCat("record ", i, ": value has bytes after the map like record 0's");
-      return false;
-    }
   }
 
   // --- Keys: a field reference, one canonical msgpack scalar each of one type, or raw bytes.
