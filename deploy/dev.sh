@@ -5,7 +5,7 @@
 #   bash deploy/dev.sh main        # install, build, run the main job
 #   bash deploy/dev.sh test        # install, build, run every test (ctest)
 #   bash deploy/dev.sh asan        # codec tests under AddressSanitizer + UBSan
-#   bash deploy/dev.sh fuzz [SEC]  # libFuzzer run of the frame decoder (clang), default 60 s
+#   bash deploy/dev.sh fuzz [SEC]  # libFuzzer runs of the frame decoder and encoder, SEC each (60)
 #   bash deploy/dev.sh compare     # codec benchmark beside Python pickle/msgpack (+zstd)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,9 +77,13 @@ case ${1:-} in
       -DSLUICE_CODEC_ONLY=ON -DSLUICE_BUILD_TESTS=OFF
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
+    mkdir -p "$work/decoder" "$work/encoder"
     log "fuzzing the frame decoder for ${secs}s"
     "$ROOT/build-fuzz/tests/frame_decoder_fuzzer" -max_total_time="$secs" -rss_limit_mb=2048 \
-      -print_final_stats=1 "$work" "$ROOT/tests/fuzz/corpus"
+      -print_final_stats=1 "$work/decoder" "$ROOT/tests/fuzz/corpus"
+    log "fuzzing the frame encoder's round trip for ${secs}s"
+    "$ROOT/build-fuzz/tests/frame_encoder_fuzzer" -max_total_time="$secs" -rss_limit_mb=2048 \
+      -print_final_stats=1 "$work/encoder"
     ;;
   compare)
     install_missing "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
