@@ -317,7 +317,7 @@ struct BuildColumn {
     codes[i] = code;
     if (code + 1 >= kMaxDict || (i >= kDictProbe && !DictPays(i + 1))) {
       dict_active = false;  // too many distinct values: a dictionary would not pay
-    } else if (4 * (code + 1) > slots.size()) {  // keep the load under 1/4: few probes
+    } else if (4 * size_t{code + 1} > slots.size()) {  // keep the load under 1/4: few probes
       Grow();
     }
   }

@@ -27,7 +27,7 @@ const uint8_t* SkipObject(const uint8_t* p, const uint8_t* end, ScanError* err) 
     --pending;
     if (b <= 0x7f || b >= 0xe0) continue;  // fixint
     if (b <= 0x8f) {                       // fixmap
-      pending += 2u * (b & 0x0f);
+      pending += uint64_t{2} * (b & 0x0f);
       continue;
     }
     if (b <= 0x9f) {  // fixarray

@@ -100,7 +100,7 @@ inline const uint8_t* ReadCanonicalInt(const uint8_t* p, const uint8_t* end, int
     return p + 1;
   }
   if (b >= 0xe0) {
-    *v = static_cast<int8_t>(b);
+    *v = static_cast<int8_t>(b);  // NOLINT(bugprone-signed-char-misuse): negative fixint
     return p + 1;
   }
   const size_t avail = static_cast<size_t>(end - p);
@@ -134,7 +134,7 @@ inline const uint8_t* ReadCanonicalInt(const uint8_t* p, const uint8_t* end, int
       if (avail < 2) return nullptr;
       const int8_t x = static_cast<int8_t>(p[1]);
       if (x >= -32) return nullptr;
-      *v = x;
+      *v = x;  // NOLINT(bugprone-signed-char-misuse): int8 is signed
       return p + 2;
     }
     case 0xd1: {
