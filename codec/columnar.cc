@@ -8,6 +8,7 @@
 #include "absl/base/optimization.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "codec/endian.h"
 #include "codec/msgpack_scan.h"
 #include "codec/varint.h"
 
@@ -142,17 +143,6 @@ const char* DescribeByte(uint8_t b) {
   return "an unsupported value";
 }
 
-inline uint64_t Load64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-inline uint32_t Load32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 struct ShortKey {
   uint64_t a, b;
 };
@@ -166,8 +156,8 @@ inline ShortKey KeyShort(const uint8_t* p, uint32_t len) {
     const uint32_t last = len - 4;
     const uint32_t o1 = last < 4 ? last : 4;
     const uint32_t o2 = last < 8 ? last : 8;
-    return {Load32(p) | (uint64_t{Load32(p + o1)} << 32),
-            Load32(p + o2) | (uint64_t{Load32(p + last)} << 32)};
+    return {LoadLE32(p) | (uint64_t{LoadLE32(p + o1)} << 32),
+            LoadLE32(p + o2) | (uint64_t{LoadLE32(p + last)} << 32)};
   }
   if (len > 0) return {p[0] | (uint64_t{p[len / 2]} << 8) | (uint64_t{p[len - 1]} << 16), 0};
   return {0, 0};
@@ -179,8 +169,8 @@ inline bool SameBytes(const uint8_t* p, const uint8_t* q, size_t len) {
     const size_t last = len - 4;
     const size_t o1 = last < 4 ? last : 4;
     const size_t o2 = last < 8 ? last : 8;
-    return ((Load32(p) ^ Load32(q)) | (Load32(p + o1) ^ Load32(q + o1)) |
-            (Load32(p + o2) ^ Load32(q + o2)) | (Load32(p + last) ^ Load32(q + last))) == 0;
+    return ((LoadLE32(p) ^ LoadLE32(q)) | (LoadLE32(p + o1) ^ LoadLE32(q + o1)) |
+            (LoadLE32(p + o2) ^ LoadLE32(q + o2)) | (LoadLE32(p + last) ^ LoadLE32(q + last))) == 0;
   }
   if (len < 4) {
     const ShortKey x = KeyShort(p, static_cast<uint32_t>(len));
@@ -281,7 +271,7 @@ struct BuildColumn {
       *b = k.b;
     } else {
       *a = XXH3_64bits(p, len);
-      *b = Load64(p);
+      *b = LoadLE64(p);
     }
   }
 
@@ -608,12 +598,12 @@ struct Prefix {
       std::memcpy(bytes, p, n);
       key = KeyShort(bytes, static_cast<uint32_t>(n));
       if (n >= 8) {
-        head64 = Load64(bytes);
-        tail64 = Load64(bytes + n - 8);
+        head64 = LoadLE64(bytes);
+        tail64 = LoadLE64(bytes + n - 8);
       }
       if (n >= 4) {
-        head32 = Load32(bytes);
-        tail32 = Load32(bytes + n - 4);
+        head32 = LoadLE32(bytes);
+        tail32 = LoadLE32(bytes + n - 4);
       }
     }
   }
@@ -671,9 +661,9 @@ size_t ParseColumn(BuildColumn& col, const Prefix& pr, const uint8_t** __restric
     const auto avail = static_cast<size_t>(end - q);
     if (ABSL_PREDICT_FALSE(avail < plen)) break;
     if (prefix8to16) {
-      if (ABSL_PREDICT_FALSE(Load64(q) != head64 || Load64(q + plen - 8) != tail64)) break;
+      if (ABSL_PREDICT_FALSE(LoadLE64(q) != head64 || LoadLE64(q + plen - 8) != tail64)) break;
     } else if (prefix4to7) {
-      if (ABSL_PREDICT_FALSE(Load32(q) != head32 || Load32(q + plen - 4) != tail32)) break;
+      if (ABSL_PREDICT_FALSE(LoadLE32(q) != head32 || LoadLE32(q + plen - 4) != tail32)) break;
     } else if (plen < 4) {
       const ShortKey k = KeyShort(q, static_cast<uint32_t>(plen));
       if (ABSL_PREDICT_FALSE(k.a != pkey.a || k.b != pkey.b)) break;
