@@ -608,16 +608,6 @@ struct Prefix {
     }
   }
   const uint8_t* data() const { return len > 16 ? long_bytes.data() : bytes; }
-
-  ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Matches(const uint8_t* p, const uint8_t* end) const {
-    const auto avail = static_cast<size_t>(end - p);
-    if (avail < len) return false;
-    if (len <= 16) {
-      const ShortKey k = KeyShort(p, static_cast<uint32_t>(len));
-      return k.a == key.a && k.b == key.b;
-    }
-    return std::memcmp(p, long_bytes.data(), len) == 0;
-  }
 };
 
 // How a record failed to fit a column.
