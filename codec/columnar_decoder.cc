@@ -1,0 +1,484 @@
+// COLUMNAR decoder: validates a payload and rebuilds its records as canonical msgpack.
+#include <algorithm>
+#include <cstring>
+
+#include "absl/base/attributes.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "codec/columnar.h"
+#include "codec/columnar_internal.h"
+#include "codec/msgpack_scan.h"
+#include "codec/varint.h"
+
+namespace sluice {
+using namespace columnar_internal;  // NOLINT(google-build-using-namespace): this file's own helpers
+
+// ---------------------------------------------------------------------------------------------
+// Decoder
+
+namespace {
+
+struct ReadColumn {
+  ColumnType type = ColumnType::kNil;
+  PodBuffer<int64_t> ints;
+  PodBuffer<uint32_t> lens;        // plain bytes: per value
+  const uint8_t* fixed = nullptr;  // floats (big-endian, as in msgpack), bools
+  ByteBuffer decimal_floats;       // float64 decimals, turned back into raw bits
+  const uint8_t* blob = nullptr;   // plain bytes: contents back to back
+  const uint8_t* blob_end = nullptr;
+  bool hex = false;  // plain bytes stored as the bytes their hex digits spell
+  // Dictionary bytes: every entry pre-encoded (msgpack header + content) in `entries`.
+  bool dict = false;
+  ByteBuffer entries;
+  PodBuffer<uint32_t> entry_off;  // d + 1 offsets into entries
+  const uint8_t* codes = nullptr;
+  uint8_t code_width = 1;
+  uint32_t key_ref_field = 0;  // kKeyRef
+  uint64_t rebuilt_bytes = 0;  // bytes this column contributes to the rebuilt rows
+
+  size_t RetainedBytes() const {
+    return ints.capacity() * 8 + lens.capacity() * 4 + decimal_floats.capacity() +
+           entries.capacity() + entry_off.capacity() * 4;
+  }
+
+  size_t n = 0;
+  uint32_t Code(size_t i) const {
+    if (code_width == kCodeBytes) return codes[i];
+    if (code_width == kCode16) return codes[2 * i] | (uint32_t{codes[2 * i + 1]} << 8);
+    return codes[i] | (uint32_t{codes[n + i]} << 8);  // low plane, then high plane
+  }
+};
+
+absl::Status Corrupt(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("corrupt COLUMNAR payload: ", what));
+}
+
+size_t BytesHeaderSize(ColumnType t, uint64_t len) {
+  return t == ColumnType::kStr ? mp::StrHeaderSize(len)
+                               : (t == ColumnType::kBin ? mp::BinHeaderSize(len) : 0);
+}
+uint8_t* WriteBytesHeader(ColumnType t, uint8_t* w, uint32_t len) {
+  if (t == ColumnType::kStr) return mp::WriteStrHeader(w, len);
+  if (t == ColumnType::kBin) return mp::WriteBinHeader(w, len);
+  return w;
+}
+
+// An int stream: encoding byte (plain or delta) and n zigzag varints.
+absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::string_view name,
+                      PodBuffer<int64_t>* ints) {
+  const uint8_t* p = *pp;
+  if (p >= end || *p > kIntDelta) {
+    return Corrupt(
+        absl::StrCat("column '", name, "' has ",
+                     p >= end ? "no integer encoding byte" : "an unknown integer encoding"));
+  }
+  const bool delta = *p++ == kIntDelta;
+  if (static_cast<size_t>(end - p) < n) {  // at least one byte per value
+    return Corrupt(absl::StrCat("column '", name, "' integers are truncated"));
+  }
+  ints->Resize(n);
+  int64_t* out = ints->data();
+  uint64_t prev = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t z;
+    if (!GetVarint(&p, end, &z)) {
+      return Corrupt(absl::StrCat("column '", name, "' has a truncated or over-long varint"));
+    }
+    int64_t v = UnZigZag(z);
+    if (delta) {
+      prev += static_cast<uint64_t>(v);
+      v = static_cast<int64_t>(prev);
+    }
+    out[i] = v;
+  }
+  *pp = p;
+  return absl::OkStatus();
+}
+
+absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
+                             absl::string_view name, ReadColumn* c) {
+  const uint8_t* p = *pp;
+  const auto avail = [&]() { return static_cast<size_t>(end - p); };
+  if (avail() < 1 || *p > kBytesHex || (*p == kBytesHex && c->type != ColumnType::kStr)) {
+    return Corrupt(absl::StrCat("column '", name, "' has ",
+                                avail() < 1 ? "no encoding byte" : "an unknown encoding"));
+  }
+  c->hex = *p == kBytesHex;
+  c->dict = *p++ == kBytesDict;
+  // Lengths: n of them (plain) or d (dictionary), then the blob they measure.
+  uint64_t count = n;
+  if (c->dict) {
+    if (!GetVarint(&p, end, &count) || count > n || (n > 0 && count == 0)) {
+      return Corrupt(absl::StrCat("column '", name, "' has a bad dictionary size"));
+    }
+  }
+  if (count > avail()) return Corrupt(absl::StrCat("column '", name, "' is truncated"));
+  c->lens.Resize(count);
+  uint32_t* lens = c->lens.data();
+  uint64_t sum = 0;
+  for (size_t i = 0; i < count; ++i) {
+    uint64_t len;
+    if (!GetVarint(&p, end, &len) || len > 0xffffffffu) {
+      return Corrupt(absl::StrCat("column '", name, "' has a bad length"));
+    }
+    lens[i] = static_cast<uint32_t>(len);
+    sum += len;
+  }
+  uint64_t blob_len;
+  if (!GetVarint(&p, end, &blob_len) || blob_len != sum) {
+    return Corrupt(absl::StrCat("column '", name, "' blob size does not match its lengths"));
+  }
+  if (blob_len > avail()) return Corrupt(absl::StrCat("column '", name, "' blob is truncated"));
+  c->blob = p;
+  c->blob_end = p + blob_len;
+  p += blob_len;
+  if (c->hex) {
+    uint64_t headers = 0;
+    for (size_t i = 0; i < n; ++i) headers += BytesHeaderSize(c->type, 2ull * lens[i]);
+    c->rebuilt_bytes = 2 * sum + headers;
+    *pp = p;
+    return absl::OkStatus();
+  }
+  if (!c->dict) {
+    uint64_t headers = 0;
+    for (size_t i = 0; i < n; ++i) headers += BytesHeaderSize(c->type, lens[i]);
+    c->rebuilt_bytes = sum + headers;
+    *pp = p;
+    return absl::OkStatus();
+  }
+  // Codes.
+  if (avail() < 1 || *p < kCodeBytes || *p > kCodePlanes) {
+    return Corrupt(absl::StrCat("column '", name, "' has an unknown code layout"));
+  }
+  c->code_width = *p++;
+  const size_t code_bytes = c->code_width == kCodeBytes ? 1 : 2;
+  if (avail() / code_bytes < n) {
+    return Corrupt(absl::StrCat("column '", name, "' codes are truncated"));
+  }
+  c->codes = p;
+  c->n = n;
+  p += n * code_bytes;
+  // Pre-encode the entries (bounded by the blob plus 5 header bytes each, both within the
+  // payload), then size the rebuilt column from the codes.
+  if (blob_len + 5 * count > 0xffffffffu - kSlack) {
+    return Corrupt(absl::StrCat("column '", name, "' dictionary is too large"));
+  }
+  c->entry_off.Resize(count + 1);
+  c->entries.Reserve(blob_len + 5 * count + kSlack);
+  c->entries.Resize(blob_len + 5 * count);
+  uint8_t* w = c->entries.data();
+  const uint8_t* src = c->blob;
+  for (size_t d = 0; d < count; ++d) {
+    c->entry_off[d] = static_cast<uint32_t>(w - c->entries.data());
+    w = WriteBytesHeader(c->type, w, lens[d]);
+    std::memcpy(w, src, lens[d]);
+    w += lens[d];
+    src += lens[d];
+  }
+  c->entry_off[count] = static_cast<uint32_t>(w - c->entries.data());
+  c->entries.Resize(static_cast<size_t>(w - c->entries.data()));
+  uint64_t rebuilt = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t code = c->Code(i);
+    if (code >= count) {
+      return Corrupt(absl::StrCat("column '", name, "' has code ", code, " beyond its ", count,
+                                  "-entry dictionary"));
+    }
+    rebuilt += c->entry_off[code + 1] - c->entry_off[code];
+  }
+  c->rebuilt_bytes = rebuilt;
+  *pp = p;
+  return absl::OkStatus();
+}
+
+absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bool is_key,
+                            uint64_t num_fields, absl::string_view name, ReadColumn* c) {
+  const uint8_t* p = *pp;
+  if (p >= end) return Corrupt(absl::StrCat("column '", name, "' is missing"));
+  const uint8_t t = *p++;
+  const bool key_only = t == static_cast<uint8_t>(ColumnType::kRawBytes) ||
+                        t == static_cast<uint8_t>(ColumnType::kKeyRef);
+  if (t > static_cast<uint8_t>(ColumnType::kKeyRef) || (!is_key && key_only)) {
+    return Corrupt(absl::StrCat("column '", name, "' has unknown type ", t));
+  }
+  c->type = static_cast<ColumnType>(t);
+  c->dict = false;
+  c->hex = false;
+  const auto avail = [&]() { return static_cast<size_t>(end - p); };
+  switch (c->type) {
+    case ColumnType::kKeyRef: {
+      uint64_t field;
+      if (!GetVarint(&p, end, &field)) return Corrupt("key reference is truncated");
+      if (field >= num_fields) {
+        return Corrupt(absl::StrCat("key column refers to field ", field, " of ", num_fields));
+      }
+      c->key_ref_field = static_cast<uint32_t>(field);
+      c->rebuilt_bytes = 0;  // keys are views into the values
+      break;
+    }
+    case ColumnType::kNil:
+      c->rebuilt_bytes = n;
+      break;
+    case ColumnType::kBool:
+      if (avail() < n) return Corrupt(absl::StrCat("bool column '", name, "' is truncated"));
+      for (size_t i = 0; i < n; ++i) {
+        if (p[i] > 1) return Corrupt(absl::StrCat("bool column '", name, "' holds ", p[i]));
+      }
+      c->fixed = p;
+      p += n;
+      c->rebuilt_bytes = n;
+      break;
+    case ColumnType::kFloat32:
+    case ColumnType::kFloat64: {
+      const size_t width = c->type == ColumnType::kFloat32 ? 4 : 8;
+      c->rebuilt_bytes = n * (width + 1);
+      if (avail() < 1) {
+        return Corrupt(absl::StrCat("float column '", name, "' has no encoding byte"));
+      }
+      if (*p > kFloatDecimal || (*p == kFloatDecimal && c->type != ColumnType::kFloat64)) {
+        return Corrupt(absl::StrCat("float column '", name, "' has an unknown encoding"));
+      }
+      if (*p++ == kFloatDecimal) {
+        if (avail() < 1 || *p > kMaxDecimalExponent) {
+          return Corrupt(absl::StrCat("float column '", name, "' has a bad decimal exponent"));
+        }
+        const double pow10 = kPow10[*p++];
+        if (auto st = ReadInts(&p, end, n, name, &c->ints); !st.ok()) return st;
+        c->decimal_floats.Resize(n * 8);
+        uint8_t* out = c->decimal_floats.data();
+        for (size_t i = 0; i < n; ++i) {
+          StoreBE64(out + 8 * i, DoubleBits(static_cast<double>(c->ints[i]) / pow10));
+        }
+        c->fixed = out;
+        break;
+      }
+      if (avail() / width < n) {
+        return Corrupt(absl::StrCat("float column '", name, "' is truncated"));
+      }
+      c->fixed = p;
+      p += n * width;
+      break;
+    }
+    case ColumnType::kInt: {
+      uint64_t rebuilt = 0;
+      if (auto st = ReadInts(&p, end, n, name, &c->ints); !st.ok()) return st;
+      for (size_t i = 0; i < n; ++i) rebuilt += mp::IntSize(c->ints[i]);
+      c->rebuilt_bytes = rebuilt;
+      break;
+    }
+    case ColumnType::kStr:
+    case ColumnType::kBin:
+    case ColumnType::kRawBytes:
+      if (auto st = ReadBytesColumn(&p, end, n, name, c); !st.ok()) return st;
+      break;
+  }
+  *pp = p;
+  return absl::OkStatus();
+}
+
+// Copies len bytes; short copies run as one fixed 16-byte move when both sides allow it.
+inline uint8_t* CopySmall(uint8_t* w, const uint8_t* src, const uint8_t* src_end, size_t len) {
+  if (len <= 16 && src_end - src >= 16) {
+    std::memcpy(w, src, 16);  // w always has kSlack spare bytes
+  } else if (len != 0) {
+    std::memcpy(w, src, len);
+  }
+  return w + len;
+}
+
+// Writes record i of column c at w; returns the pointer past it. `w` has kSlack spare bytes.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteValue(const ReadColumn& c, size_t i,
+                                                        const uint8_t** blob_cursor, uint8_t* w) {
+  switch (c.type) {
+    case ColumnType::kNil:
+      *w = 0xc0;
+      return w + 1;
+    case ColumnType::kBool:
+      *w = static_cast<uint8_t>(0xc2 | c.fixed[i]);
+      return w + 1;
+    case ColumnType::kInt:
+      return mp::WriteInt(w, c.ints[i]);
+    case ColumnType::kFloat32:
+      *w = 0xca;
+      std::memcpy(w + 1, c.fixed + i * 4, 4);
+      return w + 5;
+    case ColumnType::kFloat64:
+      *w = 0xcb;
+      std::memcpy(w + 1, c.fixed + i * 8, 8);
+      return w + 9;
+    case ColumnType::kKeyRef:
+      return w;
+    default: {
+      if (c.dict) {
+        const uint32_t code = c.Code(i);
+        const uint32_t off = c.entry_off[code];
+        const uint8_t* e = c.entries.data();
+        return CopySmall(w, e + off, e + c.entries.capacity(), c.entry_off[code + 1] - off);
+      }
+      const uint32_t len = c.lens[i];
+      const uint8_t* src = *blob_cursor;
+      *blob_cursor = src + len;
+      if (c.hex) {
+        w = WriteBytesHeader(c.type, w, 2 * len);
+        for (uint32_t k = 0; k < len; ++k) {
+          std::memcpy(w, kHex.digits[src[k]], 2);
+          w += 2;
+        }
+        return w;
+      }
+      w = WriteBytesHeader(c.type, w, len);
+      return CopySmall(w, src, c.blob_end, len);
+    }
+  }
+}
+
+}  // namespace
+
+struct ColumnarDecoder::State {
+  ReadColumn key;
+  std::vector<ReadColumn> fields;
+  std::vector<Prefix> prefixes;
+  std::vector<const uint8_t*> cursors;
+  std::vector<std::string> names;  // escaped, for messages
+  ByteBuffer scratch;
+};
+
+ColumnarDecoder::ColumnarDecoder() : state_(std::make_unique<State>()) {}
+ColumnarDecoder::~ColumnarDecoder() = default;
+
+absl::Status ColumnarDecoder::Decode(const uint8_t* payload, size_t size, uint32_t record_count,
+                                     uint32_t max_rows_bytes, ByteBuffer* rows,
+                                     PodBuffer<RecordRef>* index) {
+  absl::Status st = DecodeImpl(payload, size, record_count, max_rows_bytes, rows, index);
+  // Scratch is reused across frames, but frames with many fields must not ratchet it up:
+  // beyond one cap's worth, let it all go.
+  size_t retained = state_->key.RetainedBytes() + state_->scratch.capacity();
+  for (const ReadColumn& c : state_->fields) retained += c.RetainedBytes();
+  for (const Prefix& p : state_->prefixes) retained += p.long_bytes.capacity();
+  if (retained > max_rows_bytes) state_ = std::make_unique<State>();
+  return st;
+}
+
+absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, uint32_t record_count,
+                                         uint32_t max_rows_bytes, ByteBuffer* rows,
+                                         PodBuffer<RecordRef>* index) {
+  State& s = *state_;
+  const size_t n = record_count;
+  const uint8_t* p = payload;
+  const uint8_t* end = payload + size;
+
+  uint64_t num_fields;
+  if (!GetVarint(&p, end, &num_fields) || num_fields > kMaxFields) {
+    return Corrupt("bad field count");
+  }
+  if (s.fields.size() < num_fields) {
+    s.fields.resize(num_fields);
+    s.prefixes.resize(num_fields);
+  }
+  s.names.resize(num_fields);
+  uint64_t prefix_total = num_fields == 0 ? 1 : 0;  // the empty map is one byte
+  for (uint64_t j = 0; j < num_fields; ++j) {
+    uint64_t len;
+    if (!GetVarint(&p, end, &len) || len > static_cast<size_t>(end - p)) {
+      return Corrupt(absl::StrCat("field ", j, " name is truncated"));
+    }
+    // For messages only: untrusted bytes, escaped and cut short.
+    s.names[j] = absl::CHexEscape(
+        absl::string_view(reinterpret_cast<const char*>(p), std::min<uint64_t>(len, 64)));
+    // prefix = [map header for field 0] + str header + name
+    s.scratch.Clear();
+    uint8_t* w = s.scratch.Extend(10 + len);
+    uint8_t* const start = w;
+    if (j == 0) w = mp::WriteMapHeader(w, static_cast<uint32_t>(num_fields));
+    w = mp::WriteStrHeader(w, static_cast<uint32_t>(len));
+    std::memcpy(w, p, len);
+    w += len;
+    s.prefixes[j].Set(start, static_cast<size_t>(w - start));
+    prefix_total += s.prefixes[j].len;
+    p += len;
+  }
+  if (auto st = ReadColumnData(&p, end, n, /*is_key=*/true, num_fields, "<key>", &s.key);
+      !st.ok()) {
+    return st;
+  }
+  for (uint64_t j = 0; j < num_fields; ++j) {
+    if (auto st =
+            ReadColumnData(&p, end, n, /*is_key=*/false, num_fields, s.names[j], &s.fields[j]);
+        !st.ok()) {
+      return st;
+    }
+  }
+  if (p != end) {
+    return Corrupt(absl::StrCat(end - p, " unexpected bytes after the last column"));
+  }
+
+  // Exact rebuilt size, checked against the cap before anything is allocated for it.
+  uint64_t total;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(n), prefix_total, &total) ||
+      __builtin_add_overflow(total, s.key.rebuilt_bytes, &total)) {
+    total = UINT64_MAX;
+  }
+  for (uint64_t j = 0; j < num_fields && total != UINT64_MAX; ++j) {
+    if (__builtin_add_overflow(total, s.fields[j].rebuilt_bytes, &total)) total = UINT64_MAX;
+  }
+  if (total > max_rows_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("COLUMNAR frame rebuilds to ", total,
+                                                   " bytes, over the cap of ", max_rows_bytes));
+  }
+
+  rows->Reserve(total + kSlack);
+  rows->Resize(total);
+  index->Resize(n);
+  uint8_t* const base = rows->data();
+  uint8_t* w = base;
+  RecordRef* refs = index->data();
+  const uint8_t* key_blob = s.key.blob;
+  s.cursors.resize(num_fields);
+  for (uint64_t j = 0; j < num_fields; ++j) s.cursors[j] = s.fields[j].blob;
+  const ReadColumn* const cols = s.fields.data();
+  const Prefix* const prefixes = s.prefixes.data();
+  const uint8_t** cursors = s.cursors.data();
+  const bool key_ref = s.key.type == ColumnType::kKeyRef;
+  const uint64_t key_field = s.key.key_ref_field;
+  for (size_t i = 0; i < n; ++i) {
+    RecordRef& r = refs[i];
+    if (!key_ref) {
+      r.key_off = static_cast<uint32_t>(w - base);
+      if (s.key.type == ColumnType::kRawBytes && !s.key.dict) {
+        const uint32_t len = s.key.lens[i];
+        w = CopySmall(w, key_blob, s.key.blob_end, len);
+        key_blob += len;
+      } else {
+        w = WriteValue(s.key, i, &key_blob, w);
+      }
+      r.key_len = static_cast<uint32_t>(w - base) - r.key_off;
+    }
+    r.value_off = static_cast<uint32_t>(w - base);
+    if (num_fields == 0) {
+      *w++ = 0x80;
+    } else {
+      for (uint64_t j = 0; j < num_fields; ++j) {
+        const Prefix& pr = prefixes[j];
+        if (pr.len <= 16) {
+          std::memcpy(w, pr.bytes, 16);
+        } else {
+          std::memcpy(w, pr.data(), pr.len);
+        }
+        w += pr.len;
+        uint8_t* const value_start = w;
+        w = WriteValue(cols[j], i, &cursors[j], w);
+        if (key_ref && j == key_field) {
+          r.key_off = static_cast<uint32_t>(value_start - base);
+          r.key_len = static_cast<uint32_t>(w - value_start);
+        }
+      }
+    }
+    r.value_len = static_cast<uint32_t>(w - base) - r.value_off;
+  }
+  if (static_cast<uint64_t>(w - base) != total) {
+    return absl::InternalError("COLUMNAR rebuild size mismatch");  // cannot happen
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sluice

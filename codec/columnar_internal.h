@@ -1,0 +1,146 @@
+// Internal to codec/: the COLUMNAR payload's constants and the helpers its encoder and
+// decoder share (docs/frame-format.md describes the bytes). Not part of the public API.
+#ifndef SLUICE_CODEC_COLUMNAR_INTERNAL_H_
+#define SLUICE_CODEC_COLUMNAR_INTERNAL_H_
+
+#include <cstdint>
+#include <cstring>
+
+#include "absl/base/optimization.h"
+#include "codec/buffer.h"
+#include "codec/columnar.h"
+#include "codec/endian.h"
+
+namespace sluice::columnar_internal {
+
+// More fields than this and a batch is not worth a columnar layout (and a decoder would be
+// asked to track an unbounded number of columns).
+constexpr uint64_t kMaxFields = 4096;
+
+// Column encodings (the byte after the type byte, for the types that have one).
+constexpr uint8_t kIntPlain = 0;
+constexpr uint8_t kIntDelta = 1;
+constexpr uint8_t kBytesPlain = 0;
+constexpr uint8_t kBytesDict = 1;
+constexpr uint8_t kBytesHex = 2;  // str only: lowercase hex of even length, stored as bytes
+// Dictionary code layouts (the code width byte).
+constexpr uint8_t kCodeBytes = 1;   // one byte a code
+constexpr uint8_t kCode16 = 2;      // two bytes a code, little-endian
+constexpr uint8_t kCodePlanes = 3;  // two bytes a code: n low bytes, then n high bytes
+
+// Nibble of a lowercase hex digit, 0xff for anything else.
+struct HexTables {
+  uint8_t nibble[256];
+  char digits[256][2];
+  constexpr HexTables() : nibble(), digits() {
+    for (int c = 0; c < 256; ++c) nibble[c] = 0xff;
+    for (int c = '0'; c <= '9'; ++c) nibble[c] = static_cast<uint8_t>(c - '0');
+    for (int c = 'a'; c <= 'f'; ++c) nibble[c] = static_cast<uint8_t>(c - 'a' + 10);
+    for (int b = 0; b < 256; ++b) {
+      digits[b][0] = "0123456789abcdef"[b >> 4];
+      digits[b][1] = "0123456789abcdef"[b & 15];
+    }
+  }
+};
+constexpr HexTables kHex;
+constexpr uint8_t kFloatRaw = 0;
+constexpr uint8_t kFloatDecimal = 1;  // float64 only: value = int / 10^e, bit-exact
+
+constexpr double kPow10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9};
+constexpr int kMaxDecimalExponent = 9;
+
+inline uint64_t DoubleBits(double d) {
+  uint64_t b;
+  std::memcpy(&b, &d, 8);
+  return b;
+}
+inline double BitsDouble(uint64_t b) {
+  double d;
+  std::memcpy(&d, &b, 8);
+  return d;
+}
+
+inline const char* ColumnTypeName(ColumnType t) {
+  switch (t) {
+    case ColumnType::kNil:
+      return "nil";
+    case ColumnType::kBool:
+      return "bool";
+    case ColumnType::kInt:
+      return "int";
+    case ColumnType::kFloat32:
+      return "float32";
+    case ColumnType::kFloat64:
+      return "float64";
+    case ColumnType::kStr:
+      return "str";
+    case ColumnType::kBin:
+      return "bin";
+    case ColumnType::kRawBytes:
+      return "raw bytes";
+    case ColumnType::kKeyRef:
+      return "key reference";
+  }
+  return "unknown";
+}
+
+inline bool IsBytesType(ColumnType t) {
+  return t == ColumnType::kStr || t == ColumnType::kBin || t == ColumnType::kRawBytes;
+}
+
+struct ShortKey {
+  uint64_t a, b;
+};
+
+// Two words that, with the length, identify a span of up to 16 bytes exactly. For 4 to 16
+// bytes they are four 4-byte windows at 0, min(4, len-4), min(8, len-4) and len-4: together
+// they cover every byte, they never leave [p, p + len), and nothing branches on the exact
+// length (a branch there mispredicts on real data, where lengths vary record to record).
+inline ShortKey KeyShort(const uint8_t* p, uint32_t len) {
+  if (ABSL_PREDICT_TRUE(len >= 4)) {
+    const uint32_t last = len - 4;
+    const uint32_t o1 = last < 4 ? last : 4;
+    const uint32_t o2 = last < 8 ? last : 8;
+    return {LoadLE32(p) | (uint64_t{LoadLE32(p + o1)} << 32),
+            LoadLE32(p + o2) | (uint64_t{LoadLE32(p + last)} << 32)};
+  }
+  if (len > 0) return {p[0] | (uint64_t{p[len / 2]} << 8) | (uint64_t{p[len - 1]} << 16), 0};
+  return {0, 0};
+}
+
+// The bytes every value starts a field with: the encoded field name (and, for field 0, the
+// map header).
+struct Prefix {
+  uint8_t bytes[32] = {};
+  ByteBuffer long_bytes;  // when len > 16
+  size_t len = 0;
+  ShortKey key{0, 0};
+  // Two overlapping loads from either end compare any prefix of 4..16 bytes.
+  uint64_t head64 = 0, tail64 = 0;
+  uint32_t head32 = 0, tail32 = 0;
+
+  void Set(const uint8_t* p, size_t n) {
+    len = n;
+    long_bytes.Clear();
+    std::memset(bytes, 0, sizeof(bytes));
+    if (n > 16) {
+      long_bytes.Append(p, n);
+    } else {
+      std::memcpy(bytes, p, n);
+      key = KeyShort(bytes, static_cast<uint32_t>(n));
+      if (n >= 8) {
+        head64 = LoadLE64(bytes);
+        tail64 = LoadLE64(bytes + n - 8);
+      }
+      if (n >= 4) {
+        head32 = LoadLE32(bytes);
+        tail32 = LoadLE32(bytes + n - 4);
+      }
+    }
+  }
+  const uint8_t* data() const { return len > 16 ? long_bytes.data() : bytes; }
+};
+
+}  // namespace sluice::columnar_internal
+
+#endif  // SLUICE_CODEC_COLUMNAR_INTERNAL_H_
