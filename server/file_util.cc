@@ -1,0 +1,171 @@
+#include "server/file_util.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+namespace sluice::file {
+
+Fd& Fd::operator=(Fd&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+Fd::~Fd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::Status ErrnoStatus(int err, const std::string& what, const std::string& path) {
+  const std::string msg = absl::StrCat(what, " ", path, ": ", std::strerror(err));
+  if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(msg);
+  if (err == ENOENT) return absl::NotFoundError(msg);
+  return absl::InternalError(msg);
+}
+
+absl::StatusOr<Fd> OpenForAppend(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, "open", path);
+  return Fd(fd);
+}
+
+absl::StatusOr<Fd> OpenReadOnly(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "open", path);
+  return Fd(fd);
+}
+
+absl::Status PwriteAll(int fd, const std::string& path, uint64_t offset,
+                       absl::Span<const uint8_t> a, absl::Span<const uint8_t> b) {
+  for (absl::Span<const uint8_t> part : {a, b}) {
+    const uint8_t* p = part.data();
+    size_t left = part.size();
+    while (left > 0) {
+      const ssize_t n = ::pwrite(fd, p, left, static_cast<off_t>(offset));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus(errno, "write", path);
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
+      offset += static_cast<uint64_t>(n);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PreadAll(int fd, const std::string& path, uint64_t offset, size_t n, uint8_t* out) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, out, n, static_cast<off_t>(offset));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "read", path);
+    }
+    if (r == 0) {
+      return absl::DataLossError(
+          absl::StrCat("read ", path, ": unexpected end of file at ", offset));
+    }
+    out += r;
+    n -= static_cast<size_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SyncData(int fd, const std::string& path) {
+  if (::fdatasync(fd) != 0) return ErrnoStatus(errno, "fdatasync", path);
+  return absl::OkStatus();
+}
+
+absl::Status SyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "open directory", dir);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return ErrnoStatus(err, "fsync directory", dir);
+  return absl::OkStatus();
+}
+
+absl::Status Truncate(int fd, const std::string& path, uint64_t size) {
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) return ErrnoStatus(errno, "truncate", path);
+  return absl::OkStatus();
+}
+
+absl::Status PunchHole(int fd, const std::string& path, uint64_t offset, uint64_t len) {
+  if (len == 0) return absl::OkStatus();
+  if (::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+                  static_cast<off_t>(len)) != 0) {
+    if (errno == EOPNOTSUPP || errno == ENOSYS) return absl::OkStatus();
+    return ErrnoStatus(errno, "punch hole in", path);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> FileSize(int fd, const std::string& path) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, "stat", path);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+absl::Status WriteFileAtomically(const std::string& dir, const std::string& name,
+                                 absl::Span<const uint8_t> contents) {
+  const std::string tmp = absl::StrCat(dir, "/.", name, ".tmp");
+  const std::string dst = absl::StrCat(dir, "/", name);
+  {
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return ErrnoStatus(errno, "create", tmp);
+    Fd owned(fd);
+    if (auto st = PwriteAll(fd, tmp, 0, contents); !st.ok()) return st;
+    if (::fsync(fd) != 0) return ErrnoStatus(errno, "fsync", tmp);
+  }
+  if (::rename(tmp.c_str(), dst.c_str()) != 0) return ErrnoStatus(errno, "rename to", dst);
+  return SyncDir(dir);
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
+  auto fd = OpenReadOnly(path);
+  if (!fd.ok()) return fd.status();
+  auto size = FileSize(fd->get(), path);
+  if (!size.ok()) return size.status();
+  if (*size > max_bytes) {
+    return absl::DataLossError(
+        absl::StrCat(path, " is ", *size, " bytes, more than the ", max_bytes, " expected"));
+  }
+  std::string out(*size, '\0');
+  if (auto st = PreadAll(fd->get(), path, 0, out.size(), reinterpret_cast<uint8_t*>(out.data()));
+      !st.ok()) {
+    return st;
+  }
+  return out;
+}
+
+absl::Status MakeDirs(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return ErrnoStatus(ec.value(), "create directory", dir);
+  return absl::OkStatus();
+}
+
+absl::Status RemoveTree(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (ec) return ErrnoStatus(ec.value(), "remove", dir);
+  return absl::OkStatus();
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace sluice::file

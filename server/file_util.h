@@ -1,0 +1,59 @@
+// Small POSIX file helpers for server storage: every failure is an absl::Status that names the
+// file and the errno text; ENOSPC and EDQUOT become RESOURCE_EXHAUSTED so callers can tell a
+// full disk from a broken one.
+#ifndef SLUICE_SERVER_FILE_UTIL_H_
+#define SLUICE_SERVER_FILE_UTIL_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace sluice::file {
+
+/// An owned file descriptor, closed on destruction.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  Fd& operator=(Fd&& o) noexcept;
+  ~Fd();
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+/// An error status for a failed system call on `path`.
+absl::Status ErrnoStatus(int err, const std::string& what, const std::string& path);
+
+absl::StatusOr<Fd> OpenForAppend(const std::string& path);  // O_RDWR|O_CREAT
+absl::StatusOr<Fd> OpenReadOnly(const std::string& path);
+absl::Status PwriteAll(int fd, const std::string& path, uint64_t offset,
+                       absl::Span<const uint8_t> a, absl::Span<const uint8_t> b = {});
+absl::Status PreadAll(int fd, const std::string& path, uint64_t offset, size_t n, uint8_t* out);
+absl::Status SyncData(int fd, const std::string& path);  // fdatasync
+absl::Status SyncDir(const std::string& dir);            // fsync of the directory itself
+absl::Status Truncate(int fd, const std::string& path, uint64_t size);
+/// Frees the disk space of [offset, offset+len) and reads it back as zeros; a no-op (OK) on file
+/// systems without hole punching.
+absl::Status PunchHole(int fd, const std::string& path, uint64_t offset, uint64_t len);
+absl::StatusOr<uint64_t> FileSize(int fd, const std::string& path);
+
+/// Writes `contents` to `path` atomically and durably: temp file, fsync, rename, fsync dir.
+absl::Status WriteFileAtomically(const std::string& dir, const std::string& name,
+                                 absl::Span<const uint8_t> contents);
+absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes);
+absl::Status MakeDirs(const std::string& dir);
+absl::Status RemoveTree(const std::string& dir);
+bool Exists(const std::string& path);
+
+}  // namespace sluice::file
+
+#endif  // SLUICE_SERVER_FILE_UTIL_H_

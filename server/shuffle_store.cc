@@ -1,0 +1,447 @@
+#include "server/shuffle_store.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "codec/endian.h"
+#include "codec/status_macros.h"
+
+namespace sluice {
+namespace {
+
+constexpr char kParamsMagic[4] = {'S', 'L', 'S', 'H'};
+constexpr char kBlockMagic[4] = {'S', 'L', 'B', 'K'};
+constexpr char kCommitMagic[4] = {'S', 'L', 'C', 'M'};
+constexpr uint8_t kStoreVersion = 1;
+constexpr char kParamsFile[] = "SHUFFLE";
+constexpr char kLogFile[] = "commits.log";
+// Commit record: magic, u32 body size, then the body: u32 mapper, u64 attempt, u32 block count,
+// 20 bytes a block (u32 partition, u64 offset, u32 frame size, u32 records), u64 XXH3 of the
+// body before it.
+constexpr size_t kCommitFixed = 4 + 8 + 4;
+constexpr size_t kCommitBlock = 20;
+constexpr size_t kMaxParamsFile = 1 << 16;
+
+uint32_t Check32(const uint8_t* p, size_t n) {
+  return static_cast<uint32_t>(PayloadChecksum(p, n));
+}
+
+void PutU32(std::string* s, uint32_t v) {
+  uint8_t b[4];
+  StoreLE32(b, v);
+  s->append(reinterpret_cast<char*>(b), 4);
+}
+void PutU64(std::string* s, uint64_t v) {
+  uint8_t b[8];
+  StoreLE64(b, v);
+  s->append(reinterpret_cast<char*>(b), 8);
+}
+
+// Block header: magic, version, 3 zero bytes, u32 mapper, u64 attempt, u32 frame size,
+// u32 records, u32 check of the first 28 bytes.
+void WriteBlockHeader(uint32_t mapper, uint64_t attempt, uint32_t frame_size, uint32_t records,
+                      uint8_t* h) {
+  std::memset(h, 0, kBlockHeaderSize);
+  std::memcpy(h, kBlockMagic, 4);
+  h[4] = kStoreVersion;
+  StoreLE32(h + 8, mapper);
+  StoreLE64(h + 12, attempt);
+  StoreLE32(h + 20, frame_size);
+  StoreLE32(h + 24, records);
+  StoreLE32(h + 28, Check32(h, 28));
+}
+
+std::string EncodeParams(const ShuffleParams& p) {
+  std::string s(kParamsMagic, 4);
+  s.push_back(static_cast<char>(kStoreVersion));
+  PutU32(&s, p.num_partitions);
+  PutU32(&s, p.num_mappers);
+  PutU32(&s, static_cast<uint32_t>(p.shuffle_id.size()));
+  s += p.shuffle_id;
+  PutU64(&s, PayloadChecksum(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
+  return s;
+}
+
+absl::StatusOr<ShuffleParams> DecodeParams(const std::string& s, const std::string& path) {
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  auto bad = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat(path, ": ", why));
+  };
+  if (s.size() < 4 + 1 + 12 + 8 || std::memcmp(p, kParamsMagic, 4) != 0) {
+    return bad("not a Sluice shuffle parameters file");
+  }
+  if (p[4] != kStoreVersion) return bad(absl::StrCat("unsupported version ", p[4]));
+  const uint32_t id_len = LoadLE32(p + 13);
+  if (s.size() != 17 + static_cast<size_t>(id_len) + 8) return bad("wrong size");
+  if (LoadLE64(p + 17 + id_len) != PayloadChecksum(p, 17 + id_len)) return bad("bad checksum");
+  ShuffleParams params;
+  params.num_partitions = LoadLE32(p + 5);
+  params.num_mappers = LoadLE32(p + 9);
+  params.shuffle_id.assign(s.data() + 17, id_len);
+  return params;
+}
+
+// Parses one commit record at [p, end). Returns its total size, or 0 if the bytes are not a
+// whole valid record.
+size_t ParseCommit(const uint8_t* p, const uint8_t* end, uint32_t* mapper, uint64_t* attempt,
+                   std::vector<BlockRef>* blocks) {
+  const auto avail = static_cast<size_t>(end - p);
+  if (avail < 8 || std::memcmp(p, kCommitMagic, 4) != 0) return 0;
+  const uint32_t body = LoadLE32(p + 4);
+  if (body < kCommitFixed + 8 || body > avail - 8) return 0;
+  const uint8_t* b = p + 8;
+  if (LoadLE64(b + body - 8) != PayloadChecksum(b, body - 8)) return 0;
+  const uint32_t count = LoadLE32(b + 12);
+  if (static_cast<uint64_t>(count) * kCommitBlock + kCommitFixed + 8 != body) return 0;
+  *mapper = LoadLE32(b);
+  *attempt = LoadLE64(b + 4);
+  blocks->clear();
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint8_t* e = b + kCommitFixed + kCommitBlock * i;
+    BlockRef r;
+    r.partition = LoadLE32(e);
+    r.offset = LoadLE64(e + 4);
+    r.frame_size = LoadLE32(e + 12);
+    r.records = LoadLE32(e + 16);
+    blocks->push_back(r);
+  }
+  return 8 + body;
+}
+
+}  // namespace
+
+ShuffleStore::ShuffleStore(std::string dir, ShuffleParams params, StoreOptions options)
+    : dir_(std::move(dir)), params_(std::move(params)), options_(options) {
+  partitions_.reserve(params_.num_partitions);
+  for (uint32_t i = 0; i < params_.num_partitions; ++i) {
+    partitions_.push_back(std::make_unique<Partition>());
+  }
+  stats_.resize(params_.num_partitions);
+}
+
+ShuffleStore::~ShuffleStore() = default;
+
+std::string ShuffleStore::PartitionPath(uint32_t partition) const {
+  return absl::StrCat(dir_, "/p", partition, ".data");
+}
+std::string ShuffleStore::LogPath() const { return absl::StrCat(dir_, "/", kLogFile); }
+
+absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Create(const std::string& dir,
+                                                                   const ShuffleParams& params,
+                                                                   const StoreOptions& options) {
+  if (params.num_partitions == 0) {
+    return absl::InvalidArgumentError("a shuffle needs at least one partition");
+  }
+  if (file::Exists(absl::StrCat(dir, "/", kParamsFile))) {
+    return absl::AlreadyExistsError(absl::StrCat("shuffle directory ", dir, " already exists"));
+  }
+  SLUICE_RETURN_IF_ERROR(file::MakeDirs(dir));
+  const std::string encoded = EncodeParams(params);
+  SLUICE_RETURN_IF_ERROR(file::WriteFileAtomically(
+      dir, kParamsFile,
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size())));
+  // The new directory's own entry in its parent must be durable too.
+  const std::string parent = dir.substr(0, dir.find_last_of('/'));
+  if (!parent.empty() && parent != dir) SLUICE_RETURN_IF_ERROR(file::SyncDir(parent));
+  std::unique_ptr<ShuffleStore> store(new ShuffleStore(dir, params, options));
+  SLUICE_ASSIGN_OR_RETURN(store->log_fd_, file::OpenForAppend(store->LogPath()));
+  SLUICE_RETURN_IF_ERROR(file::SyncDir(dir));
+  return store;
+}
+
+absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Open(const std::string& dir,
+                                                                 const StoreOptions& options) {
+  const std::string params_path = absl::StrCat(dir, "/", kParamsFile);
+  SLUICE_ASSIGN_OR_RETURN(std::string encoded, file::ReadFile(params_path, kMaxParamsFile));
+  SLUICE_ASSIGN_OR_RETURN(ShuffleParams params, DecodeParams(encoded, params_path));
+  std::unique_ptr<ShuffleStore> store(new ShuffleStore(dir, params, options));
+  SLUICE_RETURN_IF_ERROR(store->Recover());
+  return store;
+}
+
+absl::Status ShuffleStore::EnsureOpen(uint32_t partition, Partition& p) {
+  if (p.fd.valid()) return absl::OkStatus();
+  const std::string path = PartitionPath(partition);
+  const bool existed = file::Exists(path);
+  SLUICE_ASSIGN_OR_RETURN(p.fd, file::OpenForAppend(path));
+  SLUICE_ASSIGN_OR_RETURN(p.end, file::FileSize(p.fd.get(), path));
+  // A new file's directory entry must survive a crash before any commit relies on it.
+  if (!existed && options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncDir(dir_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BlockRef> ShuffleStore::Append(uint32_t mapper, uint64_t attempt, uint32_t partition,
+                                              absl::Span<const uint8_t> frame, uint32_t records) {
+  if (partition >= params_.num_partitions) {
+    return absl::InvalidArgumentError(absl::StrCat("partition ", partition, " is out of range [0, ",
+                                                   params_.num_partitions, ")"));
+  }
+  if (params_.num_mappers != 0 && mapper >= params_.num_mappers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mapper ", mapper, " is out of range [0, ", params_.num_mappers, ")"));
+  }
+  SLUICE_ASSIGN_OR_RETURN(FrameHeader h, ParseFrameHeader(frame, options_.limits));
+  if (h.frame_size() != frame.size()) {
+    return absl::InvalidArgumentError("Append takes exactly one whole frame");
+  }
+  Partition& p = *partitions_[partition];
+  BlockRef ref;
+  ref.partition = partition;
+  ref.frame_size = static_cast<uint32_t>(frame.size());
+  ref.records = records;
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    SLUICE_RETURN_IF_ERROR(EnsureOpen(partition, p));
+    ref.offset = p.end;  // reserve the range; the write itself runs outside the lock
+    p.end += kBlockHeaderSize + frame.size();
+  }
+  uint8_t header[kBlockHeaderSize];
+  WriteBlockHeader(mapper, attempt, ref.frame_size, records, header);
+  absl::Status st = file::PwriteAll(p.fd.get(), PartitionPath(partition), ref.offset,
+                                    absl::MakeConstSpan(header, kBlockHeaderSize), frame);
+  if (!st.ok()) {
+    Discard({ref});
+    return st;
+  }
+  return ref;
+}
+
+absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t attempt,
+                                                   absl::Span<const BlockRef> blocks) {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  if (committed_.count(mapper) != 0) return CommitOutcome::kDuplicate;
+  if (log_broken_) {
+    return absl::InternalError(absl::StrCat("commit log of shuffle ", params_.shuffle_id,
+                                            " could not be repaired after a failed write"));
+  }
+  // 1. The data must be durable before the record that makes it visible.
+  if (options_.fsync) {
+    std::set<uint32_t> touched;
+    for (const BlockRef& b : blocks) touched.insert(b.partition);
+    for (uint32_t part : touched) {
+      SLUICE_RETURN_IF_ERROR(file::SyncData(partitions_[part]->fd.get(), PartitionPath(part)));
+    }
+  }
+  // 2. The commit record, written once and synced.
+  std::string body;
+  body.reserve(kCommitFixed + kCommitBlock * blocks.size() + 8);
+  PutU32(&body, mapper);
+  PutU64(&body, attempt);
+  PutU32(&body, static_cast<uint32_t>(blocks.size()));
+  for (const BlockRef& b : blocks) {
+    PutU32(&body, b.partition);
+    PutU64(&body, b.offset);
+    PutU32(&body, b.frame_size);
+    PutU32(&body, b.records);
+  }
+  PutU64(&body, PayloadChecksum(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
+  std::string record(kCommitMagic, 4);
+  PutU32(&record, static_cast<uint32_t>(body.size()));
+  record += body;
+  const auto bytes =
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(record.data()), record.size());
+  absl::Status st = file::PwriteAll(log_fd_.get(), LogPath(), log_end_, bytes);
+  if (st.ok() && options_.fsync) st = file::SyncData(log_fd_.get(), LogPath());
+  if (!st.ok()) {
+    // Roll the log back so that no later record follows a partial one.
+    if (!file::Truncate(log_fd_.get(), LogPath(), log_end_).ok()) log_broken_ = true;
+    return st;
+  }
+  log_end_ += record.size();
+  AddCommitLocked(mapper,
+                  CommittedAttempt{attempt, std::vector<BlockRef>(blocks.begin(), blocks.end())});
+  return CommitOutcome::kCommitted;
+}
+
+void ShuffleStore::AddCommitLocked(uint32_t mapper, CommittedAttempt commit) {
+  for (const BlockRef& b : commit.blocks) {
+    PartitionStats& s = stats_[b.partition];
+    s.records += b.records;
+    s.bytes += b.frame_size;
+    s.frames += 1;
+  }
+  committed_.emplace(mapper, std::move(commit));
+}
+
+void ShuffleStore::Discard(absl::Span<const BlockRef> blocks) {
+  for (const BlockRef& b : blocks) {
+    if (b.partition >= partitions_.size()) continue;
+    Partition& p = *partitions_[b.partition];
+    if (!p.fd.valid()) continue;
+    // Best effort: a file system without hole punching keeps the bytes until the next Open.
+    (void)file::PunchHole(p.fd.get(), PartitionPath(b.partition), b.offset,
+                          kBlockHeaderSize + b.frame_size);
+  }
+}
+
+std::vector<BlockRef> ShuffleStore::CommittedBlocks(uint32_t partition) const {
+  std::vector<BlockRef> out;
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  for (const auto& [mapper, commit] : committed_) {  // ordered by mapper id
+    for (const BlockRef& b : commit.blocks) {
+      if (b.partition == partition) out.push_back(b);  // blocks are in arrival order
+    }
+  }
+  return out;
+}
+
+std::vector<uint32_t> ShuffleStore::CommittedMappers() const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  std::vector<uint32_t> out;
+  for (const auto& [mapper, commit] : committed_) out.push_back(mapper);
+  return out;
+}
+
+PartitionStats ShuffleStore::Stats(uint32_t partition) const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  return partition < stats_.size() ? stats_[partition] : PartitionStats{};
+}
+
+absl::Status ShuffleStore::ReadFrame(const BlockRef& block, std::string* frame) const {
+  if (block.partition >= partitions_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("partition ", block.partition, " is out of range"));
+  }
+  const Partition& p = *partitions_[block.partition];
+  if (!p.fd.valid()) return absl::NotFoundError("partition file is not open");
+  const std::string path = PartitionPath(block.partition);
+  frame->resize(block.frame_size);
+  SLUICE_RETURN_IF_ERROR(file::PreadAll(p.fd.get(), path, block.offset + kBlockHeaderSize,
+                                        block.frame_size,
+                                        reinterpret_cast<uint8_t*>(frame->data())));
+  const auto bytes =
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame->data()), frame->size());
+  auto h = ParseFrameHeader(bytes, options_.limits);
+  if (!h.ok() || h->frame_size() != frame->size() ||
+      PayloadChecksum(bytes.data() + kFrameHeaderSize, h->stored_size) != h->payload_checksum) {
+    return absl::DataLossError(
+        absl::StrCat("stored frame at ", path, ":", block.offset, " is corrupt",
+                     h.ok() ? "" : absl::StrCat(": ", h.status().message())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShuffleStore::VerifyBlock(uint32_t mapper, uint64_t attempt, const BlockRef& block,
+                                       bool check_frame) const {
+  const std::string path = PartitionPath(block.partition);
+  const Partition& p = *partitions_[block.partition];
+  uint8_t h[kBlockHeaderSize];
+  SLUICE_RETURN_IF_ERROR(file::PreadAll(p.fd.get(), path, block.offset, kBlockHeaderSize, h));
+  if (std::memcmp(h, kBlockMagic, 4) != 0 || h[4] != kStoreVersion ||
+      LoadLE32(h + 28) != Check32(h, 28) || LoadLE32(h + 8) != mapper ||
+      LoadLE64(h + 12) != attempt || LoadLE32(h + 20) != block.frame_size ||
+      LoadLE32(h + 24) != block.records) {
+    return absl::DataLossError(absl::StrCat("committed block of mapper ", mapper, " attempt ",
+                                            attempt, " at ", path, ":", block.offset,
+                                            " does not match its commit record"));
+  }
+  if (!check_frame) return absl::OkStatus();
+  std::string frame;
+  return ReadFrame(block, &frame);
+}
+
+absl::Status ShuffleStore::Recover() {
+  // 1. The commit log: whole records up to the first bad one. A bad tail is a torn write and
+  //    is cut off; a bad record with valid ones after it is corruption, and we refuse to guess.
+  const std::string log_path = LogPath();
+  SLUICE_ASSIGN_OR_RETURN(log_fd_, file::OpenForAppend(log_path));
+  SLUICE_ASSIGN_OR_RETURN(uint64_t log_size, file::FileSize(log_fd_.get(), log_path));
+  std::string log(log_size, '\0');
+  SLUICE_RETURN_IF_ERROR(file::PreadAll(log_fd_.get(), log_path, 0, log.size(),
+                                        reinterpret_cast<uint8_t*>(log.data())));
+  const auto* base = reinterpret_cast<const uint8_t*>(log.data());
+  const uint8_t* end = base + log.size();
+  const uint8_t* p = base;
+  std::vector<std::pair<uint32_t, CommittedAttempt>> commits;
+  uint32_t mapper;
+  uint64_t attempt;
+  std::vector<BlockRef> blocks;
+  while (p < end) {
+    const size_t n = ParseCommit(p, end, &mapper, &attempt, &blocks);
+    if (n == 0) break;
+    commits.emplace_back(mapper, CommittedAttempt{attempt, blocks});
+    p += n;
+  }
+  if (p < end) {
+    for (const uint8_t* q = p + 1; q + 8 <= end; ++q) {
+      if (ParseCommit(q, end, &mapper, &attempt, &blocks) != 0) {
+        return absl::DataLossError(absl::StrCat(log_path, " is corrupt at byte ", p - base,
+                                                " and holds valid commits after it (at byte ",
+                                                q - base, "); refusing to drop them"));
+      }
+    }
+    SLUICE_RETURN_IF_ERROR(file::Truncate(log_fd_.get(), log_path, p - base));
+    if (options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(log_fd_.get(), log_path));
+  }
+  log_end_ = static_cast<uint64_t>(p - base);
+
+  // 2. Every committed block must be there and whole.
+  for (uint32_t i = 0; i < params_.num_partitions; ++i) {
+    if (file::Exists(PartitionPath(i))) {
+      std::lock_guard<std::mutex> lock(partitions_[i]->mu);
+      SLUICE_RETURN_IF_ERROR(EnsureOpen(i, *partitions_[i]));
+    }
+  }
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  for (auto& [m, commit] : commits) {
+    if (params_.num_mappers != 0 && m >= params_.num_mappers) {
+      return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", m, ", beyond the ",
+                                              params_.num_mappers, " mappers of the shuffle"));
+    }
+    for (const BlockRef& b : commit.blocks) {
+      if (b.partition >= params_.num_partitions || !partitions_[b.partition]->fd.valid()) {
+        return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", m, " to partition ",
+                                                b.partition, " whose data file is missing"));
+      }
+      SLUICE_RETURN_IF_ERROR(VerifyBlock(m, commit.attempt, b, options_.verify_on_open));
+    }
+    if (committed_.count(m) == 0) AddCommitLocked(m, std::move(commit));
+  }
+  return ReclaimUnowned();
+}
+
+absl::Status ShuffleStore::ReclaimUnowned() {
+  // Bytes no commit owns belong to attempts that broke or were in flight at a crash: cut the
+  // tail of each data file after its last committed block and punch out the gaps.
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> owned(params_.num_partitions);
+  for (const auto& [m, commit] : committed_) {
+    for (const BlockRef& b : commit.blocks) {
+      owned[b.partition].emplace_back(b.offset, b.offset + kBlockHeaderSize + b.frame_size);
+    }
+  }
+  for (uint32_t i = 0; i < params_.num_partitions; ++i) {
+    Partition& part = *partitions_[i];
+    if (!part.fd.valid()) continue;
+    const std::string path = PartitionPath(i);
+    auto& ranges = owned[i];
+    std::sort(ranges.begin(), ranges.end());
+    uint64_t cursor = 0;
+    for (const auto& [from, to] : ranges) {
+      if (from > cursor)
+        SLUICE_RETURN_IF_ERROR(file::PunchHole(part.fd.get(), path, cursor, from - cursor));
+      cursor = std::max(cursor, to);
+    }
+    if (part.end > cursor) {
+      SLUICE_RETURN_IF_ERROR(file::Truncate(part.fd.get(), path, cursor));
+      if (options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(part.fd.get(), path));
+    }
+    part.end = cursor;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShuffleStore::Destroy() {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  log_fd_ = file::Fd();
+  for (auto& p : partitions_) {
+    std::lock_guard<std::mutex> plock(p->mu);
+    p->fd = file::Fd();
+  }
+  committed_.clear();
+  return file::RemoveTree(dir_);
+}
+
+}  // namespace sluice

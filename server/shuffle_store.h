@@ -1,0 +1,147 @@
+// ShuffleStore: one shuffle's durable storage (docs/storage.md).
+//
+// A directory holds:
+//   SHUFFLE       the shuffle's parameters, written once, atomically
+//   p<N>.data     one append-only file per partition; every mapper attempt's frames for that
+//                 partition land in it as they arrive, each as a block: a 32-byte header
+//                 (magic, mapper, attempt, frame size, records, header checksum) + the frame
+//   commits.log   one record per committed mapper attempt, listing its blocks
+//
+// The commit log is the only source of truth: a block is visible if and only if a durable
+// commit record lists it. Commit() syncs the attempt's data files, then appends the record and
+// syncs the log, and only then reports success. For each mapper the first committed attempt
+// wins; a later commit for the same mapper is reported as a duplicate and its blocks discarded.
+// Open() rebuilds the state from the log: a torn tail record is cut off, every committed block
+// is read back and checksum-verified, and all bytes not owned by a commit (broken or in-flight
+// attempts) are truncated away or punched out, so their disk space is reclaimed.
+//
+// Thread safety: Append, Commit, Discard and the readers may be called concurrently.
+#ifndef SLUICE_SERVER_SHUFFLE_STORE_H_
+#define SLUICE_SERVER_SHUFFLE_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "codec/frame_format.h"
+#include "server/file_util.h"
+
+namespace sluice {
+
+struct ShuffleParams {
+  std::string shuffle_id;
+  uint32_t num_partitions = 0;
+  uint32_t num_mappers = 0;  ///< 0 = not known in advance
+};
+
+/// Where one stored frame lives.
+struct BlockRef {
+  uint32_t partition = 0;
+  uint32_t frame_size = 0;  ///< bytes of the frame; the block adds a 32-byte header
+  uint64_t offset = 0;      ///< of the block header in the partition file
+  uint32_t records = 0;
+};
+
+struct StoreOptions {
+  /// Sync data files and the commit log before a commit is acknowledged.
+  bool fsync = true;
+  /// Re-read every committed frame and check its checksums when opening.
+  bool verify_on_open = true;
+  FrameLimits limits;
+};
+
+enum class CommitOutcome { kCommitted, kDuplicate };
+
+struct PartitionStats {
+  uint64_t records = 0;
+  uint64_t bytes = 0;  ///< frame bytes
+  uint32_t frames = 0;
+};
+
+inline constexpr size_t kBlockHeaderSize = 32;
+
+class ShuffleStore {
+ public:
+  /// Creates `dir` (which must not hold a shuffle yet) and writes the parameters durably.
+  static absl::StatusOr<std::unique_ptr<ShuffleStore>> Create(const std::string& dir,
+                                                              const ShuffleParams& params,
+                                                              const StoreOptions& options);
+  /// Opens an existing shuffle directory and recovers its committed state.
+  static absl::StatusOr<std::unique_ptr<ShuffleStore>> Open(const std::string& dir,
+                                                            const StoreOptions& options);
+
+  ~ShuffleStore();
+  ShuffleStore(const ShuffleStore&) = delete;
+  ShuffleStore& operator=(const ShuffleStore&) = delete;
+
+  const ShuffleParams& params() const { return params_; }
+  const std::string& dir() const { return dir_; }
+
+  /// Appends one frame (already validated by the caller) of a mapper attempt to its partition
+  /// file. Not visible until Commit. RESOURCE_EXHAUSTED when the disk is full.
+  absl::StatusOr<BlockRef> Append(uint32_t mapper, uint64_t attempt, uint32_t partition,
+                                  absl::Span<const uint8_t> frame, uint32_t records);
+
+  /// Makes the attempt's blocks durable and visible, or reports kDuplicate when the mapper
+  /// already has a committed attempt (the caller then Discards its blocks).
+  absl::StatusOr<CommitOutcome> Commit(uint32_t mapper, uint64_t attempt,
+                                       absl::Span<const BlockRef> blocks);
+
+  /// Gives the space of blocks that will never be committed back to the file system.
+  void Discard(absl::Span<const BlockRef> blocks);
+
+  /// Committed blocks of a partition, ordered by mapper id, then arrival.
+  std::vector<BlockRef> CommittedBlocks(uint32_t partition) const;
+  std::vector<uint32_t> CommittedMappers() const;
+  PartitionStats Stats(uint32_t partition) const;
+
+  /// Reads a committed block's frame, checking the block header and the frame's checksums.
+  absl::Status ReadFrame(const BlockRef& block, std::string* frame) const;
+
+  /// Deletes the shuffle's files. The store must not be used afterwards.
+  absl::Status Destroy();
+
+ private:
+  struct Partition {
+    std::mutex mu;
+    file::Fd fd;
+    uint64_t end = 0;  // next append offset
+  };
+  struct CommittedAttempt {
+    uint64_t attempt;
+    std::vector<BlockRef> blocks;
+  };
+
+  ShuffleStore(std::string dir, ShuffleParams params, StoreOptions options);
+  std::string PartitionPath(uint32_t partition) const;
+  std::string LogPath() const;
+  // Opens (creating if needed) a partition file; call with the partition's mu held.
+  absl::Status EnsureOpen(uint32_t partition, Partition& p);
+  absl::Status Recover();
+  absl::Status VerifyBlock(uint32_t mapper, uint64_t attempt, const BlockRef& block,
+                           bool check_frame) const;
+  absl::Status ReclaimUnowned();
+  void AddCommitLocked(uint32_t mapper, CommittedAttempt commit);
+
+  const std::string dir_;
+  const ShuffleParams params_;
+  const StoreOptions options_;
+  std::vector<std::unique_ptr<Partition>> partitions_;
+
+  mutable std::mutex commit_mu_;  // guards everything below
+  file::Fd log_fd_;
+  uint64_t log_end_ = 0;
+  bool log_broken_ = false;  // a failed append could not be rolled back
+  std::map<uint32_t, CommittedAttempt> committed_;
+  std::vector<PartitionStats> stats_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_SHUFFLE_STORE_H_

@@ -1,0 +1,315 @@
+// ShuffleStore on a real temporary directory: commits are visible and durable, nothing else is;
+// recovery keeps exactly the committed attempts, cuts torn tails, reclaims the rest, and refuses
+// to guess when committed data is damaged.
+#include "server/shuffle_store.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "codec/frame_decoder.h"
+#include "codec/frame_encoder.h"
+#include "tests/server/test_dir.h"
+
+namespace sluice {
+namespace {
+
+using testing::TempDir;
+
+// A frame of `n` records whose keys and values name the mapper, partition and index; with
+// `padding`, each value also carries that many pseudo-random (incompressible) bytes.
+std::string MakeFrame(uint32_t mapper, uint32_t partition, int n, int salt = 0,
+                      size_t padding = 0) {
+  std::vector<std::string> keys, values;
+  uint64_t x = 0x9e3779b97f4a7c15ULL * (mapper + 1) + partition;
+  for (int i = 0; i < n; ++i) {
+    keys.push_back("k" + std::to_string(mapper) + "-" + std::to_string(partition) + "-" +
+                   std::to_string(i));
+    values.push_back("v" + std::to_string(salt) + "-" + std::to_string(i));
+    for (size_t k = 0; k < padding; ++k) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      values.back().push_back(static_cast<char>('a' + x % 26));
+    }
+  }
+  std::vector<Record> records;
+  for (int i = 0; i < n; ++i) records.push_back(Record{keys[i], values[i]});
+  EncodeOptions opts;
+  opts.layout = LayoutChoice::kOpaque;
+  FrameEncoder enc(opts);
+  std::string frame;
+  EXPECT_TRUE(enc.Encode(records, &frame).ok());
+  return frame;
+}
+
+absl::Span<const uint8_t> Bytes(const std::string& s) {
+  return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+class ShuffleStoreTest : public ::testing::Test {
+ protected:
+  std::string ShuffleDir() const { return dir_.path() + "/shuffles/s1"; }
+
+  std::unique_ptr<ShuffleStore> CreateStore(uint32_t partitions = 4, uint32_t mappers = 8) {
+    ShuffleParams params{"s1", partitions, mappers};
+    auto store = ShuffleStore::Create(ShuffleDir(), params, StoreOptions{});
+    EXPECT_TRUE(store.ok()) << store.status();
+    return std::move(store).value();
+  }
+  std::unique_ptr<ShuffleStore> Reopen() {
+    auto store = ShuffleStore::Open(ShuffleDir(), StoreOptions{});
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? std::move(store).value() : nullptr;
+  }
+
+  // Writes one frame per partition for (mapper, attempt) and returns the blocks.
+  std::vector<BlockRef> WriteAttempt(ShuffleStore& store, uint32_t mapper, uint64_t attempt,
+                                     int records = 5, size_t padding = 0) {
+    std::vector<BlockRef> blocks;
+    for (uint32_t p = 0; p < store.params().num_partitions; ++p) {
+      const std::string frame = MakeFrame(mapper, p, records, static_cast<int>(attempt), padding);
+      auto b = store.Append(mapper, attempt, p, Bytes(frame), records);
+      EXPECT_TRUE(b.ok()) << b.status();
+      if (b.ok()) blocks.push_back(*b);
+    }
+    return blocks;
+  }
+
+  // All records of a partition as "key=value" strings, in stored order.
+  std::vector<std::string> ReadPartition(const ShuffleStore& store, uint32_t p) {
+    std::vector<std::string> out;
+    FrameDecoder dec;
+    DecodedFrame decoded;
+    std::string frame;
+    for (const BlockRef& b : store.CommittedBlocks(p)) {
+      EXPECT_TRUE(store.ReadFrame(b, &frame).ok());
+      EXPECT_TRUE(dec.Decode(frame, &decoded).ok());
+      for (const Record& r : decoded)
+        out.push_back(std::string(r.key) + "=" + std::string(r.value));
+    }
+    return out;
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(ShuffleStoreTest, CommittedAttemptsAreVisibleInMapperOrder) {
+  auto store = CreateStore();
+  const auto b3 = WriteAttempt(*store, 3, 1);
+  const auto b1 = WriteAttempt(*store, 1, 7);
+  EXPECT_TRUE(store->CommittedBlocks(0).empty());  // nothing visible before commit
+  ASSERT_EQ(*store->Commit(3, 1, b3), CommitOutcome::kCommitted);
+  ASSERT_EQ(*store->Commit(1, 7, b1), CommitOutcome::kCommitted);
+  EXPECT_EQ(store->CommittedMappers(), (std::vector<uint32_t>{1, 3}));
+  const auto rows = ReadPartition(*store, 2);
+  ASSERT_EQ(rows.size(), 10u);
+  EXPECT_EQ(rows[0], "k1-2-0=v7-0");  // mapper 1 first, whatever the commit order
+  EXPECT_EQ(rows[5], "k3-2-0=v1-0");
+  EXPECT_EQ(store->Stats(2).records, 10u);
+  EXPECT_EQ(store->Stats(2).frames, 2u);
+}
+
+TEST_F(ShuffleStoreTest, FirstCommittedAttemptWinsDuplicatesAreDiscarded) {
+  auto store = CreateStore();
+  const auto first = WriteAttempt(*store, 2, 1);
+  const auto speculative = WriteAttempt(*store, 2, 2);
+  ASSERT_EQ(*store->Commit(2, 1, first), CommitOutcome::kCommitted);
+  ASSERT_EQ(*store->Commit(2, 2, speculative), CommitOutcome::kDuplicate);
+  store->Discard(speculative);
+  const auto rows = ReadPartition(*store, 0);
+  ASSERT_EQ(rows.size(), 5u);
+  EXPECT_EQ(rows[0], "k2-0-0=v1-0");
+  store.reset();
+  auto reopened = Reopen();
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(ReadPartition(*reopened, 0), rows);
+}
+
+TEST_F(ShuffleStoreTest, ReopenRecoversExactlyTheCommittedAttempts) {
+  std::vector<std::vector<std::string>> before;
+  {
+    auto store = CreateStore();
+    ASSERT_EQ(*store->Commit(0, 1, WriteAttempt(*store, 0, 1)), CommitOutcome::kCommitted);
+    WriteAttempt(*store, 1, 1);  // never committed: a broken stream
+    ASSERT_EQ(*store->Commit(5, 3, WriteAttempt(*store, 5, 3)), CommitOutcome::kCommitted);
+    WriteAttempt(*store, 6, 1);  // in flight at the "crash"
+    for (uint32_t p = 0; p < 4; ++p) before.push_back(ReadPartition(*store, p));
+  }
+  auto store = Reopen();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->CommittedMappers(), (std::vector<uint32_t>{0, 5}));
+  for (uint32_t p = 0; p < 4; ++p) EXPECT_EQ(ReadPartition(*store, p), before[p]);
+  // The uncommitted tail (mapper 6) was cut off: the file ends with mapper 5's block.
+  const auto blocks = store->CommittedBlocks(1);
+  struct stat st;
+  ASSERT_EQ(::stat((ShuffleDir() + "/p1.data").c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size),
+            blocks.back().offset + kBlockHeaderSize + blocks.back().frame_size);
+  // New attempts append after recovery and commit normally.
+  ASSERT_EQ(*store->Commit(6, 2, WriteAttempt(*store, 6, 2)), CommitOutcome::kCommitted);
+  EXPECT_EQ(ReadPartition(*store, 1).size(), 15u);
+}
+
+TEST_F(ShuffleStoreTest, TornCommitLogTailIsCutOff) {
+  {
+    auto store = CreateStore();
+    ASSERT_EQ(*store->Commit(0, 1, WriteAttempt(*store, 0, 1)), CommitOutcome::kCommitted);
+  }
+  const std::string log = ShuffleDir() + "/commits.log";
+  struct stat st;
+  ASSERT_EQ(::stat(log.c_str(), &st), 0);
+  const auto good_size = static_cast<uint64_t>(st.st_size);
+  {
+    std::ofstream f(log, std::ios::binary | std::ios::app);
+    f.write("SLCM\x40\x00\x00\x00partial", 15);  // a record cut short by a crash
+  }
+  auto store = Reopen();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->CommittedMappers(), (std::vector<uint32_t>{0}));
+  ASSERT_EQ(::stat(log.c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), good_size);
+}
+
+TEST_F(ShuffleStoreTest, CorruptionBeforeValidCommitsIsRefusedNotTruncated) {
+  {
+    auto store = CreateStore();
+    ASSERT_EQ(*store->Commit(0, 1, WriteAttempt(*store, 0, 1)), CommitOutcome::kCommitted);
+    ASSERT_EQ(*store->Commit(1, 1, WriteAttempt(*store, 1, 1)), CommitOutcome::kCommitted);
+  }
+  const std::string log = ShuffleDir() + "/commits.log";
+  {
+    std::fstream f(log, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(20);  // inside the first record's body
+    f.put('\x7f');
+  }
+  auto store = ShuffleStore::Open(ShuffleDir(), StoreOptions{});
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(store.status().message().find("refusing"), absl::string_view::npos) << store.status();
+}
+
+TEST_F(ShuffleStoreTest, DamagedCommittedDataIsReportedOnOpen) {
+  std::vector<BlockRef> blocks;
+  {
+    auto store = CreateStore();
+    blocks = WriteAttempt(*store, 0, 1, 50);
+    ASSERT_EQ(*store->Commit(0, 1, blocks), CommitOutcome::kCommitted);
+  }
+  {
+    std::fstream f(ShuffleDir() + "/p3.data", std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>(blocks[3].offset + kBlockHeaderSize + 40));
+    f.put('\x00');
+  }
+  auto store = ShuffleStore::Open(ShuffleDir(), StoreOptions{});
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(store.status().message().find("p3.data"), absl::string_view::npos) << store.status();
+}
+
+TEST_F(ShuffleStoreTest, BadArgumentsAreNamed) {
+  auto store = CreateStore(4, 8);
+  const std::string frame = MakeFrame(0, 0, 3);
+  auto out_of_range = store->Append(0, 1, 4, Bytes(frame), 3);
+  EXPECT_EQ(out_of_range.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(out_of_range.status().message().find("partition 4"), absl::string_view::npos);
+  auto bad_mapper = store->Append(8, 1, 0, Bytes(frame), 3);
+  EXPECT_NE(bad_mapper.status().message().find("mapper 8"), absl::string_view::npos);
+  auto not_a_frame = store->Append(0, 1, 0, Bytes(std::string("hello")), 1);
+  EXPECT_EQ(not_a_frame.status().code(), absl::StatusCode::kInvalidArgument);
+  auto again = ShuffleStore::Create(ShuffleDir(), ShuffleParams{"s1", 4, 8}, StoreOptions{});
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+  auto missing = ShuffleStore::Open(dir_.path() + "/nope", StoreOptions{});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ShuffleStoreTest, KilledWriterLosesNothingAcknowledged) {
+  // A child process commits mapper after mapper and reports each acknowledged commit on a
+  // pipe; the parent SIGKILLs it mid-stream, reopens the directory and checks that every
+  // acknowledged mapper is there, whole, and that nothing half-written is visible.
+  for (int round = 0; round < 3; ++round) {
+    const std::string dir = dir_.path() + "/kill" + std::to_string(round);
+    ShuffleParams params{"k", 3, 0};
+    ASSERT_TRUE(ShuffleStore::Create(dir, params, StoreOptions{}).ok());
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::close(fds[0]);
+      auto store = ShuffleStore::Open(dir, StoreOptions{});
+      if (!store.ok()) ::_exit(2);
+      for (uint32_t mapper = 0;; ++mapper) {
+        std::vector<BlockRef> blocks;
+        for (uint32_t p = 0; p < 3; ++p) {
+          const std::string frame = MakeFrame(mapper, p, 200, 0, 16);
+          auto b = (*store)->Append(mapper, 1, p, Bytes(frame), 200);
+          if (!b.ok()) ::_exit(3);
+          blocks.push_back(*b);
+        }
+        (void)(*store)->Append(mapper + 1000000, 9, 1, Bytes(MakeFrame(9, 1, 50)), 50);  // never
+        if (!(*store)->Commit(mapper, 1, blocks).ok()) ::_exit(4);
+        if (::write(fds[1], &mapper, sizeof(mapper)) != sizeof(mapper)) ::_exit(5);
+      }
+    }
+    ::close(fds[1]);
+    ::usleep(static_cast<useconds_t>(150000 + 70000 * round));
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "child exited with " << WEXITSTATUS(status);
+    std::vector<uint32_t> acked;
+    uint32_t m;
+    while (::read(fds[0], &m, sizeof(m)) == sizeof(m)) acked.push_back(m);
+    ::close(fds[0]);
+    ASSERT_FALSE(acked.empty()) << "the child made no commit before it was killed";
+
+    auto store = ShuffleStore::Open(dir, StoreOptions{});
+    ASSERT_TRUE(store.ok()) << store.status();
+    const auto mappers = (*store)->CommittedMappers();
+    // Acknowledged ones are all there; at most one more (committed, not yet acknowledged).
+    ASSERT_GE(mappers.size(), acked.size());
+    ASSERT_LE(mappers.size(), acked.size() + 1);
+    for (size_t i = 0; i < mappers.size(); ++i) EXPECT_EQ(mappers[i], i);
+    for (uint32_t p = 0; p < 3; ++p) {
+      EXPECT_EQ((*store)->Stats(p).records, 200u * mappers.size());
+      std::string frame;
+      for (const BlockRef& b : (*store)->CommittedBlocks(p)) {
+        ASSERT_TRUE((*store)->ReadFrame(b, &frame).ok());
+      }
+    }
+  }
+}
+
+TEST_F(ShuffleStoreTest, DestroyRemovesEverything) {
+  auto store = CreateStore();
+  ASSERT_EQ(*store->Commit(0, 1, WriteAttempt(*store, 0, 1)), CommitOutcome::kCommitted);
+  ASSERT_TRUE(store->Destroy().ok());
+  struct stat st;
+  EXPECT_NE(::stat(ShuffleDir().c_str(), &st), 0);
+}
+
+TEST_F(ShuffleStoreTest, DiscardedBlocksGiveTheirSpaceBack) {
+  auto store = CreateStore(1, 0);
+  const auto keep = WriteAttempt(*store, 0, 1, 2000, 64);
+  const auto drop = WriteAttempt(*store, 1, 1, 2000, 64);  // ~100 KB that zstd cannot shrink
+  const auto tail = WriteAttempt(*store, 2, 1, 2000, 64);
+  ASSERT_EQ(*store->Commit(0, 1, keep), CommitOutcome::kCommitted);
+  ASSERT_EQ(*store->Commit(2, 1, tail), CommitOutcome::kCommitted);
+  struct stat before, after;
+  ASSERT_EQ(::stat((ShuffleDir() + "/p0.data").c_str(), &before), 0);
+  store->Discard(drop);
+  ASSERT_EQ(::stat((ShuffleDir() + "/p0.data").c_str(), &after), 0);
+  EXPECT_EQ(after.st_size, before.st_size);  // the size stays; the blocks are freed
+  EXPECT_LT(after.st_blocks, before.st_blocks - 100 * 1024 / 512 / 2);
+  EXPECT_EQ(ReadPartition(*store, 0).size(), 4000u);  // neighbours untouched
+}
+
+}  // namespace
+}  // namespace sluice
