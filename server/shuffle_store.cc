@@ -124,6 +124,10 @@ ShuffleStore::ShuffleStore(std::string dir, ShuffleParams params, StoreOptions o
 
 ShuffleStore::~ShuffleStore() = default;
 
+absl::Status ShuffleStore::DeletedError() const {
+  return absl::NotFoundError(absl::StrCat("shuffle '", params_.shuffle_id, "' was deleted"));
+}
+
 std::string ShuffleStore::PartitionPath(uint32_t partition) const {
   return absl::StrCat(dir_, "/p", partition, ".data");
 }
@@ -183,6 +187,7 @@ absl::StatusOr<BlockRef> ShuffleStore::Append(uint32_t mapper, uint64_t attempt,
     return absl::InvalidArgumentError(
         absl::StrCat("mapper ", mapper, " is out of range [0, ", params_.num_mappers, ")"));
   }
+  if (destroyed_.load()) return DeletedError();
   SLUICE_ASSIGN_OR_RETURN(FrameHeader h, ParseFrameHeader(frame, options_.limits));
   if (h.frame_size() != frame.size()) {
     return absl::InvalidArgumentError("Append takes exactly one whole frame");
@@ -212,6 +217,7 @@ absl::StatusOr<BlockRef> ShuffleStore::Append(uint32_t mapper, uint64_t attempt,
 absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t attempt,
                                                    absl::Span<const BlockRef> blocks) {
   std::lock_guard<std::mutex> lock(commit_mu_);
+  if (destroyed_.load()) return DeletedError();
   if (committed_.count(mapper) != 0) return CommitOutcome::kDuplicate;
   if (log_broken_) {
     return absl::InternalError(absl::StrCat("commit log of shuffle ", params_.shuffle_id,
@@ -435,12 +441,11 @@ absl::Status ShuffleStore::ReclaimUnowned() {
 
 absl::Status ShuffleStore::Destroy() {
   std::lock_guard<std::mutex> lock(commit_mu_);
-  log_fd_ = file::Fd();
-  for (auto& p : partitions_) {
-    std::lock_guard<std::mutex> plock(p->mu);
-    p->fd = file::Fd();
-  }
+  // Open descriptors stay valid (they point at unlinked files) until the last user of the
+  // store lets go, so a stream still writing cannot touch anything else; it just fails.
+  destroyed_.store(true);
   committed_.clear();
+  for (PartitionStats& s : stats_) s = PartitionStats{};
   return file::RemoveTree(dir_);
 }
 

@@ -19,6 +19,7 @@
 #ifndef SLUICE_SERVER_SHUFFLE_STORE_H_
 #define SLUICE_SERVER_SHUFFLE_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -104,7 +105,8 @@ class ShuffleStore {
   /// Reads a committed block's frame, checking the block header and the frame's checksums.
   absl::Status ReadFrame(const BlockRef& block, std::string* frame) const;
 
-  /// Deletes the shuffle's files. The store must not be used afterwards.
+  /// Deletes the shuffle's files. Later Appends and Commits fail with NOT_FOUND; streams that
+  /// still hold the store cannot write anywhere else.
   absl::Status Destroy();
 
  private:
@@ -127,9 +129,11 @@ class ShuffleStore {
   absl::Status VerifyBlock(uint32_t mapper, uint64_t attempt, const BlockRef& block,
                            bool check_frame) const;
   absl::Status ReclaimUnowned();
+  absl::Status DeletedError() const;
   void AddCommitLocked(uint32_t mapper, CommittedAttempt commit);
 
   const std::string dir_;
+  std::atomic<bool> destroyed_{false};
   const ShuffleParams params_;
   const StoreOptions options_;
   std::vector<std::unique_ptr<Partition>> partitions_;

@@ -1,0 +1,53 @@
+// sluice-server: the shuffle service daemon. Flags carry units; see docs/operations.md.
+#include <signal.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "server/sluice_server.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "address to listen on (host:port; port 0 = any)");
+ABSL_FLAG(std::string, data_dir, "", "directory for shuffle data (required)");
+ABSL_FLAG(uint64_t, memory_budget_mb, 256, "budget for buffered push data and fetch buffers");
+ABSL_FLAG(bool, fsync, true, "sync data and commit log before acknowledging a commit");
+ABSL_FLAG(uint32_t, max_frame_mb, 64, "largest frame accepted, uncompressed");
+ABSL_FLAG(int32_t, worker_threads, 4, "threads for disk, validation and compression work");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("sluice-server --data_dir DIR [--listen HOST:PORT] [flags]");
+  absl::ParseCommandLine(argc, argv);
+  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
+
+  // Signals are taken by sigwait below, not by handlers, so shutdown runs on a normal thread.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  sluice::ServerOptions opts;
+  opts.listen_address = absl::GetFlag(FLAGS_listen);
+  opts.data_dir = absl::GetFlag(FLAGS_data_dir);
+  opts.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget_mb) << 20;
+  opts.fsync = absl::GetFlag(FLAGS_fsync);
+  opts.limits.max_uncompressed_bytes = absl::GetFlag(FLAGS_max_frame_mb) << 20;
+  opts.worker_threads = absl::GetFlag(FLAGS_worker_threads);
+  auto server = sluice::SluiceServer::Start(opts);
+  if (!server.ok()) {
+    spdlog::critical("event=start_failed error=\"{}\"", server.status().ToString());
+    return 1;
+  }
+  // The port on stdout, for scripts and tests that start the server with port 0.
+  std::cout << "listening on port " << (*server)->port() << std::endl;
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("event=signal signal={}", sig);
+  (*server)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,106 @@
+#include "server/shuffle_registry.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "codec/status_macros.h"
+#include "server/file_util.h"
+
+namespace sluice {
+
+absl::Status ShuffleRegistry::ValidateId(const std::string& id) {
+  if (id.empty() || id.size() > 128 || id[0] == '.') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shuffle id '", id, "' must be 1-128 characters and not start with '.'"));
+  }
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shuffle id '", id, "' may only use letters, digits, '.', '_' and '-'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string ShuffleRegistry::ShuffleDir(const std::string& id) const {
+  return absl::StrCat(data_dir_, "/shuffles/", id);
+}
+
+absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
+    const std::string& data_dir, const StoreOptions& options,
+    std::map<std::string, absl::Status>* failed) {
+  std::unique_ptr<ShuffleRegistry> reg(new ShuffleRegistry(data_dir, options));
+  const std::string root = absl::StrCat(data_dir, "/shuffles");
+  SLUICE_RETURN_IF_ERROR(file::MakeDirs(root));
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    if (!entry.is_directory()) continue;
+    const std::string id = entry.path().filename().string();
+    if (!ValidateId(id).ok()) continue;  // not ours (or a leftover temp directory)
+    auto store = ShuffleStore::Open(entry.path().string(), options);
+    if (!store.ok()) {
+      if (failed != nullptr) (*failed)[id] = store.status();
+      continue;
+    }
+    reg->shuffles_.emplace(id, std::shared_ptr<ShuffleStore>(std::move(store).value()));
+  }
+  if (ec) return file::ErrnoStatus(ec.value(), "list", root);
+  return reg;
+}
+
+absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
+  SLUICE_RETURN_IF_ERROR(ValidateId(params.shuffle_id));
+  if (params.num_partitions == 0) {
+    return absl::InvalidArgumentError("num_partitions must be at least 1");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = shuffles_.find(params.shuffle_id);
+  if (it != shuffles_.end()) {
+    const ShuffleParams& have = it->second->params();
+    if (have.num_partitions == params.num_partitions && have.num_mappers == params.num_mappers) {
+      return false;
+    }
+    return absl::AlreadyExistsError(absl::StrCat("shuffle '", params.shuffle_id,
+                                                 "' already exists with ", have.num_partitions,
+                                                 " partitions and ", have.num_mappers, " mappers"));
+  }
+  SLUICE_ASSIGN_OR_RETURN(auto store,
+                          ShuffleStore::Create(ShuffleDir(params.shuffle_id), params, options_));
+  shuffles_.emplace(params.shuffle_id, std::shared_ptr<ShuffleStore>(std::move(store)));
+  return true;
+}
+
+absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::Get(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = shuffles_.find(id);
+  if (it == shuffles_.end()) {
+    return absl::NotFoundError(absl::StrCat("shuffle '", id, "' not found"));
+  }
+  return it->second;
+}
+
+std::vector<std::shared_ptr<ShuffleStore>> ShuffleRegistry::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<ShuffleStore>> out;
+  for (const auto& [id, store] : shuffles_) out.push_back(store);
+  return out;
+}
+
+absl::Status ShuffleRegistry::Delete(const std::string& id) {
+  std::shared_ptr<ShuffleStore> store;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = shuffles_.find(id);
+    if (it == shuffles_.end()) {
+      return absl::NotFoundError(absl::StrCat("shuffle '", id, "' not found"));
+    }
+    store = std::move(it->second);
+    shuffles_.erase(it);
+  }
+  // In-flight streams keep their shared_ptr; the files go now.
+  return store->Destroy();
+}
+
+}  // namespace sluice

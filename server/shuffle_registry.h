@@ -1,0 +1,49 @@
+// ShuffleRegistry: the server's shuffles, by id, each backed by a ShuffleStore directory under
+// <data_dir>/shuffles/. On start it opens every shuffle directory it finds (recovering each);
+// a shuffle that fails recovery is reported and left out, the others keep serving.
+#ifndef SLUICE_SERVER_SHUFFLE_REGISTRY_H_
+#define SLUICE_SERVER_SHUFFLE_REGISTRY_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/shuffle_store.h"
+
+namespace sluice {
+
+class ShuffleRegistry {
+ public:
+  /// Opens `data_dir` (creating it if needed) and recovers every shuffle in it. Recovery
+  /// failures are returned in `*failed` (id -> status) and those shuffles are not served.
+  static absl::StatusOr<std::unique_ptr<ShuffleRegistry>> Open(
+      const std::string& data_dir, const StoreOptions& options,
+      std::map<std::string, absl::Status>* failed);
+
+  /// Creates a shuffle, or returns created=false when one with the same parameters exists.
+  absl::StatusOr<bool> Create(const ShuffleParams& params);
+  absl::StatusOr<std::shared_ptr<ShuffleStore>> Get(const std::string& id) const;
+  std::vector<std::shared_ptr<ShuffleStore>> List() const;
+  absl::Status Delete(const std::string& id);
+
+  /// Shuffle ids name directories: 1-128 of [A-Za-z0-9._-], not starting with '.'.
+  static absl::Status ValidateId(const std::string& id);
+
+ private:
+  ShuffleRegistry(std::string data_dir, StoreOptions options)
+      : data_dir_(std::move(data_dir)), options_(options) {}
+  std::string ShuffleDir(const std::string& id) const;
+
+  const std::string data_dir_;
+  const StoreOptions options_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<ShuffleStore>> shuffles_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_SHUFFLE_REGISTRY_H_

@@ -1,0 +1,85 @@
+#include "server/sluice_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/str_cat.h"
+#include "server/shuffle_service.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice {
+
+struct SluiceServer::Impl {
+  ServerOptions options;
+  std::unique_ptr<ShuffleRegistry> registry;
+  std::unique_ptr<WorkerPool> pool;
+  std::unique_ptr<MemoryBudget> budget;
+  std::unique_ptr<ShuffleServiceImpl> service;
+  std::unique_ptr<grpc::Server> server;
+  std::map<std::string, std::string> failed;
+  int port = 0;
+  bool stopped = false;
+};
+
+SluiceServer::SluiceServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SluiceServer::~SluiceServer() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOptions& options) {
+  if (options.data_dir.empty()) return absl::InvalidArgumentError("a data directory is required");
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  StoreOptions store_options;
+  store_options.fsync = options.fsync;
+  store_options.limits = options.limits;
+  std::map<std::string, absl::Status> failed;
+  auto registry = ShuffleRegistry::Open(options.data_dir, store_options, &failed);
+  if (!registry.ok()) return registry.status();
+  impl->registry = std::move(registry).value();
+  for (const auto& [id, st] : failed) {
+    spdlog::error("event=recovery_failed shuffle={} error=\"{}\"", id, std::string(st.message()));
+    impl->failed[id] = std::string(st.message());
+  }
+  impl->pool = std::make_unique<WorkerPool>(options.worker_threads);
+  impl->budget = std::make_unique<MemoryBudget>(options.memory_budget_bytes, impl->pool.get());
+  impl->service = std::make_unique<ShuffleServiceImpl>(ShuffleServiceImpl::Deps{
+      impl->registry.get(), impl->pool.get(), impl->budget.get(), options.limits});
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &impl->port);
+  builder.RegisterService(impl->service.get());
+  // A push message carries whole frames: allow one maximal frame plus framing.
+  const int max_message = static_cast<int>(
+      std::min<uint64_t>(INT32_MAX, uint64_t{options.limits.max_uncompressed_bytes} + (1 << 20)));
+  builder.SetMaxReceiveMessageSize(max_message);
+  builder.SetMaxSendMessageSize(max_message);
+  impl->server = builder.BuildAndStart();
+  if (impl->server == nullptr || impl->port == 0) {
+    return absl::UnavailableError(absl::StrCat("could not listen on ", options.listen_address));
+  }
+  spdlog::info("event=started listen={} port={} data_dir={} shuffles={} memory_budget_mb={}",
+               options.listen_address, impl->port, options.data_dir, impl->registry->List().size(),
+               options.memory_budget_bytes >> 20);
+  return std::unique_ptr<SluiceServer>(new SluiceServer(std::move(impl)));
+}
+
+int SluiceServer::port() const { return impl_->port; }
+
+void SluiceServer::Shutdown() {
+  if (impl_ == nullptr || impl_->stopped) return;
+  impl_->stopped = true;
+  impl_->server->Shutdown(std::chrono::system_clock::now() + impl_->options.shutdown_grace);
+  impl_->server->Wait();
+  impl_->pool.reset();  // runs what is queued, joins
+  spdlog::info("event=stopped port={}", impl_->port);
+}
+
+const std::map<std::string, std::string>& SluiceServer::failed_shuffles() const {
+  return impl_->failed;
+}
+
+uint64_t SluiceServer::memory_parked_total() const { return impl_->budget->parked_total(); }
+
+}  // namespace sluice

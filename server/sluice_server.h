@@ -1,0 +1,55 @@
+// SluiceServer: the daemon's core (Kudu's Init/Start/Shutdown split), usable in-process by
+// tests and benchmarks. No gRPC types in this header.
+//
+//   sluice::ServerOptions opts;
+//   opts.listen_address = "127.0.0.1:0";
+//   opts.data_dir = "/var/lib/sluice";
+//   SLUICE_ASSIGN_OR_RETURN(auto server, sluice::SluiceServer::Start(opts));
+//   ... server->port() ...
+//   server->Shutdown();
+#ifndef SLUICE_SERVER_SLUICE_SERVER_H_
+#define SLUICE_SERVER_SLUICE_SERVER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "codec/frame_format.h"
+
+namespace sluice {
+
+struct ServerOptions {
+  std::string listen_address = "127.0.0.1:7070";  ///< host:port; port 0 picks a free one
+  std::string data_dir;
+  uint64_t memory_budget_bytes = 256ull << 20;
+  bool fsync = true;
+  FrameLimits limits;  ///< max frame size and records per frame
+  int worker_threads = 4;
+  std::chrono::milliseconds shutdown_grace{5000};
+};
+
+class SluiceServer {
+ public:
+  /// Recovers the data directory and starts serving.
+  static absl::StatusOr<std::unique_ptr<SluiceServer>> Start(const ServerOptions& options);
+  ~SluiceServer();  // Shutdown()
+
+  int port() const;
+  /// Stops accepting calls, lets in-flight ones finish until the grace period, then cancels them.
+  void Shutdown();
+  /// Shuffles that failed recovery at start (id -> reason); they are not served.
+  const std::map<std::string, std::string>& failed_shuffles() const;
+  uint64_t memory_parked_total() const;
+
+ private:
+  struct Impl;
+  explicit SluiceServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_SLUICE_SERVER_H_

@@ -1,0 +1,83 @@
+#include "server/worker_pool.h"
+
+#include <utility>
+
+namespace sluice {
+
+WorkerPool::WorkerPool(int threads) {
+  if (threads < 1) threads = 1;
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void WorkerPool::Submit(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void WorkerPool::Run() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;  // stopping, and nothing left
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    task();
+  }
+}
+
+void MemoryBudget::Charge(uint64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  used_ += n;
+}
+
+void MemoryBudget::Release(uint64_t n) {
+  std::deque<std::function<void()>> wake;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    used_ = n > used_ ? 0 : used_ - n;
+    while (used_ < limit_ && !waiters_.empty()) {
+      wake.push_back(std::move(waiters_.front()));
+      waiters_.pop_front();
+    }
+  }
+  for (auto& w : wake) pool_->Submit(std::move(w));
+}
+
+void MemoryBudget::WhenAvailable(std::function<void()> resume) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (used_ >= limit_) {
+      ++parked_total_;
+      waiters_.push_back(std::move(resume));
+      return;
+    }
+  }
+  resume();
+}
+
+uint64_t MemoryBudget::used() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return used_;
+}
+
+uint64_t MemoryBudget::parked_total() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return parked_total_;
+}
+
+}  // namespace sluice

@@ -1,0 +1,65 @@
+// WorkerPool: a fixed set of threads for the work that must not run on gRPC threads (disk,
+// compression, validation). Tasks are queued; the queue is bounded in practice because every
+// stream keeps at most one task in flight.
+//
+// MemoryBudget: the server-wide byte budget of buffered push data and fetch buffers. A stream
+// that finds it full does not read more: it parks a continuation that runs when memory is
+// released, and HTTP/2 flow control pushes back on its client meanwhile.
+#ifndef SLUICE_SERVER_WORKER_POOL_H_
+#define SLUICE_SERVER_WORKER_POOL_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace sluice {
+
+class WorkerPool {
+ public:
+  explicit WorkerPool(int threads);
+  ~WorkerPool();  // runs what is queued, then joins
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  void Submit(std::function<void()> task);
+
+ private:
+  void Run();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+class MemoryBudget {
+ public:
+  MemoryBudget(uint64_t limit_bytes, WorkerPool* pool) : limit_(limit_bytes), pool_(pool) {}
+
+  /// Counts `n` bytes (always granted: the data is already in memory).
+  void Charge(uint64_t n);
+  /// Returns `n` bytes and wakes parked streams while there is room.
+  void Release(uint64_t n);
+  /// Runs `resume` (on the pool) as soon as usage is below the limit: at once if it is now.
+  void WhenAvailable(std::function<void()> resume);
+
+  uint64_t used() const;
+  uint64_t limit() const { return limit_; }
+  uint64_t parked_total() const;  ///< how many times a stream had to wait (for stats/tests)
+
+ private:
+  const uint64_t limit_;
+  WorkerPool* const pool_;
+  mutable std::mutex mu_;
+  uint64_t used_ = 0;
+  uint64_t parked_total_ = 0;
+  std::deque<std::function<void()>> waiters_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_WORKER_POOL_H_

@@ -1,0 +1,393 @@
+// The service end to end: a real SluiceServer on 127.0.0.1:0 with a real temporary data
+// directory, called through the generated gRPC stub.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "codec/frame_decoder.h"
+#include "codec/frame_encoder.h"
+#include "server/sluice_server.h"
+#include "sluice/v1/shuffle.grpc.pb.h"
+#include "tests/server/test_dir.h"
+
+namespace sluice {
+namespace {
+
+using testing::TempDir;
+namespace pb = sluice::v1;
+
+// Records of mapper m for partition p: keys "m<m>-p<p>-<i>", values with `pad` extra bytes.
+std::vector<std::pair<std::string, std::string>> Rows(uint32_t m, uint32_t p, int n,
+                                                      size_t pad = 0) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  uint64_t x = 0x9e3779b97f4a7c15ULL * (m + 1) + p;
+  for (int i = 0; i < n; ++i) {
+    std::string v = "v" + std::to_string(i);
+    for (size_t k = 0; k < pad; ++k) {  // incompressible padding
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      v.push_back(static_cast<char>('a' + x % 26));
+    }
+    rows.emplace_back("m" + std::to_string(m) + "-p" + std::to_string(p) + "-" + std::to_string(i),
+                      std::move(v));
+  }
+  return rows;
+}
+
+std::string Frame(const std::vector<std::pair<std::string, std::string>>& rows) {
+  std::vector<Record> records;
+  for (const auto& [k, v] : rows) records.push_back(Record{k, v});
+  FrameEncoder enc;
+  std::string out;
+  EXPECT_TRUE(enc.Encode(records, &out).ok());
+  return out;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartServer(); }
+
+  void StartServer(uint64_t budget = 256ull << 20) {
+    ServerOptions opts;
+    opts.listen_address = "127.0.0.1:0";
+    opts.data_dir = dir_.path();
+    opts.memory_budget_bytes = budget;
+    opts.worker_threads = 2;
+    auto server = SluiceServer::Start(opts);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(server).value();
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = pb::ShuffleService::NewStub(channel_);
+  }
+  void RestartServer(uint64_t budget = 256ull << 20) {
+    stub_.reset();
+    channel_.reset();
+    server_.reset();
+    StartServer(budget);
+  }
+
+  grpc::Status Create(const std::string& id, uint32_t partitions, uint32_t mappers,
+                      bool* created = nullptr) {
+    grpc::ClientContext ctx;
+    pb::CreateShuffleRequest req;
+    req.set_shuffle_id(id);
+    req.set_num_partitions(partitions);
+    req.set_num_mappers(mappers);
+    pb::CreateShuffleResponse resp;
+    grpc::Status st = stub_->CreateShuffle(&ctx, req, &resp);
+    if (created != nullptr) *created = resp.created();
+    return st;
+  }
+
+  // One attempt: open, one message per partition, commit with the true (or given) counts.
+  grpc::Status Push(const std::string& id, uint32_t mapper, uint64_t attempt, uint32_t partitions,
+                    int rows_per_partition, pb::PushResponse* resp, int64_t frame_count = -1,
+                    size_t pad = 0) {
+    grpc::ClientContext ctx;
+    auto writer = stub_->Push(&ctx, resp);
+    pb::PushRequest open;
+    open.mutable_open()->set_shuffle_id(id);
+    open.mutable_open()->set_mapper_id(mapper);
+    open.mutable_open()->set_attempt_id(attempt);
+    writer->Write(open);
+    for (uint32_t p = 0; p < partitions; ++p) {
+      pb::PushRequest msg;
+      auto* f = msg.mutable_frames()->add_frames();
+      f->set_partition_id(p);
+      f->set_frame(Frame(Rows(mapper, p, rows_per_partition, pad)));
+      if (!writer->Write(msg)) break;
+    }
+    pb::PushRequest commit;
+    commit.mutable_commit()->set_frame_count(frame_count >= 0 ? frame_count : partitions);
+    commit.mutable_commit()->set_record_count(static_cast<uint64_t>(partitions) *
+                                              rows_per_partition);
+    writer->Write(commit);
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  // All records of a partition, sorted, as "key=value".
+  grpc::Status FetchAll(const std::string& id, uint32_t partition, std::vector<std::string>* out,
+                        bool require_complete = false) {
+    grpc::ClientContext ctx;
+    pb::FetchRequest req;
+    req.set_shuffle_id(id);
+    req.set_partition_id(partition);
+    req.set_order(pb::UNORDERED);
+    req.set_require_complete(require_complete);
+    auto reader = stub_->Fetch(&ctx, req);
+    pb::FetchResponse resp;
+    FrameDecoder dec;
+    DecodedFrame frame;
+    while (reader->Read(&resp)) {
+      EXPECT_TRUE(dec.Decode(resp.frame(), &frame).ok());
+      for (const Record& r : frame) out->push_back(std::string(r.key) + "=" + std::string(r.value));
+    }
+    std::sort(out->begin(), out->end());
+    return reader->Finish();
+  }
+
+  pb::ShuffleInfo Info(const std::string& id, grpc::Status* st = nullptr) {
+    grpc::ClientContext ctx;
+    pb::GetShuffleRequest req;
+    req.set_shuffle_id(id);
+    pb::ShuffleInfo info;
+    grpc::Status s = stub_->GetShuffle(&ctx, req, &info);
+    if (st != nullptr) *st = s;
+    return info;
+  }
+
+  static std::vector<std::string> Expected(std::vector<uint32_t> mappers, uint32_t p, int n) {
+    std::vector<std::string> out;
+    for (uint32_t m : mappers) {
+      for (const auto& [k, v] : Rows(m, p, n)) out.push_back(k + "=" + v);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<SluiceServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<pb::ShuffleService::Stub> stub_;
+};
+
+TEST_F(ServerTest, CreateIsIdempotentAndConflictsAreNamed) {
+  bool created = false;
+  ASSERT_TRUE(Create("s1", 4, 3, &created).ok());
+  EXPECT_TRUE(created);
+  ASSERT_TRUE(Create("s1", 4, 3, &created).ok());
+  EXPECT_FALSE(created);
+  grpc::Status st = Create("s1", 5, 3);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_NE(st.error_message().find("4 partitions"), std::string::npos) << st.error_message();
+  EXPECT_EQ(Create("../etc", 1, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Create("zero", 0, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ServerTest, PushedRecordsComeBackFromEveryPartition) {
+  ASSERT_TRUE(Create("s", 4, 3).ok());
+  std::vector<std::thread> mappers;
+  for (uint32_t m = 0; m < 3; ++m) {
+    mappers.emplace_back([this, m] {
+      pb::PushResponse resp;
+      grpc::Status st = Push("s", m, 1, 4, 100, &resp);
+      EXPECT_TRUE(st.ok()) << st.error_message();
+      EXPECT_FALSE(resp.duplicate());
+      EXPECT_EQ(resp.records(), 400u);
+    });
+  }
+  for (auto& t : mappers) t.join();
+  for (uint32_t p = 0; p < 4; ++p) {
+    std::vector<std::string> got;
+    ASSERT_TRUE(FetchAll("s", p, &got, /*require_complete=*/true).ok());
+    EXPECT_EQ(got, Expected({0, 1, 2}, p, 100)) << "partition " << p;
+  }
+  const auto info = Info("s");
+  EXPECT_EQ(info.committed_mappers_size(), 3);
+  EXPECT_EQ(info.partitions(2).records(), 300u);
+}
+
+TEST_F(ServerTest, SecondCommittedAttemptIsADuplicate) {
+  ASSERT_TRUE(Create("s", 2, 0).ok());
+  pb::PushResponse first, second;
+  ASSERT_TRUE(Push("s", 7, 1, 2, 10, &first).ok());
+  ASSERT_TRUE(Push("s", 7, 2, 2, 10, &second).ok());
+  EXPECT_FALSE(first.duplicate());
+  EXPECT_TRUE(second.duplicate());
+  std::vector<std::string> got;
+  ASSERT_TRUE(FetchAll("s", 1, &got).ok());
+  EXPECT_EQ(got, Expected({7}, 1, 10));  // once, not twice
+}
+
+TEST_F(ServerTest, StreamsThatEndWithoutCommitLeaveNothing) {
+  ASSERT_TRUE(Create("s", 2, 0).ok());
+  {  // closed without a commit message
+    grpc::ClientContext ctx;
+    pb::PushResponse resp;
+    auto writer = stub_->Push(&ctx, &resp);
+    pb::PushRequest open;
+    open.mutable_open()->set_shuffle_id("s");
+    open.mutable_open()->set_mapper_id(1);
+    writer->Write(open);
+    pb::PushRequest msg;
+    auto* f = msg.mutable_frames()->add_frames();
+    f->set_partition_id(0);
+    f->set_frame(Frame(Rows(1, 0, 10)));
+    writer->Write(msg);
+    writer->WritesDone();
+    grpc::Status st = writer->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(st.error_message().find("without a commit"), std::string::npos);
+  }
+  {  // cancelled by the client mid-stream
+    grpc::ClientContext ctx;
+    pb::PushResponse resp;
+    auto writer = stub_->Push(&ctx, &resp);
+    pb::PushRequest open;
+    open.mutable_open()->set_shuffle_id("s");
+    open.mutable_open()->set_mapper_id(2);
+    writer->Write(open);
+    pb::PushRequest msg;
+    auto* f = msg.mutable_frames()->add_frames();
+    f->set_partition_id(1);
+    f->set_frame(Frame(Rows(2, 1, 10)));
+    writer->Write(msg);
+    ctx.TryCancel();
+    EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  EXPECT_EQ(Info("s").committed_mappers_size(), 0);
+  for (uint32_t p = 0; p < 2; ++p) {
+    std::vector<std::string> got;
+    ASSERT_TRUE(FetchAll("s", p, &got).ok());
+    EXPECT_TRUE(got.empty());
+  }
+}
+
+TEST_F(ServerTest, BadInputIsRejectedWithANamedErrorAndOthersKeepWorking) {
+  ASSERT_TRUE(Create("s", 2, 4).ok());
+  pb::PushResponse good;
+  ASSERT_TRUE(Push("s", 0, 1, 2, 20, &good).ok());
+
+  pb::PushResponse resp;
+  grpc::Status st = Push("nope", 0, 1, 2, 5, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  st = Push("s", 9, 1, 2, 5, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("mapper 9"), std::string::npos) << st.error_message();
+  st = Push("s", 1, 1, 3, 5, &resp);  // a third partition in a 2-partition shuffle
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("partition 2"), std::string::npos) << st.error_message();
+  st = Push("s", 1, 1, 2, 5, &resp, /*frame_count=*/7);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("commit says 7 frames"), std::string::npos)
+      << st.error_message();
+  {  // a corrupt frame
+    grpc::ClientContext ctx;
+    auto writer = stub_->Push(&ctx, &resp);
+    pb::PushRequest open;
+    open.mutable_open()->set_shuffle_id("s");
+    open.mutable_open()->set_mapper_id(2);
+    writer->Write(open);
+    pb::PushRequest msg;
+    auto* f = msg.mutable_frames()->add_frames();
+    f->set_partition_id(0);
+    std::string frame = Frame(Rows(2, 0, 5));
+    frame[frame.size() - 1] ^= 1;
+    f->set_frame(frame);
+    writer->Write(msg);
+    writer->WritesDone();
+    st = writer->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("frame 0 for partition 0"), std::string::npos)
+        << st.error_message();
+  }
+  {  // a second open message
+    grpc::ClientContext ctx;
+    auto writer = stub_->Push(&ctx, &resp);
+    pb::PushRequest open;
+    open.mutable_open()->set_shuffle_id("s");
+    open.mutable_open()->set_mapper_id(3);
+    writer->Write(open);
+    writer->Write(open);
+    writer->WritesDone();
+    st = writer->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("second open"), std::string::npos);
+  }
+  // Committed data untouched, and the server still takes pushes.
+  std::vector<std::string> got;
+  ASSERT_TRUE(FetchAll("s", 0, &got).ok());
+  EXPECT_EQ(got, Expected({0}, 0, 20));
+  ASSERT_TRUE(Push("s", 1, 2, 2, 20, &resp).ok());
+  EXPECT_EQ(Info("s").committed_mappers_size(), 2);
+}
+
+TEST_F(ServerTest, RequireCompleteSaysHowManyMappersAreMissing) {
+  ASSERT_TRUE(Create("s", 1, 3).ok());
+  pb::PushResponse resp;
+  ASSERT_TRUE(Push("s", 1, 1, 1, 5, &resp).ok());
+  std::vector<std::string> got;
+  grpc::Status st = FetchAll("s", 0, &got, /*require_complete=*/true);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(st.error_message().find("2 of 3 mappers"), std::string::npos) << st.error_message();
+  got.clear();
+  EXPECT_TRUE(FetchAll("s", 0, &got, /*require_complete=*/false).ok());
+  EXPECT_EQ(got.size(), 5u);
+}
+
+TEST_F(ServerTest, CommittedDataSurvivesARestart) {
+  ASSERT_TRUE(Create("s", 3, 0).ok());
+  pb::PushResponse resp;
+  ASSERT_TRUE(Push("s", 4, 1, 3, 50, &resp).ok());
+  ASSERT_TRUE(Push("s", 5, 1, 3, 50, &resp).ok());
+  RestartServer();
+  const auto info = Info("s");
+  EXPECT_EQ(info.committed_mappers_size(), 2);
+  for (uint32_t p = 0; p < 3; ++p) {
+    std::vector<std::string> got;
+    ASSERT_TRUE(FetchAll("s", p, &got).ok());
+    EXPECT_EQ(got, Expected({4, 5}, p, 50));
+  }
+  // The recovered mapper still counts: a retry is a duplicate.
+  ASSERT_TRUE(Push("s", 4, 2, 3, 50, &resp).ok());
+  EXPECT_TRUE(resp.duplicate());
+}
+
+TEST_F(ServerTest, DeletedShufflesAreGone) {
+  ASSERT_TRUE(Create("s", 1, 0).ok());
+  pb::PushResponse resp;
+  ASSERT_TRUE(Push("s", 0, 1, 1, 5, &resp).ok());
+  grpc::ClientContext ctx;
+  pb::DeleteShuffleRequest req;
+  req.set_shuffle_id("s");
+  pb::DeleteShuffleResponse del;
+  ASSERT_TRUE(stub_->DeleteShuffle(&ctx, req, &del).ok());
+  grpc::Status st;
+  Info("s", &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  std::vector<std::string> got;
+  EXPECT_EQ(FetchAll("s", 0, &got).error_code(), grpc::StatusCode::NOT_FOUND);
+  RestartServer();
+  Info("s", &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(ServerTest, AFullMemoryBudgetSlowsPushesDownInsteadOfFailingThem) {
+  RestartServer(/*budget=*/64 << 10);  // 64 KiB; each push message is ~100 KiB
+  ASSERT_TRUE(Create("s", 4, 0).ok());
+  std::vector<std::thread> mappers;
+  for (uint32_t m = 0; m < 4; ++m) {
+    mappers.emplace_back([this, m] {
+      pb::PushResponse resp;
+      grpc::Status st = Push("s", m, 1, 4, 1000, &resp, -1, /*pad=*/100);
+      EXPECT_TRUE(st.ok()) << st.error_message();
+    });
+  }
+  for (auto& t : mappers) t.join();
+  EXPECT_GT(server_->memory_parked_total(), 0u);
+  std::vector<std::string> got;
+  ASSERT_TRUE(FetchAll("s", 3, &got).ok());
+  EXPECT_EQ(got.size(), 4000u);
+}
+
+TEST_F(ServerTest, ListShufflesListsWhatExists) {
+  ASSERT_TRUE(Create("a", 1, 0).ok());
+  ASSERT_TRUE(Create("b", 2, 5).ok());
+  grpc::ClientContext ctx;
+  pb::ListShufflesRequest req;
+  pb::ListShufflesResponse resp;
+  ASSERT_TRUE(stub_->ListShuffles(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.shuffles_size(), 2);
+  EXPECT_EQ(resp.shuffles(1).shuffle_id(), "b");
+  EXPECT_EQ(resp.shuffles(1).num_mappers(), 5u);
+}
+
+}  // namespace
+}  // namespace sluice
