@@ -4,7 +4,7 @@
 #
 #   bash deploy/dev.sh main        # install, build, run the main job
 #   bash deploy/dev.sh test        # install, build, run every test (ctest)
-#   bash deploy/dev.sh asan        # codec tests under AddressSanitizer + UBSan
+#   bash deploy/dev.sh asan        # every test under AddressSanitizer + UBSan
 #   bash deploy/dev.sh fuzz [SEC]  # libFuzzer runs of the frame decoder and encoder, SEC each (60)
 #   bash deploy/dev.sh compare     # codec benchmark beside Python pickle/msgpack (+zstd)
 set -euo pipefail
@@ -65,9 +65,9 @@ case ${1:-} in
   asan)
     install_missing "${BUILD_PACKAGES[@]}"
     configure_and_build "$ROOT/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_SANITIZE=ON \
-      -DSLUICE_CODEC_ONLY=ON -DSLUICE_BUILD_TESTS=ON
-    log "codec tests under ASan+UBSan"
-    ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -L codec
+      -DSLUICE_BUILD_TESTS=ON
+    log "every test under ASan+UBSan"
+    ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -LE soak
     ;;
   fuzz)
     secs=${2:-60}
