@@ -16,6 +16,7 @@ ABSL_FLAG(uint64_t, memory_budget_mb, 256, "budget for buffered push data and fe
 ABSL_FLAG(bool, fsync, true, "sync data and commit log before acknowledging a commit");
 ABSL_FLAG(uint32_t, max_frame_mb, 64, "largest frame accepted, uncompressed");
 ABSL_FLAG(int32_t, worker_threads, 4, "threads for disk, validation and compression work");
+ABSL_FLAG(uint32_t, merge_fan_in, 64, "runs merged at once by a KEY-ordered fetch");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
 
 int main(int argc, char** argv) {
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   opts.fsync = absl::GetFlag(FLAGS_fsync);
   opts.limits.max_uncompressed_bytes = absl::GetFlag(FLAGS_max_frame_mb) << 20;
   opts.worker_threads = absl::GetFlag(FLAGS_worker_threads);
+  opts.merge_fan_in = absl::GetFlag(FLAGS_merge_fan_in);
   auto server = sluice::SluiceServer::Start(opts);
   if (!server.ok()) {
     spdlog::critical("event=start_failed error=\"{}\"", server.status().ToString());

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codec/frame_decoder.h"
+#include "codec/frame_encoder.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice {
@@ -171,12 +172,13 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   DecodedFrame decoded_;
 };
 
-// One partition, UNORDERED: the stored frames as they were pushed, one per response, each
-// read and checksum-verified on the pool while the previous one is on the wire.
+// One partition. UNORDERED: the stored frames as they were pushed, one per response, each
+// read and checksum-verified on the pool while the previous one is on the wire. KEY: a k-way
+// merge of the partition's runs, re-encoded in chunks the reducer asked for.
 class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
  public:
   FetchReactor(ShuffleServiceImpl::Deps deps, const FetchRequest* request) : deps_(deps) {
-    absl::Status st = Setup(*request);
+    absl::Status st = Setup(*request);  // in-memory checks only: this is a gRPC thread
     if (!st.ok()) {
       Finish(ToGrpc(st));
       return;
@@ -201,9 +203,10 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     if (!store.ok()) return store.status();
     store_ = std::move(store).value();
     const ShuffleParams& params = store_->params();
-    if (req.partition_id() >= params.num_partitions) {
+    partition_ = req.partition_id();
+    if (partition_ >= params.num_partitions) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "partition ", req.partition_id(), " is out of range [0, ", params.num_partitions, ")"));
+          "partition ", partition_, " is out of range [0, ", params.num_partitions, ")"));
     }
     if (req.require_complete() && params.num_mappers != 0) {
       const size_t have = store_->CommittedMappers().size();
@@ -212,39 +215,107 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
             params.num_mappers - have, " of ", params.num_mappers, " mappers have not committed"));
       }
     }
-    if (req.order() == v1::KEY) {
-      return absl::UnimplementedError("KEY-ordered fetch (the k-way merge) is not built yet");
+    key_order_ = req.order() == v1::KEY;
+    switch (req.layout()) {
+      case v1::LAYOUT_OPAQUE:
+        encode_.layout = LayoutChoice::kOpaque;
+        break;
+      case v1::LAYOUT_MSGPACK:
+        encode_.layout = LayoutChoice::kMsgpack;
+        break;
+      case v1::LAYOUT_COLUMNAR:
+        encode_.layout = LayoutChoice::kColumnar;
+        break;
+      default:
+        encode_.layout = LayoutChoice::kAuto;
     }
-    blocks_ = store_->CommittedBlocks(req.partition_id());
+    encode_.compression = req.uncompressed() ? Compression::kNone : Compression::kZstd;
+    encode_.zstd_level = req.zstd_level() == 0 ? 3 : static_cast<int>(req.zstd_level());
+    encode_.limits = deps_.limits;
+    const size_t cap = deps_.limits.max_uncompressed_bytes / 2;
+    chunk_bytes_ = req.target_chunk_bytes() == 0 ? (1u << 20) : req.target_chunk_bytes();
+    chunk_bytes_ = std::min(chunk_bytes_, cap);
+    blocks_ = store_->CommittedBlocks(partition_);
     return absl::OkStatus();
   }
 
   void Next() {
-    if (next_ == blocks_.size()) {
-      Finish(grpc::Status::OK);
-      return;
-    }
-    const BlockRef& b = blocks_[next_++];
-    charged_ = b.frame_size;
-    deps_.budget->Charge(charged_);
-    absl::Status st = store_->ReadFrame(b, response_.mutable_frame());
+    absl::Status st = key_order_ ? NextMerged() : NextStored();
     if (!st.ok()) {
       deps_.budget->Release(charged_);
       charged_ = 0;
       spdlog::error("event=fetch_failed shuffle={} partition={} error=\"{}\"",
-                    store_->params().shuffle_id, b.partition, std::string(st.message()));
+                    store_->params().shuffle_id, partition_, std::string(st.message()));
       Finish(ToGrpc(st));
+      return;
+    }
+    if (done_) {
+      Finish(grpc::Status::OK);
       return;
     }
     StartWrite(&response_);
   }
 
+  absl::Status NextStored() {
+    if (next_ == blocks_.size()) {
+      done_ = true;
+      return absl::OkStatus();
+    }
+    const BlockRef& b = blocks_[next_++];
+    charged_ = b.frame_size;
+    deps_.budget->Charge(charged_);
+    return store_->ReadFrame(b, response_.mutable_frame());
+  }
+
+  absl::Status NextMerged() {
+    if (merged_ == nullptr) {
+      DecodeOptions dopts;
+      dopts.limits = deps_.limits;
+      decoder_ = std::make_unique<FrameDecoder>(dopts);
+      std::vector<std::unique_ptr<RunSource>> runs;
+      runs.reserve(blocks_.size());
+      for (const BlockRef& b : blocks_) {
+        runs.push_back(StoredFrameRun(store_, b, decoder_.get()));
+      }
+      auto merged = MergedStream::Make(std::move(runs), deps_.merge);
+      if (!merged.ok()) return merged.status();
+      merged_ = std::move(merged).value();
+      encoder_ = std::make_unique<FrameEncoder>(encode_);
+    }
+    batch_.clear();
+    arena_.clear();
+    auto more = merged_->NextBatch(chunk_bytes_, &batch_, &arena_);
+    if (!more.ok()) return more.status();
+    if (!*more) {
+      done_ = true;
+      return absl::OkStatus();
+    }
+    std::string* frame = response_.mutable_frame();
+    frame->clear();
+    absl::Status st = encoder_->Encode(batch_, frame);
+    if (!st.ok()) return st;
+    charged_ = frame->size() + arena_.size();
+    deps_.budget->Charge(charged_);
+    return absl::OkStatus();
+  }
+
   const ShuffleServiceImpl::Deps deps_;
   std::shared_ptr<ShuffleStore> store_;
+  uint32_t partition_ = 0;
+  bool key_order_ = false;
+  EncodeOptions encode_;
+  size_t chunk_bytes_ = 1 << 20;
   std::vector<BlockRef> blocks_;
   size_t next_ = 0;
+  bool done_ = false;
   uint64_t charged_ = 0;
   FetchResponse response_;
+  // KEY order only.
+  std::unique_ptr<FrameDecoder> decoder_;
+  std::unique_ptr<MergedStream> merged_;
+  std::unique_ptr<FrameEncoder> encoder_;
+  std::vector<Record> batch_;
+  std::string arena_;
 };
 
 }  // namespace

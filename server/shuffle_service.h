@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "codec/frame_format.h"
+#include "server/merge.h"
 #include "server/shuffle_registry.h"
 #include "server/worker_pool.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
@@ -24,6 +25,7 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
     WorkerPool* pool;
     MemoryBudget* budget;
     FrameLimits limits;
+    MergeOptions merge;
   };
   explicit ShuffleServiceImpl(Deps deps) : deps_(deps) {}
 

@@ -5,6 +5,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "server/file_util.h"
 #include "server/shuffle_service.h"
 #include "spdlog/spdlog.h"
 
@@ -42,8 +43,16 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   }
   impl->pool = std::make_unique<WorkerPool>(options.worker_threads);
   impl->budget = std::make_unique<MemoryBudget>(options.memory_budget_bytes, impl->pool.get());
+  // Intermediate merge runs live in <data_dir>/tmp, emptied at every start.
+  const std::string tmp_dir = options.data_dir + "/tmp";
+  if (auto st = file::RemoveTree(tmp_dir); !st.ok()) return st;
+  if (auto st = file::MakeDirs(tmp_dir); !st.ok()) return st;
+  MergeOptions merge;
+  merge.fan_in = options.merge_fan_in;
+  merge.tmp_dir = tmp_dir;
+  merge.limits = options.limits;
   impl->service = std::make_unique<ShuffleServiceImpl>(ShuffleServiceImpl::Deps{
-      impl->registry.get(), impl->pool.get(), impl->budget.get(), options.limits});
+      impl->registry.get(), impl->pool.get(), impl->budget.get(), options.limits, merge});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -28,6 +28,7 @@ struct ServerOptions {
   bool fsync = true;
   FrameLimits limits;  ///< max frame size and records per frame
   int worker_threads = 4;
+  size_t merge_fan_in = 64;  ///< runs merged at once; more go through temporary files first
   std::chrono::milliseconds shutdown_grace{5000};
 };
 

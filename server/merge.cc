@@ -1,0 +1,236 @@
+#include "server/merge.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "codec/endian.h"
+#include "codec/status_macros.h"
+#include "server/file_util.h"
+
+namespace sluice {
+namespace {
+
+// Yields the records of one decoded frame in key order (sorting an index if the frame is not
+// flagged sorted; stable, so equal keys keep their arrival order).
+class DecodedRun {
+ public:
+  void Reset() {
+    pos_ = 0;
+    order_.clear();
+    if (!frame_.header().sorted_by_key()) {
+      order_.resize(frame_.size());
+      for (uint32_t i = 0; i < order_.size(); ++i) order_[i] = i;
+      std::stable_sort(order_.begin(), order_.end(), [this](uint32_t a, uint32_t b) {
+        return KeyLess(frame_[a].key, frame_[b].key);
+      });
+    }
+  }
+  bool Next(Record* out) {
+    if (pos_ >= frame_.size()) return false;
+    *out = frame_[order_.empty() ? pos_ : order_[pos_]];
+    ++pos_;
+    return true;
+  }
+  DecodedFrame* frame() { return &frame_; }
+
+ private:
+  DecodedFrame frame_;
+  std::vector<uint32_t> order_;
+  size_t pos_ = 0;
+};
+
+class StoredRun final : public RunSource {
+ public:
+  StoredRun(std::shared_ptr<ShuffleStore> store, BlockRef block, FrameDecoder* decoder)
+      : store_(std::move(store)), block_(block), decoder_(decoder) {}
+
+  absl::StatusOr<bool> Next(Record* out) override {
+    if (!loaded_) {
+      SLUICE_RETURN_IF_ERROR(store_->ReadFrame(block_, &bytes_));
+      SLUICE_RETURN_IF_ERROR(decoder_->Decode(bytes_, run_.frame()));
+      run_.Reset();
+      loaded_ = true;
+    }
+    return run_.Next(out);
+  }
+
+ private:
+  std::shared_ptr<ShuffleStore> store_;
+  const BlockRef block_;
+  FrameDecoder* const decoder_;
+  bool loaded_ = false;
+  std::string bytes_;
+  DecodedRun run_;
+};
+
+// An intermediate run: [u32 LE size][frame] ... written by one merge pass, read back one frame
+// at a time.
+class FileRun final : public RunSource {
+ public:
+  FileRun(file::Fd fd, std::string path, FrameDecoder* decoder)
+      : fd_(std::move(fd)), path_(std::move(path)), decoder_(decoder) {}
+
+  absl::StatusOr<bool> Next(Record* out) override {
+    for (;;) {
+      if (loaded_ && run_.Next(out)) return true;
+      SLUICE_ASSIGN_OR_RETURN(const uint64_t size, file::FileSize(fd_.get(), path_));
+      if (offset_ >= size) return false;
+      uint8_t len[4];
+      SLUICE_RETURN_IF_ERROR(file::PreadAll(fd_.get(), path_, offset_, 4, len));
+      bytes_.resize(LoadLE32(len));
+      SLUICE_RETURN_IF_ERROR(file::PreadAll(fd_.get(), path_, offset_ + 4, bytes_.size(),
+                                            reinterpret_cast<uint8_t*>(bytes_.data())));
+      offset_ += 4 + bytes_.size();
+      SLUICE_RETURN_IF_ERROR(decoder_->Decode(bytes_, run_.frame()));
+      run_.Reset();
+      loaded_ = true;
+    }
+  }
+
+ private:
+  file::Fd fd_;
+  const std::string path_;
+  FrameDecoder* const decoder_;
+  uint64_t offset_ = 0;
+  bool loaded_ = false;
+  std::string bytes_;
+  DecodedRun run_;
+};
+
+std::atomic<uint64_t> tmp_counter{0};
+
+}  // namespace
+
+std::unique_ptr<RunSource> StoredFrameRun(std::shared_ptr<ShuffleStore> store, BlockRef block,
+                                          FrameDecoder* decoder) {
+  return std::make_unique<StoredRun>(std::move(store), block, decoder);
+}
+
+MergedStream::~MergedStream() {
+  runs_.clear();
+  for (const std::string& f : tmp_files_) ::unlink(f.c_str());
+}
+
+absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(
+    std::vector<std::unique_ptr<RunSource>> runs, const MergeOptions& options) {
+  std::unique_ptr<MergedStream> stream(new MergedStream());
+  const size_t fan_in = std::max<size_t>(options.fan_in, 2);
+  DecodeOptions dopts;
+  dopts.limits = options.limits;
+  // Intermediate runs are our own frames: one decoder reads them back.
+  stream->decoder_ = std::make_unique<FrameDecoder>(dopts);
+  while (runs.size() > fan_in) {
+    ++stream->passes_;
+    std::vector<std::unique_ptr<RunSource>> next;
+    for (size_t start = 0; start < runs.size(); start += fan_in) {
+      const size_t end = std::min(runs.size(), start + fan_in);
+      std::vector<std::unique_ptr<RunSource>> group;
+      for (size_t i = start; i < end; ++i) group.push_back(std::move(runs[i]));
+      if (group.size() == 1) {
+        next.push_back(std::move(group[0]));
+        continue;
+      }
+      // Merge the group into a file of sorted frames.
+      MergedStream pass;
+      SLUICE_RETURN_IF_ERROR(pass.Init(std::move(group)));
+      const std::string path = absl::StrCat(options.tmp_dir, "/merge-", ::getpid(), "-",
+                                            tmp_counter.fetch_add(1), ".run");
+      SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenForAppend(path));
+      stream->tmp_files_.push_back(path);
+      EncodeOptions eopts;
+      eopts.zstd_level = 1;  // scratch data: fast beats small
+      eopts.limits = options.limits;
+      FrameEncoder encoder(eopts);
+      std::vector<Record> batch;
+      std::string arena, frame;
+      uint64_t offset = 0;
+      for (;;) {
+        batch.clear();
+        arena.clear();
+        SLUICE_ASSIGN_OR_RETURN(bool more, pass.NextBatch(options.chunk_bytes, &batch, &arena));
+        if (!more) break;
+        frame.assign(4, '\0');
+        SLUICE_RETURN_IF_ERROR(encoder.Encode(batch, &frame));
+        StoreLE32(reinterpret_cast<uint8_t*>(frame.data()),
+                  static_cast<uint32_t>(frame.size() - 4));
+        SLUICE_RETURN_IF_ERROR(file::PwriteAll(
+            fd.get(), path, offset,
+            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size())));
+        offset += frame.size();
+      }
+      next.push_back(std::make_unique<FileRun>(std::move(fd), path, stream->decoder_.get()));
+    }
+    runs = std::move(next);
+  }
+  SLUICE_RETURN_IF_ERROR(stream->Init(std::move(runs)));
+  return stream;
+}
+
+absl::Status MergedStream::Init(std::vector<std::unique_ptr<RunSource>> runs) {
+  runs_ = std::move(runs);
+  current_.resize(runs_.size());
+  heap_.clear();
+  for (uint32_t i = 0; i < runs_.size(); ++i) {
+    SLUICE_ASSIGN_OR_RETURN(bool has, runs_[i]->Next(&current_[i]));
+    if (has) heap_.push_back(i);
+  }
+  std::make_heap(heap_.begin(), heap_.end(), HeapAfter{this});
+  return absl::OkStatus();
+}
+
+bool MergedStream::HeapAfter::operator()(uint32_t a, uint32_t b) const {
+  // std heaps keep the "largest" on top: a comes after b when its key is larger, or equal
+  // with a later run.
+  const int c = CompareKeys(self->current_[a].key, self->current_[b].key);
+  return c > 0 || (c == 0 && a > b);
+}
+
+absl::StatusOr<bool> MergedStream::NextRecord(Record* out) {
+  if (pending_pop_ >= 0) {
+    const auto r = static_cast<uint32_t>(pending_pop_);
+    pending_pop_ = -1;
+    SLUICE_ASSIGN_OR_RETURN(bool has, runs_[r]->Next(&current_[r]));
+    if (has) {
+      heap_.push_back(r);
+      std::push_heap(heap_.begin(), heap_.end(), HeapAfter{this});
+    }
+  }
+  if (heap_.empty()) return false;
+  std::pop_heap(heap_.begin(), heap_.end(), HeapAfter{this});
+  const uint32_t r = heap_.back();
+  heap_.pop_back();
+  *out = current_[r];
+  pending_pop_ = static_cast<int>(r);
+  return true;
+}
+
+absl::StatusOr<bool> MergedStream::NextBatch(size_t max_bytes, std::vector<Record>* batch,
+                                             std::string* arena) {
+  struct Span {
+    size_t key_off, key_len, value_off, value_len;
+  };
+  std::vector<Span> spans;
+  size_t added = 0;
+  Record rec;
+  while (added < max_bytes) {
+    SLUICE_ASSIGN_OR_RETURN(bool has, NextRecord(&rec));
+    if (!has) break;
+    Span s{arena->size(), rec.key.size(), 0, rec.value.size()};
+    arena->append(rec.key);
+    s.value_off = arena->size();
+    arena->append(rec.value);
+    spans.push_back(s);
+    added += rec.key.size() + rec.value.size() + 1;  // +1: empty records still count
+  }
+  for (const Span& s : spans) {
+    batch->push_back(Record{std::string_view(arena->data() + s.key_off, s.key_len),
+                            std::string_view(arena->data() + s.value_off, s.value_len)});
+  }
+  return !spans.empty();
+}
+
+}  // namespace sluice

@@ -1,0 +1,78 @@
+// The KEY-ordered read of a partition: a k-way merge over its committed runs.
+//
+// Every stored frame is a run: a frame flagged sorted is merged as is, an unsorted one is
+// sorted (stably) when it is loaded. A run holds at most one decoded frame at a time. Equal keys
+// come out in run order — runs are listed by mapper id, then arrival — so the order is stable.
+// Past `fan_in` runs, groups of `fan_in` runs are merged into temporary run files first (and
+// again, if needed), so any number of runs is served with at most `fan_in` frames in memory.
+#ifndef SLUICE_SERVER_MERGE_H_
+#define SLUICE_SERVER_MERGE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "codec/frame_decoder.h"
+#include "codec/frame_encoder.h"
+#include "server/shuffle_store.h"
+
+namespace sluice {
+
+/// A source of records in key order.
+class RunSource {
+ public:
+  virtual ~RunSource() = default;
+  /// Sets *out to the next record (views valid until the next call) or returns false at the end.
+  virtual absl::StatusOr<bool> Next(Record* out) = 0;
+};
+
+/// One stored frame of a shuffle, decoded with `decoder` (shared by the runs of one merge,
+/// which decode one at a time) when first read.
+std::unique_ptr<RunSource> StoredFrameRun(std::shared_ptr<ShuffleStore> store, BlockRef block,
+                                          FrameDecoder* decoder);
+
+struct MergeOptions {
+  size_t fan_in = 64;
+  std::string tmp_dir;           ///< where intermediate runs go
+  size_t chunk_bytes = 1 << 20;  ///< records per intermediate frame, in bytes
+  FrameLimits limits;
+};
+
+/// Merges runs into one key-ordered stream.
+class MergedStream {
+ public:
+  /// Takes the runs in tie-break order; reduces them to at most fan_in with intermediate
+  /// passes through files in options.tmp_dir (removed when the stream is destroyed).
+  static absl::StatusOr<std::unique_ptr<MergedStream>> Make(
+      std::vector<std::unique_ptr<RunSource>> runs, const MergeOptions& options);
+  ~MergedStream();
+
+  /// Appends the next records to `batch` (owned copies in `arena`) until about `max_bytes` of
+  /// keys and values were added or the runs are exhausted. Returns false once nothing is left.
+  absl::StatusOr<bool> NextBatch(size_t max_bytes, std::vector<Record>* batch, std::string* arena);
+
+  size_t intermediate_passes() const { return passes_; }
+
+ private:
+  struct HeapAfter {
+    const MergedStream* self;
+    bool operator()(uint32_t a, uint32_t b) const;
+  };
+  MergedStream() = default;
+  absl::Status Init(std::vector<std::unique_ptr<RunSource>> runs);
+  absl::StatusOr<bool> NextRecord(Record* out);
+
+  std::unique_ptr<FrameDecoder> decoder_;  // for intermediate runs
+  std::vector<std::unique_ptr<RunSource>> runs_;
+  std::vector<Record> current_;  // the head record of each run
+  std::vector<uint32_t> heap_;   // run indexes, min-heap by (key, run index)
+  std::vector<std::string> tmp_files_;
+  size_t passes_ = 0;
+  int pending_pop_ = -1;  // run whose head was handed out and must advance next
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_MERGE_H_
