@@ -53,8 +53,10 @@ class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override { StartServer(); }
 
-  void StartServer(uint64_t budget = 256ull << 20, size_t fan_in = 64) {
+  void StartServer(uint64_t budget = 256ull << 20, size_t fan_in = 64,
+                   uint32_t max_frame_bytes = kDefaultMaxUncompressedBytes) {
     ServerOptions opts;
+    opts.limits.max_uncompressed_bytes = max_frame_bytes;
     opts.listen_address = "127.0.0.1:0";
     opts.data_dir = dir_.path();
     opts.memory_budget_bytes = budget;
@@ -67,11 +69,12 @@ class ServerTest : public ::testing::Test {
                                    grpc::InsecureChannelCredentials());
     stub_ = pb::ShuffleService::NewStub(channel_);
   }
-  void RestartServer(uint64_t budget = 256ull << 20, size_t fan_in = 64) {
+  void RestartServer(uint64_t budget = 256ull << 20, size_t fan_in = 64,
+                     uint32_t max_frame_bytes = kDefaultMaxUncompressedBytes) {
     stub_.reset();
     channel_.reset();
     server_.reset();
-    StartServer(budget, fan_in);
+    StartServer(budget, fan_in, max_frame_bytes);
   }
 
   // One attempt made of the given frames (all for partition 0).
@@ -514,6 +517,38 @@ TEST_F(ServerTest, KeyOrderUsesTheRequestedLayoutAndChunkSize) {
     EXPECT_TRUE(h.sorted_by_key());
   }
   for (size_t i = 1; i < got.size(); ++i) EXPECT_FALSE(KeyLess(got[i].first, got[i - 1].first));
+}
+
+TEST_F(ServerTest, TenThousandRunsAreMergedWithinTheFanIn) {
+  RestartServer(256ull << 20, /*fan_in=*/64);
+  ASSERT_TRUE(Create("many", 1, 0).ok());
+  // One attempt of 10,000 one-record frames: 10,000 runs, 157 times the fan-in.
+  std::vector<std::string> frames;
+  for (int i = 0; i < 10000; ++i) {
+    const std::string key = "k" + std::to_string((i * 7919) % 10000);
+    const std::string value = std::to_string(i);
+    FrameEncoder enc;
+    std::string frame;
+    ASSERT_TRUE(enc.Encode({Record{key, value}}, &frame).ok());
+    frames.push_back(std::move(frame));
+  }
+  ASSERT_TRUE(PushFrames("many", 0, frames, 10000).ok());
+  std::vector<std::pair<std::string, std::string>> got;
+  ASSERT_TRUE(FetchKeyOrder("many", &got).ok());
+  ASSERT_EQ(got.size(), 10000u);
+  for (size_t i = 1; i < got.size(); ++i) ASSERT_FALSE(KeyLess(got[i].first, got[i - 1].first));
+}
+
+TEST_F(ServerTest, FramesOverTheSizeCapAreRejected) {
+  RestartServer(256ull << 20, 64, /*max_frame_bytes=*/4096);
+  ASSERT_TRUE(Create("s", 1, 0).ok());
+  FrameEncoder enc;  // (the client's own cap is the default 64 MiB)
+  std::string frame;
+  ASSERT_TRUE(enc.Encode({Record{"k", std::string(10000, 'x')}}, &frame).ok());
+  grpc::Status st = PushFrames("s", 0, {frame}, 1);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("exceeds the cap of 4096"), std::string::npos)
+      << st.error_message();
 }
 
 TEST_F(ServerTest, ListShufflesListsWhatExists) {
