@@ -1,9 +1,15 @@
 // The service end to end: a real SluiceServer on 127.0.0.1:0 with a real temporary data
 // directory, called through the generated gRPC stub.
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <future>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -551,6 +557,23 @@ TEST_F(ServerTest, FramesOverTheSizeCapAreRejected) {
       << st.error_message();
 }
 
+TEST_F(ServerTest, HealthServiceSaysServing) {
+  // grpc.health.v1.Health/Check with an empty request; SERVING is field 1 = 1 (bytes 08 01).
+  grpc::GenericStub generic(channel_);
+  grpc::ClientContext ctx;
+  grpc::Slice empty;
+  grpc::ByteBuffer request(&empty, 1), response;
+  std::promise<grpc::Status> done;
+  generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                    [&done](grpc::Status st) { done.set_value(st); });
+  ASSERT_TRUE(done.get_future().get().ok());
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+}
+
 TEST_F(ServerTest, ListShufflesListsWhatExists) {
   ASSERT_TRUE(Create("a", 1, 0).ok());
   ASSERT_TRUE(Create("b", 2, 5).ok());
@@ -561,6 +584,83 @@ TEST_F(ServerTest, ListShufflesListsWhatExists) {
   ASSERT_EQ(resp.shuffles_size(), 2);
   EXPECT_EQ(resp.shuffles(1).shuffle_id(), "b");
   EXPECT_EQ(resp.shuffles(1).num_mappers(), 5u);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// A data directory on a 3 MiB tmpfs (needs root, as CI has; skipped otherwise).
+class DiskFullTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    mount_ = dir_.path() + "/small";
+    ::mkdir(mount_.c_str(), 0755);
+    if (::mount("tmpfs", mount_.c_str(), "tmpfs", 0, "size=3m") != 0) {
+      GTEST_SKIP() << "cannot mount a small tmpfs here (needs root): " << std::strerror(errno);
+    }
+    mounted_ = true;
+  }
+  void TearDown() override {
+    if (mounted_) ::umount(mount_.c_str());
+  }
+  testing::TempDir dir_;
+  std::string mount_;
+  bool mounted_ = false;
+};
+
+TEST_F(DiskFullTest, FullDiskIsResourceExhaustedAndCommittedDataStays) {
+  ServerOptions opts;
+  opts.listen_address = "127.0.0.1:0";
+  opts.data_dir = mount_;
+  auto server = SluiceServer::Start(opts);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = pb::ShuffleService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials()));
+  auto push = [&](uint32_t mapper, int frames) {
+    grpc::ClientContext ctx;
+    pb::PushResponse resp;
+    auto writer = stub->Push(&ctx, &resp);
+    pb::PushRequest open;
+    open.mutable_open()->set_shuffle_id("d");
+    open.mutable_open()->set_mapper_id(mapper);
+    writer->Write(open);
+    for (int i = 0; i < frames; ++i) {
+      pb::PushRequest msg;
+      auto* f = msg.mutable_frames()->add_frames();
+      f->set_partition_id(0);
+      f->set_frame(Frame(Rows(mapper, static_cast<uint32_t>(i), 200, /*pad=*/1000)));  // ~200 KB
+      if (!writer->Write(msg)) break;
+    }
+    pb::PushRequest commit;
+    commit.mutable_commit()->set_frame_count(frames);
+    commit.mutable_commit()->set_record_count(200ull * frames);
+    writer->Write(commit);
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  {
+    grpc::ClientContext ctx;
+    pb::CreateShuffleRequest req;
+    req.set_shuffle_id("d");
+    req.set_num_partitions(1);
+    pb::CreateShuffleResponse resp;
+    ASSERT_TRUE(stub->CreateShuffle(&ctx, req, &resp).ok());
+  }
+  ASSERT_TRUE(push(0, 2).ok());   // ~400 KB: fits
+  grpc::Status st = push(1, 30);  // ~6 MB: does not
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  // The failed attempt's space was given back: a small push fits again.
+  EXPECT_TRUE(push(2, 2).ok());
+  grpc::ClientContext ctx;
+  pb::GetShuffleRequest req;
+  req.set_shuffle_id("d");
+  pb::ShuffleInfo info;
+  ASSERT_TRUE(stub->GetShuffle(&ctx, req, &info).ok());
+  ASSERT_EQ(info.committed_mappers_size(), 2);
+  EXPECT_EQ(info.partitions(0).records(), 800u);
 }
 
 }  // namespace
