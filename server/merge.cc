@@ -36,6 +36,11 @@ class DecodedRun {
     return true;
   }
   DecodedFrame* frame() { return &frame_; }
+  size_t resident_bytes() const {
+    size_t n = order_.capacity() * sizeof(uint32_t);
+    for (const Record& r : frame_) n += r.key.size() + r.value.size() + 16;
+    return n;
+  }
 
  private:
   DecodedFrame frame_;
@@ -55,7 +60,14 @@ class StoredRun final : public RunSource {
       run_.Reset();
       loaded_ = true;
     }
-    return run_.Next(out);
+    if (run_.Next(out)) return true;
+    exhausted_ = true;  // nothing more will be read: let the memory go
+    bytes_ = std::string();
+    run_ = DecodedRun();
+    return false;
+  }
+  size_t resident_bytes() const override {
+    return exhausted_ || !loaded_ ? 0 : bytes_.capacity() + run_.resident_bytes();
   }
 
  private:
@@ -63,6 +75,7 @@ class StoredRun final : public RunSource {
   const BlockRef block_;
   FrameDecoder* const decoder_;
   bool loaded_ = false;
+  bool exhausted_ = false;
   std::string bytes_;
   DecodedRun run_;
 };
@@ -89,6 +102,9 @@ class FileRun final : public RunSource {
       run_.Reset();
       loaded_ = true;
     }
+  }
+  size_t resident_bytes() const override {
+    return loaded_ ? bytes_.capacity() + run_.resident_bytes() : 0;
   }
 
  private:
@@ -168,6 +184,12 @@ absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(
   }
   SLUICE_RETURN_IF_ERROR(stream->Init(std::move(runs)));
   return stream;
+}
+
+size_t MergedStream::resident_bytes() const {
+  size_t n = 0;
+  for (const auto& run : runs_) n += run->resident_bytes();
+  return n;
 }
 
 absl::Status MergedStream::Init(std::vector<std::unique_ptr<RunSource>> runs) {

@@ -26,6 +26,8 @@ class RunSource {
   virtual ~RunSource() = default;
   /// Sets *out to the next record (views valid until the next call) or returns false at the end.
   virtual absl::StatusOr<bool> Next(Record* out) = 0;
+  /// Bytes this run holds in memory now (its current frame, stored and decoded).
+  virtual size_t resident_bytes() const = 0;
 };
 
 /// One stored frame of a shuffle, decoded with `decoder` (shared by the runs of one merge,
@@ -54,6 +56,8 @@ class MergedStream {
   absl::StatusOr<bool> NextBatch(size_t max_bytes, std::vector<Record>* batch, std::string* arena);
 
   size_t intermediate_passes() const { return passes_; }
+  /// Bytes the runs hold in memory now, to count against the server's memory budget.
+  size_t resident_bytes() const;
 
  private:
   struct HeapAfter {

@@ -195,7 +195,10 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     }
     deps_.budget->WhenAvailable([this] { Next(); });
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    deps_.budget->Release(merge_charged_);
+    delete this;
+  }
 
  private:
   absl::Status Setup(const FetchRequest& req) {
@@ -296,6 +299,14 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     if (!st.ok()) return st;
     charged_ = frame->size() + arena_.size();
     deps_.budget->Charge(charged_);
+    // The runs' frames stay resident between chunks: keep their count in the budget current.
+    const size_t resident = merged_->resident_bytes();
+    if (resident > merge_charged_) {
+      deps_.budget->Charge(resident - merge_charged_);
+    } else {
+      deps_.budget->Release(merge_charged_ - resident);
+    }
+    merge_charged_ = resident;
     return absl::OkStatus();
   }
 
@@ -316,6 +327,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   std::unique_ptr<FrameEncoder> encoder_;
   std::vector<Record> batch_;
   std::string arena_;
+  uint64_t merge_charged_ = 0;  // the runs' resident bytes, counted in the budget
 };
 
 }  // namespace
