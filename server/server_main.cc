@@ -8,6 +8,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "server/sluice_server.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "address to listen on (host:port; port 0 = any)");
@@ -22,6 +23,8 @@ ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("sluice-server --data_dir DIR [--listen HOST:PORT] [flags]");
   absl::ParseCommandLine(argc, argv);
+  // Logs go to stderr; stdout only carries the "listening on port N" line.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("sluice"));
   spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
 
