@@ -1,0 +1,131 @@
+// The Sluice C++ client: one ShuffleClient per server (it owns the channel, reuse it), a
+// ShuffleWriter per mapper attempt, a ShuffleReader per partition. No gRPC types here.
+//
+//   SLUICE_ASSIGN_OR_RETURN(auto client, sluice::ShuffleClient::Connect({.server = "host:7070"}));
+//   SLUICE_RETURN_IF_ERROR(client->CreateShuffle("job", /*partitions=*/8, /*mappers=*/4).status());
+//   SLUICE_ASSIGN_OR_RETURN(auto writer, client->OpenWriter("job", /*mapper=*/0, /*attempt=*/1));
+//   for (...) SLUICE_RETURN_IF_ERROR(writer->Add(key, value));
+//   SLUICE_RETURN_IF_ERROR(writer->Close().status());      // commits; Abort() or ~ discards
+//
+//   SLUICE_ASSIGN_OR_RETURN(auto reader, client->OpenReader("job", /*partition=*/3, {.order =
+//   kKey})); sluice::Record r; while (*reader->Next(&r)) Use(r.key, r.value);
+//
+// Errors say what happened: UNAVAILABLE "server unreachable at ...", INVALID_ARGUMENT for
+// input the server rejected (with its reason), FAILED_PRECONDITION for missing mappers, etc.
+#ifndef SLUICE_CLIENT_SHUFFLE_CLIENT_H_
+#define SLUICE_CLIENT_SHUFFLE_CLIENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "codec/frame_format.h"
+
+namespace sluice {
+
+struct ClientOptions {
+  std::string server = "127.0.0.1:7070";
+  /// Deadline of unary calls; streams use `stream_deadline` (0 = none).
+  std::chrono::milliseconds call_deadline{30000};
+  std::chrono::milliseconds stream_deadline{0};
+  /// Largest frame the client builds or accepts; must fit the server's --max_frame_mb.
+  FrameLimits limits;
+};
+
+struct PartitionStatsInfo {
+  uint64_t records = 0, bytes = 0;
+  uint32_t frames = 0;
+};
+struct ShuffleStatus {
+  std::string shuffle_id;
+  uint32_t num_partitions = 0, num_mappers = 0;
+  std::vector<uint32_t> committed_mappers;
+  std::vector<PartitionStatsInfo> partitions;  // empty in ListShuffles
+};
+
+/// Maps a key to a partition in [0, num_partitions).
+using Partitioner = std::function<uint32_t(std::string_view key, uint32_t num_partitions)>;
+/// xxh3_64(key) % num_partitions: the default, the way zephyr routes its key bytes.
+uint32_t HashPartition(std::string_view key, uint32_t num_partitions);
+/// Range partitioning: partition i takes keys in [splits[i-1], splits[i]) (bytewise order);
+/// splits.size() + 1 partitions.
+Partitioner RangePartitioner(std::vector<std::string> splits);
+
+struct WriterOptions {
+  Partitioner partitioner;  ///< default HashPartition
+  /// All partition buffers together; past it the largest is flushed (zephyr's OOM-proof rule).
+  size_t buffer_bytes = 64u << 20;
+  /// Sort each flushed buffer by key (for KEY-ordered shuffles: every frame is then a run).
+  bool sort_by_key = false;
+  LayoutChoice layout = LayoutChoice::kAuto;
+  int zstd_level = 3;
+  /// Largest frame built from one flush (a bigger flush becomes several frames).
+  size_t frame_bytes = 8u << 20;
+};
+
+struct WriteResult {
+  bool duplicate = false;  ///< another attempt of this mapper had committed first
+  uint64_t frames = 0, records = 0, bytes = 0;
+};
+
+/// One mapper attempt. Add() buffers; full buffers are encoded and sent by a background thread
+/// while Add() continues (at most two flushes in flight, then Add() waits). Not thread-safe.
+class ShuffleWriter {
+ public:
+  virtual ~ShuffleWriter() = default;  // without Close(): the attempt is discarded
+  virtual absl::Status Add(std::string_view key, std::string_view value) = 0;
+  /// Flushes everything and commits. The writer is finished afterwards.
+  virtual absl::StatusOr<WriteResult> Close() = 0;
+  /// Discards the attempt (nothing becomes visible).
+  virtual void Abort() = 0;
+};
+
+enum class FetchOrder { kUnordered, kKey };
+struct ReaderOptions {
+  FetchOrder order = FetchOrder::kUnordered;
+  bool require_complete = false;
+  LayoutChoice layout = LayoutChoice::kAuto;  ///< of frames a KEY fetch builds
+  size_t chunk_bytes = 1u << 20;
+};
+
+/// One partition's records. Views stay valid until the next call.
+class ShuffleReader {
+ public:
+  virtual ~ShuffleReader() = default;
+  /// Sets *out to the next record; false at the end.
+  virtual absl::StatusOr<bool> Next(Record* out) = 0;
+  /// For KEY order: the next key and all its values (copies).
+  absl::StatusOr<bool> NextGroup(std::string* key, std::vector<std::string>* values);
+
+ private:
+  bool has_pending_ = false;
+  std::string pending_key_, pending_value_;
+};
+
+class ShuffleClient {
+ public:
+  static absl::StatusOr<std::unique_ptr<ShuffleClient>> Connect(const ClientOptions& options);
+  virtual ~ShuffleClient() = default;
+
+  /// true if created, false if it already existed with the same arguments.
+  virtual absl::StatusOr<bool> CreateShuffle(const std::string& id, uint32_t num_partitions,
+                                             uint32_t num_mappers) = 0;
+  virtual absl::StatusOr<ShuffleStatus> GetShuffle(const std::string& id) = 0;
+  virtual absl::StatusOr<std::vector<ShuffleStatus>> ListShuffles() = 0;
+  virtual absl::Status DeleteShuffle(const std::string& id) = 0;
+  /// Asks the server for the partition count, then opens the attempt's push stream.
+  virtual absl::StatusOr<std::unique_ptr<ShuffleWriter>> OpenWriter(
+      const std::string& id, uint32_t mapper, uint64_t attempt,
+      const WriterOptions& options = {}) = 0;
+  virtual absl::StatusOr<std::unique_ptr<ShuffleReader>> OpenReader(
+      const std::string& id, uint32_t partition, const ReaderOptions& options = {}) = 0;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_CLIENT_SHUFFLE_CLIENT_H_

@@ -1,0 +1,183 @@
+// The client library against a real in-process server on 127.0.0.1:0.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "client/shuffle_client.h"
+#include "server/sluice_server.h"
+#include "tests/server/test_dir.h"
+
+namespace sluice {
+namespace {
+
+class ClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions opts;
+    opts.listen_address = "127.0.0.1:0";
+    opts.data_dir = dir_.path();
+    opts.worker_threads = 2;
+    auto server = SluiceServer::Start(opts);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(server).value();
+    ClientOptions copts;
+    copts.server = "127.0.0.1:" + std::to_string(server_->port());
+    auto client = ShuffleClient::Connect(copts);
+    ASSERT_TRUE(client.ok());
+    client_ = std::move(client).value();
+  }
+
+  std::vector<std::pair<std::string, std::string>> ReadAll(const std::string& id, uint32_t p,
+                                                           ReaderOptions opts = {}) {
+    auto reader = client_->OpenReader(id, p, opts);
+    EXPECT_TRUE(reader.ok());
+    std::vector<std::pair<std::string, std::string>> out;
+    Record r;
+    for (;;) {
+      auto more = (*reader)->Next(&r);
+      EXPECT_TRUE(more.ok()) << more.status();
+      if (!more.ok() || !*more) break;
+      out.emplace_back(std::string(r.key), std::string(r.value));
+    }
+    return out;
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<SluiceServer> server_;
+  std::unique_ptr<ShuffleClient> client_;
+};
+
+TEST_F(ClientTest, BudgetFlushesKeepEveryRecordAndRoutesByHash) {
+  ASSERT_TRUE(*client_->CreateShuffle("s", 4, 1));
+  WriterOptions wopts;
+  wopts.buffer_bytes = 64 << 10;  // forces many flushes of the largest buffer
+  auto writer = client_->OpenWriter("s", 0, 1, wopts);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  for (int i = 0; i < 20000; ++i) {
+    ASSERT_TRUE((*writer)->Add("key" + std::to_string(i), "value" + std::to_string(i)).ok());
+  }
+  auto result = (*writer)->Close();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->records, 20000u);
+  EXPECT_GT(result->frames, 8u);  // flushed several times per partition
+  size_t total = 0;
+  for (uint32_t p = 0; p < 4; ++p) {
+    for (const auto& [k, v] : ReadAll("s", p)) {
+      EXPECT_EQ(HashPartition(k, 4), p);
+      EXPECT_EQ(v, "value" + k.substr(3));
+      ++total;
+    }
+  }
+  EXPECT_EQ(total, 20000u);
+}
+
+TEST_F(ClientTest, KeyOrderAndGroupBy) {
+  ASSERT_TRUE(*client_->CreateShuffle("g", 2, 3));
+  for (uint32_t m = 0; m < 3; ++m) {
+    WriterOptions wopts;
+    wopts.sort_by_key = true;
+    wopts.buffer_bytes = 16 << 10;
+    auto writer = client_->OpenWriter("g", m, 1, wopts);
+    ASSERT_TRUE(writer.ok());
+    for (int i = 0; i < 3000; ++i) {
+      ASSERT_TRUE((*writer)->Add("k" + std::to_string((i * 31 + m) % 500), std::to_string(m)).ok());
+    }
+    ASSERT_TRUE((*writer)->Close().ok());
+  }
+  std::map<std::string, size_t> counts;
+  size_t groups = 0;
+  for (uint32_t p = 0; p < 2; ++p) {
+    ReaderOptions ropts;
+    ropts.order = FetchOrder::kKey;
+    ropts.require_complete = true;
+    auto reader = client_->OpenReader("g", p, ropts);
+    ASSERT_TRUE(reader.ok());
+    std::string key, last;
+    std::vector<std::string> values;
+    for (;;) {
+      auto more = (*reader)->NextGroup(&key, &values);
+      ASSERT_TRUE(more.ok()) << more.status();
+      if (!*more) break;
+      EXPECT_TRUE(groups == 0 || p == 1 || KeyLess(last, key));
+      EXPECT_TRUE(std::is_sorted(values.begin(), values.end()));  // mapper 0, 1, 2: stable
+      counts[key] += values.size();
+      last = key;
+      ++groups;
+    }
+  }
+  EXPECT_EQ(counts.size(), 500u);
+  EXPECT_EQ(groups, 500u);
+  size_t total = 0;
+  for (const auto& [k, c] : counts) total += c;
+  EXPECT_EQ(total, 9000u);
+}
+
+TEST_F(ClientTest, AbortAndDestructionDiscard) {
+  ASSERT_TRUE(*client_->CreateShuffle("a", 1, 0));
+  {
+    auto writer = client_->OpenWriter("a", 0, 1);
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE((*writer)->Add("k", "v").ok());
+    (*writer)->Abort();
+  }
+  {
+    auto writer = client_->OpenWriter("a", 1, 1);
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE((*writer)->Add("k", "v").ok());
+  }  // destroyed without Close
+  auto status = client_->GetShuffle("a");
+  ASSERT_TRUE(status.ok());
+  EXPECT_TRUE(status->committed_mappers.empty());
+  EXPECT_TRUE(ReadAll("a", 0).empty());
+}
+
+TEST_F(ClientTest, RangePartitionerSendsKeysToTheirRange) {
+  ASSERT_TRUE(*client_->CreateShuffle("r", 3, 0));
+  WriterOptions wopts;
+  wopts.partitioner = RangePartitioner({"m", "f"});  // [..f) [f..m) [m..)
+  auto writer = client_->OpenWriter("r", 0, 1, wopts);
+  ASSERT_TRUE(writer.ok());
+  for (const char* k : {"apple", "fig", "grape", "melon", "zucchini", "f", "m"}) {
+    ASSERT_TRUE((*writer)->Add(k, "").ok());
+  }
+  ASSERT_TRUE((*writer)->Close().ok());
+  auto keys = [&](uint32_t p) {
+    std::vector<std::string> out;
+    for (const auto& [k, v] : ReadAll("r", p)) out.push_back(k);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  EXPECT_EQ(keys(0), (std::vector<std::string>{"apple"}));
+  EXPECT_EQ(keys(1), (std::vector<std::string>{"f", "fig", "grape"}));
+  EXPECT_EQ(keys(2), (std::vector<std::string>{"m", "melon", "zucchini"}));
+}
+
+TEST_F(ClientTest, ErrorsSayWhatHappened) {
+  ClientOptions nowhere;
+  nowhere.server = "127.0.0.1:1";  // nothing listens there
+  nowhere.call_deadline = std::chrono::milliseconds(2000);
+  auto dead = ShuffleClient::Connect(nowhere);
+  ASSERT_TRUE(dead.ok());
+  auto st = (*dead)->CreateShuffle("x", 1, 0);
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(st.status().message().find("server unreachable at 127.0.0.1:1"),
+            absl::string_view::npos)
+      << st.status();
+
+  EXPECT_EQ(client_->OpenWriter("missing", 0, 1).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(*client_->CreateShuffle("c", 1, 2));
+  ReaderOptions ropts;
+  ropts.require_complete = true;
+  auto reader = client_->OpenReader("c", 0, ropts);
+  ASSERT_TRUE(reader.ok());
+  Record r;
+  auto more = (*reader)->Next(&r);
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(more.status().message().find("2 of 2 mappers"), absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace sluice
