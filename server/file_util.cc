@@ -44,6 +44,28 @@ absl::StatusOr<Fd> OpenReadOnly(const std::string& path) {
   return Fd(fd);
 }
 
+absl::StatusOr<Fd> OpenDirectory(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "open directory", path);
+  return Fd(fd);
+}
+
+absl::StatusOr<Fd> OpenAt(int dir_fd, const std::string& name, const std::string& path) {
+  const int fd = ::openat(dir_fd, name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, "open", path);
+  return Fd(fd);
+}
+
+absl::Status SyncFd(int fd, const std::string& path) {
+  if (::fsync(fd) != 0) return ErrnoStatus(errno, "fsync", path);
+  return absl::OkStatus();
+}
+
+absl::Status Rename(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) return ErrnoStatus(errno, "rename", from);
+  return absl::OkStatus();
+}
+
 absl::Status PwriteAll(int fd, const std::string& path, uint64_t offset,
                        absl::Span<const uint8_t> a, absl::Span<const uint8_t> b) {
   for (absl::Span<const uint8_t> part : {a, b}) {

@@ -36,16 +36,18 @@ class DecodedRun {
     return true;
   }
   DecodedFrame* frame() { return &frame_; }
-  size_t resident_bytes() const {
-    size_t n = order_.capacity() * sizeof(uint32_t);
-    for (const Record& r : frame_) n += r.key.size() + r.value.size() + 16;
-    return n;
+  size_t resident_bytes() const { return resident_; }
+  // Call after decoding into frame(): what the decoded frame and the order take.
+  void Measure() {
+    resident_ = order_.capacity() * sizeof(uint32_t) + frame_.size() * 16;
+    for (const Record& r : frame_) resident_ += r.key.size() + r.value.size();
   }
 
  private:
   DecodedFrame frame_;
   std::vector<uint32_t> order_;
   size_t pos_ = 0;
+  size_t resident_ = 0;
 };
 
 class StoredRun final : public RunSource {
@@ -58,6 +60,7 @@ class StoredRun final : public RunSource {
       SLUICE_RETURN_IF_ERROR(store_->ReadFrame(block_, &bytes_));
       SLUICE_RETURN_IF_ERROR(decoder_->Decode(bytes_, run_.frame()));
       run_.Reset();
+      run_.Measure();
       loaded_ = true;
     }
     if (run_.Next(out)) return true;
@@ -100,6 +103,7 @@ class FileRun final : public RunSource {
       offset_ += 4 + bytes_.size();
       SLUICE_RETURN_IF_ERROR(decoder_->Decode(bytes_, run_.frame()));
       run_.Reset();
+      run_.Measure();
       loaded_ = true;
     }
   }
@@ -134,6 +138,7 @@ MergedStream::~MergedStream() {
 absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(
     std::vector<std::unique_ptr<RunSource>> runs, const MergeOptions& options) {
   std::unique_ptr<MergedStream> stream(new MergedStream());
+  stream->max_records_ = std::max<size_t>(1, options.limits.max_records / 2);
   const size_t fan_in = std::max<size_t>(options.fan_in, 2);
   DecodeOptions dopts;
   dopts.limits = options.limits;
@@ -152,6 +157,7 @@ absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(
       }
       // Merge the group into a file of sorted frames.
       MergedStream pass;
+      pass.max_records_ = stream->max_records_;
       SLUICE_RETURN_IF_ERROR(pass.Init(std::move(group)));
       const std::string path = absl::StrCat(options.tmp_dir, "/merge-", ::getpid(), "-",
                                             tmp_counter.fetch_add(1), ".run");
@@ -238,9 +244,17 @@ absl::StatusOr<bool> MergedStream::NextBatch(size_t max_bytes, std::vector<Recor
   std::vector<Span> spans;
   size_t added = 0;
   Record rec;
-  while (added < max_bytes) {
+  while (added < max_bytes && spans.size() < max_records_) {
     SLUICE_ASSIGN_OR_RETURN(bool has, NextRecord(&rec));
     if (!has) break;
+    const size_t size = rec.key.size() + rec.value.size() + 1;
+    if (!spans.empty() && added + size > max_bytes) {
+      // Would overshoot (frames must stay under the cap): leave it for the next batch.
+      heap_.push_back(static_cast<uint32_t>(pending_pop_));
+      std::push_heap(heap_.begin(), heap_.end(), HeapAfter{this});
+      pending_pop_ = -1;
+      break;
+    }
     Span s{arena->size(), rec.key.size(), 0, rec.value.size()};
     arena->append(rec.key);
     s.value_off = arena->size();

@@ -51,8 +51,9 @@ class MergedStream {
       std::vector<std::unique_ptr<RunSource>> runs, const MergeOptions& options);
   ~MergedStream();
 
-  /// Appends the next records to `batch` (owned copies in `arena`) until about `max_bytes` of
-  /// keys and values were added or the runs are exhausted. Returns false once nothing is left.
+  /// Appends the next records to `batch` (owned copies in `arena`): at most `max_bytes` of keys
+  /// and values (or one record, if it alone is bigger) and at most half the frame record
+  /// limit, so the batch always fits one frame. Returns false once nothing is left.
   absl::StatusOr<bool> NextBatch(size_t max_bytes, std::vector<Record>* batch, std::string* arena);
 
   size_t intermediate_passes() const { return passes_; }
@@ -74,7 +75,8 @@ class MergedStream {
   std::vector<uint32_t> heap_;   // run indexes, min-heap by (key, run index)
   std::vector<std::string> tmp_files_;
   size_t passes_ = 0;
-  int pending_pop_ = -1;  // run whose head was handed out and must advance next
+  int pending_pop_ = -1;           // run whose head was handed out and must advance next
+  size_t max_records_ = 1u << 20;  // per batch
 };
 
 }  // namespace sluice

@@ -38,6 +38,10 @@ absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
   for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
     if (!entry.is_directory()) continue;
     const std::string id = entry.path().filename().string();
+    if (id.rfind(".trash-", 0) == 0) {  // a delete that a crash interrupted: finish it
+      (void)file::RemoveTree(entry.path().string());
+      continue;
+    }
     if (!ValidateId(id).ok()) continue;  // not ours (or a leftover temp directory)
     auto store = ShuffleStore::Open(entry.path().string(), options);
     if (!store.ok()) {
@@ -52,8 +56,9 @@ absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
 
 absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
   SLUICE_RETURN_IF_ERROR(ValidateId(params.shuffle_id));
-  if (params.num_partitions == 0) {
-    return absl::InvalidArgumentError("num_partitions must be at least 1");
+  if (params.num_partitions == 0 || params.num_partitions > kMaxPartitions) {
+    return absl::InvalidArgumentError(absl::StrCat("num_partitions must be 1 to ", kMaxPartitions,
+                                                   ", not ", params.num_partitions));
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = shuffles_.find(params.shuffle_id);
@@ -89,18 +94,22 @@ std::vector<std::shared_ptr<ShuffleStore>> ShuffleRegistry::List() const {
 }
 
 absl::Status ShuffleRegistry::Delete(const std::string& id) {
-  std::shared_ptr<ShuffleStore> store;
+  std::string trash;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = shuffles_.find(id);
     if (it == shuffles_.end()) {
       return absl::NotFoundError(absl::StrCat("shuffle '", id, "' not found"));
     }
-    store = std::move(it->second);
+    // One durable rename makes the delete atomic: after a crash the shuffle is either there
+    // whole or gone (its trash is removed at the next start), and the id is free at once.
+    trash = absl::StrCat(data_dir_, "/shuffles/.trash-", id, "-", ++trash_counter_);
+    SLUICE_RETURN_IF_ERROR(file::Rename(ShuffleDir(id), trash));
+    SLUICE_RETURN_IF_ERROR(file::SyncDir(absl::StrCat(data_dir_, "/shuffles")));
+    it->second->MarkDeleted();  // streams still holding it fail; their fds point into trash
     shuffles_.erase(it);
   }
-  // In-flight streams keep their shared_ptr; the files go now.
-  return store->Destroy();
+  return file::RemoveTree(trash);
 }
 
 }  // namespace sluice

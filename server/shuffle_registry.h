@@ -42,6 +42,7 @@ class ShuffleRegistry {
   const StoreOptions options_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<ShuffleStore>> shuffles_;
+  uint64_t trash_counter_ = 0;
 };
 
 }  // namespace sluice

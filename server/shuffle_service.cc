@@ -44,10 +44,12 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) {  // the client closed (or broke) the stream without a commit
+    if (!ok) {  // the client closed, cancelled or broke the stream without a commit
       deps_.pool->Submit([this] {
-        Fail(absl::FailedPreconditionError(
-            "push stream ended without a commit message; the attempt was discarded"));
+        Fail(cancelled_.load()
+                 ? absl::CancelledError("push stream cancelled; the attempt was discarded")
+                 : absl::FailedPreconditionError(
+                       "push stream ended without a commit message; the attempt was discarded"));
       });
       return;
     }
@@ -128,6 +130,7 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
               "commit says ", commit.frame_count(), " frames and ", commit.record_count(),
               " records, the server received ", frames_, " frames and ", records_, " records"));
         }
+        commit_tried_ = true;
         auto outcome = store_->Commit(mapper_, attempt_, blocks_);
         if (!outcome.ok()) return outcome.status();
         const bool duplicate = *outcome == CommitOutcome::kDuplicate;
@@ -149,7 +152,9 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   }
 
   void Fail(const absl::Status& st) {
-    if (store_ != nullptr && !blocks_.empty()) store_->Discard(blocks_);
+    // After a failed commit its record may be on disk anyway: leave the blocks for recovery to
+    // judge rather than punching out data a durable record might point at.
+    if (store_ != nullptr && !blocks_.empty() && !commit_tried_) store_->Discard(blocks_);
     if (store_ != nullptr) {
       spdlog::info("event=push_failed shuffle={} mapper={} attempt={} code={} error=\"{}\"",
                    store_->params().shuffle_id, mapper_, attempt_,
@@ -169,6 +174,7 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   std::vector<BlockRef> blocks_;
   uint64_t frames_ = 0, records_ = 0, bytes_ = 0;
   bool committed_ = false;
+  bool commit_tried_ = false;
   DecodedFrame decoded_;
 };
 
@@ -177,13 +183,17 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
 // merge of the partition's runs, re-encoded in chunks the reducer asked for.
 class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
  public:
-  FetchReactor(ShuffleServiceImpl::Deps deps, const FetchRequest* request) : deps_(deps) {
-    absl::Status st = Setup(*request);  // in-memory checks only: this is a gRPC thread
-    if (!st.ok()) {
-      Finish(ToGrpc(st));
-      return;
-    }
-    deps_.pool->Submit([this] { Next(); });
+  FetchReactor(ShuffleServiceImpl::Deps deps, const FetchRequest* request)
+      : deps_(deps), request_(*request) {
+    // Setup takes store locks that a commit may hold through an fsync: not on a gRPC thread.
+    deps_.pool->Submit([this] {
+      absl::Status st = Setup(request_);
+      if (!st.ok()) {
+        Finish(ToGrpc(st));
+        return;
+      }
+      Next();
+    });
   }
 
   void OnWriteDone(bool ok) override {
@@ -193,7 +203,10 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "fetch stream broken"));
       return;
     }
-    deps_.budget->WhenAvailable([this] { Next(); });
+    // Fetches are not throttled by the budget (their memory is bounded: one chunk, plus at most
+    // fan-in frames for a merge, all counted so that pushes slow down); waiting here could wait
+    // on memory this very fetch holds.
+    deps_.pool->Submit([this] { Next(); });
   }
   void OnDone() override {
     deps_.budget->Release(merge_charged_);
@@ -311,6 +324,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   }
 
   const ShuffleServiceImpl::Deps deps_;
+  const FetchRequest request_;
   std::shared_ptr<ShuffleStore> store_;
   uint32_t partition_ = 0;
   bool key_order_ = false;
@@ -373,9 +387,11 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
                                                          const v1::GetShuffleRequest* req,
                                                          v1::ShuffleInfo* resp) {
   auto* reactor = ctx->DefaultReactor();
-  auto store = deps_.registry->Get(req->shuffle_id());
-  if (store.ok()) FillInfo(**store, /*partitions=*/true, resp);
-  reactor->Finish(ToGrpc(store.status()));
+  deps_.pool->Submit([this, reactor, req, resp] {  // store locks may wait on an fsync
+    auto store = deps_.registry->Get(req->shuffle_id());
+    if (store.ok()) FillInfo(**store, /*partitions=*/true, resp);
+    reactor->Finish(ToGrpc(store.status()));
+  });
   return reactor;
 }
 
@@ -383,10 +399,12 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::ListShuffles(grpc::CallbackServerC
                                                            const v1::ListShufflesRequest*,
                                                            v1::ListShufflesResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  for (const auto& store : deps_.registry->List()) {
-    FillInfo(*store, /*partitions=*/false, resp->add_shuffles());
-  }
-  reactor->Finish(grpc::Status::OK);
+  deps_.pool->Submit([this, reactor, resp] {
+    for (const auto& store : deps_.registry->List()) {
+      FillInfo(*store, /*partitions=*/false, resp->add_shuffles());
+    }
+    reactor->Finish(grpc::Status::OK);
+  });
   return reactor;
 }
 

@@ -79,6 +79,9 @@ absl::StatusOr<ShuffleParams> DecodeParams(const std::string& s, const std::stri
   if (LoadLE64(p + 17 + id_len) != PayloadChecksum(p, 17 + id_len)) return bad("bad checksum");
   ShuffleParams params;
   params.num_partitions = LoadLE32(p + 5);
+  if (params.num_partitions == 0 || params.num_partitions > kMaxPartitions) {
+    return bad(absl::StrCat("impossible partition count ", params.num_partitions));
+  }
   params.num_mappers = LoadLE32(p + 9);
   params.shuffle_id.assign(s.data() + 17, id_len);
   return params;
@@ -136,8 +139,9 @@ std::string ShuffleStore::LogPath() const { return absl::StrCat(dir_, "/", kLogF
 absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Create(const std::string& dir,
                                                                    const ShuffleParams& params,
                                                                    const StoreOptions& options) {
-  if (params.num_partitions == 0) {
-    return absl::InvalidArgumentError("a shuffle needs at least one partition");
+  if (params.num_partitions == 0 || params.num_partitions > kMaxPartitions) {
+    return absl::InvalidArgumentError(absl::StrCat("a shuffle has 1 to ", kMaxPartitions,
+                                                   " partitions, not ", params.num_partitions));
   }
   if (file::Exists(absl::StrCat(dir, "/", kParamsFile))) {
     return absl::AlreadyExistsError(absl::StrCat("shuffle directory ", dir, " already exists"));
@@ -151,8 +155,11 @@ absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Create(const std::st
   const std::string parent = dir.substr(0, dir.find_last_of('/'));
   if (!parent.empty() && parent != dir) SLUICE_RETURN_IF_ERROR(file::SyncDir(parent));
   std::unique_ptr<ShuffleStore> store(new ShuffleStore(dir, params, options));
-  SLUICE_ASSIGN_OR_RETURN(store->log_fd_, file::OpenForAppend(store->LogPath()));
-  SLUICE_RETURN_IF_ERROR(file::SyncDir(dir));
+  SLUICE_ASSIGN_OR_RETURN(store->dir_fd_, file::OpenDirectory(dir));
+  SLUICE_ASSIGN_OR_RETURN(store->log_fd_,
+                          file::OpenAt(store->dir_fd_.get(), kLogFile, store->LogPath()));
+  SLUICE_RETURN_IF_ERROR(file::Truncate(store->log_fd_.get(), store->LogPath(), 0));
+  SLUICE_RETURN_IF_ERROR(file::SyncFd(store->dir_fd_.get(), dir));
   return store;
 }
 
@@ -162,18 +169,24 @@ absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Open(const std::stri
   SLUICE_ASSIGN_OR_RETURN(std::string encoded, file::ReadFile(params_path, kMaxParamsFile));
   SLUICE_ASSIGN_OR_RETURN(ShuffleParams params, DecodeParams(encoded, params_path));
   std::unique_ptr<ShuffleStore> store(new ShuffleStore(dir, params, options));
+  SLUICE_ASSIGN_OR_RETURN(store->dir_fd_, file::OpenDirectory(dir));
   SLUICE_RETURN_IF_ERROR(store->Recover());
   return store;
 }
 
 absl::Status ShuffleStore::EnsureOpen(uint32_t partition, Partition& p) {
   if (p.fd.valid()) return absl::OkStatus();
+  if (destroyed_.load()) return DeletedError();
   const std::string path = PartitionPath(partition);
   const bool existed = file::Exists(path);
-  SLUICE_ASSIGN_OR_RETURN(p.fd, file::OpenForAppend(path));
-  SLUICE_ASSIGN_OR_RETURN(p.end, file::FileSize(p.fd.get(), path));
-  // A new file's directory entry must survive a crash before any commit relies on it.
-  if (!existed && options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncDir(dir_));
+  SLUICE_ASSIGN_OR_RETURN(file::Fd fd,
+                          file::OpenAt(dir_fd_.get(), absl::StrCat("p", partition, ".data"), path));
+  SLUICE_ASSIGN_OR_RETURN(const uint64_t end, file::FileSize(fd.get(), path));
+  // A new file's directory entry must survive a crash before any commit relies on it; keep the
+  // descriptor only once it does, so a failed sync is retried by the next append.
+  if (!existed && options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncFd(dir_fd_.get(), dir_));
+  p.fd = std::move(fd);
+  p.end = end;
   return absl::OkStatus();
 }
 
@@ -220,15 +233,23 @@ absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t att
   if (destroyed_.load()) return DeletedError();
   if (committed_.count(mapper) != 0) return CommitOutcome::kDuplicate;
   if (log_broken_) {
-    return absl::InternalError(absl::StrCat("commit log of shuffle ", params_.shuffle_id,
-                                            " could not be repaired after a failed write"));
+    return absl::UnavailableError(absl::StrCat(
+        "shuffle ", params_.shuffle_id,
+        " stopped taking commits after a failed disk write or sync; restart the server"));
   }
   // 1. The data must be durable before the record that makes it visible.
   if (options_.fsync) {
     std::set<uint32_t> touched;
     for (const BlockRef& b : blocks) touched.insert(b.partition);
     for (uint32_t part : touched) {
-      SLUICE_RETURN_IF_ERROR(file::SyncData(partitions_[part]->fd.get(), PartitionPath(part)));
+      absl::Status st = file::SyncData(partitions_[part]->fd.get(), PartitionPath(part));
+      if (!st.ok()) {
+        // A failed fdatasync may have dropped other attempts' pages too, and a retry can
+        // report success without them: stop committing to this shuffle until a restart
+        // re-verifies what is on disk.
+        log_broken_ = true;
+        return st;
+      }
     }
   }
   // 2. The commit record, written once and synced.
@@ -252,8 +273,10 @@ absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t att
   absl::Status st = file::PwriteAll(log_fd_.get(), LogPath(), log_end_, bytes);
   if (st.ok() && options_.fsync) st = file::SyncData(log_fd_.get(), LogPath());
   if (!st.ok()) {
-    // Roll the log back so that no later record follows a partial one.
-    if (!file::Truncate(log_fd_.get(), LogPath(), log_end_).ok()) log_broken_ = true;
+    // The record may or may not be on disk: roll the log back and commit nothing more to
+    // this shuffle until a restart has re-read it.
+    (void)file::Truncate(log_fd_.get(), LogPath(), log_end_);
+    log_broken_ = true;
     return st;
   }
   log_end_ += record.size();
@@ -353,7 +376,9 @@ absl::Status ShuffleStore::Recover() {
   // 1. The commit log: whole records up to the first bad one. A bad tail is a torn write and
   //    is cut off; a bad record with valid ones after it is corruption, and we refuse to guess.
   const std::string log_path = LogPath();
-  SLUICE_ASSIGN_OR_RETURN(log_fd_, file::OpenForAppend(log_path));
+  const bool log_existed = file::Exists(log_path);
+  SLUICE_ASSIGN_OR_RETURN(log_fd_, file::OpenAt(dir_fd_.get(), kLogFile, log_path));
+  if (!log_existed && options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncFd(dir_fd_.get(), dir_));
   SLUICE_ASSIGN_OR_RETURN(uint64_t log_size, file::FileSize(log_fd_.get(), log_path));
   std::string log(log_size, '\0');
   SLUICE_RETURN_IF_ERROR(file::PreadAll(log_fd_.get(), log_path, 0, log.size(),
@@ -393,6 +418,7 @@ absl::Status ShuffleStore::Recover() {
   }
   std::lock_guard<std::mutex> lock(commit_mu_);
   for (auto& [m, commit] : commits) {
+    if (committed_.count(m) != 0) continue;  // a later record for a mapper: never visible
     if (params_.num_mappers != 0 && m >= params_.num_mappers) {
       return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", m, ", beyond the ",
                                               params_.num_mappers, " mappers of the shuffle"));
@@ -402,9 +428,13 @@ absl::Status ShuffleStore::Recover() {
         return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", m, " to partition ",
                                                 b.partition, " whose data file is missing"));
       }
+      if (b.frame_size > options_.limits.max_uncompressed_bytes) {
+        return absl::DataLossError(absl::StrCat(log_path, " lists a frame of ", b.frame_size,
+                                                " bytes, beyond the frame cap"));
+      }
       SLUICE_RETURN_IF_ERROR(VerifyBlock(m, commit.attempt, b, options_.verify_on_open));
     }
-    if (committed_.count(m) == 0) AddCommitLocked(m, std::move(commit));
+    AddCommitLocked(m, std::move(commit));
   }
   return ReclaimUnowned();
 }
@@ -437,6 +467,13 @@ absl::Status ShuffleStore::ReclaimUnowned() {
     part.end = cursor;
   }
   return absl::OkStatus();
+}
+
+void ShuffleStore::MarkDeleted() {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  destroyed_.store(true);
+  committed_.clear();
+  for (PartitionStats& s : stats_) s = PartitionStats{};
 }
 
 absl::Status ShuffleStore::Destroy() {

@@ -66,6 +66,8 @@ struct PartitionStats {
 };
 
 inline constexpr size_t kBlockHeaderSize = 32;
+/// Most partitions a shuffle may have (each costs a file and some memory).
+inline constexpr uint32_t kMaxPartitions = 1u << 16;
 
 class ShuffleStore {
  public:
@@ -106,8 +108,11 @@ class ShuffleStore {
   absl::Status ReadFrame(const BlockRef& block, std::string* frame) const;
 
   /// Deletes the shuffle's files. Later Appends and Commits fail with NOT_FOUND; streams that
-  /// still hold the store cannot write anywhere else.
+  /// still hold the store cannot write anywhere else (files are opened through the
+  /// directory's descriptor).
   absl::Status Destroy();
+  /// Later Appends and Commits fail with NOT_FOUND; the caller removes the (renamed) directory.
+  void MarkDeleted();
 
  private:
   struct Partition {
@@ -133,6 +138,7 @@ class ShuffleStore {
   void AddCommitLocked(uint32_t mapper, CommittedAttempt commit);
 
   const std::string dir_;
+  file::Fd dir_fd_;
   std::atomic<bool> destroyed_{false};
   const ShuffleParams params_;
   const StoreOptions options_;
@@ -141,7 +147,7 @@ class ShuffleStore {
   mutable std::mutex commit_mu_;  // guards everything below
   file::Fd log_fd_;
   uint64_t log_end_ = 0;
-  bool log_broken_ = false;  // a failed append could not be rolled back
+  bool log_broken_ = false;  // a sync or log write failed: the outcome on disk is unknown
   std::map<uint32_t, CommittedAttempt> committed_;
   std::vector<PartitionStats> stats_;
 };

@@ -67,7 +67,7 @@ void MemoryBudget::WhenAvailable(std::function<void()> resume) {
       return;
     }
   }
-  resume();
+  pool_->Submit(std::move(resume));  // never on the caller's (possibly gRPC) thread
 }
 
 uint64_t MemoryBudget::used() const {

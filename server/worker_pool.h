@@ -44,7 +44,9 @@ class MemoryBudget {
   void Charge(uint64_t n);
   /// Returns `n` bytes and wakes parked streams while there is room.
   void Release(uint64_t n);
-  /// Runs `resume` (on the pool) as soon as usage is below the limit: at once if it is now.
+  /// Runs `resume` on the pool as soon as usage is below the limit (at once if it is now).
+  /// Only streams that hold none of the budget while waiting may wait (or they could wait on
+  /// themselves): push streams release their message before they wait.
   void WhenAvailable(std::function<void()> resume);
 
   uint64_t used() const;

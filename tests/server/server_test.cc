@@ -420,6 +420,20 @@ TEST_F(ServerTest, DeletedShufflesAreGone) {
   RestartServer();
   Info("s", &st);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  // The id is free again, with nothing of the old shuffle in it.
+  bool created = false;
+  ASSERT_TRUE(Create("s", 2, 0, &created).ok());
+  EXPECT_TRUE(created);
+  const auto info = Info("s", &st);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(info.committed_mappers_size(), 0);
+  EXPECT_EQ(info.partitions(0).records(), 0u);
+}
+
+TEST_F(ServerTest, AbsurdPartitionCountsAreRefused) {
+  grpc::Status st = Create("huge", 1u << 20, 0);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("1 to 65536"), std::string::npos) << st.error_message();
 }
 
 TEST_F(ServerTest, AFullMemoryBudgetSlowsPushesDownInsteadOfFailingThem) {
