@@ -53,6 +53,9 @@ build_main() {
 case ${1:-} in
   main)
     build_main
+    log "end-to-end shuffle benchmark (embedded sluice-server, fsync on): sluice bench"
+    "$ROOT/build/client/sluice" bench --order UNORDERED
+    "$ROOT/build/client/sluice" bench --order KEY
     log "codec benchmark (one thread, zstd level 3)"
     "$ROOT/build/codec/sluice-codec-bench"
     ;;
