@@ -143,7 +143,7 @@ struct BenchConfig {
   sluice::LayoutChoice layout = sluice::LayoutChoice::kAuto;
   int zstd_level = 3;
   bool key_order = true;
-  size_t buffer_mb = 16;
+  size_t buffer_mb = 4;
 };
 
 // Payload length: fixed (item_bytes - 32 bytes of the other fields), or with --heavy-tail
@@ -331,7 +331,8 @@ int Bench(Flags& flags) {
     return Fail(absl::InvalidArgumentError("--order is KEY or UNORDERED"));
   }
   c.key_order = order == "KEY";
-  c.buffer_mb = static_cast<size_t>(flags.Int("buffer-mb", 16));
+  c.buffer_mb = static_cast<size_t>(flags.Int("buffer-mb", 4));
+  const auto server_memory_mb = static_cast<uint64_t>(flags.Int("server-memory-mb", 128));
   const int repeat = static_cast<int>(flags.Int("repeat", 1));
   const std::string server_addr = flags.Get("server", "");
   std::string data_dir = flags.Get("data-dir", "");
@@ -356,6 +357,7 @@ int Bench(Flags& flags) {
     sopts.listen_address = "127.0.0.1:0";
     sopts.data_dir = data_dir;
     sopts.worker_threads = 2;
+    sopts.memory_budget_bytes = server_memory_mb << 20;
     auto server = sluice::SluiceServer::Start(sopts);
     if (!server.ok()) return Fail(server.status());
     embedded = std::move(server).value();
@@ -405,7 +407,8 @@ void Usage() {
                "  bench  [--server H:P] [--shards 8] [--items-per-shard 50000] [--item-bytes 200]\n"
                "         [--keys 10000] [--partitions 8] [--hot-shard-frac 0] [--heavy-tail]\n"
                "         [--layout auto|msgpack|columnar|opaque] [--zstd-level 3]\n"
-               "         [--order KEY|UNORDERED] [--repeat 1] [--buffer-mb 16] [--data-dir DIR]\n");
+               "         [--order KEY|UNORDERED] [--repeat 1] [--buffer-mb 4]\n"
+               "         [--server-memory-mb 128 (embedded server)] [--data-dir DIR]\n");
 }
 
 }  // namespace
