@@ -18,6 +18,8 @@ ABSL_FLAG(bool, fsync, true, "sync data and commit log before acknowledging a co
 ABSL_FLAG(uint32_t, max_frame_mb, 64, "largest frame accepted, uncompressed");
 ABSL_FLAG(int32_t, worker_threads, 4, "threads for disk, validation and compression work");
 ABSL_FLAG(uint32_t, merge_fan_in, 64, "runs merged at once by a KEY-ordered fetch");
+ABSL_FLAG(uint32_t, max_concurrent_merges, 0,
+          "KEY-ordered fetches merging at once (0 = --worker_threads); others wait");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
 
 int main(int argc, char** argv) {
@@ -43,6 +45,7 @@ int main(int argc, char** argv) {
   opts.limits.max_uncompressed_bytes = absl::GetFlag(FLAGS_max_frame_mb) << 20;
   opts.worker_threads = absl::GetFlag(FLAGS_worker_threads);
   opts.merge_fan_in = absl::GetFlag(FLAGS_merge_fan_in);
+  opts.max_concurrent_merges = absl::GetFlag(FLAGS_max_concurrent_merges);
   auto server = sluice::SluiceServer::Start(opts);
   if (!server.ok()) {
     spdlog::critical("event=start_failed error=\"{}\"", server.status().ToString());

@@ -210,6 +210,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   }
   void OnDone() override {
     deps_.budget->Release(merge_charged_);
+    if (admitted_) deps_.merge_gate->Leave();
     delete this;
   }
 
@@ -256,6 +257,14 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   }
 
   void Next() {
+    if (key_order_ && !admitted_) {
+      // Wait for a merge slot holding nothing; resume on the pool once admitted.
+      deps_.merge_gate->Enter([this] {
+        admitted_ = true;
+        Next();
+      });
+      return;
+    }
     absl::Status st = key_order_ ? NextMerged() : NextStored();
     if (!st.ok()) {
       deps_.budget->Release(charged_);
@@ -342,6 +351,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   std::vector<Record> batch_;
   std::string arena_;
   uint64_t merge_charged_ = 0;  // the runs' resident bytes, counted in the budget
+  bool admitted_ = false;       // holds a merge slot
 };
 
 }  // namespace

@@ -26,6 +26,7 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
     MemoryBudget* budget;
     FrameLimits limits;
     MergeOptions merge;
+    Gate* merge_gate;  ///< bounds concurrent KEY merges (each holds up to fan-in frames)
   };
   explicit ShuffleServiceImpl(Deps deps) : deps_(deps) {}
 

@@ -16,6 +16,7 @@ struct SluiceServer::Impl {
   std::unique_ptr<ShuffleRegistry> registry;
   std::unique_ptr<WorkerPool> pool;
   std::unique_ptr<MemoryBudget> budget;
+  std::unique_ptr<Gate> merge_gate;
   std::unique_ptr<ShuffleServiceImpl> service;
   std::unique_ptr<grpc::Server> server;
   std::map<std::string, std::string> failed;
@@ -51,8 +52,13 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   merge.fan_in = options.merge_fan_in;
   merge.tmp_dir = tmp_dir;
   merge.limits = options.limits;
-  impl->service = std::make_unique<ShuffleServiceImpl>(ShuffleServiceImpl::Deps{
-      impl->registry.get(), impl->pool.get(), impl->budget.get(), options.limits, merge});
+  impl->merge_gate = std::make_unique<Gate>(options.max_concurrent_merges != 0
+                                                ? options.max_concurrent_merges
+                                                : static_cast<size_t>(options.worker_threads),
+                                            impl->pool.get());
+  impl->service = std::make_unique<ShuffleServiceImpl>(
+      ShuffleServiceImpl::Deps{impl->registry.get(), impl->pool.get(), impl->budget.get(),
+                               options.limits, merge, impl->merge_gate.get()});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -29,6 +29,8 @@ struct ServerOptions {
   FrameLimits limits;  ///< max frame size and records per frame
   int worker_threads = 4;
   size_t merge_fan_in = 64;  ///< runs merged at once; more go through temporary files first
+  /// KEY-ordered fetches merging at once (0 = worker_threads); others wait, holding nothing.
+  size_t max_concurrent_merges = 0;
   std::chrono::milliseconds shutdown_grace{5000};
 };
 

@@ -80,4 +80,30 @@ uint64_t MemoryBudget::parked_total() const {
   return parked_total_;
 }
 
+void Gate::Enter(std::function<void()> admitted) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (inside_ >= limit_) {
+      waiters_.push_back(std::move(admitted));
+      return;
+    }
+    ++inside_;
+  }
+  pool_->Submit(std::move(admitted));
+}
+
+void Gate::Leave() {
+  std::function<void()> next;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (waiters_.empty()) {
+      --inside_;
+      return;
+    }
+    next = std::move(waiters_.front());  // the slot passes straight to the next waiter
+    waiters_.pop_front();
+  }
+  pool_->Submit(std::move(next));
+}
+
 }  // namespace sluice

@@ -62,6 +62,23 @@ class MemoryBudget {
   std::deque<std::function<void()>> waiters_;
 };
 
+/// Admits at most `limit` holders at once (e.g. KEY merges, each of which may keep up to
+/// fan-in decoded frames); the others wait, holding nothing, and resume on the pool.
+class Gate {
+ public:
+  Gate(size_t limit, WorkerPool* pool) : limit_(limit < 1 ? 1 : limit), pool_(pool) {}
+  /// Runs `admitted` on the pool once a slot is free (at once if one is).
+  void Enter(std::function<void()> admitted);
+  void Leave();
+
+ private:
+  const size_t limit_;
+  WorkerPool* const pool_;
+  std::mutex mu_;
+  size_t inside_ = 0;
+  std::deque<std::function<void()>> waiters_;
+};
+
 }  // namespace sluice
 
 #endif  // SLUICE_SERVER_WORKER_POOL_H_

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <future>
@@ -60,8 +61,9 @@ class ServerTest : public ::testing::Test {
   void SetUp() override { StartServer(); }
 
   void StartServer(uint64_t budget = 256ull << 20, size_t fan_in = 64,
-                   uint32_t max_frame_bytes = kDefaultMaxUncompressedBytes) {
+                   uint32_t max_frame_bytes = kDefaultMaxUncompressedBytes, size_t merges = 0) {
     ServerOptions opts;
+    opts.max_concurrent_merges = merges;
     opts.limits.max_uncompressed_bytes = max_frame_bytes;
     opts.listen_address = "127.0.0.1:0";
     opts.data_dir = dir_.path();
@@ -76,11 +78,11 @@ class ServerTest : public ::testing::Test {
     stub_ = pb::ShuffleService::NewStub(channel_);
   }
   void RestartServer(uint64_t budget = 256ull << 20, size_t fan_in = 64,
-                     uint32_t max_frame_bytes = kDefaultMaxUncompressedBytes) {
+                     uint32_t max_frame_bytes = kDefaultMaxUncompressedBytes, size_t merges = 0) {
     stub_.reset();
     channel_.reset();
     server_.reset();
-    StartServer(budget, fan_in, max_frame_bytes);
+    StartServer(budget, fan_in, max_frame_bytes, merges);
   }
 
   // One attempt made of the given frames (all for partition 0).
@@ -557,6 +559,25 @@ TEST_F(ServerTest, TenThousandRunsAreMergedWithinTheFanIn) {
   ASSERT_TRUE(FetchKeyOrder("many", &got).ok());
   ASSERT_EQ(got.size(), 10000u);
   for (size_t i = 1; i < got.size(); ++i) ASSERT_FALSE(KeyLess(got[i].first, got[i - 1].first));
+}
+
+TEST_F(ServerTest, KeyFetchesBeyondTheMergeLimitWaitTheirTurn) {
+  RestartServer(256ull << 20, 64, kDefaultMaxUncompressedBytes, /*merges=*/1);
+  for (int s = 0; s < 4; ++s) {
+    const std::string id = "q" + std::to_string(s);
+    ASSERT_TRUE(Create(id, 1, 0).ok());
+    ASSERT_TRUE(PushFrames(id, 0, KeyedFrames(0, 4, 300), 1200).ok());
+  }
+  std::vector<std::thread> readers;
+  std::atomic<int> ok{0};
+  for (int s = 0; s < 4; ++s) {
+    readers.emplace_back([this, s, &ok] {
+      std::vector<std::pair<std::string, std::string>> got;
+      if (FetchKeyOrder("q" + std::to_string(s), &got).ok() && got.size() == 1200) ++ok;
+    });
+  }
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(ok.load(), 4);
 }
 
 TEST_F(ServerTest, FramesOverTheSizeCapAreRejected) {
