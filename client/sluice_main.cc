@@ -4,6 +4,8 @@
 //   sluice status --server HOST:PORT --shuffle ID
 //   sluice list   --server HOST:PORT
 //   sluice delete --server HOST:PORT --shuffle ID
+//   sluice push   --server HOST:PORT --shuffle ID --mapper M --input FILE --key-field NAME
+//   sluice fetch  --server HOST:PORT --shuffle ID --partition P [--order KEY] [--output FILE]
 //   sluice bench  [--server HOST:PORT] [flags]      (no --server: an embedded server)
 //
 // `sluice <command> --help` lists a command's flags.
@@ -17,6 +19,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -28,6 +32,8 @@
 #include "absl/strings/str_cat.h"
 #include "client/shuffle_client.h"
 #include "codec/msgpack_scan.h"
+#include "codec/status_macros.h"
+#include "nlohmann/json.hpp"
 #include "server/sluice_server.h"
 
 namespace {
@@ -397,6 +403,146 @@ int Bench(Flags& flags) {
   return rc;
 }
 
+// ---------------------------------------------------------------------------------------------
+// push / fetch: records through files.
+
+// Splits a msgpack stream into objects.
+absl::Status ForEachMsgpackObject(const std::string& bytes,
+                                  const std::function<absl::Status(std::string_view)>& fn) {
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  const uint8_t* end = p + bytes.size();
+  size_t index = 0;
+  while (p < end) {
+    sluice::mp::ScanError err;
+    const uint8_t* q = sluice::mp::SkipObject(p, end, &err);
+    if (q == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input object ", index, ": ", sluice::mp::ScanErrorName(err)));
+    }
+    SLUICE_RETURN_IF_ERROR(fn(std::string_view(reinterpret_cast<const char*>(p), q - p)));
+    p = q;
+    ++index;
+  }
+  return absl::OkStatus();
+}
+
+int Push(Flags& flags) {
+  const std::string server = flags.Get("server", "127.0.0.1:7070");
+  const std::string id = flags.Get("shuffle", "");
+  const auto mapper = static_cast<uint32_t>(flags.Int("mapper", 0));
+  const auto attempt = static_cast<uint64_t>(flags.Int("attempt", 1));
+  const std::string input = flags.Get("input", "");
+  const std::string format = flags.Get("format", "jsonl");
+  const std::string key_field = flags.Get("key-field", "");
+  const bool sort = flags.Get("sort", "false") == "true";
+  std::string why;
+  if (!flags.Check(&why) || input.empty() || key_field.empty() ||
+      (format != "jsonl" && format != "msgpack")) {
+    return Fail(absl::InvalidArgumentError(
+        why.empty() ? "push needs --input FILE, --key-field NAME and --format jsonl|msgpack"
+                    : why));
+  }
+  std::ifstream in(input, std::ios::binary);
+  if (!in) return Fail(absl::NotFoundError("cannot open " + input));
+  auto client = Connect(server);
+  sluice::WriterOptions wopts;
+  wopts.sort_by_key = sort;
+  auto writer = client->OpenWriter(id, mapper, attempt, wopts);
+  if (!writer.ok()) return Fail(writer.status());
+  size_t n = 0;
+  // Each record: key = msgpack of the key field, value = the object as msgpack.
+  auto add = [&](const nlohmann::json& obj, std::string_view value) -> absl::Status {
+    if (!obj.is_object() || !obj.contains(key_field)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("record ", n, " has no field '", key_field, "'"));
+    }
+    const std::vector<uint8_t> key = nlohmann::json::to_msgpack(obj[key_field]);
+    ++n;
+    return (*writer)->Add(std::string_view(reinterpret_cast<const char*>(key.data()), key.size()),
+                          value);
+  };
+  absl::Status st;
+  if (format == "jsonl") {
+    std::string line;
+    while (st.ok() && std::getline(in, line)) {
+      if (line.empty()) continue;
+      nlohmann::json obj = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (obj.is_discarded()) {
+        st = absl::InvalidArgumentError(absl::StrCat("line ", n + 1, " is not JSON"));
+        break;
+      }
+      const std::vector<uint8_t> value = nlohmann::json::to_msgpack(obj);
+      st = add(obj, std::string_view(reinterpret_cast<const char*>(value.data()), value.size()));
+    }
+  } else {
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    st = ForEachMsgpackObject(bytes, [&](std::string_view value) {
+      nlohmann::json obj = nlohmann::json::from_msgpack(value.begin(), value.end(), true, false);
+      if (obj.is_discarded()) return absl::InvalidArgumentError("input object is not JSON-like");
+      return add(obj, value);
+    });
+  }
+  if (!st.ok()) {
+    (*writer)->Abort();
+    return Fail(st);
+  }
+  auto result = (*writer)->Close();
+  if (!result.ok()) return Fail(result.status());
+  std::printf("pushed %llu records in %llu frames%s\n",
+              static_cast<unsigned long long>(result->records),
+              static_cast<unsigned long long>(result->frames),
+              result->duplicate ? " (duplicate attempt: discarded)" : "");
+  return 0;
+}
+
+int Fetch(Flags& flags) {
+  const std::string server = flags.Get("server", "127.0.0.1:7070");
+  const std::string id = flags.Get("shuffle", "");
+  const auto partition = static_cast<uint32_t>(flags.Int("partition", 0));
+  const std::string order = flags.Get("order", "UNORDERED");
+  const std::string output = flags.Get("output", "-");
+  const std::string format = flags.Get("format", "jsonl");
+  std::string why;
+  if (!flags.Check(&why) || (format != "jsonl" && format != "msgpack") ||
+      (order != "KEY" && order != "UNORDERED")) {
+    return Fail(absl::InvalidArgumentError(
+        why.empty() ? "fetch takes --format jsonl|msgpack and --order KEY|UNORDERED" : why));
+  }
+  std::ofstream file;
+  if (output != "-") {
+    file.open(output, std::ios::binary);
+    if (!file) return Fail(absl::InternalError("cannot write " + output));
+  }
+  std::ostream& out = output == "-" ? std::cout : file;
+  sluice::ReaderOptions ropts;
+  ropts.order = order == "KEY" ? sluice::FetchOrder::kKey : sluice::FetchOrder::kUnordered;
+  auto reader = Connect(server)->OpenReader(id, partition, ropts);
+  if (!reader.ok()) return Fail(reader.status());
+  sluice::Record r;
+  size_t n = 0;
+  for (;;) {
+    auto more = (*reader)->Next(&r);
+    if (!more.ok()) return Fail(more.status());
+    if (!*more) break;
+    if (format == "msgpack") {
+      out.write(r.value.data(), static_cast<std::streamsize>(r.value.size()));
+    } else {
+      nlohmann::json obj =
+          nlohmann::json::from_msgpack(r.value.begin(), r.value.end(), true, false);
+      if (obj.is_discarded()) {
+        return Fail(absl::DataLossError(absl::StrCat("record ", n,
+                                                     " is not msgpack; use "
+                                                     "--format msgpack for opaque values")));
+      }
+      out << obj.dump() << '\n';
+    }
+    ++n;
+  }
+  out.flush();
+  std::fprintf(stderr, "fetched %zu records\n", n);
+  return 0;
+}
+
 void Usage() {
   std::fprintf(stderr,
                "usage: sluice <command> [flags]\n"
@@ -404,6 +550,10 @@ void Usage() {
                "  status --server H:P --shuffle ID\n"
                "  list   --server H:P\n"
                "  delete --server H:P --shuffle ID\n"
+               "  push   --server H:P --shuffle ID --mapper M [--attempt A] --input FILE\n"
+               "         --key-field NAME [--format jsonl|msgpack] [--sort]\n"
+               "  fetch  --server H:P --shuffle ID --partition P [--order KEY|UNORDERED]\n"
+               "         [--output FILE|-] [--format jsonl|msgpack]\n"
                "  bench  [--server H:P] [--shards 8] [--items-per-shard 50000] [--item-bytes 200]\n"
                "         [--keys 10000] [--partitions 8] [--hot-shard-frac 0] [--heavy-tail]\n"
                "         [--layout auto|msgpack|columnar|opaque] [--zstd-level 3]\n"
@@ -425,6 +575,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "bench") return Bench(flags);
+  if (cmd == "push") return Push(flags);
+  if (cmd == "fetch") return Fetch(flags);
   const std::string server = flags.Get("server", "127.0.0.1:7070");
   const std::string id = flags.Get("shuffle", "");
   if (cmd == "create") {

@@ -15,6 +15,7 @@ JOBS=${JOBS:-2}
 BUILD_PACKAGES=(build-essential cmake ninja-build ccache pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libmsgpack-cxx-dev libzstd-dev libabsl-dev libspdlog-dev libxxhash-dev libjemalloc-dev
+  nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev)
 TEST_PACKAGES=(python3 python3-msgpack python3-zstandard)
 FUZZ_PACKAGES=(clang libclang-rt-14-dev)

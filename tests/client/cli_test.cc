@@ -1,0 +1,122 @@
+// The `sluice` CLI as a separate process against a real in-process server: push and fetch
+// round trips through files, and a small `bench` run that verifies every key's count.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "server/sluice_server.h"
+#include "tests/server/test_dir.h"
+
+#ifndef SLUICE_CLI_BIN
+#error "SLUICE_CLI_BIN must name the sluice executable"
+#endif
+
+namespace sluice {
+namespace {
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions opts;
+    opts.listen_address = "127.0.0.1:0";
+    opts.data_dir = dir_.path() + "/data";
+    auto server = SluiceServer::Start(opts);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(server).value();
+    address_ = "127.0.0.1:" + std::to_string(server_->port());
+  }
+
+  // Runs `sluice ARGS`; returns its exit code, stdout in *out.
+  int Run(const std::string& args, std::string* out = nullptr) {
+    const std::string cmd = std::string(SLUICE_CLI_BIN) + " " + args + " 2>/dev/null";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (p == nullptr) return -1;
+    std::string text;
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) text.append(buf.data(), n);
+    const int status = ::pclose(p);
+    if (out != nullptr) *out = text;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
+
+  testing::TempDir dir_;
+  std::unique_ptr<SluiceServer> server_;
+  std::string address_;
+};
+
+TEST_F(CliTest, JsonLinesRoundTripInKeyOrder) {
+  ASSERT_EQ(Run("create --server " + address_ + " --shuffle j --partitions 1 --mappers 2"), 0);
+  {
+    std::ofstream f(Path("m0.jsonl"));
+    f << "{\"word\":\"pear\",\"n\":1}\n{\"word\":\"apple\",\"n\":2}\n";
+    std::ofstream g(Path("m1.jsonl"));
+    g << "{\"word\":\"fig\",\"n\":3}\n{\"word\":\"apple\",\"n\":4}\n";
+  }
+  for (int m = 0; m < 2; ++m) {
+    ASSERT_EQ(
+        Run("push --server " + address_ + " --shuffle j --mapper " + std::to_string(m) +
+            " --input " + Path("m" + std::to_string(m) + ".jsonl") + " --key-field word --sort"),
+        0);
+  }
+  std::string out;
+  ASSERT_EQ(Run("fetch --server " + address_ + " --shuffle j --partition 0 --order KEY", &out), 0);
+  // Keys are the msgpack encodings of "word", ordered bytewise — so the str header (its length)
+  // comes first: "fig" (a3...) < "pear" (a4...) < "apple" (a5...). Equal keys by mapper id.
+  EXPECT_EQ(out,
+            "{\"n\":3,\"word\":\"fig\"}\n{\"n\":1,\"word\":\"pear\"}\n"
+            "{\"n\":2,\"word\":\"apple\"}\n{\"n\":4,\"word\":\"apple\"}\n");
+  ASSERT_EQ(Run("status --server " + address_ + " --shuffle j", &out), 0);
+  EXPECT_NE(out.find("(2 committed)"), std::string::npos) << out;
+}
+
+TEST_F(CliTest, MsgpackFilesRoundTripByteForByte) {
+  ASSERT_EQ(Run("create --server " + address_ + " --shuffle m --partitions 1"), 0);
+  // Two msgpack maps: {"k": 1} and {"k": 2}.
+  const std::string input("\x81\xa1k\x01\x81\xa1k\x02", 8);
+  {
+    std::ofstream f(Path("in.msgpack"), std::ios::binary);
+    f << input;
+  }
+  ASSERT_EQ(Run("push --server " + address_ + " --shuffle m --mapper 0 --format msgpack --input " +
+                Path("in.msgpack") + " --key-field k --sort"),
+            0);
+  ASSERT_EQ(Run("fetch --server " + address_ + " --shuffle m --partition 0 --order KEY " +
+                "--format msgpack --output " + Path("out.msgpack")),
+            0);
+  std::ifstream f(Path("out.msgpack"), std::ios::binary);
+  const std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(got, input);
+}
+
+TEST_F(CliTest, BadInputFailsWithAMessageAndNothingCommits) {
+  ASSERT_EQ(Run("create --server " + address_ + " --shuffle b --partitions 1"), 0);
+  {
+    std::ofstream f(Path("bad.jsonl"));
+    f << "{\"word\":\"ok\"}\nnot json\n";
+  }
+  EXPECT_NE(Run("push --server " + address_ + " --shuffle b --mapper 0 --input " +
+                Path("bad.jsonl") + " --key-field word"),
+            0);
+  std::string out;
+  ASSERT_EQ(Run("status --server " + address_ + " --shuffle b", &out), 0);
+  EXPECT_NE(out.find("(0 committed)"), std::string::npos) << out;
+  EXPECT_NE(Run("frobnicate"), 0);
+}
+
+TEST_F(CliTest, SmallBenchCountsEveryKey) {
+  std::string out;
+  ASSERT_EQ(Run("bench --server " + address_ +
+                    " --shards 3 --items-per-shard 3000 --partitions 2 --keys 500",
+                &out),
+            0);
+  EXPECT_NE(out.find("\"counts_match\": true"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"expected_items\": 9000"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace sluice
