@@ -497,13 +497,6 @@ template <ColumnType T>
 size_t ParseColumn(BuildColumn& col, const Prefix& pr, const uint8_t** __restrict cur,
                    const uint8_t* const* __restrict ends, size_t n, ColumnChecks* checks,
                    ParseFailure* failure) {
-  // Everything the loop touches lives in locals, so stores through the output arrays do not
-  // force the compiler to reload the column's members on every record.
-  int64_t* __restrict ints = col.ints.data();
-  uint8_t* __restrict fixed = col.fixed.data();
-  // (No __restrict on these two: the dictionary reads them back through `col`.)
-  const uint8_t** ptrs = col.ptrs.data();
-  uint32_t* lens = col.lens.data();
   const size_t plen = pr.len;
   const ShortKey pkey = pr.key;
   // The same for every record, so these branches predict perfectly.
@@ -530,39 +523,8 @@ size_t ParseColumn(BuildColumn& col, const Prefix& pr, const uint8_t** __restric
     } else if (std::memcmp(q, pr.data(), plen) != 0) {
       break;
     }
-    const uint8_t* p = q + plen;
-    if constexpr (T == ColumnType::kInt) {
-      int64_t v;
-      p = mp::ReadCanonicalInt(p, end, &v);
-      if (ABSL_PREDICT_FALSE(p == nullptr)) goto value_failed;
-      ints[i] = v;
-    } else if constexpr (T == ColumnType::kFloat64) {
-      if (ABSL_PREDICT_FALSE(end - p < 9 || *p != 0xcb)) goto value_failed;
-      std::memcpy(fixed + i * 8, p + 1, 8);
-      p += 9;
-    } else if constexpr (T == ColumnType::kFloat32) {
-      if (ABSL_PREDICT_FALSE(end - p < 5 || *p != 0xca)) goto value_failed;
-      std::memcpy(fixed + i * 4, p + 1, 4);
-      p += 5;
-    } else if constexpr (T == ColumnType::kBool) {
-      if (ABSL_PREDICT_FALSE(p >= end || (*p & 0xfe) != 0xc2)) goto value_failed;
-      fixed[i] = *p & 1;
-      p += 1;
-    } else if constexpr (T == ColumnType::kNil) {
-      if (ABSL_PREDICT_FALSE(p >= end || *p != 0xc0)) goto value_failed;
-      p += 1;
-    } else {
-      static_assert(T == ColumnType::kStr || T == ColumnType::kBin);
-      uint32_t len;
-      const uint8_t* s = T == ColumnType::kStr ? mp::ReadCanonicalStr(p, end, &len)
-                                               : mp::ReadCanonicalBin(p, end, &len);
-      if (ABSL_PREDICT_FALSE(s == nullptr)) goto value_failed;
-      ptrs[i] = s;
-      lens[i] = len;
-      col.total_len += len;  // (read by the dictionary's cost check)
-      if (col.dict_active) col.AddToDict(i, s, len);
-      p = s + len;
-    }
+    const uint8_t* p = col.ParseAs<T>(i, q + plen, end);
+    if (ABSL_PREDICT_FALSE(p == nullptr)) goto value_failed;
     if (last_field && ABSL_PREDICT_FALSE(p != end)) {
       checks->key_ref_holds = key_ref_holds;
       *failure = ParseFailure::kTrailing;
