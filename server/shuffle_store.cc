@@ -477,12 +477,9 @@ void ShuffleStore::MarkDeleted() {
 }
 
 absl::Status ShuffleStore::Destroy() {
-  std::lock_guard<std::mutex> lock(commit_mu_);
   // Open descriptors stay valid (they point at unlinked files) until the last user of the
   // store lets go, so a stream still writing cannot touch anything else; it just fails.
-  destroyed_.store(true);
-  committed_.clear();
-  for (PartitionStats& s : stats_) s = PartitionStats{};
+  MarkDeleted();
   return file::RemoveTree(dir_);
 }
 
