@@ -56,6 +56,29 @@ std::string Frame(const std::vector<std::pair<std::string, std::string>>& rows) 
   return out;
 }
 
+pb::PushRequest OpenMsg(const std::string& id, uint32_t mapper, uint64_t attempt = 1) {
+  pb::PushRequest open;
+  open.mutable_open()->set_shuffle_id(id);
+  open.mutable_open()->set_mapper_id(mapper);
+  open.mutable_open()->set_attempt_id(attempt);
+  return open;
+}
+
+pb::PushRequest FramesMsg(uint32_t partition, std::string frame) {
+  pb::PushRequest msg;
+  auto* f = msg.mutable_frames()->add_frames();
+  f->set_partition_id(partition);
+  f->set_frame(std::move(frame));
+  return msg;
+}
+
+pb::PushRequest CommitMsg(uint64_t frames, uint64_t records) {
+  pb::PushRequest commit;
+  commit.mutable_commit()->set_frame_count(frames);
+  commit.mutable_commit()->set_record_count(records);
+  return commit;
+}
+
 class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override { StartServer(); }
@@ -91,22 +114,11 @@ class ServerTest : public ::testing::Test {
     grpc::ClientContext ctx;
     pb::PushResponse resp;
     auto writer = stub_->Push(&ctx, &resp);
-    pb::PushRequest open;
-    open.mutable_open()->set_shuffle_id(id);
-    open.mutable_open()->set_mapper_id(mapper);
-    open.mutable_open()->set_attempt_id(1);
-    writer->Write(open);
+    writer->Write(OpenMsg(id, mapper, 1));
     for (const std::string& frame : frames) {
-      pb::PushRequest msg;
-      auto* f = msg.mutable_frames()->add_frames();
-      f->set_partition_id(0);
-      f->set_frame(frame);
-      writer->Write(msg);
+      writer->Write(FramesMsg(0, frame));
     }
-    pb::PushRequest commit;
-    commit.mutable_commit()->set_frame_count(frames.size());
-    commit.mutable_commit()->set_record_count(records);
-    writer->Write(commit);
+    writer->Write(CommitMsg(frames.size(), records));
     writer->WritesDone();
     return writer->Finish();
   }
@@ -156,23 +168,12 @@ class ServerTest : public ::testing::Test {
                     size_t pad = 0) {
     grpc::ClientContext ctx;
     auto writer = stub_->Push(&ctx, resp);
-    pb::PushRequest open;
-    open.mutable_open()->set_shuffle_id(id);
-    open.mutable_open()->set_mapper_id(mapper);
-    open.mutable_open()->set_attempt_id(attempt);
-    writer->Write(open);
+    writer->Write(OpenMsg(id, mapper, attempt));
     for (uint32_t p = 0; p < partitions; ++p) {
-      pb::PushRequest msg;
-      auto* f = msg.mutable_frames()->add_frames();
-      f->set_partition_id(p);
-      f->set_frame(Frame(Rows(mapper, p, rows_per_partition, pad)));
-      if (!writer->Write(msg)) break;
+      if (!writer->Write(FramesMsg(p, Frame(Rows(mapper, p, rows_per_partition, pad))))) break;
     }
-    pb::PushRequest commit;
-    commit.mutable_commit()->set_frame_count(frame_count >= 0 ? frame_count : partitions);
-    commit.mutable_commit()->set_record_count(static_cast<uint64_t>(partitions) *
-                                              rows_per_partition);
-    writer->Write(commit);
+    writer->Write(CommitMsg(frame_count >= 0 ? frame_count : partitions,
+                            static_cast<uint64_t>(partitions) * rows_per_partition));
     writer->WritesDone();
     return writer->Finish();
   }
@@ -277,15 +278,8 @@ TEST_F(ServerTest, StreamsThatEndWithoutCommitLeaveNothing) {
     grpc::ClientContext ctx;
     pb::PushResponse resp;
     auto writer = stub_->Push(&ctx, &resp);
-    pb::PushRequest open;
-    open.mutable_open()->set_shuffle_id("s");
-    open.mutable_open()->set_mapper_id(1);
-    writer->Write(open);
-    pb::PushRequest msg;
-    auto* f = msg.mutable_frames()->add_frames();
-    f->set_partition_id(0);
-    f->set_frame(Frame(Rows(1, 0, 10)));
-    writer->Write(msg);
+    writer->Write(OpenMsg("s", 1));
+    writer->Write(FramesMsg(0, Frame(Rows(1, 0, 10))));
     writer->WritesDone();
     grpc::Status st = writer->Finish();
     EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -295,15 +289,8 @@ TEST_F(ServerTest, StreamsThatEndWithoutCommitLeaveNothing) {
     grpc::ClientContext ctx;
     pb::PushResponse resp;
     auto writer = stub_->Push(&ctx, &resp);
-    pb::PushRequest open;
-    open.mutable_open()->set_shuffle_id("s");
-    open.mutable_open()->set_mapper_id(2);
-    writer->Write(open);
-    pb::PushRequest msg;
-    auto* f = msg.mutable_frames()->add_frames();
-    f->set_partition_id(1);
-    f->set_frame(Frame(Rows(2, 1, 10)));
-    writer->Write(msg);
+    writer->Write(OpenMsg("s", 2));
+    writer->Write(FramesMsg(1, Frame(Rows(2, 1, 10))));
     ctx.TryCancel();
     EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
@@ -336,17 +323,10 @@ TEST_F(ServerTest, BadInputIsRejectedWithANamedErrorAndOthersKeepWorking) {
   {  // a corrupt frame
     grpc::ClientContext ctx;
     auto writer = stub_->Push(&ctx, &resp);
-    pb::PushRequest open;
-    open.mutable_open()->set_shuffle_id("s");
-    open.mutable_open()->set_mapper_id(2);
-    writer->Write(open);
-    pb::PushRequest msg;
-    auto* f = msg.mutable_frames()->add_frames();
-    f->set_partition_id(0);
+    writer->Write(OpenMsg("s", 2));
     std::string frame = Frame(Rows(2, 0, 5));
     frame[frame.size() - 1] ^= 1;
-    f->set_frame(frame);
-    writer->Write(msg);
+    writer->Write(FramesMsg(0, frame));
     writer->WritesDone();
     st = writer->Finish();
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -356,11 +336,8 @@ TEST_F(ServerTest, BadInputIsRejectedWithANamedErrorAndOthersKeepWorking) {
   {  // a second open message
     grpc::ClientContext ctx;
     auto writer = stub_->Push(&ctx, &resp);
-    pb::PushRequest open;
-    open.mutable_open()->set_shuffle_id("s");
-    open.mutable_open()->set_mapper_id(3);
-    writer->Write(open);
-    writer->Write(open);
+    writer->Write(OpenMsg("s", 3));
+    writer->Write(OpenMsg("s", 3));
     writer->WritesDone();
     st = writer->Finish();
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -658,21 +635,13 @@ TEST_F(DiskFullTest, FullDiskIsResourceExhaustedAndCommittedDataStays) {
     grpc::ClientContext ctx;
     pb::PushResponse resp;
     auto writer = stub->Push(&ctx, &resp);
-    pb::PushRequest open;
-    open.mutable_open()->set_shuffle_id("d");
-    open.mutable_open()->set_mapper_id(mapper);
-    writer->Write(open);
-    for (int i = 0; i < frames; ++i) {
-      pb::PushRequest msg;
-      auto* f = msg.mutable_frames()->add_frames();
-      f->set_partition_id(0);
-      f->set_frame(Frame(Rows(mapper, static_cast<uint32_t>(i), 200, /*pad=*/1000)));  // ~200 KB
-      if (!writer->Write(msg)) break;
+    writer->Write(OpenMsg("d", mapper));
+    for (int i = 0; i < frames; ++i) {  // ~200 KB frames
+      if (!writer->Write(FramesMsg(0, Frame(Rows(mapper, static_cast<uint32_t>(i), 200, 1000))))) {
+        break;
+      }
     }
-    pb::PushRequest commit;
-    commit.mutable_commit()->set_frame_count(frames);
-    commit.mutable_commit()->set_record_count(200ull * frames);
-    writer->Write(commit);
+    writer->Write(CommitMsg(frames, 200ull * frames));
     writer->WritesDone();
     return writer->Finish();
   };
