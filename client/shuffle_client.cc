@@ -1,6 +1,7 @@
 #include "client/shuffle_client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -66,7 +67,10 @@ class GrpcWriter final : public ShuffleWriter {
       ctx_.set_deadline(std::chrono::system_clock::now() + client_.stream_deadline);
     }
     stream_ = stub->Push(&ctx_, &response_);
-    sender_ = std::thread([this] { SendLoop(); });
+    sender_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "sluice-send");
+      SendLoop();
+    });
   }
   ~GrpcWriter() override {
     if (!finished_) Abort();

@@ -9,9 +9,11 @@
 //   sluice bench  [--server HOST:PORT] [flags]      (no --server: an embedded server)
 //
 // `sluice <command> --help` lists a command's flags.
+#include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -166,6 +168,32 @@ size_t PayloadLength(Rng& rng, const BenchConfig& c) {
   return static_cast<size_t>(std::max(1.0, base * 0.6 * std::exp(0.5 * normal)));
 }
 
+// Byte -> alphanumeric character, as `kAlnum[b % 62]` (the same characters a per-byte modulo
+// would give, one table load each).
+const std::array<char, 256>& AlnumTable() {
+  static const std::array<char, 256> table = [] {
+    static constexpr char kAlnum[] =
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    std::array<char, 256> t{};
+    for (int b = 0; b < 256; ++b) t[b] = kAlnum[b % 62];
+    return t;
+  }();
+  return table;
+}
+
+// n random alphanumeric characters, eight per random draw.
+void FillAlnum(Rng& rng, const std::array<char, 256>& alnum, char* out, size_t n) {
+  size_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const uint64_t r = rng.Next();
+    for (int b = 0; b < 8; ++b) out[j + b] = alnum[(r >> (8 * b)) & 0xff];
+  }
+  if (j < n) {
+    uint64_t r = rng.Next();
+    for (; j < n; ++j, r >>= 8) out[j] = alnum[r & 0xff];
+  }
+}
+
 void PutInt(std::string* o, int64_t v) {
   uint8_t b[9];
   o->append(reinterpret_cast<char*>(b), sluice::mp::WriteInt(b, v) - b);
@@ -198,6 +226,7 @@ absl::StatusOr<BenchResult> RunBench(sluice::ShuffleClient& client, const std::s
   std::vector<std::thread> threads;
   for (int s = 0; s < c.shards; ++s) {
     threads.emplace_back([&, s] {
+      pthread_setname_np(pthread_self(), "bench-map");
       sluice::WriterOptions wopts;
       wopts.layout = c.layout;
       wopts.zstd_level = c.zstd_level;
@@ -209,41 +238,50 @@ absl::StatusOr<BenchResult> RunBench(sluice::ShuffleClient& client, const std::s
         return;
       }
       Rng rng(static_cast<uint64_t>(s) + 1);
-      static constexpr char kAlnum[] =
-          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-      std::string value, key, payload;
+      // Items are generated in small batches (timed per batch, so the clock is not read per
+      // item) and handed to the writer before the next batch: never more than kBatch at once.
+      static constexpr int kBatch = 256;
+      const auto& alnum = AlnumTable();
+      std::string batch, payload;
+      std::vector<uint32_t> ends;  // per item: key end, value end in `batch`
       std::chrono::nanoseconds gen{0};
-      for (long long i = 0; i < c.items_per_shard; ++i) {
+      for (long long i = 0; i < c.items_per_shard;) {
         const auto g0 = Clock::now();
-        const int k = c.hot_frac > 0 && rng.Uniform() < c.hot_frac
-                          ? 0
-                          : static_cast<int>(rng.Next() % static_cast<uint64_t>(c.keys));
-        payload.resize(PayloadLength(rng, c));
-        for (size_t j = 0; j < payload.size(); j += 8) {
-          uint64_t r = rng.Next();
-          for (size_t b = j; b < j + 8 && b < payload.size(); ++b, r >>= 8) {
-            payload[b] = kAlnum[(r & 0xff) % 62];
-          }
+        batch.clear();
+        ends.clear();
+        for (int n = 0; n < kBatch && i < c.items_per_shard; ++n, ++i) {
+          const int k = c.hot_frac > 0 && rng.Uniform() < c.hot_frac
+                            ? 0
+                            : static_cast<int>(rng.Next() % static_cast<uint64_t>(c.keys));
+          payload.resize(PayloadLength(rng, c));
+          FillAlnum(rng, alnum, payload.data(), payload.size());
+          PutInt(&batch, k);
+          ends.push_back(static_cast<uint32_t>(batch.size()));
+          const size_t value_start = batch.size();
+          batch.push_back(static_cast<char>(0x84));
+          PutStr(&batch, "key");
+          PutInt(&batch, k);
+          PutStr(&batch, "seq");
+          PutInt(&batch, i);
+          PutStr(&batch, "src");
+          PutInt(&batch, s);
+          PutStr(&batch, "payload");
+          PutStr(&batch, payload);
+          ends.push_back(static_cast<uint32_t>(batch.size()));
+          ++expected[s][k];
+          bytes[s] += batch.size() - value_start;
         }
-        value.clear();
-        value.push_back(static_cast<char>(0x84));
-        PutStr(&value, "key");
-        PutInt(&value, k);
-        PutStr(&value, "seq");
-        PutInt(&value, i);
-        PutStr(&value, "src");
-        PutInt(&value, s);
-        PutStr(&value, "payload");
-        PutStr(&value, payload);
-        key.clear();
-        PutInt(&key, k);
         gen += Clock::now() - g0;
-        ++expected[s][k];
-        bytes[s] += value.size();
-        absl::Status st = (*writer)->Add(key, value);
-        if (!st.ok()) {
-          errors[s] = st;
-          return;
+        uint32_t start = 0;
+        for (size_t e = 0; e < ends.size(); e += 2) {
+          const std::string_view key(batch.data() + start, ends[e] - start);
+          const std::string_view value(batch.data() + ends[e], ends[e + 1] - ends[e]);
+          start = ends[e + 1];
+          absl::Status st = (*writer)->Add(key, value);
+          if (!st.ok()) {
+            errors[s] = st;
+            return;
+          }
         }
       }
       auto result = (*writer)->Close();
@@ -262,6 +300,7 @@ absl::StatusOr<BenchResult> RunBench(sluice::ShuffleClient& client, const std::s
   std::vector<std::vector<uint64_t>> counted(c.partitions, std::vector<uint64_t>(c.keys, 0));
   for (int p = 0; p < c.partitions; ++p) {
     threads.emplace_back([&, p] {
+      pthread_setname_np(pthread_self(), "bench-reduce");
       sluice::ReaderOptions ropts;
       ropts.order = c.key_order ? sluice::FetchOrder::kKey : sluice::FetchOrder::kUnordered;
       ropts.require_complete = true;

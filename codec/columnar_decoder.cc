@@ -27,6 +27,11 @@ struct ReadColumn {
   const uint8_t* blob = nullptr;   // plain bytes: contents back to back
   const uint8_t* blob_end = nullptr;
   bool hex = false;  // plain bytes stored as the bytes their hex digits spell
+  // Packed bytes: `bits`-bit codes; symbols[code] is the byte (low 8 bits) and, in bit 8,
+  // whether the code is outside the alphabet.
+  bool packed = false;
+  uint8_t bits = 0;
+  uint16_t symbols[1 << kMaxPackedBits] = {};
   // Dictionary bytes: every entry pre-encoded (msgpack header + content) in `entries`.
   bool dict = false;
   ByteBuffer entries;
@@ -99,12 +104,33 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
                              absl::string_view name, ReadColumn* c) {
   const uint8_t* p = *pp;
   const auto avail = [&]() { return static_cast<size_t>(end - p); };
-  if (avail() < 1 || *p > kBytesHex || (*p == kBytesHex && c->type != ColumnType::kStr)) {
+  if (avail() < 1 || *p > kBytesPacked || (*p == kBytesHex && c->type != ColumnType::kStr)) {
     return Corrupt(absl::StrCat("column '", name, "' has ",
                                 avail() < 1 ? "no encoding byte" : "an unknown encoding"));
   }
   c->hex = *p == kBytesHex;
+  c->packed = *p == kBytesPacked;
   c->dict = *p++ == kBytesDict;
+  if (c->packed) {
+    // bits (1..6), alphabet size - 1, the alphabet in increasing byte order.
+    if (avail() < 2) return Corrupt(absl::StrCat("column '", name, "' packing is truncated"));
+    const uint8_t bits = p[0];
+    const size_t d = size_t{p[1]} + 1;
+    p += 2;
+    if (bits < 1 || bits > kMaxPackedBits || d > (size_t{1} << bits)) {
+      return Corrupt(absl::StrCat("column '", name, "' has ", int{bits}, "-bit codes for a ", d,
+                                  "-byte alphabet"));
+    }
+    if (avail() < d) return Corrupt(absl::StrCat("column '", name, "' alphabet is truncated"));
+    for (size_t k = 0; k < (size_t{1} << kMaxPackedBits); ++k) {
+      c->symbols[k] = k < d ? p[k] : 0x100;
+      if (k > 0 && k < d && p[k] <= p[k - 1]) {
+        return Corrupt(absl::StrCat("column '", name, "' alphabet is not in increasing order"));
+      }
+    }
+    c->bits = bits;
+    p += d;
+  }
   // Lengths: n of them (plain) or d (dictionary), then the blob they measure.
   uint64_t count = n;
   if (c->dict) {
@@ -127,6 +153,15 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   uint64_t blob_len;
   if (!GetVarint(&p, end, &blob_len) || blob_len != sum) {
     return Corrupt(absl::StrCat("column '", name, "' blob size does not match its lengths"));
+  }
+  if (c->packed) {
+    // Value i takes ceil(lens[i] * bits / 8) bytes.
+    uint64_t packed_len = 0;
+    for (size_t i = 0; i < n; ++i) packed_len += (uint64_t{lens[i]} * c->bits + 7) / 8;
+    if (packed_len > avail()) {
+      return Corrupt(absl::StrCat("column '", name, "' packed codes are truncated"));
+    }
+    blob_len = packed_len;
   }
   if (blob_len > avail()) return Corrupt(absl::StrCat("column '", name, "' blob is truncated"));
   c->blob = p;
@@ -204,6 +239,7 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
   c->type = static_cast<ColumnType>(t);
   c->dict = false;
   c->hex = false;
+  c->packed = false;
   const auto avail = [&]() { return static_cast<size_t>(end - p); };
   switch (c->type) {
     case ColumnType::kKeyRef: {
@@ -286,9 +322,52 @@ inline uint8_t* CopySmall(uint8_t* w, const uint8_t* src, const uint8_t* src_end
   return w + len;
 }
 
+// Unpacks len bytes of packed column c from src (the cursor is left past them) to w. Codes
+// outside the alphabet and non-zero padding bits set bit 8 of *bad.
+inline uint8_t* Unpack(const ReadColumn& c, const uint8_t* src, uint32_t len,
+                       const uint8_t** blob_cursor, uint8_t* w, uint32_t* bad) {
+  const uint32_t b = c.bits;
+  const uint64_t mask = (uint64_t{1} << b) - 1;
+  const uint16_t* const sym = c.symbols;
+  uint32_t acc = 0;
+  uint32_t k = 0;
+  for (; k + 8 <= len; k += 8) {  // 8 codes in exactly b bytes
+    uint64_t v;
+    if (ABSL_PREDICT_TRUE(c.blob_end - src >= 8)) {
+      v = LoadLE64(src);
+    } else {
+      v = 0;
+      std::memcpy(&v, src, b);
+    }
+    src += b;
+    for (uint32_t j = 0; j < 8; ++j) {
+      const uint16_t e = sym[(v >> (b * j)) & mask];
+      acc |= e;
+      w[k + j] = static_cast<uint8_t>(e);
+    }
+  }
+  if (k < len) {
+    const uint32_t rest = len - k;
+    const uint32_t nbytes = (rest * b + 7) / 8;
+    uint64_t v = 0;
+    std::memcpy(&v, src, nbytes);
+    src += nbytes;
+    for (uint32_t j = 0; j < rest; ++j) {
+      const uint16_t e = sym[(v >> (b * j)) & mask];
+      acc |= e;
+      w[k + j] = static_cast<uint8_t>(e);
+    }
+    if ((v >> (rest * b)) != 0) acc |= 0x100;  // padding bits must be zero
+  }
+  *blob_cursor = src;
+  *bad |= acc;
+  return w + len;
+}
+
 // Writes record i of column c at w; returns the pointer past it. `w` has kSlack spare bytes.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteValue(const ReadColumn& c, size_t i,
-                                                        const uint8_t** blob_cursor, uint8_t* w) {
+                                                        const uint8_t** blob_cursor, uint8_t* w,
+                                                        uint32_t* bad) {
   switch (c.type) {
     case ColumnType::kNil:
       *w = 0xc0;
@@ -318,6 +397,10 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteValue(const ReadColumn& c, siz
       const uint32_t len = c.lens[i];
       const uint8_t* src = *blob_cursor;
       *blob_cursor = src + len;
+      if (c.packed) {
+        w = WriteBytesHeader(c.type, w, len);
+        return Unpack(c, src, len, blob_cursor, w, bad);
+      }
       if (c.hex) {
         w = WriteBytesHeader(c.type, w, 2 * len);
         for (uint32_t k = 0; k < len; ++k) {
@@ -440,16 +523,17 @@ absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, ui
   const uint8_t** cursors = s.cursors.data();
   const bool key_ref = s.key.type == ColumnType::kKeyRef;
   const uint64_t key_field = s.key.key_ref_field;
+  uint32_t bad = 0;  // bit 8: a packed column held a code outside its alphabet
   for (size_t i = 0; i < n; ++i) {
     RecordRef& r = refs[i];
     if (!key_ref) {
       r.key_off = static_cast<uint32_t>(w - base);
-      if (s.key.type == ColumnType::kRawBytes && !s.key.dict) {
+      if (s.key.type == ColumnType::kRawBytes && !s.key.dict && !s.key.packed) {
         const uint32_t len = s.key.lens[i];
         w = CopySmall(w, key_blob, s.key.blob_end, len);
         key_blob += len;
       } else {
-        w = WriteValue(s.key, i, &key_blob, w);
+        w = WriteValue(s.key, i, &key_blob, w, &bad);
       }
       r.key_len = static_cast<uint32_t>(w - base) - r.key_off;
     }
@@ -466,7 +550,7 @@ absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, ui
         }
         w += pr.len;
         uint8_t* const value_start = w;
-        w = WriteValue(cols[j], i, &cursors[j], w);
+        w = WriteValue(cols[j], i, &cursors[j], w, &bad);
         if (key_ref && j == key_field) {
           r.key_off = static_cast<uint32_t>(value_start - base);
           r.key_len = static_cast<uint32_t>(w - value_start);
@@ -474,6 +558,9 @@ absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, ui
       }
     }
     r.value_len = static_cast<uint32_t>(w - base) - r.value_off;
+  }
+  if (bad & 0x100) {
+    return Corrupt("a packed column holds a code outside its alphabet or non-zero padding bits");
   }
   if (static_cast<uint64_t>(w - base) != total) {
     return absl::InternalError("COLUMNAR rebuild size mismatch");  // cannot happen

@@ -36,6 +36,19 @@ constexpr size_t kDictProbe = 1024;
 // The encoder drops its scratch buffers after a batch that left more than this behind.
 constexpr size_t kMaxRetainedScratch = 256u << 20;
 constexpr uint32_t kMaxDict = 1u << 16;
+// Small-alphabet packing (see BuildColumn::SerializePacked): columns with fewer content bytes
+// are left plain; the alphabet and entropy come from the first kPackSample bytes; packing is
+// chosen when b bits a byte is within kPackSlackBits of those bytes' order-0 entropy.
+constexpr uint64_t kMinPackedBytes = 512;
+constexpr size_t kPackSample = 16384;
+constexpr double kPackSlackBits = 0.15;
+
+// Bits needed for codes 0..d-1 (at least 1).
+inline uint8_t BitsFor(size_t d) {
+  uint8_t b = 1;
+  while ((size_t{1} << b) < d) ++b;
+  return b;
+}
 
 // The column type a msgpack header byte belongs to, or false for maps, arrays, ext and 0xc1.
 bool ClassifyScalar(uint8_t b, ColumnType* t) {
@@ -325,7 +338,8 @@ struct BuildColumn {
         if (UseDict()) {
           return 3 + 2 * kMaxVarintBytes + firsts.size() * 5 + dict_len + n * 2;
         }
-        return 2 + kMaxVarintBytes + n * 5 + total_len;
+        // Plain, hex or packed (3 header bytes, the alphabet, 8 bytes of store slack).
+        return 2 + kMaxVarintBytes + n * 5 + total_len + 3 + 64 + 8;
     }
   }
 
@@ -429,8 +443,86 @@ struct BuildColumn {
     return w;
   }
 
+  // Strings drawn from a small alphabet used near-uniformly (random ids and tokens, base62 or
+  // base64 text) are stored as b-bit codes (b <= 6): within a few percent of what an entropy
+  // coder would make of them, and bytes that zstd crosses at memory speed instead of
+  // Huffman-coding them, on both sides. Every 8 codes fill exactly b bytes; each value starts
+  // on a byte. Returns nullptr when the column does not qualify.
+  uint8_t* SerializePacked(uint8_t* w) const {
+    if (total_len < kMinPackedBytes) return nullptr;
+    uint32_t hist[256] = {};
+    size_t sampled = 0;
+    for (size_t i = 0; i < n && sampled < kPackSample; ++i) {
+      for (uint32_t k = 0; k < lens[i]; ++k) ++hist[ptrs[i][k]];
+      sampled += lens[i];
+    }
+    uint8_t* const start = w;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      uint8_t code[256];
+      uint8_t alphabet[256];
+      size_t d = 0;
+      double entropy = 0;
+      uint64_t counted = 0;
+      for (int c = 0; c < 256; ++c) counted += hist[c];
+      for (int c = 0; c < 256; ++c) {
+        code[c] = 0xff;
+        if (hist[c] == 0) continue;
+        code[c] = static_cast<uint8_t>(d);
+        alphabet[d++] = static_cast<uint8_t>(c);
+        const double p = static_cast<double>(hist[c]) / static_cast<double>(counted);
+        entropy -= p * std::log2(p);
+      }
+      if (d > (1u << kMaxPackedBits)) return nullptr;
+      const uint8_t b = BitsFor(d);
+      if (b > entropy + kPackSlackBits) return nullptr;
+      w = start;
+      *w++ = kBytesPacked;
+      *w++ = b;
+      *w++ = static_cast<uint8_t>(d - 1);
+      std::memcpy(w, alphabet, d);
+      w += d;
+      for (size_t i = 0; i < n; ++i) w = PutVarint(w, lens[i]);
+      w = PutVarint(w, total_len);
+      uint8_t bad = 0;  // 0xff codes (bytes outside the alphabet) set the high bits
+      for (size_t i = 0; i < n; ++i) {
+        const uint8_t* src = ptrs[i];
+        const uint32_t len = lens[i];
+        uint32_t k = 0;
+        for (; k + 8 <= len; k += 8) {
+          uint64_t v = 0;
+          for (int j = 0; j < 8; ++j) {
+            const uint8_t c = code[src[k + j]];
+            bad |= c;
+            v |= uint64_t{c} << (b * j);
+          }
+          StoreLE64(w, v);  // b bytes count; the rest is slack the next write overwrites
+          w += b;
+        }
+        if (k < len) {
+          uint64_t v = 0;
+          for (uint32_t j = 0; k + j < len; ++j) {
+            const uint8_t c = code[src[k + j]];
+            bad |= c;
+            v |= uint64_t{c} << (b * j);
+          }
+          StoreLE64(w, v);
+          w += ((len - k) * b + 7) / 8;
+        }
+      }
+      if ((bad & 0xc0) == 0) return w;
+      if (attempt == 0 && sampled == total_len) return nullptr;  // cannot happen
+      // A byte the sample did not have: take the alphabet from the whole column, once.
+      std::memset(hist, 0, sizeof(hist));
+      for (size_t i = 0; i < n; ++i) {
+        for (uint32_t k = 0; k < lens[i]; ++k) ++hist[ptrs[i][k]];
+      }
+    }
+    return nullptr;
+  }
+
   uint8_t* SerializePlainBytes(uint8_t* w) const {
     if (uint8_t* end = SerializeHex(w); end != nullptr) return end;
+    if (uint8_t* end = SerializePacked(w); end != nullptr) return end;
     *w++ = kBytesPlain;
     for (size_t i = 0; i < n; ++i) w = PutVarint(w, lens[i]);
     w = PutVarint(w, total_len);

@@ -22,7 +22,9 @@ constexpr uint8_t kIntPlain = 0;
 constexpr uint8_t kIntDelta = 1;
 constexpr uint8_t kBytesPlain = 0;
 constexpr uint8_t kBytesDict = 1;
-constexpr uint8_t kBytesHex = 2;  // str only: lowercase hex of even length, stored as bytes
+constexpr uint8_t kBytesHex = 2;     // str only: lowercase hex of even length, stored as bytes
+constexpr uint8_t kBytesPacked = 3;  // every byte from an alphabet of <= 64: b-bit codes
+constexpr uint8_t kMaxPackedBits = 6;
 // Dictionary code layouts (the code width byte).
 constexpr uint8_t kCodeBytes = 1;   // one byte a code
 constexpr uint8_t kCode16 = 2;      // two bytes a code, little-endian

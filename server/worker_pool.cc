@@ -1,12 +1,18 @@
 #include "server/worker_pool.h"
 
+#include <pthread.h>
+
 #include <utility>
 
 namespace sluice {
 
 WorkerPool::WorkerPool(int threads) {
   if (threads < 1) threads = 1;
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+  for (int i = 0; i < threads; ++i)
+    threads_.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "sluice-worker");
+      Run();
+    });
 }
 
 WorkerPool::~WorkerPool() {

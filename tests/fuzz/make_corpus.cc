@@ -23,6 +23,20 @@ int main(int argc, char** argv) {
     mp.Add(g.Bytes(5), v);
     opaque.Add(g.Bytes(5), "\xc1" + g.Bytes(8));
   }
+  // A string column of random base62 text: large enough to be stored as 6-bit codes.
+  sluice::testing::Batch packed;
+  for (int i = 0; i < 12; ++i) {
+    std::string text(45 + i, 'a');  // 12 values, 606 characters
+    for (char& c : text) {
+      c = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"[g.Below(62)];
+    }
+    std::string v;
+    sluice::testing::Gen::MapHeader(&v, 1);
+    sluice::testing::Gen::Str(&v, "token");
+    sluice::testing::Gen::Str(&v, text);
+    packed.Add(g.Bytes(3), v);
+  }
+  batches.emplace_back("columnar_packed", packed);
   batches.emplace_back("msgpack", mp);
   batches.emplace_back("opaque", opaque);
   int written = 0;
