@@ -202,6 +202,37 @@ Dataset Str3(uint64_t seed) {
   return d;
 }
 
+// The item of zephyr's benchmark_shuffle.py, which `sluice bench` shuffles: not one of the
+// seed's four micro-benchmark datasets, but the shape of its end-to-end workload.
+Dataset Items(uint64_t seed) {
+  Rng rng(seed);
+  Dataset d{"items",
+            "zephyr's shuffle item: key (int < 10,000), seq, src, 168-char alnum payload",
+            {},
+            {}};
+  static constexpr char kAlnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  const size_t n = 5000;
+  std::string payload(168, ' ');
+  for (size_t i = 0; i < n; ++i) {
+    const auto key = static_cast<int64_t>(rng.Below(10000));
+    for (char& c : payload) c = kAlnum[rng.Below(62)];
+    msgpack::sbuffer b;
+    Packer pk(&b);
+    pk.pack_map(4);
+    PackKeyStr(pk, "key");
+    pk.pack(key);
+    PackKeyStr(pk, "seq");
+    pk.pack(static_cast<int64_t>(i));
+    PackKeyStr(pk, "src");
+    pk.pack(3);
+    PackKeyStr(pk, "payload");
+    pk.pack(payload);
+    d.keys.push_back(PackOne(key));
+    d.values.emplace_back(b.data(), b.size());
+  }
+  return d;
+}
+
 }  // namespace
 
 std::vector<Dataset> MakeSeedDatasets(uint64_t seed) {
@@ -210,6 +241,7 @@ std::vector<Dataset> MakeSeedDatasets(uint64_t seed) {
   out.push_back(IntFloatStr(seed + 1));
   out.push_back(Wide10(seed + 2));
   out.push_back(Str3(seed + 3));
+  out.push_back(Items(seed + 4));
   return out;
 }
 

@@ -1,4 +1,4 @@
-// The four deterministic datasets of the codec benchmark (docs/benchmarks.md defines them).
+// The deterministic datasets of the codec benchmark (docs/benchmarks.md defines them).
 // Each record's value is a msgpack map; its key is the msgpack encoding of one field, the way
 // zephyr derives shuffle keys. Generated with a seeded splitmix64 so every machine and every
 // tool sees the same bytes.
@@ -25,8 +25,8 @@ struct Dataset {
   }
 };
 
-/// The four datasets: ints3 (N=10,000), int_float_str (N=10,000), wide10 (N=5,000),
-/// str3 (N=5,000).
+/// The seed's four datasets: ints3 (N=10,000), int_float_str (N=10,000), wide10 (N=5,000),
+/// str3 (N=5,000); then items (N=5,000), the record `sluice bench` shuffles.
 std::vector<Dataset> MakeSeedDatasets(uint64_t seed = 42);
 
 }  // namespace sluice::bench

@@ -322,45 +322,69 @@ inline uint8_t* CopySmall(uint8_t* w, const uint8_t* src, const uint8_t* src_end
   return w + len;
 }
 
-// Unpacks len bytes of packed column c from src (the cursor is left past them) to w. Codes
-// outside the alphabet and non-zero padding bits set bit 8 of *bad.
-inline uint8_t* Unpack(const ReadColumn& c, const uint8_t* src, uint32_t len,
-                       const uint8_t** blob_cursor, uint8_t* w, uint32_t* bad) {
-  const uint32_t b = c.bits;
-  const uint64_t mask = (uint64_t{1} << b) - 1;
-  const uint16_t* const sym = c.symbols;
+// Unpacks len bytes of a packed column with B-bit codes from src to w; returns the source
+// past them. Codes outside the alphabet and non-zero padding bits set bit 8 of *bad.
+template <uint32_t B>
+inline const uint8_t* UnpackBits(const uint16_t* sym, const uint8_t* src, const uint8_t* src_end,
+                                 uint32_t len, uint8_t* w, uint32_t* bad) {
+  constexpr uint64_t kMask = (uint64_t{1} << B) - 1;
   uint32_t acc = 0;
   uint32_t k = 0;
-  for (; k + 8 <= len; k += 8) {  // 8 codes in exactly b bytes
+  for (; k + 8 <= len; k += 8) {  // 8 codes in exactly B bytes
     uint64_t v;
-    if (ABSL_PREDICT_TRUE(c.blob_end - src >= 8)) {
+    if (ABSL_PREDICT_TRUE(src_end - src >= 8)) {
       v = LoadLE64(src);
     } else {
       v = 0;
-      std::memcpy(&v, src, b);
+      std::memcpy(&v, src, B);
     }
-    src += b;
+    src += B;
     for (uint32_t j = 0; j < 8; ++j) {
-      const uint16_t e = sym[(v >> (b * j)) & mask];
+      const uint16_t e = sym[(v >> (B * j)) & kMask];
       acc |= e;
       w[k + j] = static_cast<uint8_t>(e);
     }
   }
   if (k < len) {
     const uint32_t rest = len - k;
-    const uint32_t nbytes = (rest * b + 7) / 8;
+    const uint32_t nbytes = (rest * B + 7) / 8;
     uint64_t v = 0;
     std::memcpy(&v, src, nbytes);
     src += nbytes;
     for (uint32_t j = 0; j < rest; ++j) {
-      const uint16_t e = sym[(v >> (b * j)) & mask];
+      const uint16_t e = sym[(v >> (B * j)) & kMask];
       acc |= e;
       w[k + j] = static_cast<uint8_t>(e);
     }
-    if ((v >> (rest * b)) != 0) acc |= 0x100;  // padding bits must be zero
+    if ((v >> (rest * B)) != 0) acc |= 0x100;  // padding bits must be zero
   }
-  *blob_cursor = src;
   *bad |= acc;
+  return src;
+}
+
+inline uint8_t* Unpack(const ReadColumn& c, const uint8_t* src, uint32_t len,
+                       const uint8_t** blob_cursor, uint8_t* w, uint32_t* bad) {
+  const uint16_t* sym = c.symbols;
+  switch (c.bits) {  // the same for every value of the column: predicted
+    case 6:
+      *blob_cursor = UnpackBits<6>(sym, src, c.blob_end, len, w, bad);
+      break;
+    case 5:
+      *blob_cursor = UnpackBits<5>(sym, src, c.blob_end, len, w, bad);
+      break;
+    case 4:
+      *blob_cursor = UnpackBits<4>(sym, src, c.blob_end, len, w, bad);
+      break;
+    case 3:
+      *blob_cursor = UnpackBits<3>(sym, src, c.blob_end, len, w, bad);
+      break;
+    case 2:
+      *blob_cursor = UnpackBits<2>(sym, src, c.blob_end, len, w, bad);
+      break;
+    default:
+      *blob_cursor = UnpackBits<1>(sym, src, c.blob_end, len, w, bad);
+      break;
+  }
   return w + len;
 }
 

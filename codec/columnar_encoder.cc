@@ -484,30 +484,25 @@ struct BuildColumn {
       for (size_t i = 0; i < n; ++i) w = PutVarint(w, lens[i]);
       w = PutVarint(w, total_len);
       uint8_t bad = 0;  // 0xff codes (bytes outside the alphabet) set the high bits
-      for (size_t i = 0; i < n; ++i) {
-        const uint8_t* src = ptrs[i];
-        const uint32_t len = lens[i];
-        uint32_t k = 0;
-        for (; k + 8 <= len; k += 8) {
-          uint64_t v = 0;
-          for (int j = 0; j < 8; ++j) {
-            const uint8_t c = code[src[k + j]];
-            bad |= c;
-            v |= uint64_t{c} << (b * j);
-          }
-          StoreLE64(w, v);  // b bytes count; the rest is slack the next write overwrites
-          w += b;
-        }
-        if (k < len) {
-          uint64_t v = 0;
-          for (uint32_t j = 0; k + j < len; ++j) {
-            const uint8_t c = code[src[k + j]];
-            bad |= c;
-            v |= uint64_t{c} << (b * j);
-          }
-          StoreLE64(w, v);
-          w += ((len - k) * b + 7) / 8;
-        }
+      switch (b) {
+        case 6:
+          w = PackBits<6>(code, &bad, w);
+          break;
+        case 5:
+          w = PackBits<5>(code, &bad, w);
+          break;
+        case 4:
+          w = PackBits<4>(code, &bad, w);
+          break;
+        case 3:
+          w = PackBits<3>(code, &bad, w);
+          break;
+        case 2:
+          w = PackBits<2>(code, &bad, w);
+          break;
+        default:
+          w = PackBits<1>(code, &bad, w);
+          break;
       }
       if ((bad & 0xc0) == 0) return w;
       if (attempt == 0 && sampled == total_len) return nullptr;  // cannot happen
@@ -518,6 +513,40 @@ struct BuildColumn {
       }
     }
     return nullptr;
+  }
+
+  // Every value as B-bit codes (code[] maps bytes to codes, 0xff for bytes it lacks, which
+  // set the high bits of *bad).
+  template <uint32_t B>
+  uint8_t* PackBits(const uint8_t* code, uint8_t* bad, uint8_t* w) const {
+    uint8_t acc = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const uint8_t* src = ptrs[i];
+      const uint32_t len = lens[i];
+      uint32_t k = 0;
+      for (; k + 8 <= len; k += 8) {
+        uint64_t v = 0;
+        for (uint32_t j = 0; j < 8; ++j) {
+          const uint8_t c = code[src[k + j]];
+          acc |= c;
+          v |= uint64_t{c} << (B * j);
+        }
+        StoreLE64(w, v);  // B bytes count; the rest is slack the next write overwrites
+        w += B;
+      }
+      if (k < len) {
+        uint64_t v = 0;
+        for (uint32_t j = 0; k + j < len; ++j) {
+          const uint8_t c = code[src[k + j]];
+          acc |= c;
+          v |= uint64_t{c} << (B * j);
+        }
+        StoreLE64(w, v);
+        w += ((len - k) * B + 7) / 8;
+      }
+    }
+    *bad |= acc;
+    return w;
   }
 
   uint8_t* SerializePlainBytes(uint8_t* w) const {
