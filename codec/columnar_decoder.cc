@@ -27,11 +27,10 @@ struct ReadColumn {
   const uint8_t* blob = nullptr;   // plain bytes: contents back to back
   const uint8_t* blob_end = nullptr;
   bool hex = false;  // plain bytes stored as the bytes their hex digits spell
-  // Packed bytes: `bits`-bit codes; symbols[code] is the byte (low 8 bits) and, in bit 8,
-  // whether the code is outside the alphabet.
+  // Packed bytes: `bits`-bit codes; symbols[code] is the byte.
   bool packed = false;
   uint8_t bits = 0;
-  uint16_t symbols[1 << kMaxPackedBits] = {};
+  uint8_t symbols[1 << kMaxPackedBits] = {};
   // Dictionary bytes: every entry pre-encoded (msgpack header + content) in `entries`.
   bool dict = false;
   ByteBuffer entries;
@@ -112,21 +111,19 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   c->packed = *p == kBytesPacked;
   c->dict = *p++ == kBytesDict;
   if (c->packed) {
-    // bits (1..6), alphabet size - 1, the alphabet in increasing byte order.
-    if (avail() < 2) return Corrupt(absl::StrCat("column '", name, "' packing is truncated"));
-    const uint8_t bits = p[0];
-    const size_t d = size_t{p[1]} + 1;
-    p += 2;
-    if (bits < 1 || bits > kMaxPackedBits || d > (size_t{1} << bits)) {
-      return Corrupt(absl::StrCat("column '", name, "' has ", int{bits}, "-bit codes for a ", d,
-                                  "-byte alphabet"));
+    // bits (1..6), then the 2^bits alphabet bytes in increasing order.
+    if (avail() < 1) return Corrupt(absl::StrCat("column '", name, "' packing is truncated"));
+    const uint8_t bits = *p++;
+    if (bits < 1 || bits > kMaxPackedBits) {
+      return Corrupt(absl::StrCat("column '", name, "' has ", int{bits}, "-bit codes"));
     }
+    const size_t d = size_t{1} << bits;
     if (avail() < d) return Corrupt(absl::StrCat("column '", name, "' alphabet is truncated"));
-    for (size_t k = 0; k < (size_t{1} << kMaxPackedBits); ++k) {
-      c->symbols[k] = k < d ? p[k] : 0x100;
-      if (k > 0 && k < d && p[k] <= p[k - 1]) {
+    for (size_t k = 0; k < d; ++k) {
+      if (k > 0 && p[k] <= p[k - 1]) {
         return Corrupt(absl::StrCat("column '", name, "' alphabet is not in increasing order"));
       }
+      c->symbols[k] = p[k];
     }
     c->bits = bits;
     p += d;
@@ -323,12 +320,11 @@ inline uint8_t* CopySmall(uint8_t* w, const uint8_t* src, const uint8_t* src_end
 }
 
 // Unpacks len bytes of a packed column with B-bit codes from src to w; returns the source
-// past them. Codes outside the alphabet and non-zero padding bits set bit 8 of *bad.
+// past them. Non-zero padding bits set *bad.
 template <uint32_t B>
-inline const uint8_t* UnpackBits(const uint16_t* sym, const uint8_t* src, const uint8_t* src_end,
+inline const uint8_t* UnpackBits(const uint8_t* sym, const uint8_t* src, const uint8_t* src_end,
                                  uint32_t len, uint8_t* w, uint32_t* bad) {
   constexpr uint64_t kMask = (uint64_t{1} << B) - 1;
-  uint32_t acc = 0;
   uint32_t k = 0;
   for (; k + 8 <= len; k += 8) {  // 8 codes in exactly B bytes
     uint64_t v;
@@ -339,11 +335,7 @@ inline const uint8_t* UnpackBits(const uint16_t* sym, const uint8_t* src, const 
       std::memcpy(&v, src, B);
     }
     src += B;
-    for (uint32_t j = 0; j < 8; ++j) {
-      const uint16_t e = sym[(v >> (B * j)) & kMask];
-      acc |= e;
-      w[k + j] = static_cast<uint8_t>(e);
-    }
+    for (uint32_t j = 0; j < 8; ++j) w[k + j] = sym[(v >> (B * j)) & kMask];
   }
   if (k < len) {
     const uint32_t rest = len - k;
@@ -351,20 +343,15 @@ inline const uint8_t* UnpackBits(const uint16_t* sym, const uint8_t* src, const 
     uint64_t v = 0;
     std::memcpy(&v, src, nbytes);
     src += nbytes;
-    for (uint32_t j = 0; j < rest; ++j) {
-      const uint16_t e = sym[(v >> (B * j)) & kMask];
-      acc |= e;
-      w[k + j] = static_cast<uint8_t>(e);
-    }
-    if ((v >> (rest * B)) != 0) acc |= 0x100;  // padding bits must be zero
+    for (uint32_t j = 0; j < rest; ++j) w[k + j] = sym[(v >> (B * j)) & kMask];
+    if ((v >> (rest * B)) != 0) *bad = 1;  // padding bits must be zero
   }
-  *bad |= acc;
   return src;
 }
 
 inline uint8_t* Unpack(const ReadColumn& c, const uint8_t* src, uint32_t len,
                        const uint8_t** blob_cursor, uint8_t* w, uint32_t* bad) {
-  const uint16_t* sym = c.symbols;
+  const uint8_t* sym = c.symbols;
   switch (c.bits) {  // the same for every value of the column: predicted
     case 6:
       *blob_cursor = UnpackBits<6>(sym, src, c.blob_end, len, w, bad);
@@ -547,7 +534,7 @@ absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, ui
   const uint8_t** cursors = s.cursors.data();
   const bool key_ref = s.key.type == ColumnType::kKeyRef;
   const uint64_t key_field = s.key.key_ref_field;
-  uint32_t bad = 0;  // bit 8: a packed column held a code outside its alphabet
+  uint32_t bad = 0;  // a packed value had non-zero padding bits
   for (size_t i = 0; i < n; ++i) {
     RecordRef& r = refs[i];
     if (!key_ref) {
@@ -583,8 +570,8 @@ absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, ui
     }
     r.value_len = static_cast<uint32_t>(w - base) - r.value_off;
   }
-  if (bad & 0x100) {
-    return Corrupt("a packed column holds a code outside its alphabet or non-zero padding bits");
+  if (bad != 0) {
+    return Corrupt("a packed column has non-zero padding bits");
   }
   if (static_cast<uint64_t>(w - base) != total) {
     return absl::InternalError("COLUMNAR rebuild size mismatch");  // cannot happen

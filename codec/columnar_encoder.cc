@@ -458,29 +458,34 @@ struct BuildColumn {
     }
     uint8_t* const start = w;
     for (int attempt = 0; attempt < 2; ++attempt) {
-      uint8_t code[256];
-      uint8_t alphabet[256];
       size_t d = 0;
       double entropy = 0;
       uint64_t counted = 0;
       for (int c = 0; c < 256; ++c) counted += hist[c];
       for (int c = 0; c < 256; ++c) {
-        code[c] = 0xff;
         if (hist[c] == 0) continue;
-        code[c] = static_cast<uint8_t>(d);
-        alphabet[d++] = static_cast<uint8_t>(c);
+        ++d;
         const double p = static_cast<double>(hist[c]) / static_cast<double>(counted);
         entropy -= p * std::log2(p);
       }
       if (d > (1u << kMaxPackedBits)) return nullptr;
       const uint8_t b = BitsFor(d);
       if (b > entropy + kPackSlackBits) return nullptr;
+      // The alphabet has exactly 2^b bytes, so every code means a byte: the bytes in use,
+      // plus the smallest unused ones, in increasing order.
+      uint8_t code[256];
+      size_t fill = (size_t{1} << b) - d;
       w = start;
       *w++ = kBytesPacked;
       *w++ = b;
-      *w++ = static_cast<uint8_t>(d - 1);
-      std::memcpy(w, alphabet, d);
-      w += d;
+      uint8_t next = 0;
+      for (int c = 0; c < 256; ++c) {
+        code[c] = 0xff;
+        if (hist[c] == 0 && fill == 0) continue;
+        if (hist[c] == 0) --fill;
+        code[c] = next++;
+        *w++ = static_cast<uint8_t>(c);
+      }
       for (size_t i = 0; i < n; ++i) w = PutVarint(w, lens[i]);
       w = PutVarint(w, total_len);
       uint8_t bad = 0;  // 0xff codes (bytes outside the alphabet) set the high bits

@@ -341,16 +341,14 @@ TEST(ColumnarTest, PackingTakesItsAlphabetFromTheWholeColumn) {
   EXPECT_LT(ColumnarSize(b), chars * 6 / 8 + 400u * 3);
 }
 
-TEST(ColumnarTest, PackedCodesOutsideTheAlphabetAreRejected) {
-  // 62 symbols in 6-bit codes: codes 62 and 63 mean nothing. The codes are the payload's last
-  // bytes, so setting the last one to 0xff makes the column's last code 63.
+TEST(ColumnarTest, PackedColumnsAreValidated) {
+  // 62 symbols in 6-bit codes; the alphabet is padded to 64 bytes so every code means a byte.
+  // Values of 61 characters end in 2 padding bits, which must be zero. The column's codes are
+  // the payload's last bytes; its alphabet starts 64 bytes before its lengths.
   const std::string alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   uint64_t st = 3;
   Batch b;
-  for (int i = 0; i < 100; ++i) b.Add("k", Map({{"p", S(RandomText(&st, alnum, 64))}}));
-  EncodeOptions opts;
-  opts.layout = LayoutChoice::kColumnar;
-  opts.compression = Compression::kNone;
+  for (int i = 0; i < 100; ++i) b.Add("k", Map({{"p", S(RandomText(&st, alnum, 61))}}));
   ColumnarEncoder enc;
   ByteBuffer payload;
   std::string why;
@@ -359,10 +357,25 @@ TEST(ColumnarTest, PackedCodesOutsideTheAlphabetAreRejected) {
   ByteBuffer rows;
   PodBuffer<RecordRef> index;
   ASSERT_TRUE(dec.Decode(payload.data(), payload.size(), 100, 1u << 20, &rows, &index).ok());
-  payload.data()[payload.size() - 1] = 0xff;
-  absl::Status st2 = dec.Decode(payload.data(), payload.size(), 100, 1u << 20, &rows, &index);
-  EXPECT_FALSE(st2.ok());
-  EXPECT_NE(st2.message().find("outside its alphabet"), std::string::npos) << st2;
+  // Padding bits set in the last value.
+  ByteBuffer bad;
+  bad.Append(payload.data(), payload.size());
+  bad.data()[bad.size() - 1] |= 0xc0;
+  absl::Status err = dec.Decode(bad.data(), bad.size(), 100, 1u << 20, &rows, &index);
+  EXPECT_FALSE(err.ok());
+  EXPECT_NE(err.message().find("padding"), std::string::npos) << err;
+  // An alphabet out of order: find it (64 increasing bytes after the bits byte 6).
+  const size_t packed_bytes = 100 * 46;
+  const size_t lens_bytes = 100 + 2;  // 100 one-byte lengths, total 6,100 as a 2-byte varint
+  const size_t alphabet = payload.size() - packed_bytes - lens_bytes - 64;
+  ASSERT_EQ(payload.data()[alphabet - 1], 6);
+  ASSERT_EQ(payload.data()[alphabet - 2], 3);  // encoding byte: packed
+  bad.Clear();
+  bad.Append(payload.data(), payload.size());
+  std::swap(bad.data()[alphabet + 5], bad.data()[alphabet + 6]);
+  err = dec.Decode(bad.data(), bad.size(), 100, 1u << 20, &rows, &index);
+  EXPECT_FALSE(err.ok());
+  EXPECT_NE(err.message().find("increasing order"), std::string::npos) << err;
 }
 
 TEST(ColumnarTest, DecimalFloatsRoundTripBitExactly) {
