@@ -218,10 +218,7 @@ class GrpcWriter final : public ShuffleWriter {
                  std::string_view(b.arena.data() + b.ends[i], b.ends[i + 1] - b.ends[i])});
       start = b.ends[i + 1];
     }
-    if (options_.sort_by_key) {
-      std::stable_sort(records->begin(), records->end(),
-                       [](const Record& x, const Record& y) { return KeyLess(x.key, y.key); });
-    }
+    if (options_.sort_by_key) StableSortByKey(absl::MakeSpan(*records), &sort_scratch_);
     // Frames of at most frame_bytes of records each; one message each.
     size_t i = 0;
     while (i < records->size()) {
@@ -274,6 +271,7 @@ class GrpcWriter final : public ShuffleWriter {
   std::vector<PartitionBuffer> spare_;
   bool stopping_ = false;
   absl::Status send_error_;
+  std::vector<Record> sort_scratch_;  // the sender's
   std::thread sender_;
 };
 

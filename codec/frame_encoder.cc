@@ -18,6 +18,7 @@ struct FrameEncoder::State {
   ColumnarEncoder columnar;
   ByteBuffer payload;
   std::vector<Record> sorted;
+  std::vector<Record> sort_scratch;
   ~State() { ZSTD_freeCCtx(cctx); }
 };
 
@@ -108,8 +109,7 @@ absl::Status FrameEncoder::Encode(absl::Span<const Record> records, std::string*
   bool sorted = IsSortedByKey(records);
   if (options_.sort_by_key && !sorted) {
     s.sorted.assign(records.begin(), records.end());
-    std::stable_sort(s.sorted.begin(), s.sorted.end(),
-                     [](const Record& a, const Record& b) { return KeyLess(a.key, b.key); });
+    StableSortByKey(absl::MakeSpan(s.sorted), &s.sort_scratch);
     records = absl::MakeConstSpan(s.sorted);
     sorted = true;
   }

@@ -1,5 +1,6 @@
 #include "codec/frame_format.h"
 
+#include <algorithm>
 #include <cctype>
 #include <string>
 
@@ -124,6 +125,36 @@ absl::StatusOr<FrameHeader> ParseFrameHeader(absl::Span<const uint8_t> bytes,
                                                    limits.max_uncompressed_bytes, " bytes"));
   }
   return h;
+}
+
+void StableSortByKey(absl::Span<Record> records, std::vector<Record>* scratch) {
+  struct Entry {
+    uint64_t prefix;
+    uint32_t len, index;
+  };
+  const size_t n = records.size();
+  if (n < 2) return;
+  std::vector<Entry> entries(n);
+  bool sorted = true;
+  for (size_t i = 0; i < n; ++i) {
+    entries[i] = Entry{KeyPrefix(records[i].key), static_cast<uint32_t>(records[i].key.size()),
+                       static_cast<uint32_t>(i)};
+    if (i > 0 && sorted) {
+      sorted = CompareKeysWithPrefix(records[i - 1].key, entries[i - 1].prefix, records[i].key,
+                                     entries[i].prefix) <= 0;
+    }
+  }
+  if (sorted) return;
+  std::sort(entries.begin(), entries.end(), [&records](const Entry& a, const Entry& b) {
+    if (a.prefix != b.prefix) return a.prefix < b.prefix;
+    if (a.len <= 8 && b.len <= 8) {
+      return a.len != b.len ? a.len < b.len : a.index < b.index;
+    }
+    const int c = CompareKeys(records[a.index].key, records[b.index].key);
+    return c != 0 ? c < 0 : a.index < b.index;  // the index keeps equal keys in order
+  });
+  scratch->assign(records.begin(), records.end());
+  for (size_t i = 0; i < n; ++i) records[i] = (*scratch)[entries[i].index];
 }
 
 }  // namespace sluice

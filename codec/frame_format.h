@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -46,6 +47,28 @@ inline int CompareKeys(std::string_view a, std::string_view b) {
   return a.size() < b.size() ? -1 : (a.size() > b.size() ? 1 : 0);
 }
 inline bool KeyLess(std::string_view a, std::string_view b) { return CompareKeys(a, b) < 0; }
+
+/// The first 8 bytes of a key, big-endian, zero-padded: KeyPrefix(a) < KeyPrefix(b) implies
+/// a < b, so most comparisons need no memcmp (a merge or sort caches it per record).
+inline uint64_t KeyPrefix(std::string_view k) {
+  uint8_t b[8] = {};
+  std::memcpy(b, k.data(), k.size() < 8 ? k.size() : 8);
+  uint64_t v;
+  std::memcpy(&v, b, 8);
+  return __builtin_bswap64(v);  // little-endian hosts
+}
+/// CompareKeys given both keys' KeyPrefix.
+inline int CompareKeysWithPrefix(std::string_view a, uint64_t pa, std::string_view b, uint64_t pb) {
+  if (pa != pb) return pa < pb ? -1 : 1;
+  if (a.size() <= 8 && b.size() <= 8) {  // equal up to their lengths: the shorter first
+    return a.size() < b.size() ? -1 : (a.size() > b.size() ? 1 : 0);
+  }
+  return CompareKeys(a, b);
+}
+
+/// Sorts records by key, keeping the order of equal keys (like std::stable_sort with KeyLess,
+/// faster: it sorts 16-byte entries by cached key prefixes). `scratch` is reused across calls.
+void StableSortByKey(absl::Span<Record> records, std::vector<Record>* scratch);
 
 /// How records are laid out in the payload (the format tag).
 enum class Layout : uint8_t {

@@ -204,35 +204,42 @@ absl::Status MergedStream::Init(std::vector<std::unique_ptr<RunSource>> runs) {
   heap_.clear();
   for (uint32_t i = 0; i < runs_.size(); ++i) {
     SLUICE_ASSIGN_OR_RETURN(bool has, runs_[i]->Next(&current_[i]));
-    if (has) heap_.push_back(i);
+    if (has) heap_.push_back(HeapEntry{KeyPrefix(current_[i].key), i});
   }
-  std::make_heap(heap_.begin(), heap_.end(), HeapAfter{this});
+  for (size_t i = heap_.size() / 2; i-- > 0;) SiftDown(i);
   return absl::OkStatus();
 }
 
-bool MergedStream::HeapAfter::operator()(uint32_t a, uint32_t b) const {
-  // std heaps keep the "largest" on top: a comes after b when its key is larger, or equal
-  // with a later run.
-  const int c = CompareKeys(self->current_[a].key, self->current_[b].key);
-  return c > 0 || (c == 0 && a > b);
+void MergedStream::SiftDown(size_t i) {
+  const size_t n = heap_.size();
+  const HeapEntry e = heap_[i];
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= n) break;
+    if (c + 1 < n && Before(heap_[c + 1], heap_[c])) ++c;
+    if (!Before(heap_[c], e)) break;
+    heap_[i] = heap_[c];
+    i = c;
+  }
+  heap_[i] = e;
 }
 
 absl::StatusOr<bool> MergedStream::NextRecord(Record* out) {
-  if (pending_pop_ >= 0) {
-    const auto r = static_cast<uint32_t>(pending_pop_);
-    pending_pop_ = -1;
+  if (top_taken_) {  // advance the run whose head went out, in place: one sift
+    top_taken_ = false;
+    const uint32_t r = heap_[0].run;
     SLUICE_ASSIGN_OR_RETURN(bool has, runs_[r]->Next(&current_[r]));
     if (has) {
-      heap_.push_back(r);
-      std::push_heap(heap_.begin(), heap_.end(), HeapAfter{this});
+      heap_[0].prefix = KeyPrefix(current_[r].key);
+    } else {
+      heap_[0] = heap_.back();
+      heap_.pop_back();
     }
+    if (!heap_.empty()) SiftDown(0);
   }
   if (heap_.empty()) return false;
-  std::pop_heap(heap_.begin(), heap_.end(), HeapAfter{this});
-  const uint32_t r = heap_.back();
-  heap_.pop_back();
-  *out = current_[r];
-  pending_pop_ = static_cast<int>(r);
+  *out = current_[heap_[0].run];
+  top_taken_ = true;
   return true;
 }
 
@@ -250,9 +257,7 @@ absl::StatusOr<bool> MergedStream::NextBatch(size_t max_bytes, std::vector<Recor
     const size_t size = rec.key.size() + rec.value.size() + 1;
     if (!spans.empty() && added + size > max_bytes) {
       // Would overshoot (frames must stay under the cap): leave it for the next batch.
-      heap_.push_back(static_cast<uint32_t>(pending_pop_));
-      std::push_heap(heap_.begin(), heap_.end(), HeapAfter{this});
-      pending_pop_ = -1;
+      top_taken_ = false;
       break;
     }
     Span s{arena->size(), rec.key.size(), 0, rec.value.size()};

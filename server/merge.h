@@ -61,10 +61,17 @@ class MergedStream {
   size_t resident_bytes() const;
 
  private:
-  struct HeapAfter {
-    const MergedStream* self;
-    bool operator()(uint32_t a, uint32_t b) const;
+  struct HeapEntry {
+    uint64_t prefix;  // KeyPrefix of the run's head key
+    uint32_t run;
   };
+  // Whether a's head comes before b's: smaller key, or equal key and earlier run.
+  bool Before(const HeapEntry& a, const HeapEntry& b) const {
+    const int c =
+        CompareKeysWithPrefix(current_[a.run].key, a.prefix, current_[b.run].key, b.prefix);
+    return c < 0 || (c == 0 && a.run < b.run);
+  }
+  void SiftDown(size_t i);
   MergedStream() = default;
   absl::Status Init(std::vector<std::unique_ptr<RunSource>> runs);
   absl::StatusOr<bool> NextRecord(Record* out);
@@ -72,10 +79,10 @@ class MergedStream {
   std::unique_ptr<FrameDecoder> decoder_;  // for intermediate runs
   std::vector<std::unique_ptr<RunSource>> runs_;
   std::vector<Record> current_;  // the head record of each run
-  std::vector<uint32_t> heap_;   // run indexes, min-heap by (key, run index)
+  std::vector<HeapEntry> heap_;  // min-heap by (key, run index)
   std::vector<std::string> tmp_files_;
   size_t passes_ = 0;
-  int pending_pop_ = -1;           // run whose head was handed out and must advance next
+  bool top_taken_ = false;         // the top run's head was handed out: advance it first
   size_t max_records_ = 1u << 20;  // per batch
 };
 

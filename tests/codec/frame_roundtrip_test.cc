@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <random>
 #include <string>
 #include <tuple>
 
@@ -248,6 +249,46 @@ TEST(FrameEncoderTest, BenchmarkDatasetsRoundTripAndAutoPicksColumnar) {
                                                          {"items", 659500}};
         EXPECT_LE(frame.size(), kMaxBytes.at(d.name)) << d.name;
       }
+    }
+  }
+}
+
+TEST(KeyOrderTest, StableSortByKeyMatchesStdStableSort) {
+  // Keys of 0..20 bytes over a tiny alphabet with zero bytes: many share 8-byte prefixes,
+  // many are equal, many are prefixes of others (zero-padded prefixes collide there).
+  std::mt19937_64 rng(5);
+  for (int round = 0; round < 50; ++round) {
+    std::vector<std::string> keys, values;
+    const size_t n = 1 + rng() % 300;
+    for (size_t i = 0; i < n; ++i) {
+      std::string k(rng() % 21, '\0');
+      for (char& c : k) c = "\0\1a\xff"[rng() % 4];
+      keys.push_back(k);
+      values.push_back(std::to_string(i));
+    }
+    std::vector<Record> records, expected;
+    for (size_t i = 0; i < n; ++i) records.push_back(Record{keys[i], values[i]});
+    expected = records;
+    std::stable_sort(expected.begin(), expected.end(),
+                     [](const Record& a, const Record& b) { return KeyLess(a.key, b.key); });
+    std::vector<Record> scratch;
+    StableSortByKey(absl::MakeSpan(records), &scratch);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(records[i].key, expected[i].key) << round << " " << i;
+      ASSERT_EQ(records[i].value, expected[i].value) << round << " " << i;  // stability
+    }
+    for (size_t i = 0; i + 1 < n; ++i) {
+      const int c = CompareKeysWithPrefix(records[i].key, KeyPrefix(records[i].key),
+                                          records[i + 1].key, KeyPrefix(records[i + 1].key));
+      ASSERT_EQ(c < 0, CompareKeys(records[i].key, records[i + 1].key) < 0);
+      ASSERT_EQ(c == 0, records[i].key == records[i + 1].key);
+    }
+    for (int t = 0; t < 200; ++t) {  // and any pair, either way round
+      const std::string& a = keys[rng() % n];
+      const std::string& b = keys[rng() % n];
+      const int want = CompareKeys(a, b);
+      const int got = CompareKeysWithPrefix(a, KeyPrefix(a), b, KeyPrefix(b));
+      ASSERT_EQ((want > 0) - (want < 0), (got > 0) - (got < 0));
     }
   }
 }
