@@ -5,6 +5,7 @@
 #include "absl/base/attributes.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "codec/bitpack.h"
 #include "codec/columnar.h"
 #include "codec/columnar_internal.h"
 #include "codec/msgpack_scan.h"
@@ -326,6 +327,15 @@ inline const uint8_t* UnpackBits(const uint8_t* sym, const uint8_t* src, const u
                                  uint32_t len, uint8_t* w, uint32_t* bad) {
   constexpr uint64_t kMask = (uint64_t{1} << B) - 1;
   uint32_t k = 0;
+  if constexpr (B == 6) {  // 16 codes at a time where the CPU can
+    if (len >= 16 && bitpack::HaveSimd()) {
+      const uint32_t groups = len / 16;
+      if (static_cast<size_t>(src_end - src) >= size_t{groups} * 12 + 4) {
+        src = bitpack::Unpack6(src, groups, sym, w);
+        k = groups * 16;
+      }
+    }
+  }
   for (; k + 8 <= len; k += 8) {  // 8 codes in exactly B bytes
     uint64_t v;
     if (ABSL_PREDICT_TRUE(src_end - src >= 8)) {
