@@ -168,41 +168,47 @@ size_t PayloadLength(Rng& rng, const BenchConfig& c) {
   return static_cast<size_t>(std::max(1.0, base * 0.6 * std::exp(0.5 * normal)));
 }
 
-// Byte -> alphanumeric character, as `kAlnum[b % 62]` (the same characters a per-byte modulo
-// would give, one table load each).
-const std::array<char, 256>& AlnumTable() {
-  static const std::array<char, 256> table = [] {
+// 12 random bits -> two alphanumeric characters (each 6 bits mod 62), one table load for two.
+const std::array<uint16_t, 4096>& AlnumPairs() {
+  static const std::array<uint16_t, 4096> table = [] {
     static constexpr char kAlnum[] =
         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    std::array<char, 256> t{};
-    for (int b = 0; b < 256; ++b) t[b] = kAlnum[b % 62];
+    std::array<uint16_t, 4096> t{};
+    for (int v = 0; v < 4096; ++v) {
+      const auto lo = static_cast<uint8_t>(kAlnum[(v & 63) % 62]);
+      const auto hi = static_cast<uint8_t>(kAlnum[(v >> 6) % 62]);
+      t[v] = static_cast<uint16_t>(lo | (hi << 8));
+    }
     return t;
   }();
   return table;
 }
 
-// n random alphanumeric characters, eight per random draw.
-void FillAlnum(Rng& rng, const std::array<char, 256>& alnum, char* out, size_t n) {
+// n random alphanumeric characters, ten per random draw.
+void FillAlnum(Rng& rng, const std::array<uint16_t, 4096>& pairs, char* out, size_t n) {
   size_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const uint64_t r = rng.Next();
-    for (int b = 0; b < 8; ++b) out[j + b] = alnum[(r >> (8 * b)) & 0xff];
+  for (; j + 10 <= n; j += 10) {
+    uint64_t r = rng.Next();
+    for (int k = 0; k < 5; ++k, r >>= 12) std::memcpy(out + j + 2 * k, &pairs[r & 4095], 2);
   }
   if (j < n) {
     uint64_t r = rng.Next();
-    for (; j < n; ++j, r >>= 8) out[j] = alnum[r & 0xff];
+    char tail[10];
+    for (int k = 0; k < 5; ++k, r >>= 12) std::memcpy(tail + 2 * k, &pairs[r & 4095], 2);
+    std::memcpy(out + j, tail, n - j);
   }
 }
 
-void PutInt(std::string* o, int64_t v) {
-  uint8_t b[9];
-  o->append(reinterpret_cast<char*>(b), sluice::mp::WriteInt(b, v) - b);
+// msgpack writers straight into a buffer with room.
+char* WriteInt(char* w, int64_t v) {
+  auto* p = reinterpret_cast<uint8_t*>(w);
+  return reinterpret_cast<char*>(sluice::mp::WriteInt(p, v));
 }
-void PutStr(std::string* o, std::string_view s) {
-  uint8_t b[5];
-  o->append(reinterpret_cast<char*>(b),
-            sluice::mp::WriteStrHeader(b, static_cast<uint32_t>(s.size())) - b);
-  o->append(s);
+char* WriteStr(char* w, std::string_view s) {
+  auto* p = reinterpret_cast<uint8_t*>(w);
+  p = sluice::mp::WriteStrHeader(p, static_cast<uint32_t>(s.size()));
+  std::memcpy(p, s.data(), s.size());
+  return reinterpret_cast<char*>(p + s.size());
 }
 
 struct BenchResult {
@@ -241,8 +247,8 @@ absl::StatusOr<BenchResult> RunBench(sluice::ShuffleClient& client, const std::s
       // Items are generated in small batches (timed per batch, so the clock is not read per
       // item) and handed to the writer before the next batch: never more than kBatch at once.
       static constexpr int kBatch = 256;
-      const auto& alnum = AlnumTable();
-      std::string batch, payload;
+      const auto& pairs = AlnumPairs();
+      std::string batch;
       std::vector<uint32_t> ends;  // per item: key end, value end in `batch`
       std::chrono::nanoseconds gen{0};
       for (long long i = 0; i < c.items_per_shard;) {
@@ -253,23 +259,31 @@ absl::StatusOr<BenchResult> RunBench(sluice::ShuffleClient& client, const std::s
           const int k = c.hot_frac > 0 && rng.Uniform() < c.hot_frac
                             ? 0
                             : static_cast<int>(rng.Next() % static_cast<uint64_t>(c.keys));
-          payload.resize(PayloadLength(rng, c));
-          FillAlnum(rng, alnum, payload.data(), payload.size());
-          PutInt(&batch, k);
-          ends.push_back(static_cast<uint32_t>(batch.size()));
-          const size_t value_start = batch.size();
-          batch.push_back(static_cast<char>(0x84));
-          PutStr(&batch, "key");
-          PutInt(&batch, k);
-          PutStr(&batch, "seq");
-          PutInt(&batch, i);
-          PutStr(&batch, "src");
-          PutInt(&batch, s);
-          PutStr(&batch, "payload");
-          PutStr(&batch, payload);
+          const size_t payload_len = PayloadLength(rng, c);
+          // key (<= 9 bytes), map header, 4 names (<= 24), 3 ints (<= 27), payload header (5)
+          const size_t start = batch.size();
+          batch.resize(start + payload_len + 80);
+          char* w = batch.data() + start;
+          w = WriteInt(w, k);
+          ends.push_back(static_cast<uint32_t>(w - batch.data()));
+          char* const value = w;
+          *w++ = static_cast<char>(0x84);
+          w = WriteStr(w, "key");
+          w = WriteInt(w, k);
+          w = WriteStr(w, "seq");
+          w = WriteInt(w, i);
+          w = WriteStr(w, "src");
+          w = WriteInt(w, s);
+          w = WriteStr(w, "payload");
+          auto* h = reinterpret_cast<uint8_t*>(w);
+          w = reinterpret_cast<char*>(
+              sluice::mp::WriteStrHeader(h, static_cast<uint32_t>(payload_len)));
+          FillAlnum(rng, pairs, w, payload_len);
+          w += payload_len;
+          batch.resize(static_cast<size_t>(w - batch.data()));
           ends.push_back(static_cast<uint32_t>(batch.size()));
           ++expected[s][k];
-          bytes[s] += batch.size() - value_start;
+          bytes[s] += static_cast<size_t>(w - value);
         }
         gen += Clock::now() - g0;
         uint32_t start = 0;
