@@ -48,6 +48,19 @@ __attribute__((target("ssse3,sse4.1"))) const uint8_t* Unpack6(const uint8_t* sr
   return src;
 }
 
+namespace {
+// Four 6-bit codes per 32-bit lane (one per byte) into 24 bits, 16 codes into 12 bytes.
+__attribute__((target("ssse3,sse4.1"))) inline __m128i Squeeze6(__m128i codes) {
+  const __m128i b0 = _mm_and_si128(codes, _mm_set1_epi32(0x3f));
+  const __m128i b1 = _mm_srli_epi32(_mm_and_si128(codes, _mm_set1_epi32(0x3f00)), 2);
+  const __m128i b2 = _mm_srli_epi32(_mm_and_si128(codes, _mm_set1_epi32(0x3f0000)), 4);
+  const __m128i b3 = _mm_srli_epi32(_mm_and_si128(codes, _mm_set1_epi32(0x3f000000)), 6);
+  const __m128i v = _mm_or_si128(_mm_or_si128(b0, b1), _mm_or_si128(b2, b3));
+  const __m128i gather = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  return _mm_shuffle_epi8(v, gather);
+}
+}  // namespace
+
 __attribute__((target("ssse3,sse4.1"))) bool Pack6(const uint8_t* src, size_t groups,
                                                    const Ranges& ranges, uint8_t* out) {
   __m128i lo[8], hi[8], delta[8];
@@ -56,8 +69,6 @@ __attribute__((target("ssse3,sse4.1"))) bool Pack6(const uint8_t* src, size_t gr
     hi[r] = _mm_set1_epi8(static_cast<char>(ranges.lo[r] + ranges.span[r] - 1));
     delta[r] = _mm_set1_epi8(static_cast<char>(ranges.base[r] - ranges.lo[r]));
   }
-  // Gathers the low 3 bytes of each 32-bit lane into 12 consecutive bytes.
-  const __m128i gather = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
   __m128i missing = _mm_setzero_si128();
   for (size_t g = 0; g < groups; ++g) {
     const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
@@ -71,22 +82,40 @@ __attribute__((target("ssse3,sse4.1"))) bool Pack6(const uint8_t* src, size_t gr
       found = _mm_or_si128(found, in);
     }
     missing = _mm_or_si128(missing, _mm_cmpeq_epi8(found, _mm_setzero_si128()));
-    // Four codes c0..c3 per lane (one per byte) into 24 bits: c0 | c1 << 6 | c2 << 12 | c3 << 18.
-    const __m128i b0 = _mm_and_si128(codes, _mm_set1_epi32(0x3f));
-    const __m128i b1 = _mm_srli_epi32(_mm_and_si128(codes, _mm_set1_epi32(0x3f00)), 2);
-    const __m128i b2 = _mm_srli_epi32(_mm_and_si128(codes, _mm_set1_epi32(0x3f0000)), 4);
-    const __m128i b3 = _mm_srli_epi32(_mm_and_si128(codes, _mm_set1_epi32(0x3f000000)), 6);
-    const __m128i v = _mm_or_si128(_mm_or_si128(b0, b1), _mm_or_si128(b2, b3));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_shuffle_epi8(v, gather));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), Squeeze6(codes));
     src += 16;
     out += 12;
   }
   return _mm_movemask_epi8(missing) == 0;
 }
 
+__attribute__((target("ssse3,sse4.1"))) bool Pack6(const uint8_t* src, size_t groups,
+                                                   const NibbleTables& tables, uint8_t* out) {
+  const __m128i min_t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(tables.min));
+  const __m128i max_t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(tables.max));
+  const __m128i delta_t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(tables.delta));
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  __m128i ok = _mm_set1_epi8(-1);
+  for (size_t g = 0; g < groups; ++g) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(x, 4), low4);
+    const __m128i lo = _mm_and_si128(x, low4);
+    const __m128i mn = _mm_shuffle_epi8(min_t, hi);
+    const __m128i mx = _mm_shuffle_epi8(max_t, hi);
+    ok = _mm_and_si128(ok, _mm_and_si128(_mm_cmpeq_epi8(_mm_max_epu8(lo, mn), lo),
+                                         _mm_cmpeq_epi8(_mm_min_epu8(lo, mx), lo)));
+    const __m128i codes = _mm_add_epi8(x, _mm_shuffle_epi8(delta_t, hi));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), Squeeze6(codes));
+    src += 16;
+    out += 12;
+  }
+  return _mm_movemask_epi8(ok) == 0xffff;
+}
+
 #else
 
 bool HaveSimd() { return false; }
+bool Pack6(const uint8_t*, size_t, const NibbleTables&, uint8_t*) { return false; }
 const uint8_t* Unpack6(const uint8_t* src, size_t, const uint8_t*, uint8_t*) { return src; }
 bool Pack6(const uint8_t*, size_t, const Ranges&, uint8_t*) { return false; }
 

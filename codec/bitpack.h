@@ -27,6 +27,14 @@ struct Ranges {
 };
 bool Pack6(const uint8_t* src, size_t groups, const Ranges& ranges, uint8_t* out);
 
+/// The same when, within each block of 16 byte values (same high nibble), the alphabet's
+/// bytes are one run [min[h], max[h]] of low nibbles (min > max for none), whose codes are
+/// x + delta[h]: three table lookups a byte instead of one test per range.
+struct NibbleTables {
+  uint8_t min[16], max[16], delta[16];
+};
+bool Pack6(const uint8_t* src, size_t groups, const NibbleTables& tables, uint8_t* out);
+
 }  // namespace sluice::bitpack
 
 #endif  // SLUICE_CODEC_BITPACK_H_

@@ -528,8 +528,26 @@ struct BuildColumn {
     uint8_t acc = 0;
     // 6-bit codes of an alphabet made of a few byte ranges go 16 at a time where the CPU can.
     bitpack::Ranges ranges;
+    bitpack::NibbleTables nibbles;
     bool simd = B == 6 && bitpack::HaveSimd();
-    for (int c = 0; c < 256 && simd; ++c) {
+    bool by_nibble = simd;
+    for (int h = 0; h < 16 && by_nibble; ++h) {
+      nibbles.min[h] = 16;
+      nibbles.max[h] = 0;
+      nibbles.delta[h] = 0;
+      for (int l = 0; l < 16; ++l) {
+        const uint8_t cd = code[h * 16 + l];
+        if (cd == 0xff) continue;
+        if (nibbles.min[h] == 16) {
+          nibbles.min[h] = static_cast<uint8_t>(l);
+          nibbles.delta[h] = static_cast<uint8_t>(cd - (h * 16 + l));
+        } else if (nibbles.max[h] != l - 1) {
+          by_nibble = false;  // a gap inside the block
+        }
+        nibbles.max[h] = static_cast<uint8_t>(l);
+      }
+    }
+    for (int c = 0; c < 256 && simd && !by_nibble; ++c) {
       if (code[c] == 0xff) continue;
       if (c > 0 && code[c - 1] != 0xff) {
         ++ranges.span[ranges.count - 1];
@@ -550,7 +568,9 @@ struct BuildColumn {
       uint32_t k = 0;
       if (simd && len >= 16) {
         const uint32_t groups = len / 16;
-        if (!bitpack::Pack6(src, groups, ranges, w)) acc |= 0xc0;  // a byte in no range
+        const bool ok = by_nibble ? bitpack::Pack6(src, groups, nibbles, w)
+                                  : bitpack::Pack6(src, groups, ranges, w);
+        if (!ok) acc |= 0xc0;  // a byte outside the alphabet
         w += size_t{groups} * 12;
         k = groups * 16;
       }

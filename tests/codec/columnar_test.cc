@@ -326,6 +326,26 @@ TEST(ColumnarTest, SmallAlphabetStringsAreBitPacked) {
   ColumnarSize(words);
 }
 
+TEST(ColumnarTest, PackingHandlesEveryAlphabetShape) {
+  // 6-bit alphabets take one of three packing paths: bytes grouped by high nibble (alnum),
+  // a few byte ranges (base64 and base64url: '+' and '/' leave a gap in their block), or any
+  // bytes at all (64 scattered ones). All must pack to 6 bits and round-trip.
+  std::string scattered;
+  for (int i = 0; i < 64; ++i) scattered.push_back(static_cast<char>(0x21 + 3 * i));
+  const std::string alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  for (const std::string& alphabet : {alnum, alnum + "+/", alnum + "-_", scattered}) {
+    uint64_t st = 11;
+    Batch b;
+    size_t chars = 0;
+    for (int i = 0; i < 300; ++i) {
+      const std::string v = RandomText(&st, alphabet, 7 + i % 90);
+      chars += v.size();
+      b.Add("k", Map({{"p", S(v)}}));
+    }
+    EXPECT_LT(ColumnarSize(b), chars * 6 / 8 + 300u * 4) << alphabet;
+  }
+}
+
 TEST(ColumnarTest, PackingTakesItsAlphabetFromTheWholeColumn) {
   // The first 16 KiB lack a byte that appears later: the alphabet is rebuilt from every value.
   const std::string alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
