@@ -73,12 +73,18 @@ class ColumnarDecoder {
   /// Validates `payload` as `record_count` records and rebuilds them into `rows` (keys and
   /// canonical msgpack values, back to back) with one RecordRef per record in `index`. The
   /// rebuilt size may not exceed `max_rows_bytes`. `rows` gets kSlack spare bytes of capacity.
+  /// With `keys_only`, the payload is validated exactly as fully, but only the keys are
+  /// rebuilt: every value comes back empty.
   absl::Status Decode(const uint8_t* payload, size_t size, uint32_t record_count,
-                      uint32_t max_rows_bytes, ByteBuffer* rows, PodBuffer<RecordRef>* index);
+                      uint32_t max_rows_bytes, ByteBuffer* rows, PodBuffer<RecordRef>* index,
+                      bool keys_only = false);
 
  private:
   absl::Status DecodeImpl(const uint8_t* payload, size_t size, uint32_t record_count,
-                          uint32_t max_rows_bytes, ByteBuffer* rows, PodBuffer<RecordRef>* index);
+                          uint32_t max_rows_bytes, ByteBuffer* rows, PodBuffer<RecordRef>* index,
+                          bool keys_only);
+  absl::Status RebuildKeys(size_t n, uint64_t num_fields, ByteBuffer* rows,
+                           PodBuffer<RecordRef>* index);
   struct State;
   std::unique_ptr<State> state_;
 };

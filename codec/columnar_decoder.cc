@@ -452,8 +452,8 @@ ColumnarDecoder::~ColumnarDecoder() = default;
 
 absl::Status ColumnarDecoder::Decode(const uint8_t* payload, size_t size, uint32_t record_count,
                                      uint32_t max_rows_bytes, ByteBuffer* rows,
-                                     PodBuffer<RecordRef>* index) {
-  absl::Status st = DecodeImpl(payload, size, record_count, max_rows_bytes, rows, index);
+                                     PodBuffer<RecordRef>* index, bool keys_only) {
+  absl::Status st = DecodeImpl(payload, size, record_count, max_rows_bytes, rows, index, keys_only);
   // Scratch is reused across frames, but frames with many fields must not ratchet it up:
   // beyond one cap's worth, let it all go.
   size_t retained = state_->key.RetainedBytes() + state_->scratch.capacity();
@@ -465,7 +465,7 @@ absl::Status ColumnarDecoder::Decode(const uint8_t* payload, size_t size, uint32
 
 absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, uint32_t record_count,
                                          uint32_t max_rows_bytes, ByteBuffer* rows,
-                                         PodBuffer<RecordRef>* index) {
+                                         PodBuffer<RecordRef>* index, bool keys_only) {
   State& s = *state_;
   const size_t n = record_count;
   const uint8_t* p = payload;
@@ -530,6 +530,8 @@ absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, ui
                                                    " bytes, over the cap of ", max_rows_bytes));
   }
 
+  if (keys_only) return RebuildKeys(n, num_fields, rows, index);
+
   rows->Reserve(total + kSlack);
   rows->Resize(total);
   index->Resize(n);
@@ -586,6 +588,53 @@ absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, ui
   if (static_cast<uint64_t>(w - base) != total) {
     return absl::InternalError("COLUMNAR rebuild size mismatch");  // cannot happen
   }
+  return absl::OkStatus();
+}
+
+// The keys-only rebuild (the columns have been read and validated, the total size checked):
+// the keys, or for a key reference the referenced field's encoded values, and the one check
+// the value loop would make, packed columns' padding bits.
+absl::Status ColumnarDecoder::RebuildKeys(size_t n, uint64_t num_fields, ByteBuffer* rows,
+                                          PodBuffer<RecordRef>* index) {
+  State& s = *state_;
+  const bool key_ref = s.key.type == ColumnType::kKeyRef;
+  const ReadColumn& kc = key_ref ? s.fields[s.key.key_ref_field] : s.key;
+  const uint64_t key_bytes = kc.rebuilt_bytes;  // within the checked total
+  rows->Reserve(key_bytes + kSlack);
+  rows->Resize(key_bytes);
+  index->Resize(n);
+  uint8_t* const base = rows->data();
+  uint8_t* w = base;
+  RecordRef* refs = index->data();
+  const uint8_t* cursor = kc.blob;
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    RecordRef& r = refs[i];
+    r.key_off = static_cast<uint32_t>(w - base);
+    if (kc.type == ColumnType::kRawBytes && !kc.dict && !kc.packed) {
+      w = CopySmall(w, cursor, kc.blob_end, kc.lens[i]);
+      cursor += kc.lens[i];
+    } else {
+      w = WriteValue(kc, i, &cursor, w, &bad);
+    }
+    r.key_len = static_cast<uint32_t>(w - base) - r.key_off;
+    r.value_off = static_cast<uint32_t>(w - base);
+    r.value_len = 0;
+  }
+  if (static_cast<uint64_t>(w - base) != key_bytes) {
+    return absl::InternalError("COLUMNAR key rebuild size mismatch");  // cannot happen
+  }
+  for (uint64_t j = 0; j < num_fields; ++j) {
+    const ReadColumn& c = s.fields[j];
+    if (!c.packed || &c == &kc) continue;
+    const uint8_t* p = c.blob;
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t bits = uint64_t{c.lens[i]} * c.bits;
+      p += (bits + 7) / 8;
+      if (bits % 8 != 0 && (p[-1] >> (bits % 8)) != 0) bad = 1;
+    }
+  }
+  if (bad != 0) return Corrupt("a packed column has non-zero padding bits");
   return absl::OkStatus();
 }
 

@@ -171,8 +171,9 @@ absl::Status FrameDecoder::DecodeImpl(absl::Span<const uint8_t> bytes, DecodedFr
       break;
     }
     case Layout::kColumnar: {
-      absl::Status st = s.columnar.Decode(p, payload.size(), h.record_count,
-                                          limits.max_uncompressed_bytes, &out->rows_, &out->index_);
+      absl::Status st =
+          s.columnar.Decode(p, payload.size(), h.record_count, limits.max_uncompressed_bytes,
+                            &out->rows_, &out->index_, options_.keys_only);
       if (!st.ok()) return st;
       out->base_ = out->rows_.data();
       break;

@@ -31,6 +31,10 @@ struct DecodeOptions {
   FrameLimits limits;
   /// Check that a frame flagged sorted really is in key order.
   bool verify_sorted = true;
+  /// Validate every byte as usual but rebuild only the keys of COLUMNAR frames: their values
+  /// come back empty. For callers that check frames and need only counts and keys (a server
+  /// accepting pushed frames); other layouts decode as usual.
+  bool keys_only = false;
 };
 
 /// The records of one decoded frame. Reusable: decoding into it again keeps its buffers.

@@ -23,12 +23,14 @@ grpc::Status ToGrpc(const absl::Status& st) {
 
 namespace {
 
-// Every pool thread keeps one decoder, so validating frames allocates nothing per stream.
+// Every pool thread keeps one decoder for validating pushed frames, so that allocates nothing
+// per stream.
 FrameDecoder& ThreadDecoder(const FrameLimits& limits) {
   thread_local std::unique_ptr<FrameDecoder> decoder;
   if (decoder == nullptr) {
     DecodeOptions opts;
     opts.limits = limits;
+    opts.keys_only = true;  // every byte checked; values are not needed to accept a frame
     decoder = std::make_unique<FrameDecoder>(opts);
   }
   return *decoder;

@@ -424,5 +424,66 @@ TEST(ColumnarTest, KeysCopiedFromAFieldAreStoredOnce) {
   EXPECT_LT(ColumnarSize(ref), ColumnarSize(almost));
 }
 
+// A server validates pushed frames rebuilding only their keys: that must accept exactly the
+// payloads a full decode accepts, and give the same keys.
+TEST(ColumnarTest, KeysOnlyDecodeAcceptsExactlyWhatFullDecodeAccepts) {
+  const std::string alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::vector<Batch> batches;
+  testing::Gen g(91);
+  for (int i = 0; i < 12; ++i) batches.push_back(testing::ColumnarBatch(g, 30, 1 + i % 4));
+  uint64_t st = 5;
+  Batch packed_field, packed_key_ref, packed_raw_keys;
+  for (int i = 0; i < 40; ++i) {
+    const std::string text = RandomText(&st, alnum, 13 + i % 7);  // padding bits in use
+    packed_field.Add(I(i % 9), Map({{"n", I(i)}, {"t", S(text)}}));
+    packed_key_ref.Add(S(text), Map({{"n", I(i)}, {"t", S(text)}}));
+    packed_raw_keys.Add(RandomText(&st, alnum, 21), Map({{"t", S(text)}}));
+  }
+  batches.push_back(packed_field);
+  batches.push_back(packed_key_ref);
+  batches.push_back(packed_raw_keys);
+  ColumnarEncoder enc;
+  ColumnarDecoder full, keys;
+  ByteBuffer rows, key_rows;
+  PodBuffer<RecordRef> index, key_index;
+  for (size_t bi = 0; bi < batches.size(); ++bi) {
+    const Batch& b = batches[bi];
+    ByteBuffer payload;
+    std::string why;
+    ASSERT_TRUE(enc.Encode(b.Records(), &payload, &why)) << bi << ": " << why;
+    const auto n = static_cast<uint32_t>(b.size());
+    uint32_t cap = 4096;  // small, so failed decodes do not keep fetching fresh memory
+    for (size_t i = 0; i < n; ++i) cap += b.keys[i].size() + b.values[i].size();
+    auto decode = [&](const ByteBuffer& p, bool keys_only) {
+      return keys_only ? keys.Decode(p.data(), p.size(), n, cap, &key_rows, &key_index, true)
+                       : full.Decode(p.data(), p.size(), n, cap, &rows, &index);
+    };
+    ASSERT_TRUE(decode(payload, false).ok()) << bi;
+    ASSERT_TRUE(decode(payload, true).ok()) << bi;
+    ASSERT_EQ(key_index.size(), n);
+    for (size_t i = 0; i < n; ++i) {
+      const RecordRef& r = key_index[i];
+      EXPECT_EQ(
+          std::string_view(reinterpret_cast<const char*>(key_rows.data()) + r.key_off, r.key_len),
+          b.keys[i])
+          << bi << " " << i;
+      EXPECT_EQ(r.value_len, 0u);
+    }
+    ByteBuffer bad;
+    // Every byte of small payloads; about 2,000 spread over large ones (and their tails).
+    const size_t step = payload.size() > 4096 ? payload.size() / 2048 : 1;
+    for (size_t pos = 0; pos < payload.size(); pos += (pos + 64 >= payload.size() ? 1 : step)) {
+      for (uint8_t flip : {0x01, 0x40, 0x80, 0xff}) {
+        bad.Clear();
+        bad.Append(payload.data(), payload.size());
+        bad.data()[pos] ^= flip;
+        const absl::Status a = decode(bad, false), k = decode(bad, true);
+        ASSERT_EQ(a.ok(), k.ok()) << "batch " << bi << " byte " << pos << " ^ " << int{flip}
+                                  << ": full " << a << ", keys only " << k;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sluice
