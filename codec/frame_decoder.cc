@@ -13,6 +13,9 @@ namespace sluice {
 struct FrameDecoder::State {
   ZSTD_DCtx* dctx = ZSTD_createDCtx();
   ColumnarDecoder columnar;
+  // A COLUMNAR payload is only read while its rows are rebuilt: it goes here rather than into
+  // the DecodedFrame, which then holds just the rows (a merge keeps one frame per run).
+  ByteBuffer columnar_payload;
   ~State() { ZSTD_freeDCtx(dctx); }
 };
 
@@ -121,7 +124,7 @@ absl::Status FrameDecoder::DecodeImpl(absl::Span<const uint8_t> bytes, DecodedFr
   }
 
   // --- Payload bytes, never more than the declared (capped) size.
-  ByteBuffer& payload = out->payload_;
+  ByteBuffer& payload = h.layout == Layout::kColumnar ? s.columnar_payload : out->payload_;
   payload.Reserve(static_cast<size_t>(h.uncompressed_size) + kSlack);
   payload.Resize(h.uncompressed_size);
   if (h.compression == Compression::kNone) {

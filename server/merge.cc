@@ -52,34 +52,34 @@ class DecodedRun {
 
 class StoredRun final : public RunSource {
  public:
-  StoredRun(std::shared_ptr<ShuffleStore> store, BlockRef block, FrameDecoder* decoder)
+  StoredRun(std::shared_ptr<ShuffleStore> store, BlockRef block, RunDecoder* decoder)
       : store_(std::move(store)), block_(block), decoder_(decoder) {}
 
   absl::StatusOr<bool> Next(Record* out) override {
     if (!loaded_) {
-      SLUICE_RETURN_IF_ERROR(store_->ReadFrame(block_, &bytes_));
-      SLUICE_RETURN_IF_ERROR(decoder_->Decode(bytes_, run_.frame()));
+      // The stored bytes are only needed while decoding: read them into the merge's shared
+      // buffer (runs load one at a time), so a run holds just its decoded records.
+      SLUICE_RETURN_IF_ERROR(store_->ReadFrame(block_, &decoder_->bytes));
+      SLUICE_RETURN_IF_ERROR(decoder_->decoder->Decode(decoder_->bytes, run_.frame()));
       run_.Reset();
       run_.Measure();
       loaded_ = true;
     }
     if (run_.Next(out)) return true;
     exhausted_ = true;  // nothing more will be read: let the memory go
-    bytes_ = std::string();
     run_ = DecodedRun();
     return false;
   }
   size_t resident_bytes() const override {
-    return exhausted_ || !loaded_ ? 0 : bytes_.capacity() + run_.resident_bytes();
+    return exhausted_ || !loaded_ ? 0 : run_.resident_bytes();
   }
 
  private:
   std::shared_ptr<ShuffleStore> store_;
   const BlockRef block_;
-  FrameDecoder* const decoder_;
+  RunDecoder* const decoder_;
   bool loaded_ = false;
   bool exhausted_ = false;
-  std::string bytes_;
   DecodedRun run_;
 };
 
@@ -126,7 +126,7 @@ std::atomic<uint64_t> tmp_counter{0};
 }  // namespace
 
 std::unique_ptr<RunSource> StoredFrameRun(std::shared_ptr<ShuffleStore> store, BlockRef block,
-                                          FrameDecoder* decoder) {
+                                          RunDecoder* decoder) {
   return std::make_unique<StoredRun>(std::move(store), block, decoder);
 }
 

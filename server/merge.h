@@ -30,10 +30,16 @@ class RunSource {
   virtual size_t resident_bytes() const = 0;
 };
 
-/// One stored frame of a shuffle, decoded with `decoder` (shared by the runs of one merge,
-/// which decode one at a time) when first read.
+/// What the runs of one merge share (they load one at a time): a decoder and the buffer
+/// stored frames are read into.
+struct RunDecoder {
+  FrameDecoder* decoder = nullptr;
+  std::string bytes;
+};
+
+/// One stored frame of a shuffle, decoded when first read.
 std::unique_ptr<RunSource> StoredFrameRun(std::shared_ptr<ShuffleStore> store, BlockRef block,
-                                          FrameDecoder* decoder);
+                                          RunDecoder* decoder);
 
 struct MergeOptions {
   size_t fan_in = 64;

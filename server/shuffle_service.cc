@@ -299,11 +299,10 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
       DecodeOptions dopts;
       dopts.limits = deps_.limits;
       decoder_ = std::make_unique<FrameDecoder>(dopts);
+      run_decoder_.decoder = decoder_.get();
       std::vector<std::unique_ptr<RunSource>> runs;
       runs.reserve(blocks_.size());
-      for (const BlockRef& b : blocks_) {
-        runs.push_back(StoredFrameRun(store_, b, decoder_.get()));
-      }
+      for (const BlockRef& b : blocks_) runs.push_back(StoredFrameRun(store_, b, &run_decoder_));
       auto merged = MergedStream::Make(std::move(runs), deps_.merge);
       if (!merged.ok()) return merged.status();
       merged_ = std::move(merged).value();
@@ -348,6 +347,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   FetchResponse response_;
   // KEY order only.
   std::unique_ptr<FrameDecoder> decoder_;
+  RunDecoder run_decoder_;  // shared by the merge's runs
   std::unique_ptr<MergedStream> merged_;
   std::unique_ptr<FrameEncoder> encoder_;
   std::vector<Record> batch_;
