@@ -46,22 +46,88 @@ ShuffleStatus FromProto(const pb::ShuffleInfo& info) {
   return s;
 }
 
-// Records of one partition, buffered: keys and values back to back in one arena.
-struct PartitionBuffer {
-  std::string arena;
-  std::vector<uint32_t> ends;  // per record: key end, value end (offsets into arena)
-  void Clear() {
-    arena.clear();
-    ends.clear();
+// Fixed-size chunks that a writer's partition buffers share. Buffers grow chunk by chunk and
+// give their chunks back once sent, so the memory a writer holds follows what it buffers
+// (the budget) rather than every partition's largest size so far, and is reused, not
+// re-fetched from the system: fresh pages are the costliest bytes a mapper touches.
+class ChunkPool {
+ public:
+  explicit ChunkPool(size_t chunk_bytes) : chunk_bytes_(chunk_bytes) {}
+  size_t chunk_bytes() const { return chunk_bytes_; }
+  // A chunk of at least `bytes` (a standard chunk unless the record is larger).
+  std::unique_ptr<char[]> Get(size_t bytes) {
+    if (bytes <= chunk_bytes_) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!free_.empty()) {
+        auto c = std::move(free_.back());
+        free_.pop_back();
+        return c;
+      }
+    }
+    return std::unique_ptr<char[]>(new char[std::max(bytes, chunk_bytes_)]);
   }
-  size_t bytes() const { return arena.size() + ends.size() * sizeof(uint32_t); }
+  void Put(std::unique_ptr<char[]> chunk, size_t size) {
+    if (size != chunk_bytes_) return;  // an oversized one: freed
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(std::move(chunk));
+  }
+
+ private:
+  const size_t chunk_bytes_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<char[]>> free_;
+};
+
+// Records of one partition, buffered: keys and values back to back in chunks, and a view of
+// each record (views stay valid: chunks never move).
+struct PartitionBuffer {
+  struct Chunk {
+    std::unique_ptr<char[]> data;
+    size_t size = 0, used = 0;
+  };
+  std::vector<Chunk> chunks;
+  std::vector<Record> records;
+  size_t chunk_bytes = 0;  // sum of chunk sizes
+
+  // Memory held, as the budget counts it.
+  size_t bytes() const { return chunk_bytes + records.capacity() * sizeof(Record); }
+  void Add(ChunkPool& pool, std::string_view key, std::string_view value) {
+    const size_t need = key.size() + value.size();
+    if (chunks.empty() || chunks.back().size - chunks.back().used < need) {
+      Chunk c;
+      c.size = std::max(need, pool.chunk_bytes());
+      c.data = pool.Get(c.size);
+      chunk_bytes += c.size;
+      chunks.push_back(std::move(c));
+    }
+    Chunk& c = chunks.back();
+    char* k = c.data.get() + c.used;
+    if (!key.empty()) std::memcpy(k, key.data(), key.size());
+    char* v = k + key.size();
+    if (!value.empty()) std::memcpy(v, value.data(), value.size());
+    c.used += need;
+    records.push_back(Record{std::string_view(k, key.size()), std::string_view(v, value.size())});
+  }
+  // Gives the chunks back; keeps the records array's capacity.
+  void Release(ChunkPool& pool) {
+    for (Chunk& c : chunks) pool.Put(std::move(c.data), c.size);
+    chunks.clear();
+    records.clear();
+    chunk_bytes = 0;
+  }
 };
 
 class GrpcWriter final : public ShuffleWriter {
  public:
   GrpcWriter(pb::ShuffleService::Stub* stub, const ClientOptions& client, uint32_t partitions,
              WriterOptions options)
-      : client_(client), options_(std::move(options)), buffers_(partitions) {
+      : client_(client),
+        options_(std::move(options)),
+        // Chunks of 1/8 of a partition's even share of the budget (4 KiB to 1 MiB): partly
+        // filled last chunks waste at most 1/8 of the budget.
+        pool_(std::clamp<size_t>(options_.buffer_bytes / 8 / std::max<uint32_t>(partitions, 1),
+                                 4096, 1u << 20)),
+        buffers_(partitions) {
     if (!options_.partitioner) options_.partitioner = HashPartition;
     if (client_.stream_deadline.count() > 0) {
       ctx_.set_deadline(std::chrono::system_clock::now() + client_.stream_deadline);
@@ -98,10 +164,7 @@ class GrpcWriter final : public ShuffleWriter {
     }
     PartitionBuffer& b = buffers_[p];
     const size_t before = b.bytes();
-    b.arena.append(key);
-    b.ends.push_back(static_cast<uint32_t>(b.arena.size()));
-    b.arena.append(value);
-    b.ends.push_back(static_cast<uint32_t>(b.arena.size()));
+    b.Add(pool_, key, value);
     buffered_ += b.bytes() - before;
     if (buffered_ > options_.buffer_bytes) {
       size_t largest = 0;
@@ -116,7 +179,7 @@ class GrpcWriter final : public ShuffleWriter {
   absl::StatusOr<WriteResult> Close() override {
     if (finished_) return absl::FailedPreconditionError("the writer is closed");
     for (uint32_t p = 0; p < buffers_.size(); ++p) {
-      if (!buffers_[p].ends.empty()) SLUICE_RETURN_IF_ERROR(Flush(p));
+      if (!buffers_[p].records.empty()) SLUICE_RETURN_IF_ERROR(Flush(p));
     }
     StopSender();
     finished_ = true;
@@ -165,9 +228,10 @@ class GrpcWriter final : public ShuffleWriter {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return jobs_.size() < 2 || !send_error_.ok(); });
     if (!send_error_.ok()) return send_error_;
-    if (!spare_.empty()) {  // reuse a returned buffer's memory
+    if (!spare_.empty()) {  // reuse a returned buffer's records array
       std::swap(buffers_[p], spare_.back());
       spare_.pop_back();
+      buffered_ += buffers_[p].bytes();
     }
     jobs_.push_back(std::move(job));
     cv_.notify_all();
@@ -186,7 +250,6 @@ class GrpcWriter final : public ShuffleWriter {
     eopts.sort_by_key = options_.sort_by_key;
     eopts.limits = client_.limits;
     FrameEncoder encoder(eopts);
-    std::vector<Record> records;
     pb::PushRequest msg;
     for (;;) {
       Job job;
@@ -196,28 +259,19 @@ class GrpcWriter final : public ShuffleWriter {
         if (jobs_.empty()) return;
         job = std::move(jobs_.front());
       }
-      absl::Status st = Send(job, encoder, &records, &msg);
+      absl::Status st = Send(job, encoder, &msg);
       std::lock_guard<std::mutex> lock(mu_);
       jobs_.pop_front();
       if (!st.ok() && send_error_.ok()) send_error_ = st;
-      job.buffer.Clear();
+      job.buffer.Release(pool_);
       spare_.push_back(std::move(job.buffer));
       cv_.notify_all();
       if (!send_error_.ok()) return;
     }
   }
 
-  absl::Status Send(const Job& job, FrameEncoder& encoder, std::vector<Record>* records,
-                    pb::PushRequest* msg) {
-    const PartitionBuffer& b = job.buffer;
-    records->clear();
-    uint32_t start = 0;
-    for (size_t i = 0; i < b.ends.size(); i += 2) {
-      records->push_back(
-          Record{std::string_view(b.arena.data() + start, b.ends[i] - start),
-                 std::string_view(b.arena.data() + b.ends[i], b.ends[i + 1] - b.ends[i])});
-      start = b.ends[i + 1];
-    }
+  absl::Status Send(Job& job, FrameEncoder& encoder, pb::PushRequest* msg) {
+    std::vector<Record>* records = &job.buffer.records;
     if (options_.sort_by_key) StableSortByKey(absl::MakeSpan(*records), &sort_scratch_);
     // Frames of at most frame_bytes of records each; one message each.
     size_t i = 0;
@@ -260,6 +314,7 @@ class GrpcWriter final : public ShuffleWriter {
   grpc::ClientContext ctx_;
   pb::PushResponse response_;
   std::unique_ptr<grpc::ClientWriter<pb::PushRequest>> stream_;
+  ChunkPool pool_;
   std::vector<PartitionBuffer> buffers_;
   size_t buffered_ = 0;
   bool finished_ = false;
