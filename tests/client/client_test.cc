@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,43 @@ TEST_F(ClientTest, BudgetFlushesKeepEveryRecordAndRoutesByHash) {
     }
   }
   EXPECT_EQ(total, 20000u);
+}
+
+TEST_F(ClientTest, RecordsOfEverySizeSurviveTheChunkedBuffers) {
+  // A 64 KiB budget over 4 partitions buffers in 4 KiB chunks: records from empty to 3x a
+  // chunk, in both orders, must come back byte for byte.
+  for (bool key_order : {false, true}) {
+    const std::string id = key_order ? "sized-key" : "sized";
+    ASSERT_TRUE(*client_->CreateShuffle(id, 4, 1));
+    WriterOptions wopts;
+    wopts.buffer_bytes = 64 << 10;
+    wopts.sort_by_key = key_order;
+    auto writer = client_->OpenWriter(id, 0, 1, wopts);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    std::multiset<std::pair<std::string, std::string>> sent;
+    for (int i = 0; i < 3000; ++i) {
+      const size_t len = i % 97 == 0 ? 12000 + i : (i % 5 == 0 ? 0 : i % 300);
+      std::string key = "k" + std::to_string(i % 257);
+      std::string value(len, static_cast<char>('a' + i % 26));
+      ASSERT_TRUE((*writer)->Add(key, value).ok());
+      sent.emplace(std::move(key), std::move(value));
+    }
+    ASSERT_TRUE((*writer)->Close().ok());
+    std::multiset<std::pair<std::string, std::string>> got;
+    ReaderOptions ropts;
+    ropts.order = key_order ? FetchOrder::kKey : FetchOrder::kUnordered;
+    for (uint32_t p = 0; p < 4; ++p) {
+      std::string last;
+      for (auto& kv : ReadAll(id, p, ropts)) {
+        if (key_order) {
+          EXPECT_FALSE(KeyLess(kv.first, last));
+        }
+        last = kv.first;
+        got.insert(std::move(kv));
+      }
+    }
+    EXPECT_TRUE(got == sent) << "order " << key_order;
+  }
 }
 
 TEST_F(ClientTest, KeyOrderAndGroupBy) {
