@@ -66,12 +66,17 @@ class StoredRun final : public RunSource {
       loaded_ = true;
     }
     if (run_.Next(out)) return true;
-    exhausted_ = true;  // nothing more will be read: let the memory go
-    run_ = DecodedRun();
+    exhausted_ = true;  // its memory goes at the next Release()
     return false;
   }
+  void Release() override {
+    if (exhausted_ && !released_) {
+      run_ = DecodedRun();
+      released_ = true;
+    }
+  }
   size_t resident_bytes() const override {
-    return exhausted_ || !loaded_ ? 0 : run_.resident_bytes();
+    return released_ || !loaded_ ? 0 : run_.resident_bytes();
   }
 
  private:
@@ -80,6 +85,7 @@ class StoredRun final : public RunSource {
   RunDecoder* const decoder_;
   bool loaded_ = false;
   bool exhausted_ = false;
+  bool released_ = false;
   DecodedRun run_;
 };
 
@@ -95,6 +101,10 @@ class FileRun final : public RunSource {
       if (loaded_ && run_.Next(out)) return true;
       SLUICE_ASSIGN_OR_RETURN(const uint64_t size, file::FileSize(fd_.get(), path_));
       if (offset_ >= size) return false;
+      if (loaded_) {  // its records may still be in use: keep the frame until Release()
+        retired_.push_back(std::move(run_));
+        run_ = DecodedRun();
+      }
       uint8_t len[4];
       SLUICE_RETURN_IF_ERROR(file::PreadAll(fd_.get(), path_, offset_, 4, len));
       bytes_.resize(LoadLE32(len));
@@ -107,8 +117,11 @@ class FileRun final : public RunSource {
       loaded_ = true;
     }
   }
+  void Release() override { retired_.clear(); }
   size_t resident_bytes() const override {
-    return loaded_ ? bytes_.capacity() + run_.resident_bytes() : 0;
+    size_t n = loaded_ ? bytes_.capacity() + run_.resident_bytes() : 0;
+    for (const DecodedRun& r : retired_) n += r.resident_bytes();
+    return n;
   }
 
  private:
@@ -119,6 +132,7 @@ class FileRun final : public RunSource {
   bool loaded_ = false;
   std::string bytes_;
   DecodedRun run_;
+  std::vector<DecodedRun> retired_;
 };
 
 std::atomic<uint64_t> tmp_counter{0};
@@ -168,12 +182,11 @@ absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(
       eopts.limits = options.limits;
       FrameEncoder encoder(eopts);
       std::vector<Record> batch;
-      std::string arena, frame;
+      std::string frame;
       uint64_t offset = 0;
       for (;;) {
         batch.clear();
-        arena.clear();
-        SLUICE_ASSIGN_OR_RETURN(bool more, pass.NextBatch(options.chunk_bytes, &batch, &arena));
+        SLUICE_ASSIGN_OR_RETURN(bool more, pass.NextBatch(options.chunk_bytes, &batch));
         if (!more) break;
         frame.assign(4, '\0');
         SLUICE_RETURN_IF_ERROR(encoder.Encode(batch, &frame));
@@ -243,35 +256,25 @@ absl::StatusOr<bool> MergedStream::NextRecord(Record* out) {
   return true;
 }
 
-absl::StatusOr<bool> MergedStream::NextBatch(size_t max_bytes, std::vector<Record>* batch,
-                                             std::string* arena) {
-  struct Span {
-    size_t key_off, key_len, value_off, value_len;
-  };
-  std::vector<Span> spans;
-  size_t added = 0;
+absl::StatusOr<bool> MergedStream::NextBatch(size_t max_bytes, std::vector<Record>* batch) {
+  // The previous batch has been used: frames holding only its records may go.
+  for (auto& run : runs_) run->Release();
+  size_t added = 0, count = 0;
   Record rec;
-  while (added < max_bytes && spans.size() < max_records_) {
+  while (added < max_bytes && count < max_records_) {
     SLUICE_ASSIGN_OR_RETURN(bool has, NextRecord(&rec));
     if (!has) break;
-    const size_t size = rec.key.size() + rec.value.size() + 1;
-    if (!spans.empty() && added + size > max_bytes) {
+    const size_t size = rec.key.size() + rec.value.size() + 1;  // +1: empty records count
+    if (count > 0 && added + size > max_bytes) {
       // Would overshoot (frames must stay under the cap): leave it for the next batch.
       top_taken_ = false;
       break;
     }
-    Span s{arena->size(), rec.key.size(), 0, rec.value.size()};
-    arena->append(rec.key);
-    s.value_off = arena->size();
-    arena->append(rec.value);
-    spans.push_back(s);
-    added += rec.key.size() + rec.value.size() + 1;  // +1: empty records still count
+    batch->push_back(rec);
+    added += size;
+    ++count;
   }
-  for (const Span& s : spans) {
-    batch->push_back(Record{std::string_view(arena->data() + s.key_off, s.key_len),
-                            std::string_view(arena->data() + s.value_off, s.value_len)});
-  }
-  return !spans.empty();
+  return count > 0;
 }
 
 }  // namespace sluice

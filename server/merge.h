@@ -24,8 +24,12 @@ namespace sluice {
 class RunSource {
  public:
   virtual ~RunSource() = default;
-  /// Sets *out to the next record (views valid until the next call) or returns false at the end.
+  /// Sets *out to the next record or returns false at the end. The views stay valid until
+  /// Release() is called after the record was passed.
   virtual absl::StatusOr<bool> Next(Record* out) = 0;
+  /// Records returned before the current head are no longer used: frames that hold only such
+  /// records may go.
+  virtual void Release() = 0;
   /// Bytes this run holds in memory now (its current frame, stored and decoded).
   virtual size_t resident_bytes() const = 0;
 };
@@ -57,10 +61,11 @@ class MergedStream {
       std::vector<std::unique_ptr<RunSource>> runs, const MergeOptions& options);
   ~MergedStream();
 
-  /// Appends the next records to `batch` (owned copies in `arena`): at most `max_bytes` of keys
-  /// and values (or one record, if it alone is bigger) and at most half the frame record
-  /// limit, so the batch always fits one frame. Returns false once nothing is left.
-  absl::StatusOr<bool> NextBatch(size_t max_bytes, std::vector<Record>* batch, std::string* arena);
+  /// Appends the next records to `batch`: at most `max_bytes` of keys and values (or one
+  /// record, if it alone is bigger) and at most half the frame record limit, so the batch
+  /// always fits one frame. The records are views into the runs' decoded frames, valid until
+  /// the next call (no copy). Returns false once nothing is left.
+  absl::StatusOr<bool> NextBatch(size_t max_bytes, std::vector<Record>* batch);
 
   size_t intermediate_passes() const { return passes_; }
   /// Bytes the runs hold in memory now, to count against the server's memory budget.

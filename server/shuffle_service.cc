@@ -309,8 +309,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
       encoder_ = std::make_unique<FrameEncoder>(encode_);
     }
     batch_.clear();
-    arena_.clear();
-    auto more = merged_->NextBatch(chunk_bytes_, &batch_, &arena_);
+    auto more = merged_->NextBatch(chunk_bytes_, &batch_);
     if (!more.ok()) return more.status();
     if (!*more) {
       done_ = true;
@@ -320,7 +319,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     frame->clear();
     absl::Status st = encoder_->Encode(batch_, frame);
     if (!st.ok()) return st;
-    charged_ = frame->size() + arena_.size();
+    charged_ = frame->size();
     deps_.budget->Charge(charged_);
     // The runs' frames stay resident between chunks: keep their count in the budget current.
     const size_t resident = merged_->resident_bytes();
@@ -351,7 +350,6 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   std::unique_ptr<MergedStream> merged_;
   std::unique_ptr<FrameEncoder> encoder_;
   std::vector<Record> batch_;
-  std::string arena_;
   uint64_t merge_charged_ = 0;  // the runs' resident bytes, counted in the budget
   bool admitted_ = false;       // holds a merge slot
 };
