@@ -185,6 +185,9 @@ absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(
       std::string frame;
       uint64_t offset = 0;
       for (;;) {
+        if (options.cancelled != nullptr && options.cancelled->load()) {
+          return absl::CancelledError("merge cancelled: the reader went away");
+        }
         batch.clear();
         SLUICE_ASSIGN_OR_RETURN(bool more, pass.NextBatch(options.chunk_bytes, &batch));
         if (!more) break;

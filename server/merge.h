@@ -8,6 +8,7 @@
 #ifndef SLUICE_SERVER_MERGE_H_
 #define SLUICE_SERVER_MERGE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -50,6 +51,8 @@ struct MergeOptions {
   std::string tmp_dir;           ///< where intermediate runs go
   size_t chunk_bytes = 1 << 20;  ///< records per intermediate frame, in bytes
   FrameLimits limits;
+  /// When set and true, intermediate passes stop with CANCELLED (the reader went away).
+  const std::atomic<bool>* cancelled = nullptr;
 };
 
 /// Merges runs into one key-ordered stream.

@@ -18,6 +18,8 @@ ABSL_FLAG(bool, fsync, true, "sync data and commit log before acknowledging a co
 ABSL_FLAG(uint32_t, max_frame_mb, 64, "largest frame accepted, uncompressed");
 ABSL_FLAG(int32_t, worker_threads, 4, "threads for disk, validation and compression work");
 ABSL_FLAG(uint32_t, merge_fan_in, 64, "runs merged at once by a KEY-ordered fetch");
+ABSL_FLAG(uint64_t, max_frames_per_attempt, uint64_t{1} << 20,
+          "frames one mapper attempt may push (bookkeeping: ~24 bytes each until it ends)");
 ABSL_FLAG(uint32_t, max_concurrent_merges, 0,
           "KEY-ordered fetches merging at once (0 = --worker_threads); others wait");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
@@ -46,6 +48,7 @@ int main(int argc, char** argv) {
   opts.worker_threads = absl::GetFlag(FLAGS_worker_threads);
   opts.merge_fan_in = absl::GetFlag(FLAGS_merge_fan_in);
   opts.max_concurrent_merges = absl::GetFlag(FLAGS_max_concurrent_merges);
+  opts.max_frames_per_attempt = absl::GetFlag(FLAGS_max_frames_per_attempt);
   auto server = sluice::SluiceServer::Start(opts);
   if (!server.ok()) {
     spdlog::critical("event=start_failed error=\"{}\"", server.status().ToString());

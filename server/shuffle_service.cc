@@ -23,6 +23,8 @@ grpc::Status ToGrpc(const absl::Status& st) {
 
 namespace {
 
+// Fetches compress at most at this zstd level: the server compresses for every reducer.
+constexpr uint32_t kMaxFetchZstdLevel = 9;
 // Every pool thread keeps one decoder for validating pushed frames, so that allocates nothing
 // per stream.
 FrameDecoder& ThreadDecoder(const FrameLimits& limits) {
@@ -102,6 +104,13 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
         if (store_ == nullptr) return absl::InvalidArgumentError("frames before the open message");
         FrameDecoder& decoder = ThreadDecoder(deps_.limits);
         for (const auto& pf : request_.frames().frames()) {
+          if (frames_ >= deps_.max_frames_per_attempt) {
+            // Its list of blocks is kept until the commit (24 bytes a frame), then indexed.
+            return absl::ResourceExhaustedError(absl::StrCat(
+                "attempt reached ", deps_.max_frames_per_attempt,
+                " frames, the most one attempt may push (--max_frames_per_attempt): send "
+                "larger frames"));
+          }
           if (pf.partition_id() >= store_->params().num_partitions) {
             return absl::InvalidArgumentError(
                 absl::StrCat("frame ", frames_, ": partition ", pf.partition_id(),
@@ -210,6 +219,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     // on memory this very fetch holds.
     deps_.pool->Submit([this] { Next(); });
   }
+  void OnCancel() override { cancelled_.store(true); }
   void OnDone() override {
     deps_.budget->Release(merge_charged_);
     if (admitted_) deps_.merge_gate->Leave();
@@ -227,7 +237,12 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
       return absl::InvalidArgumentError(absl::StrCat(
           "partition ", partition_, " is out of range [0, ", params.num_partitions, ")"));
     }
-    if (req.require_complete() && params.num_mappers != 0) {
+    if (req.require_complete() && params.num_mappers == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("require_complete needs the shuffle's mapper count, and shuffle ",
+                       params.shuffle_id, " was created without one (num_mappers = 0)"));
+    }
+    if (req.require_complete()) {
       const size_t have = store_->CommittedMappers().size();
       if (have < params.num_mappers) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -249,6 +264,12 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
         encode_.layout = LayoutChoice::kAuto;
     }
     encode_.compression = req.uncompressed() ? Compression::kNone : Compression::kZstd;
+    if (req.zstd_level() > kMaxFetchZstdLevel) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("zstd_level ", req.zstd_level(), " is out of range [1, ", kMaxFetchZstdLevel,
+                       "] (0 means 3): the server compresses fetches for "
+                       "every reducer, so it keeps to the fast levels"));
+    }
     encode_.zstd_level = req.zstd_level() == 0 ? 3 : static_cast<int>(req.zstd_level());
     encode_.limits = deps_.limits;
     const size_t cap = deps_.limits.max_uncompressed_bytes / 2;
@@ -303,7 +324,9 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
       std::vector<std::unique_ptr<RunSource>> runs;
       runs.reserve(blocks_.size());
       for (const BlockRef& b : blocks_) runs.push_back(StoredFrameRun(store_, b, &run_decoder_));
-      auto merged = MergedStream::Make(std::move(runs), deps_.merge);
+      MergeOptions mopts = deps_.merge;
+      mopts.cancelled = &cancelled_;  // intermediate passes stop when the reducer goes away
+      auto merged = MergedStream::Make(std::move(runs), mopts);
       if (!merged.ok()) return merged.status();
       merged_ = std::move(merged).value();
       encoder_ = std::make_unique<FrameEncoder>(encode_);
@@ -347,6 +370,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   // KEY order only.
   std::unique_ptr<FrameDecoder> decoder_;
   RunDecoder run_decoder_;  // shared by the merge's runs
+  std::atomic<bool> cancelled_{false};
   std::unique_ptr<MergedStream> merged_;
   std::unique_ptr<FrameEncoder> encoder_;
   std::vector<Record> batch_;

@@ -27,6 +27,7 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
     FrameLimits limits;
     MergeOptions merge;
     Gate* merge_gate;  ///< bounds concurrent KEY merges (each holds up to fan-in frames)
+    uint64_t max_frames_per_attempt = uint64_t{1} << 20;
   };
   explicit ShuffleServiceImpl(Deps deps) : deps_(deps) {}
 

@@ -56,9 +56,9 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
                                                 ? options.max_concurrent_merges
                                                 : static_cast<size_t>(options.worker_threads),
                                             impl->pool.get());
-  impl->service = std::make_unique<ShuffleServiceImpl>(
-      ShuffleServiceImpl::Deps{impl->registry.get(), impl->pool.get(), impl->budget.get(),
-                               options.limits, merge, impl->merge_gate.get()});
+  impl->service = std::make_unique<ShuffleServiceImpl>(ShuffleServiceImpl::Deps{
+      impl->registry.get(), impl->pool.get(), impl->budget.get(), options.limits, merge,
+      impl->merge_gate.get(), options.max_frames_per_attempt});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -31,6 +31,8 @@ struct ServerOptions {
   size_t merge_fan_in = 64;  ///< runs merged at once; more go through temporary files first
   /// KEY-ordered fetches merging at once (0 = worker_threads); others wait, holding nothing.
   size_t max_concurrent_merges = 0;
+  /// Frames one mapper attempt may push (each costs ~24 bytes of bookkeeping until it ends).
+  uint64_t max_frames_per_attempt = uint64_t{1} << 20;
   std::chrono::milliseconds shutdown_grace{5000};
 };
 

@@ -18,6 +18,7 @@
 
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
+#include "server/merge.h"
 #include "server/sluice_server.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 #include "tests/server/test_dir.h"
@@ -93,6 +94,7 @@ class ServerTest : public ::testing::Test {
     opts.memory_budget_bytes = budget;
     opts.worker_threads = 2;
     opts.merge_fan_in = fan_in;
+    opts.max_frames_per_attempt = max_frames_per_attempt_;
     auto server = SluiceServer::Start(opts);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server).value();
@@ -219,6 +221,7 @@ class ServerTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  uint64_t max_frames_per_attempt_ = uint64_t{1} << 20;
   std::unique_ptr<SluiceServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pb::ShuffleService::Stub> stub_;
@@ -362,6 +365,61 @@ TEST_F(ServerTest, RequireCompleteSaysHowManyMappersAreMissing) {
   got.clear();
   EXPECT_TRUE(FetchAll("s", 0, &got, /*require_complete=*/false).ok());
   EXPECT_EQ(got.size(), 5u);
+}
+
+TEST_F(ServerTest, RequireCompleteWithoutAMapperCountIsRefusedNotIgnored) {
+  ASSERT_TRUE(Create("open-ended", 1, 0).ok());
+  pb::PushResponse resp;
+  ASSERT_TRUE(Push("open-ended", 1, 1, 1, 5, &resp).ok());
+  std::vector<std::string> got;
+  grpc::Status st = FetchAll("open-ended", 0, &got, /*require_complete=*/true);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(st.error_message().find("num_mappers = 0"), std::string::npos) << st.error_message();
+  got.clear();
+  EXPECT_TRUE(FetchAll("open-ended", 0, &got).ok());
+  EXPECT_EQ(got.size(), 5u);
+}
+
+TEST_F(ServerTest, FetchZstdLevelsAreBounded) {
+  ASSERT_TRUE(Create("z", 1, 1).ok());
+  pb::PushResponse resp;
+  ASSERT_TRUE(Push("z", 0, 1, 1, 50, &resp).ok());
+  for (uint32_t level : {9u, 10u, 22u, 4000000000u}) {
+    grpc::ClientContext ctx;
+    pb::FetchRequest req;
+    req.set_shuffle_id("z");
+    req.set_order(pb::KEY);
+    req.set_zstd_level(level);
+    auto reader = stub_->Fetch(&ctx, req);
+    pb::FetchResponse r;
+    size_t frames = 0;
+    while (reader->Read(&r)) ++frames;
+    grpc::Status st = reader->Finish();
+    if (level <= 9) {
+      EXPECT_TRUE(st.ok()) << st.error_message();
+      EXPECT_GT(frames, 0u);
+    } else {
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << level;
+      EXPECT_NE(st.error_message().find("out of range [1, 9]"), std::string::npos)
+          << st.error_message();
+    }
+  }
+}
+
+TEST_F(ServerTest, AttemptsPastTheFrameLimitAreRefusedAndNothingIsKept) {
+  max_frames_per_attempt_ = 3;
+  RestartServer();
+  ASSERT_TRUE(Create("f", 1, 2).ok());
+  const std::string frame = Frame(Rows(0, 0, 2));
+  grpc::Status st = PushFrames("f", 0, {frame, frame, frame, frame}, 8);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(st.error_message().find("--max_frames_per_attempt"), std::string::npos)
+      << st.error_message();
+  EXPECT_TRUE(PushFrames("f", 1, {frame, frame, frame}, 6).ok());  // at the limit: fine
+  const pb::ShuffleInfo info = Info("f");
+  ASSERT_EQ(info.committed_mappers_size(), 1);
+  EXPECT_EQ(info.committed_mappers(0), 1u);
+  EXPECT_EQ(info.partitions(0).frames(), 3u);
 }
 
 TEST_F(ServerTest, CommittedDataSurvivesARestart) {
@@ -665,6 +723,76 @@ TEST_F(DiskFullTest, FullDiskIsResourceExhaustedAndCommittedDataStays) {
   ASSERT_TRUE(stub->GetShuffle(&ctx, req, &info).ok());
   ASSERT_EQ(info.committed_mappers_size(), 2);
   EXPECT_EQ(info.partitions(0).records(), 800u);
+}
+
+// The merge on its own, over runs held in memory: intermediate passes through files when the
+// runs exceed the fan-in, and a cancelled reader stops them.
+class VectorRun final : public RunSource {
+ public:
+  explicit VectorRun(std::vector<std::pair<std::string, std::string>> records)
+      : records_(std::move(records)) {}
+  absl::StatusOr<bool> Next(Record* out) override {
+    if (pos_ == records_.size()) return false;
+    *out = Record{records_[pos_].first, records_[pos_].second};
+    ++pos_;
+    return true;
+  }
+  void Release() override {}
+  size_t resident_bytes() const override { return 0; }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> records_;
+  size_t pos_ = 0;
+};
+
+std::vector<std::unique_ptr<RunSource>> SortedRuns(int runs, int per_run) {
+  std::vector<std::unique_ptr<RunSource>> out;
+  for (int r = 0; r < runs; ++r) {
+    std::vector<std::pair<std::string, std::string>> recs;
+    for (int i = 0; i < per_run; ++i) {
+      char key[16];
+      std::snprintf(key, sizeof(key), "k%05d", (i * 7 + r) % 50);
+      recs.emplace_back(key, "r" + std::to_string(r) + "#" + std::to_string(i));
+    }
+    std::stable_sort(recs.begin(), recs.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    out.push_back(std::make_unique<VectorRun>(std::move(recs)));
+  }
+  return out;
+}
+
+TEST(MergeTest, PassesBeyondTheFanInKeepOrderAndStabilityAndStopWhenCancelled) {
+  TempDir dir;
+  MergeOptions opts;
+  opts.fan_in = 3;
+  opts.tmp_dir = dir.path();
+  opts.chunk_bytes = 256;  // many intermediate frames
+  std::atomic<bool> cancelled{false};
+  opts.cancelled = &cancelled;
+  auto merged = MergedStream::Make(SortedRuns(10, 40), opts);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_GE((*merged)->intermediate_passes(), 1u);
+  std::vector<std::pair<std::string, std::string>> got;
+  std::vector<Record> batch;
+  for (;;) {
+    batch.clear();
+    auto more = (*merged)->NextBatch(1000, &batch);
+    ASSERT_TRUE(more.ok()) << more.status();
+    if (!*more) break;
+    for (const Record& r : batch) got.emplace_back(std::string(r.key), std::string(r.value));
+  }
+  ASSERT_EQ(got.size(), 400u);
+  for (size_t i = 1; i < got.size(); ++i) {
+    ASSERT_LE(got[i - 1].first, got[i].first);
+    if (got[i - 1].first == got[i].first) {  // equal keys: run order, then position in the run
+      const int r0 = std::stoi(got[i - 1].second.substr(1)),
+                r1 = std::stoi(got[i].second.substr(1));
+      ASSERT_LE(r0, r1) << got[i - 1].second << " before " << got[i].second;
+    }
+  }
+  cancelled = true;
+  auto stopped = MergedStream::Make(SortedRuns(10, 40), opts);
+  EXPECT_EQ(stopped.status().code(), absl::StatusCode::kCancelled);
 }
 
 }  // namespace
