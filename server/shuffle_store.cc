@@ -229,30 +229,35 @@ absl::StatusOr<BlockRef> ShuffleStore::Append(uint32_t mapper, uint64_t attempt,
 
 absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t attempt,
                                                    absl::Span<const BlockRef> blocks) {
-  std::lock_guard<std::mutex> lock(commit_mu_);
-  if (destroyed_.load()) return DeletedError();
-  if (committed_.count(mapper) != 0) return CommitOutcome::kDuplicate;
-  if (log_broken_) {
-    return absl::UnavailableError(absl::StrCat(
-        "shuffle ", params_.shuffle_id,
-        " stopped taking commits after a failed disk write or sync; restart the server"));
+  {
+    std::unique_lock<std::mutex> lock(commit_mu_);
+    // Another attempt of this mapper on its way: its outcome decides whether ours is a duplicate.
+    commit_cv_.wait(lock, [&] { return inflight_mappers_.count(mapper) == 0; });
+    if (destroyed_.load()) return DeletedError();
+    if (committed_.count(mapper) != 0) return CommitOutcome::kDuplicate;
+    if (log_broken_) {
+      return absl::UnavailableError(absl::StrCat(
+          "shuffle ", params_.shuffle_id,
+          " stopped taking commits after a failed disk write or sync; restart the server"));
+    }
+    inflight_mappers_.insert(mapper);
   }
-  // 1. The data must be durable before the record that makes it visible.
+  // 1. The data must be durable before the record that makes it visible. Each commit syncs the
+  // files it wrote to, outside the lock: other commits, appends and readers go on meanwhile.
+  absl::Status synced;
   if (options_.fsync) {
     std::set<uint32_t> touched;
     for (const BlockRef& b : blocks) touched.insert(b.partition);
     for (uint32_t part : touched) {
-      absl::Status st = file::SyncData(partitions_[part]->fd.get(), PartitionPath(part));
-      if (!st.ok()) {
-        // A failed fdatasync may have dropped other attempts' pages too, and a retry can
-        // report success without them: stop committing to this shuffle until a restart
-        // re-verifies what is on disk.
-        log_broken_ = true;
-        return st;
-      }
+      synced = file::SyncData(partitions_[part]->fd.get(), PartitionPath(part));
+      if (!synced.ok()) break;
     }
   }
-  // 2. The commit record, written once and synced.
+  // 2. The commit record, built here, written by whichever commit leads the next batch.
+  PendingCommit me;
+  me.mapper = mapper;
+  me.attempt = attempt;
+  me.blocks = blocks;
   std::string body;
   body.reserve(kCommitFixed + kCommitBlock * blocks.size() + 8);
   PutU32(&body, mapper);
@@ -265,23 +270,76 @@ absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t att
     PutU32(&body, b.records);
   }
   PutU64(&body, PayloadChecksum(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
-  std::string record(kCommitMagic, 4);
-  PutU32(&record, static_cast<uint32_t>(body.size()));
-  record += body;
-  const auto bytes =
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(record.data()), record.size());
-  absl::Status st = file::PwriteAll(log_fd_.get(), LogPath(), log_end_, bytes);
-  if (st.ok() && options_.fsync) st = file::SyncData(log_fd_.get(), LogPath());
-  if (!st.ok()) {
-    // The record may or may not be on disk: roll the log back and commit nothing more to
-    // this shuffle until a restart has re-read it.
-    (void)file::Truncate(log_fd_.get(), LogPath(), log_end_);
+  me.record.assign(kCommitMagic, 4);
+  PutU32(&me.record, static_cast<uint32_t>(body.size()));
+  me.record += body;
+
+  std::unique_lock<std::mutex> lock(commit_mu_);
+  if (!synced.ok()) {
+    // A failed fdatasync may have dropped other attempts' pages too, and a retry can report
+    // success without them: stop committing to this shuffle until a restart re-verifies what
+    // is on disk.
     log_broken_ = true;
-    return st;
+    inflight_mappers_.erase(mapper);
+    commit_cv_.notify_all();
+    return synced;
   }
-  log_end_ += record.size();
-  AddCommitLocked(mapper,
-                  CommittedAttempt{attempt, std::vector<BlockRef>(blocks.begin(), blocks.end())});
+  log_queue_.push_back(&me);
+  while (!me.done) {
+    if (log_writing_) {
+      commit_cv_.wait(lock);
+      continue;
+    }
+    // Lead a batch: every record queued so far, one append, one sync.
+    log_writing_ = true;
+    std::vector<PendingCommit*> batch;
+    batch.swap(log_queue_);
+    absl::Status result;
+    if (destroyed_.load()) {
+      result = DeletedError();
+    } else if (log_broken_) {
+      result = absl::UnavailableError(absl::StrCat(
+          "shuffle ", params_.shuffle_id,
+          " stopped taking commits after a failed disk write or sync; restart the server"));
+    } else {
+      std::string records;
+      for (const PendingCommit* c : batch) records += c->record;
+      const uint64_t at = log_end_;
+      lock.unlock();
+      const auto bytes =
+          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(records.data()), records.size());
+      result = file::PwriteAll(log_fd_.get(), LogPath(), at, bytes);
+      if (result.ok() && options_.fsync) result = file::SyncData(log_fd_.get(), LogPath());
+      if (!result.ok()) {
+        // The records may or may not be on disk: roll the log back and commit nothing more to
+        // this shuffle until a restart has re-read it.
+        (void)file::Truncate(log_fd_.get(), LogPath(), at);
+      }
+      lock.lock();
+      if (!result.ok()) {
+        log_broken_ = true;
+      } else {
+        log_end_ = at + records.size();
+        if (destroyed_.load()) {
+          result = DeletedError();
+        } else {
+          for (const PendingCommit* c : batch) {
+            AddCommitLocked(c->mapper,
+                            CommittedAttempt{c->attempt, std::vector<BlockRef>(c->blocks.begin(),
+                                                                               c->blocks.end())});
+          }
+        }
+      }
+    }
+    for (PendingCommit* c : batch) {
+      c->result = result;
+      c->done = true;
+      inflight_mappers_.erase(c->mapper);
+    }
+    log_writing_ = false;
+    commit_cv_.notify_all();
+  }
+  if (!me.result.ok()) return me.result;
   return CommitOutcome::kCommitted;
 }
 

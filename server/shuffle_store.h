@@ -20,10 +20,12 @@
 #define SLUICE_SERVER_SHUFFLE_STORE_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -144,10 +146,25 @@ class ShuffleStore {
   const StoreOptions options_;
   std::vector<std::unique_ptr<Partition>> partitions_;
 
-  mutable std::mutex commit_mu_;  // guards everything below
+  // Group commit: commits queue their log records; whoever finds no write in progress writes
+  // every queued record with one append and one sync, outside the lock, and wakes the others.
+  struct PendingCommit {
+    uint32_t mapper = 0;
+    uint64_t attempt = 0;
+    absl::Span<const BlockRef> blocks;
+    std::string record;
+    bool done = false;
+    absl::Status result;
+  };
+
+  mutable std::mutex commit_mu_;  // guards everything below (never held through I/O)
+  std::condition_variable commit_cv_;
   file::Fd log_fd_;
   uint64_t log_end_ = 0;
-  bool log_broken_ = false;  // a sync or log write failed: the outcome on disk is unknown
+  bool log_broken_ = false;   // a sync or log write failed: the outcome on disk is unknown
+  bool log_writing_ = false;  // a batch of commit records is being written and synced
+  std::vector<PendingCommit*> log_queue_;
+  std::set<uint32_t> inflight_mappers_;  // between the duplicate check and the outcome
   std::map<uint32_t, CommittedAttempt> committed_;
   std::vector<PartitionStats> stats_;
 };

@@ -275,6 +275,36 @@ TEST_F(ServerTest, SecondCommittedAttemptIsADuplicate) {
   EXPECT_EQ(got, Expected({7}, 1, 10));  // once, not twice
 }
 
+TEST_F(ServerTest, ConcurrentCommitsAndRacingAttemptsEachCommitOnce) {
+  // 12 mappers, 3 racing attempts each, all at once: commits are written in groups, and for
+  // each mapper exactly one attempt wins, the others are told they are duplicates.
+  ASSERT_TRUE(Create("g", 2, 12).ok());
+  std::vector<std::thread> threads;
+  std::vector<pb::PushResponse> resp(36);
+  std::vector<grpc::Status> st(36);
+  for (int i = 0; i < 36; ++i) {
+    threads.emplace_back(
+        [&, i] { st[i] = Push("g", static_cast<uint32_t>(i % 12), 1 + i / 12, 2, 20, &resp[i]); });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<int> winners(12, 0);
+  for (int i = 0; i < 36; ++i) {
+    ASSERT_TRUE(st[i].ok()) << i << ": " << st[i].error_message();
+    if (!resp[i].duplicate()) ++winners[i % 12];
+  }
+  for (int m = 0; m < 12; ++m) EXPECT_EQ(winners[m], 1) << "mapper " << m;
+  std::vector<uint32_t> all(12);
+  for (uint32_t m = 0; m < 12; ++m) all[m] = m;
+  for (int round = 0; round < 2; ++round) {  // and the same after a restart
+    for (uint32_t p = 0; p < 2; ++p) {
+      std::vector<std::string> got;
+      ASSERT_TRUE(FetchAll("g", p, &got, /*require_complete=*/true).ok());
+      EXPECT_EQ(got, Expected(all, p, 20));
+    }
+    RestartServer();
+  }
+}
+
 TEST_F(ServerTest, StreamsThatEndWithoutCommitLeaveNothing) {
   ASSERT_TRUE(Create("s", 2, 0).ok());
   {  // closed without a commit message
