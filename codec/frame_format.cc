@@ -136,23 +136,52 @@ void StableSortByKey(absl::Span<Record> records, std::vector<Record>* scratch) {
   if (n < 2) return;
   std::vector<Entry> entries(n);
   bool sorted = true;
+  uint64_t differ = 0;  // bits in which some prefix differs from the first
   for (size_t i = 0; i < n; ++i) {
     entries[i] = Entry{KeyPrefix(records[i].key), static_cast<uint32_t>(records[i].key.size()),
                        static_cast<uint32_t>(i)};
+    differ |= entries[i].prefix ^ entries[0].prefix;
     if (i > 0 && sorted) {
       sorted = CompareKeysWithPrefix(records[i - 1].key, entries[i - 1].prefix, records[i].key,
                                      entries[i].prefix) <= 0;
     }
   }
   if (sorted) return;
-  std::sort(entries.begin(), entries.end(), [&records](const Entry& a, const Entry& b) {
+  // Full order on entries: prefix, then the whole key, then arrival (which makes it stable).
+  auto less = [&records](const Entry& a, const Entry& b) {
     if (a.prefix != b.prefix) return a.prefix < b.prefix;
     if (a.len <= 8 && b.len <= 8) {
       return a.len != b.len ? a.len < b.len : a.index < b.index;
     }
     const int c = CompareKeys(records[a.index].key, records[b.index].key);
-    return c != 0 ? c < 0 : a.index < b.index;  // the index keeps equal keys in order
-  });
+    return c != 0 ? c < 0 : a.index < b.index;
+  };
+  if (n < 256) {
+    std::sort(entries.begin(), entries.end(), less);
+  } else {
+    // LSD radix sort on the prefix bytes that vary (stable, so arrival order survives)...
+    std::vector<Entry> tmp(n);
+    for (int byte = 0; byte < 8; ++byte) {
+      const int shift = 8 * byte;
+      if (((differ >> shift) & 0xff) == 0) continue;
+      size_t count[257] = {};
+      for (const Entry& e : entries) ++count[((e.prefix >> shift) & 0xff) + 1];
+      for (int d = 0; d < 256; ++d) count[d + 1] += count[d];
+      for (const Entry& e : entries) tmp[count[(e.prefix >> shift) & 0xff]++] = e;
+      entries.swap(tmp);
+    }
+    // ...then equal prefixes ordered by the rest of the key, where that can differ.
+    for (size_t i = 0; i < n;) {
+      size_t j = i + 1;
+      bool rest_differs = entries[i].len > 8;
+      while (j < n && entries[j].prefix == entries[i].prefix) {
+        rest_differs |= entries[j].len != entries[i].len || entries[j].len > 8;
+        ++j;
+      }
+      if (rest_differs) std::sort(entries.begin() + i, entries.begin() + j, less);
+      i = j;
+    }
+  }
   scratch->assign(records.begin(), records.end());
   for (size_t i = 0; i < n; ++i) records[i] = (*scratch)[entries[i].index];
 }

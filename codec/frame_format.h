@@ -40,9 +40,19 @@ struct Record {
 /// comes first. This is the order of a KEY-ordered fetch and of sorted frames.
 inline int CompareKeys(std::string_view a, std::string_view b) {
   const size_t n = a.size() < b.size() ? a.size() : b.size();
-  if (n != 0) {
-    const int c = std::memcmp(a.data(), b.data(), n);  // memcmp compares as unsigned char
+  const auto* pa = reinterpret_cast<const unsigned char*>(a.data());
+  const auto* pb = reinterpret_cast<const unsigned char*>(b.data());
+  if (n >= 8) {  // the first 8 bytes as one big-endian word decide most comparisons
+    uint64_t x, y;
+    std::memcpy(&x, pa, 8);
+    std::memcpy(&y, pb, 8);
+    if (x != y) return __builtin_bswap64(x) < __builtin_bswap64(y) ? -1 : 1;
+    const int c = std::memcmp(pa + 8, pb + 8, n - 8);
     if (c != 0) return c;
+  } else {
+    for (size_t i = 0; i < n; ++i) {  // short keys: no call
+      if (pa[i] != pb[i]) return pa[i] < pb[i] ? -1 : 1;
+    }
   }
   return a.size() < b.size() ? -1 : (a.size() > b.size() ? 1 : 0);
 }
