@@ -34,6 +34,12 @@ inline bool DecimalOf(double v, int e, int64_t* m) {
 // Dictionary limits: past kDictProbe values a column whose values are more than half distinct
 // stops building its dictionary; no dictionary grows past kMaxDict entries.
 constexpr size_t kDictProbe = 1024;
+// Long values (kDictLongValue bytes on average) whose first kDictEarlyProbe are all distinct
+// stop the dictionary at once: hashing a thousand of them costs more than the dictionary could
+// save, since zstd's match finder catches repeats of long values nearly as well. (Short values
+// keep the full probe: a column cycling through a few hundred names must still get one.)
+constexpr size_t kDictEarlyProbe = 64;
+constexpr uint64_t kDictLongValue = 32;
 // The encoder drops its scratch buffers after a batch that left more than this behind.
 constexpr size_t kMaxRetainedScratch = 256u << 20;
 constexpr uint32_t kMaxDict = 1u << 16;
@@ -222,7 +228,9 @@ struct BuildColumn {
     entry_keys.PushBack(EntryKey{a, b, len, 0});
     dict_len += len;
     codes[i] = code;
-    if (code + 1 >= kMaxDict || (i >= kDictProbe && !DictPays(i + 1))) {
+    if (code + 1 >= kMaxDict || (i >= kDictProbe && !DictPays(i + 1)) ||
+        (i + 1 == kDictEarlyProbe && code + 1 == kDictEarlyProbe &&
+         dict_len >= kDictLongValue * kDictEarlyProbe)) {
       dict_active = false;  // too many distinct values: a dictionary would not pay
     } else if (4 * size_t{code + 1} > slots.size()) {  // keep the load under 1/4: few probes
       Grow();

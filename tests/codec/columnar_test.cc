@@ -346,6 +346,26 @@ TEST(ColumnarTest, PackingHandlesEveryAlphabetShape) {
   }
 }
 
+TEST(ColumnarTest, LongDistinctValuesSkipTheDictionaryButRepeatsStillCompress) {
+  // 300 distinct 100-character values cycling: the first 64 are all distinct and long, so no
+  // dictionary is built, and zstd's match finder still stores each repeat as a reference.
+  const std::string alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  uint64_t st = 17;
+  std::vector<std::string> pool;
+  for (int i = 0; i < 300; ++i) pool.push_back(RandomText(&st, alnum, 100));
+  Batch b;
+  for (int i = 0; i < 2000; ++i) b.Add(I(i % 50), Map({{"blob", S(pool[i % 300])}}));
+  FrameEncoder enc;  // AUTO, zstd 3
+  std::string frame;
+  ASSERT_TRUE(enc.Encode(b.Records(), &frame).ok());
+  EXPECT_LT(frame.size(), 300u * 100 * 6 / 8 + 2000u * 6);  // ~ the 300 values once, packed
+  FrameDecoder dec;
+  DecodedFrame out;
+  ASSERT_TRUE(dec.Decode(frame, &out).ok());
+  ASSERT_EQ(out.size(), b.size());
+  for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(out[i].value, b.values[i]);
+}
+
 TEST(ColumnarTest, PackingTakesItsAlphabetFromTheWholeColumn) {
   // The first 16 KiB lack a byte that appears later: the alphabet is rebuilt from every value.
   const std::string alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
