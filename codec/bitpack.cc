@@ -1,5 +1,7 @@
 #include "codec/bitpack.h"
 
+#include <cstdlib>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -9,7 +11,9 @@ namespace sluice::bitpack {
 #if defined(__x86_64__)
 
 bool HaveSimd() {
-  static const bool have = __builtin_cpu_supports("ssse3") && __builtin_cpu_supports("sse4.1");
+  // SLUICE_NO_SIMD=1 forces the scalar loops (the tests run both ways).
+  static const bool have = __builtin_cpu_supports("ssse3") && __builtin_cpu_supports("sse4.1") &&
+                           std::getenv("SLUICE_NO_SIMD") == nullptr;
   return have;
 }
 

@@ -9,7 +9,8 @@
 
 namespace sluice::bitpack {
 
-/// Whether this CPU runs the kernels below (SSSE3 and SSE4.1); checked once.
+/// Whether this CPU runs the kernels below (SSSE3 and SSE4.1) and SLUICE_NO_SIMD is unset;
+/// checked once.
 bool HaveSimd();
 
 /// Turns `groups` x 16 6-bit codes (12 bytes each, least significant bits first) into bytes
