@@ -242,18 +242,7 @@ absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t att
     }
     inflight_mappers_.insert(mapper);
   }
-  // 1. The data must be durable before the record that makes it visible. Each commit syncs the
-  // files it wrote to, outside the lock: other commits, appends and readers go on meanwhile.
-  absl::Status synced;
-  if (options_.fsync) {
-    std::set<uint32_t> touched;
-    for (const BlockRef& b : blocks) touched.insert(b.partition);
-    for (uint32_t part : touched) {
-      synced = file::SyncData(partitions_[part]->fd.get(), PartitionPath(part));
-      if (!synced.ok()) break;
-    }
-  }
-  // 2. The commit record, built here, written by whichever commit leads the next batch.
+  // The commit record, built outside the lock, written by whichever commit leads its batch.
   PendingCommit me;
   me.mapper = mapper;
   me.attempt = attempt;
@@ -275,22 +264,16 @@ absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t att
   me.record += body;
 
   std::unique_lock<std::mutex> lock(commit_mu_);
-  if (!synced.ok()) {
-    // A failed fdatasync may have dropped other attempts' pages too, and a retry can report
-    // success without them: stop committing to this shuffle until a restart re-verifies what
-    // is on disk.
-    log_broken_ = true;
-    inflight_mappers_.erase(mapper);
-    commit_cv_.notify_all();
-    return synced;
-  }
   log_queue_.push_back(&me);
   while (!me.done) {
     if (log_writing_) {
       commit_cv_.wait(lock);
       continue;
     }
-    // Lead a batch: every record queued so far, one append, one sync.
+    // Lead a batch: every commit queued so far. Outside the lock: sync every data file the
+    // batch wrote to, then append all its records with one write and sync the log. All of a
+    // shuffle's data syncs happen here, one batch at a time, so a sync error (which Linux
+    // reports to one fdatasync only) is always seen before any record that depends on it.
     log_writing_ = true;
     std::vector<PendingCommit*> batch;
     batch.swap(log_queue_);
@@ -302,21 +285,37 @@ absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t att
           "shuffle ", params_.shuffle_id,
           " stopped taking commits after a failed disk write or sync; restart the server"));
     } else {
+      std::set<uint32_t> touched;
       std::string records;
-      for (const PendingCommit* c : batch) records += c->record;
+      for (const PendingCommit* c : batch) {
+        for (const BlockRef& b : c->blocks) touched.insert(b.partition);
+        records += c->record;
+      }
       const uint64_t at = log_end_;
       lock.unlock();
-      const auto bytes =
-          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(records.data()), records.size());
-      result = file::PwriteAll(log_fd_.get(), LogPath(), at, bytes);
-      if (result.ok() && options_.fsync) result = file::SyncData(log_fd_.get(), LogPath());
-      if (!result.ok()) {
-        // The records may or may not be on disk: roll the log back and commit nothing more to
-        // this shuffle until a restart has re-read it.
-        (void)file::Truncate(log_fd_.get(), LogPath(), at);
+      if (options_.fsync) {
+        for (uint32_t part : touched) {
+          result = options_.sync_data
+                       ? options_.sync_data(partitions_[part]->fd.get(), PartitionPath(part))
+                       : file::SyncData(partitions_[part]->fd.get(), PartitionPath(part));
+          if (!result.ok()) break;
+        }
+      }
+      if (result.ok()) {
+        const auto bytes =
+            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(records.data()), records.size());
+        result = file::PwriteAll(log_fd_.get(), LogPath(), at, bytes);
+        if (result.ok() && options_.fsync) result = file::SyncData(log_fd_.get(), LogPath());
+        if (!result.ok()) {
+          // The records may or may not be on disk: roll the log back.
+          (void)file::Truncate(log_fd_.get(), LogPath(), at);
+        }
       }
       lock.lock();
       if (!result.ok()) {
+        // A failed fdatasync may have dropped other attempts' pages too, and a retry can report
+        // success without them; a failed log write leaves the outcome unknown. Either way:
+        // commit nothing more to this shuffle until a restart re-verifies what is on disk.
         log_broken_ = true;
       } else {
         log_end_ = at + records.size();

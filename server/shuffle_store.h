@@ -22,6 +22,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,6 +58,8 @@ struct StoreOptions {
   /// Re-read every committed frame and check its checksums when opening.
   bool verify_on_open = true;
   FrameLimits limits;
+  /// The fdatasync commits use (tests inject failures here); null = file::SyncData.
+  std::function<absl::Status(int fd, const std::string& path)> sync_data;
 };
 
 enum class CommitOutcome { kCommitted, kDuplicate };

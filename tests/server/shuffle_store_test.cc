@@ -9,12 +9,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
+#include "server/file_util.h"
 #include "tests/server/test_dir.h"
 
 namespace sluice {
@@ -130,6 +132,37 @@ TEST_F(ShuffleStoreTest, FirstCommittedAttemptWinsDuplicatesAreDiscarded) {
   auto reopened = Reopen();
   ASSERT_NE(reopened, nullptr);
   EXPECT_EQ(ReadPartition(*reopened, 0), rows);
+}
+
+TEST_F(ShuffleStoreTest, AFailedDataSyncCommitsNothingThatDependsOnIt) {
+  // The third data sync fails (as fdatasync does after a writeback error, which it reports
+  // once): that commit fails, the shuffle takes no more commits, and what was committed
+  // before is intact after a reopen.
+  std::atomic<int> syncs{0};
+  StoreOptions opts;
+  opts.sync_data = [&syncs](int fd, const std::string& path) {
+    if (++syncs == 3) return absl::InternalError("injected: fdatasync failed with EIO");
+    return file::SyncData(fd, path);
+  };
+  auto created = ShuffleStore::Create(ShuffleDir(), ShuffleParams{"s1", 2, 8}, opts);
+  ASSERT_TRUE(created.ok()) << created.status();
+  auto store = std::move(created).value();
+  const auto a = WriteAttempt(*store, 0, 1);  // syncs 1 and 2: both partitions
+  ASSERT_EQ(*store->Commit(0, 1, a), CommitOutcome::kCommitted);
+  const auto b = WriteAttempt(*store, 1, 1);  // sync 3 fails
+  auto failed = store->Commit(1, 1, b);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("injected"), std::string::npos) << failed.status();
+  const auto c = WriteAttempt(*store, 2, 1);
+  auto refused = store->Commit(2, 1, c);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_EQ(store->CommittedMappers(), (std::vector<uint32_t>{0}));
+  store.reset();
+  auto reopened = Reopen();
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(reopened->CommittedMappers(), (std::vector<uint32_t>{0}));
+  EXPECT_EQ(ReadPartition(*reopened, 1).size(), 5u);
 }
 
 TEST_F(ShuffleStoreTest, ReopenRecoversExactlyTheCommittedAttempts) {
