@@ -88,9 +88,10 @@ struct PartitionBuffer {
   std::vector<Chunk> chunks;
   std::vector<Record> records;
   size_t chunk_bytes = 0;  // sum of chunk sizes
+  size_t data = 0;         // sum of the records' key and value sizes
 
-  // Memory held, as the budget counts it.
-  size_t bytes() const { return chunk_bytes + records.capacity() * sizeof(Record); }
+  // What the budget counts: the chunks held, and the records' views.
+  size_t bytes() const { return chunk_bytes + records.size() * sizeof(Record); }
   void Add(ChunkPool& pool, std::string_view key, std::string_view value) {
     const size_t need = key.size() + value.size();
     if (chunks.empty() || chunks.back().size - chunks.back().used < need) {
@@ -106,6 +107,7 @@ struct PartitionBuffer {
     char* v = k + key.size();
     if (!value.empty()) std::memcpy(v, value.data(), value.size());
     c.used += need;
+    data += need;
     records.push_back(Record{std::string_view(k, key.size()), std::string_view(v, value.size())});
   }
   // Gives the chunks back; keeps the records array's capacity.
@@ -114,6 +116,7 @@ struct PartitionBuffer {
     chunks.clear();
     records.clear();
     chunk_bytes = 0;
+    data = 0;
   }
 };
 
@@ -123,10 +126,11 @@ class GrpcWriter final : public ShuffleWriter {
              WriterOptions options)
       : client_(client),
         options_(std::move(options)),
-        // Chunks of 1/8 of a partition's even share of the budget (4 KiB to 1 MiB): partly
-        // filled last chunks waste at most 1/8 of the budget.
-        pool_(std::clamp<size_t>(options_.buffer_bytes / 8 / std::max<uint32_t>(partitions, 1),
-                                 4096, 1u << 20)),
+        // Chunks of 1/8 of a partition's even share of the budget (256 B to 1 MiB): the
+        // partly filled last chunks of all partitions hold at most 1/8 of the budget (unless
+        // there are more than budget / 2 KiB partitions), so flushes stay large.
+        pool_(std::clamp<size_t>(options_.buffer_bytes / 8 / std::max<uint32_t>(partitions, 1), 256,
+                                 1u << 20)),
         buffers_(partitions) {
     if (!options_.partitioner) options_.partitioner = HashPartition;
     if (client_.stream_deadline.count() > 0) {
@@ -167,10 +171,12 @@ class GrpcWriter final : public ShuffleWriter {
     b.Add(pool_, key, value);
     buffered_ += b.bytes() - before;
     if (buffered_ > options_.buffer_bytes) {
+      // Flush the partition holding the most records' bytes (never an empty one).
       size_t largest = 0;
       for (size_t i = 1; i < buffers_.size(); ++i) {
-        if (buffers_[i].bytes() > buffers_[largest].bytes()) largest = i;
+        if (buffers_[i].data > buffers_[largest].data) largest = i;
       }
+      if (buffers_[largest].records.empty()) return absl::OkStatus();
       return Flush(static_cast<uint32_t>(largest));
     }
     return absl::OkStatus();

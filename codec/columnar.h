@@ -78,6 +78,8 @@ class ColumnarDecoder {
   absl::Status Decode(const uint8_t* payload, size_t size, uint32_t record_count,
                       uint32_t max_rows_bytes, ByteBuffer* rows, PodBuffer<RecordRef>* index,
                       bool keys_only = false);
+  /// Scratch memory kept for the next call.
+  size_t retained_bytes() const;
 
  private:
   absl::Status DecodeImpl(const uint8_t* payload, size_t size, uint32_t record_count,

@@ -456,11 +456,15 @@ absl::Status ColumnarDecoder::Decode(const uint8_t* payload, size_t size, uint32
   absl::Status st = DecodeImpl(payload, size, record_count, max_rows_bytes, rows, index, keys_only);
   // Scratch is reused across frames, but frames with many fields must not ratchet it up:
   // beyond one cap's worth, let it all go.
+  if (retained_bytes() > max_rows_bytes) state_ = std::make_unique<State>();
+  return st;
+}
+
+size_t ColumnarDecoder::retained_bytes() const {
   size_t retained = state_->key.RetainedBytes() + state_->scratch.capacity();
   for (const ReadColumn& c : state_->fields) retained += c.RetainedBytes();
   for (const Prefix& p : state_->prefixes) retained += p.long_bytes.capacity();
-  if (retained > max_rows_bytes) state_ = std::make_unique<State>();
-  return st;
+  return retained;
 }
 
 absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, uint32_t record_count,

@@ -26,6 +26,10 @@ FrameDecoder::FrameDecoder(DecodeOptions options)
 }
 FrameDecoder::~FrameDecoder() = default;
 
+size_t FrameDecoder::scratch_bytes() const {
+  return state_->columnar_payload.capacity() + state_->columnar.retained_bytes();
+}
+
 absl::Status FrameDecoder::Decode(absl::Span<const uint8_t> bytes, DecodedFrame* out) {
   absl::Status st = DecodeImpl(bytes, out);
   if (!st.ok()) out->Clear();

@@ -98,6 +98,8 @@ class FrameDecoder {
   FrameDecoder& operator=(const FrameDecoder&) = delete;
 
   const DecodeOptions& options() const { return options_; }
+  /// Scratch memory the decoder keeps between frames (not counting DecodedFrames).
+  size_t scratch_bytes() const;
 
   /// Decodes `bytes`, which must hold exactly one frame, into `*out`. On error `*out` is
   /// left empty.

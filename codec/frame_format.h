@@ -62,7 +62,7 @@ inline bool KeyLess(std::string_view a, std::string_view b) { return CompareKeys
 /// a < b, so most comparisons need no memcmp (a merge or sort caches it per record).
 inline uint64_t KeyPrefix(std::string_view k) {
   uint8_t b[8] = {};
-  std::memcpy(b, k.data(), k.size() < 8 ? k.size() : 8);
+  if (!k.empty()) std::memcpy(b, k.data(), k.size() < 8 ? k.size() : 8);
   uint64_t v;
   std::memcpy(&v, b, 8);
   return __builtin_bswap64(v);  // little-endian hosts

@@ -242,9 +242,9 @@ void MergedStream::SiftDown(size_t i) {
 
 absl::StatusOr<bool> MergedStream::NextRecord(Record* out) {
   if (top_taken_) {  // advance the run whose head went out, in place: one sift
-    top_taken_ = false;
     const uint32_t r = heap_[0].run;
     SLUICE_ASSIGN_OR_RETURN(bool has, runs_[r]->Next(&current_[r]));
+    top_taken_ = false;  // (only now: after a failed read the head is still the one handed out)
     if (has) {
       heap_[0].prefix = KeyPrefix(current_[r].key);
     } else {

@@ -345,7 +345,9 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     charged_ = frame->size();
     deps_.budget->Charge(charged_);
     // The runs' frames stay resident between chunks: keep their count in the budget current.
-    const size_t resident = merged_->resident_bytes();
+    // (With the buffer the runs read stored frames into and the decoder's scratch.)
+    const size_t resident =
+        merged_->resident_bytes() + run_decoder_.bytes.capacity() + decoder_->scratch_bytes();
     if (resident > merge_charged_) {
       deps_.budget->Charge(resident - merge_charged_);
     } else {

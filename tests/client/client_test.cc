@@ -112,6 +112,29 @@ TEST_F(ClientTest, RecordsOfEverySizeSurviveTheChunkedBuffers) {
   }
 }
 
+TEST_F(ClientTest, ManyPartitionsStillFlushLargeFrames) {
+  // 2,000 partitions share a 4 MiB budget: buffers grow in small chunks and each flush takes
+  // the partition holding the most data, so frames stay many records long.
+  ASSERT_TRUE(*client_->CreateShuffle("wide", 2000, 1));
+  WriterOptions wopts;
+  wopts.buffer_bytes = 4 << 20;
+  auto writer = client_->OpenWriter("wide", 0, 1, wopts);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  const std::string value(40, 'v');
+  for (int i = 0; i < 200000; ++i) {
+    ASSERT_TRUE((*writer)->Add("key" + std::to_string(i), value).ok());
+  }
+  auto result = (*writer)->Close();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->records, 200000u);
+  EXPECT_LT(result->frames, 8000u) << "flushes too small";
+  auto status = client_->GetShuffle("wide");
+  ASSERT_TRUE(status.ok());
+  uint64_t total = 0;
+  for (const auto& p : status->partitions) total += p.records;
+  EXPECT_EQ(total, 200000u);
+}
+
 TEST_F(ClientTest, KeyOrderAndGroupBy) {
   ASSERT_TRUE(*client_->CreateShuffle("g", 2, 3));
   for (uint32_t m = 0; m < 3; ++m) {
