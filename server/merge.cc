@@ -69,6 +69,7 @@ class StoredRun final : public RunSource {
     exhausted_ = true;  // its memory goes at the next Release()
     return false;
   }
+  uint64_t size_bytes() const override { return block_.frame_size; }
   void Release() override {
     if (exhausted_ && !released_) {
       run_ = DecodedRun();
@@ -93,8 +94,9 @@ class StoredRun final : public RunSource {
 // at a time.
 class FileRun final : public RunSource {
  public:
-  FileRun(file::Fd fd, std::string path, FrameDecoder* decoder)
-      : fd_(std::move(fd)), path_(std::move(path)), decoder_(decoder) {}
+  FileRun(file::Fd fd, std::string path, FrameDecoder* decoder, uint64_t size)
+      : fd_(std::move(fd)), path_(std::move(path)), decoder_(decoder), size_(size) {}
+  uint64_t size_bytes() const override { return size_; }
 
   absl::StatusOr<bool> Next(Record* out) override {
     for (;;) {
@@ -128,6 +130,7 @@ class FileRun final : public RunSource {
   file::Fd fd_;
   const std::string path_;
   FrameDecoder* const decoder_;
+  const uint64_t size_;
   uint64_t offset_ = 0;
   bool loaded_ = false;
   std::string bytes_;
@@ -158,51 +161,58 @@ absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(
   dopts.limits = options.limits;
   // Intermediate runs are our own frames: one decoder reads them back.
   stream->decoder_ = std::make_unique<FrameDecoder>(dopts);
+  // Each pass merges just enough adjacent runs into one file run to bring the count down
+  // toward fan_in, choosing the adjacent window with the fewest bytes (adjacent, so equal keys
+  // keep their run order), so as little data as possible is rewritten.
   while (runs.size() > fan_in) {
     ++stream->passes_;
-    std::vector<std::unique_ptr<RunSource>> next;
-    for (size_t start = 0; start < runs.size(); start += fan_in) {
-      const size_t end = std::min(runs.size(), start + fan_in);
-      std::vector<std::unique_ptr<RunSource>> group;
-      for (size_t i = start; i < end; ++i) group.push_back(std::move(runs[i]));
-      if (group.size() == 1) {
-        next.push_back(std::move(group[0]));
-        continue;
+    const size_t group_size = std::min(fan_in, runs.size() - fan_in + 1);
+    size_t best = 0;
+    uint64_t window = 0, best_bytes = 0;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      window += runs[i]->size_bytes();
+      if (i >= group_size) window -= runs[i - group_size]->size_bytes();
+      if (i + 1 >= group_size && (i + 1 == group_size || window < best_bytes)) {
+        best = i + 1 - group_size;
+        best_bytes = window;
       }
-      // Merge the group into a file of sorted frames.
-      MergedStream pass;
-      pass.max_records_ = stream->max_records_;
-      SLUICE_RETURN_IF_ERROR(pass.Init(std::move(group)));
-      const std::string path = absl::StrCat(options.tmp_dir, "/merge-", ::getpid(), "-",
-                                            tmp_counter.fetch_add(1), ".run");
-      SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenForAppend(path));
-      stream->tmp_files_.push_back(path);
-      EncodeOptions eopts;
-      eopts.zstd_level = 1;  // scratch data: fast beats small
-      eopts.limits = options.limits;
-      FrameEncoder encoder(eopts);
-      std::vector<Record> batch;
-      std::string frame;
-      uint64_t offset = 0;
-      for (;;) {
-        if (options.cancelled != nullptr && options.cancelled->load()) {
-          return absl::CancelledError("merge cancelled: the reader went away");
-        }
-        batch.clear();
-        SLUICE_ASSIGN_OR_RETURN(bool more, pass.NextBatch(options.chunk_bytes, &batch));
-        if (!more) break;
-        frame.assign(4, '\0');
-        SLUICE_RETURN_IF_ERROR(encoder.Encode(batch, &frame));
-        StoreLE32(reinterpret_cast<uint8_t*>(frame.data()),
-                  static_cast<uint32_t>(frame.size() - 4));
-        SLUICE_RETURN_IF_ERROR(file::PwriteAll(
-            fd.get(), path, offset,
-            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size())));
-        offset += frame.size();
-      }
-      next.push_back(std::make_unique<FileRun>(std::move(fd), path, stream->decoder_.get()));
     }
-    runs = std::move(next);
+    std::vector<std::unique_ptr<RunSource>> group;
+    for (size_t i = best; i < best + group_size; ++i) group.push_back(std::move(runs[i]));
+    // Merge the group into a file of sorted frames.
+    MergedStream pass;
+    pass.max_records_ = stream->max_records_;
+    SLUICE_RETURN_IF_ERROR(pass.Init(std::move(group)));
+    const std::string path =
+        absl::StrCat(options.tmp_dir, "/merge-", ::getpid(), "-", tmp_counter.fetch_add(1), ".run");
+    SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenForAppend(path));
+    stream->tmp_files_.push_back(path);
+    EncodeOptions eopts;
+    eopts.zstd_level = 1;  // scratch data: fast beats small
+    eopts.limits = options.limits;
+    FrameEncoder encoder(eopts);
+    std::vector<Record> batch;
+    std::string frame;
+    uint64_t offset = 0;
+    for (;;) {
+      if (options.cancelled != nullptr && options.cancelled->load()) {
+        return absl::CancelledError("merge cancelled: the reader went away");
+      }
+      batch.clear();
+      SLUICE_ASSIGN_OR_RETURN(bool more, pass.NextBatch(options.chunk_bytes, &batch));
+      if (!more) break;
+      frame.assign(4, '\0');
+      SLUICE_RETURN_IF_ERROR(encoder.Encode(batch, &frame));
+      StoreLE32(reinterpret_cast<uint8_t*>(frame.data()), static_cast<uint32_t>(frame.size() - 4));
+      SLUICE_RETURN_IF_ERROR(file::PwriteAll(
+          fd.get(), path, offset,
+          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size())));
+      offset += frame.size();
+    }
+    stream->rewritten_bytes_ += offset;
+    runs[best] = std::make_unique<FileRun>(std::move(fd), path, stream->decoder_.get(), offset);
+    runs.erase(runs.begin() + static_cast<std::ptrdiff_t>(best) + 1,
+               runs.begin() + static_cast<std::ptrdiff_t>(best + group_size));
   }
   SLUICE_RETURN_IF_ERROR(stream->Init(std::move(runs)));
   return stream;

@@ -3,8 +3,10 @@
 // Every stored frame is a run: a frame flagged sorted is merged as is, an unsorted one is
 // sorted (stably) when it is loaded. A run holds at most one decoded frame at a time. Equal keys
 // come out in run order — runs are listed by mapper id, then arrival — so the order is stable.
-// Past `fan_in` runs, groups of `fan_in` runs are merged into temporary run files first (and
-// again, if needed), so any number of runs is served with at most `fan_in` frames in memory.
+// Past `fan_in` runs, windows of adjacent runs (the smallest, by stored bytes) are merged into
+// temporary run files first, each pass just enough to bring the count toward `fan_in`, so any
+// number of runs is served with at most `fan_in` frames in memory and as little as possible is
+// rewritten.
 #ifndef SLUICE_SERVER_MERGE_H_
 #define SLUICE_SERVER_MERGE_H_
 
@@ -33,6 +35,8 @@ class RunSource {
   virtual void Release() = 0;
   /// Bytes this run holds in memory now (its current frame, stored and decoded).
   virtual size_t resident_bytes() const = 0;
+  /// How big the run is, in stored bytes (to choose which runs a merge pass rewrites).
+  virtual uint64_t size_bytes() const = 0;
 };
 
 /// What the runs of one merge share (they load one at a time): a decoder and the buffer
@@ -71,6 +75,8 @@ class MergedStream {
   absl::StatusOr<bool> NextBatch(size_t max_bytes, std::vector<Record>* batch);
 
   size_t intermediate_passes() const { return passes_; }
+  /// Bytes the intermediate passes wrote to temporary files.
+  uint64_t rewritten_bytes() const { return rewritten_bytes_; }
   /// Bytes the runs hold in memory now, to count against the server's memory budget.
   size_t resident_bytes() const;
 
@@ -96,6 +102,7 @@ class MergedStream {
   std::vector<HeapEntry> heap_;  // min-heap by (key, run index)
   std::vector<std::string> tmp_files_;
   size_t passes_ = 0;
+  uint64_t rewritten_bytes_ = 0;
   bool top_taken_ = false;         // the top run's head was handed out: advance it first
   size_t max_records_ = 1u << 20;  // per batch
 };

@@ -769,6 +769,7 @@ class VectorRun final : public RunSource {
   }
   void Release() override {}
   size_t resident_bytes() const override { return 0; }
+  uint64_t size_bytes() const override { return records_.size(); }
 
  private:
   std::vector<std::pair<std::string, std::string>> records_;
