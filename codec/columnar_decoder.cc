@@ -436,6 +436,20 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteValue(const ReadColumn& c, siz
   }
 }
 
+// Writes record i's key from column c (the key column, or the field a key reference names):
+// raw keys are copied as they are, anything else is written as its msgpack encoding.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteKey(const ReadColumn& c, size_t i,
+                                                      const uint8_t** cursor, uint8_t* w,
+                                                      uint32_t* bad) {
+  if (c.type == ColumnType::kRawBytes && !c.dict && !c.packed) {
+    const uint32_t len = c.lens[i];
+    w = CopySmall(w, *cursor, c.blob_end, len);
+    *cursor += len;
+    return w;
+  }
+  return WriteValue(c, i, cursor, w, bad);
+}
+
 }  // namespace
 
 struct ColumnarDecoder::State {
@@ -555,13 +569,7 @@ absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, ui
     RecordRef& r = refs[i];
     if (!key_ref) {
       r.key_off = static_cast<uint32_t>(w - base);
-      if (s.key.type == ColumnType::kRawBytes && !s.key.dict && !s.key.packed) {
-        const uint32_t len = s.key.lens[i];
-        w = CopySmall(w, key_blob, s.key.blob_end, len);
-        key_blob += len;
-      } else {
-        w = WriteValue(s.key, i, &key_blob, w, &bad);
-      }
+      w = WriteKey(s.key, i, &key_blob, w, &bad);
       r.key_len = static_cast<uint32_t>(w - base) - r.key_off;
     }
     r.value_off = static_cast<uint32_t>(w - base);
@@ -615,12 +623,7 @@ absl::Status ColumnarDecoder::RebuildKeys(size_t n, uint64_t num_fields, ByteBuf
   for (size_t i = 0; i < n; ++i) {
     RecordRef& r = refs[i];
     r.key_off = static_cast<uint32_t>(w - base);
-    if (kc.type == ColumnType::kRawBytes && !kc.dict && !kc.packed) {
-      w = CopySmall(w, cursor, kc.blob_end, kc.lens[i]);
-      cursor += kc.lens[i];
-    } else {
-      w = WriteValue(kc, i, &cursor, w, &bad);
-    }
+    w = WriteKey(kc, i, &cursor, w, &bad);
     r.key_len = static_cast<uint32_t>(w - base) - r.key_off;
     r.value_off = static_cast<uint32_t>(w - base);
     r.value_len = 0;
