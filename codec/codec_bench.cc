@@ -174,6 +174,10 @@ int main(int argc, char** argv) {
       sluice::EncodeOptions opts;
       opts.layout = layout;
       opts.zstd_level = args.level;
+      // Each run encodes the same batch as a stream's first frame would: the adaptive skip
+      // (a stream-level policy, see EncodeOptions::min_zstd_saving) would otherwise turn most
+      // runs on incompressible data into "store as is".
+      opts.min_zstd_saving = 0;
       sluice::FrameEncoder encoder(opts);
       std::string frame;
       auto encode = [&]() {

@@ -19,6 +19,7 @@ struct FrameEncoder::State {
   ByteBuffer payload;
   std::vector<Record> sorted;
   std::vector<Record> sort_scratch;
+  int zstd_skips_left = 0;  // adaptive compression: frames still to store without trying zstd
   ~State() { ZSTD_freeCCtx(cctx); }
 };
 
@@ -158,7 +159,12 @@ absl::Status FrameEncoder::Encode(absl::Span<const Record> records, std::string*
   const size_t frame_start = out->size();
   size_t stored = s.payload.size();
   h.compression = Compression::kNone;
-  if (options_.compression == Compression::kZstd && !s.payload.empty()) {
+  bool try_zstd = options_.compression == Compression::kZstd && !s.payload.empty();
+  if (try_zstd && s.zstd_skips_left > 0) {
+    --s.zstd_skips_left;
+    try_zstd = false;
+  }
+  if (try_zstd) {
     const size_t bound = ZSTD_compressBound(s.payload.size());
     out->resize(frame_start + kFrameHeaderSize + bound);
     const size_t r = ZSTD_compressCCtx(s.cctx, out->data() + frame_start + kFrameHeaderSize, bound,
@@ -170,6 +176,11 @@ absl::Status FrameEncoder::Encode(absl::Span<const Record> records, std::string*
     if (r < s.payload.size()) {
       h.compression = Compression::kZstd;
       stored = r;
+    }
+    const double saved = 1.0 - static_cast<double>(std::min(r, s.payload.size())) /
+                                   static_cast<double>(s.payload.size());
+    if (options_.min_zstd_saving > 0 && saved < options_.min_zstd_saving) {
+      s.zstd_skips_left = options_.zstd_skip_frames;
     }
   }
   if (h.compression == Compression::kNone) {

@@ -28,6 +28,13 @@ struct EncodeOptions {
   LayoutChoice layout = LayoutChoice::kAuto;
   Compression compression = Compression::kZstd;
   int zstd_level = 3;
+  /// Adaptive compression: when zstd saved less than this fraction of a frame's payload, the
+  /// encoder stores its next `zstd_skip_frames` frames uncompressed, then tries zstd again
+  /// (data that zstd cannot shrink, e.g. packed random ids, is not worth its time; a stream
+  /// whose data turns compressible is compressed again within that many frames). 0 = try zstd
+  /// on every frame (a frame is still stored uncompressed when zstd would not shrink it).
+  double min_zstd_saving = 0.05;
+  int zstd_skip_frames = 7;
   /// Sort the records by key (stable) before encoding. Either way, the frame is flagged
   /// sorted whenever its records are in key order.
   bool sort_by_key = false;

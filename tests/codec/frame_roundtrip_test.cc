@@ -293,5 +293,47 @@ TEST(KeyOrderTest, StableSortByKeyMatchesStdStableSort) {
   }
 }
 
+TEST(FrameEncoderTest, ZstdIsSkippedForAWhileWhenItDoesNotPay) {
+  std::mt19937_64 rng(9);
+  auto batch = [&](bool compressible) {
+    testing::Batch b;
+    for (int i = 0; i < 50; ++i) {
+      std::string v(200, 'x');
+      if (!compressible) {
+        for (char& c : v) c = static_cast<char>(rng());
+      }
+      b.Add("k" + std::to_string(i), v);
+    }
+    return b;
+  };
+  for (double min_saving : {0.05, 0.0}) {
+    EncodeOptions opts;
+    opts.layout = LayoutChoice::kOpaque;
+    opts.min_zstd_saving = min_saving;
+    opts.zstd_skip_frames = 7;
+    FrameEncoder enc(opts);
+    FrameDecoder dec;
+    DecodedFrame out;
+    std::vector<Compression> got;
+    std::vector<testing::Batch> batches = {batch(false)};
+    for (int i = 0; i < 8; ++i) batches.push_back(batch(true));
+    for (const auto& b : batches) {
+      std::string frame;
+      ASSERT_TRUE(enc.Encode(b.Records(), &frame).ok());
+      ASSERT_TRUE(dec.Decode(frame, &out).ok());
+      ExpectSameRecords(out, b.Records());
+      got.push_back(out.header().compression);
+    }
+    EXPECT_EQ(got[0], Compression::kNone);  // random bytes: zstd would not shrink them
+    if (min_saving > 0) {
+      // The next 7 frames are not even tried, compressible or not; the 8th is compressed.
+      for (int i = 1; i <= 7; ++i) EXPECT_EQ(got[i], Compression::kNone) << i;
+      EXPECT_EQ(got[8], Compression::kZstd);
+    } else {
+      for (int i = 1; i <= 8; ++i) EXPECT_EQ(got[i], Compression::kZstd) << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sluice
