@@ -30,6 +30,10 @@ size_t FrameDecoder::scratch_bytes() const {
   return state_->columnar_payload.capacity() + state_->columnar.retained_bytes();
 }
 
+void FrameDecoder::TrimScratch(size_t keep) {
+  if (scratch_bytes() > keep) state_ = std::make_unique<State>();
+}
+
 absl::Status FrameDecoder::Decode(absl::Span<const uint8_t> bytes, DecodedFrame* out) {
   absl::Status st = DecodeImpl(bytes, out);
   if (!st.ok()) out->Clear();

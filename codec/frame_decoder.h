@@ -100,6 +100,9 @@ class FrameDecoder {
   const DecodeOptions& options() const { return options_; }
   /// Scratch memory the decoder keeps between frames (not counting DecodedFrames).
   size_t scratch_bytes() const;
+  /// Lets go of the scratch memory if it exceeds `keep` bytes (after an unusually large
+  /// frame), so a long-lived decoder does not hold a cap's worth forever.
+  void TrimScratch(size_t keep);
 
   /// Decodes `bytes`, which must hold exactly one frame, into `*out`. On error `*out` is
   /// left empty.

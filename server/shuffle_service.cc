@@ -23,6 +23,8 @@ grpc::Status ToGrpc(const absl::Status& st) {
 
 namespace {
 
+// Scratch a pool thread's push decoder may keep between messages.
+constexpr size_t kKeptDecoderScratch = 8u << 20;
 // Fetches compress at most at this zstd level: the server compresses for every reducer.
 constexpr uint32_t kMaxFetchZstdLevel = 9;
 // Every pool thread keeps one decoder for validating pushed frames, so that allocates nothing
@@ -103,6 +105,12 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
       case PushRequest::kFrames: {
         if (store_ == nullptr) return absl::InvalidArgumentError("frames before the open message");
         FrameDecoder& decoder = ThreadDecoder(deps_.limits);
+        // Pool threads live as long as the server: after an unusually large frame, let its
+        // scratch go rather than keep a cap's worth per thread.
+        struct Trim {
+          FrameDecoder& d;
+          ~Trim() { d.TrimScratch(kKeptDecoderScratch); }
+        } trim{decoder};
         for (const auto& pf : request_.frames().frames()) {
           if (frames_ >= deps_.max_frames_per_attempt) {
             // Its list of blocks is kept until the commit (24 bytes a frame), then indexed.
