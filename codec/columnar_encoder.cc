@@ -519,7 +519,7 @@ struct BuildColumn {
           break;
       }
       if ((bad & 0xc0) == 0) return w;
-      if (attempt == 0 && sampled == total_len) return nullptr;  // cannot happen
+      if (sampled == total_len) return nullptr;  // the sample was the whole column
       // A byte the sample did not have: take the alphabet from the whole column, once.
       std::memset(hist, 0, sizeof(hist));
       for (size_t i = 0; i < n; ++i) {

@@ -94,26 +94,28 @@ class StoredRun final : public RunSource {
 // at a time.
 class FileRun final : public RunSource {
  public:
-  FileRun(file::Fd fd, std::string path, FrameDecoder* decoder, uint64_t size)
+  FileRun(file::Fd fd, std::string path, RunDecoder* decoder, uint64_t size)
       : fd_(std::move(fd)), path_(std::move(path)), decoder_(decoder), size_(size) {}
   uint64_t size_bytes() const override { return size_; }
 
   absl::StatusOr<bool> Next(Record* out) override {
     for (;;) {
       if (loaded_ && run_.Next(out)) return true;
-      SLUICE_ASSIGN_OR_RETURN(const uint64_t size, file::FileSize(fd_.get(), path_));
-      if (offset_ >= size) return false;
+      if (offset_ >= size_) return false;  // the pass that wrote it knows its size
       if (loaded_) {  // its records may still be in use: keep the frame until Release()
         retired_.push_back(std::move(run_));
         run_ = DecodedRun();
       }
       uint8_t len[4];
       SLUICE_RETURN_IF_ERROR(file::PreadAll(fd_.get(), path_, offset_, 4, len));
-      bytes_.resize(LoadLE32(len));
-      SLUICE_RETURN_IF_ERROR(file::PreadAll(fd_.get(), path_, offset_ + 4, bytes_.size(),
-                                            reinterpret_cast<uint8_t*>(bytes_.data())));
-      offset_ += 4 + bytes_.size();
-      SLUICE_RETURN_IF_ERROR(decoder_->Decode(bytes_, run_.frame()));
+      // Like stored runs: the frame's bytes go to the merge's shared buffer, needed only while
+      // decoding.
+      std::string& bytes = decoder_->bytes;
+      bytes.resize(LoadLE32(len));
+      SLUICE_RETURN_IF_ERROR(file::PreadAll(fd_.get(), path_, offset_ + 4, bytes.size(),
+                                            reinterpret_cast<uint8_t*>(bytes.data())));
+      offset_ += 4 + bytes.size();
+      SLUICE_RETURN_IF_ERROR(decoder_->decoder->Decode(bytes, run_.frame()));
       run_.Reset();
       run_.Measure();
       loaded_ = true;
@@ -121,7 +123,7 @@ class FileRun final : public RunSource {
   }
   void Release() override { retired_.clear(); }
   size_t resident_bytes() const override {
-    size_t n = loaded_ ? bytes_.capacity() + run_.resident_bytes() : 0;
+    size_t n = loaded_ ? run_.resident_bytes() : 0;
     for (const DecodedRun& r : retired_) n += r.resident_bytes();
     return n;
   }
@@ -129,11 +131,10 @@ class FileRun final : public RunSource {
  private:
   file::Fd fd_;
   const std::string path_;
-  FrameDecoder* const decoder_;
+  RunDecoder* const decoder_;
   const uint64_t size_;
   uint64_t offset_ = 0;
   bool loaded_ = false;
-  std::string bytes_;
   DecodedRun run_;
   std::vector<DecodedRun> retired_;
 };
@@ -161,6 +162,7 @@ absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(
   dopts.limits = options.limits;
   // Intermediate runs are our own frames: one decoder reads them back.
   stream->decoder_ = std::make_unique<FrameDecoder>(dopts);
+  stream->file_runs_.decoder = stream->decoder_.get();
   // Each pass merges just enough adjacent runs into one file run to bring the count down
   // toward fan_in, choosing the adjacent window with the fewest bytes (adjacent, so equal keys
   // keep their run order), so as little data as possible is rewritten.
@@ -210,7 +212,7 @@ absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(
       offset += frame.size();
     }
     stream->rewritten_bytes_ += offset;
-    runs[best] = std::make_unique<FileRun>(std::move(fd), path, stream->decoder_.get(), offset);
+    runs[best] = std::make_unique<FileRun>(std::move(fd), path, &stream->file_runs_, offset);
     runs.erase(runs.begin() + static_cast<std::ptrdiff_t>(best) + 1,
                runs.begin() + static_cast<std::ptrdiff_t>(best + group_size));
   }
@@ -219,7 +221,8 @@ absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(
 }
 
 size_t MergedStream::resident_bytes() const {
-  size_t n = 0;
+  // With what the intermediate runs share: their read buffer and decoder scratch.
+  size_t n = file_runs_.bytes.capacity() + (decoder_ ? decoder_->scratch_bytes() : 0);
   for (const auto& run : runs_) n += run->resident_bytes();
   return n;
 }

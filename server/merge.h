@@ -97,6 +97,7 @@ class MergedStream {
   absl::StatusOr<bool> NextRecord(Record* out);
 
   std::unique_ptr<FrameDecoder> decoder_;  // for intermediate runs
+  RunDecoder file_runs_;                   // what the intermediate runs share
   std::vector<std::unique_ptr<RunSource>> runs_;
   std::vector<Record> current_;  // the head record of each run
   std::vector<HeapEntry> heap_;  // min-heap by (key, run index)

@@ -204,7 +204,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
  public:
   FetchReactor(ShuffleServiceImpl::Deps deps, const FetchRequest* request)
       : deps_(deps), request_(*request) {
-    // Setup takes store locks that a commit may hold through an fsync: not on a gRPC thread.
+    // Setup reads the store under its locks: keep gRPC threads free of any lock wait.
     deps_.pool->Submit([this] {
       absl::Status st = Setup(request_);
       if (!st.ok()) {

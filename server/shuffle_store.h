@@ -160,7 +160,7 @@ class ShuffleStore {
     absl::Status result;
   };
 
-  mutable std::mutex commit_mu_;  // guards everything below (never held through I/O)
+  mutable std::mutex commit_mu_;  // guards everything below (no I/O under it once open)
   std::condition_variable commit_cv_;
   file::Fd log_fd_;
   uint64_t log_end_ = 0;
