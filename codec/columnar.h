@@ -56,6 +56,15 @@ class ColumnarEncoder {
   /// false (payload unchanged in size) and sets `*why_not` when the batch is not eligible.
   bool Encode(absl::Span<const Record> records, ByteBuffer* payload, std::string* why_not);
 
+  /// A byte range of the last payload (offsets from its start) whose bytes look too close to
+  /// random for an entropy coder to shrink by much: random ids, float mantissas, dense codes.
+  struct Span {
+    uint32_t offset;
+    uint32_t length;
+  };
+  /// The last Encode's plain ranges, in order and disjoint (adjacent ones merged).
+  absl::Span<const Span> plain_spans() const;
+
  private:
   bool EncodeImpl(absl::Span<const Record> records, ByteBuffer* payload, std::string* why_not);
   struct State;

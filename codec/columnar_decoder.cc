@@ -37,7 +37,9 @@ struct ReadColumn {
   ByteBuffer entries;
   PodBuffer<uint32_t> entry_off;  // d + 1 offsets into entries
   const uint8_t* codes = nullptr;
+  const uint8_t* codes_end = nullptr;
   uint8_t code_width = 1;
+  uint8_t code_bits = 0;  // kCodePacked
   uint32_t key_ref_field = 0;  // kKeyRef
   uint64_t rebuilt_bytes = 0;  // bytes this column contributes to the rebuilt rows
 
@@ -49,6 +51,13 @@ struct ReadColumn {
   size_t n = 0;
   uint32_t Code(size_t i) const {
     if (code_width == kCodeBytes) return codes[i];
+    if (code_width == kCodePacked) {  // 9..16 bits at bit i * bits: within 3 bytes
+      const size_t bit = i * code_bits;
+      const uint8_t* q = codes + (bit >> 3);
+      uint32_t v = q[0] | (uint32_t{q[1]} << 8);
+      if (q + 2 < codes_end) v |= uint32_t{q[2]} << 16;
+      return (v >> (bit & 7)) & ((1u << code_bits) - 1);
+    }
     if (code_width == kCode16) return codes[2 * i] | (uint32_t{codes[2 * i + 1]} << 8);
     return codes[i] | (uint32_t{codes[n + i]} << 8);  // low plane, then high plane
   }
@@ -180,17 +189,34 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
     return absl::OkStatus();
   }
   // Codes.
-  if (avail() < 1 || *p < kCodeBytes || *p > kCodePlanes) {
+  if (avail() < 1 || *p < kCodeBytes || *p > kCodePacked) {
     return Corrupt(absl::StrCat("column '", name, "' has an unknown code layout"));
   }
   c->code_width = *p++;
-  const size_t code_bytes = c->code_width == kCodeBytes ? 1 : 2;
-  if (avail() / code_bytes < n) {
+  size_t codes_size;
+  if (c->code_width == kCodePacked) {
+    // Exactly the width the dictionary needs, and only for dictionaries past one byte.
+    if (avail() < 1 || count <= 256 || *p < 9 || *p > 16 || (uint64_t{1} << (*p - 1)) >= count ||
+        count > (uint64_t{1} << *p)) {
+      return Corrupt(absl::StrCat("column '", name, "' has a bad code width for a ", count,
+                                  "-entry dictionary"));
+    }
+    c->code_bits = *p++;
+    codes_size = (uint64_t{n} * c->code_bits + 7) / 8;
+  } else {
+    codes_size = c->code_width == kCodeBytes ? n : 2 * uint64_t{n};
+  }
+  if (avail() < codes_size) {
     return Corrupt(absl::StrCat("column '", name, "' codes are truncated"));
   }
+  if (c->code_width == kCodePacked && (uint64_t{n} * c->code_bits) % 8 != 0 &&
+      (p[codes_size - 1] >> ((uint64_t{n} * c->code_bits) % 8)) != 0) {
+    return Corrupt(absl::StrCat("column '", name, "' has nonzero padding after its codes"));
+  }
   c->codes = p;
+  c->codes_end = p + codes_size;
   c->n = n;
-  p += n * code_bytes;
+  p += codes_size;
   // Pre-encode the entries (bounded by the blob plus 5 header bytes each, both within the
   // payload), then size the rebuilt column from the codes.
   if (blob_len + 5 * count > 0xffffffffu - kSlack) {

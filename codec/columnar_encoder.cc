@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
@@ -40,6 +41,8 @@ constexpr size_t kDictProbe = 1024;
 // keep the full probe: a column cycling through a few hundred names must still get one.)
 constexpr size_t kDictEarlyProbe = 64;
 constexpr uint64_t kDictLongValue = 32;
+// Records are parsed in blocks of this many, field by field within a block.
+constexpr size_t kParseBlock = 64;
 // The encoder drops its scratch buffers after a batch that left more than this behind.
 constexpr size_t kMaxRetainedScratch = 256u << 20;
 constexpr uint32_t kMaxDict = 1u << 16;
@@ -56,6 +59,64 @@ inline uint8_t BitsFor(size_t d) {
   while ((size_t{1} << b) < d) ++b;
   return b;
 }
+
+// Plain-range detection: a column part of at least kMinPlainSpan bytes whose order-0 entropy,
+// estimated on at most kPlainSample evenly spaced bytes, is kPlainBits bits a byte or more is
+// "plain": Huffman coding could save at most an eighth of it, at a cost of several ns a byte.
+constexpr size_t kMinPlainSpan = 256;
+constexpr size_t kPlainSample = 512;
+constexpr double kPlainBits = 7.0;
+
+// n * log2(n) for n in [0, kPlainSample].
+struct NLog2NTable {
+  float v[kPlainSample + 1];
+  NLog2NTable() {
+    v[0] = 0;
+    for (size_t i = 1; i <= kPlainSample; ++i) {
+      v[i] = static_cast<float>(static_cast<double>(i) * std::log2(static_cast<double>(i)));
+    }
+  }
+};
+
+bool LooksPlain(const uint8_t* p, size_t n) {
+  if (n < kMinPlainSpan) return false;
+  static const NLog2NTable kTable;
+  uint16_t hist[256] = {};
+  // A stride sharing no factor with small periods (two-byte codes, 3-byte varints, 8-byte
+  // floats...), or the sample would see only one byte position of each value.
+  size_t step = n / kPlainSample + 1;
+  while (step % 2 == 0 || step % 3 == 0 || step % 5 == 0 || step % 7 == 0) ++step;
+  if (step == 1 && n > kPlainSample) step = 11;
+  size_t m = 0;
+  for (size_t i = 0; i < n && m < kPlainSample; i += step, ++m) ++hist[p[i]];
+  // Plug-in entropy with the Miller-Madow correction for the small sample:
+  // H = log2(m) - sum(c log2 c) / m + (K - 1) / (2 m ln 2).
+  float sum = 0;
+  int used = 0;
+  for (int c = 0; c < 256; ++c) {
+    sum += kTable.v[hist[c]];
+    used += hist[c] != 0;
+  }
+  const double md = static_cast<double>(m);
+  const double h = std::log2(md) - sum / md + (used - 1) / (2 * md * 0.6931471805599453);
+  return h >= kPlainBits;
+}
+
+// Collects plain ranges while a payload is serialized.
+struct PlainSpans {
+  const uint8_t* base = nullptr;
+  std::vector<ColumnarEncoder::Span> spans;
+  void Consider(const uint8_t* begin, const uint8_t* end) {
+    const auto n = static_cast<size_t>(end - begin);
+    if (!LooksPlain(begin, n)) return;
+    const auto off = static_cast<uint32_t>(begin - base);
+    if (!spans.empty() && spans.back().offset + spans.back().length == off) {
+      spans.back().length += static_cast<uint32_t>(n);
+    } else {
+      spans.push_back({off, static_cast<uint32_t>(n)});
+    }
+  }
+};
 
 // The column type a msgpack header byte belongs to, or false for maps, arrays, ext and 0xc1.
 bool ClassifyScalar(uint8_t b, ColumnType* t) {
@@ -129,6 +190,10 @@ struct BuildColumn {
   PodBuffer<uint32_t> slots;
   uint32_t slot_shift = 0;  // 64 - log2(slots)
   uint32_t epoch = 0;       // 1..65535
+  // Set while serializing: where the bulk of the column starts, and where dictionary codes
+  // stored as two planes switch to the high plane.
+  mutable uint8_t* bulk_begin = nullptr;
+  mutable uint8_t* bulk_split = nullptr;
 
   void Start(ColumnType t, size_t count) {
     type = t;
@@ -345,31 +410,50 @@ struct BuildColumn {
         return 1;
       default:
         if (UseDict()) {
-          return 3 + 2 * kMaxVarintBytes + firsts.size() * 5 + dict_len + n * 2;
+          return 4 + 2 * kMaxVarintBytes + firsts.size() * 5 + dict_len + n * 2;
         }
         // Plain, hex or packed (3 header bytes, the alphabet, 8 bytes of store slack).
         return 2 + kMaxVarintBytes + n * 5 + total_len + 3 + 64 + 8;
     }
   }
 
-  uint8_t* Serialize(uint8_t* w) {
+  // Serializes the column and offers its bulk (the values' bytes, past the headers) to `plain`.
+  uint8_t* Serialize(uint8_t* w, PlainSpans* plain) {
+    bulk_begin = bulk_split = nullptr;
+    uint8_t* const end = SerializeBody(w);
+    if (bulk_begin != nullptr) {
+      if (bulk_split != nullptr) {  // dictionary code planes: each has its own statistics
+        plain->Consider(bulk_begin, bulk_split);
+        plain->Consider(bulk_split, end);
+      } else {
+        plain->Consider(bulk_begin, end);
+      }
+    }
+    return end;
+  }
+
+  uint8_t* SerializeBody(uint8_t* w) {
     *w++ = static_cast<uint8_t>(type);
     switch (type) {
       case ColumnType::kInt:
+        bulk_begin = w + 1;
         return SerializeInts(ints.data(), n, w);
       case ColumnType::kFloat64: {
         int e;
         if (ToDecimals(&e)) {
           *w++ = kFloatDecimal;
           *w++ = static_cast<uint8_t>(e);
+          bulk_begin = w + 1;
           return SerializeInts(ints.data(), n, w);
         }
         *w++ = kFloatRaw;
+        bulk_begin = w;
         std::memcpy(w, fixed.data(), fixed.size());
         return w + fixed.size();
       }
       case ColumnType::kFloat32:
         *w++ = kFloatRaw;
+        bulk_begin = w;
         std::memcpy(w, fixed.data(), fixed.size());
         return w + fixed.size();
       case ColumnType::kBool:
@@ -439,6 +523,7 @@ struct BuildColumn {
       w = PutVarint(w, lens[i] / 2);
     }
     w = PutVarint(w, total_len / 2);
+    bulk_begin = w;
     for (size_t i = 0; i < n; ++i) {
       const uint8_t* src = ptrs[i];
       uint8_t bad = 0;
@@ -497,6 +582,7 @@ struct BuildColumn {
       }
       for (size_t i = 0; i < n; ++i) w = PutVarint(w, lens[i]);
       w = PutVarint(w, total_len);
+      bulk_begin = w;
       uint8_t bad = 0;  // 0xff codes (bytes outside the alphabet) set the high bits
       switch (b) {
         case 6:
@@ -610,9 +696,11 @@ struct BuildColumn {
   uint8_t* SerializePlainBytes(uint8_t* w) const {
     if (uint8_t* end = SerializeHex(w); end != nullptr) return end;
     if (uint8_t* end = SerializePacked(w); end != nullptr) return end;
+    bulk_begin = nullptr;  // a failed hex or packed attempt may have set it
     *w++ = kBytesPlain;
     for (size_t i = 0; i < n; ++i) w = PutVarint(w, lens[i]);
     w = PutVarint(w, total_len);
+    bulk_begin = w;
     for (size_t i = 0; i < n; ++i) {
       std::memcpy(w, ptrs[i], lens[i]);
       w += lens[i];
@@ -632,30 +720,36 @@ struct BuildColumn {
       w += lens[i];
     }
     const uint8_t width = CodeWidth(d);
-    *w++ = width == 1 ? kCodeBytes : kCode16;
     if (width == 1) {
+      *w++ = kCodeBytes;
+      bulk_begin = w;
       for (size_t i = 0; i < n; ++i) w[i] = static_cast<uint8_t>(codes[i]);
       return w + n;
     }
-    // Two bytes a code. When at least two thirds of the codes are below 256 (frequent values come
-    // first and get small codes) the codes go as two planes, every low byte then every high byte:
-    // the high plane is then almost all zeros, which zstd crosses quickly. Otherwise the codes stay
-    // interleaved little-endian, which zstd handles faster for flatter distributions.
-    size_t high = 0;
-    for (size_t i = 0; i < n; ++i) high += codes[i] >> 8 != 0;
-    if (high * 3 <= n) {
-      w[-1] = kCodePlanes;
-      for (size_t i = 0; i < n; ++i) {
-        w[i] = static_cast<uint8_t>(codes[i]);
-        w[n + i] = static_cast<uint8_t>(codes[i] >> 8);
-      }
-    } else {
-      for (size_t i = 0; i < n; ++i) {
-        const auto c = static_cast<uint16_t>(codes[i]);  // little-endian host
-        std::memcpy(w + 2 * i, &c, 2);
+    // Past 256 entries, codes are bit-packed at the width the dictionary needs (LSB first):
+    // zstd's byte-wise entropy coder does little for codes that straddle bytes, and slowly
+    // (2,000 names as two-byte codes: 1.35x at ~165 MB/s); packed they take ceil(log2 d) bits.
+    *w++ = kCodePacked;
+    const uint8_t bits = BitsFor(d);
+    *w++ = bits;
+    bulk_begin = w;
+    uint64_t acc = 0;
+    uint32_t have = 0;
+    for (size_t i = 0; i < n; ++i) {
+      acc |= uint64_t{codes[i]} << have;
+      have += bits;
+      if (have >= 32) {
+        StoreLE32(w, static_cast<uint32_t>(acc));
+        w += 4;
+        acc >>= 32;
+        have -= 32;
       }
     }
-    return w + 2 * n;
+    for (; have > 0; have = have > 8 ? have - 8 : 0) {
+      *w++ = static_cast<uint8_t>(acc);
+      acc >>= 8;
+    }
+    return w;
   }
 };
 
@@ -669,13 +763,13 @@ struct ColumnChecks {
   bool key_ref_holds = false;           // in: whether to check; out: the answer
 };
 
-// Parses one field (prefix `pr`, then a value of type T) for every record, advancing each
-// record's cursor. Returns n, or the index of the first record that does not fit (*failure
-// says how).
+// Parses one field (prefix `pr`, then a value of type T) for records [begin, n), advancing
+// each record's cursor. Returns n, or the index of the first record that does not fit
+// (*failure says how).
 template <ColumnType T>
 size_t ParseColumn(BuildColumn& col, const Prefix& pr, const uint8_t** __restrict cur,
-                   const uint8_t* const* __restrict ends, size_t n, ColumnChecks* checks,
-                   ParseFailure* failure) {
+                   const uint8_t* const* __restrict ends, size_t begin, size_t n,
+                   ColumnChecks* checks, ParseFailure* failure) {
   const size_t plen = pr.len;
   const ShortKey pkey = pr.key;
   // The same for every record, so these branches predict perfectly.
@@ -686,7 +780,7 @@ size_t ParseColumn(BuildColumn& col, const Prefix& pr, const uint8_t** __restric
   const bool last_field = checks->last_field;
   const Record* const key_records = checks->key_records;
   bool key_ref_holds = checks->key_ref_holds && key_records != nullptr;
-  size_t i = 0;
+  size_t i = begin;
   for (; i < n; ++i) {
     const uint8_t* q = cur[i];
     const uint8_t* const end = ends[i];
@@ -727,26 +821,26 @@ value_failed:
 }
 
 size_t ParseColumnOfType(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
-                         const uint8_t* const* ends, size_t n, ColumnChecks* checks,
+                         const uint8_t* const* ends, size_t begin, size_t n, ColumnChecks* checks,
                          ParseFailure* failure) {
   switch (col.type) {
     case ColumnType::kInt:
-      return ParseColumn<ColumnType::kInt>(col, pr, cur, ends, n, checks, failure);
+      return ParseColumn<ColumnType::kInt>(col, pr, cur, ends, begin, n, checks, failure);
     case ColumnType::kFloat64:
-      return ParseColumn<ColumnType::kFloat64>(col, pr, cur, ends, n, checks, failure);
+      return ParseColumn<ColumnType::kFloat64>(col, pr, cur, ends, begin, n, checks, failure);
     case ColumnType::kFloat32:
-      return ParseColumn<ColumnType::kFloat32>(col, pr, cur, ends, n, checks, failure);
+      return ParseColumn<ColumnType::kFloat32>(col, pr, cur, ends, begin, n, checks, failure);
     case ColumnType::kBool:
-      return ParseColumn<ColumnType::kBool>(col, pr, cur, ends, n, checks, failure);
+      return ParseColumn<ColumnType::kBool>(col, pr, cur, ends, begin, n, checks, failure);
     case ColumnType::kNil:
-      return ParseColumn<ColumnType::kNil>(col, pr, cur, ends, n, checks, failure);
+      return ParseColumn<ColumnType::kNil>(col, pr, cur, ends, begin, n, checks, failure);
     case ColumnType::kStr:
-      return ParseColumn<ColumnType::kStr>(col, pr, cur, ends, n, checks, failure);
+      return ParseColumn<ColumnType::kStr>(col, pr, cur, ends, begin, n, checks, failure);
     case ColumnType::kBin:
-      return ParseColumn<ColumnType::kBin>(col, pr, cur, ends, n, checks, failure);
+      return ParseColumn<ColumnType::kBin>(col, pr, cur, ends, begin, n, checks, failure);
     default:
       *failure = ParseFailure::kValue;
-      return 0;
+      return begin;
   }
 }
 
@@ -762,14 +856,21 @@ struct ColumnarEncoder::State {
   std::vector<absl::string_view> names;  // views into records[0].value
   PodBuffer<const uint8_t*> cursors;     // per record: where parsing continues
   PodBuffer<const uint8_t*> ends;        // per record: end of its value
+  PlainSpans plain;
 };
 
 ColumnarEncoder::ColumnarEncoder() : state_(std::make_unique<State>()) {}
 ColumnarEncoder::~ColumnarEncoder() = default;
 
+absl::Span<const ColumnarEncoder::Span> ColumnarEncoder::plain_spans() const {
+  return state_->plain.spans;
+}
+
 bool ColumnarEncoder::Encode(absl::Span<const Record> records, ByteBuffer* payload,
                              std::string* why_not) {
+  state_->plain.spans.clear();
   const bool ok = EncodeImpl(records, payload, why_not);
+  if (!ok) state_->plain.spans.clear();
   // As in the decoder: reuse scratch, but do not let wide batches ratchet it up for good.
   size_t retained = state_->key.RetainedBytes();
   for (const BuildColumn& c : state_->fields) retained += c.RetainedBytes();
@@ -860,40 +961,47 @@ bool ColumnarEncoder::EncodeImpl(absl::Span<const Record> records, ByteBuffer* p
       }
     }
   }
-  bool key_ref_holds = key_ref >= 0;
-  for (uint32_t j = 0; j < num_fields; ++j) {
-    ColumnChecks checks;
-    checks.last_field = j + 1 == num_fields;
-    if (static_cast<int>(j) == key_ref) {
-      checks.key_records = records.data();
-      checks.key_ref_holds = true;
-    }
-    ParseFailure failure = ParseFailure::kNone;
-    const size_t i = ParseColumnOfType(cols[j], prefixes[j], cur, ends, n, &checks, &failure);
-    if (static_cast<int>(j) == key_ref) key_ref_holds = checks.key_ref_holds;
-    if (failure == ParseFailure::kNone) continue;
+  // Field by field within blocks of records: each field's loop is specialised for its type,
+  // and a block's records stay in cache while their fields are parsed one after another (a
+  // pass over the whole batch per field would fetch wide records from memory once per field).
+  auto explain = [&](ParseFailure failure, size_t i, uint32_t j) {
     if (failure == ParseFailure::kPrefix) {
-      *why_not = absl::StrCat("record ", i, ": map shape differs from record 0 at field ", j, " ('",
-                              s.names[j], "')");
-      return false;
+      return absl::StrCat("record ", i, ": map shape differs from record 0 at field ", j, " ('",
+                          s.names[j], "')");
     }
     if (failure == ParseFailure::kTrailing) {
-      *why_not = absl::StrCat("record ", i, ": value has bytes after the map like record 0's");
-      return false;
+      return absl::StrCat("record ", i, ": value has bytes after the map like record 0's");
     }
     const uint8_t* start = cur[i] + prefixes[j].len;
     ColumnType got;
     if (start < ends[i] && ClassifyScalar(*start, &got) && got != cols[j].type) {
-      *why_not = absl::StrCat("record ", i, ": field '", s.names[j], "' changes type from ",
-                              ColumnTypeName(cols[j].type), " to ", ColumnTypeName(got));
-    } else if (start < ends[i] && !ClassifyScalar(*start, &got)) {
-      *why_not =
-          absl::StrCat("record ", i, ": field '", s.names[j], "' holds ", DescribeByte(*start));
-    } else {
-      *why_not = absl::StrCat("record ", i, ": field '", s.names[j],
-                              "' is truncated, out of int64 range or not canonically encoded");
+      return absl::StrCat("record ", i, ": field '", s.names[j], "' changes type from ",
+                          ColumnTypeName(cols[j].type), " to ", ColumnTypeName(got));
     }
-    return false;
+    if (start < ends[i] && !ClassifyScalar(*start, &got)) {
+      return absl::StrCat("record ", i, ": field '", s.names[j], "' holds ", DescribeByte(*start));
+    }
+    return absl::StrCat("record ", i, ": field '", s.names[j],
+                        "' is truncated, out of int64 range or not canonically encoded");
+  };
+  bool key_ref_holds = key_ref >= 0;
+  for (size_t b0 = 0; b0 < n; b0 += kParseBlock) {
+    const size_t b1 = std::min(n, b0 + kParseBlock);
+    for (uint32_t j = 0; j < num_fields; ++j) {
+      ColumnChecks checks;
+      checks.last_field = j + 1 == num_fields;
+      if (static_cast<int>(j) == key_ref) {
+        checks.key_records = records.data();
+        checks.key_ref_holds = key_ref_holds;
+      }
+      ParseFailure failure = ParseFailure::kNone;
+      const size_t i =
+          ParseColumnOfType(cols[j], prefixes[j], cur, ends, b0, b1, &checks, &failure);
+      if (static_cast<int>(j) == key_ref) key_ref_holds = checks.key_ref_holds;
+      if (failure == ParseFailure::kNone) continue;
+      *why_not = explain(failure, i, j);
+      return false;
+    }
   }
 
   // --- Keys: a field reference, one canonical msgpack scalar each of one type, or raw bytes.
@@ -928,6 +1036,7 @@ bool ColumnarEncoder::EncodeImpl(absl::Span<const Record> records, ByteBuffer* p
   const size_t start_size = payload->size();
   uint8_t* const start = payload->Extend(bound);
   uint8_t* w = start;
+  s.plain.base = start;  // span offsets count from the start of this payload
   w = PutVarint(w, num_fields);
   for (uint32_t j = 0; j < num_fields; ++j) {
     w = PutVarint(w, s.names[j].size());
@@ -938,9 +1047,9 @@ bool ColumnarEncoder::EncodeImpl(absl::Span<const Record> records, ByteBuffer* p
     *w++ = static_cast<uint8_t>(ColumnType::kKeyRef);
     w = PutVarint(w, static_cast<uint64_t>(key_ref));
   } else {
-    w = s.key.Serialize(w);
+    w = s.key.Serialize(w, &s.plain);
   }
-  for (uint32_t j = 0; j < num_fields; ++j) w = cols[j].Serialize(w);
+  for (uint32_t j = 0; j < num_fields; ++j) w = cols[j].Serialize(w, &s.plain);
   payload->Resize(start_size + static_cast<size_t>(w - start));
   return true;
 }

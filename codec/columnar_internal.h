@@ -29,6 +29,7 @@ constexpr uint8_t kMaxPackedBits = 6;
 constexpr uint8_t kCodeBytes = 1;   // one byte a code
 constexpr uint8_t kCode16 = 2;      // two bytes a code, little-endian
 constexpr uint8_t kCodePlanes = 3;  // two bytes a code: n low bytes, then n high bytes
+constexpr uint8_t kCodePacked = 4;  // a bits byte (9..16), then n codes of that many bits
 
 // Nibble of a lowercase hex digit, 0xff for anything else.
 struct HexTables {

@@ -16,6 +16,8 @@ struct FrameDecoder::State {
   // A COLUMNAR payload is only read while its rows are rebuilt: it goes here rather than into
   // the DecodedFrame, which then holds just the rows (a merge keeps one frame per run).
   ByteBuffer columnar_payload;
+  ByteBuffer entropy_part, plain_part;  // kZstdSections: the two parts, decompressed
+  PodBuffer<uint32_t> sections;         // kZstdSections: (length << 1) | plain
   ~State() { ZSTD_freeDCtx(dctx); }
 };
 
@@ -27,7 +29,9 @@ FrameDecoder::FrameDecoder(DecodeOptions options)
 FrameDecoder::~FrameDecoder() = default;
 
 size_t FrameDecoder::scratch_bytes() const {
-  return state_->columnar_payload.capacity() + state_->columnar.retained_bytes();
+  return state_->columnar_payload.capacity() + state_->columnar.retained_bytes() +
+         state_->entropy_part.capacity() + state_->plain_part.capacity() +
+         state_->sections.capacity() * sizeof(uint32_t);
 }
 
 void FrameDecoder::TrimScratch(size_t keep) {
@@ -109,7 +113,107 @@ absl::Status IndexMsgpack(const uint8_t* p, const uint8_t* end, size_t n, Record
   return absl::OkStatus();
 }
 
+// Decompresses exactly one zstd frame [src, src + n) of exactly `size` bytes into dst.
+absl::Status DecompressExact(ZSTD_DCtx* dctx, const uint8_t* src, size_t n, uint8_t* dst,
+                             size_t size, absl::string_view what) {
+  const size_t zframe = ZSTD_findFrameCompressedSize(src, n);
+  if (ZSTD_isError(zframe) || zframe != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is not exactly one zstd frame filling its stored size"));
+  }
+  const unsigned long long content = ZSTD_getFrameContentSize(src, n);
+  if (content != ZSTD_CONTENTSIZE_UNKNOWN && content != size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": zstd frame expands to ", content, " bytes but ", size, " expected"));
+  }
+  const size_t r = ZSTD_decompressDCtx(dctx, dst, size, src, n);
+  if (ZSTD_isError(r)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": zstd decompression failed: ", ZSTD_getErrorName(r)));
+  }
+  if (r != size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": zstd frame expands to ", r, " bytes but ", size, " expected"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SectionsError(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("corrupt ZSTD_SECTIONS payload: ", what));
+}
+
 }  // namespace
+
+// kZstdSections: flags, section table, entropy part, plain part (docs/frame-format.md).
+absl::Status FrameDecoder::DecodeSections(const uint8_t* p, size_t stored_size, uint8_t* payload,
+                                          size_t payload_size) {
+  State& s = *state_;
+  const uint8_t* const end = p + stored_size;
+  if (p >= end) return SectionsError("no flags byte");
+  const uint8_t flags = *p++;
+  if ((flags & ~(kSectionsEntropyZstd | kSectionsPlainZstd)) != 0) {
+    return SectionsError(absl::StrCat("unknown flags 0x", absl::Hex(flags, absl::kZeroPad2)));
+  }
+  uint64_t count;
+  if (!GetVarint(&p, end, &count)) return SectionsError("section count truncated");
+  if (count == 0 || count > kMaxSections || count > payload_size) {
+    return SectionsError(absl::StrCat(count, " sections for ", payload_size, " payload bytes"));
+  }
+  s.sections.Resize(count);
+  uint64_t sizes[2] = {0, 0};  // entropy, plain
+  for (uint64_t i = 0; i < count; ++i) {
+    uint64_t v;
+    if (!GetVarint(&p, end, &v)) return SectionsError("section table truncated");
+    const uint64_t len = v >> 1;
+    if (len == 0 || len > payload_size) {
+      return SectionsError(absl::StrCat("section ", i, " has length ", len));
+    }
+    sizes[v & 1] += len;
+    s.sections[i] = static_cast<uint32_t>(v);
+  }
+  if (sizes[0] + sizes[1] != payload_size) {
+    return SectionsError(absl::StrCat("sections add up to ", sizes[0] + sizes[1],
+                                      " bytes but the header declares ", payload_size));
+  }
+  uint64_t entropy_stored;
+  if (!GetVarint(&p, end, &entropy_stored) ||
+      entropy_stored > static_cast<uint64_t>(end - p)) {
+    return SectionsError("entropy part size truncated or past the end");
+  }
+  const uint8_t* const plain_src = p + entropy_stored;
+  const auto plain_stored = static_cast<size_t>(end - plain_src);
+  const uint8_t* parts[2];
+  const size_t stored[2] = {static_cast<size_t>(entropy_stored), plain_stored};
+  const bool zstd[2] = {(flags & kSectionsEntropyZstd) != 0, (flags & kSectionsPlainZstd) != 0};
+  const uint8_t* srcs[2] = {p, plain_src};
+  ByteBuffer* bufs[2] = {&s.entropy_part, &s.plain_part};
+  const char* names[2] = {"entropy part", "plain part"};
+  for (int k = 0; k < 2; ++k) {
+    if (!zstd[k]) {
+      if (stored[k] != sizes[k]) {
+        return SectionsError(absl::StrCat("raw ", names[k], " stores ", stored[k], " bytes, ",
+                                          sizes[k], " expected"));
+      }
+      parts[k] = srcs[k];
+      continue;
+    }
+    if (sizes[k] == 0) return SectionsError(absl::StrCat("empty ", names[k], " flagged zstd"));
+    bufs[k]->Resize(sizes[k]);
+    absl::Status st =
+        DecompressExact(s.dctx, srcs[k], stored[k], bufs[k]->data(), sizes[k], names[k]);
+    if (!st.ok()) return SectionsError(st.message());
+    parts[k] = bufs[k]->data();
+  }
+  uint8_t* w = payload;
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint32_t v = s.sections[i];
+    const uint32_t len = v >> 1;
+    std::memcpy(w, parts[v & 1], len);
+    parts[v & 1] += len;
+    w += len;
+  }
+  return absl::OkStatus();
+}
 
 absl::Status FrameDecoder::DecodeImpl(absl::Span<const uint8_t> bytes, DecodedFrame* out) {
   State& s = *state_;
@@ -137,28 +241,13 @@ absl::Status FrameDecoder::DecodeImpl(absl::Span<const uint8_t> bytes, DecodedFr
   payload.Resize(h.uncompressed_size);
   if (h.compression == Compression::kNone) {
     if (h.stored_size != 0) std::memcpy(payload.data(), stored, h.stored_size);
+  } else if (h.compression == Compression::kZstdSections) {
+    absl::Status st = DecodeSections(stored, h.stored_size, payload.data(), h.uncompressed_size);
+    if (!st.ok()) return st;
   } else {
-    const size_t zframe = ZSTD_findFrameCompressedSize(stored, h.stored_size);
-    if (ZSTD_isError(zframe) || zframe != h.stored_size) {
-      return absl::InvalidArgumentError(
-          "zstd payload is not exactly one zstd frame filling the stored size");
-    }
-    const unsigned long long content = ZSTD_getFrameContentSize(stored, h.stored_size);
-    if (content != ZSTD_CONTENTSIZE_UNKNOWN && content != h.uncompressed_size) {
-      return absl::InvalidArgumentError(absl::StrCat("zstd frame expands to ", content,
-                                                     " bytes but the header declares ",
-                                                     h.uncompressed_size));
-    }
-    const size_t r =
-        ZSTD_decompressDCtx(s.dctx, payload.data(), h.uncompressed_size, stored, h.stored_size);
-    if (ZSTD_isError(r)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("zstd decompression failed: ", ZSTD_getErrorName(r)));
-    }
-    if (r != h.uncompressed_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "zstd payload expands to ", r, " bytes but the header declares ", h.uncompressed_size));
-    }
+    absl::Status st = DecompressExact(s.dctx, stored, h.stored_size, payload.data(),
+                                      h.uncompressed_size, "zstd payload");
+    if (!st.ok()) return st;
   }
 
   // --- Records.

@@ -114,6 +114,8 @@ class FrameDecoder {
 
  private:
   absl::Status DecodeImpl(absl::Span<const uint8_t> bytes, DecodedFrame* out);
+  absl::Status DecodeSections(const uint8_t* p, size_t stored_size, uint8_t* payload,
+                              size_t payload_size);
   struct State;
   DecodeOptions options_;
   std::unique_ptr<State> state_;

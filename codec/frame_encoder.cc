@@ -13,14 +13,29 @@
 
 namespace sluice {
 
-struct FrameEncoder::State {
+namespace {
+// Compression contexts and kZstdSections scratch.
+struct FrameEncoderScratch {
   ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ZSTD_CCtx* plain_cctx = ZSTD_createCCtx();  // plain sections: their own level and tables
+  ByteBuffer entropy_part, plain_part, zscratch, table;
+  FrameEncoderScratch() = default;
+  FrameEncoderScratch(const FrameEncoderScratch&) = delete;
+  FrameEncoderScratch& operator=(const FrameEncoderScratch&) = delete;
+  ~FrameEncoderScratch() {
+    ZSTD_freeCCtx(cctx);
+    ZSTD_freeCCtx(plain_cctx);
+  }
+};
+}  // namespace
+
+struct FrameEncoder::State {
+  FrameEncoderScratch z;
   ColumnarEncoder columnar;
   ByteBuffer payload;
   std::vector<Record> sorted;
   std::vector<Record> sort_scratch;
   int zstd_skips_left = 0;  // adaptive compression: frames still to store without trying zstd
-  ~State() { ZSTD_freeCCtx(cctx); }
 };
 
 FrameEncoder::FrameEncoder(EncodeOptions options)
@@ -86,6 +101,86 @@ void WriteOpaqueRows(absl::Span<const Record> records, ByteBuffer* payload) {
     w += r.value.size();
   }
   payload->Resize(payload->size() - bound + static_cast<size_t>(w - start));
+}
+
+// Appends to *out the kZstdSections form of `payload` (docs/frame-format.md): the plain spans
+// compressed together at kPlainSectionLevel, the rest together at `level`, each part stored
+// raw instead when zstd does not shrink it. Returns the stored size, or 0 if zstd failed.
+size_t WriteSections(const ByteBuffer& payload, absl::Span<const ColumnarEncoder::Span> plain,
+                     int level, FrameEncoderScratch& s, std::string* out) {
+  s.entropy_part.Clear();
+  s.plain_part.Clear();
+  s.table.Clear();
+  uint8_t* const entries = s.table.Extend((2 * plain.size() + 1) * kMaxVarintBytes);
+  uint8_t* e = entries;
+  size_t sections = 0;
+  uint32_t at = 0;
+  const uint8_t* data = payload.data();
+  auto add = [&](uint32_t off, uint32_t len, bool is_plain) {
+    if (len == 0) return;
+    e = PutVarint(e, (uint64_t{len} << 1) | (is_plain ? 1 : 0));
+    ++sections;
+    (is_plain ? s.plain_part : s.entropy_part).Append(data + off, len);
+  };
+  for (const ColumnarEncoder::Span& sp : plain) {
+    add(at, sp.offset - at, false);
+    add(sp.offset, sp.length, true);
+    at = sp.offset + sp.length;
+  }
+  add(at, static_cast<uint32_t>(payload.size()) - at, false);
+  const auto entries_size = static_cast<size_t>(e - entries);
+
+  // Entropy part: the frame's zstd level.
+  uint8_t flags = 0;
+  const uint8_t* entropy_bytes = s.entropy_part.data();
+  size_t entropy_stored = s.entropy_part.size();
+  if (!s.entropy_part.empty()) {
+    const size_t bound = ZSTD_compressBound(s.entropy_part.size());
+    s.zscratch.Resize(bound);
+    const size_t r = ZSTD_compressCCtx(s.cctx, s.zscratch.data(), bound, s.entropy_part.data(),
+                                       s.entropy_part.size(), level);
+    if (ZSTD_isError(r)) return 0;
+    if (r < s.entropy_part.size()) {
+      flags |= kSectionsEntropyZstd;
+      entropy_bytes = s.zscratch.data();
+      entropy_stored = r;
+    }
+  }
+  uint8_t head[1 + 2 * kMaxVarintBytes];
+  uint8_t* h = head + 1;
+  h = PutVarint(h, sections);
+  const auto head1 = static_cast<size_t>(h - head);
+  uint8_t tail[kMaxVarintBytes];
+  const auto tail_size = static_cast<size_t>(PutVarint(tail, entropy_stored) - tail);
+  const size_t prefix = head1 + entries_size + tail_size;
+
+  // Plain part, straight into the output.
+  const size_t start = out->size();
+  const size_t plain_bound = ZSTD_compressBound(s.plain_part.size());
+  out->resize(start + prefix + entropy_stored + plain_bound);
+  auto* w = reinterpret_cast<uint8_t*>(out->data() + start);
+  if (entropy_stored != 0) std::memcpy(w + prefix, entropy_bytes, entropy_stored);
+  uint8_t* const plain_out = w + prefix + entropy_stored;
+  size_t plain_stored = s.plain_part.size();
+  const size_t r = ZSTD_compressCCtx(s.plain_cctx, plain_out, plain_bound, s.plain_part.data(),
+                                     s.plain_part.size(), kPlainSectionLevel);
+  if (ZSTD_isError(r)) {
+    out->resize(start);
+    return 0;
+  }
+  if (r < s.plain_part.size()) {
+    flags |= kSectionsPlainZstd;
+    plain_stored = r;
+  } else {
+    std::memcpy(plain_out, s.plain_part.data(), s.plain_part.size());
+  }
+  head[0] = flags;
+  std::memcpy(w, head, head1);
+  std::memcpy(w + head1, entries, entries_size);
+  std::memcpy(w + head1 + entries_size, tail, tail_size);
+  const size_t total = prefix + entropy_stored + plain_stored;
+  out->resize(start + total);
+  return total;
 }
 
 }  // namespace
@@ -159,25 +254,50 @@ absl::Status FrameEncoder::Encode(absl::Span<const Record> records, std::string*
   const size_t frame_start = out->size();
   size_t stored = s.payload.size();
   h.compression = Compression::kNone;
-  bool try_zstd = options_.compression == Compression::kZstd && !s.payload.empty();
+  bool try_zstd = options_.compression != Compression::kNone && !s.payload.empty();
   if (try_zstd && s.zstd_skips_left > 0) {
     --s.zstd_skips_left;
     try_zstd = false;
   }
-  if (try_zstd) {
+  // Sections when the layout marked enough plain bytes: they skip zstd's entropy stage.
+  absl::Span<const ColumnarEncoder::Span> plain;
+  if (try_zstd && layout == Layout::kColumnar && options_.plain_sections &&
+      s.payload.size() >= kMinSectionedPayload) {
+    plain = s.columnar.plain_spans();
+    size_t plain_bytes = 0;
+    for (const auto& sp : plain) plain_bytes += sp.length;
+    if (plain_bytes < kMinPlainSectionBytes || plain.size() > kMaxPlainSpans) plain = {};
+  }
+  size_t zstd_stored = 0;  // what zstd made of the payload, if tried
+  if (try_zstd && !plain.empty()) {
+    out->resize(frame_start + kFrameHeaderSize);
+    const size_t r = WriteSections(s.payload, plain, options_.zstd_level, s.z, out);
+    if (r == 0) {
+      out->resize(frame_start);
+      return absl::InternalError("zstd compression failed");
+    }
+    zstd_stored = r;
+    if (r < s.payload.size()) {
+      h.compression = Compression::kZstdSections;
+      stored = r;
+    }
+  } else if (try_zstd) {
     const size_t bound = ZSTD_compressBound(s.payload.size());
     out->resize(frame_start + kFrameHeaderSize + bound);
-    const size_t r = ZSTD_compressCCtx(s.cctx, out->data() + frame_start + kFrameHeaderSize, bound,
+    const size_t r = ZSTD_compressCCtx(s.z.cctx, out->data() + frame_start + kFrameHeaderSize, bound,
                                        s.payload.data(), s.payload.size(), options_.zstd_level);
     if (ZSTD_isError(r)) {
       out->resize(frame_start);
       return absl::InternalError(absl::StrCat("zstd compression failed: ", ZSTD_getErrorName(r)));
     }
+    zstd_stored = r;
     if (r < s.payload.size()) {
       h.compression = Compression::kZstd;
       stored = r;
     }
-    const double saved = 1.0 - static_cast<double>(std::min(r, s.payload.size())) /
+  }
+  if (try_zstd) {
+    const double saved = 1.0 - static_cast<double>(std::min(zstd_stored, s.payload.size())) /
                                    static_cast<double>(s.payload.size());
     if (options_.min_zstd_saving > 0 && saved < options_.min_zstd_saving) {
       s.zstd_skips_left = options_.zstd_skip_frames;

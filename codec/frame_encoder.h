@@ -22,6 +22,10 @@
 
 namespace sluice {
 
+inline constexpr size_t kMinSectionedPayload = 4096;
+inline constexpr size_t kMinPlainSectionBytes = 1024;
+inline constexpr size_t kMaxPlainSpans = 4096;
+
 struct EncodeOptions {
   /// Layout to use. AUTO picks per frame; COLUMNAR falls back to MSGPACK when the batch does
   /// not fit it; MSGPACK and COLUMNAR reject values that are not msgpack; OPAQUE takes anything.
@@ -35,6 +39,12 @@ struct EncodeOptions {
   /// on every frame (a frame is still stored uncompressed when zstd would not shrink it).
   double min_zstd_saving = 0.05;
   int zstd_skip_frames = 7;
+  /// COLUMNAR frames: byte ranges the layout finds too close to random for an entropy coder
+  /// (random ids, float mantissas, dense codes) are compressed apart from the rest, at a fast
+  /// zstd level without literal entropy coding, and the frame is stored as kZstdSections: much
+  /// faster for such data, a few percent larger at most. Only for payloads of at least
+  /// kMinSectionedPayload bytes with at least kMinPlainSectionBytes of plain ranges.
+  bool plain_sections = true;
   /// Sort the records by key (stable) before encoding. Either way, the frame is flagged
   /// sorted whenever its records are in key order.
   bool sort_by_key = false;

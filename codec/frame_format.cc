@@ -35,6 +35,8 @@ const char* CompressionName(Compression compression) {
       return "NONE";
     case Compression::kZstd:
       return "ZSTD";
+    case Compression::kZstdSections:
+      return "ZSTD_SECTIONS";
   }
   return "UNKNOWN";
 }
@@ -92,7 +94,7 @@ absl::StatusOr<FrameHeader> ParseFrameHeader(absl::Span<const uint8_t> bytes,
         absl::StrCat("unknown format tag 0x", absl::Hex(p[5], absl::kZeroPad2)));
   }
   h.layout = static_cast<Layout>(p[5]);
-  if (p[6] > static_cast<uint8_t>(Compression::kZstd)) {
+  if (p[6] > static_cast<uint8_t>(Compression::kZstdSections)) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown compression tag 0x", absl::Hex(p[6], absl::kZeroPad2)));
   }

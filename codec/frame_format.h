@@ -89,7 +89,10 @@ enum class Layout : uint8_t {
 /// The encoder may also be asked to choose (never written to a header).
 enum class LayoutChoice : uint8_t { kOpaque = 0, kMsgpack = 1, kColumnar = 2, kAuto = 0xff };
 
-enum class Compression : uint8_t { kNone = 0, kZstd = 1 };
+/// How a frame's payload is stored. kZstdSections (docs/frame-format.md) is written by the
+/// encoder when asked for kZstd and the layout marked byte ranges an entropy coder cannot shrink:
+/// those ("plain" sections) are compressed apart, at a zstd level without literal entropy coding.
+enum class Compression : uint8_t { kNone = 0, kZstd = 1, kZstdSections = 2 };
 
 const char* LayoutName(Layout layout);
 const char* LayoutChoiceName(LayoutChoice choice);
@@ -106,6 +109,13 @@ inline constexpr uint8_t kKnownFlags = kFlagSortedByKey;
 inline constexpr uint32_t kDefaultMaxUncompressedBytes = 64u << 20;
 /// Default cap on the record count of one frame.
 inline constexpr uint32_t kDefaultMaxRecords = 4u << 20;
+// kZstdSections (docs/frame-format.md): the flags byte's bits, the level plain sections are
+// compressed at (zstd's fast levels store literals without entropy coding, and still find
+// repeats), and how many sections a frame may have.
+inline constexpr uint8_t kSectionsEntropyZstd = 0x01;
+inline constexpr uint8_t kSectionsPlainZstd = 0x02;
+inline constexpr int kPlainSectionLevel = -1;
+inline constexpr uint32_t kMaxSections = 1u << 16;
 
 /// The decoded header fields.
 struct FrameHeader {

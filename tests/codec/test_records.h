@@ -247,6 +247,26 @@ inline Batch ColumnarBatch(Gen& g, size_t n, size_t fields) {
   return b;
 }
 
+/// Maps that COLUMNAR stores partly as plain sections: a random float64, a random 40-bit int,
+/// a 300-name string column (bit-packed dictionary codes) and a small skewed int.
+inline Batch SectionedBatch(Gen& g, size_t n) {
+  Batch b;
+  for (size_t i = 0; i < n; ++i) {
+    std::string v;
+    Gen::MapHeader(&v, 4);
+    Gen::Str(&v, "x");
+    Gen::F64(&v, (uint64_t{0x3ff} << 52) | (g.rng()() >> 12));  // in [1, 2)
+    Gen::Str(&v, "id");
+    Gen::Int(&v, static_cast<int64_t>(g.rng()() >> 24));
+    Gen::Str(&v, "name");
+    Gen::Str(&v, "name-" + std::to_string(g.Below(300)));
+    Gen::Str(&v, "n");
+    Gen::Int(&v, static_cast<int64_t>(g.Below(4)));
+    b.Add(g.Bytes(3), v);
+  }
+  return b;
+}
+
 }  // namespace sluice::testing
 
 #endif  // SLUICE_TESTS_CODEC_TEST_RECORDS_H_

@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
     packed.Add(g.Bytes(3), v);
   }
   batches.emplace_back("columnar_packed", packed);
+  // Random floats and ids: large enough for a ZSTD_SECTIONS frame (plain parts apart).
+  batches.emplace_back("columnar_sections", sluice::testing::SectionedBatch(g, 320));
   batches.emplace_back("msgpack", mp);
   batches.emplace_back("opaque", opaque);
   int written = 0;
