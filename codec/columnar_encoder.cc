@@ -305,7 +305,7 @@ struct BuildColumn {
   // Whether, on the first `seen` values, dictionary + codes beat lengths + contents by 10%.
   bool DictPays(size_t seen) const {
     const uint64_t entries = firsts.size();
-    const uint64_t dict_cost = dict_len + entries + seen * CodeWidth(entries);
+    const uint64_t dict_cost = dict_len + entries + (seen * BitsFor(entries) + 7) / 8;
     const uint64_t plain_cost = total_len + seen;
     return dict_cost * 10 < plain_cost * 9;
   }
