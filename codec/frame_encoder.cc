@@ -108,19 +108,40 @@ void WriteOpaqueRows(absl::Span<const Record> records, ByteBuffer* payload) {
 // raw instead when zstd does not shrink it. Returns the stored size, or 0 if zstd failed.
 size_t WriteSections(const ByteBuffer& payload, absl::Span<const ColumnarEncoder::Span> plain,
                      int level, FrameEncoderScratch& s, std::string* out) {
-  s.entropy_part.Clear();
-  s.plain_part.Clear();
   s.table.Clear();
   uint8_t* const entries = s.table.Extend((2 * plain.size() + 1) * kMaxVarintBytes);
   uint8_t* e = entries;
   size_t sections = 0;
-  uint32_t at = 0;
   const uint8_t* data = payload.data();
+  // Each part's bytes: a view into the payload while it is one range, else gathered.
+  struct Part {
+    ByteBuffer* buf;
+    const uint8_t* first = nullptr;
+    size_t first_len = 0;
+    int ranges = 0;
+    size_t size = 0;
+    void Add(const uint8_t* p, size_t n) {
+      if (ranges == 1) buf->Append(first, first_len);
+      if (ranges == 0) {
+        first = p;
+        first_len = n;
+      } else {
+        buf->Append(p, n);
+      }
+      ++ranges;
+      size += n;
+    }
+    const uint8_t* bytes() const { return ranges == 1 ? first : buf->data(); }
+  };
+  s.entropy_part.Clear();
+  s.plain_part.Clear();
+  Part parts[2] = {{&s.entropy_part}, {&s.plain_part}};
+  uint32_t at = 0;
   auto add = [&](uint32_t off, uint32_t len, bool is_plain) {
     if (len == 0) return;
     e = PutVarint(e, (uint64_t{len} << 1) | (is_plain ? 1 : 0));
     ++sections;
-    (is_plain ? s.plain_part : s.entropy_part).Append(data + off, len);
+    parts[is_plain ? 1 : 0].Add(data + off, len);
   };
   for (const ColumnarEncoder::Span& sp : plain) {
     add(at, sp.offset - at, false);
@@ -129,18 +150,20 @@ size_t WriteSections(const ByteBuffer& payload, absl::Span<const ColumnarEncoder
   }
   add(at, static_cast<uint32_t>(payload.size()) - at, false);
   const auto entries_size = static_cast<size_t>(e - entries);
+  const Part& entropy = parts[0];
+  const Part& plain_bytes = parts[1];
 
   // Entropy part: the frame's zstd level.
   uint8_t flags = 0;
-  const uint8_t* entropy_bytes = s.entropy_part.data();
-  size_t entropy_stored = s.entropy_part.size();
-  if (!s.entropy_part.empty()) {
-    const size_t bound = ZSTD_compressBound(s.entropy_part.size());
+  const uint8_t* entropy_bytes = entropy.bytes();
+  size_t entropy_stored = entropy.size;
+  if (entropy.size != 0) {
+    const size_t bound = ZSTD_compressBound(entropy.size);
     s.zscratch.Resize(bound);
-    const size_t r = ZSTD_compressCCtx(s.cctx, s.zscratch.data(), bound, s.entropy_part.data(),
-                                       s.entropy_part.size(), level);
+    const size_t r =
+        ZSTD_compressCCtx(s.cctx, s.zscratch.data(), bound, entropy.bytes(), entropy.size, level);
     if (ZSTD_isError(r)) return 0;
-    if (r < s.entropy_part.size()) {
+    if (r < entropy.size) {
       flags |= kSectionsEntropyZstd;
       entropy_bytes = s.zscratch.data();
       entropy_stored = r;
@@ -156,23 +179,23 @@ size_t WriteSections(const ByteBuffer& payload, absl::Span<const ColumnarEncoder
 
   // Plain part, straight into the output.
   const size_t start = out->size();
-  const size_t plain_bound = ZSTD_compressBound(s.plain_part.size());
+  const size_t plain_bound = ZSTD_compressBound(plain_bytes.size);
   out->resize(start + prefix + entropy_stored + plain_bound);
   auto* w = reinterpret_cast<uint8_t*>(out->data() + start);
   if (entropy_stored != 0) std::memcpy(w + prefix, entropy_bytes, entropy_stored);
   uint8_t* const plain_out = w + prefix + entropy_stored;
-  size_t plain_stored = s.plain_part.size();
-  const size_t r = ZSTD_compressCCtx(s.plain_cctx, plain_out, plain_bound, s.plain_part.data(),
-                                     s.plain_part.size(), kPlainSectionLevel);
+  size_t plain_stored = plain_bytes.size;
+  const size_t r = ZSTD_compressCCtx(s.plain_cctx, plain_out, plain_bound, plain_bytes.bytes(),
+                                     plain_bytes.size, kPlainSectionLevel);
   if (ZSTD_isError(r)) {
     out->resize(start);
     return 0;
   }
-  if (r < s.plain_part.size()) {
+  if (r < plain_bytes.size) {
     flags |= kSectionsPlainZstd;
     plain_stored = r;
   } else {
-    std::memcpy(plain_out, s.plain_part.data(), s.plain_part.size());
+    std::memcpy(plain_out, plain_bytes.bytes(), plain_bytes.size);
   }
   head[0] = flags;
   std::memcpy(w, head, head1);
