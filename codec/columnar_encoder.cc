@@ -328,7 +328,7 @@ struct BuildColumn {
                                                              const uint8_t* end) {
     if constexpr (T == ColumnType::kInt) {
       int64_t v;
-      p = mp::ReadCanonicalInt(p, end, &v);
+      p = mp::ReadCanonicalIntFast(p, end, &v);
       if (p != nullptr) ints[i] = v;
       return p;
     } else if constexpr (T == ColumnType::kFloat64) {

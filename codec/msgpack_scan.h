@@ -163,6 +163,40 @@ inline const uint8_t* ReadCanonicalInt(const uint8_t* p, const uint8_t* end, int
   }
 }
 
+/// ReadCanonicalInt without its jump table: with 9 bytes available, an 0xcc..0xd3 integer's
+/// width, signedness and smallest canonical value come from the tag's low bits, and one 8-byte
+/// load reads any width. A column whose integers switch widths record to record (ids around
+/// 2^16, 2^32) then costs no mispredicted indirect jump. Same results as ReadCanonicalInt.
+inline const uint8_t* ReadCanonicalIntFast(const uint8_t* p, const uint8_t* end, int64_t* v) {
+  if (__builtin_expect(end - p < 9, 0)) return ReadCanonicalInt(p, end, v);
+  const uint8_t b = *p;
+  if (b < 0x80) {
+    *v = b;
+    return p + 1;
+  }
+  if (b >= 0xe0) {
+    *v = static_cast<int8_t>(b);  // NOLINT(bugprone-signed-char-misuse): negative fixint
+    return p + 1;
+  }
+  const unsigned k = static_cast<unsigned>(b) - 0xcc;  // uint8..uint64, then int8..int64
+  if (k > 7) return nullptr;
+  const unsigned lg = k & 3;
+  const unsigned drop = 64 - (8u << lg);  // the bytes past the value in the 8-byte load
+  const uint64_t word = LoadBE64(p + 1);
+  if (k < 4) {
+    static constexpr uint64_t kMinUnsigned[4] = {128, 256, 65536, 0x100000000ULL};
+    const uint64_t x = word >> drop;
+    if (x < kMinUnsigned[lg] || x > 0x7fffffffffffffffULL) return nullptr;
+    *v = static_cast<int64_t>(x);
+  } else {
+    static constexpr int64_t kMaxSigned[4] = {-32, -128, -32768, -2147483648LL};
+    const int64_t x = static_cast<int64_t>(word) >> drop;  // arithmetic shift: sign-extends
+    if (x >= kMaxSigned[lg]) return nullptr;
+    *v = x;
+  }
+  return p + 1 + (size_t{1} << lg);
+}
+
 /// Canonical str header size / writer for a byte length.
 inline size_t StrHeaderSize(uint64_t n) { return n < 32 ? 1 : (n < 256 ? 2 : (n < 65536 ? 3 : 5)); }
 inline uint8_t* WriteStrHeader(uint8_t* p, uint32_t n) {

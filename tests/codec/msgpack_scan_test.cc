@@ -7,6 +7,7 @@
 
 #include <msgpack.hpp>
 #include <string>
+#include <vector>
 
 #include "tests/codec/test_records.h"
 
@@ -106,6 +107,40 @@ TEST(MsgpackScanTest, NonCanonicalIntsAreNotAcceptedAsCanonical) {
   EXPECT_EQ(mp::ReadCanonicalInt(i8_pos, i8_pos + 2, &v), nullptr);
   const uint8_t u64_huge[] = {0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
   EXPECT_EQ(mp::ReadCanonicalInt(u64_huge, u64_huge + 9, &v), nullptr);  // > INT64_MAX
+}
+
+TEST(MsgpackScanTest, FastIntReaderAgreesWithTheCanonicalReader) {
+  // Every tag byte, followed by bytes that sit on and around each width's canonical bounds,
+  // with and without the 9 bytes the fast path wants.
+  std::vector<std::string> tails = {std::string(8, '\0'), std::string(8, '\xff')};
+  for (uint64_t v : {uint64_t{31}, uint64_t{32}, uint64_t{127}, uint64_t{128}, uint64_t{255},
+                     uint64_t{256}, uint64_t{65535}, uint64_t{65536}, uint64_t{0xffffffff},
+                     uint64_t{0x100000000}, uint64_t{0x7fffffffffffffff}, uint64_t{1} << 63}) {
+    for (int shift : {0, 8, 16, 24, 32, 40, 48, 56}) {
+      std::string t(8, '\0');
+      StoreBE64(reinterpret_cast<uint8_t*>(t.data()), v << shift);
+      tails.push_back(t);
+      StoreBE64(reinterpret_cast<uint8_t*>(t.data()), ~(v << shift));
+      tails.push_back(t);
+    }
+  }
+  testing::Gen g(3);
+  for (int i = 0; i < 200; ++i) tails.push_back(g.Bytes(8) + std::string(8, '\x7f'));
+  for (int tag = 0; tag < 256; ++tag) {
+    for (const std::string& tail : tails) {
+      const std::string bytes = std::string(1, static_cast<char>(tag)) + tail.substr(0, 8);
+      for (size_t len = 0; len <= bytes.size(); ++len) {
+        const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+        int64_t a = 0x1234, b = 0x1234;
+        const uint8_t* ra = mp::ReadCanonicalInt(p, p + len, &a);
+        const uint8_t* rb = mp::ReadCanonicalIntFast(p, p + len, &b);
+        ASSERT_EQ(ra, rb) << "tag " << tag << " len " << len;
+        if (ra != nullptr) {
+          ASSERT_EQ(a, b) << "tag " << tag;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
