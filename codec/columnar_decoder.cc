@@ -22,6 +22,12 @@ namespace {
 struct ReadColumn {
   ColumnType type = ColumnType::kNil;
   PodBuffer<int64_t> ints;
+  // kIntStep: the values are computed, never stored (a few bytes may stand for n values).
+  bool int_step = false;
+  uint64_t int_first = 0, int_by = 0;
+  int64_t Int(size_t i) const {
+    return int_step ? static_cast<int64_t>(int_first + int_by * i) : ints[i];
+  }
   PodBuffer<uint32_t> lens;        // plain bytes: per value
   const uint8_t* fixed = nullptr;  // floats (big-endian, as in msgpack), bools
   ByteBuffer decimal_floats;       // float64 decimals, turned back into raw bits
@@ -79,13 +85,27 @@ uint8_t* WriteBytesHeader(ColumnType t, uint8_t* w, uint32_t len) {
 
 // An int stream: encoding byte (plain or delta) and n zigzag varints.
 absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::string_view name,
-                      PodBuffer<int64_t>* ints) {
+                      bool allow_step, ReadColumn* c) {
   const uint8_t* p = *pp;
-  if (p >= end || *p > kIntDelta) {
+  c->int_step = false;
+  if (p >= end || *p > kIntStep || (*p == kIntStep && !allow_step)) {
     return Corrupt(
         absl::StrCat("column '", name, "' has ",
                      p >= end ? "no integer encoding byte" : "an unknown integer encoding"));
   }
+  if (*p == kIntStep) {
+    ++p;
+    uint64_t first, by;
+    if (!GetVarint(&p, end, &first) || !GetVarint(&p, end, &by)) {
+      return Corrupt(absl::StrCat("column '", name, "' has a truncated integer sequence"));
+    }
+    c->int_step = true;
+    c->int_first = static_cast<uint64_t>(UnZigZag(first));
+    c->int_by = static_cast<uint64_t>(UnZigZag(by));
+    *pp = p;
+    return absl::OkStatus();
+  }
+  PodBuffer<int64_t>* ints = &c->ints;
   const bool delta = *p++ == kIntDelta;
   if (static_cast<size_t>(end - p) < n) {  // at least one byte per value
     return Corrupt(absl::StrCat("column '", name, "' integers are truncated"));
@@ -303,7 +323,7 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
           return Corrupt(absl::StrCat("float column '", name, "' has a bad decimal exponent"));
         }
         const double pow10 = kPow10[*p++];
-        if (auto st = ReadInts(&p, end, n, name, &c->ints); !st.ok()) return st;
+        if (auto st = ReadInts(&p, end, n, name, /*allow_step=*/false, c); !st.ok()) return st;
         c->decimal_floats.Resize(n * 8);
         uint8_t* out = c->decimal_floats.data();
         for (size_t i = 0; i < n; ++i) {
@@ -321,8 +341,8 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
     }
     case ColumnType::kInt: {
       uint64_t rebuilt = 0;
-      if (auto st = ReadInts(&p, end, n, name, &c->ints); !st.ok()) return st;
-      for (size_t i = 0; i < n; ++i) rebuilt += mp::IntSize(c->ints[i]);
+      if (auto st = ReadInts(&p, end, n, name, /*allow_step=*/true, c); !st.ok()) return st;
+      for (size_t i = 0; i < n; ++i) rebuilt += mp::IntSize(c->Int(i));
       c->rebuilt_bytes = rebuilt;
       break;
     }
@@ -423,7 +443,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteValue(const ReadColumn& c, siz
       *w = static_cast<uint8_t>(0xc2 | c.fixed[i]);
       return w + 1;
     case ColumnType::kInt:
-      return mp::WriteInt(w, c.ints[i]);
+      return mp::WriteInt(w, c.Int(i));
     case ColumnType::kFloat32:
       *w = 0xca;
       std::memcpy(w + 1, c.fixed + i * 4, 4);
@@ -550,6 +570,14 @@ absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, ui
     return st;
   }
   for (uint64_t j = 0; j < num_fields; ++j) {
+    // Every value of every field rebuilds to at least one byte: refuse early what cannot fit
+    // the cap, so a frame cannot make columns that store nothing per value (nil, integer
+    // sequences) cost time or memory for records it could never hold.
+    if (n != 0 && j + 1 > max_rows_bytes / n) {
+      return Corrupt(absl::StrCat(n, " records of ", j + 1,
+                                  " or more fields cannot fit the rows cap of ", max_rows_bytes,
+                                  " bytes"));
+    }
     if (auto st =
             ReadColumnData(&p, end, n, /*is_key=*/false, num_fields, s.names[j], &s.fields[j]);
         !st.ok()) {

@@ -437,14 +437,14 @@ struct BuildColumn {
     switch (type) {
       case ColumnType::kInt:
         bulk_begin = w + 1;
-        return SerializeInts(ints.data(), n, w);
+        return SerializeInts(ints.data(), n, w, /*allow_step=*/true);
       case ColumnType::kFloat64: {
         int e;
         if (ToDecimals(&e)) {
           *w++ = kFloatDecimal;
           *w++ = static_cast<uint8_t>(e);
           bulk_begin = w + 1;
-          return SerializeInts(ints.data(), n, w);
+          return SerializeInts(ints.data(), n, w, /*allow_step=*/false);
         }
         *w++ = kFloatRaw;
         bulk_begin = w;
@@ -487,7 +487,20 @@ struct BuildColumn {
     return true;
   }
 
-  static uint8_t* SerializeInts(const int64_t* v, size_t n, uint8_t* w) {
+  static uint8_t* SerializeInts(const int64_t* v, size_t n, uint8_t* w, bool allow_step) {
+    // An arithmetic sequence (row ids, sequence numbers) is stored as its first value and step.
+    if (allow_step && n >= 2) {
+      const uint64_t by = static_cast<uint64_t>(v[1]) - static_cast<uint64_t>(v[0]);
+      uint64_t off = 0;
+      for (size_t i = 2; i < n; ++i) {
+        off |= (static_cast<uint64_t>(v[i]) - static_cast<uint64_t>(v[i - 1])) ^ by;
+      }
+      if (off == 0) {
+        *w++ = kIntStep;
+        w = PutVarint(w, ZigZag(v[0]));
+        return PutVarint(w, ZigZag(static_cast<int64_t>(by)));
+      }
+    }
     // Plain or delta zigzag varints: estimated on an even sample of at most 512 values, so
     // the column is only walked once more, to write it.
     const size_t step = n > 512 ? n / 512 : 1;

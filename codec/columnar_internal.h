@@ -20,6 +20,7 @@ constexpr uint64_t kMaxFields = 4096;
 // Column encodings (the byte after the type byte, for the types that have one).
 constexpr uint8_t kIntPlain = 0;
 constexpr uint8_t kIntDelta = 1;
+constexpr uint8_t kIntStep = 2;  // value i = first + i * step (mod 2^64): two varints in all
 constexpr uint8_t kBytesPlain = 0;
 constexpr uint8_t kBytesDict = 1;
 constexpr uint8_t kBytesHex = 2;     // str only: lowercase hex of even length, stored as bytes

@@ -37,6 +37,18 @@ int main(int argc, char** argv) {
     packed.Add(g.Bytes(3), v);
   }
   batches.emplace_back("columnar_packed", packed);
+  // Sequential ids: an integer column stored as first value and step.
+  sluice::testing::Batch sequence;
+  for (int i = 0; i < 6; ++i) {
+    std::string v;
+    sluice::testing::Gen::MapHeader(&v, 2);
+    sluice::testing::Gen::Str(&v, "id");
+    sluice::testing::Gen::Int(&v, 1000 + 3 * i);
+    sluice::testing::Gen::Str(&v, "s");
+    sluice::testing::Gen::Str(&v, g.Bytes(4));
+    sequence.Add(g.Bytes(2), v);
+  }
+  batches.emplace_back("columnar_sequence", sequence);
   // Random floats and ids: large enough for a ZSTD_SECTIONS frame (plain parts apart).
   batches.emplace_back("columnar_sections", sluice::testing::SectionedBatch(g, 320));
   batches.emplace_back("msgpack", mp);
