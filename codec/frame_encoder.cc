@@ -103,6 +103,8 @@ void WriteOpaqueRows(absl::Span<const Record> records, ByteBuffer* payload) {
   payload->Resize(payload->size() - bound + static_cast<size_t>(w - start));
 }
 
+constexpr size_t kPlainProbeBytes = 64 << 10;
+
 // Appends to *out the kZstdSections form of `payload` (docs/frame-format.md): the plain spans
 // compressed together at kPlainSectionLevel, the rest together at `level`, each part stored
 // raw instead when zstd does not shrink it. Returns the stored size, or 0 if zstd failed.
@@ -185,8 +187,18 @@ size_t WriteSections(const ByteBuffer& payload, absl::Span<const ColumnarEncoder
   if (entropy_stored != 0) std::memcpy(w + prefix, entropy_bytes, entropy_stored);
   uint8_t* const plain_out = w + prefix + entropy_stored;
   size_t plain_stored = plain_bytes.size;
-  const size_t r = ZSTD_compressCCtx(s.plain_cctx, plain_out, plain_bound, plain_bytes.bytes(),
-                                     plain_bytes.size, kPlainSectionLevel);
+  // A large plain part is probed first: when zstd cannot shrink its first kPlainProbeBytes
+  // by 1% (random ids, packed text: no repeats either), the rest is not worth its time.
+  bool try_plain = true;
+  if (plain_bytes.size > 2 * kPlainProbeBytes) {
+    const size_t p = ZSTD_compressCCtx(s.plain_cctx, plain_out, plain_bound, plain_bytes.bytes(),
+                                       kPlainProbeBytes, kPlainSectionLevel);
+    try_plain = !ZSTD_isError(p) && p * 100 < kPlainProbeBytes * 99;
+  }
+  const size_t r = try_plain ? ZSTD_compressCCtx(s.plain_cctx, plain_out, plain_bound,
+                                                 plain_bytes.bytes(), plain_bytes.size,
+                                                 kPlainSectionLevel)
+                             : plain_bytes.size;
   if (ZSTD_isError(r)) {
     out->resize(start);
     return 0;

@@ -181,6 +181,29 @@ TEST(SectionsTest, OnlyLargeColumnarPayloadsWithPlainBytesUseSections) {
   EXPECT_NE(Parse(f.substr(kFrameHeaderSize)).flags & kSectionsPlainZstd, 0);
   EXPECT_LT(f.size(), 4000u * 8 / 2);
   EXPECT_TRUE(DecodesTo(f, repeats));
+  // Past 128 KiB of plain bytes the encoder probes the first 64 KiB: repeats are still found,
+  // and random bytes are stored raw without compressing the rest.
+  Batch many_repeats, random;
+  for (int i = 0; i < 24000; ++i) {
+    std::string v;
+    Gen::MapHeader(&v, 1);
+    Gen::Str(&v, "x");
+    Gen::F64(&v, floats[g.Below(floats.size())]);
+    many_repeats.Add("k", v);
+    v.clear();
+    Gen::MapHeader(&v, 1);
+    Gen::Str(&v, "x");
+    Gen::F64(&v, (uint64_t{0x3ff} << 52) | (g.rng()() >> 12));
+    random.Add("k", v);
+  }
+  const std::string repeated = Encode(many_repeats);
+  ASSERT_EQ(Header(repeated).compression, Compression::kZstdSections);
+  EXPECT_NE(Parse(repeated.substr(kFrameHeaderSize)).flags & kSectionsPlainZstd, 0);
+  EXPECT_TRUE(DecodesTo(repeated, many_repeats));
+  // (Nothing else in that frame compresses either: it is stored uncompressed.)
+  const std::string raw = Encode(random);
+  EXPECT_EQ(Header(raw).compression, Compression::kNone);
+  EXPECT_TRUE(DecodesTo(raw, random));
 }
 
 TEST(SectionsTest, EverySectionsHeadByteChangeIsRejectedOrHarmless) {
