@@ -565,19 +565,20 @@ absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, ui
     prefix_total += s.prefixes[j].len;
     p += len;
   }
+  // Every record rebuilds to at least its field prefixes (map header and names) plus a byte a
+  // value: refuse early what cannot fit the cap, so columns that store nothing per value (nil,
+  // integer sequences) cannot make a few bytes cost work for records no frame could hold.
+  const uint64_t min_record = std::max<uint64_t>(1, prefix_total + num_fields);
+  if (n != 0 && min_record > max_rows_bytes / n) {
+    return Corrupt(absl::StrCat(n, " records of at least ", min_record,
+                                " bytes each cannot fit the rows cap of ", max_rows_bytes,
+                                " bytes"));
+  }
   if (auto st = ReadColumnData(&p, end, n, /*is_key=*/true, num_fields, "<key>", &s.key);
       !st.ok()) {
     return st;
   }
   for (uint64_t j = 0; j < num_fields; ++j) {
-    // Every value of every field rebuilds to at least one byte: refuse early what cannot fit
-    // the cap, so a frame cannot make columns that store nothing per value (nil, integer
-    // sequences) cost time or memory for records it could never hold.
-    if (n != 0 && j + 1 > max_rows_bytes / n) {
-      return Corrupt(absl::StrCat(n, " records of ", j + 1,
-                                  " or more fields cannot fit the rows cap of ", max_rows_bytes,
-                                  " bytes"));
-    }
     if (auto st =
             ReadColumnData(&p, end, n, /*is_key=*/false, num_fields, s.names[j], &s.fields[j]);
         !st.ok()) {

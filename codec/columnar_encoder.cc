@@ -65,6 +65,7 @@ inline uint8_t BitsFor(size_t d) {
 // "plain": Huffman coding could save at most an eighth of it, at a cost of several ns a byte.
 constexpr size_t kMinPlainSpan = 256;
 constexpr size_t kPlainSample = 512;
+constexpr size_t kPlainBlocks = 8;
 constexpr double kPlainBits = 7.0;
 
 // n * log2(n) for n in [0, kPlainSample].
@@ -82,13 +83,22 @@ bool LooksPlain(const uint8_t* p, size_t n) {
   if (n < kMinPlainSpan) return false;
   static const NLog2NTable kTable;
   uint16_t hist[256] = {};
-  // A stride sharing no factor with small periods (two-byte codes, 3-byte varints, 8-byte
-  // floats...), or the sample would see only one byte position of each value.
-  size_t step = n / kPlainSample + 1;
-  while (step % 2 == 0 || step % 3 == 0 || step % 5 == 0 || step % 7 == 0) ++step;
-  if (step == 1 && n > kPlainSample) step = 11;
+  // Up to kPlainSample bytes: all of a short range, else kPlainBlocks runs of contiguous bytes
+  // spread over it. Contiguous runs see every byte position of short values (a fixed stride
+  // would see one position of values whose size it divides), and spreading them sees the
+  // range's start, middle and end.
   size_t m = 0;
-  for (size_t i = 0; i < n && m < kPlainSample; i += step, ++m) ++hist[p[i]];
+  if (n <= kPlainSample) {
+    for (size_t i = 0; i < n; ++i) ++hist[p[i]];
+    m = n;
+  } else {
+    constexpr size_t kRun = kPlainSample / kPlainBlocks;
+    for (size_t k = 0; k < kPlainBlocks; ++k) {
+      const uint8_t* q = p + (n - kRun) * k / (kPlainBlocks - 1);
+      for (size_t i = 0; i < kRun; ++i) ++hist[q[i]];
+    }
+    m = kPlainSample;
+  }
   // Plug-in entropy with the Miller-Madow correction for the small sample:
   // H = log2(m) - sum(c log2 c) / m + (K - 1) / (2 m ln 2).
   float sum = 0;
@@ -190,10 +200,8 @@ struct BuildColumn {
   PodBuffer<uint32_t> slots;
   uint32_t slot_shift = 0;  // 64 - log2(slots)
   uint32_t epoch = 0;       // 1..65535
-  // Set while serializing: where the bulk of the column starts, and where dictionary codes
-  // stored as two planes switch to the high plane.
+  // Set while serializing: where the bulk of the column starts.
   mutable uint8_t* bulk_begin = nullptr;
-  mutable uint8_t* bulk_split = nullptr;
 
   void Start(ColumnType t, size_t count) {
     type = t;
@@ -305,7 +313,8 @@ struct BuildColumn {
   // Whether, on the first `seen` values, dictionary + codes beat lengths + contents by 10%.
   bool DictPays(size_t seen) const {
     const uint64_t entries = firsts.size();
-    const uint64_t dict_cost = dict_len + entries + (seen * BitsFor(entries) + 7) / 8;
+    const uint64_t code_bytes = entries <= 256 ? seen : (seen * BitsFor(entries) + 7) / 8;
+    const uint64_t dict_cost = dict_len + entries + code_bytes;
     const uint64_t plain_cost = total_len + seen;
     return dict_cost * 10 < plain_cost * 9;
   }
@@ -392,7 +401,9 @@ struct BuildColumn {
     if (dict_active) AddToDict(i, p, len);
   }
 
-  bool UseDict() const { return IsBytesType(type) && dict_active && firsts.size() < n; }
+  bool UseDict() const {
+    return IsBytesType(type) && dict_active && firsts.size() < n && DictPays(n);
+  }
 
   static uint8_t CodeWidth(size_t dict_size) { return dict_size <= 256 ? 1 : 2; }
 
@@ -419,16 +430,9 @@ struct BuildColumn {
 
   // Serializes the column and offers its bulk (the values' bytes, past the headers) to `plain`.
   uint8_t* Serialize(uint8_t* w, PlainSpans* plain) {
-    bulk_begin = bulk_split = nullptr;
+    bulk_begin = nullptr;
     uint8_t* const end = SerializeBody(w);
-    if (bulk_begin != nullptr) {
-      if (bulk_split != nullptr) {  // dictionary code planes: each has its own statistics
-        plain->Consider(bulk_begin, bulk_split);
-        plain->Consider(bulk_split, end);
-      } else {
-        plain->Consider(bulk_begin, end);
-      }
-    }
+    if (bulk_begin != nullptr) plain->Consider(bulk_begin, end);
     return end;
   }
 

@@ -16,8 +16,8 @@ struct FrameDecoder::State {
   // A COLUMNAR payload is only read while its rows are rebuilt: it goes here rather than into
   // the DecodedFrame, which then holds just the rows (a merge keeps one frame per run).
   ByteBuffer columnar_payload;
-  ByteBuffer entropy_part, plain_part;  // kZstdSections: the two parts, decompressed
-  PodBuffer<uint32_t> sections;         // kZstdSections: (length << 1) | plain
+  ByteBuffer plain_part;                // kZstdSections: the smaller zstd part, decompressed
+  PodBuffer<uint64_t> sections;         // kZstdSections: (length << 1) | plain
   ~State() { ZSTD_freeDCtx(dctx); }
 };
 
@@ -30,8 +30,8 @@ FrameDecoder::~FrameDecoder() = default;
 
 size_t FrameDecoder::scratch_bytes() const {
   return state_->columnar_payload.capacity() + state_->columnar.retained_bytes() +
-         state_->entropy_part.capacity() + state_->plain_part.capacity() +
-         state_->sections.capacity() * sizeof(uint32_t);
+         state_->plain_part.capacity() +
+         state_->sections.capacity() * sizeof(uint64_t);
 }
 
 void FrameDecoder::TrimScratch(size_t keep) {
@@ -156,7 +156,10 @@ absl::Status FrameDecoder::DecodeSections(const uint8_t* p, size_t stored_size, 
   }
   uint64_t count;
   if (!GetVarint(&p, end, &count)) return SectionsError("section count truncated");
-  if (count == 0 || count > kMaxSections || count > payload_size) {
+  // (Each table entry takes at least a byte: the count must fit the bytes left before the
+  // table is allocated.)
+  if (count == 0 || count > kMaxSections || count > payload_size ||
+      count > static_cast<uint64_t>(end - p)) {
     return SectionsError(absl::StrCat(count, " sections for ", payload_size, " payload bytes"));
   }
   s.sections.Resize(count);
@@ -169,7 +172,7 @@ absl::Status FrameDecoder::DecodeSections(const uint8_t* p, size_t stored_size, 
       return SectionsError(absl::StrCat("section ", i, " has length ", len));
     }
     sizes[v & 1] += len;
-    s.sections[i] = static_cast<uint32_t>(v);
+    s.sections[i] = v;
   }
   if (sizes[0] + sizes[1] != payload_size) {
     return SectionsError(absl::StrCat("sections add up to ", sizes[0] + sizes[1],
@@ -182,35 +185,56 @@ absl::Status FrameDecoder::DecodeSections(const uint8_t* p, size_t stored_size, 
   }
   const uint8_t* const plain_src = p + entropy_stored;
   const auto plain_stored = static_cast<size_t>(end - plain_src);
-  const uint8_t* parts[2];
   const size_t stored[2] = {static_cast<size_t>(entropy_stored), plain_stored};
   const bool zstd[2] = {(flags & kSectionsEntropyZstd) != 0, (flags & kSectionsPlainZstd) != 0};
   const uint8_t* srcs[2] = {p, plain_src};
-  ByteBuffer* bufs[2] = {&s.entropy_part, &s.plain_part};
   const char* names[2] = {"entropy part", "plain part"};
   for (int k = 0; k < 2; ++k) {
+    if (!zstd[k] && stored[k] != sizes[k]) {
+      return SectionsError(
+          absl::StrCat("raw ", names[k], " stores ", stored[k], " bytes, ", sizes[k], " expected"));
+    }
+    if (zstd[k] && sizes[k] == 0) {
+      return SectionsError(absl::StrCat("empty ", names[k], " flagged zstd"));
+    }
+  }
+  // The larger zstd part is decompressed in place, at the start of the payload buffer; the
+  // other, if zstd too, into scratch (so a decode never holds much more than the payload).
+  // A raw part is read where it is stored.
+  int in_place = -1;
+  for (int k = 0; k < 2; ++k) {
+    if (zstd[k] && (in_place < 0 || sizes[k] > sizes[in_place])) in_place = k;
+  }
+  const uint8_t* parts[2];
+  for (int k = 0; k < 2; ++k) {
     if (!zstd[k]) {
-      if (stored[k] != sizes[k]) {
-        return SectionsError(absl::StrCat("raw ", names[k], " stores ", stored[k], " bytes, ",
-                                          sizes[k], " expected"));
-      }
       parts[k] = srcs[k];
       continue;
     }
-    if (sizes[k] == 0) return SectionsError(absl::StrCat("empty ", names[k], " flagged zstd"));
-    bufs[k]->Resize(sizes[k]);
-    absl::Status st =
-        DecompressExact(s.dctx, srcs[k], stored[k], bufs[k]->data(), sizes[k], names[k]);
+    uint8_t* dst = payload;
+    if (k != in_place) {
+      s.plain_part.Resize(sizes[k]);
+      dst = s.plain_part.data();
+    }
+    absl::Status st = DecompressExact(s.dctx, srcs[k], stored[k], dst, sizes[k], names[k]);
     if (!st.ok()) return SectionsError(st.message());
-    parts[k] = bufs[k]->data();
+    parts[k] = dst;
   }
-  uint8_t* w = payload;
-  for (uint64_t i = 0; i < count; ++i) {
-    const uint32_t v = s.sections[i];
-    const uint32_t len = v >> 1;
-    std::memcpy(w, parts[v & 1], len);
-    parts[v & 1] += len;
-    w += len;
+  // Sections into place, last first: the in-place part's sections only move right (each lands
+  // at or after where it was decompressed, and past everything of it not yet moved).
+  uint64_t at[2] = {sizes[0], sizes[1]};  // end of each part not yet consumed
+  uint64_t w = payload_size;
+  for (uint64_t i = count; i-- > 0;) {
+    const uint64_t v = s.sections[i];
+    const uint64_t len = v >> 1;
+    const int k = static_cast<int>(v & 1);
+    at[k] -= len;
+    w -= len;
+    if (k == in_place) {
+      std::memmove(payload + w, payload + at[k], len);
+    } else {
+      std::memcpy(payload + w, parts[k] + at[k], len);
+    }
   }
   return absl::OkStatus();
 }

@@ -280,9 +280,35 @@ TEST(FrameValidationTest, ColumnarRebuildOverTheCapIsRejected) {
   payload.push_back(0);  // field column: nil
   DecodeOptions opts;
   opts.limits.max_uncompressed_bytes = 100000;
+  // Refused before any column is read: every record needs at least its 1,000-byte name.
   ExpectRejected(Forge(Layout::kColumnar, Compression::kNone, 0, 1000,
                        static_cast<uint32_t>(payload.size()), payload),
+                 "cannot fit the rows cap", opts);
+
+  // Short names, but every record refers to one 1,000-byte dictionary entry: refused once the
+  // columns are read and the rebuilt size is known.
+  std::string dict;
+  dict.push_back(1);  // one field
+  dict.push_back(1);  // name length 1
+  dict.push_back('s');
+  dict.push_back(0);  // key column: nil
+  dict.push_back(5);  // field column: str
+  dict.push_back(1);  // dictionary
+  dict.push_back(1);  // one entry
+  dict += std::string("\xe8\x07", 2);  // its length, 1000
+  dict += std::string("\xe8\x07", 2);  // total 1000
+  dict += std::string(1000, 'v');
+  dict.push_back(1);  // one-byte codes
+  dict += std::string(1000, '\0');
+  ExpectRejected(Forge(Layout::kColumnar, Compression::kNone, 0, 1000,
+                       static_cast<uint32_t>(dict.size()), dict),
                  "over the cap", opts);
+  DecodeOptions roomy;
+  roomy.limits.max_uncompressed_bytes = 2'000'000;
+  EXPECT_TRUE(DecodeStatus(Forge(Layout::kColumnar, Compression::kNone, 0, 1000,
+                                 static_cast<uint32_t>(dict.size()), dict),
+                           roomy)
+                  .ok());
 }
 
 }  // namespace

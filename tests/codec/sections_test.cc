@@ -206,6 +206,86 @@ TEST(SectionsTest, OnlyLargeColumnarPayloadsWithPlainBytesUseSections) {
   EXPECT_TRUE(DecodesTo(raw, random));
 }
 
+TEST(SectionsTest, BothPartsCompressedRoundTripWhicheverIsLarger) {
+  // Repeated random floats (a plain part zstd still shrinks) beside text (an entropy part):
+  // the decoder decompresses the larger part in place and the other into scratch, then moves
+  // every section into place. Both orders of size, and sections alternating many times.
+  Gen g(12);
+  std::vector<uint64_t> floats;
+  for (int i = 0; i < 300; ++i) floats.push_back((uint64_t{0x3ff} << 52) | (g.rng()() >> 12));
+  for (int text_words : {1, 12}) {
+    Batch b;
+    for (int i = 0; i < 3000; ++i) {
+      std::string v, text;
+      for (int w = 0; w < text_words; ++w) text += i % 7 == 0 ? "alpha " : "beta ";
+      Gen::MapHeader(&v, 4);
+      Gen::Str(&v, "x");
+      Gen::F64(&v, floats[g.Below(floats.size())]);
+      Gen::Str(&v, "t");
+      Gen::Str(&v, text + std::to_string(g.Below(1000000)));  // distinct: no dictionary
+      Gen::Str(&v, "y");
+      Gen::F64(&v, floats[g.Below(floats.size())]);
+      Gen::Str(&v, "n");
+      Gen::Int(&v, static_cast<int64_t>(g.Below(3)));
+      b.Add(g.Bytes(2), v);
+    }
+    const std::string f = Encode(b);
+    ASSERT_EQ(Header(f).compression, Compression::kZstdSections) << text_words;
+    const Parsed p = Parse(f.substr(kFrameHeaderSize));
+    EXPECT_EQ(p.flags, kSectionsEntropyZstd | kSectionsPlainZstd) << text_words;
+    EXPECT_GE(p.entries.size(), 4u);
+    EXPECT_TRUE(DecodesTo(f, b)) << text_words;
+    // The same decoder again, after a different frame: nothing left over from the last one.
+    FrameDecoder dec;
+    DecodedFrame out;
+    ASSERT_TRUE(dec.Decode(Encode(testing::SectionedBatch(g, 1500)), &out).ok());
+    ASSERT_TRUE(dec.Decode(f, &out).ok());
+    ASSERT_EQ(out.size(), b.size());
+    for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(out[i].value, b.values[i]);
+  }
+}
+
+TEST(SectionsTest, PlainRangesAreJudgedOnEveryBytePosition) {
+  auto plain_bytes = [](const Batch& b) {
+    ColumnarEncoder enc;
+    ByteBuffer payload;
+    std::string why;
+    EXPECT_TRUE(enc.Encode(b.Records(), &payload, &why)) << why;
+    size_t total = 0;
+    for (const auto& sp : enc.plain_spans()) total += sp.length;
+    return total;
+  };
+  Gen g(13);
+  // Random bytes: plain at every size from the 256-byte minimum up.
+  for (int values : {26, 40, 60, 100, 600}) {
+    Batch b;
+    for (int i = 0; i < values; ++i) {
+      std::string v, bytes(10, '\0');
+      for (char& c : bytes) c = static_cast<char>(g.rng()());
+      Gen::MapHeader(&v, 1);
+      Gen::Str(&v, "b");
+      Gen::Bin(&v, bytes);
+      b.Add("k", v);
+    }
+    EXPECT_EQ(plain_bytes(b), values * 10u) << values;
+  }
+  // 11-byte values, one random byte and ten from a skewed few: not plain, whatever the
+  // number of values (a sampling stride that divides 11 would see only the random byte).
+  for (int values : {100, 1000, 5000}) {
+    Batch b;
+    for (int i = 0; i < values; ++i) {
+      std::string v, bytes(11, 'a');
+      bytes[0] = static_cast<char>(g.rng()());
+      for (size_t k = 1; k < bytes.size(); ++k) bytes[k] = "aaaabbc"[g.Below(7)];
+      Gen::MapHeader(&v, 1);
+      Gen::Str(&v, "b");
+      Gen::Bin(&v, bytes);
+      b.Add("k", v);
+    }
+    EXPECT_EQ(plain_bytes(b), 0u) << values;
+  }
+}
+
 TEST(SectionsTest, EverySectionsHeadByteChangeIsRejectedOrHarmless) {
   Gen g(7);
   const Batch b = testing::SectionedBatch(g, 600);
@@ -262,13 +342,15 @@ TEST(SectionsTest, ForgedTablesAreRejectedWithTheirProblem) {
   for (uint64_t& e : swapped) e ^= 1;
   expect(Build(p.flags, swapped, p.entropy_stored, parts), "expected");
   expect(Build(p.flags, p.entries, parts.size() + 1, parts), "past the end");
-  expect(Build(p.flags, p.entries, p.entropy_stored + 1, parts), "entropy part");
+  expect(Build(p.flags, p.entries, p.entropy_stored + 1, parts), "part");
   expect(Build(p.flags | kSectionsPlainZstd, p.entries, p.entropy_stored, parts), "plain part");
   expect(Build(p.flags & ~kSectionsEntropyZstd, p.entries, p.entropy_stored, parts),
          "raw entropy part");
   expect(std::string(), "no flags byte");
   std::string truncated_table(1, static_cast<char>(p.flags));
   truncated_table += '\x05';
+  expect(truncated_table, "5 sections for");  // more entries than bytes left
+  truncated_table += std::string("\x82\x01\x02\x02\x02", 5);
   expect(truncated_table, "section table truncated");
   // A part that is zstd but flagged with an empty size.
   std::vector<uint64_t> all_plain;
