@@ -45,7 +45,7 @@ struct ReadColumn {
   const uint8_t* codes = nullptr;
   const uint8_t* codes_end = nullptr;
   uint8_t code_width = 1;
-  uint8_t code_bits = 0;  // kCodePacked
+  uint8_t code_bits = 0;       // kCodePacked
   uint32_t key_ref_field = 0;  // kKeyRef
   uint64_t rebuilt_bytes = 0;  // bytes this column contributes to the rebuilt rows
 

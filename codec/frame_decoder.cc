@@ -16,8 +16,8 @@ struct FrameDecoder::State {
   // A COLUMNAR payload is only read while its rows are rebuilt: it goes here rather than into
   // the DecodedFrame, which then holds just the rows (a merge keeps one frame per run).
   ByteBuffer columnar_payload;
-  ByteBuffer plain_part;                // kZstdSections: the smaller zstd part, decompressed
-  PodBuffer<uint64_t> sections;         // kZstdSections: (length << 1) | plain
+  ByteBuffer plain_part;         // kZstdSections: the smaller zstd part, decompressed
+  PodBuffer<uint64_t> sections;  // kZstdSections: (length << 1) | plain
   ~State() { ZSTD_freeDCtx(dctx); }
 };
 
@@ -30,8 +30,7 @@ FrameDecoder::~FrameDecoder() = default;
 
 size_t FrameDecoder::scratch_bytes() const {
   return state_->columnar_payload.capacity() + state_->columnar.retained_bytes() +
-         state_->plain_part.capacity() +
-         state_->sections.capacity() * sizeof(uint64_t);
+         state_->plain_part.capacity() + state_->sections.capacity() * sizeof(uint64_t);
 }
 
 void FrameDecoder::TrimScratch(size_t keep) {
@@ -179,8 +178,7 @@ absl::Status FrameDecoder::DecodeSections(const uint8_t* p, size_t stored_size, 
                                       " bytes but the header declares ", payload_size));
   }
   uint64_t entropy_stored;
-  if (!GetVarint(&p, end, &entropy_stored) ||
-      entropy_stored > static_cast<uint64_t>(end - p)) {
+  if (!GetVarint(&p, end, &entropy_stored) || entropy_stored > static_cast<uint64_t>(end - p)) {
     return SectionsError("entropy part size truncated or past the end");
   }
   const uint8_t* const plain_src = p + entropy_stored;

@@ -195,10 +195,10 @@ size_t WriteSections(const ByteBuffer& payload, absl::Span<const ColumnarEncoder
                                        kPlainProbeBytes, kPlainSectionLevel);
     try_plain = !ZSTD_isError(p) && p * 100 < kPlainProbeBytes * 99;
   }
-  const size_t r = try_plain ? ZSTD_compressCCtx(s.plain_cctx, plain_out, plain_bound,
-                                                 plain_bytes.bytes(), plain_bytes.size,
-                                                 kPlainSectionLevel)
-                             : plain_bytes.size;
+  const size_t r =
+      try_plain ? ZSTD_compressCCtx(s.plain_cctx, plain_out, plain_bound, plain_bytes.bytes(),
+                                    plain_bytes.size, kPlainSectionLevel)
+                : plain_bytes.size;
   if (ZSTD_isError(r)) {
     out->resize(start);
     return 0;
@@ -319,8 +319,9 @@ absl::Status FrameEncoder::Encode(absl::Span<const Record> records, std::string*
   } else if (try_zstd) {
     const size_t bound = ZSTD_compressBound(s.payload.size());
     out->resize(frame_start + kFrameHeaderSize + bound);
-    const size_t r = ZSTD_compressCCtx(s.z.cctx, out->data() + frame_start + kFrameHeaderSize, bound,
-                                       s.payload.data(), s.payload.size(), options_.zstd_level);
+    const size_t r =
+        ZSTD_compressCCtx(s.z.cctx, out->data() + frame_start + kFrameHeaderSize, bound,
+                          s.payload.data(), s.payload.size(), options_.zstd_level);
     if (ZSTD_isError(r)) {
       out->resize(frame_start);
       return absl::InternalError(absl::StrCat("zstd compression failed: ", ZSTD_getErrorName(r)));

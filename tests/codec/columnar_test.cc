@@ -233,15 +233,13 @@ TEST(ColumnarTest, IntegerSequencesAreValidated) {
   // Truncated inside the sequence's varints: the id column is "int, step, 2 varints" just
   // before the last (nil) column's single type byte.
   for (size_t cut = 1; cut <= 4; ++cut) {
-    EXPECT_FALSE(dec.Decode(payload.data(), payload.size() - 1 - cut, 100, 1u << 20, &rows,
-                            &index)
-                     .ok())
+    EXPECT_FALSE(
+        dec.Decode(payload.data(), payload.size() - 1 - cut, 100, 1u << 20, &rows, &index).ok())
         << cut;
   }
   // The same few bytes claiming more records than the rows cap can hold are refused before
   // any work per record.
-  absl::Status st =
-      dec.Decode(payload.data(), payload.size(), 4'000'000, 1u << 20, &rows, &index);
+  absl::Status st = dec.Decode(payload.data(), payload.size(), 4'000'000, 1u << 20, &rows, &index);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("cannot fit the rows cap"), std::string::npos) << st;
 }

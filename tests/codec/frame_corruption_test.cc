@@ -291,10 +291,10 @@ TEST(FrameValidationTest, ColumnarRebuildOverTheCapIsRejected) {
   dict.push_back(1);  // one field
   dict.push_back(1);  // name length 1
   dict.push_back('s');
-  dict.push_back(0);  // key column: nil
-  dict.push_back(5);  // field column: str
-  dict.push_back(1);  // dictionary
-  dict.push_back(1);  // one entry
+  dict.push_back(0);                   // key column: nil
+  dict.push_back(5);                   // field column: str
+  dict.push_back(1);                   // dictionary
+  dict.push_back(1);                   // one entry
   dict += std::string("\xe8\x07", 2);  // its length, 1000
   dict += std::string("\xe8\x07", 2);  // total 1000
   dict += std::string(1000, 'v');

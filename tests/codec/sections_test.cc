@@ -398,8 +398,7 @@ TEST(SectionsTest, LargeDictionariesBitPackTheirCodesAndValidateThem) {
     ASSERT_TRUE(decode(payload).ok());
     for (int i = 0; i < n; ++i) {
       const RecordRef& r = index[i];
-      ASSERT_EQ(std::string(reinterpret_cast<const char*>(rows.data()) + r.value_off,
-                            r.value_len),
+      ASSERT_EQ(std::string(reinterpret_cast<const char*>(rows.data()) + r.value_off, r.value_len),
                 b.values[i]);
     }
     auto mutated = [&](size_t at, uint8_t value) {
