@@ -104,6 +104,8 @@ void WriteOpaqueRows(absl::Span<const Record> records, ByteBuffer* payload) {
 }
 
 constexpr size_t kPlainProbeBytes = 64 << 10;
+// An encoder drops its sections scratch after a frame that left more than this behind.
+constexpr size_t kMaxRetainedSectionScratch = 16u << 20;
 
 // Appends to *out the kZstdSections form of `payload` (docs/frame-format.md): the plain spans
 // compressed together at kPlainSectionLevel, the rest together at `level`, each part stored
@@ -352,6 +354,13 @@ absl::Status FrameEncoder::Encode(absl::Span<const Record> records, std::string*
   h.payload_checksum = PayloadChecksum(frame + kFrameHeaderSize, stored);
   WriteFrameHeader(h, frame);
   last_layout_ = layout;
+  // Reuse the sections scratch, but do not keep a huge frame's worth of it for good.
+  if (s.z.entropy_part.capacity() + s.z.plain_part.capacity() + s.z.zscratch.capacity() >
+      kMaxRetainedSectionScratch) {
+    s.z.entropy_part = ByteBuffer();
+    s.z.plain_part = ByteBuffer();
+    s.z.zscratch = ByteBuffer();
+  }
   return absl::OkStatus();
 }
 
