@@ -61,8 +61,8 @@ inline uint8_t BitsFor(size_t d) {
 }
 
 // Plain-range detection: a column part of at least kMinPlainSpan bytes whose order-0 entropy,
-// estimated on at most kPlainSample evenly spaced bytes, is kPlainBits bits a byte or more is
-// "plain": Huffman coding could save at most an eighth of it, at a cost of several ns a byte.
+// estimated on at most kPlainSample of its bytes (see LooksPlain), is kPlainBits bits a byte or
+// more is "plain": Huffman coding could save at most an eighth of it, at several ns a byte.
 constexpr size_t kMinPlainSpan = 256;
 constexpr size_t kPlainSample = 512;
 constexpr size_t kPlainBlocks = 8;
@@ -313,7 +313,7 @@ struct BuildColumn {
   // Whether, on the first `seen` values, dictionary + codes beat lengths + contents by 10%.
   bool DictPays(size_t seen) const {
     const uint64_t entries = firsts.size();
-    const uint64_t code_bytes = entries <= 256 ? seen : (seen * BitsFor(entries) + 7) / 8;
+    const uint64_t code_bytes = CodeWidth(entries) == 1 ? seen : (seen * BitsFor(entries) + 7) / 8;
     const uint64_t dict_cost = dict_len + entries + code_bytes;
     const uint64_t plain_cost = total_len + seen;
     return dict_cost * 10 < plain_cost * 9;
@@ -405,6 +405,7 @@ struct BuildColumn {
     return IsBytesType(type) && dict_active && firsts.size() < n && DictPays(n);
   }
 
+  // Dictionary codes: one byte each up to 256 entries, bit-packed above (SerializeDict).
   static uint8_t CodeWidth(size_t dict_size) { return dict_size <= 256 ? 1 : 2; }
 
   // Upper bound of the serialized size (type byte and headers included).

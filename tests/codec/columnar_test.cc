@@ -219,27 +219,36 @@ TEST(ColumnarTest, IntegerSequencesAreStoredAsFirstAndStep) {
   }
 }
 
-TEST(ColumnarTest, IntegerSequencesAreValidated) {
-  Batch b;
-  for (int i = 0; i < 100; ++i) b.Add(I(i), Map({{"id", I(1000 + 2 * i)}, {"f", "\xc0"}}));
-  ColumnarEncoder enc;
+// A batch's COLUMNAR payload, and a decoder for it (and for damaged copies of it).
+struct PayloadUnderTest {
   ByteBuffer payload;
-  std::string why;
-  ASSERT_TRUE(enc.Encode(b.Records(), &payload, &why)) << why;
   ColumnarDecoder dec;
   ByteBuffer rows;
   PodBuffer<RecordRef> index;
-  ASSERT_TRUE(dec.Decode(payload.data(), payload.size(), 100, 1u << 20, &rows, &index).ok());
+  explicit PayloadUnderTest(const Batch& b) {
+    ColumnarEncoder enc;
+    std::string why;
+    EXPECT_TRUE(enc.Encode(b.Records(), &payload, &why)) << why;
+  }
+  absl::Status Decode(const uint8_t* p, size_t size, uint32_t n) {
+    return dec.Decode(p, size, n, 1u << 20, &rows, &index);
+  }
+};
+
+TEST(ColumnarTest, IntegerSequencesAreValidated) {
+  Batch b;
+  for (int i = 0; i < 100; ++i) b.Add(I(i), Map({{"id", I(1000 + 2 * i)}, {"f", "\xc0"}}));
+  PayloadUnderTest t(b);
+  const ByteBuffer& payload = t.payload;
+  ASSERT_TRUE(t.Decode(payload.data(), payload.size(), 100).ok());
   // Truncated inside the sequence's varints: the id column is "int, step, 2 varints" just
   // before the last (nil) column's single type byte.
   for (size_t cut = 1; cut <= 4; ++cut) {
-    EXPECT_FALSE(
-        dec.Decode(payload.data(), payload.size() - 1 - cut, 100, 1u << 20, &rows, &index).ok())
-        << cut;
+    EXPECT_FALSE(t.Decode(payload.data(), payload.size() - 1 - cut, 100).ok()) << cut;
   }
   // The same few bytes claiming more records than the rows cap can hold are refused before
   // any work per record.
-  absl::Status st = dec.Decode(payload.data(), payload.size(), 4'000'000, 1u << 20, &rows, &index);
+  absl::Status st = t.Decode(payload.data(), payload.size(), 4'000'000);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("cannot fit the rows cap"), std::string::npos) << st;
 }
@@ -441,19 +450,14 @@ TEST(ColumnarTest, PackedColumnsAreValidated) {
   uint64_t st = 3;
   Batch b;
   for (int i = 0; i < 100; ++i) b.Add("k", Map({{"p", S(RandomText(&st, alnum, 61))}}));
-  ColumnarEncoder enc;
-  ByteBuffer payload;
-  std::string why;
-  ASSERT_TRUE(enc.Encode(b.Records(), &payload, &why)) << why;
-  ColumnarDecoder dec;
-  ByteBuffer rows;
-  PodBuffer<RecordRef> index;
-  ASSERT_TRUE(dec.Decode(payload.data(), payload.size(), 100, 1u << 20, &rows, &index).ok());
+  PayloadUnderTest t(b);
+  const ByteBuffer& payload = t.payload;
+  ASSERT_TRUE(t.Decode(payload.data(), payload.size(), 100).ok());
   // Padding bits set in the last value.
   ByteBuffer bad;
   bad.Append(payload.data(), payload.size());
   bad.data()[bad.size() - 1] |= 0xc0;
-  absl::Status err = dec.Decode(bad.data(), bad.size(), 100, 1u << 20, &rows, &index);
+  absl::Status err = t.Decode(bad.data(), bad.size(), 100);
   EXPECT_FALSE(err.ok());
   EXPECT_NE(err.message().find("padding"), std::string::npos) << err;
   // An alphabet out of order: find it (64 increasing bytes after the bits byte 6).
@@ -465,7 +469,7 @@ TEST(ColumnarTest, PackedColumnsAreValidated) {
   bad.Clear();
   bad.Append(payload.data(), payload.size());
   std::swap(bad.data()[alphabet + 5], bad.data()[alphabet + 6]);
-  err = dec.Decode(bad.data(), bad.size(), 100, 1u << 20, &rows, &index);
+  err = t.Decode(bad.data(), bad.size(), 100);
   EXPECT_FALSE(err.ok());
   EXPECT_NE(err.message().find("increasing order"), std::string::npos) << err;
 }

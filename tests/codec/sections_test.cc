@@ -49,13 +49,9 @@ bool DecodesTo(const std::string& frame, const Batch& want, absl::Status* st = n
 
 // A frame's stored payload replaced, with a valid checksum, as an attacker could.
 std::string Reseal(const std::string& frame, const std::string& stored) {
-  FrameHeader h = Header(frame);
-  h.stored_size = static_cast<uint32_t>(stored.size());
-  h.payload_checksum =
-      PayloadChecksum(reinterpret_cast<const uint8_t*>(stored.data()), stored.size());
-  std::string out(kFrameHeaderSize, '\0');
-  WriteFrameHeader(h, reinterpret_cast<uint8_t*>(out.data()));
-  return out + stored;
+  const FrameHeader h = Header(frame);
+  return testing::Forge(h.layout, h.compression, h.flags, h.record_count, h.uncompressed_size,
+                        stored);
 }
 
 // The parsed layout of a ZSTD_SECTIONS stored payload.

@@ -267,6 +267,23 @@ inline Batch SectionedBatch(Gen& g, size_t n) {
   return b;
 }
 
+/// Builds a frame around `payload` with valid checksums, as an attacker could.
+inline std::string Forge(Layout layout, Compression c, uint8_t flags, uint32_t count,
+                         uint32_t uncompressed, const std::string& payload) {
+  FrameHeader h;
+  h.layout = layout;
+  h.compression = c;
+  h.flags = flags;
+  h.record_count = count;
+  h.uncompressed_size = uncompressed;
+  h.stored_size = static_cast<uint32_t>(payload.size());
+  h.payload_checksum =
+      PayloadChecksum(reinterpret_cast<const uint8_t*>(payload.data()), payload.size());
+  std::string frame(kFrameHeaderSize, '\0');
+  WriteFrameHeader(h, reinterpret_cast<uint8_t*>(frame.data()));
+  return frame + payload;
+}
+
 }  // namespace sluice::testing
 
 #endif  // SLUICE_TESTS_CODEC_TEST_RECORDS_H_
