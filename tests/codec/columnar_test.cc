@@ -295,7 +295,8 @@ TEST(ColumnarTest, KeyThatDiffersFromItsFieldInAnyOneByteIsKeptExactly) {
 
 TEST(ColumnarTest, DictionaryStaysCorrectAcrossManyBatchesOnOneEncoder) {
   // The encoder's dictionary table is reused batch after batch (an epoch marks live slots);
-  // run past the 65,535-batch wrap of that epoch and keep checking the round trip.
+  // run past the 65,535-batch wrap of that epoch and keep checking the round trip, with values
+  // of both key forms (up to 16 bytes and longer).
   EncodeOptions opts;
   opts.layout = LayoutChoice::kColumnar;
   opts.compression = Compression::kNone;
@@ -305,7 +306,8 @@ TEST(ColumnarTest, DictionaryStaysCorrectAcrossManyBatchesOnOneEncoder) {
   std::string frame;
   for (int batch = 0; batch < 65540; ++batch) {
     Batch b;
-    const std::string x = S("x" + std::to_string(batch)), y = S("y" + std::to_string(batch % 7));
+    const std::string x = S("a value longer than sixteen bytes #" + std::to_string(batch));
+    const std::string y = S("y" + std::to_string(batch % 7));
     b.Add("", Map({{"s", x}}));
     b.Add("", Map({{"s", y}}));
     b.Add("", Map({{"s", x}}));
@@ -315,6 +317,82 @@ TEST(ColumnarTest, DictionaryStaysCorrectAcrossManyBatchesOnOneEncoder) {
     ASSERT_TRUE(dec.Decode(frame, &out).ok());
     ASSERT_EQ(out.size(), 3u);
     for (size_t i = 0; i < 3; ++i) ASSERT_EQ(out[i].value, b.values[i]) << batch;
+  }
+}
+
+TEST(ColumnarTest, DictionaryKeysOfEveryEncodedSizeAndPlace) {
+  // Dictionary keys take one form up to 16 bytes and another above, read with loads that must
+  // stay inside the record: every length around 16, str and bin, as the only field (records
+  // shorter than 16 bytes), as the last field of a long record, and with a field after it.
+  // One encoder runs every batch, so slots a batch filled must not answer for the next one,
+  // whose values differ.
+  EncodeOptions opts;
+  opts.layout = LayoutChoice::kColumnar;
+  opts.compression = Compression::kNone;
+  FrameEncoder enc(opts);
+  FrameDecoder dec;
+  DecodedFrame out;
+  std::string frame;
+  for (int shape = 0; shape < 3; ++shape) {
+    for (const bool bin : {false, true}) {
+      for (int round = 0; round < 3; ++round) {
+        Batch b;
+        for (int i = 0; i < 630; ++i) {
+          // 21 lengths (0..20) x 3 letters x 2 last bytes: 126 values, each 5 times; values
+          // that differ only in their last byte must get different codes.
+          std::string s(static_cast<size_t>((i + round) % 21),
+                        static_cast<char>('a' + (i / 21) % 3 + round));
+          if (!s.empty()) s.back() = (i / 63) % 2 == 0 ? 'x' : 'y';
+          std::string v;
+          if (bin) {
+            Gen::Bin(&v, s);
+          } else {
+            Gen::Str(&v, s);
+          }
+          if (shape == 0) {
+            b.Add("", Map({{"s", v}}));
+          } else if (shape == 1) {
+            b.Add("", Map({{"pad", S(std::string(20, 'p'))}, {"s", v}}));
+          } else {
+            b.Add("", Map({{"s", v}, {"n", I(i)}}));
+          }
+        }
+        frame.clear();
+        ASSERT_TRUE(enc.Encode(b.Records(), &frame).ok());
+        ASSERT_EQ(enc.last_layout(), Layout::kColumnar) << enc.last_fallback_reason();
+        // A dictionary: 126 entries and a byte a record; plain, this column alone is ~6,900 bytes.
+        EXPECT_LT(frame.size(), 630u * 6) << shape << bin << round;
+        ASSERT_TRUE(dec.Decode(frame, &out).ok());
+        ASSERT_EQ(out.size(), b.size());
+        for (size_t i = 0; i < b.size(); ++i) {
+          ASSERT_EQ(out[i].value, b.values[i]) << shape << bin << round << " record " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(ColumnarTest, DictionaryTableGrowsAndIsClearedBetweenBatches) {
+  // Thousands of distinct short values (the table grows several times within a batch), then
+  // batches of a few values that reuse some of them, on one encoder.
+  EncodeOptions opts;
+  opts.layout = LayoutChoice::kColumnar;
+  opts.compression = Compression::kNone;
+  FrameEncoder enc(opts);
+  FrameDecoder dec;
+  DecodedFrame out;
+  std::string frame;
+  for (int batch = 0; batch < 6; ++batch) {
+    const int distinct = batch % 2 == 0 ? 5000 : 7;
+    Batch b;
+    for (int i = 0; i < 20000; ++i) {
+      b.Add("", Map({{"w", S("w" + std::to_string((i * 7919 + batch) % distinct))}}));
+    }
+    frame.clear();
+    ASSERT_TRUE(enc.Encode(b.Records(), &frame).ok());
+    ASSERT_TRUE(dec.Decode(frame, &out).ok());
+    ASSERT_EQ(out.size(), b.size());
+    for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(out[i].value, b.values[i]) << batch << " " << i;
   }
 }
 
