@@ -19,17 +19,54 @@ using namespace columnar_internal;  // NOLINT(google-build-using-namespace): thi
 
 namespace {
 
+// What WriteValue switches on: the column type, with ints and bools split by how they are
+// stored, so that no value pays a second branch for it.
+enum class ValueKind : uint8_t {
+  kNil,
+  kBool,
+  kBoolBits,
+  kInt,
+  kIntStep,
+  kIntPacked,
+  kFloat32,
+  kFloat64,
+  kKeyRef,
+  kBytes
+};
+
+// Internal code layout: kCodePacked with 1..8 bits (a code may end in the last byte).
+constexpr uint8_t kCodePackedSmall = 0xff;
+
 struct ReadColumn {
   ColumnType type = ColumnType::kNil;
+  ValueKind kind = ValueKind::kNil;
   PodBuffer<int64_t> ints;
-  // kIntStep: the values are computed, never stored (a few bytes may stand for n values).
+  // kIntStep and kIntPacked: the values are computed when read, never stored (a few bytes may
+  // stand for n values).
   bool int_step = false;
   uint64_t int_first = 0, int_by = 0;
+  const uint8_t* int_packed = nullptr;  // kIntPacked: the bits; values are int_first + bits
+  const uint8_t* int_packed_end = nullptr;
+  uint32_t int_bits = 0;  // 1..56
   int64_t Int(size_t i) const {
-    return int_step ? static_cast<int64_t>(int_first + int_by * i) : ints[i];
+    if (int_step) return static_cast<int64_t>(int_first + int_by * i);
+    if (int_packed != nullptr) return static_cast<int64_t>(int_first + PackedInt(i));
+    return ints[i];
+  }
+  ABSL_ATTRIBUTE_ALWAYS_INLINE uint64_t PackedInt(size_t i) const {
+    const uint64_t bit = uint64_t{i} * int_bits;
+    const uint8_t* q = int_packed + (bit >> 3);
+    uint64_t v = 0;
+    if (int_packed_end - q >= 8) {
+      v = LoadLE64(q);
+    } else {
+      for (int k = 0; q + k < int_packed_end; ++k) v |= uint64_t{q[k]} << (8 * k);
+    }
+    return (v >> (bit & 7)) & ((uint64_t{1} << int_bits) - 1);  // bit & 7 + int_bits <= 63
   }
   PodBuffer<uint32_t> lens;        // plain bytes: per value
   const uint8_t* fixed = nullptr;  // floats (big-endian, as in msgpack), bools
+  bool bool_bits = false;          // bools: `fixed` holds one bit a value, not one byte
   ByteBuffer decimal_floats;       // float64 decimals, turned back into raw bits
   const uint8_t* blob = nullptr;   // plain bytes: contents back to back
   const uint8_t* blob_end = nullptr;
@@ -44,7 +81,7 @@ struct ReadColumn {
   PodBuffer<uint32_t> entry_off;  // d + 1 offsets into entries
   const uint8_t* codes = nullptr;
   const uint8_t* codes_end = nullptr;
-  uint8_t code_width = 1;
+  uint8_t code_width = 1;      // the payload's code layout, or kCodePackedSmall
   uint8_t code_bits = 0;       // kCodePacked
   uint32_t key_ref_field = 0;  // kKeyRef
   uint64_t rebuilt_bytes = 0;  // bytes this column contributes to the rebuilt rows
@@ -55,17 +92,26 @@ struct ReadColumn {
   }
 
   size_t n = 0;
-  uint32_t Code(size_t i) const {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE uint32_t Code(size_t i) const {
     if (code_width == kCodeBytes) return codes[i];
-    if (code_width == kCodePacked) {  // 9..16 bits at bit i * bits: within 3 bytes
+    if (code_width == kCodePacked) {  // 9..16 bits at bit i * bits: within 2 or 3 bytes
       const size_t bit = i * code_bits;
       const uint8_t* q = codes + (bit >> 3);
       uint32_t v = q[0] | (uint32_t{q[1]} << 8);
       if (q + 2 < codes_end) v |= uint32_t{q[2]} << 16;
       return (v >> (bit & 7)) & ((1u << code_bits) - 1);
     }
+    if (code_width == kCodePackedSmall) return SmallCode(i);
     if (code_width == kCode16) return codes[2 * i] | (uint32_t{codes[2 * i + 1]} << 8);
     return codes[i] | (uint32_t{codes[n + i]} << 8);  // low plane, then high plane
+  }
+  // 1..8 bits: within 1 or 2 bytes. Out of line, so that Code() inlines as small as before.
+  ABSL_ATTRIBUTE_NOINLINE uint32_t SmallCode(size_t i) const {
+    const size_t bit = i * code_bits;
+    const uint8_t* q = codes + (bit >> 3);
+    uint32_t v = q[0];
+    if (q + 1 < codes_end) v |= uint32_t{q[1]} << 8;
+    return (v >> (bit & 7)) & ((1u << code_bits) - 1);
   }
 };
 
@@ -83,12 +129,14 @@ uint8_t* WriteBytesHeader(ColumnType t, uint8_t* w, uint32_t len) {
   return w;
 }
 
-// An int stream: encoding byte (plain or delta) and n zigzag varints.
+// An int stream: encoding byte, then n zigzag varints (plain or delta), two (step), or a base
+// and n bit-packed offsets (packed).
 absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::string_view name,
                       bool allow_step, ReadColumn* c) {
   const uint8_t* p = *pp;
   c->int_step = false;
-  if (p >= end || *p > kIntStep || (*p == kIntStep && !allow_step)) {
+  c->int_packed = nullptr;
+  if (p >= end || *p > kIntPacked || (*p == kIntStep && !allow_step)) {
     return Corrupt(
         absl::StrCat("column '", name, "' has ",
                      p >= end ? "no integer encoding byte" : "an unknown integer encoding"));
@@ -106,6 +154,31 @@ absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::st
     return absl::OkStatus();
   }
   PodBuffer<int64_t>* ints = &c->ints;
+  if (*p == kIntPacked) {
+    ++p;
+    uint64_t zbase;
+    if (!GetVarint(&p, end, &zbase) || p >= end) {
+      return Corrupt(absl::StrCat("column '", name, "' has a truncated packed integer header"));
+    }
+    const uint32_t bits = *p++;
+    if (bits < 1 || bits > kMaxIntPackedBits) {
+      return Corrupt(absl::StrCat("column '", name, "' has ", bits, "-bit packed integers"));
+    }
+    const uint64_t total_bits = uint64_t{n} * bits;  // n is bounded by the rows cap
+    const uint64_t size = (total_bits + 7) / 8;
+    if (static_cast<uint64_t>(end - p) < size) {
+      return Corrupt(absl::StrCat("column '", name, "' packed integers are truncated"));
+    }
+    if (total_bits % 8 != 0 && (p[size - 1] >> (total_bits % 8)) != 0) {
+      return Corrupt(absl::StrCat("column '", name, "' has nonzero padding after its integers"));
+    }
+    c->int_first = static_cast<uint64_t>(UnZigZag(zbase));
+    c->int_bits = bits;
+    c->int_packed = p;
+    c->int_packed_end = p + size;
+    *pp = p + size;
+    return absl::OkStatus();
+  }
   const bool delta = *p++ == kIntDelta;
   if (static_cast<size_t>(end - p) < n) {  // at least one byte per value
     return Corrupt(absl::StrCat("column '", name, "' integers are truncated"));
@@ -215,8 +288,8 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   c->code_width = *p++;
   size_t codes_size;
   if (c->code_width == kCodePacked) {
-    // Exactly the width the dictionary needs, and only for dictionaries past one byte.
-    if (avail() < 1 || count <= 256 || *p < 9 || *p > 16 || (uint64_t{1} << (*p - 1)) >= count ||
+    // Exactly the width the dictionary needs (1 bit for a single entry).
+    if (avail() < 1 || *p < 1 || *p > 16 || (*p > 1 && (uint64_t{1} << (*p - 1)) >= count) ||
         count > (uint64_t{1} << *p)) {
       return Corrupt(absl::StrCat("column '", name, "' has a bad code width for a ", count,
                                   "-entry dictionary"));
@@ -237,6 +310,7 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   c->codes_end = p + codes_size;
   c->n = n;
   p += codes_size;
+  if (c->code_width == kCodePacked && c->code_bits <= 8) c->code_width = kCodePackedSmall;
   // Pre-encode the entries (bounded by the blob plus 5 header bytes each, both within the
   // payload), then size the rebuilt column from the codes.
   if (blob_len + 5 * count > 0xffffffffu - kSlack) {
@@ -300,13 +374,25 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
       c->rebuilt_bytes = n;
       break;
     case ColumnType::kBool:
+      c->rebuilt_bytes = n;
+      c->bool_bits = n > 0 && avail() > 0 && *p == kBoolPacked;
+      if (c->bool_bits) {  // n bits; else n bytes of 0 or 1
+        ++p;
+        const size_t size = (n + 7) / 8;
+        if (avail() < size) return Corrupt(absl::StrCat("bool column '", name, "' is truncated"));
+        if (n % 8 != 0 && (p[size - 1] >> (n % 8)) != 0) {
+          return Corrupt(absl::StrCat("bool column '", name, "' has nonzero padding"));
+        }
+        c->fixed = p;
+        p += size;
+        break;
+      }
       if (avail() < n) return Corrupt(absl::StrCat("bool column '", name, "' is truncated"));
       for (size_t i = 0; i < n; ++i) {
         if (p[i] > 1) return Corrupt(absl::StrCat("bool column '", name, "' holds ", p[i]));
       }
       c->fixed = p;
       p += n;
-      c->rebuilt_bytes = n;
       break;
     case ColumnType::kFloat32:
     case ColumnType::kFloat64: {
@@ -327,7 +413,7 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
         c->decimal_floats.Resize(n * 8);
         uint8_t* out = c->decimal_floats.data();
         for (size_t i = 0; i < n; ++i) {
-          StoreBE64(out + 8 * i, DoubleBits(static_cast<double>(c->ints[i]) / pow10));
+          StoreBE64(out + 8 * i, DoubleBits(static_cast<double>(c->Int(i)) / pow10));
         }
         c->fixed = out;
         break;
@@ -342,7 +428,15 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
     case ColumnType::kInt: {
       uint64_t rebuilt = 0;
       if (auto st = ReadInts(&p, end, n, name, /*allow_step=*/true, c); !st.ok()) return st;
-      for (size_t i = 0; i < n; ++i) rebuilt += mp::IntSize(c->Int(i));
+      if (c->int_step) {
+        for (size_t i = 0; i < n; ++i) rebuilt += mp::IntSize(c->Int(i));
+      } else if (c->int_packed != nullptr) {
+        for (size_t i = 0; i < n; ++i) {
+          rebuilt += mp::IntSize(static_cast<int64_t>(c->int_first + c->PackedInt(i)));
+        }
+      } else {
+        for (size_t i = 0; i < n; ++i) rebuilt += mp::IntSize(c->ints[i]);
+      }
       c->rebuilt_bytes = rebuilt;
       break;
     }
@@ -350,6 +444,31 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
     case ColumnType::kBin:
     case ColumnType::kRawBytes:
       if (auto st = ReadBytesColumn(&p, end, n, name, c); !st.ok()) return st;
+      break;
+  }
+  switch (c->type) {
+    case ColumnType::kNil:
+      c->kind = ValueKind::kNil;
+      break;
+    case ColumnType::kBool:
+      c->kind = c->bool_bits ? ValueKind::kBoolBits : ValueKind::kBool;
+      break;
+    case ColumnType::kInt:
+      c->kind = c->int_step                ? ValueKind::kIntStep
+                : c->int_packed != nullptr ? ValueKind::kIntPacked
+                                           : ValueKind::kInt;
+      break;
+    case ColumnType::kFloat32:
+      c->kind = ValueKind::kFloat32;
+      break;
+    case ColumnType::kFloat64:
+      c->kind = ValueKind::kFloat64;
+      break;
+    case ColumnType::kKeyRef:
+      c->kind = ValueKind::kKeyRef;
+      break;
+    default:
+      c->kind = ValueKind::kBytes;
       break;
   }
   *pp = p;
@@ -435,25 +554,33 @@ inline uint8_t* Unpack(const ReadColumn& c, const uint8_t* src, uint32_t len,
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteValue(const ReadColumn& c, size_t i,
                                                         const uint8_t** blob_cursor, uint8_t* w,
                                                         uint32_t* bad) {
-  switch (c.type) {
-    case ColumnType::kNil:
+  switch (c.kind) {
+    case ValueKind::kNil:
       *w = 0xc0;
       return w + 1;
-    case ColumnType::kBool:
+    case ValueKind::kBool:
       *w = static_cast<uint8_t>(0xc2 | c.fixed[i]);
       return w + 1;
-    case ColumnType::kInt:
-      return mp::WriteInt(w, c.Int(i));
-    case ColumnType::kFloat32:
+    case ValueKind::kBoolBits:
+      *w = static_cast<uint8_t>(0xc2 | ((c.fixed[i >> 3] >> (i & 7)) & 1));
+      return w + 1;
+    case ValueKind::kInt:
+      return mp::WriteInt(w, c.ints[i]);
+    case ValueKind::kIntStep:
+      return mp::WriteInt(w, static_cast<int64_t>(c.int_first + c.int_by * i));
+    case ValueKind::kIntPacked:
+      return mp::WriteInt(w, static_cast<int64_t>(c.int_first + c.PackedInt(i)));
+    case ValueKind::kFloat32:
       *w = 0xca;
       std::memcpy(w + 1, c.fixed + i * 4, 4);
       return w + 5;
-    case ColumnType::kFloat64:
+    case ValueKind::kFloat64:
       *w = 0xcb;
       std::memcpy(w + 1, c.fixed + i * 8, 8);
       return w + 9;
-    case ColumnType::kKeyRef:
+    case ValueKind::kKeyRef:
       return w;
+    case ValueKind::kBytes:
     default: {
       if (c.dict) {
         const uint32_t code = c.Code(i);

@@ -60,6 +60,44 @@ inline uint8_t BitsFor(size_t d) {
   return b;
 }
 
+// Writes value(0..n-1), each `bits` (1..32) wide, least significant bits first, in
+// ceil(n * bits / 8) bytes; returns the end.
+template <typename Value>
+uint8_t* PackFixedWidth(size_t n, uint32_t bits, uint8_t* w, Value value) {
+  uint64_t acc = 0;
+  uint32_t have = 0;
+  for (size_t i = 0; i < n; ++i) {
+    acc |= uint64_t{value(i)} << have;
+    have += bits;
+    if (have >= 32) {
+      StoreLE32(w, static_cast<uint32_t>(acc));
+      w += 4;
+      acc >>= 32;
+      have -= 32;
+    }
+  }
+  for (; have > 0; have = have > 8 ? have - 8 : 0) {
+    *w++ = static_cast<uint8_t>(acc);
+    acc >>= 8;
+  }
+  return w;
+}
+
+// n bytes of 0 or 1 as n bits, least significant first; returns the end.
+uint8_t* PackBools(const uint8_t* v, size_t n, uint8_t* w) {
+  size_t i = 0;
+  // Eight 0/1 bytes to one byte: the multiplier moves byte k's bit to bit 56 + k, and no two
+  // partial products share a bit, so nothing carries.
+  for (; i + 8 <= n; i += 8)
+    *w++ = static_cast<uint8_t>((LoadLE64(v + i) * 0x0102040810204080ULL) >> 56);
+  if (i < n) {
+    uint8_t last = 0;
+    for (size_t k = 0; i + k < n; ++k) last |= static_cast<uint8_t>(v[i + k] << k);
+    *w++ = last;
+  }
+  return w;
+}
+
 // Plain-range detection: a column part of at least kMinPlainSpan bytes whose order-0 entropy,
 // estimated on at most kPlainSample of its bytes (see LooksPlain), is kPlainBits bits a byte or
 // more is "plain": Huffman coding could save at most an eighth of it, at several ns a byte.
@@ -313,7 +351,7 @@ struct BuildColumn {
   // Whether, on the first `seen` values, dictionary + codes beat lengths + contents by 10%.
   bool DictPays(size_t seen) const {
     const uint64_t entries = firsts.size();
-    const uint64_t code_bytes = CodeWidth(entries) == 1 ? seen : (seen * BitsFor(entries) + 7) / 8;
+    const uint64_t code_bytes = (seen * CodeBits(entries) + 7) / 8;
     const uint64_t dict_cost = dict_len + entries + code_bytes;
     const uint64_t plain_cost = total_len + seen;
     return dict_cost * 10 < plain_cost * 9;
@@ -405,19 +443,23 @@ struct BuildColumn {
     return IsBytesType(type) && dict_active && firsts.size() < n && DictPays(n);
   }
 
-  // Dictionary codes: one byte each up to 256 entries, bit-packed above (SerializeDict).
-  static uint8_t CodeWidth(size_t dict_size) { return dict_size <= 256 ? 1 : 2; }
+  // Bits a dictionary code takes (SerializeDict): 8 (one byte each) for 33 to 256 entries,
+  // else ceil(log2 d), bit-packed.
+  static uint8_t CodeBits(size_t dict_size) {
+    const uint8_t b = BitsFor(dict_size);
+    return b <= kMaxSmallPackedBits || b > 8 ? b : 8;
+  }
 
   // Upper bound of the serialized size (type byte and headers included).
   size_t MaxSerializedSize() const {
     switch (type) {
-      case ColumnType::kInt:
-        return 2 + n * kMaxVarintBytes;
+      case ColumnType::kInt:  // the type, encoding and bits bytes, up to two varints of header
+        return 3 + 2 * kMaxVarintBytes + n * kMaxVarintBytes;
       case ColumnType::kFloat32:
-      case ColumnType::kFloat64:
-        return 4 + std::max(fixed.size(), n * kMaxVarintBytes);
+      case ColumnType::kFloat64:  // and the float encoding and exponent bytes
+        return 5 + 2 * kMaxVarintBytes + std::max(fixed.size(), n * kMaxVarintBytes);
       case ColumnType::kBool:
-        return 1 + fixed.size();
+        return 2 + fixed.size();
       case ColumnType::kNil:
         return 1;
       default:
@@ -462,8 +504,9 @@ struct BuildColumn {
         std::memcpy(w, fixed.data(), fixed.size());
         return w + fixed.size();
       case ColumnType::kBool:
-        std::memcpy(w, fixed.data(), fixed.size());
-        return w + fixed.size();
+        *w++ = kBoolPacked;
+        bulk_begin = w;
+        return PackBools(fixed.data(), n, w);
       case ColumnType::kNil:
         return w;
       default:
@@ -510,10 +553,34 @@ struct BuildColumn {
     // the column is only walked once more, to write it.
     const size_t step = n > 512 ? n / 512 : 1;
     size_t plain = 0, delta = 0;
+    int64_t lo = v[0], hi = v[0];
     for (size_t i = 0; i < n; i += step) {
       plain += VarintLength(ZigZag(v[i]));
       const uint64_t prev = i == 0 ? 0 : static_cast<uint64_t>(v[i - 1]);
       delta += VarintLength(ZigZag(static_cast<int64_t>(static_cast<uint64_t>(v[i]) - prev)));
+      lo = std::min(lo, v[i]);
+      hi = std::max(hi, v[i]);
+    }
+    // A small range (flags, ratings, small counts, enum-like ints) is stored as b-bit offsets
+    // from its minimum when b <= kMaxSmallPackedBits; the sample rules most columns out, the
+    // whole column decides.
+    if (static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) <
+        (uint64_t{1} << kMaxSmallPackedBits)) {
+      for (size_t i = 0; i < n; ++i) {
+        lo = std::min(lo, v[i]);
+        hi = std::max(hi, v[i]);
+      }
+      const uint64_t range = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
+      if (range < (uint64_t{1} << kMaxSmallPackedBits)) {
+        const uint8_t bits = BitsFor(range + 1);
+        *w++ = kIntPacked;
+        w = PutVarint(w, ZigZag(lo));
+        *w++ = bits;
+        const auto base = static_cast<uint64_t>(lo);
+        return PackFixedWidth(n, bits, w, [v, base](size_t i) {
+          return static_cast<uint32_t>(static_cast<uint64_t>(v[i]) - base);
+        });
+      }
     }
     if (delta < plain) {
       *w++ = kIntDelta;
@@ -737,8 +804,8 @@ struct BuildColumn {
       std::memcpy(w, ptrs[i], lens[i]);
       w += lens[i];
     }
-    const uint8_t width = CodeWidth(d);
-    if (width == 1) {
+    const uint8_t bits = CodeBits(d);
+    if (bits == 8) {
       *w++ = kCodeBytes;
       bulk_begin = w;
       for (size_t i = 0; i < n; ++i) w[i] = static_cast<uint8_t>(codes[i]);
@@ -747,27 +814,11 @@ struct BuildColumn {
     // Past 256 entries, codes are bit-packed at the width the dictionary needs (LSB first):
     // zstd's byte-wise entropy coder does little for codes that straddle bytes, and slowly
     // (2,000 names as two-byte codes: 1.35x at ~165 MB/s); packed they take ceil(log2 d) bits.
+    // Up to 32 entries they are packed too, at 1 to 5 bits (see kMaxSmallPackedBits).
     *w++ = kCodePacked;
-    const uint8_t bits = BitsFor(d);
     *w++ = bits;
     bulk_begin = w;
-    uint64_t acc = 0;
-    uint32_t have = 0;
-    for (size_t i = 0; i < n; ++i) {
-      acc |= uint64_t{codes[i]} << have;
-      have += bits;
-      if (have >= 32) {
-        StoreLE32(w, static_cast<uint32_t>(acc));
-        w += 4;
-        acc >>= 32;
-        have -= 32;
-      }
-    }
-    for (; have > 0; have = have > 8 ? have - 8 : 0) {
-      *w++ = static_cast<uint8_t>(acc);
-      acc >>= 8;
-    }
-    return w;
+    return PackFixedWidth(n, bits, w, [this](size_t i) { return codes[i]; });
   }
 };
 

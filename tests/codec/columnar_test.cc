@@ -552,6 +552,120 @@ TEST(ColumnarTest, PackedColumnsAreValidated) {
   EXPECT_NE(err.message().find("increasing order"), std::string::npos) << err;
 }
 
+TEST(ColumnarTest, SmallRangesAndFewValuesAreBitPacked) {
+  // Ints within 32 of their minimum, bools, and codes of dictionaries up to 32 entries take
+  // 1 to 5 bits a value; every count around a byte boundary, every base (wrapping included).
+  // ColumnarSize checks each round trip byte for byte.
+  // Bits for the numbers 0..k-1.
+  const auto bits_for = [](uint64_t k) { return k <= 1 ? 1 : 64 - __builtin_clzll(k - 1); };
+  uint64_t st = 11;
+  auto next = [&st]() {
+    st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+    return st >> 33;
+  };
+  for (const size_t n : {size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{1001}}) {
+    for (const int64_t base :
+         {int64_t{0}, int64_t{-7}, INT64_MIN, INT64_MAX - 31, int64_t{1'000'000'000'000}}) {
+      for (const uint64_t range : {1, 2, 3, 5, 8, 17, 31, 32}) {
+        Batch b;
+        for (size_t i = 0; i < n; ++i) {
+          const auto v = static_cast<int64_t>(static_cast<uint64_t>(base) + next() % range);
+          b.Add("k", Map({{"v", I(v)}}));
+        }
+        EXPECT_LT(ColumnarSize(b), n * bits_for(range) / 8 + 64)
+            << n << " " << base << " " << range;
+      }
+    }
+    Batch bools;
+    for (size_t i = 0; i < n; ++i) bools.Add("k", Map({{"b", next() % 3 == 0 ? "\xc3" : "\xc2"}}));
+    EXPECT_LT(ColumnarSize(bools), n / 8 + 64) << n;
+    for (const size_t d : {1, 2, 3, 5, 16, 17, 32}) {
+      Batch codes;
+      for (size_t i = 0; i < n; ++i) {
+        codes.Add("k", Map({{"c", S("value-" + std::to_string(next() % d))}}));
+      }
+      EXPECT_LT(ColumnarSize(codes), n * bits_for(d) / 8 + d * 9 + 64) << n << " " << d;
+    }
+  }
+  // 33 entries: one byte a code again (zstd's entropy coder gets them).
+  Batch wide;
+  for (int i = 0; i < 1001; ++i) wide.Add("k", Map({{"c", S("value-" + std::to_string(i % 33))}}));
+  EXPECT_GT(ColumnarSize(wide), 1001u);
+  // Decimal floats with a small range of mantissas are packed too.
+  Batch ratings;
+  for (int i = 0; i < 1001; ++i)
+    ratings.Add("k", Map({{"r", F(static_cast<double>(15 + next() % 20) / 10)}}));
+  EXPECT_LT(ColumnarSize(ratings), 1001u * 5 / 8 + 64);  // m in 15..34: 5 bits
+}
+
+// A COLUMNAR payload of one field "v" with nil keys; `column` is the field's column bytes.
+ByteBuffer OneColumnPayload(std::initializer_list<uint8_t> column) {
+  ByteBuffer p;
+  for (const uint8_t b : {uint8_t{1}, uint8_t{1}, uint8_t{'v'}, uint8_t{0}}) p.PushBack(b);
+  for (const uint8_t b : column) p.PushBack(b);
+  return p;
+}
+
+// Decodes a one-column payload of n records; returns the values as one string, or the error.
+std::string DecodeOneColumn(const ByteBuffer& payload, uint32_t n) {
+  ColumnarDecoder dec;
+  ByteBuffer rows;
+  PodBuffer<RecordRef> index;
+  const absl::Status st = dec.Decode(payload.data(), payload.size(), n, 1u << 20, &rows, &index);
+  if (!st.ok()) return "error: " + std::string(st.message());
+  std::string out;
+  for (const RecordRef& r : index) {
+    out.append(reinterpret_cast<const char*>(rows.data()) + r.value_off + 3, r.value_len - 3);
+  }
+  return out;  // each value without its map header and field name (0x81 0xa1 'v')
+}
+
+TEST(ColumnarTest, BitPackedColumnsAreValidated) {
+  constexpr uint8_t kInt = 2, kBool = 1, kStr = 5;
+  // Ints: base -2 (zigzag 3), 3 bits: 0x0105 holds 5, 0, 4 -> 3, -2, 2.
+  EXPECT_EQ(DecodeOneColumn(OneColumnPayload({kInt, 3, 3, 3, 0x05, 0x01}), 3),
+            std::string("\x03\xfe\x02"));
+  for (const uint8_t bits : {0, 57, 200}) {
+    EXPECT_NE(DecodeOneColumn(OneColumnPayload({kInt, 3, 3, bits, 0x05, 0x01}), 3)
+                  .find("-bit packed integers"),
+              std::string::npos)
+        << int{bits};
+  }
+  EXPECT_NE(DecodeOneColumn(OneColumnPayload({kInt, 3, 3, 3, 0x05}), 3).find("truncated"),
+            std::string::npos);
+  EXPECT_NE(DecodeOneColumn(OneColumnPayload({kInt, 3, 3, 3}), 3).find("truncated"),
+            std::string::npos);
+  EXPECT_NE(DecodeOneColumn(OneColumnPayload({kInt, 3, 3, 3, 0x05, 0x03}), 3).find("padding"),
+            std::string::npos);
+  // 56 bits, the widest: the offset is read whole.
+  EXPECT_EQ(DecodeOneColumn(
+                OneColumnPayload({kInt, 3, 0, 56, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}), 1),
+            std::string("\xcf\x00\xff\xff\xff\xff\xff\xff\xff", 9));
+  // Bools: packed bits 1,0,1 then zero padding; set padding, truncation; the byte-per-value
+  // form of earlier versions still reads.
+  EXPECT_EQ(DecodeOneColumn(OneColumnPayload({kBool, 2, 0x05}), 3), std::string("\xc3\xc2\xc3"));
+  EXPECT_NE(DecodeOneColumn(OneColumnPayload({kBool, 2, 0x0d}), 3).find("padding"),
+            std::string::npos);
+  EXPECT_NE(DecodeOneColumn(OneColumnPayload({kBool, 2, 0x05}), 9).find("truncated"),
+            std::string::npos);
+  EXPECT_EQ(DecodeOneColumn(OneColumnPayload({kBool, 1, 0, 1}), 3), std::string("\xc3\xc2\xc3"));
+  // Dictionary codes: 3 entries "a", "b", "c" need exactly 2 bits; codes 2, 0, 1.
+  const auto dict3 = [](uint8_t bits, uint8_t codes) {
+    return OneColumnPayload({kStr, 1, 3, 1, 1, 1, 3, 'a', 'b', 'c', 4, bits, codes});
+  };
+  EXPECT_EQ(DecodeOneColumn(dict3(2, 0x12), 3), std::string("\xa1"
+                                                            "c\xa1"
+                                                            "a\xa1"
+                                                            "b"));
+  for (const uint8_t bits : {0, 1, 3, 17}) {
+    EXPECT_NE(DecodeOneColumn(dict3(bits, 0x12), 3).find("bad code width"), std::string::npos)
+        << int{bits};
+  }
+  EXPECT_NE(DecodeOneColumn(dict3(2, 0x13), 3).find("beyond its 3-entry dictionary"),
+            std::string::npos);  // code 3
+  EXPECT_NE(DecodeOneColumn(dict3(2, 0x52), 3).find("padding"), std::string::npos);
+}
+
 TEST(ColumnarTest, DecimalFloatsRoundTripBitExactly) {
   Batch prices;
   for (int i = 0; i < 1000; ++i) prices.Add("k", Map({{"p", F((i * 37 % 100000) / 100.0)}}));

@@ -1,6 +1,7 @@
 // Writes the fuzz seed corpus: small frames of every layout and compression, each in both
 // fuzzer modes (see frame_decoder_fuzzer.cc). Usage: sluice-fuzz-corpus DIR
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -53,6 +54,26 @@ int main(int argc, char** argv) {
   batches.emplace_back("columnar_sections", sluice::testing::SectionedBatch(g, 320));
   batches.emplace_back("msgpack", mp);
   batches.emplace_back("opaque", opaque);
+  // Bools, a small-range int, a small dictionary and a small-range decimal float: each stored
+  // as 1 to 5 bits a value.
+  sluice::testing::Batch small;
+  for (int i = 0; i < 20; ++i) {
+    std::string v;
+    sluice::testing::Gen::MapHeader(&v, 4);
+    sluice::testing::Gen::Str(&v, "flag");
+    v += g.Coin() ? '\xc3' : '\xc2';
+    sluice::testing::Gen::Str(&v, "qty");
+    sluice::testing::Gen::Int(&v, 1 + static_cast<int64_t>(g.Below(6)));
+    sluice::testing::Gen::Str(&v, "dev");
+    sluice::testing::Gen::Str(&v, g.Coin() ? "ios" : (g.Coin() ? "web" : "tv"));
+    sluice::testing::Gen::Str(&v, "r");
+    const double r = static_cast<double>(10 + g.Below(20)) / 10;
+    uint64_t bits;
+    std::memcpy(&bits, &r, 8);
+    sluice::testing::Gen::F64(&v, bits);
+    small.Add(g.Bytes(2), v);
+  }
+  batches.emplace_back("columnar_smallpacked", small);
   int written = 0;
   for (const auto& [name, batch] : batches) {
     for (auto layout : {sluice::LayoutChoice::kOpaque, sluice::LayoutChoice::kMsgpack,
