@@ -428,6 +428,40 @@ TEST(ColumnarTest, HexStringsArePackedAndEverythingElseIsNot) {
 
 // Strings of random characters from a small alphabet (ids, tokens, base62 text) are stored as
 // b-bit codes; strings an entropy coder would shrink further stay plain for zstd.
+TEST(ColumnarTest, LongHexStringsTakeEveryDigitAndRefuseAnyOtherByte) {
+  // Digits are converted 16 at a time where the CPU can: every digit and letter in every
+  // position of a block, and one byte just outside the digits and letters (or uppercase) in
+  // any position of a 40-digit value, which must keep the column out of hex.
+  const std::string digits = "0123456789abcdef";
+  // 64 distinct values of 40 digits (so no dictionary), the same for every batch.
+  std::vector<std::string> values;
+  uint64_t st = 5;
+  for (int i = 0; i < 64; ++i) {
+    std::string v(40, '0');
+    for (size_t k = 0; k < v.size(); ++k) {
+      st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+      v[k] = digits[st >> 60];
+    }
+    if (i == 0) v.replace(0, 16, digits);  // every digit in every lane of the first block
+    if (i == 1) v.replace(24, 16, std::string(digits.rbegin(), digits.rend()));
+    values.push_back(v);
+  }
+  Batch all;
+  for (const std::string& v : values) all.Add("k", Map({{"id", S(v)}}));
+  EXPECT_LT(ColumnarSize(all), 64u * 22 + 40);  // 20 bytes a value, a length byte
+  for (const char wrong : {'/', ':', '`', 'g', 'A', 'F', '\xff', '\0'}) {
+    for (size_t pos = 0; pos < 40; pos += 3) {
+      Batch b;
+      for (int i = 0; i < 64; ++i) {
+        std::string v = values[i];
+        if (i == 9) v[pos] = wrong;
+        b.Add("k", Map({{"id", S(v)}}));
+      }
+      EXPECT_GT(ColumnarSize(b), 64u * 22 + 40) << wrong << " at " << pos;  // round trip checked
+    }
+  }
+}
+
 std::string RandomText(uint64_t* state, const std::string& alphabet, size_t len) {
   std::string s(len, ' ');
   for (char& c : s) {
