@@ -30,6 +30,7 @@ enum class ValueKind : uint8_t {
   kIntPacked,
   kFloat32,
   kFloat64,
+  kFloat64Decimal,
   kKeyRef,
   kBytes
 };
@@ -67,8 +68,9 @@ struct ReadColumn {
   PodBuffer<uint32_t> lens;        // plain bytes: per value
   const uint8_t* fixed = nullptr;  // floats (big-endian, as in msgpack), bools
   bool bool_bits = false;          // bools: `fixed` holds one bit a value, not one byte
-  ByteBuffer decimal_floats;       // float64 decimals, turned back into raw bits
-  const uint8_t* blob = nullptr;   // plain bytes: contents back to back
+  bool decimal = false;            // float64 decimals: value i is Int(i) / pow10
+  double pow10 = 1;
+  const uint8_t* blob = nullptr;  // plain bytes: contents back to back
   const uint8_t* blob_end = nullptr;
   bool hex = false;  // plain bytes stored as the bytes their hex digits spell
   // Packed bytes: `bits`-bit codes; symbols[code] is the byte.
@@ -87,8 +89,8 @@ struct ReadColumn {
   uint64_t rebuilt_bytes = 0;  // bytes this column contributes to the rebuilt rows
 
   size_t RetainedBytes() const {
-    return ints.capacity() * 8 + lens.capacity() * 4 + decimal_floats.capacity() +
-           entries.capacity() + entry_off.capacity() * 4;
+    return ints.capacity() * 8 + lens.capacity() * 4 + entries.capacity() +
+           entry_off.capacity() * 4;
   }
 
   size_t n = 0;
@@ -356,6 +358,7 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
   }
   c->type = static_cast<ColumnType>(t);
   c->dict = false;
+  c->decimal = false;
   c->hex = false;
   c->packed = false;
   const auto avail = [&]() { return static_cast<size_t>(end - p); };
@@ -408,14 +411,9 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
         if (avail() < 1 || *p > kMaxDecimalExponent) {
           return Corrupt(absl::StrCat("float column '", name, "' has a bad decimal exponent"));
         }
-        const double pow10 = kPow10[*p++];
+        c->pow10 = kPow10[*p++];
         if (auto st = ReadInts(&p, end, n, name, /*allow_step=*/false, c); !st.ok()) return st;
-        c->decimal_floats.Resize(n * 8);
-        uint8_t* out = c->decimal_floats.data();
-        for (size_t i = 0; i < n; ++i) {
-          StoreBE64(out + 8 * i, DoubleBits(static_cast<double>(c->Int(i)) / pow10));
-        }
-        c->fixed = out;
+        c->decimal = true;  // values computed when written: no 8 bytes a value held for them
         break;
       }
       if (avail() / width < n) {
@@ -462,7 +460,7 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
       c->kind = ValueKind::kFloat32;
       break;
     case ColumnType::kFloat64:
-      c->kind = ValueKind::kFloat64;
+      c->kind = c->decimal ? ValueKind::kFloat64Decimal : ValueKind::kFloat64;
       break;
     case ColumnType::kKeyRef:
       c->kind = ValueKind::kKeyRef;
@@ -577,6 +575,10 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteValue(const ReadColumn& c, siz
     case ValueKind::kFloat64:
       *w = 0xcb;
       std::memcpy(w + 1, c.fixed + i * 8, 8);
+      return w + 9;
+    case ValueKind::kFloat64Decimal:
+      *w = 0xcb;
+      StoreBE64(w + 1, DoubleBits(static_cast<double>(c.Int(i)) / c.pow10));
       return w + 9;
     case ValueKind::kKeyRef:
       return w;

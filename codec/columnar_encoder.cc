@@ -55,6 +55,9 @@ constexpr uint32_t kMaxDict = 1u << 16;
 constexpr uint64_t kMinPackedBytes = 512;
 constexpr size_t kPackSample = 16384;
 constexpr double kPackSlackBits = 0.15;
+// Ints and bools are bit-packed from this many values on: below it, the packed form's header
+// can outweigh what it saves.
+constexpr size_t kMinPackedValues = 8;
 
 // Bits needed for codes 0..d-1 (at least 1).
 inline uint8_t BitsFor(size_t d) {
@@ -507,6 +510,10 @@ struct BuildColumn {
         std::memcpy(w, fixed.data(), fixed.size());
         return w + fixed.size();
       case ColumnType::kBool:
+        if (n < kMinPackedValues) {  // a byte each (the form without an encoding byte)
+          std::memcpy(w, fixed.data(), n);
+          return w + n;
+        }
         *w++ = kBoolPacked;
         bulk_begin = w;
         return PackBools(fixed.data(), n, w);
@@ -567,8 +574,8 @@ struct BuildColumn {
     // A small range (flags, ratings, small counts, enum-like ints) is stored as b-bit offsets
     // from its minimum when b <= kMaxSmallPackedBits; the sample rules most columns out, the
     // whole column decides.
-    if (static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) <
-        (uint64_t{1} << kMaxSmallPackedBits)) {
+    if (n >= kMinPackedValues && static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) <
+                                     (uint64_t{1} << kMaxSmallPackedBits)) {
       for (size_t i = 0; i < n; ++i) {
         lo = std::min(lo, v[i]);
         hi = std::max(hi, v[i]);
