@@ -58,6 +58,10 @@ constexpr double kPackSlackBits = 0.15;
 // Ints and bools are bit-packed from this many values on: below it, the packed form's header
 // can outweigh what it saves.
 constexpr size_t kMinPackedValues = 8;
+// Ints that look uniform over their range (SerializeInts) are packed at up to this many bits,
+// judged on at least this many sampled values.
+constexpr uint32_t kMaxUniformPackedBits = 32;
+constexpr size_t kMinUniformSample = 64;
 
 // Bits needed for codes 0..d-1 (at least 1).
 inline uint8_t BitsFor(size_t d) {
@@ -545,6 +549,21 @@ struct BuildColumn {
     return true;
   }
 
+  // Whether the sampled values (every step-th of v) fill the 16 equal parts of
+  // [lo, lo + range] evenly: none holds fewer than half its share.
+  static bool LooksUniform(const int64_t* v, size_t n, size_t step, int64_t lo, uint64_t range) {
+    uint32_t parts[16] = {};
+    size_t sampled = 0;
+    for (size_t i = 0; i < n; i += step, ++sampled) {
+      const uint64_t off = static_cast<uint64_t>(v[i]) - static_cast<uint64_t>(lo);
+      ++parts[static_cast<size_t>((static_cast<unsigned __int128>(off) * 16) / (range + 1))];
+    }
+    for (const uint32_t c : parts) {
+      if (c * 32 < sampled) return false;
+    }
+    return true;
+  }
+
   static uint8_t* SerializeInts(const int64_t* v, size_t n, uint8_t* w, bool allow_step) {
     // An arithmetic sequence (row ids, sequence numbers) is stored as its first value and step.
     if (allow_step && n >= 2) {
@@ -571,17 +590,27 @@ struct BuildColumn {
       lo = std::min(lo, v[i]);
       hi = std::max(hi, v[i]);
     }
-    // A small range (flags, ratings, small counts, enum-like ints) is stored as b-bit offsets
-    // from its minimum when b <= kMaxSmallPackedBits; the sample rules most columns out, the
-    // whole column decides.
-    if (n >= kMinPackedValues && static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) <
-                                     (uint64_t{1} << kMaxSmallPackedBits)) {
+    // Stored as b-bit offsets from the minimum: a small range (flags, ratings, small counts,
+    // enum-like ints) when b <= kMaxSmallPackedBits; or values spread evenly over their range
+    // (random ids, hashes, uniform draws), which no entropy coder can store in fewer than b
+    // bits, when b bits are fewer than the varints take. The sample rules most columns out,
+    // the whole column decides.
+    const size_t sampled = (n + step - 1) / step;
+    const uint64_t sample_range = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
+    const bool small = sample_range < (uint64_t{1} << kMaxSmallPackedBits);
+    const bool uniform = !small && sampled >= kMinUniformSample &&
+                         sample_range < (uint64_t{1} << kMaxUniformPackedBits) &&
+                         BitsFor(sample_range + 1) * sampled < 8 * std::min(plain, delta) &&
+                         LooksUniform(v, n, step, lo, sample_range);
+    if (n >= kMinPackedValues && (small || uniform)) {
       for (size_t i = 0; i < n; ++i) {
         lo = std::min(lo, v[i]);
         hi = std::max(hi, v[i]);
       }
       const uint64_t range = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
-      if (range < (uint64_t{1} << kMaxSmallPackedBits)) {
+      if (small ? range < (uint64_t{1} << kMaxSmallPackedBits)
+                : range < (uint64_t{1} << kMaxUniformPackedBits) &&
+                      BitsFor(range + 1) * sampled < 8 * std::min(plain, delta)) {
         const uint8_t bits = BitsFor(range + 1);
         *w++ = kIntPacked;
         w = PutVarint(w, ZigZag(lo));

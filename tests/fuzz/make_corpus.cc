@@ -74,6 +74,16 @@ int main(int argc, char** argv) {
     small.Add(g.Bytes(2), v);
   }
   batches.emplace_back("columnar_smallpacked", small);
+  // Ids drawn uniformly from 2^20 values: stored as 20-bit offsets from the minimum.
+  sluice::testing::Batch uniform;
+  for (int i = 0; i < 80; ++i) {
+    std::string v;
+    sluice::testing::Gen::MapHeader(&v, 1);
+    sluice::testing::Gen::Str(&v, "user");
+    sluice::testing::Gen::Int(&v, -300'000 + static_cast<int64_t>(g.Below(1 << 20)));
+    uniform.Add(g.Bytes(2), v);
+  }
+  batches.emplace_back("columnar_uniform", uniform);
   int written = 0;
   for (const auto& [name, batch] : batches) {
     for (auto layout : {sluice::LayoutChoice::kOpaque, sluice::LayoutChoice::kMsgpack,
