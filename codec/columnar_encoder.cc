@@ -55,9 +55,6 @@ constexpr uint32_t kMaxDict = 1u << 16;
 constexpr uint64_t kMinPackedBytes = 512;
 constexpr size_t kPackSample = 16384;
 constexpr double kPackSlackBits = 0.15;
-// Ints and bools are bit-packed from this many values on: below it, the packed form's header
-// can outweigh what it saves.
-constexpr size_t kMinPackedValues = 8;
 // Ints that look uniform over their range (SerializeInts) are packed at up to this many bits,
 // judged on at least this many sampled values.
 constexpr uint32_t kMaxUniformPackedBits = 32;
@@ -514,7 +511,7 @@ struct BuildColumn {
         std::memcpy(w, fixed.data(), fixed.size());
         return w + fixed.size();
       case ColumnType::kBool:
-        if (n < kMinPackedValues) {  // a byte each (the form without an encoding byte)
+        if (1 + (n + 7) / 8 >= n) {  // 1 or 2 values: a byte each (no encoding byte) is as small
           std::memcpy(w, fixed.data(), n);
           return w + n;
         }
@@ -595,22 +592,26 @@ struct BuildColumn {
     // (random ids, hashes, uniform draws), which no entropy coder can store in fewer than b
     // bits, when b bits are fewer than the varints take. The sample rules most columns out,
     // the whole column decides.
+    // Either way only when the packed column is smaller than the varints (estimated).
     const size_t sampled = (n + step - 1) / step;
+    const uint64_t varint_bytes = std::min(plain, delta) * n / sampled;
+    const auto packed_smaller = [&](int64_t base, uint64_t range) {
+      const uint64_t packed = 2 + VarintLength(ZigZag(base)) + (n * BitsFor(range + 1) + 7) / 8;
+      return packed < varint_bytes;
+    };
     const uint64_t sample_range = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
     const bool small = sample_range < (uint64_t{1} << kMaxSmallPackedBits);
     const bool uniform = !small && sampled >= kMinUniformSample &&
                          sample_range < (uint64_t{1} << kMaxUniformPackedBits) &&
-                         BitsFor(sample_range + 1) * sampled < 8 * std::min(plain, delta) &&
                          LooksUniform(v, n, step, lo, sample_range);
-    if (n >= kMinPackedValues && (small || uniform)) {
+    if ((small || uniform) && packed_smaller(lo, sample_range)) {
       for (size_t i = 0; i < n; ++i) {
         lo = std::min(lo, v[i]);
         hi = std::max(hi, v[i]);
       }
       const uint64_t range = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
-      if (small ? range < (uint64_t{1} << kMaxSmallPackedBits)
-                : range < (uint64_t{1} << kMaxUniformPackedBits) &&
-                      BitsFor(range + 1) * sampled < 8 * std::min(plain, delta)) {
+      if (range < (uint64_t{1} << (small ? kMaxSmallPackedBits : kMaxUniformPackedBits)) &&
+          packed_smaller(lo, range)) {
         const uint8_t bits = BitsFor(range + 1);
         *w++ = kIntPacked;
         w = PutVarint(w, ZigZag(lo));

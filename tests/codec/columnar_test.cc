@@ -411,8 +411,6 @@ TEST(ColumnarTest, HexStringsArePackedAndEverythingElseIsNot) {
   EXPECT_GT(ColumnarSize(mixed), packed + 200u * 7);
 }
 
-// Strings of random characters from a small alphabet (ids, tokens, base62 text) are stored as
-// b-bit codes; strings an entropy coder would shrink further stay plain for zstd.
 TEST(ColumnarTest, LongHexStringsTakeEveryDigitAndRefuseAnyOtherByte) {
   // Digits are converted 16 at a time where the CPU can: every digit and letter in every
   // position of a block, and one byte just outside the digits and letters (or uppercase) in
@@ -435,7 +433,7 @@ TEST(ColumnarTest, LongHexStringsTakeEveryDigitAndRefuseAnyOtherByte) {
   for (const std::string& v : values) all.Add("k", Map({{"id", S(v)}}));
   EXPECT_LT(ColumnarSize(all), 64u * 22 + 40);  // 20 bytes a value, a length byte
   for (const char wrong : {'/', ':', '`', 'g', 'A', 'F', '\xff', '\0'}) {
-    for (size_t pos = 0; pos < 40; pos += 3) {
+    for (size_t pos = 0; pos < 40; ++pos) {
       Batch b;
       for (int i = 0; i < 64; ++i) {
         std::string v = values[i];
@@ -456,6 +454,8 @@ std::string RandomText(uint64_t* state, const std::string& alphabet, size_t len)
   return s;
 }
 
+// Strings of random characters from a small alphabet (ids, tokens, base62 text) are stored as
+// b-bit codes; strings an entropy coder would shrink further stay plain for zstd.
 TEST(ColumnarTest, SmallAlphabetStringsAreBitPacked) {
   const std::string alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   uint64_t st = 1;
