@@ -49,6 +49,10 @@ constexpr size_t kParseBlock = 64;
 // The encoder drops its scratch buffers after a batch that left more than this behind.
 constexpr size_t kMaxRetainedScratch = 256u << 20;
 constexpr uint32_t kMaxDict = 1u << 16;
+// A lookup that probes this many slots gives up the column's dictionary. At the table's load
+// (under 1/4) honest values essentially never do; values crafted to share a hash (the server
+// re-encodes its clients' records) would otherwise cost a probe per entry each.
+constexpr uint32_t kMaxDictProbes = 64;
 // Small-alphabet packing (see BuildColumn::SerializePacked): columns with fewer content bytes
 // are left plain; the alphabet and entropy come from the first kPackSample bytes; packing is
 // chosen when b bits a byte is within kPackSlackBits of those bytes' order-0 entropy.
@@ -300,11 +304,6 @@ struct BuildColumn {
     if (epoch == 0) epoch = 1;
   }
 
-  static inline uint64_t Hash(uint64_t a, uint64_t b, uint32_t len) {
-    return (a * 0x9e3779b97f4a7c15ULL) ^ (b * 0xc2b2ae3d27d4eb4fULL) ^
-           (uint64_t{len} * 0x165667b19e3779f9ULL);
-  }
-
   inline void KeyOf(const uint8_t* p, uint32_t len, uint64_t* a, uint64_t* b) const {
     if (len <= 16) {
       const ShortKey k = KeyShort(p, len);
@@ -321,8 +320,8 @@ struct BuildColumn {
     uint64_t a, b;
     KeyOf(p, len, &a, &b);
     const size_t mask = slots.size() - 1;
-    size_t idx = Hash(a, b, len) >> slot_shift;
-    for (;;) {
+    size_t idx = DictHash(a, b, len) >> slot_shift;
+    for (uint32_t probes = 1;; ++probes) {
       const uint32_t slot = slots[idx];
       if (ABSL_PREDICT_FALSE((slot >> 16) != epoch)) {
         Insert(idx, i, a, b, len);
@@ -333,6 +332,10 @@ struct BuildColumn {
       if (e.a == a && e.b == b && e.len == len &&
           (len <= 16 || std::memcmp(p, ptrs[firsts[code]], len) == 0)) {
         codes[i] = code;
+        return;
+      }
+      if (ABSL_PREDICT_FALSE(probes == kMaxDictProbes)) {
+        dict_active = false;  // values made to collide: no dictionary rather than quadratic work
         return;
       }
       idx = (idx + 1) & mask;
@@ -369,7 +372,7 @@ struct BuildColumn {
     const size_t mask = slots.size() - 1;
     for (uint32_t code = 0; code < entry_keys.size(); ++code) {
       const EntryKey& e = entry_keys[code];
-      size_t idx = Hash(e.a, e.b, e.len) >> slot_shift;
+      size_t idx = DictHash(e.a, e.b, e.len) >> slot_shift;
       while ((slots[idx] >> 16) == epoch) idx = (idx + 1) & mask;
       slots[idx] = (epoch << 16) | code;
     }

@@ -124,6 +124,13 @@ inline ShortKey KeyShort(const uint8_t* p, uint32_t len) {
   return {0, 0};
 }
 
+// The encoder's dictionary hash of a value's key words (KeyShort for up to 16 bytes); its top
+// bits index the table.
+inline uint64_t DictHash(uint64_t a, uint64_t b, uint32_t len) {
+  return (a * 0x9e3779b97f4a7c15ULL) ^ (b * 0xc2b2ae3d27d4eb4fULL) ^
+         (uint64_t{len} * 0x165667b19e3779f9ULL);
+}
+
 // The bytes every value starts a field with: the encoded field name (and, for field 0, the
 // map header).
 struct Prefix {

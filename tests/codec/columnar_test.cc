@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "codec/columnar_internal.h"
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
 #include "tests/codec/test_records.h"
@@ -452,6 +453,33 @@ std::string RandomText(uint64_t* state, const std::string& alphabet, size_t len)
     c = alphabet[(*state >> 33) % alphabet.size()];
   }
   return s;
+}
+
+TEST(ColumnarTest, ValuesMadeToCollideGiveUpTheDictionary) {
+  // 200 eight-character values whose dictionary hashes share their top 14 bits (the table
+  // indexes by the top 10 to 14 here), each ten times: a lookup would probe every entry
+  // before them, so the encoder gives up the dictionary and stores the column without one.
+  // The same shape with ordinary values keeps it.
+  const std::string alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::vector<std::string> colliding, ordinary;
+  uint64_t st = 99;
+  while (colliding.size() < 200) {
+    std::string v = RandomText(&st, alnum, 8);
+    const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+    const columnar_internal::ShortKey k = columnar_internal::KeyShort(p, 8);
+    if (columnar_internal::DictHash(k.a, k.b, 8) >> 50 == 0) {
+      colliding.push_back(v);
+    } else if (ordinary.size() < 200) {
+      ordinary.push_back(v);
+    }
+  }
+  Batch attack, honest;
+  for (int i = 0; i < 2000; ++i) {
+    attack.Add("k", Map({{"s", S(colliding[i % 200])}}));
+    honest.Add("k", Map({{"s", S(ordinary[i % 200])}}));
+  }
+  EXPECT_LT(ColumnarSize(honest), 2000u + 200u * 9 + 500);  // a code a record and 200 entries
+  EXPECT_GT(ColumnarSize(attack), 2000u * 5);               // 8 characters at 6 bits or more
 }
 
 // Strings of random characters from a small alphabet (ids, tokens, base62 text) are stored as
