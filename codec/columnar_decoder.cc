@@ -38,6 +38,25 @@ enum class ValueKind : uint8_t {
 // Internal code layout: kCodePacked with 1..8 bits (a code may end in the last byte).
 constexpr uint8_t kCodePackedSmall = 0xff;
 
+// The `bits` (1..56) bits at bit offset `bit` of [base, end), least significant first, read
+// without touching a byte outside [base, end).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint64_t BitsAt(const uint8_t* base, const uint8_t* end,
+                                                    uint64_t bit, uint32_t bits) {
+  const uint8_t* q = base + (bit >> 3);
+  uint64_t v = 0;
+  if (end - q >= 8) {
+    v = LoadLE64(q);
+  } else {
+    for (int k = 0; q + k < end; ++k) v |= uint64_t{q[k]} << (8 * k);
+  }
+  return (v >> (bit & 7)) & ((uint64_t{1} << bits) - 1);  // bit & 7 + bits <= 63
+}
+
+// Whether the padding after the first `bits` bits of the ceil(bits / 8) bytes at p is zero.
+inline bool PaddingIsZero(const uint8_t* p, uint64_t bits) {
+  return bits % 8 == 0 || (p[bits / 8] >> (bits % 8)) == 0;
+}
+
 struct ReadColumn {
   ColumnType type = ColumnType::kNil;
   ValueKind kind = ValueKind::kNil;
@@ -55,22 +74,12 @@ struct ReadColumn {
     return ints[i];
   }
   ABSL_ATTRIBUTE_ALWAYS_INLINE uint64_t PackedInt(size_t i) const {
-    const uint64_t bit = uint64_t{i} * int_bits;
-    const uint8_t* q = int_packed + (bit >> 3);
-    uint64_t v = 0;
-    if (int_packed_end - q >= 8) {
-      v = LoadLE64(q);
-    } else {
-      for (int k = 0; q + k < int_packed_end; ++k) v |= uint64_t{q[k]} << (8 * k);
-    }
-    return (v >> (bit & 7)) & ((uint64_t{1} << int_bits) - 1);  // bit & 7 + int_bits <= 63
+    return BitsAt(int_packed, int_packed_end, uint64_t{i} * int_bits, int_bits);
   }
   PodBuffer<uint32_t> lens;        // plain bytes: per value
   const uint8_t* fixed = nullptr;  // floats (big-endian, as in msgpack), bools
-  bool bool_bits = false;          // bools: `fixed` holds one bit a value, not one byte
-  bool decimal = false;            // float64 decimals: value i is Int(i) / pow10
-  double pow10 = 1;
-  const uint8_t* blob = nullptr;  // plain bytes: contents back to back
+  double pow10 = 1;                // kFloat64Decimal: value i is Int(i) / pow10
+  const uint8_t* blob = nullptr;   // plain bytes: contents back to back
   const uint8_t* blob_end = nullptr;
   bool hex = false;  // plain bytes stored as the bytes their hex digits spell
   // Packed bytes: `bits`-bit codes; symbols[code] is the byte.
@@ -107,13 +116,9 @@ struct ReadColumn {
     if (code_width == kCode16) return codes[2 * i] | (uint32_t{codes[2 * i + 1]} << 8);
     return codes[i] | (uint32_t{codes[n + i]} << 8);  // low plane, then high plane
   }
-  // 1..8 bits: within 1 or 2 bytes. Out of line, so that Code() inlines as small as before.
+  // 1..8 bits. Out of line, so that Code() inlines as small as before.
   ABSL_ATTRIBUTE_NOINLINE uint32_t SmallCode(size_t i) const {
-    const size_t bit = i * code_bits;
-    const uint8_t* q = codes + (bit >> 3);
-    uint32_t v = q[0];
-    if (q + 1 < codes_end) v |= uint32_t{q[1]} << 8;
-    return (v >> (bit & 7)) & ((1u << code_bits) - 1);
+    return static_cast<uint32_t>(BitsAt(codes, codes_end, uint64_t{i} * code_bits, code_bits));
   }
 };
 
@@ -171,7 +176,7 @@ absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::st
     if (static_cast<uint64_t>(end - p) < size) {
       return Corrupt(absl::StrCat("column '", name, "' packed integers are truncated"));
     }
-    if (total_bits % 8 != 0 && (p[size - 1] >> (total_bits % 8)) != 0) {
+    if (!PaddingIsZero(p, total_bits)) {
       return Corrupt(absl::StrCat("column '", name, "' has nonzero padding after its integers"));
     }
     c->int_first = static_cast<uint64_t>(UnZigZag(zbase));
@@ -304,8 +309,7 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   if (avail() < codes_size) {
     return Corrupt(absl::StrCat("column '", name, "' codes are truncated"));
   }
-  if (c->code_width == kCodePacked && (uint64_t{n} * c->code_bits) % 8 != 0 &&
-      (p[codes_size - 1] >> ((uint64_t{n} * c->code_bits) % 8)) != 0) {
+  if (c->code_width == kCodePacked && !PaddingIsZero(p, uint64_t{n} * c->code_bits)) {
     return Corrupt(absl::StrCat("column '", name, "' has nonzero padding after its codes"));
   }
   c->codes = p;
@@ -358,7 +362,6 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
   }
   c->type = static_cast<ColumnType>(t);
   c->dict = false;
-  c->decimal = false;
   c->hex = false;
   c->packed = false;
   const auto avail = [&]() { return static_cast<size_t>(end - p); };
@@ -371,25 +374,28 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
       }
       c->key_ref_field = static_cast<uint32_t>(field);
       c->rebuilt_bytes = 0;  // keys are views into the values
+      c->kind = ValueKind::kKeyRef;
       break;
     }
     case ColumnType::kNil:
       c->rebuilt_bytes = n;
+      c->kind = ValueKind::kNil;
       break;
     case ColumnType::kBool:
       c->rebuilt_bytes = n;
-      c->bool_bits = n > 0 && avail() > 0 && *p == kBoolPacked;
-      if (c->bool_bits) {  // n bits; else n bytes of 0 or 1
+      if (n > 0 && avail() > 0 && *p == kBoolPacked) {  // n bits; else n bytes of 0 or 1
+        c->kind = ValueKind::kBoolBits;
         ++p;
         const size_t size = (n + 7) / 8;
         if (avail() < size) return Corrupt(absl::StrCat("bool column '", name, "' is truncated"));
-        if (n % 8 != 0 && (p[size - 1] >> (n % 8)) != 0) {
+        if (!PaddingIsZero(p, n)) {
           return Corrupt(absl::StrCat("bool column '", name, "' has nonzero padding"));
         }
         c->fixed = p;
         p += size;
         break;
       }
+      c->kind = ValueKind::kBool;
       if (avail() < n) return Corrupt(absl::StrCat("bool column '", name, "' is truncated"));
       for (size_t i = 0; i < n; ++i) {
         if (p[i] > 1) return Corrupt(absl::StrCat("bool column '", name, "' holds ", p[i]));
@@ -413,9 +419,10 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
         }
         c->pow10 = kPow10[*p++];
         if (auto st = ReadInts(&p, end, n, name, /*allow_step=*/false, c); !st.ok()) return st;
-        c->decimal = true;  // values computed when written: no 8 bytes a value held for them
+        c->kind = ValueKind::kFloat64Decimal;  // computed when written: nothing held a value
         break;
       }
+      c->kind = c->type == ColumnType::kFloat32 ? ValueKind::kFloat32 : ValueKind::kFloat64;
       if (avail() / width < n) {
         return Corrupt(absl::StrCat("float column '", name, "' is truncated"));
       }
@@ -426,8 +433,11 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
     case ColumnType::kInt: {
       uint64_t rebuilt = 0;
       if (auto st = ReadInts(&p, end, n, name, /*allow_step=*/true, c); !st.ok()) return st;
+      // One loop per storage, so no value pays for the others' branches.
       if (c->int_step) {
-        for (size_t i = 0; i < n; ++i) rebuilt += mp::IntSize(c->Int(i));
+        for (size_t i = 0; i < n; ++i) {
+          rebuilt += mp::IntSize(static_cast<int64_t>(c->int_first + c->int_by * i));
+        }
       } else if (c->int_packed != nullptr) {
         for (size_t i = 0; i < n; ++i) {
           rebuilt += mp::IntSize(static_cast<int64_t>(c->int_first + c->PackedInt(i)));
@@ -436,36 +446,15 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
         for (size_t i = 0; i < n; ++i) rebuilt += mp::IntSize(c->ints[i]);
       }
       c->rebuilt_bytes = rebuilt;
+      c->kind = c->int_step                ? ValueKind::kIntStep
+                : c->int_packed != nullptr ? ValueKind::kIntPacked
+                                           : ValueKind::kInt;
       break;
     }
     case ColumnType::kStr:
     case ColumnType::kBin:
     case ColumnType::kRawBytes:
       if (auto st = ReadBytesColumn(&p, end, n, name, c); !st.ok()) return st;
-      break;
-  }
-  switch (c->type) {
-    case ColumnType::kNil:
-      c->kind = ValueKind::kNil;
-      break;
-    case ColumnType::kBool:
-      c->kind = c->bool_bits ? ValueKind::kBoolBits : ValueKind::kBool;
-      break;
-    case ColumnType::kInt:
-      c->kind = c->int_step                ? ValueKind::kIntStep
-                : c->int_packed != nullptr ? ValueKind::kIntPacked
-                                           : ValueKind::kInt;
-      break;
-    case ColumnType::kFloat32:
-      c->kind = ValueKind::kFloat32;
-      break;
-    case ColumnType::kFloat64:
-      c->kind = c->decimal ? ValueKind::kFloat64Decimal : ValueKind::kFloat64;
-      break;
-    case ColumnType::kKeyRef:
-      c->kind = ValueKind::kKeyRef;
-      break;
-    default:
       c->kind = ValueKind::kBytes;
       break;
   }
@@ -821,8 +810,8 @@ absl::Status ColumnarDecoder::RebuildKeys(size_t n, uint64_t num_fields, ByteBuf
     const uint8_t* p = c.blob;
     for (size_t i = 0; i < n; ++i) {
       const uint64_t bits = uint64_t{c.lens[i]} * c.bits;
+      if (!PaddingIsZero(p, bits)) bad = 1;
       p += (bits + 7) / 8;
-      if (bits % 8 != 0 && (p[-1] >> (bits % 8)) != 0) bad = 1;
     }
   }
   if (bad != 0) return Corrupt("a packed column has non-zero padding bits");

@@ -99,8 +99,9 @@ uint8_t* PackBools(const uint8_t* v, size_t n, uint8_t* w) {
   size_t i = 0;
   // Eight 0/1 bytes to one byte: the multiplier moves byte k's bit to bit 56 + k, and no two
   // partial products share a bit, so nothing carries.
-  for (; i + 8 <= n; i += 8)
+  for (; i + 8 <= n; i += 8) {
     *w++ = static_cast<uint8_t>((LoadLE64(v + i) * 0x0102040810204080ULL) >> 56);
+  }
   if (i < n) {
     uint8_t last = 0;
     for (size_t k = 0; i + k < n; ++k) last |= static_cast<uint8_t>(v[i + k] << k);
@@ -590,12 +591,11 @@ struct BuildColumn {
       lo = std::min(lo, v[i]);
       hi = std::max(hi, v[i]);
     }
-    // Stored as b-bit offsets from the minimum: a small range (flags, ratings, small counts,
-    // enum-like ints) when b <= kMaxSmallPackedBits; or values spread evenly over their range
-    // (random ids, hashes, uniform draws), which no entropy coder can store in fewer than b
-    // bits, when b bits are fewer than the varints take. The sample rules most columns out,
-    // the whole column decides.
-    // Either way only when the packed column is smaller than the varints (estimated).
+    // Stored as b-bit offsets from the minimum, when that is smaller than the varints
+    // (estimated): a small range (flags, ratings, small counts, enum-like ints) with
+    // b <= kMaxSmallPackedBits, or values spread evenly over their range (random ids, hashes,
+    // uniform draws), which no entropy coder stores in fewer than b bits. The sample rules most
+    // columns out, the whole column decides.
     const size_t sampled = (n + step - 1) / step;
     const uint64_t varint_bytes = std::min(plain, delta) * n / sampled;
     const auto packed_smaller = [&](int64_t base, uint64_t range) {
