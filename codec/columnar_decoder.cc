@@ -57,10 +57,25 @@ inline bool PaddingIsZero(const uint8_t* p, uint64_t bits) {
   return bits % 8 == 0 || (p[bits / 8] >> (bits % 8)) == 0;
 }
 
+// Records are rebuilt this many at a time: columns stored as varints (plain and delta ints,
+// decimal mantissas, byte lengths) are validated and sized in one pass when read, and decoded
+// again a chunk at a time while rebuilding, so that what the decoder holds per value is bounded
+// by the chunk, not by the payload (a varint byte would otherwise hold 8 bytes of scratch).
+// Chunks start at multiples of kChunk, so record i's value sits at i % kChunk of its chunk.
+constexpr size_t kChunk = 256;
+constexpr size_t kChunkMask = kChunk - 1;
+static_assert((kChunk & kChunkMask) == 0, "a power of two");
+
 struct ReadColumn {
   ColumnType type = ColumnType::kNil;
   ValueKind kind = ValueKind::kNil;
-  PodBuffer<int64_t> ints;
+  // Plain and delta ints: the varints (validated), a cursor into them while rebuilding, the
+  // running sum (delta), and the current chunk's values. Null for step and packed ints.
+  const uint8_t* varints = nullptr;
+  bool int_delta = false;
+  const uint8_t* varint_cursor = nullptr;
+  uint64_t int_prev = 0;
+  PodBuffer<int64_t> ints;  // kChunk values
   // kIntStep and kIntPacked: the values are computed when read, never stored (a few bytes may
   // stand for n values).
   bool int_step = false;
@@ -71,12 +86,16 @@ struct ReadColumn {
   int64_t Int(size_t i) const {
     if (int_step) return static_cast<int64_t>(int_first + int_by * i);
     if (int_packed != nullptr) return static_cast<int64_t>(int_first + PackedInt(i));
-    return ints[i];
+    return ints[i & kChunkMask];
   }
   ABSL_ATTRIBUTE_ALWAYS_INLINE uint64_t PackedInt(size_t i) const {
     return BitsAt(int_packed, int_packed_end, uint64_t{i} * int_bits, int_bits);
   }
-  PodBuffer<uint32_t> lens;        // plain bytes: per value
+  // Plain, hex and packed bytes: the length varints (validated), a cursor into them while
+  // rebuilding, and the current chunk's lengths.
+  const uint8_t* lens_src = nullptr;
+  const uint8_t* lens_cursor = nullptr;
+  PodBuffer<uint32_t> lens;        // kChunk lengths
   const uint8_t* fixed = nullptr;  // floats (big-endian, as in msgpack), bools
   double pow10 = 1;                // kFloat64Decimal: value i is Int(i) / pow10
   const uint8_t* blob = nullptr;   // plain bytes: contents back to back
@@ -96,6 +115,44 @@ struct ReadColumn {
   uint8_t code_bits = 0;       // kCodePacked
   uint32_t key_ref_field = 0;  // kKeyRef
   uint64_t rebuilt_bytes = 0;  // bytes this column contributes to the rebuilt rows
+
+  // Whether the column is decoded again a chunk at a time while rebuilding.
+  bool Streamed() const { return varints != nullptr || lens_src != nullptr; }
+  // Starts the second pass over the column's varints.
+  void StartStream() {
+    if (varints != nullptr) {
+      varint_cursor = varints;
+      int_prev = 0;
+      ints.Resize(kChunk);
+    }
+    if (lens_src != nullptr) {
+      lens_cursor = lens_src;
+      lens.Resize(kChunk);
+    }
+  }
+  // Decodes the next m (<= kChunk) values' varints.
+  ABSL_ATTRIBUTE_NOINLINE void FillChunk(size_t m) {
+    if (varints != nullptr) {
+      const uint8_t* p = varint_cursor;
+      int64_t* out = ints.data();
+      if (int_delta) {
+        uint64_t prev = int_prev;
+        for (size_t k = 0; k < m; ++k) {
+          prev += static_cast<uint64_t>(UnZigZag(GetValidatedVarint(&p)));
+          out[k] = static_cast<int64_t>(prev);
+        }
+        int_prev = prev;
+      } else {
+        for (size_t k = 0; k < m; ++k) out[k] = UnZigZag(GetValidatedVarint(&p));
+      }
+      varint_cursor = p;
+    } else {
+      const uint8_t* p = lens_cursor;
+      uint32_t* out = lens.data();
+      for (size_t k = 0; k < m; ++k) out[k] = static_cast<uint32_t>(GetValidatedVarint(&p));
+      lens_cursor = p;
+    }
+  }
 
   size_t RetainedBytes() const {
     return ints.capacity() * 8 + lens.capacity() * 4 + entries.capacity() +
@@ -136,13 +193,35 @@ uint8_t* WriteBytesHeader(ColumnType t, uint8_t* w, uint32_t len) {
   return w;
 }
 
+// Validates n zigzag varints (running sums for delta) at p; returns the pointer past them, or
+// null. With kSizes, adds the msgpack size of every value to *sizes.
+template <bool kDelta, bool kSizes>
+const uint8_t* CheckVarints(const uint8_t* p, const uint8_t* end, size_t n, uint64_t* sizes) {
+  uint64_t prev = 0;
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t z;
+    if (!GetVarint(&p, end, &z)) return nullptr;
+    int64_t v = UnZigZag(z);
+    if constexpr (kDelta) {
+      prev += static_cast<uint64_t>(v);
+      v = static_cast<int64_t>(prev);
+    }
+    if constexpr (kSizes) total += mp::IntSize(v);
+  }
+  if constexpr (kSizes) *sizes = total;
+  return p;
+}
+
 // An int stream: encoding byte, then n zigzag varints (plain or delta), two (step), or a base
-// and n bit-packed offsets (packed).
+// and n bit-packed offsets (packed). For plain and delta, `int_sizes` (when not null) receives
+// the values' msgpack size; the values themselves are decoded again while rebuilding.
 absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::string_view name,
-                      bool allow_step, ReadColumn* c) {
+                      bool allow_step, ReadColumn* c, uint64_t* int_sizes) {
   const uint8_t* p = *pp;
   c->int_step = false;
   c->int_packed = nullptr;
+  c->varints = nullptr;
   if (p >= end || *p > kIntPacked || (*p == kIntStep && !allow_step)) {
     return Corrupt(
         absl::StrCat("column '", name, "' has ",
@@ -160,7 +239,6 @@ absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::st
     *pp = p;
     return absl::OkStatus();
   }
-  PodBuffer<int64_t>* ints = &c->ints;
   if (*p == kIntPacked) {
     ++p;
     uint64_t zbase;
@@ -190,27 +268,24 @@ absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::st
   if (static_cast<size_t>(end - p) < n) {  // at least one byte per value
     return Corrupt(absl::StrCat("column '", name, "' integers are truncated"));
   }
-  ints->Resize(n);
-  int64_t* out = ints->data();
-  uint64_t prev = 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint64_t z;
-    if (!GetVarint(&p, end, &z)) {
-      return Corrupt(absl::StrCat("column '", name, "' has a truncated or over-long varint"));
-    }
-    int64_t v = UnZigZag(z);
-    if (delta) {
-      prev += static_cast<uint64_t>(v);
-      v = static_cast<int64_t>(prev);
-    }
-    out[i] = v;
+  c->varints = p;
+  c->int_delta = delta;
+  if (int_sizes != nullptr) {
+    p = delta ? CheckVarints<true, true>(p, end, n, int_sizes)
+              : CheckVarints<false, true>(p, end, n, int_sizes);
+  } else {
+    p = delta ? CheckVarints<true, false>(p, end, n, nullptr)
+              : CheckVarints<false, false>(p, end, n, nullptr);
+  }
+  if (p == nullptr) {
+    return Corrupt(absl::StrCat("column '", name, "' has a truncated or over-long varint"));
   }
   *pp = p;
   return absl::OkStatus();
 }
 
 absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
-                             absl::string_view name, ReadColumn* c) {
+                             absl::string_view name, ReadColumn* c, uint64_t* dict_budget) {
   const uint8_t* p = *pp;
   const auto avail = [&]() { return static_cast<size_t>(end - p); };
   if (avail() < 1 || *p > kBytesPacked || (*p == kBytesHex && c->type != ColumnType::kStr)) {
@@ -238,24 +313,29 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
     c->bits = bits;
     p += d;
   }
-  // Lengths: n of them (plain) or d (dictionary), then the blob they measure.
+  // Lengths: n of them (plain) or d (dictionary), then the blob they measure. One pass
+  // validates them and sums what the column needs; plain, hex and packed columns read them
+  // again a chunk at a time while rebuilding, dictionaries while building their entries.
   uint64_t count = n;
   if (c->dict) {
-    if (!GetVarint(&p, end, &count) || count > n || (n > 0 && count == 0)) {
+    if (!GetVarint(&p, end, &count) || count > n || (n > 0 && count == 0) || count > kMaxDict) {
       return Corrupt(absl::StrCat("column '", name, "' has a bad dictionary size"));
     }
   }
   if (count > avail()) return Corrupt(absl::StrCat("column '", name, "' is truncated"));
-  c->lens.Resize(count);
-  uint32_t* lens = c->lens.data();
-  uint64_t sum = 0;
+  const uint8_t* const lens_src = p;
+  uint64_t sum = 0;         // contents
+  uint64_t headers = 0;     // msgpack headers of the rebuilt values (entries, for a dictionary)
+  uint64_t packed_len = 0;  // packed: bytes of codes
+  const uint32_t hex_factor = c->hex ? 2 : 1;
   for (size_t i = 0; i < count; ++i) {
     uint64_t len;
     if (!GetVarint(&p, end, &len) || len > 0xffffffffu) {
       return Corrupt(absl::StrCat("column '", name, "' has a bad length"));
     }
-    lens[i] = static_cast<uint32_t>(len);
     sum += len;
+    headers += BytesHeaderSize(c->type, hex_factor * len);
+    if (c->packed) packed_len += (len * c->bits + 7) / 8;
   }
   uint64_t blob_len;
   if (!GetVarint(&p, end, &blob_len) || blob_len != sum) {
@@ -263,8 +343,6 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   }
   if (c->packed) {
     // Value i takes ceil(lens[i] * bits / 8) bytes.
-    uint64_t packed_len = 0;
-    for (size_t i = 0; i < n; ++i) packed_len += (uint64_t{lens[i]} * c->bits + 7) / 8;
     if (packed_len > avail()) {
       return Corrupt(absl::StrCat("column '", name, "' packed codes are truncated"));
     }
@@ -274,17 +352,9 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   c->blob = p;
   c->blob_end = p + blob_len;
   p += blob_len;
-  if (c->hex) {
-    uint64_t headers = 0;
-    for (size_t i = 0; i < n; ++i) headers += BytesHeaderSize(c->type, 2ull * lens[i]);
-    c->rebuilt_bytes = 2 * sum + headers;
-    *pp = p;
-    return absl::OkStatus();
-  }
   if (!c->dict) {
-    uint64_t headers = 0;
-    for (size_t i = 0; i < n; ++i) headers += BytesHeaderSize(c->type, lens[i]);
-    c->rebuilt_bytes = sum + headers;
+    c->lens_src = lens_src;
+    c->rebuilt_bytes = hex_factor * sum + headers;
     *pp = p;
     return absl::OkStatus();
   }
@@ -317,25 +387,30 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   c->n = n;
   p += codes_size;
   if (c->code_width == kCodePacked && c->code_bits <= 8) c->code_width = kCodePackedSmall;
-  // Pre-encode the entries (bounded by the blob plus 5 header bytes each, both within the
-  // payload), then size the rebuilt column from the codes.
-  if (blob_len + 5 * count > 0xffffffffu - kSlack) {
-    return Corrupt(absl::StrCat("column '", name, "' dictionary is too large"));
+  // Pre-encode the entries (their contents plus headers, and count + 1 offsets), charged to
+  // the frame's dictionary budget, then size the rebuilt column from the codes.
+  const uint64_t entries_size = sum + headers;
+  const uint64_t dict_scratch = entries_size + 4 * (count + 1);
+  if (dict_scratch > *dict_budget) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "COLUMNAR dictionaries take more than the rows cap to hold (column '", name, "')"));
   }
+  *dict_budget -= dict_scratch;
   c->entry_off.Resize(count + 1);
-  c->entries.Reserve(blob_len + 5 * count + kSlack);
-  c->entries.Resize(blob_len + 5 * count);
+  c->entries.Reserve(entries_size + kSlack);
+  c->entries.Resize(entries_size);
   uint8_t* w = c->entries.data();
   const uint8_t* src = c->blob;
+  const uint8_t* lp = lens_src;
   for (size_t d = 0; d < count; ++d) {
+    const auto len = static_cast<uint32_t>(GetValidatedVarint(&lp));
     c->entry_off[d] = static_cast<uint32_t>(w - c->entries.data());
-    w = WriteBytesHeader(c->type, w, lens[d]);
-    std::memcpy(w, src, lens[d]);
-    w += lens[d];
-    src += lens[d];
+    w = WriteBytesHeader(c->type, w, len);
+    std::memcpy(w, src, len);
+    w += len;
+    src += len;
   }
   c->entry_off[count] = static_cast<uint32_t>(w - c->entries.data());
-  c->entries.Resize(static_cast<size_t>(w - c->entries.data()));
   uint64_t rebuilt = 0;
   for (size_t i = 0; i < n; ++i) {
     const uint32_t code = c->Code(i);
@@ -350,8 +425,10 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   return absl::OkStatus();
 }
 
+// Reads and validates one column; `dict_budget` is what dictionaries may still take to hold.
 absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bool is_key,
-                            uint64_t num_fields, absl::string_view name, ReadColumn* c) {
+                            uint64_t num_fields, absl::string_view name, ReadColumn* c,
+                            uint64_t* dict_budget) {
   const uint8_t* p = *pp;
   if (p >= end) return Corrupt(absl::StrCat("column '", name, "' is missing"));
   const uint8_t t = *p++;
@@ -364,6 +441,8 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
   c->dict = false;
   c->hex = false;
   c->packed = false;
+  c->varints = nullptr;
+  c->lens_src = nullptr;
   const auto avail = [&]() { return static_cast<size_t>(end - p); };
   switch (c->type) {
     case ColumnType::kKeyRef: {
@@ -418,7 +497,9 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
           return Corrupt(absl::StrCat("float column '", name, "' has a bad decimal exponent"));
         }
         c->pow10 = kPow10[*p++];
-        if (auto st = ReadInts(&p, end, n, name, /*allow_step=*/false, c); !st.ok()) return st;
+        if (auto st = ReadInts(&p, end, n, name, /*allow_step=*/false, c, nullptr); !st.ok()) {
+          return st;
+        }
         c->kind = ValueKind::kFloat64Decimal;  // computed when written: nothing held a value
         break;
       }
@@ -432,7 +513,9 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
     }
     case ColumnType::kInt: {
       uint64_t rebuilt = 0;
-      if (auto st = ReadInts(&p, end, n, name, /*allow_step=*/true, c); !st.ok()) return st;
+      if (auto st = ReadInts(&p, end, n, name, /*allow_step=*/true, c, &rebuilt); !st.ok()) {
+        return st;
+      }
       // One loop per storage, so no value pays for the others' branches.
       if (c->int_step) {
         for (size_t i = 0; i < n; ++i) {
@@ -442,9 +525,7 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
         for (size_t i = 0; i < n; ++i) {
           rebuilt += mp::IntSize(static_cast<int64_t>(c->int_first + c->PackedInt(i)));
         }
-      } else {
-        for (size_t i = 0; i < n; ++i) rebuilt += mp::IntSize(c->ints[i]);
-      }
+      }  // plain and delta: summed by ReadInts
       c->rebuilt_bytes = rebuilt;
       c->kind = c->int_step                ? ValueKind::kIntStep
                 : c->int_packed != nullptr ? ValueKind::kIntPacked
@@ -454,7 +535,7 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
     case ColumnType::kStr:
     case ColumnType::kBin:
     case ColumnType::kRawBytes:
-      if (auto st = ReadBytesColumn(&p, end, n, name, c); !st.ok()) return st;
+      if (auto st = ReadBytesColumn(&p, end, n, name, c, dict_budget); !st.ok()) return st;
       c->kind = ValueKind::kBytes;
       break;
   }
@@ -552,7 +633,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteValue(const ReadColumn& c, siz
       *w = static_cast<uint8_t>(0xc2 | ((c.fixed[i >> 3] >> (i & 7)) & 1));
       return w + 1;
     case ValueKind::kInt:
-      return mp::WriteInt(w, c.ints[i]);
+      return mp::WriteInt(w, c.ints[i & kChunkMask]);
     case ValueKind::kIntStep:
       return mp::WriteInt(w, static_cast<int64_t>(c.int_first + c.int_by * i));
     case ValueKind::kIntPacked:
@@ -579,7 +660,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteValue(const ReadColumn& c, siz
         const uint8_t* e = c.entries.data();
         return CopySmall(w, e + off, e + c.entries.capacity(), c.entry_off[code + 1] - off);
       }
-      const uint32_t len = c.lens[i];
+      const uint32_t len = c.lens[i & kChunkMask];
       const uint8_t* src = *blob_cursor;
       *blob_cursor = src + len;
       if (c.packed) {
@@ -606,7 +687,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteKey(const ReadColumn& c, size_
                                                       const uint8_t** cursor, uint8_t* w,
                                                       uint32_t* bad) {
   if (c.type == ColumnType::kRawBytes && !c.dict && !c.packed) {
-    const uint32_t len = c.lens[i];
+    const uint32_t len = c.lens[i & kChunkMask];
     w = CopySmall(w, *cursor, c.blob_end, len);
     *cursor += len;
     return w;
@@ -621,7 +702,8 @@ struct ColumnarDecoder::State {
   std::vector<ReadColumn> fields;
   std::vector<Prefix> prefixes;
   std::vector<const uint8_t*> cursors;
-  std::vector<std::string> names;  // escaped, for messages
+  std::vector<std::string> names;     // escaped, for messages
+  std::vector<ReadColumn*> streamed;  // the columns decoded again a chunk at a time
   ByteBuffer scratch;
 };
 
@@ -692,13 +774,17 @@ absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, ui
                                 " bytes each cannot fit the rows cap of ", max_rows_bytes,
                                 " bytes"));
   }
-  if (auto st = ReadColumnData(&p, end, n, /*is_key=*/true, num_fields, "<key>", &s.key);
+  // Dictionaries are the one per-frame scratch that grows with the payload: together they may
+  // take at most the rows cap to hold.
+  uint64_t dict_budget = max_rows_bytes;
+  if (auto st =
+          ReadColumnData(&p, end, n, /*is_key=*/true, num_fields, "<key>", &s.key, &dict_budget);
       !st.ok()) {
     return st;
   }
   for (uint64_t j = 0; j < num_fields; ++j) {
-    if (auto st =
-            ReadColumnData(&p, end, n, /*is_key=*/false, num_fields, s.names[j], &s.fields[j]);
+    if (auto st = ReadColumnData(&p, end, n, /*is_key=*/false, num_fields, s.names[j], &s.fields[j],
+                                 &dict_budget);
         !st.ok()) {
       return st;
     }
@@ -737,35 +823,45 @@ absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, ui
   const uint8_t** cursors = s.cursors.data();
   const bool key_ref = s.key.type == ColumnType::kKeyRef;
   const uint64_t key_field = s.key.key_ref_field;
+  s.streamed.clear();
+  if (s.key.Streamed()) s.streamed.push_back(&s.key);
+  for (uint64_t j = 0; j < num_fields; ++j) {
+    if (s.fields[j].Streamed()) s.streamed.push_back(&s.fields[j]);
+  }
+  for (ReadColumn* c : s.streamed) c->StartStream();
   uint32_t bad = 0;  // a packed value had non-zero padding bits
-  for (size_t i = 0; i < n; ++i) {
-    RecordRef& r = refs[i];
-    if (!key_ref) {
-      r.key_off = static_cast<uint32_t>(w - base);
-      w = WriteKey(s.key, i, &key_blob, w, &bad);
-      r.key_len = static_cast<uint32_t>(w - base) - r.key_off;
-    }
-    r.value_off = static_cast<uint32_t>(w - base);
-    if (num_fields == 0) {
-      *w++ = 0x80;
-    } else {
-      for (uint64_t j = 0; j < num_fields; ++j) {
-        const Prefix& pr = prefixes[j];
-        if (pr.len <= 16) {
-          std::memcpy(w, pr.bytes, 16);
-        } else {
-          std::memcpy(w, pr.data(), pr.len);
-        }
-        w += pr.len;
-        uint8_t* const value_start = w;
-        w = WriteValue(cols[j], i, &cursors[j], w, &bad);
-        if (key_ref && j == key_field) {
-          r.key_off = static_cast<uint32_t>(value_start - base);
-          r.key_len = static_cast<uint32_t>(w - value_start);
+  for (size_t i0 = 0; i0 < n; i0 += kChunk) {
+    const size_t m = std::min(kChunk, n - i0);
+    for (ReadColumn* c : s.streamed) c->FillChunk(m);
+    for (size_t i = i0; i < i0 + m; ++i) {
+      RecordRef& r = refs[i];
+      if (!key_ref) {
+        r.key_off = static_cast<uint32_t>(w - base);
+        w = WriteKey(s.key, i, &key_blob, w, &bad);
+        r.key_len = static_cast<uint32_t>(w - base) - r.key_off;
+      }
+      r.value_off = static_cast<uint32_t>(w - base);
+      if (num_fields == 0) {
+        *w++ = 0x80;
+      } else {
+        for (uint64_t j = 0; j < num_fields; ++j) {
+          const Prefix& pr = prefixes[j];
+          if (pr.len <= 16) {
+            std::memcpy(w, pr.bytes, 16);
+          } else {
+            std::memcpy(w, pr.data(), pr.len);
+          }
+          w += pr.len;
+          uint8_t* const value_start = w;
+          w = WriteValue(cols[j], i, &cursors[j], w, &bad);
+          if (key_ref && j == key_field) {
+            r.key_off = static_cast<uint32_t>(value_start - base);
+            r.key_len = static_cast<uint32_t>(w - value_start);
+          }
         }
       }
+      r.value_len = static_cast<uint32_t>(w - base) - r.value_off;
     }
-    r.value_len = static_cast<uint32_t>(w - base) - r.value_off;
   }
   if (bad != 0) {
     return Corrupt("a packed column has non-zero padding bits");
@@ -783,7 +879,7 @@ absl::Status ColumnarDecoder::RebuildKeys(size_t n, uint64_t num_fields, ByteBuf
                                           PodBuffer<RecordRef>* index) {
   State& s = *state_;
   const bool key_ref = s.key.type == ColumnType::kKeyRef;
-  const ReadColumn& kc = key_ref ? s.fields[s.key.key_ref_field] : s.key;
+  ReadColumn& kc = key_ref ? s.fields[s.key.key_ref_field] : s.key;
   const uint64_t key_bytes = kc.rebuilt_bytes;  // within the checked total
   rows->Reserve(key_bytes + kSlack);
   rows->Resize(key_bytes);
@@ -793,13 +889,18 @@ absl::Status ColumnarDecoder::RebuildKeys(size_t n, uint64_t num_fields, ByteBuf
   RecordRef* refs = index->data();
   const uint8_t* cursor = kc.blob;
   uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) {
-    RecordRef& r = refs[i];
-    r.key_off = static_cast<uint32_t>(w - base);
-    w = WriteKey(kc, i, &cursor, w, &bad);
-    r.key_len = static_cast<uint32_t>(w - base) - r.key_off;
-    r.value_off = static_cast<uint32_t>(w - base);
-    r.value_len = 0;
+  if (kc.Streamed()) kc.StartStream();
+  for (size_t i0 = 0; i0 < n; i0 += kChunk) {
+    const size_t m = std::min(kChunk, n - i0);
+    if (kc.Streamed()) kc.FillChunk(m);
+    for (size_t i = i0; i < i0 + m; ++i) {
+      RecordRef& r = refs[i];
+      r.key_off = static_cast<uint32_t>(w - base);
+      w = WriteKey(kc, i, &cursor, w, &bad);
+      r.key_len = static_cast<uint32_t>(w - base) - r.key_off;
+      r.value_off = static_cast<uint32_t>(w - base);
+      r.value_len = 0;
+    }
   }
   if (static_cast<uint64_t>(w - base) != key_bytes) {
     return absl::InternalError("COLUMNAR key rebuild size mismatch");  // cannot happen
@@ -808,8 +909,9 @@ absl::Status ColumnarDecoder::RebuildKeys(size_t n, uint64_t num_fields, ByteBuf
     const ReadColumn& c = s.fields[j];
     if (!c.packed || &c == &kc) continue;
     const uint8_t* p = c.blob;
+    const uint8_t* lp = c.lens_src;
     for (size_t i = 0; i < n; ++i) {
-      const uint64_t bits = uint64_t{c.lens[i]} * c.bits;
+      const uint64_t bits = GetValidatedVarint(&lp) * c.bits;
       if (!PaddingIsZero(p, bits)) bad = 1;
       p += (bits + 7) / 8;
     }

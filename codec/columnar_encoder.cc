@@ -48,7 +48,6 @@ constexpr uint64_t kDictLongValue = 32;
 constexpr size_t kParseBlock = 64;
 // The encoder drops its scratch buffers after a batch that left more than this behind.
 constexpr size_t kMaxRetainedScratch = 256u << 20;
-constexpr uint32_t kMaxDict = 1u << 16;
 // A lookup that probes this many slots gives up the column's dictionary. At the table's load
 // (under 1/4) honest values essentially never do; values crafted to share a hash (the server
 // re-encodes its clients' records) would otherwise cost a probe per entry each.

@@ -38,6 +38,8 @@ constexpr uint8_t kBytesDict = 1;
 constexpr uint8_t kBytesHex = 2;     // str only: lowercase hex of even length, stored as bytes
 constexpr uint8_t kBytesPacked = 3;  // every byte from an alphabet of <= 64: b-bit codes
 constexpr uint8_t kMaxPackedBits = 6;
+// A dictionary has at most this many entries (codes are at most 16 bits).
+constexpr uint32_t kMaxDict = 1u << 16;
 // Dictionary code layouts (the code width byte).
 constexpr uint8_t kCodeBytes = 1;   // one byte a code
 constexpr uint8_t kCode16 = 2;      // two bytes a code, little-endian

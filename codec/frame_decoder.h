@@ -4,10 +4,10 @@
 // Every byte is checked: header magic, version and checksum; known tags and flags; sizes
 // against FrameLimits (so no decoded buffer exceeds the cap, and a zstd bomb cannot expand
 // past the declared size); the payload checksum; the layout's structure; the record count;
-// and, for frames flagged sorted, the key order. (COLUMNAR's per-value scratch — varint
-// ints, lengths, dictionary offsets, up to 8 bytes a value — is bounded by the payload, not
-// yet by the cap: docs/frame-format.md.) Each failure is an INVALID_ARGUMENT (or DATA_LOSS
-// for checksum mismatches) whose message names the problem.
+// and, for frames flagged sorted, the key order. (COLUMNAR holds no scratch per value
+// beyond a chunk of 256 records, and dictionaries within the cap: docs/frame-format.md.) Each
+// failure is an INVALID_ARGUMENT (or DATA_LOSS for checksum mismatches) whose message names
+// the problem.
 //
 //   sluice::FrameDecoder decoder;
 //   sluice::DecodedFrame frame;

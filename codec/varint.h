@@ -50,6 +50,25 @@ inline bool GetVarint(const uint8_t** p, const uint8_t* end, uint64_t* out) {
   return false;
 }
 
+/// Reads one varint at *p and advances *p past it, checking nothing: only for bytes that
+/// GetVarint has already accepted (a decoder's second pass over a validated stream).
+inline uint64_t GetValidatedVarint(const uint8_t** p) {
+  const uint8_t* q = *p;
+  uint64_t b = *q++;
+  if (b < 0x80) {
+    *p = q;
+    return b;
+  }
+  uint64_t v = b & 0x7f;
+  for (int shift = 7;; shift += 7) {
+    b = *q++;
+    v |= (b & 0x7f) << shift;
+    if (b < 0x80) break;
+  }
+  *p = q;
+  return v;
+}
+
 inline uint64_t ZigZag(int64_t v) {
   return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
 }

@@ -11,6 +11,7 @@
 #include "codec/columnar_internal.h"
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
+#include "codec/varint.h"
 #include "tests/codec/test_records.h"
 
 namespace sluice {
@@ -767,6 +768,147 @@ TEST(ColumnarTest, PackedColumnsClaimingMillionsOfRecordsHoldNoScratchPerValue) 
   EXPECT_NE(st.message().find("over the cap"), std::string::npos) << st;
   EXPECT_LT(dec.retained_bytes(), 1u << 20);
   EXPECT_LT(rows.capacity(), 1u << 20);
+}
+
+// Varint columns (plain and delta ints, decimal mantissas, byte lengths) are decoded again a
+// chunk of records at a time while rebuilding: what the decoder holds does not grow with them.
+TEST(ColumnarTest, VarintColumnsHoldAChunkNotAValuePerRecord) {
+  // 1,000,000 records of six plain int columns (value i % 64), one delta column (deltas 1, so
+  // values 1..n cross every msgpack int size), and one plain str column (lengths i % 3, "x"s).
+  constexpr uint32_t n = 1'000'000;
+  using columnar_internal::kIntDelta;
+  using columnar_internal::kIntPlain;
+  ByteBuffer payload;
+  payload.PushBack(8);  // fields, all named ""
+  for (int j = 0; j < 8; ++j) payload.PushBack(0);
+  payload.PushBack(0);  // key column: nil
+  for (int j = 0; j < 6; ++j) {
+    payload.PushBack(static_cast<uint8_t>(ColumnType::kInt));
+    payload.PushBack(kIntPlain);
+    uint8_t* w = payload.Extend(n);
+    for (uint32_t i = 0; i < n; ++i) w[i] = static_cast<uint8_t>(ZigZag(i % 64));
+  }
+  payload.PushBack(static_cast<uint8_t>(ColumnType::kInt));
+  payload.PushBack(kIntDelta);
+  std::memset(payload.Extend(n), 2, n);  // zigzag(1)
+  payload.PushBack(static_cast<uint8_t>(ColumnType::kStr));
+  payload.PushBack(columnar_internal::kBytesPlain);
+  uint64_t blob = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    payload.PushBack(static_cast<uint8_t>(i % 3));
+    blob += i % 3;
+  }
+  uint8_t* w = payload.Extend(kMaxVarintBytes);
+  payload.Resize(static_cast<size_t>(PutVarint(w, blob) - payload.data()));
+  std::memset(payload.Extend(blob), 'x', blob);
+
+  ColumnarDecoder dec;
+  ByteBuffer rows;
+  PodBuffer<RecordRef> index;
+  ASSERT_TRUE(dec.Decode(payload.data(), payload.size(), n, 64u << 20, &rows, &index).ok());
+  ASSERT_EQ(index.size(), n);
+  for (const uint32_t i : {0u, 1u, 127u, 128u, 255u, 256u, 257u, 65535u, 65536u, n - 1}) {
+    std::string want;
+    Gen::MapHeader(&want, 8);
+    for (int j = 0; j < 6; ++j) want += S("") + I(i % 64);
+    want += S("") + I(int64_t{i} + 1) + S("") + S(std::string(i % 3, 'x'));
+    const RecordRef& r = index[i];
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(rows.data()) + r.value_off, r.value_len),
+              want)
+        << i;
+  }
+  // Held: chunks of values, not the 8 bytes a value (56 MB) and 4 a length (4 MB) of before.
+  EXPECT_LT(dec.retained_bytes(), 1u << 20);
+  // Over a smaller cap the same columns are refused by their rebuilt size (~22 MB).
+  const absl::Status st = dec.Decode(payload.data(), payload.size(), n, 20u << 20, &rows, &index);
+  EXPECT_NE(st.message().find("over the cap"), std::string::npos) << st;
+}
+
+// Chunks of records rebuild exactly across their boundaries, for every kind of column and key,
+// in full and keys-only decodes.
+TEST(ColumnarTest, ChunkBoundariesRebuildEveryColumnKind) {
+  const std::string alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  testing::Gen g(2026);
+  ColumnarRoundTrip rt;
+  ColumnarDecoder keys;
+  ByteBuffer key_rows;
+  PodBuffer<RecordRef> key_index;
+  uint64_t st = 11;
+  for (const size_t n : {1, 255, 256, 257, 511, 512, 513, 1300}) {
+    std::vector<Batch> batches;
+    for (int s = 0; s < 4; ++s) batches.push_back(testing::ColumnarBatch(g, n, 1 + (n + s) % 9));
+    Batch fixed, raw_keys;
+    for (size_t i = 0; i < n; ++i) {
+      const auto x = static_cast<int64_t>(i);
+      const std::string text = RandomText(&st, alnum, 5 + i % 11);  // packed, or plain
+      fixed.Add(I(x * 7 - 1000),
+                Map({{"delta", I(x * 1000 + x % 7)},
+                     {"skewed", I((x * x * 2654435761) % 1000 - 500)},
+                     {"unique", S("u" + std::to_string(x * 7919))},
+                     {"text", S(text)},
+                     {"hex", S(RandomText(&st, "0123456789abcdef", 2 * (i % 9)))},
+                     {"price", F(static_cast<double>((x * 7919) % 200001 - 100000) / 100)}}));
+      raw_keys.Add(RandomText(&st, alnum, i % 23), Map({{"t", S(text)}, {"n", I(x)}}));
+    }
+    batches.push_back(fixed);
+    batches.push_back(raw_keys);
+    for (size_t bi = 0; bi < batches.size(); ++bi) {
+      const Batch& b = batches[bi];
+      SCOPED_TRACE(::testing::Message() << "n " << n << " batch " << bi);
+      rt.Run(b);
+      // Keys only, from the same payload (the frame's header is what FrameDecoder skips).
+      ColumnarEncoder enc;
+      ByteBuffer payload;
+      std::string why;
+      ASSERT_TRUE(enc.Encode(b.Records(), &payload, &why)) << why;
+      ASSERT_TRUE(keys.Decode(payload.data(), payload.size(), static_cast<uint32_t>(n), 64u << 20,
+                              &key_rows, &key_index, /*keys_only=*/true)
+                      .ok());
+      ASSERT_EQ(key_index.size(), n);
+      for (size_t i = 0; i < n; ++i) {
+        const RecordRef& r = key_index[i];
+        ASSERT_EQ(
+            std::string_view(reinterpret_cast<const char*>(key_rows.data()) + r.key_off, r.key_len),
+            b.keys[i])
+            << i;
+      }
+    }
+  }
+}
+
+// Dictionaries are read into entries and offsets before the rebuilt size is known: together
+// they may take at most the rows cap, and one may not have more entries than codes can name.
+TEST(ColumnarTest, DictionariesBeyondTheCapOrTheCodeRangeAreRefused) {
+  using columnar_internal::kBytesDict;
+  // n records, one str field, a dictionary of `count` empty entries and one-byte codes 0.
+  const auto dict_payload = [](uint32_t n, uint32_t count) {
+    ByteBuffer p;
+    for (const uint8_t b : {uint8_t{1}, uint8_t{0}, uint8_t{0}}) p.PushBack(b);
+    p.PushBack(static_cast<uint8_t>(ColumnType::kStr));
+    p.PushBack(kBytesDict);
+    uint8_t* w = p.Extend(kMaxVarintBytes);
+    p.Resize(static_cast<size_t>(PutVarint(w, count) - p.data()));
+    std::memset(p.Extend(count), 0, count);  // lengths
+    p.PushBack(0);                           // blob size
+    p.PushBack(columnar_internal::kCodeBytes);
+    std::memset(p.Extend(n), 0, n);
+    return p;
+  };
+  ColumnarDecoder dec;
+  ByteBuffer rows;
+  PodBuffer<RecordRef> index;
+  // 60,000 entries take 60,000 header bytes and 240,004 offset bytes: fine at 1 MiB (the rows
+  // are 3 bytes each), refused at 256 KiB before anything is built.
+  ByteBuffer p = dict_payload(60'000, 60'000);
+  EXPECT_TRUE(dec.Decode(p.data(), p.size(), 60'000, 1u << 20, &rows, &index).ok());
+  const absl::Status st = dec.Decode(p.data(), p.size(), 60'000, 256u << 10, &rows, &index);
+  EXPECT_NE(st.message().find("dictionaries take more than the rows cap"), std::string::npos) << st;
+  // More entries than 16-bit codes can name.
+  p = dict_payload(70'000, 65'537);
+  EXPECT_NE(dec.Decode(p.data(), p.size(), 70'000, 64u << 20, &rows, &index)
+                .message()
+                .find("bad dictionary size"),
+            std::string::npos);
 }
 
 TEST(ColumnarTest, DecimalFloatsRoundTripBitExactly) {
