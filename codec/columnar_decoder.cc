@@ -387,15 +387,16 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   c->n = n;
   p += codes_size;
   if (c->code_width == kCodePacked && c->code_bits <= 8) c->code_width = kCodePackedSmall;
-  // Pre-encode the entries (their contents plus headers, and count + 1 offsets), charged to
-  // the frame's dictionary budget, then size the rebuilt column from the codes.
+  // Pre-encode the entries (contents plus headers), charged to the frame's dictionary budget,
+  // then size the rebuilt column from the codes. Every entry of a dictionary Sluice writes is
+  // used, so its entries never take more than the rows they rebuild; the count + 1 offsets
+  // are bounded by the record count (count <= n), like the record index.
   const uint64_t entries_size = sum + headers;
-  const uint64_t dict_scratch = entries_size + 4 * (count + 1);
-  if (dict_scratch > *dict_budget) {
+  if (entries_size > *dict_budget) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "COLUMNAR dictionaries take more than the rows cap to hold (column '", name, "')"));
+        "COLUMNAR dictionary entries take more than the rows cap to hold (column '", name, "')"));
   }
-  *dict_budget -= dict_scratch;
+  *dict_budget -= entries_size;
   c->entry_off.Resize(count + 1);
   c->entries.Reserve(entries_size + kSlack);
   c->entries.Resize(entries_size);
@@ -774,8 +775,8 @@ absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, ui
                                 " bytes each cannot fit the rows cap of ", max_rows_bytes,
                                 " bytes"));
   }
-  // Dictionaries are the one per-frame scratch that grows with the payload: together they may
-  // take at most the rows cap to hold.
+  // Dictionary entries are the one per-frame scratch that grows with the payload's bytes:
+  // together they may take at most the rows cap to hold.
   uint64_t dict_budget = max_rows_bytes;
   if (auto st =
           ReadColumnData(&p, end, n, /*is_key=*/true, num_fields, "<key>", &s.key, &dict_budget);

@@ -5,9 +5,9 @@
 // against FrameLimits (so no decoded buffer exceeds the cap, and a zstd bomb cannot expand
 // past the declared size); the payload checksum; the layout's structure; the record count;
 // and, for frames flagged sorted, the key order. (COLUMNAR holds no scratch per value
-// beyond a chunk of 256 records, and dictionaries within the cap: docs/frame-format.md.) Each
-// failure is an INVALID_ARGUMENT (or DATA_LOSS for checksum mismatches) whose message names
-// the problem.
+// beyond a chunk of 256 records, and dictionary entries within the cap:
+// docs/frame-format.md.) Each failure is an INVALID_ARGUMENT (or DATA_LOSS for checksum
+// mismatches) whose message names the problem.
 //
 //   sluice::FrameDecoder decoder;
 //   sluice::DecodedFrame frame;

@@ -876,39 +876,78 @@ TEST(ColumnarTest, ChunkBoundariesRebuildEveryColumnKind) {
   }
 }
 
-// Dictionaries are read into entries and offsets before the rebuilt size is known: together
-// they may take at most the rows cap, and one may not have more entries than codes can name.
+// Dictionaries are read into entries before the rebuilt size is known: together they may take
+// at most the rows cap, and one may not have more entries than codes can name.
 TEST(ColumnarTest, DictionariesBeyondTheCapOrTheCodeRangeAreRefused) {
   using columnar_internal::kBytesDict;
-  // n records, one str field, a dictionary of `count` empty entries and one-byte codes 0.
-  const auto dict_payload = [](uint32_t n, uint32_t count) {
+  // n records, one str field named "", a dictionary of `count` entries — the first empty, the
+  // others `len` bytes of 'd' — and one-byte codes, all 0: rows of 4 bytes a record.
+  const auto dict_payload = [](uint32_t n, uint32_t count, uint8_t len) {
     ByteBuffer p;
     for (const uint8_t b : {uint8_t{1}, uint8_t{0}, uint8_t{0}}) p.PushBack(b);
     p.PushBack(static_cast<uint8_t>(ColumnType::kStr));
     p.PushBack(kBytesDict);
     uint8_t* w = p.Extend(kMaxVarintBytes);
     p.Resize(static_cast<size_t>(PutVarint(w, count) - p.data()));
-    std::memset(p.Extend(count), 0, count);  // lengths
-    p.PushBack(0);                           // blob size
-    p.PushBack(columnar_internal::kCodeBytes);
+    p.PushBack(0);
+    std::memset(p.Extend(count - 1), len, count - 1);  // lengths
+    const uint64_t blob = uint64_t{count - 1} * len;
+    w = p.Extend(kMaxVarintBytes);
+    p.Resize(static_cast<size_t>(PutVarint(w, blob) - p.data()));
+    std::memset(p.Extend(blob), 'd', blob);
+    p.PushBack(columnar_internal::kCodeBytes);  // one byte a code (this decoder reads any d)
     std::memset(p.Extend(n), 0, n);
     return p;
   };
   ColumnarDecoder dec;
   ByteBuffer rows;
   PodBuffer<RecordRef> index;
-  // 60,000 entries take 60,000 header bytes and 240,004 offset bytes: fine at 1 MiB (the rows
-  // are 3 bytes each), refused at 256 KiB before anything is built.
-  ByteBuffer p = dict_payload(60'000, 60'000);
-  EXPECT_TRUE(dec.Decode(p.data(), p.size(), 60'000, 1u << 20, &rows, &index).ok());
-  const absl::Status st = dec.Decode(p.data(), p.size(), 60'000, 256u << 10, &rows, &index);
-  EXPECT_NE(st.message().find("dictionaries take more than the rows cap"), std::string::npos) << st;
+  // 3,000 entries of 100 bytes, unused: 303 KB of entries for 12 KB of rows. Fine at 1 MiB,
+  // refused at 64 KiB before anything is built for them.
+  ByteBuffer p = dict_payload(3000, 3000, 100);
+  EXPECT_TRUE(dec.Decode(p.data(), p.size(), 3000, 1u << 20, &rows, &index).ok());
+  EXPECT_EQ(rows.size(), 3000u * 4);  // nil key, map header, empty name, empty str
+  const absl::Status st = dec.Decode(p.data(), p.size(), 3000, 64u << 10, &rows, &index);
+  EXPECT_NE(st.message().find("dictionary entries take more than the rows cap"), std::string::npos)
+      << st;
   // More entries than 16-bit codes can name.
-  p = dict_payload(70'000, 65'537);
+  p = dict_payload(70'000, 65'537, 0);
   EXPECT_NE(dec.Decode(p.data(), p.size(), 70'000, 64u << 20, &rows, &index)
                 .message()
                 .find("bad dictionary size"),
             std::string::npos);
+}
+
+// What Sluice's encoder writes is never refused by the dictionary budget, even where its
+// dictionaries' offsets outweigh the rows: 3 records of 200 fields holding "x", "y", "x" (200
+// two-entry dictionaries) decode at a cap of exactly their rows.
+TEST(ColumnarTest, TinyDictionariesDecodeAtACapOfTheirRows) {
+  Batch b;
+  for (int i = 0; i < 3; ++i) {
+    std::string v;
+    Gen::MapHeader(&v, 200);
+    for (int j = 0; j < 200; ++j) {
+      Gen::Str(&v, std::string(1, static_cast<char>('0' + j % 64)) + std::to_string(j / 64));
+      Gen::Str(&v, i == 1 ? "y" : "x");
+    }
+    b.Add("", v);
+  }
+  ColumnarEncoder enc;
+  ByteBuffer payload;
+  std::string why;
+  ASSERT_TRUE(enc.Encode(b.Records(), &payload, &why)) << why;
+  ColumnarDecoder dec;
+  ByteBuffer rows;
+  PodBuffer<RecordRef> index;
+  ASSERT_TRUE(dec.Decode(payload.data(), payload.size(), 3, 1u << 20, &rows, &index).ok());
+  const auto exact = static_cast<uint32_t>(rows.size());
+  ASSERT_TRUE(dec.Decode(payload.data(), payload.size(), 3, exact, &rows, &index).ok());
+  for (size_t i = 0; i < b.size(); ++i) {
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(rows.data()) + index[i].value_off,
+                          index[i].value_len),
+              b.values[i]);
+  }
+  EXPECT_FALSE(dec.Decode(payload.data(), payload.size(), 3, exact - 1, &rows, &index).ok());
 }
 
 TEST(ColumnarTest, DecimalFloatsRoundTripBitExactly) {
