@@ -6,6 +6,7 @@
 #   bash deploy/dev.sh test        # install, build, run every test (ctest)
 #   bash deploy/dev.sh asan        # every test under AddressSanitizer + UBSan
 #   bash deploy/dev.sh fuzz [SEC]  # libFuzzer runs of the frame decoder and encoder, SEC each (60)
+#   bash deploy/dev.sh soak [SEC]  # the codec soak (random frames, reused decoders) under ASan+UBSan
 #   bash deploy/dev.sh compare     # codec benchmark beside Python pickle/msgpack (+zstd)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,6 +74,21 @@ case ${1:-} in
     log "every test under ASan+UBSan"
     ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -LE soak
     ;;
+  soak)
+    secs=${2:-60}
+    install_missing "${BUILD_PACKAGES[@]}"
+    configure_and_build "$ROOT/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_SANITIZE=ON \
+      -DSLUICE_BUILD_TESTS=ON
+    log "codec soak under ASan+UBSan for ${secs}s"
+    out=$(mktemp)
+    status=0
+    SLUICE_SOAK_SECONDS=$secs ctest --test-dir "$ROOT/build-asan" -L soak -V >"$out" 2>&1 ||
+      status=$?
+    grep -E ': soak:|tests passed|tests failed' "$out" || true
+    ((status == 0)) || tail -60 "$out"
+    rm -f "$out"
+    exit "$status"
+    ;;
   fuzz)
     secs=${2:-60}
     install_missing "${BUILD_PACKAGES[@]}" "${FUZZ_PACKAGES[@]}"
@@ -95,7 +111,7 @@ case ${1:-} in
     /usr/bin/python3 "$ROOT/tests/py/seed_compare.py" --bench "$ROOT/build/codec/sluice-codec-bench"
     ;;
   *)
-    sed -n '2,10p' "$0"
+    sed -n '2,11p' "$0"
     exit 2
     ;;
 esac
