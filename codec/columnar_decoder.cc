@@ -221,7 +221,6 @@ absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::st
   const uint8_t* p = *pp;
   c->int_step = false;
   c->int_packed = nullptr;
-  c->varints = nullptr;
   if (p >= end || *p > kIntPacked || (*p == kIntStep && !allow_step)) {
     return Corrupt(
         absl::StrCat("column '", name, "' has ",

@@ -677,6 +677,17 @@ TEST(ColumnarTest, UniformIntsArePackedAndSkewedOnesAreNot) {
   EXPECT_LT(ColumnarSize(skewed), 1000u * 12 / 10 + 64);
 }
 
+// Appends v to b as a varint.
+void AppendVarint(ByteBuffer* b, uint64_t v) {
+  uint8_t* w = b->Extend(kMaxVarintBytes);
+  b->Resize(static_cast<size_t>(PutVarint(w, v) - b->data()));
+}
+
+// Bytes [off, off + len) of decoded rows.
+std::string_view RowBytes(const ByteBuffer& rows, uint32_t off, uint32_t len) {
+  return std::string_view(reinterpret_cast<const char*>(rows.data()) + off, len);
+}
+
 // A COLUMNAR payload of one field "v" with nil keys; `column` is the field's column bytes.
 ByteBuffer OneColumnPayload(std::initializer_list<uint8_t> column) {
   ByteBuffer p;
@@ -694,7 +705,7 @@ std::string DecodeOneColumn(const ByteBuffer& payload, uint32_t n) {
   if (!st.ok()) return "error: " + std::string(st.message());
   std::string out;
   for (const RecordRef& r : index) {
-    out.append(reinterpret_cast<const char*>(rows.data()) + r.value_off + 3, r.value_len - 3);
+    out.append(RowBytes(rows, r.value_off + 3, r.value_len - 3));
   }
   return out;  // each value without its map header and field name (0x81 0xa1 'v')
 }
@@ -798,8 +809,7 @@ TEST(ColumnarTest, VarintColumnsHoldAChunkNotAValuePerRecord) {
     payload.PushBack(static_cast<uint8_t>(i % 3));
     blob += i % 3;
   }
-  uint8_t* w = payload.Extend(kMaxVarintBytes);
-  payload.Resize(static_cast<size_t>(PutVarint(w, blob) - payload.data()));
+  AppendVarint(&payload, blob);
   std::memset(payload.Extend(blob), 'x', blob);
 
   ColumnarDecoder dec;
@@ -813,9 +823,7 @@ TEST(ColumnarTest, VarintColumnsHoldAChunkNotAValuePerRecord) {
     for (int j = 0; j < 6; ++j) want += S("") + I(i % 64);
     want += S("") + I(int64_t{i} + 1) + S("") + S(std::string(i % 3, 'x'));
     const RecordRef& r = index[i];
-    EXPECT_EQ(std::string(reinterpret_cast<const char*>(rows.data()) + r.value_off, r.value_len),
-              want)
-        << i;
+    EXPECT_EQ(RowBytes(rows, r.value_off, r.value_len), want) << i;
   }
   // Held: chunks of values, not the 8 bytes a value (56 MB) and 4 a length (4 MB) of before.
   EXPECT_LT(dec.retained_bytes(), 1u << 20);
@@ -830,6 +838,7 @@ TEST(ColumnarTest, ChunkBoundariesRebuildEveryColumnKind) {
   const std::string alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   testing::Gen g(2026);
   ColumnarRoundTrip rt;
+  ColumnarEncoder enc;
   ColumnarDecoder keys;
   ByteBuffer key_rows;
   PodBuffer<RecordRef> key_index;
@@ -857,7 +866,6 @@ TEST(ColumnarTest, ChunkBoundariesRebuildEveryColumnKind) {
       SCOPED_TRACE(::testing::Message() << "n " << n << " batch " << bi);
       rt.Run(b);
       // Keys only, from the same payload (the frame's header is what FrameDecoder skips).
-      ColumnarEncoder enc;
       ByteBuffer payload;
       std::string why;
       ASSERT_TRUE(enc.Encode(b.Records(), &payload, &why)) << why;
@@ -867,10 +875,7 @@ TEST(ColumnarTest, ChunkBoundariesRebuildEveryColumnKind) {
       ASSERT_EQ(key_index.size(), n);
       for (size_t i = 0; i < n; ++i) {
         const RecordRef& r = key_index[i];
-        ASSERT_EQ(
-            std::string_view(reinterpret_cast<const char*>(key_rows.data()) + r.key_off, r.key_len),
-            b.keys[i])
-            << i;
+        ASSERT_EQ(RowBytes(key_rows, r.key_off, r.key_len), b.keys[i]) << i;
       }
     }
   }
@@ -887,13 +892,11 @@ TEST(ColumnarTest, DictionariesBeyondTheCapOrTheCodeRangeAreRefused) {
     for (const uint8_t b : {uint8_t{1}, uint8_t{0}, uint8_t{0}}) p.PushBack(b);
     p.PushBack(static_cast<uint8_t>(ColumnType::kStr));
     p.PushBack(kBytesDict);
-    uint8_t* w = p.Extend(kMaxVarintBytes);
-    p.Resize(static_cast<size_t>(PutVarint(w, count) - p.data()));
+    AppendVarint(&p, count);
     p.PushBack(0);
     std::memset(p.Extend(count - 1), len, count - 1);  // lengths
     const uint64_t blob = uint64_t{count - 1} * len;
-    w = p.Extend(kMaxVarintBytes);
-    p.Resize(static_cast<size_t>(PutVarint(w, blob) - p.data()));
+    AppendVarint(&p, blob);
     std::memset(p.Extend(blob), 'd', blob);
     p.PushBack(columnar_internal::kCodeBytes);  // one byte a code (this decoder reads any d)
     std::memset(p.Extend(n), 0, n);
@@ -943,9 +946,7 @@ TEST(ColumnarTest, TinyDictionariesDecodeAtACapOfTheirRows) {
   const auto exact = static_cast<uint32_t>(rows.size());
   ASSERT_TRUE(dec.Decode(payload.data(), payload.size(), 3, exact, &rows, &index).ok());
   for (size_t i = 0; i < b.size(); ++i) {
-    EXPECT_EQ(std::string(reinterpret_cast<const char*>(rows.data()) + index[i].value_off,
-                          index[i].value_len),
-              b.values[i]);
+    EXPECT_EQ(RowBytes(rows, index[i].value_off, index[i].value_len), b.values[i]);
   }
   EXPECT_FALSE(dec.Decode(payload.data(), payload.size(), 3, exact - 1, &rows, &index).ok());
 }
@@ -1015,10 +1016,7 @@ TEST(ColumnarTest, KeysOnlyDecodeAcceptsExactlyWhatFullDecodeAccepts) {
     ASSERT_EQ(key_index.size(), n);
     for (size_t i = 0; i < n; ++i) {
       const RecordRef& r = key_index[i];
-      EXPECT_EQ(
-          std::string_view(reinterpret_cast<const char*>(key_rows.data()) + r.key_off, r.key_len),
-          b.keys[i])
-          << bi << " " << i;
+      EXPECT_EQ(RowBytes(key_rows, r.key_off, r.key_len), b.keys[i]) << bi << " " << i;
       EXPECT_EQ(r.value_len, 0u);
     }
     ByteBuffer bad;
