@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/base/attributes.h"
+#include "absl/base/optimization.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "codec/bitpack.h"
@@ -387,9 +388,10 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   p += codes_size;
   if (c->code_width == kCodePacked && c->code_bits <= 8) c->code_width = kCodePackedSmall;
   // Pre-encode the entries (contents plus headers), charged to the frame's dictionary budget,
-  // then size the rebuilt column from the codes. Every entry of a dictionary Sluice writes is
-  // used, so its entries never take more than the rows they rebuild; the count + 1 offsets
-  // are bounded by the record count (count <= n), like the record index.
+  // then size the rebuilt column from the codes. Every entry must be used (checked below), so
+  // honest entries never take more than the rows they rebuild; the budget refuses the others
+  // before they are copied. The count + 1 offsets are bounded by the record count (count <= n),
+  // like the record index.
   const uint64_t entries_size = sum + headers;
   if (entries_size > *dict_budget) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -411,14 +413,30 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
     src += len;
   }
   c->entry_off[count] = static_cast<uint32_t>(w - c->entries.data());
+  // Entries are numbered in order of first appearance, so every code is at most the next new
+  // one and every entry is used: a dictionary has one valid spelling, and holds no entry that
+  // rebuilds nothing.
   uint64_t rebuilt = 0;
+  uint32_t next_new = 0;
   for (size_t i = 0; i < n; ++i) {
     const uint32_t code = c->Code(i);
-    if (code >= count) {
-      return Corrupt(absl::StrCat("column '", name, "' has code ", code, " beyond its ", count,
-                                  "-entry dictionary"));
+    if (ABSL_PREDICT_FALSE(code >= next_new)) {
+      if (code >= count) {
+        return Corrupt(absl::StrCat("column '", name, "' has code ", code, " beyond its ", count,
+                                    "-entry dictionary"));
+      }
+      if (code > next_new) {
+        return Corrupt(absl::StrCat("column '", name, "' has code ", code, " at record ", i,
+                                    " before code ", next_new,
+                                    " was used (entries are numbered in order of first use)"));
+      }
+      ++next_new;
     }
     rebuilt += c->entry_off[code + 1] - c->entry_off[code];
+  }
+  if (next_new != count) {
+    return Corrupt(absl::StrCat("column '", name, "' never uses dictionary entries ", next_new,
+                                " to ", count - 1, " of ", count));
   }
   c->rebuilt_bytes = rebuilt;
   *pp = p;

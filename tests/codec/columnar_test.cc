@@ -739,16 +739,16 @@ TEST(ColumnarTest, BitPackedColumnsAreValidated) {
   EXPECT_NE(DecodeOneColumn(OneColumnPayload({kBool, 2, 0x05}), 9).find("truncated"),
             std::string::npos);
   EXPECT_EQ(DecodeOneColumn(OneColumnPayload({kBool, 1, 0, 1}), 3), std::string("\xc3\xc2\xc3"));
-  // Dictionary codes: 3 entries "a", "b", "c" need exactly 2 bits; codes 2, 0, 1.
+  // Dictionary codes: 3 entries "a", "b", "c" need exactly 2 bits; codes 0, 1, 2.
   const auto dict3 = [](uint8_t bits, uint8_t codes) {
     return OneColumnPayload({kStr, 1, 3, 1, 1, 1, 3, 'a', 'b', 'c', 4, bits, codes});
   };
-  EXPECT_EQ(DecodeOneColumn(dict3(2, 0x12), 3), std::string("\xa1"
-                                                            "c\xa1"
+  EXPECT_EQ(DecodeOneColumn(dict3(2, 0x24), 3), std::string("\xa1"
                                                             "a\xa1"
-                                                            "b"));
+                                                            "b\xa1"
+                                                            "c"));
   for (const uint8_t bits : {0, 1, 3, 17}) {
-    EXPECT_NE(DecodeOneColumn(dict3(bits, 0x12), 3).find("bad code width"), std::string::npos)
+    EXPECT_NE(DecodeOneColumn(dict3(bits, 0x24), 3).find("bad code width"), std::string::npos)
         << int{bits};
   }
   EXPECT_NE(DecodeOneColumn(dict3(2, 0x13), 3).find("beyond its 3-entry dictionary"),
@@ -905,11 +905,13 @@ TEST(ColumnarTest, DictionariesBeyondTheCapOrTheCodeRangeAreRefused) {
   ColumnarDecoder dec;
   ByteBuffer rows;
   PodBuffer<RecordRef> index;
-  // 3,000 entries of 100 bytes, unused: 303 KB of entries for 12 KB of rows. Fine at 1 MiB,
-  // refused at 64 KiB before anything is built for them.
+  // 3,000 entries of 100 bytes, unused: 303 KB of entries for 12 KB of rows. Refused at 64 KiB
+  // before anything is built for them; at 1 MiB they are built, and refused for being unused.
   ByteBuffer p = dict_payload(3000, 3000, 100);
-  EXPECT_TRUE(dec.Decode(p.data(), p.size(), 3000, 1u << 20, &rows, &index).ok());
-  EXPECT_EQ(rows.size(), 3000u * 4);  // nil key, map header, empty name, empty str
+  EXPECT_NE(dec.Decode(p.data(), p.size(), 3000, 1u << 20, &rows, &index)
+                .message()
+                .find("never uses dictionary entries 1 to 2999 of 3000"),
+            std::string::npos);
   const absl::Status st = dec.Decode(p.data(), p.size(), 3000, 64u << 10, &rows, &index);
   EXPECT_NE(st.message().find("dictionary entries take more than the rows cap"), std::string::npos)
       << st;
@@ -919,6 +921,71 @@ TEST(ColumnarTest, DictionariesBeyondTheCapOrTheCodeRangeAreRefused) {
                 .message()
                 .find("bad dictionary size"),
             std::string::npos);
+}
+
+// Dictionary entries are numbered in order of first use, and every entry is used: a dictionary
+// has one spelling, so a frame cannot carry entries that rebuild nothing, in a field column or
+// in the key column read alone.
+TEST(ColumnarTest, DictionaryCodesNumberEntriesInOrderOfFirstUse) {
+  constexpr uint8_t kStr = 5, kBytes = columnar_internal::kCodeBytes;
+  // Field 'v': entries "a", "b", one byte a code.
+  const auto two = [](std::initializer_list<uint8_t> codes) {
+    ByteBuffer p = OneColumnPayload({kStr, 1, 2, 1, 1, 2, 'a', 'b', kBytes});
+    for (const uint8_t c : codes) p.PushBack(c);
+    return p;
+  };
+  EXPECT_EQ(DecodeOneColumn(two({0, 1, 0, 1}), 4), std::string("\xa1"
+                                                               "a\xa1"
+                                                               "b\xa1"
+                                                               "a\xa1"
+                                                               "b"));
+  EXPECT_EQ(DecodeOneColumn(two({0, 0, 1}), 3), std::string("\xa1"
+                                                            "a\xa1"
+                                                            "a\xa1"
+                                                            "b"));
+  EXPECT_EQ(DecodeOneColumn(two({1, 0}), 2),
+            "error: corrupt COLUMNAR payload: column 'v' has code 1 at record 0 before code 0 was "
+            "used (entries are numbered in order of first use)");
+  EXPECT_EQ(
+      DecodeOneColumn(two({0, 0, 0}), 3),
+      "error: corrupt COLUMNAR payload: column 'v' never uses dictionary entries 1 to 1 of 2");
+  EXPECT_NE(DecodeOneColumn(two({0, 2}), 2).find("has code 2 beyond its 2-entry dictionary"),
+            std::string::npos);
+
+  // The key column, decoded alone: entries "k", "j" one byte a code, and a nil field.
+  const auto keyed = [](std::initializer_list<uint8_t> codes) {
+    ByteBuffer p;
+    for (const uint8_t b : {uint8_t{1}, uint8_t{1}, uint8_t{'v'}}) p.PushBack(b);
+    for (const uint8_t b : {kStr, uint8_t{1}, uint8_t{2}, uint8_t{1}, uint8_t{1}, uint8_t{2},
+                            uint8_t{'k'}, uint8_t{'j'}, kBytes}) {
+      p.PushBack(b);
+    }
+    for (const uint8_t c : codes) p.PushBack(c);
+    p.PushBack(static_cast<uint8_t>(ColumnType::kNil));
+    return p;
+  };
+  for (const bool keys_only : {false, true}) {
+    ColumnarDecoder dec;
+    ByteBuffer rows;
+    PodBuffer<RecordRef> index;
+    ByteBuffer p = keyed({0, 1, 1});
+    ASSERT_TRUE(dec.Decode(p.data(), p.size(), 3, 1u << 20, &rows, &index, keys_only).ok());
+    ASSERT_EQ(index.size(), 3u);
+    EXPECT_EQ(RowBytes(rows, index[0].key_off, index[0].key_len), "\xa1k");
+    EXPECT_EQ(RowBytes(rows, index[2].key_off, index[2].key_len), "\xa1j");
+    p = keyed({1, 0, 1});
+    EXPECT_NE(dec.Decode(p.data(), p.size(), 3, 1u << 20, &rows, &index, keys_only)
+                  .message()
+                  .find("column '<key>' has code 1 at record 0 before code 0 was used"),
+              std::string::npos)
+        << keys_only;
+    p = keyed({0, 0, 0});
+    EXPECT_NE(dec.Decode(p.data(), p.size(), 3, 1u << 20, &rows, &index, keys_only)
+                  .message()
+                  .find("column '<key>' never uses dictionary entries 1 to 1 of 2"),
+              std::string::npos)
+        << keys_only;
+  }
 }
 
 // What Sluice's encoder writes is never refused by the dictionary budget, even where its
