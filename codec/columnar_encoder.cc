@@ -315,26 +315,53 @@ struct BuildColumn {
     }
   }
 
-  // Finds or adds the value at index i in the dictionary.
+  // Finds or adds the value at index i in the dictionary. The hot path is a short value found
+  // in its first slot; everything else is out of line, so the hot loop holds no call and keeps
+  // its state in registers.
   ABSL_ATTRIBUTE_ALWAYS_INLINE inline void AddToDict(size_t i, const uint8_t* p, uint32_t len) {
+    if (ABSL_PREDICT_FALSE(len > 16)) {
+      AddLongToDict(i, p, len);
+      return;
+    }
+    const ShortKey k = KeyShort(p, len);
+    const size_t idx = DictHash(k.a, k.b, len) >> slot_shift;
+    const uint32_t slot = slots[idx];
+    if (ABSL_PREDICT_TRUE((slot >> 16) == epoch)) {
+      const uint32_t code = slot & 0xffff;
+      const EntryKey& e = entry_keys[code];
+      if (ABSL_PREDICT_TRUE(e.a == k.a && e.b == k.b && e.len == len)) {
+        codes[i] = code;
+        return;
+      }
+    }
+    Probe(idx, i, nullptr, k.a, k.b, len);
+  }
+
+  ABSL_ATTRIBUTE_NOINLINE void AddLongToDict(size_t i, const uint8_t* p, uint32_t len) {
     uint64_t a, b;
     KeyOf(p, len, &a, &b);
+    Probe(DictHash(a, b, len) >> slot_shift, i, p, a, b, len);
+  }
+
+  // Looks the value up from slot idx on, adding it when absent. `p` (the value's bytes) is
+  // compared when the key words do not identify it (longer than 16 bytes), else null.
+  ABSL_ATTRIBUTE_NOINLINE void Probe(size_t idx, size_t i, const uint8_t* p, uint64_t a, uint64_t b,
+                                     uint32_t len) {
     const size_t mask = slots.size() - 1;
-    size_t idx = DictHash(a, b, len) >> slot_shift;
     for (uint32_t probes = 1;; ++probes) {
       const uint32_t slot = slots[idx];
-      if (ABSL_PREDICT_FALSE((slot >> 16) != epoch)) {
+      if ((slot >> 16) != epoch) {
         Insert(idx, i, a, b, len);
         return;
       }
       const uint32_t code = slot & 0xffff;
       const EntryKey& e = entry_keys[code];
       if (e.a == a && e.b == b && e.len == len &&
-          (len <= 16 || std::memcmp(p, ptrs[firsts[code]], len) == 0)) {
+          (p == nullptr || std::memcmp(p, ptrs[firsts[code]], len) == 0)) {
         codes[i] = code;
         return;
       }
-      if (ABSL_PREDICT_FALSE(probes == kMaxDictProbes)) {
+      if (probes == kMaxDictProbes) {
         dict_active = false;  // values made to collide: no dictionary rather than quadratic work
         return;
       }
@@ -342,7 +369,7 @@ struct BuildColumn {
     }
   }
 
-  ABSL_ATTRIBUTE_NOINLINE void Insert(size_t idx, size_t i, uint64_t a, uint64_t b, uint32_t len) {
+  void Insert(size_t idx, size_t i, uint64_t a, uint64_t b, uint32_t len) {
     const auto code = static_cast<uint32_t>(firsts.size());
     slots[idx] = (epoch << 16) | code;
     firsts.PushBack(static_cast<uint32_t>(i));
