@@ -922,11 +922,13 @@ struct ColumnChecks {
 
 // Parses one field (prefix `pr`, then a value of type T) for records [begin, n), advancing
 // each record's cursor. Returns n, or the index of the first record that does not fit
-// (*failure says how).
+// (*failure says how). One function per type, not inlined into the dispatch: each loop keeps
+// its own registers and alignment, so changing one type's loop does not move another's.
 template <ColumnType T>
-size_t ParseColumn(BuildColumn& col, const Prefix& pr, const uint8_t** __restrict cur,
-                   const uint8_t* const* __restrict ends, size_t begin, size_t n,
-                   ColumnChecks* checks, ParseFailure* failure) {
+ABSL_ATTRIBUTE_NOINLINE size_t ParseColumn(BuildColumn& col, const Prefix& pr,
+                                           const uint8_t** __restrict cur,
+                                           const uint8_t* const* __restrict ends, size_t begin,
+                                           size_t n, ColumnChecks* checks, ParseFailure* failure) {
   const size_t plen = pr.len;
   const ShortKey pkey = pr.key;
   // The same for every record, so these branches predict perfectly.
