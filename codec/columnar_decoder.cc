@@ -284,6 +284,38 @@ absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::st
   return absl::OkStatus();
 }
 
+// Checks a dictionary column's n codes and sums the bytes they rebuild. Entries are numbered in
+// order of first appearance, so every code is at most the next new one and every entry is
+// used: a dictionary has one valid spelling, and holds no entry that rebuilds nothing. (Out of
+// line: inlined, it shifted the code of the integer columns' readers, ints3 reads 8% slower.)
+ABSL_ATTRIBUTE_NOINLINE absl::Status CheckDictCodes(const ReadColumn& c, uint64_t count,
+                                                    absl::string_view name, uint64_t* rebuilt) {
+  uint64_t sum = 0;
+  uint32_t next_new = 0;
+  for (size_t i = 0; i < c.n; ++i) {
+    const uint32_t code = c.Code(i);
+    if (ABSL_PREDICT_FALSE(code >= next_new)) {
+      if (code >= count) {
+        return Corrupt(absl::StrCat("column '", name, "' has code ", code, " beyond its ", count,
+                                    "-entry dictionary"));
+      }
+      if (code > next_new) {
+        return Corrupt(absl::StrCat("column '", name, "' has code ", code, " at record ", i,
+                                    " before code ", next_new,
+                                    " was used (entries are numbered in order of first use)"));
+      }
+      ++next_new;
+    }
+    sum += c.entry_off[code + 1] - c.entry_off[code];
+  }
+  if (next_new != count) {
+    return Corrupt(absl::StrCat("column '", name, "' never uses dictionary entries ", next_new,
+                                " to ", count - 1, " of ", count));
+  }
+  *rebuilt = sum;
+  return absl::OkStatus();
+}
+
 absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
                              absl::string_view name, ReadColumn* c, uint64_t* dict_budget) {
   const uint8_t* p = *pp;
@@ -413,31 +445,8 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
     src += len;
   }
   c->entry_off[count] = static_cast<uint32_t>(w - c->entries.data());
-  // Entries are numbered in order of first appearance, so every code is at most the next new
-  // one and every entry is used: a dictionary has one valid spelling, and holds no entry that
-  // rebuilds nothing.
   uint64_t rebuilt = 0;
-  uint32_t next_new = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t code = c->Code(i);
-    if (ABSL_PREDICT_FALSE(code >= next_new)) {
-      if (code >= count) {
-        return Corrupt(absl::StrCat("column '", name, "' has code ", code, " beyond its ", count,
-                                    "-entry dictionary"));
-      }
-      if (code > next_new) {
-        return Corrupt(absl::StrCat("column '", name, "' has code ", code, " at record ", i,
-                                    " before code ", next_new,
-                                    " was used (entries are numbered in order of first use)"));
-      }
-      ++next_new;
-    }
-    rebuilt += c->entry_off[code + 1] - c->entry_off[code];
-  }
-  if (next_new != count) {
-    return Corrupt(absl::StrCat("column '", name, "' never uses dictionary entries ", next_new,
-                                " to ", count - 1, " of ", count));
-  }
+  if (auto st = CheckDictCodes(*c, count, name, &rebuilt); !st.ok()) return st;
   c->rebuilt_bytes = rebuilt;
   *pp = p;
   return absl::OkStatus();
