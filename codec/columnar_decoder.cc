@@ -309,8 +309,11 @@ ABSL_ATTRIBUTE_NOINLINE absl::Status CheckDictCodes(const ReadColumn& c, uint64_
     sum += c.entry_off[code + 1] - c.entry_off[code];
   }
   if (next_new != count) {
-    return Corrupt(absl::StrCat("column '", name, "' never uses dictionary entries ", next_new,
-                                " to ", count - 1, " of ", count));
+    return Corrupt(next_new + 1 == count
+                       ? absl::StrCat("column '", name, "' never uses dictionary entry ", next_new,
+                                      " of ", count)
+                       : absl::StrCat("column '", name, "' never uses dictionary entries ",
+                                      next_new, " to ", count - 1, " of ", count));
   }
   *rebuilt = sum;
   return absl::OkStatus();

@@ -946,9 +946,8 @@ TEST(ColumnarTest, DictionaryCodesNumberEntriesInOrderOfFirstUse) {
   EXPECT_EQ(DecodeOneColumn(two({1, 0}), 2),
             "error: corrupt COLUMNAR payload: column 'v' has code 1 at record 0 before code 0 was "
             "used (entries are numbered in order of first use)");
-  EXPECT_EQ(
-      DecodeOneColumn(two({0, 0, 0}), 3),
-      "error: corrupt COLUMNAR payload: column 'v' never uses dictionary entries 1 to 1 of 2");
+  EXPECT_EQ(DecodeOneColumn(two({0, 0, 0}), 3),
+            "error: corrupt COLUMNAR payload: column 'v' never uses dictionary entry 1 of 2");
   EXPECT_NE(DecodeOneColumn(two({0, 2}), 2).find("has code 2 beyond its 2-entry dictionary"),
             std::string::npos);
 
@@ -982,7 +981,7 @@ TEST(ColumnarTest, DictionaryCodesNumberEntriesInOrderOfFirstUse) {
     p = keyed({0, 0, 0});
     EXPECT_NE(dec.Decode(p.data(), p.size(), 3, 1u << 20, &rows, &index, keys_only)
                   .message()
-                  .find("column '<key>' never uses dictionary entries 1 to 1 of 2"),
+                  .find("column '<key>' never uses dictionary entry 1 of 2"),
               std::string::npos)
         << keys_only;
   }
