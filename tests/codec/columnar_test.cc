@@ -972,16 +972,15 @@ TEST(ColumnarTest, DictionaryCodesNumberEntriesInOrderOfFirstUse) {
     ASSERT_EQ(index.size(), 3u);
     EXPECT_EQ(RowBytes(rows, index[0].key_off, index[0].key_len), "\xa1k");
     EXPECT_EQ(RowBytes(rows, index[2].key_off, index[2].key_len), "\xa1j");
-    p = keyed({1, 0, 1});
-    EXPECT_NE(dec.Decode(p.data(), p.size(), 3, 1u << 20, &rows, &index, keys_only)
-                  .message()
-                  .find("column '<key>' has code 1 at record 0 before code 0 was used"),
+    const auto error = [&](std::initializer_list<uint8_t> codes) {
+      const ByteBuffer bad = keyed(codes);
+      return std::string(
+          dec.Decode(bad.data(), bad.size(), 3, 1u << 20, &rows, &index, keys_only).message());
+    };
+    EXPECT_NE(error({1, 0, 1}).find("column '<key>' has code 1 at record 0 before code 0 was used"),
               std::string::npos)
         << keys_only;
-    p = keyed({0, 0, 0});
-    EXPECT_NE(dec.Decode(p.data(), p.size(), 3, 1u << 20, &rows, &index, keys_only)
-                  .message()
-                  .find("column '<key>' never uses dictionary entry 1 of 2"),
+    EXPECT_NE(error({0, 0, 0}).find("column '<key>' never uses dictionary entry 1 of 2"),
               std::string::npos)
         << keys_only;
   }
