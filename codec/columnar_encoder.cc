@@ -307,17 +307,6 @@ struct BuildColumn {
     if (epoch == 0) epoch = 1;
   }
 
-  inline void KeyOf(const uint8_t* p, uint32_t len, uint64_t* a, uint64_t* b) const {
-    if (len <= 16) {
-      const ShortKey k = KeyShort(p, len);
-      *a = k.a;
-      *b = k.b;
-    } else {
-      *a = XXH3_64bits(p, len);
-      *b = LoadLE64(p);
-    }
-  }
-
   // Finds or adds the value at index i in the dictionary. The hot path is a short value found
   // in its first slot; everything else is out of line, so the hot loop holds no call and keeps
   // its state in registers.
@@ -340,9 +329,10 @@ struct BuildColumn {
     Probe(idx, i, nullptr, k.a, k.b, len);
   }
 
+  // A value over 16 bytes: its key words are a hash and its first 8 bytes, so a match is then
+  // confirmed byte by byte.
   ABSL_ATTRIBUTE_NOINLINE void AddLongToDict(size_t i, const uint8_t* p, uint32_t len) {
-    uint64_t a, b;
-    KeyOf(p, len, &a, &b);
+    const uint64_t a = XXH3_64bits(p, len), b = LoadLE64(p);
     Probe(DictHash(a, b, len) >> slot_shift, i, p, a, b, len);
   }
 
