@@ -469,6 +469,58 @@ struct BuildColumn {
     if (dict_active) AddToDict(i, p, len);
   }
 
+  // The dictionary's state, copied into a column loop's locals. The members would be reloaded
+  // after every store through ptrs, lens or codes (such a store may alias them, as far as the
+  // compiler knows); locals stay in registers. Only the slow paths change the dictionary, and
+  // LookupHot reloads the locals after them.
+  struct Hot {
+    const uint8_t** ptrs;
+    uint32_t* lens;
+    uint32_t* codes;
+    const uint32_t* slots;
+    const EntryKey* entries;
+    uint64_t total_len;
+    uint32_t shift;
+    uint32_t epoch;
+  };
+  Hot LoadHot() {
+    return Hot{ptrs.data(),       lens.data(), codes.data(), slots.data(),
+               entry_keys.data(), total_len,   slot_shift,   epoch};
+  }
+
+  // AddToDict for a value of up to 16 bytes with key words k, on a Hot copy whose total_len
+  // already counts it. Returns whether the dictionary is still active.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool LookupHot(Hot& h, size_t i, const ShortKey& k,
+                                                     uint32_t len) {
+    const size_t idx = DictHash(k.a, k.b, len) >> h.shift;
+    const uint32_t slot = h.slots[idx];
+    if (ABSL_PREDICT_TRUE((slot >> 16) == h.epoch)) {
+      const uint32_t code = slot & 0xffff;
+      const EntryKey& e = h.entries[code];
+      if (ABSL_PREDICT_TRUE(e.a == k.a && e.b == k.b && e.len == len)) {
+        h.codes[i] = code;
+        return true;
+      }
+    }
+    total_len = h.total_len;  // Insert reads it
+    Probe(idx, i, nullptr, k.a, k.b, len);
+    return Reload(h);
+  }
+
+  // AddToDict for a longer value, on a Hot copy.
+  bool LookupLongHot(Hot& h, size_t i, const uint8_t* p, uint32_t len) {
+    total_len = h.total_len;
+    AddLongToDict(i, p, len);
+    return Reload(h);
+  }
+
+  bool Reload(Hot& h) {
+    h.slots = slots.data();
+    h.entries = entry_keys.data();
+    h.shift = slot_shift;
+    return dict_active;
+  }
+
   bool UseDict() const {
     return IsBytesType(type) && dict_active && firsts.size() < n && DictPays(n);
   }
@@ -972,6 +1024,126 @@ value_failed:
   return i;
 }
 
+// The common case of a str column in a loop of its own: a field prefix of 4 to 16 bytes
+// (kLongPrefix: 8 to 16) and a fixstr value (up to 31 bytes). Runs from record i while records
+// take that path, and returns the first that does not, untouched, for ParseColumn to take; or
+// returns after the record whose value turned the dictionary off (kDict), so the caller goes on
+// without it. Which checks apply is fixed per instantiation, so the loop tests no flags.
+template <bool kLongPrefix, bool kDict, bool kKeyRef, bool kLastField>
+ABSL_ATTRIBUTE_NOINLINE size_t FastStrRun(BuildColumn& col, const Prefix& pr,
+                                          const uint8_t** __restrict cur,
+                                          const uint8_t* const* __restrict ends, size_t i, size_t n,
+                                          const Record* key_records, bool* key_ref_holds) {
+  const size_t plen = pr.len;
+  const uint64_t head = kLongPrefix ? pr.head64 : pr.head32;
+  const uint64_t tail = kLongPrefix ? pr.tail64 : pr.tail32;
+  const size_t tail_at = plen - (kLongPrefix ? 8 : 4);
+  bool holds = *key_ref_holds;
+  BuildColumn::Hot hot = col.LoadHot();
+  while (i < n) {
+    const uint8_t* q = cur[i];
+    const auto avail = static_cast<size_t>(ends[i] - q);
+    if (ABSL_PREDICT_FALSE(avail <= plen)) break;
+    if constexpr (kLongPrefix) {
+      if (ABSL_PREDICT_FALSE(LoadLE64(q) != head || LoadLE64(q + tail_at) != tail)) break;
+    } else {
+      if (ABSL_PREDICT_FALSE(LoadLE32(q) != head || LoadLE32(q + tail_at) != tail)) break;
+    }
+    const uint8_t h = q[plen];
+    if (ABSL_PREDICT_FALSE((h & 0xe0) != 0xa0)) break;  // not a fixstr
+    const uint32_t len = h & 0x1f;
+    const size_t used = plen + 1 + len;
+    if (ABSL_PREDICT_FALSE(used > avail)) break;
+    if (kLastField && ABSL_PREDICT_FALSE(used != avail)) break;
+    const uint8_t* v = q + plen + 1;
+    hot.ptrs[i] = v;
+    hot.lens[i] = len;
+    hot.total_len += len;
+    cur[i] = v + len;
+    // The key must be this field's encoding: the fixstr header, then the value's bytes.
+    auto key_is = [&](const std::string_view key) {
+      return key.size() == len + 1 && static_cast<uint8_t>(key[0]) == h;
+    };
+    if (kDict && ABSL_PREDICT_TRUE(len <= 16)) {
+      const ShortKey k = KeyShort(v, len);
+      if (kKeyRef && holds) {
+        const std::string_view key = key_records[i].key;
+        if (key_is(key)) {
+          const ShortKey kk = KeyShort(reinterpret_cast<const uint8_t*>(key.data()) + 1, len);
+          holds = kk.a == k.a && kk.b == k.b;
+        } else {
+          holds = false;
+        }
+      }
+      if (ABSL_PREDICT_FALSE(!col.LookupHot(hot, i++, k, len))) break;
+      continue;
+    }
+    if (kKeyRef && holds) {
+      const std::string_view key = key_records[i].key;
+      holds = key_is(key) && SameBytes(v, reinterpret_cast<const uint8_t*>(key.data()) + 1, len);
+    }
+    if constexpr (kDict) {
+      if (!col.LookupLongHot(hot, i++, v, len)) break;
+    } else {
+      ++i;
+    }
+  }
+  col.total_len = hot.total_len;
+  *key_ref_holds = holds;
+  return i;
+}
+
+template <bool kLongPrefix, bool kDict>
+size_t FastStrRunFor(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
+                     const uint8_t* const* ends, size_t i, size_t n, ColumnChecks* checks) {
+  if (checks->key_records != nullptr) {
+    return checks->last_field
+               ? FastStrRun<kLongPrefix, kDict, true, true>(
+                     col, pr, cur, ends, i, n, checks->key_records, &checks->key_ref_holds)
+               : FastStrRun<kLongPrefix, kDict, true, false>(
+                     col, pr, cur, ends, i, n, checks->key_records, &checks->key_ref_holds);
+  }
+  bool unused = false;
+  return checks->last_field ? FastStrRun<kLongPrefix, kDict, false, true>(col, pr, cur, ends, i, n,
+                                                                          nullptr, &unused)
+                            : FastStrRun<kLongPrefix, kDict, false, false>(col, pr, cur, ends, i, n,
+                                                                           nullptr, &unused);
+}
+
+// A str column: the fast loop while records take its path, ParseColumn for each one that does
+// not (a value over 31 bytes, a prefix outside 4..16 bytes, or a record that does not fit).
+size_t ParseStrColumn(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
+                      const uint8_t* const* ends, size_t begin, size_t n, ColumnChecks* checks,
+                      ParseFailure* failure) {
+  if (pr.len < 4 || pr.len > 16) {
+    return ParseColumn<ColumnType::kStr>(col, pr, cur, ends, begin, n, checks, failure);
+  }
+  // A key reference that no longer holds needs no more checking.
+  if (!checks->key_ref_holds) checks->key_records = nullptr;
+  size_t i = begin;
+  const bool long_prefix = pr.len >= 8;
+  for (;;) {
+    const bool dict = col.dict_active;
+    if (dict) {
+      i = long_prefix ? FastStrRunFor<true, true>(col, pr, cur, ends, i, n, checks)
+                      : FastStrRunFor<false, true>(col, pr, cur, ends, i, n, checks);
+    } else {
+      i = long_prefix ? FastStrRunFor<true, false>(col, pr, cur, ends, i, n, checks)
+                      : FastStrRunFor<false, false>(col, pr, cur, ends, i, n, checks);
+    }
+    if (i == n) {
+      *failure = ParseFailure::kNone;
+      return n;
+    }
+    if (!checks->key_ref_holds) checks->key_records = nullptr;
+    if (dict && !col.dict_active) continue;  // record i-1 turned the dictionary off: go on
+    // Record i does not take the fast path: the general loop takes it, or says why it fails.
+    const size_t r = ParseColumn<ColumnType::kStr>(col, pr, cur, ends, i, i + 1, checks, failure);
+    if (*failure != ParseFailure::kNone) return r;
+    if (++i == n) return n;
+  }
+}
+
 size_t ParseColumnOfType(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
                          const uint8_t* const* ends, size_t begin, size_t n, ColumnChecks* checks,
                          ParseFailure* failure) {
@@ -987,7 +1159,7 @@ size_t ParseColumnOfType(BuildColumn& col, const Prefix& pr, const uint8_t** cur
     case ColumnType::kNil:
       return ParseColumn<ColumnType::kNil>(col, pr, cur, ends, begin, n, checks, failure);
     case ColumnType::kStr:
-      return ParseColumn<ColumnType::kStr>(col, pr, cur, ends, begin, n, checks, failure);
+      return ParseStrColumn(col, pr, cur, ends, begin, n, checks, failure);
     case ColumnType::kBin:
       return ParseColumn<ColumnType::kBin>(col, pr, cur, ends, begin, n, checks, failure);
     default:

@@ -383,6 +383,67 @@ TEST(ColumnarTest, DictionaryTableGrowsAndIsClearedBetweenBatches) {
   }
 }
 
+TEST(ColumnarTest, StrColumnsHandOffBetweenTheFastLoopAndTheGeneralOne) {
+  // A str column with a field prefix of 4 to 16 bytes runs a loop of its own for fixstr values
+  // and hands each other record to the general one: values of 17 to 31 bytes (the long
+  // dictionary key), str8 values, a dictionary that turns off mid-batch, and a key that is a
+  // copy of the field. Every prefix length class, the field last or not; the key column must
+  // stay a reference while every key matches, and every round trip is exact.
+  ColumnarRoundTrip rt;
+  auto value = [](int i) {
+    if (i % 131 == 0) return S(std::string(40, 'L') + std::to_string(i % 3));  // str8
+    if (i % 97 == 0) return S(std::string(20, 'm') + std::to_string(i % 5));   // 17..31 bytes
+    if (i >= 1500) return S("d" + std::to_string(i));  // distinct: the dictionary stops paying
+    return S("v" + std::to_string(i % 37));
+  };
+  for (const std::string name : {"s", "abc", "abcdefghi", "abcdefghijklmnopqrstu"}) {
+    for (const bool last : {false, true}) {
+      Batch matching, differing;
+      for (int i = 0; i < 3000; ++i) {
+        const std::string v = value(i);
+        const std::string m = last ? Map({{"n", I(i)}, {name, v}}) : Map({{name, v}, {"n", I(i)}});
+        matching.Add(v, m);
+        differing.Add(i == 2999 ? v + "!" : v, m);
+      }
+      const size_t with_ref = rt.Run(matching);
+      const size_t without = rt.Run(differing);
+      // A key column of its own stores ~3,000 more values than a reference to the field.
+      EXPECT_GT(without, with_ref + 3000) << name << last;
+      if (::testing::Test::HasFailure()) FAIL() << name << " last=" << last;
+    }
+  }
+}
+
+TEST(ColumnarTest, StrColumnsReportTheRecordThatDoesNotFitFromTheFastLoop) {
+  // The fast str loop stops at a record that does not fit and the general loop names it, deep
+  // in a block and after records of every kind.
+  auto batch = [](int bad, int how) {
+    Batch b;
+    for (int i = 0; i < 1200; ++i) {
+      std::string v = i % 50 == 0 ? S(std::string(40, 'x')) : S("v" + std::to_string(i % 9));
+      if (i == bad && how == 2) v = I(7);
+      b.Add("", Map({{"n", I(i)}, {i == bad && how == 1 ? "cityx" : "city", v}}) +
+                    (i == bad && how == 0 ? std::string("\xc0") : std::string()));
+    }
+    return b;
+  };
+  for (const int bad : {1, 300, 777, 1199}) {
+    FrameEncoder enc;  // AUTO: falls back and says why
+    const std::string at = "record " + std::to_string(bad) + ": ";
+    const std::string want[] = {at + "value has bytes after the map like record 0's",
+                                at + "map shape differs from record 0 at field 1 ('city')",
+                                at + "field 'city' changes type from str to int"};
+    for (int how = 0; how < 3; ++how) {
+      std::string frame;
+      ASSERT_TRUE(enc.Encode(batch(bad, how).Records(), &frame).ok());
+      EXPECT_NE(enc.last_layout(), Layout::kColumnar);
+      // (The reason goes on with why MSGPACK does not fit either, when it does not.)
+      EXPECT_EQ(enc.last_fallback_reason().substr(0, want[how].size()), want[how])
+          << enc.last_fallback_reason();
+    }
+  }
+}
+
 TEST(ColumnarTest, MostlyDistinctStringsStayPlain) {
   Batch b;
   for (int i = 0; i < 3000; ++i) b.Add("k", Map({{"s", S("unique-" + std::to_string(i))}}));
