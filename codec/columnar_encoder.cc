@@ -1144,18 +1144,118 @@ size_t ParseStrColumn(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
   }
 }
 
+// The common case of an int, float64 or bool column in a loop of its own, as FastStrRun: a
+// field prefix of 4 to 16 bytes, the checks that apply fixed per instantiation, and the column's
+// arrays in locals (a float's bytes are copied with memcpy, which may alias anything). Returns
+// the first record that does not take the path, untouched.
+template <ColumnType T, bool kLongPrefix, bool kKeyRef, bool kLastField>
+ABSL_ATTRIBUTE_NOINLINE size_t FastScalarRun(BuildColumn& col, const Prefix& pr,
+                                             const uint8_t** __restrict cur,
+                                             const uint8_t* const* __restrict ends, size_t i,
+                                             size_t n, const Record* key_records,
+                                             bool* key_ref_holds) {
+  const size_t plen = pr.len;
+  const uint64_t head = kLongPrefix ? pr.head64 : pr.head32;
+  const uint64_t tail = kLongPrefix ? pr.tail64 : pr.tail32;
+  const size_t tail_at = plen - (kLongPrefix ? 8 : 4);
+  bool holds = *key_ref_holds;
+  int64_t* const ints = col.ints.data();
+  uint8_t* const fixed = col.fixed.data();
+  for (; i < n; ++i) {
+    const uint8_t* q = cur[i];
+    const uint8_t* const end = ends[i];
+    const auto avail = static_cast<size_t>(end - q);
+    if (ABSL_PREDICT_FALSE(avail <= plen)) break;
+    if constexpr (kLongPrefix) {
+      if (ABSL_PREDICT_FALSE(LoadLE64(q) != head || LoadLE64(q + tail_at) != tail)) break;
+    } else {
+      if (ABSL_PREDICT_FALSE(LoadLE32(q) != head || LoadLE32(q + tail_at) != tail)) break;
+    }
+    const uint8_t* const v = q + plen;
+    const uint8_t* p;
+    if constexpr (T == ColumnType::kInt) {
+      int64_t x;
+      p = mp::ReadCanonicalIntFast(v, end, &x);
+      if (ABSL_PREDICT_FALSE(p == nullptr)) break;
+      if (kLastField && ABSL_PREDICT_FALSE(p != end)) break;
+      ints[i] = x;
+    } else if constexpr (T == ColumnType::kFloat64) {
+      if (ABSL_PREDICT_FALSE(avail - plen < 9 || *v != 0xcb)) break;
+      p = v + 9;
+      if (kLastField && ABSL_PREDICT_FALSE(p != end)) break;
+      std::memcpy(fixed + i * 8, v + 1, 8);
+    } else {
+      static_assert(T == ColumnType::kBool);
+      if (ABSL_PREDICT_FALSE((*v & 0xfe) != 0xc2)) break;
+      p = v + 1;
+      if (kLastField && ABSL_PREDICT_FALSE(p != end)) break;
+      fixed[i] = *v & 1;
+    }
+    if (kKeyRef && holds) {
+      const std::string_view key = key_records[i].key;
+      holds = static_cast<size_t>(p - v) == key.size() &&
+              SameBytes(v, reinterpret_cast<const uint8_t*>(key.data()), key.size());
+    }
+    cur[i] = p;
+  }
+  *key_ref_holds = holds;
+  return i;
+}
+
+template <ColumnType T, bool kLongPrefix>
+size_t FastScalarRunFor(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
+                        const uint8_t* const* ends, size_t i, size_t n, ColumnChecks* checks) {
+  if (checks->key_records != nullptr) {
+    return checks->last_field
+               ? FastScalarRun<T, kLongPrefix, true, true>(
+                     col, pr, cur, ends, i, n, checks->key_records, &checks->key_ref_holds)
+               : FastScalarRun<T, kLongPrefix, true, false>(
+                     col, pr, cur, ends, i, n, checks->key_records, &checks->key_ref_holds);
+  }
+  bool unused = false;
+  return checks->last_field ? FastScalarRun<T, kLongPrefix, false, true>(col, pr, cur, ends, i, n,
+                                                                         nullptr, &unused)
+                            : FastScalarRun<T, kLongPrefix, false, false>(col, pr, cur, ends, i, n,
+                                                                          nullptr, &unused);
+}
+
+// An int, float64 or bool column: the fast loop while records take its path, ParseColumn for
+// each one that does not (and to say why it does not fit).
+template <ColumnType T>
+size_t ParseScalarColumn(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
+                         const uint8_t* const* ends, size_t begin, size_t n, ColumnChecks* checks,
+                         ParseFailure* failure) {
+  if (pr.len < 4 || pr.len > 16) {
+    return ParseColumn<T>(col, pr, cur, ends, begin, n, checks, failure);
+  }
+  if (!checks->key_ref_holds) checks->key_records = nullptr;
+  size_t i = begin;
+  for (;;) {
+    i = pr.len >= 8 ? FastScalarRunFor<T, true>(col, pr, cur, ends, i, n, checks)
+                    : FastScalarRunFor<T, false>(col, pr, cur, ends, i, n, checks);
+    if (i == n) {
+      *failure = ParseFailure::kNone;
+      return n;
+    }
+    if (!checks->key_ref_holds) checks->key_records = nullptr;
+    const size_t r = ParseColumn<T>(col, pr, cur, ends, i, i + 1, checks, failure);
+    if (*failure != ParseFailure::kNone) return r;
+    if (++i == n) return n;
+  }
+}
+
 size_t ParseColumnOfType(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
                          const uint8_t* const* ends, size_t begin, size_t n, ColumnChecks* checks,
                          ParseFailure* failure) {
   switch (col.type) {
     case ColumnType::kInt:
-      return ParseColumn<ColumnType::kInt>(col, pr, cur, ends, begin, n, checks, failure);
+      return ParseScalarColumn<ColumnType::kInt>(col, pr, cur, ends, begin, n, checks, failure);
     case ColumnType::kFloat64:
-      return ParseColumn<ColumnType::kFloat64>(col, pr, cur, ends, begin, n, checks, failure);
+      return ParseScalarColumn<ColumnType::kFloat64>(col, pr, cur, ends, begin, n, checks, failure);
     case ColumnType::kFloat32:
       return ParseColumn<ColumnType::kFloat32>(col, pr, cur, ends, begin, n, checks, failure);
     case ColumnType::kBool:
-      return ParseColumn<ColumnType::kBool>(col, pr, cur, ends, begin, n, checks, failure);
+      return ParseScalarColumn<ColumnType::kBool>(col, pr, cur, ends, begin, n, checks, failure);
     case ColumnType::kNil:
       return ParseColumn<ColumnType::kNil>(col, pr, cur, ends, begin, n, checks, failure);
     case ColumnType::kStr:

@@ -444,6 +444,52 @@ TEST(ColumnarTest, StrColumnsReportTheRecordThatDoesNotFitFromTheFastLoop) {
   }
 }
 
+TEST(ColumnarTest, IntFloatAndBoolColumnsReportTheRecordThatDoesNotFitFromTheFastLoop) {
+  // The same for the int, float64 and bool loops: a value of another type, a non-canonical
+  // int, a truncated float, and trailing bytes, each deep in a batch of good records.
+  auto f64 = [](double d) {
+    uint64_t bits;
+    std::memcpy(&bits, &d, 8);
+    std::string o;
+    Gen::F64(&o, bits);
+    return o;
+  };
+  const std::string t = "\xc3", f = "\xc2";
+  for (const int bad : {1, 300, 777, 1199}) {
+    const std::string at = "record " + std::to_string(bad) + ": ";
+    struct Case {
+      const char* field;
+      std::string value;
+      std::string want;
+    };
+    const Case cases[] = {
+        {"count", S("7"), at + "field 'count' changes type from int to str"},
+        {"count", std::string("\xcc\x05"),
+         at + "field 'count' is truncated, out of int64 range or not canonically encoded"},
+        {"price", I(3), at + "field 'price' changes type from float64 to int"},
+        {"member", I(1), at + "field 'member' changes type from bool to int"},
+        {"trail", "", at + "value has bytes after the map like record 0's"},
+    };
+    for (const Case& c : cases) {
+      Batch b;
+      for (int i = 0; i < 1200; ++i) {
+        const bool here = i == bad;
+        const std::string field = c.field;
+        b.Add("", Map({{"count", here && field == "count" ? c.value : I(i * 3)},
+                       {"price", here && field == "price" ? c.value : f64(i + 0.25)},
+                       {"member", here && field == "member" ? c.value : (i % 3 ? t : f)}}) +
+                      (here && field == "trail" ? std::string("\xc0") : std::string()));
+      }
+      FrameEncoder enc;
+      std::string frame;
+      ASSERT_TRUE(enc.Encode(b.Records(), &frame).ok());
+      EXPECT_NE(enc.last_layout(), Layout::kColumnar);
+      EXPECT_EQ(enc.last_fallback_reason().substr(0, c.want.size()), c.want)
+          << enc.last_fallback_reason();
+    }
+  }
+}
+
 TEST(ColumnarTest, MostlyDistinctStringsStayPlain) {
   Batch b;
   for (int i = 0; i < 3000; ++i) b.Add("k", Map({{"s", S("unique-" + std::to_string(i))}}));
