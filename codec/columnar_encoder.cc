@@ -1025,9 +1025,9 @@ value_failed:
 }
 
 // The common case of a str column in a loop of its own: a field prefix of 4 to 16 bytes
-// (kLongPrefix: 8 to 16) and a fixstr value (up to 31 bytes). Runs from record i while records
-// take that path, and returns the first that does not, untouched, for ParseColumn to take; or
-// returns after the record whose value turned the dictionary off (kDict), so the caller goes on
+// (kLongPrefix: 8 to 16) and a value of up to 255 bytes (fixstr or str8). Runs from record i while
+// records take that path, and returns the first that does not, untouched, for ParseColumn to take;
+// or returns after the record whose value turned the dictionary off (kDict), so the caller goes on
 // without it. Which checks apply is fixed per instantiation, so the loop tests no flags.
 template <bool kLongPrefix, bool kDict, bool kKeyRef, bool kLastField>
 ABSL_ATTRIBUTE_NOINLINE size_t FastStrRun(BuildColumn& col, const Prefix& pr,
@@ -1049,26 +1049,33 @@ ABSL_ATTRIBUTE_NOINLINE size_t FastStrRun(BuildColumn& col, const Prefix& pr,
     } else {
       if (ABSL_PREDICT_FALSE(LoadLE32(q) != head || LoadLE32(q + tail_at) != tail)) break;
     }
+    // A fixstr, or a str8 (32 to 255 bytes).
     const uint8_t h = q[plen];
-    if (ABSL_PREDICT_FALSE((h & 0xe0) != 0xa0)) break;  // not a fixstr
-    const uint32_t len = h & 0x1f;
-    const size_t used = plen + 1 + len;
+    uint32_t len;
+    size_t header;
+    if (ABSL_PREDICT_TRUE((h & 0xe0) == 0xa0)) {
+      len = h & 0x1f;
+      header = 1;
+    } else if (h == 0xd9 && avail > plen + 1 && q[plen + 1] >= 32) {
+      len = q[plen + 1];
+      header = 2;
+    } else {
+      break;
+    }
+    const size_t used = plen + header + len;
     if (ABSL_PREDICT_FALSE(used > avail)) break;
     if (kLastField && ABSL_PREDICT_FALSE(used != avail)) break;
-    const uint8_t* v = q + plen + 1;
+    const uint8_t* v = q + plen + header;
     hot.ptrs[i] = v;
     hot.lens[i] = len;
     hot.total_len += len;
     cur[i] = v + len;
-    // The key must be this field's encoding: the fixstr header, then the value's bytes.
-    auto key_is = [&](const std::string_view key) {
-      return key.size() == len + 1 && static_cast<uint8_t>(key[0]) == h;
-    };
     if (kDict && ABSL_PREDICT_TRUE(len <= 16)) {
       const ShortKey k = KeyShort(v, len);
       if (kKeyRef && holds) {
+        // The key must be this field's encoding: the fixstr header, then the same bytes.
         const std::string_view key = key_records[i].key;
-        if (key_is(key)) {
+        if (key.size() == len + 1 && static_cast<uint8_t>(key[0]) == h) {
           const ShortKey kk = KeyShort(reinterpret_cast<const uint8_t*>(key.data()) + 1, len);
           holds = kk.a == k.a && kk.b == k.b;
         } else {
@@ -1080,7 +1087,8 @@ ABSL_ATTRIBUTE_NOINLINE size_t FastStrRun(BuildColumn& col, const Prefix& pr,
     }
     if (kKeyRef && holds) {
       const std::string_view key = key_records[i].key;
-      holds = key_is(key) && SameBytes(v, reinterpret_cast<const uint8_t*>(key.data()) + 1, len);
+      holds = key.size() == header + len &&
+              SameBytes(v - header, reinterpret_cast<const uint8_t*>(key.data()), key.size());
     }
     if constexpr (kDict) {
       if (!col.LookupLongHot(hot, i++, v, len)) break;
@@ -1111,7 +1119,7 @@ size_t FastStrRunFor(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
 }
 
 // A str column: the fast loop while records take its path, ParseColumn for each one that does
-// not (a value over 31 bytes, a prefix outside 4..16 bytes, or a record that does not fit).
+// not (a value over 255 bytes, a prefix outside 4..16 bytes, or a record that does not fit).
 size_t ParseStrColumn(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
                       const uint8_t* const* ends, size_t begin, size_t n, ColumnChecks* checks,
                       ParseFailure* failure) {
@@ -1124,6 +1132,7 @@ size_t ParseStrColumn(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
   const bool long_prefix = pr.len >= 8;
   for (;;) {
     const bool dict = col.dict_active;
+    const size_t from = i;
     if (dict) {
       i = long_prefix ? FastStrRunFor<true, true>(col, pr, cur, ends, i, n, checks)
                       : FastStrRunFor<false, true>(col, pr, cur, ends, i, n, checks);
@@ -1138,9 +1147,12 @@ size_t ParseStrColumn(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
     if (!checks->key_ref_holds) checks->key_records = nullptr;
     if (dict && !col.dict_active) continue;  // record i-1 turned the dictionary off: go on
     // Record i does not take the fast path: the general loop takes it, or says why it fails.
-    const size_t r = ParseColumn<ColumnType::kStr>(col, pr, cur, ends, i, i + 1, checks, failure);
+    // When the fast loop took nothing, the general loop takes the rest of the block: a column
+    // of values over 255 bytes would otherwise switch loops at every record.
+    const size_t until = i == from ? n : i + 1;
+    const size_t r = ParseColumn<ColumnType::kStr>(col, pr, cur, ends, i, until, checks, failure);
     if (*failure != ParseFailure::kNone) return r;
-    if (++i == n) return n;
+    if (until == n || ++i == n) return n;
   }
 }
 
@@ -1231,6 +1243,7 @@ size_t ParseScalarColumn(BuildColumn& col, const Prefix& pr, const uint8_t** cur
   if (!checks->key_ref_holds) checks->key_records = nullptr;
   size_t i = begin;
   for (;;) {
+    const size_t from = i;
     i = pr.len >= 8 ? FastScalarRunFor<T, true>(col, pr, cur, ends, i, n, checks)
                     : FastScalarRunFor<T, false>(col, pr, cur, ends, i, n, checks);
     if (i == n) {
@@ -1238,9 +1251,11 @@ size_t ParseScalarColumn(BuildColumn& col, const Prefix& pr, const uint8_t** cur
       return n;
     }
     if (!checks->key_ref_holds) checks->key_records = nullptr;
-    const size_t r = ParseColumn<T>(col, pr, cur, ends, i, i + 1, checks, failure);
+    // As for str columns: the general loop takes the rest when the fast one took nothing.
+    const size_t until = i == from ? n : i + 1;
+    const size_t r = ParseColumn<T>(col, pr, cur, ends, i, until, checks, failure);
     if (*failure != ParseFailure::kNone) return r;
-    if (++i == n) return n;
+    if (until == n || ++i == n) return n;
   }
 }
 
