@@ -68,9 +68,7 @@ constexpr size_t kMinUniformSample = 64;
 
 // Bits needed for codes 0..d-1 (at least 1).
 inline uint8_t BitsFor(size_t d) {
-  uint8_t b = 1;
-  while ((size_t{1} << b) < d) ++b;
-  return b;
+  return d <= 2 ? 1 : static_cast<uint8_t>(64 - __builtin_clzll(static_cast<uint64_t>(d - 1)));
 }
 
 // Writes value(0..n-1), each `bits` (1..32) wide, least significant bits first, in
