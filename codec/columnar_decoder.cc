@@ -117,13 +117,29 @@ struct ReadColumn {
   uint32_t key_ref_field = 0;  // kKeyRef
   uint64_t rebuilt_bytes = 0;  // bytes this column contributes to the rebuilt rows
 
+  // kIntDeltaPacked: the n-1 step offsets (int_bits each, from int_step_base) after the first
+  // value int_first; rebuilt a chunk at a time like the varints, from a running value.
+  const uint8_t* int_dpacked = nullptr;
+  const uint8_t* int_dpacked_end = nullptr;
+  uint64_t int_step_base = 0;
+  size_t int_next = 0;  // index of the next value FillChunk computes
+
+  // The value after `prev`, the (i+1)th of a kIntDeltaPacked column (i counts from 0).
+  ABSL_ATTRIBUTE_ALWAYS_INLINE uint64_t NextDeltaPacked(uint64_t prev, size_t i) const {
+    return prev + int_step_base +
+           BitsAt(int_dpacked, int_dpacked_end, uint64_t{i} * int_bits, int_bits);
+  }
+
   // Whether the column is decoded again a chunk at a time while rebuilding.
-  bool Streamed() const { return varints != nullptr || lens_src != nullptr; }
+  bool Streamed() const {
+    return varints != nullptr || int_dpacked != nullptr || lens_src != nullptr;
+  }
   // Starts the second pass over the column's varints.
   void StartStream() {
-    if (varints != nullptr) {
+    if (varints != nullptr || int_dpacked != nullptr) {
       varint_cursor = varints;
       int_prev = 0;
+      int_next = 0;
       ints.Resize(kChunk);
     }
     if (lens_src != nullptr) {
@@ -133,7 +149,21 @@ struct ReadColumn {
   }
   // Decodes the next m (<= kChunk) values' varints.
   ABSL_ATTRIBUTE_NOINLINE void FillChunk(size_t m) {
-    if (varints != nullptr) {
+    if (int_dpacked != nullptr) {
+      int64_t* out = ints.data();
+      size_t k = 0;
+      uint64_t prev = int_prev;
+      if (int_next == 0 && m > 0) {
+        prev = int_first;
+        out[k++] = static_cast<int64_t>(prev);
+      }
+      for (; k < m; ++k) {
+        prev = NextDeltaPacked(prev, int_next + k - 1);
+        out[k] = static_cast<int64_t>(prev);
+      }
+      int_prev = prev;
+      int_next += m;
+    } else if (varints != nullptr) {
       const uint8_t* p = varint_cursor;
       int64_t* out = ints.data();
       if (int_delta) {
@@ -222,7 +252,8 @@ absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::st
   const uint8_t* p = *pp;
   c->int_step = false;
   c->int_packed = nullptr;
-  if (p >= end || *p > kIntPacked || (*p == kIntStep && !allow_step)) {
+  c->int_dpacked = nullptr;
+  if (p >= end || *p > kIntDeltaPacked || (*p == kIntStep && !allow_step)) {
     return Corrupt(
         absl::StrCat("column '", name, "' has ",
                      p >= end ? "no integer encoding byte" : "an unknown integer encoding"));
@@ -261,6 +292,44 @@ absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::st
     c->int_bits = bits;
     c->int_packed = p;
     c->int_packed_end = p + size;
+    *pp = p + size;
+    return absl::OkStatus();
+  }
+  if (*p == kIntDeltaPacked) {
+    ++p;
+    uint64_t zfirst, zbase;
+    if (!GetVarint(&p, end, &zfirst) || !GetVarint(&p, end, &zbase) || p >= end) {
+      return Corrupt(
+          absl::StrCat("column '", name, "' has a truncated delta-packed integer header"));
+    }
+    const uint32_t bits = *p++;
+    if (bits < 1 || bits > kMaxIntPackedBits) {
+      return Corrupt(absl::StrCat("column '", name, "' has ", bits, "-bit packed integer steps"));
+    }
+    const uint64_t steps = n > 0 ? n - 1 : 0;
+    const uint64_t total_bits = steps * bits;  // n is bounded by the rows cap
+    const uint64_t size = (total_bits + 7) / 8;
+    if (static_cast<uint64_t>(end - p) < size) {
+      return Corrupt(absl::StrCat("column '", name, "' packed integer steps are truncated"));
+    }
+    if (!PaddingIsZero(p, total_bits)) {
+      return Corrupt(
+          absl::StrCat("column '", name, "' has nonzero padding after its integer steps"));
+    }
+    c->int_first = static_cast<uint64_t>(UnZigZag(zfirst));
+    c->int_step_base = static_cast<uint64_t>(UnZigZag(zbase));
+    c->int_bits = bits;
+    c->int_dpacked = p;
+    c->int_dpacked_end = p + size;
+    if (int_sizes != nullptr) {  // the values' msgpack sizes, from a first pass over them
+      uint64_t total = 0;
+      uint64_t v = c->int_first;
+      for (size_t i = 0; i < n; ++i) {
+        if (i > 0) v = c->NextDeltaPacked(v, i - 1);
+        total += mp::IntSize(static_cast<int64_t>(v));
+      }
+      *int_sizes = total;
+    }
     *pp = p + size;
     return absl::OkStatus();
   }
@@ -472,6 +541,7 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
   c->hex = false;
   c->packed = false;
   c->varints = nullptr;
+  c->int_dpacked = nullptr;
   c->lens_src = nullptr;
   const auto avail = [&]() { return static_cast<size_t>(end - p); };
   switch (c->type) {

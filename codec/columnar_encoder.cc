@@ -622,14 +622,19 @@ struct BuildColumn {
   // Whether the sampled values (every step-th of v) fill the 16 equal parts of
   // [lo, lo + range] evenly: none holds fewer than half its share.
   static bool LooksUniform(const int64_t* v, size_t n, size_t step, int64_t lo, uint64_t range) {
+    return LooksUniformBy((n + step - 1) / step, [v, step](size_t k) { return v[k * step]; }, lo,
+                          range);
+  }
+  // The same for the `count` values get(0..count-1).
+  template <typename Get>
+  static bool LooksUniformBy(size_t count, Get get, int64_t lo, uint64_t range) {
     uint32_t parts[16] = {};
-    size_t sampled = 0;
-    for (size_t i = 0; i < n; i += step, ++sampled) {
-      const uint64_t off = static_cast<uint64_t>(v[i]) - static_cast<uint64_t>(lo);
+    for (size_t k = 0; k < count; ++k) {
+      const uint64_t off = static_cast<uint64_t>(get(k)) - static_cast<uint64_t>(lo);
       ++parts[static_cast<size_t>((static_cast<unsigned __int128>(off) * 16) / (range + 1))];
     }
     for (const uint32_t c : parts) {
-      if (c * 32 < sampled) return false;
+      if (c * 32 < count) return false;
     }
     return true;
   }
@@ -653,12 +658,22 @@ struct BuildColumn {
     const size_t step = n > 512 ? n / 512 : 1;
     size_t plain = 0, delta = 0;
     int64_t lo = v[0], hi = v[0];
+    // The steps between neighbours at the sampled places (from the second value on), for
+    // delta packing.
+    auto step_at = [v](size_t i) {
+      return static_cast<int64_t>(static_cast<uint64_t>(v[i]) - static_cast<uint64_t>(v[i - 1]));
+    };
+    int64_t step_lo = n >= 2 ? step_at(1) : 0, step_hi = step_lo;
     for (size_t i = 0; i < n; i += step) {
       plain += VarintLength(ZigZag(v[i]));
       const uint64_t prev = i == 0 ? 0 : static_cast<uint64_t>(v[i - 1]);
       delta += VarintLength(ZigZag(static_cast<int64_t>(static_cast<uint64_t>(v[i]) - prev)));
       lo = std::min(lo, v[i]);
       hi = std::max(hi, v[i]);
+      if (i > 0) {
+        step_lo = std::min(step_lo, step_at(i));
+        step_hi = std::max(step_hi, step_at(i));
+      }
     }
     // Stored as b-bit offsets from the minimum, when that is smaller than the varints
     // (estimated): a small range (flags, ratings, small counts, enum-like ints) with
@@ -676,7 +691,49 @@ struct BuildColumn {
     const bool uniform = !small && sampled >= kMinUniformSample &&
                          sample_range < (uint64_t{1} << kMaxUniformPackedBits) &&
                          LooksUniform(v, n, step, lo, sample_range);
-    if ((small || uniform) && packed_smaller(lo, sample_range)) {
+    const bool values_packed = (small || uniform) && packed_smaller(lo, sample_range);
+    // Delta-packed: a column that rises (or falls) by steps within a narrow range (timestamps,
+    // counters with jitter), judged like packed values but on the steps (a small range, or
+    // steps spread evenly over theirs), and written when it is smaller than the varints and
+    // than packed values (estimated), and smaller than the varints on the whole column.
+    if (n >= 3) {
+      const uint64_t step_range = static_cast<uint64_t>(step_hi) - static_cast<uint64_t>(step_lo);
+      const size_t step_samples = (n - 1) / step;  // sampled places from the second value on
+      const bool steps_small = step_range < (uint64_t{1} << kMaxSmallPackedBits);
+      const bool steps_uniform =
+          !steps_small && step_samples >= kMinUniformSample &&
+          step_range < (uint64_t{1} << kMaxUniformPackedBits) &&
+          LooksUniformBy(
+              step_samples, [&](size_t k) { return step_at((k + 1) * step); }, step_lo, step_range);
+      const auto delta_packed_size = [&](int64_t base, uint64_t range) -> uint64_t {
+        return 2 + VarintLength(ZigZag(v[0])) + VarintLength(ZigZag(base)) +
+               ((n - 1) * BitsFor(range + 1) + 7) / 8;
+      };
+      const uint64_t estimate = delta_packed_size(step_lo, step_range);
+      if ((steps_small || steps_uniform) && estimate < varint_bytes &&
+          (!values_packed ||
+           estimate < 2 + VarintLength(ZigZag(lo)) + (n * BitsFor(sample_range + 1) + 7) / 8)) {
+        for (size_t i = 1; i < n; ++i) {
+          step_lo = std::min(step_lo, step_at(i));
+          step_hi = std::max(step_hi, step_at(i));
+        }
+        const uint64_t range = static_cast<uint64_t>(step_hi) - static_cast<uint64_t>(step_lo);
+        if (range < (uint64_t{1} << (steps_small ? kMaxSmallPackedBits : kMaxUniformPackedBits)) &&
+            delta_packed_size(step_lo, range) < varint_bytes) {
+          const uint8_t bits = BitsFor(range + 1);
+          *w++ = kIntDeltaPacked;
+          w = PutVarint(w, ZigZag(v[0]));
+          w = PutVarint(w, ZigZag(step_lo));
+          *w++ = bits;
+          const auto base = static_cast<uint64_t>(step_lo);
+          return PackFixedWidth(n - 1, bits, w, [v, base](size_t i) {
+            return static_cast<uint32_t>(static_cast<uint64_t>(v[i + 1]) -
+                                         static_cast<uint64_t>(v[i]) - base);
+          });
+        }
+      }
+    }
+    if (values_packed) {
       for (size_t i = 0; i < n; ++i) {
         lo = std::min(lo, v[i]);
         hi = std::max(hi, v[i]);

@@ -25,6 +25,10 @@ constexpr uint8_t kIntStep = 2;  // value i = first + i * step (mod 2^64): two v
 // base, a bits byte, then n*b bits, least significant first.
 constexpr uint8_t kIntPacked = 3;
 constexpr uint8_t kMaxIntPackedBits = 56;
+// value 0 = first; value i = value i-1 + step_base + a b-bit number (b in 1..kMaxIntPackedBits;
+// mod 2^64): zigzag varints first and step_base, a bits byte, then (n-1)*b bits, least
+// significant first. Timestamps and other columns that rise by steps in a narrow range.
+constexpr uint8_t kIntDeltaPacked = 4;
 // Bool columns: n bytes of 0 or 1 (the only form before bit packing; a first byte of 0 or 1
 // says so), or this byte and then n bits.
 constexpr uint8_t kBoolPacked = 2;

@@ -191,9 +191,18 @@ inline void Gen::AnyValue(std::string* o, int depth) {
 /// hex strings and decimal floats, which take the dictionary, hex and decimal encodings); keys
 /// are typed msgpack scalars, raw bytes, or a copy of one field's value.
 inline Batch ColumnarBatch(Gen& g, size_t n, size_t fields) {
-  // kinds 0-6: Gen::Scalar types; 7: vocabulary str; 8: hex str; 9: decimal float64.
+  // kinds 0-6: Gen::Scalar types; 7: vocabulary str; 8: hex str; 9: decimal float64;
+  // 10: an int that rises or falls by steps in a narrow range (timestamps; delta-packed).
   std::vector<int> kinds(fields);
-  for (int& k : kinds) k = static_cast<int>(g.Below(10));
+  for (int& k : kinds) k = static_cast<int>(g.Below(11));
+  std::vector<int64_t> running(fields);
+  std::vector<int64_t> step_base(fields);
+  std::vector<uint64_t> step_range(fields);
+  for (size_t j = 0; j < fields; ++j) {
+    running[j] = g.EdgeInt();
+    step_base[j] = static_cast<int64_t>(g.Below(2000)) - 1000;
+    step_range[j] = 1 + g.Below(g.Coin() ? 32 : 4000);
+  }
   const int key_kind = static_cast<int>(g.Below(10));  // 7 = raw bytes, 8/9 = copy of a field
   const size_t key_field = fields == 0 ? 0 : g.Below(fields);
   std::vector<std::string> vocab;
@@ -219,6 +228,12 @@ inline Batch ColumnarBatch(Gen& g, size_t n, size_t fields) {
           Gen::Str(&x, h);
           break;
         }
+        case 10:
+          running[j] =
+              static_cast<int64_t>(static_cast<uint64_t>(running[j]) +
+                                   static_cast<uint64_t>(step_base[j]) + g.Below(step_range[j]));
+          Gen::Int(&x, running[j]);
+          break;
         case 9: {
           static const double kPow[] = {1, 10, 100, 1000, 10000};
           const double d = static_cast<double>(static_cast<int64_t>(g.Below(2000000)) - 1000000) /

@@ -84,6 +84,26 @@ int main(int argc, char** argv) {
     uniform.Add(g.Bytes(2), v);
   }
   batches.emplace_back("columnar_uniform", uniform);
+  // Timestamps rising by 1..20 ms and prices by 0..24 cents: stored as 5-bit steps.
+  sluice::testing::Batch delta_packed;
+  int64_t ts = 1'730'000'000'000, cents = 1999;
+  for (int i = 0; i < 80; ++i) {
+    ts += 1 + static_cast<int64_t>(g.Below(20));
+    cents += static_cast<int64_t>(g.Below(25));
+    std::string v;
+    sluice::testing::Gen::MapHeader(&v, 2);
+    sluice::testing::Gen::Str(&v, "ts");
+    sluice::testing::Gen::Int(&v, ts);
+    sluice::testing::Gen::Str(&v, "price");
+    const double p = static_cast<double>(cents) / 100;
+    uint64_t bits;
+    std::memcpy(&bits, &p, 8);
+    sluice::testing::Gen::F64(&v, bits);
+    std::string key;  // ints in order: frames sorted by key keep the records' order
+    sluice::testing::Gen::Int(&key, i);
+    delta_packed.Add(key, v);
+  }
+  batches.emplace_back("columnar_deltapacked", delta_packed);
   int written = 0;
   for (const auto& [name, batch] : batches) {
     for (auto layout : {sluice::LayoutChoice::kOpaque, sluice::LayoutChoice::kMsgpack,
