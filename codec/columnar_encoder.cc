@@ -695,7 +695,8 @@ struct BuildColumn {
     // Delta-packed: a column that rises (or falls) by steps within a narrow range (timestamps,
     // counters with jitter), judged like packed values but on the steps (a small range, or
     // steps spread evenly over theirs), and written when it is smaller than the varints and
-    // than packed values (estimated), and smaller than the varints on the whole column.
+    // than packed values (estimated on the sample); the whole column's step range decides the
+    // width, and the size is checked again with it against the varints' estimate.
     if (n >= 3) {
       const uint64_t step_range = static_cast<uint64_t>(step_hi) - static_cast<uint64_t>(step_lo);
       const size_t step_samples = (n - 1) / step;  // sampled places from the second value on
