@@ -147,22 +147,27 @@ struct ReadColumn {
       lens.Resize(kChunk);
     }
   }
+  // FillChunk for kIntDeltaPacked: the next m values from the running one.
+  ABSL_ATTRIBUTE_NOINLINE void FillDeltaPackedChunk(size_t m) {
+    int64_t* out = ints.data();
+    size_t k = 0;
+    uint64_t prev = int_prev;
+    if (int_next == 0 && m > 0) {
+      prev = int_first;
+      out[k++] = static_cast<int64_t>(prev);
+    }
+    for (; k < m; ++k) {
+      prev = NextDeltaPacked(prev, int_next + k - 1);
+      out[k] = static_cast<int64_t>(prev);
+    }
+    int_prev = prev;
+    int_next += m;
+  }
+
   // Decodes the next m (<= kChunk) values' varints.
   ABSL_ATTRIBUTE_NOINLINE void FillChunk(size_t m) {
     if (int_dpacked != nullptr) {
-      int64_t* out = ints.data();
-      size_t k = 0;
-      uint64_t prev = int_prev;
-      if (int_next == 0 && m > 0) {
-        prev = int_first;
-        out[k++] = static_cast<int64_t>(prev);
-      }
-      for (; k < m; ++k) {
-        prev = NextDeltaPacked(prev, int_next + k - 1);
-        out[k] = static_cast<int64_t>(prev);
-      }
-      int_prev = prev;
-      int_next += m;
+      FillDeltaPackedChunk(m);
     } else if (varints != nullptr) {
       const uint8_t* p = varint_cursor;
       int64_t* out = ints.data();
