@@ -1157,22 +1157,34 @@ ABSL_ATTRIBUTE_NOINLINE size_t FastStrRun(BuildColumn& col, const Prefix& pr,
   return i;
 }
 
-template <bool kLongPrefix, bool kDict>
-size_t FastStrRunFor(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
-                     const uint8_t* const* ends, size_t i, size_t n, ColumnChecks* checks) {
+// Runs Loop::Run<kKeyRef, kLastField> (one of the fast loops below) with the checks that
+// apply to this field fixed at compile time.
+template <typename Loop>
+size_t RunFastLoop(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
+                   const uint8_t* const* ends, size_t i, size_t n, ColumnChecks* checks) {
   if (checks->key_records != nullptr) {
     return checks->last_field
-               ? FastStrRun<kLongPrefix, kDict, true, true>(
-                     col, pr, cur, ends, i, n, checks->key_records, &checks->key_ref_holds)
-               : FastStrRun<kLongPrefix, kDict, true, false>(
-                     col, pr, cur, ends, i, n, checks->key_records, &checks->key_ref_holds);
+               ? Loop::template Run<true, true>(col, pr, cur, ends, i, n, checks->key_records,
+                                                &checks->key_ref_holds)
+               : Loop::template Run<true, false>(col, pr, cur, ends, i, n, checks->key_records,
+                                                 &checks->key_ref_holds);
   }
   bool unused = false;
-  return checks->last_field ? FastStrRun<kLongPrefix, kDict, false, true>(col, pr, cur, ends, i, n,
-                                                                          nullptr, &unused)
-                            : FastStrRun<kLongPrefix, kDict, false, false>(col, pr, cur, ends, i, n,
-                                                                           nullptr, &unused);
+  return checks->last_field
+             ? Loop::template Run<false, true>(col, pr, cur, ends, i, n, nullptr, &unused)
+             : Loop::template Run<false, false>(col, pr, cur, ends, i, n, nullptr, &unused);
 }
+
+template <bool kLongPrefix, bool kDict>
+struct StrLoop {
+  template <bool kKeyRef, bool kLastField>
+  static size_t Run(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
+                    const uint8_t* const* ends, size_t i, size_t n, const Record* key_records,
+                    bool* key_ref_holds) {
+    return FastStrRun<kLongPrefix, kDict, kKeyRef, kLastField>(col, pr, cur, ends, i, n,
+                                                               key_records, key_ref_holds);
+  }
+};
 
 // A str column: the fast loop while records take its path, ParseColumn for each one that does
 // not (a value over 255 bytes, a prefix outside 4..16 bytes, or a record that does not fit).
@@ -1190,11 +1202,11 @@ size_t ParseStrColumn(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
     const bool dict = col.dict_active;
     const size_t from = i;
     if (dict) {
-      i = long_prefix ? FastStrRunFor<true, true>(col, pr, cur, ends, i, n, checks)
-                      : FastStrRunFor<false, true>(col, pr, cur, ends, i, n, checks);
+      i = long_prefix ? RunFastLoop<StrLoop<true, true>>(col, pr, cur, ends, i, n, checks)
+                      : RunFastLoop<StrLoop<false, true>>(col, pr, cur, ends, i, n, checks);
     } else {
-      i = long_prefix ? FastStrRunFor<true, false>(col, pr, cur, ends, i, n, checks)
-                      : FastStrRunFor<false, false>(col, pr, cur, ends, i, n, checks);
+      i = long_prefix ? RunFastLoop<StrLoop<true, false>>(col, pr, cur, ends, i, n, checks)
+                      : RunFastLoop<StrLoop<false, false>>(col, pr, cur, ends, i, n, checks);
     }
     if (i == n) {
       *failure = ParseFailure::kNone;
@@ -1271,21 +1283,15 @@ ABSL_ATTRIBUTE_NOINLINE size_t FastScalarRun(BuildColumn& col, const Prefix& pr,
 }
 
 template <ColumnType T, bool kLongPrefix>
-size_t FastScalarRunFor(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
-                        const uint8_t* const* ends, size_t i, size_t n, ColumnChecks* checks) {
-  if (checks->key_records != nullptr) {
-    return checks->last_field
-               ? FastScalarRun<T, kLongPrefix, true, true>(
-                     col, pr, cur, ends, i, n, checks->key_records, &checks->key_ref_holds)
-               : FastScalarRun<T, kLongPrefix, true, false>(
-                     col, pr, cur, ends, i, n, checks->key_records, &checks->key_ref_holds);
+struct ScalarLoop {
+  template <bool kKeyRef, bool kLastField>
+  static size_t Run(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
+                    const uint8_t* const* ends, size_t i, size_t n, const Record* key_records,
+                    bool* key_ref_holds) {
+    return FastScalarRun<T, kLongPrefix, kKeyRef, kLastField>(col, pr, cur, ends, i, n, key_records,
+                                                              key_ref_holds);
   }
-  bool unused = false;
-  return checks->last_field ? FastScalarRun<T, kLongPrefix, false, true>(col, pr, cur, ends, i, n,
-                                                                         nullptr, &unused)
-                            : FastScalarRun<T, kLongPrefix, false, false>(col, pr, cur, ends, i, n,
-                                                                          nullptr, &unused);
-}
+};
 
 // An int, float64 or bool column: the fast loop while records take its path, ParseColumn for
 // each one that does not (and to say why it does not fit).
@@ -1300,8 +1306,8 @@ size_t ParseScalarColumn(BuildColumn& col, const Prefix& pr, const uint8_t** cur
   size_t i = begin;
   for (;;) {
     const size_t from = i;
-    i = pr.len >= 8 ? FastScalarRunFor<T, true>(col, pr, cur, ends, i, n, checks)
-                    : FastScalarRunFor<T, false>(col, pr, cur, ends, i, n, checks);
+    i = pr.len >= 8 ? RunFastLoop<ScalarLoop<T, true>>(col, pr, cur, ends, i, n, checks)
+                    : RunFastLoop<ScalarLoop<T, false>>(col, pr, cur, ends, i, n, checks);
     if (i == n) {
       *failure = ParseFailure::kNone;
       return n;

@@ -467,13 +467,6 @@ TEST(ColumnarTest, StrColumnsReportTheRecordThatDoesNotFitFromTheFastLoop) {
 TEST(ColumnarTest, IntFloatAndBoolColumnsReportTheRecordThatDoesNotFitFromTheFastLoop) {
   // The same for the int, float64 and bool loops: a value of another type, a non-canonical
   // int, a truncated float, and trailing bytes, each deep in a batch of good records.
-  auto f64 = [](double d) {
-    uint64_t bits;
-    std::memcpy(&bits, &d, 8);
-    std::string o;
-    Gen::F64(&o, bits);
-    return o;
-  };
   const std::string t = "\xc3", f = "\xc2";
   for (const int bad : {1, 300, 777, 1199}) {
     const std::string at = "record " + std::to_string(bad) + ": ";
@@ -496,7 +489,7 @@ TEST(ColumnarTest, IntFloatAndBoolColumnsReportTheRecordThatDoesNotFitFromTheFas
         const bool here = i == bad;
         const std::string field = c.field;
         b.Add("", Map({{"count", here && field == "count" ? c.value : I(i * 3)},
-                       {"price", here && field == "price" ? c.value : f64(i + 0.25)},
+                       {"price", here && field == "price" ? c.value : F(i + 0.25)},
                        {"member", here && field == "member" ? c.value : (i % 3 ? t : f)}}) +
                       (here && field == "trail" ? std::string("\xc0") : std::string()));
       }
@@ -887,13 +880,6 @@ TEST(ColumnarTest, ColumnsThatRiseByNarrowStepsStoreTheSteps) {
   // Timestamps that rise by 0..1,999 ms: 11 bits a step (~1,380 bytes for 1,000 records)
   // instead of 2-byte delta varints. Also falling, around the int64 wrap, as decimal float
   // mantissas (prices that rise by cents), and at batch sizes around the packer's groups.
-  auto f64 = [](double d) {
-    uint64_t bits;
-    std::memcpy(&bits, &d, 8);
-    std::string o;
-    Gen::F64(&o, bits);
-    return o;
-  };
   Gen g(21);
   for (const int n : {3, 4, 9, 17, 1000}) {
     Batch rising, falling, wrapping, cents;
@@ -908,7 +894,7 @@ TEST(ColumnarTest, ColumnsThatRiseByNarrowStepsStoreTheSteps) {
       rising.Add("", Map({{"ts", I(ts)}}));
       falling.Add("", Map({{"ts", I(down)}}));
       wrapping.Add("", Map({{"ts", I(static_cast<int64_t>(wrap))}}));
-      cents.Add("", Map({{"p", f64(static_cast<double>(price) / 100)}}));
+      cents.Add("", Map({{"p", F(static_cast<double>(price) / 100)}}));
     }
     // ColumnarSize checks each round trip byte for byte.
     const size_t r = ColumnarSize(rising), f = ColumnarSize(falling);
