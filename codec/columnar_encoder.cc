@@ -1085,77 +1085,81 @@ value_failed:
 // records take that path, and returns the first that does not, untouched, for ParseColumn to take;
 // or returns after the record whose value turned the dictionary off (kDict), so the caller goes on
 // without it. Which checks apply is fixed per instantiation, so the loop tests no flags.
-template <bool kLongPrefix, bool kDict, bool kKeyRef, bool kLastField>
-ABSL_ATTRIBUTE_NOINLINE size_t FastStrRun(BuildColumn& col, const Prefix& pr,
-                                          const uint8_t** __restrict cur,
-                                          const uint8_t* const* __restrict ends, size_t i, size_t n,
-                                          const Record* key_records, bool* key_ref_holds) {
-  const size_t plen = pr.len;
-  const uint64_t head = kLongPrefix ? pr.head64 : pr.head32;
-  const uint64_t tail = kLongPrefix ? pr.tail64 : pr.tail32;
-  const size_t tail_at = plen - (kLongPrefix ? 8 : 4);
-  bool holds = *key_ref_holds;
-  BuildColumn::Hot hot = col.LoadHot();
-  while (i < n) {
-    const uint8_t* q = cur[i];
-    const auto avail = static_cast<size_t>(ends[i] - q);
-    if (ABSL_PREDICT_FALSE(avail <= plen)) break;
-    if constexpr (kLongPrefix) {
-      if (ABSL_PREDICT_FALSE(LoadLE64(q) != head || LoadLE64(q + tail_at) != tail)) break;
-    } else {
-      if (ABSL_PREDICT_FALSE(LoadLE32(q) != head || LoadLE32(q + tail_at) != tail)) break;
-    }
-    // A fixstr, or a str8 (32 to 255 bytes).
-    const uint8_t h = q[plen];
-    uint32_t len;
-    size_t header;
-    if (ABSL_PREDICT_TRUE((h & 0xe0) == 0xa0)) {
-      len = h & 0x1f;
-      header = 1;
-    } else if (h == 0xd9 && avail > plen + 1 && q[plen + 1] >= 32) {
-      len = q[plen + 1];
-      header = 2;
-    } else {
-      break;
-    }
-    const size_t used = plen + header + len;
-    if (ABSL_PREDICT_FALSE(used > avail)) break;
-    if (kLastField && ABSL_PREDICT_FALSE(used != avail)) break;
-    const uint8_t* v = q + plen + header;
-    hot.ptrs[i] = v;
-    hot.lens[i] = len;
-    hot.total_len += len;
-    cur[i] = v + len;
-    if (kDict && ABSL_PREDICT_TRUE(len <= 16)) {
-      const ShortKey k = KeyShort(v, len);
-      if (kKeyRef && holds) {
-        // The key must be this field's encoding: the fixstr header, then the same bytes.
-        const std::string_view key = key_records[i].key;
-        if (key.size() == len + 1 && static_cast<uint8_t>(key[0]) == h) {
-          const ShortKey kk = KeyShort(reinterpret_cast<const uint8_t*>(key.data()) + 1, len);
-          holds = kk.a == k.a && kk.b == k.b;
-        } else {
-          holds = false;
-        }
+template <bool kLongPrefix, bool kDict>
+struct StrLoop {
+  template <bool kKeyRef, bool kLastField>
+  ABSL_ATTRIBUTE_NOINLINE static size_t Run(BuildColumn& col, const Prefix& pr,
+                                            const uint8_t** __restrict cur,
+                                            const uint8_t* const* __restrict ends, size_t i,
+                                            size_t n, const Record* key_records,
+                                            bool* key_ref_holds) {
+    const size_t plen = pr.len;
+    const uint64_t head = kLongPrefix ? pr.head64 : pr.head32;
+    const uint64_t tail = kLongPrefix ? pr.tail64 : pr.tail32;
+    const size_t tail_at = plen - (kLongPrefix ? 8 : 4);
+    bool holds = *key_ref_holds;
+    BuildColumn::Hot hot = col.LoadHot();
+    while (i < n) {
+      const uint8_t* q = cur[i];
+      const auto avail = static_cast<size_t>(ends[i] - q);
+      if (ABSL_PREDICT_FALSE(avail <= plen)) break;
+      if constexpr (kLongPrefix) {
+        if (ABSL_PREDICT_FALSE(LoadLE64(q) != head || LoadLE64(q + tail_at) != tail)) break;
+      } else {
+        if (ABSL_PREDICT_FALSE(LoadLE32(q) != head || LoadLE32(q + tail_at) != tail)) break;
       }
-      if (ABSL_PREDICT_FALSE(!col.LookupHot(hot, i++, k, len))) break;
-      continue;
+      // A fixstr, or a str8 (32 to 255 bytes).
+      const uint8_t h = q[plen];
+      uint32_t len;
+      size_t header;
+      if (ABSL_PREDICT_TRUE((h & 0xe0) == 0xa0)) {
+        len = h & 0x1f;
+        header = 1;
+      } else if (h == 0xd9 && avail > plen + 1 && q[plen + 1] >= 32) {
+        len = q[plen + 1];
+        header = 2;
+      } else {
+        break;
+      }
+      const size_t used = plen + header + len;
+      if (ABSL_PREDICT_FALSE(used > avail)) break;
+      if (kLastField && ABSL_PREDICT_FALSE(used != avail)) break;
+      const uint8_t* v = q + plen + header;
+      hot.ptrs[i] = v;
+      hot.lens[i] = len;
+      hot.total_len += len;
+      cur[i] = v + len;
+      if (kDict && ABSL_PREDICT_TRUE(len <= 16)) {
+        const ShortKey k = KeyShort(v, len);
+        if (kKeyRef && holds) {
+          // The key must be this field's encoding: the fixstr header, then the same bytes.
+          const std::string_view key = key_records[i].key;
+          if (key.size() == len + 1 && static_cast<uint8_t>(key[0]) == h) {
+            const ShortKey kk = KeyShort(reinterpret_cast<const uint8_t*>(key.data()) + 1, len);
+            holds = kk.a == k.a && kk.b == k.b;
+          } else {
+            holds = false;
+          }
+        }
+        if (ABSL_PREDICT_FALSE(!col.LookupHot(hot, i++, k, len))) break;
+        continue;
+      }
+      if (kKeyRef && holds) {
+        const std::string_view key = key_records[i].key;
+        holds = key.size() == header + len &&
+                SameBytes(v - header, reinterpret_cast<const uint8_t*>(key.data()), key.size());
+      }
+      if constexpr (kDict) {
+        if (!col.LookupLongHot(hot, i++, v, len)) break;
+      } else {
+        ++i;
+      }
     }
-    if (kKeyRef && holds) {
-      const std::string_view key = key_records[i].key;
-      holds = key.size() == header + len &&
-              SameBytes(v - header, reinterpret_cast<const uint8_t*>(key.data()), key.size());
-    }
-    if constexpr (kDict) {
-      if (!col.LookupLongHot(hot, i++, v, len)) break;
-    } else {
-      ++i;
-    }
+    col.total_len = hot.total_len;
+    *key_ref_holds = holds;
+    return i;
   }
-  col.total_len = hot.total_len;
-  *key_ref_holds = holds;
-  return i;
-}
+};
 
 // Runs Loop::Run<kKeyRef, kLastField> (one of the fast loops below) with the checks that
 // apply to this field fixed at compile time.
@@ -1174,17 +1178,6 @@ size_t RunFastLoop(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
              ? Loop::template Run<false, true>(col, pr, cur, ends, i, n, nullptr, &unused)
              : Loop::template Run<false, false>(col, pr, cur, ends, i, n, nullptr, &unused);
 }
-
-template <bool kLongPrefix, bool kDict>
-struct StrLoop {
-  template <bool kKeyRef, bool kLastField>
-  static size_t Run(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
-                    const uint8_t* const* ends, size_t i, size_t n, const Record* key_records,
-                    bool* key_ref_holds) {
-    return FastStrRun<kLongPrefix, kDict, kKeyRef, kLastField>(col, pr, cur, ends, i, n,
-                                                               key_records, key_ref_holds);
-  }
-};
 
 // A str column: the fast loop while records take its path, ParseColumn for each one that does
 // not (a value over 255 bytes, a prefix outside 4..16 bytes, or a record that does not fit).
@@ -1224,72 +1217,64 @@ size_t ParseStrColumn(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
   }
 }
 
-// The common case of an int, float64 or bool column in a loop of its own, as FastStrRun: a
+// The common case of an int, float64 or bool column in a loop of its own, as StrLoop: a
 // field prefix of 4 to 16 bytes, the checks that apply fixed per instantiation, and the column's
 // arrays in locals (a float's bytes are copied with memcpy, which may alias anything). Returns
 // the first record that does not take the path, untouched.
-template <ColumnType T, bool kLongPrefix, bool kKeyRef, bool kLastField>
-ABSL_ATTRIBUTE_NOINLINE size_t FastScalarRun(BuildColumn& col, const Prefix& pr,
-                                             const uint8_t** __restrict cur,
-                                             const uint8_t* const* __restrict ends, size_t i,
-                                             size_t n, const Record* key_records,
-                                             bool* key_ref_holds) {
-  const size_t plen = pr.len;
-  const uint64_t head = kLongPrefix ? pr.head64 : pr.head32;
-  const uint64_t tail = kLongPrefix ? pr.tail64 : pr.tail32;
-  const size_t tail_at = plen - (kLongPrefix ? 8 : 4);
-  bool holds = *key_ref_holds;
-  int64_t* const ints = col.ints.data();
-  uint8_t* const fixed = col.fixed.data();
-  for (; i < n; ++i) {
-    const uint8_t* q = cur[i];
-    const uint8_t* const end = ends[i];
-    const auto avail = static_cast<size_t>(end - q);
-    if (ABSL_PREDICT_FALSE(avail <= plen)) break;
-    if constexpr (kLongPrefix) {
-      if (ABSL_PREDICT_FALSE(LoadLE64(q) != head || LoadLE64(q + tail_at) != tail)) break;
-    } else {
-      if (ABSL_PREDICT_FALSE(LoadLE32(q) != head || LoadLE32(q + tail_at) != tail)) break;
-    }
-    const uint8_t* const v = q + plen;
-    const uint8_t* p;
-    if constexpr (T == ColumnType::kInt) {
-      int64_t x;
-      p = mp::ReadCanonicalIntFast(v, end, &x);
-      if (ABSL_PREDICT_FALSE(p == nullptr)) break;
-      if (kLastField && ABSL_PREDICT_FALSE(p != end)) break;
-      ints[i] = x;
-    } else if constexpr (T == ColumnType::kFloat64) {
-      if (ABSL_PREDICT_FALSE(avail - plen < 9 || *v != 0xcb)) break;
-      p = v + 9;
-      if (kLastField && ABSL_PREDICT_FALSE(p != end)) break;
-      std::memcpy(fixed + i * 8, v + 1, 8);
-    } else {
-      static_assert(T == ColumnType::kBool);
-      if (ABSL_PREDICT_FALSE((*v & 0xfe) != 0xc2)) break;
-      p = v + 1;
-      if (kLastField && ABSL_PREDICT_FALSE(p != end)) break;
-      fixed[i] = *v & 1;
-    }
-    if (kKeyRef && holds) {
-      const std::string_view key = key_records[i].key;
-      holds = static_cast<size_t>(p - v) == key.size() &&
-              SameBytes(v, reinterpret_cast<const uint8_t*>(key.data()), key.size());
-    }
-    cur[i] = p;
-  }
-  *key_ref_holds = holds;
-  return i;
-}
-
 template <ColumnType T, bool kLongPrefix>
 struct ScalarLoop {
   template <bool kKeyRef, bool kLastField>
-  static size_t Run(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
-                    const uint8_t* const* ends, size_t i, size_t n, const Record* key_records,
-                    bool* key_ref_holds) {
-    return FastScalarRun<T, kLongPrefix, kKeyRef, kLastField>(col, pr, cur, ends, i, n, key_records,
-                                                              key_ref_holds);
+  ABSL_ATTRIBUTE_NOINLINE static size_t Run(BuildColumn& col, const Prefix& pr,
+                                            const uint8_t** __restrict cur,
+                                            const uint8_t* const* __restrict ends, size_t i,
+                                            size_t n, const Record* key_records,
+                                            bool* key_ref_holds) {
+    const size_t plen = pr.len;
+    const uint64_t head = kLongPrefix ? pr.head64 : pr.head32;
+    const uint64_t tail = kLongPrefix ? pr.tail64 : pr.tail32;
+    const size_t tail_at = plen - (kLongPrefix ? 8 : 4);
+    bool holds = *key_ref_holds;
+    int64_t* const ints = col.ints.data();
+    uint8_t* const fixed = col.fixed.data();
+    for (; i < n; ++i) {
+      const uint8_t* q = cur[i];
+      const uint8_t* const end = ends[i];
+      const auto avail = static_cast<size_t>(end - q);
+      if (ABSL_PREDICT_FALSE(avail <= plen)) break;
+      if constexpr (kLongPrefix) {
+        if (ABSL_PREDICT_FALSE(LoadLE64(q) != head || LoadLE64(q + tail_at) != tail)) break;
+      } else {
+        if (ABSL_PREDICT_FALSE(LoadLE32(q) != head || LoadLE32(q + tail_at) != tail)) break;
+      }
+      const uint8_t* const v = q + plen;
+      const uint8_t* p;
+      if constexpr (T == ColumnType::kInt) {
+        int64_t x;
+        p = mp::ReadCanonicalIntFast(v, end, &x);
+        if (ABSL_PREDICT_FALSE(p == nullptr)) break;
+        if (kLastField && ABSL_PREDICT_FALSE(p != end)) break;
+        ints[i] = x;
+      } else if constexpr (T == ColumnType::kFloat64) {
+        if (ABSL_PREDICT_FALSE(avail - plen < 9 || *v != 0xcb)) break;
+        p = v + 9;
+        if (kLastField && ABSL_PREDICT_FALSE(p != end)) break;
+        std::memcpy(fixed + i * 8, v + 1, 8);
+      } else {
+        static_assert(T == ColumnType::kBool);
+        if (ABSL_PREDICT_FALSE((*v & 0xfe) != 0xc2)) break;
+        p = v + 1;
+        if (kLastField && ABSL_PREDICT_FALSE(p != end)) break;
+        fixed[i] = *v & 1;
+      }
+      if (kKeyRef && holds) {
+        const std::string_view key = key_records[i].key;
+        holds = static_cast<size_t>(p - v) == key.size() &&
+                SameBytes(v, reinterpret_cast<const uint8_t*>(key.data()), key.size());
+      }
+      cur[i] = p;
+    }
+    *key_ref_holds = holds;
+    return i;
   }
 };
 
