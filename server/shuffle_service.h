@@ -1,22 +1,18 @@
-// The gRPC service (callback API). Handlers never block a gRPC thread on disk, validation or
-// compression: that work runs on the WorkerPool, and streams resume from there. Included only
-// by sluice_server.cc, so the generated gRPC headers stay out of widely included headers.
+// The gRPC service (callback API): thin glue. Each reactor converts the wire messages and
+// forwards them to the transport-free rules (PushAttempt, FetchSession, ShuffleRegistry), and
+// never blocks a gRPC thread on disk, validation or compression: that work runs on the
+// WorkerPool, and streams resume from there. Included only by sluice_server.cc, so the
+// generated gRPC headers stay out of widely included headers.
 #ifndef SLUICE_SERVER_SHUFFLE_SERVICE_H_
 #define SLUICE_SERVER_SHUFFLE_SERVICE_H_
 
-#include <grpcpp/grpcpp.h>
-
-#include "absl/status/status.h"
-#include "codec/frame_format.h"
-#include "server/merge.h"
+#include "server/fetch_session.h"
+#include "server/push_attempt.h"
 #include "server/shuffle_registry.h"
 #include "server/worker_pool.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 
 namespace sluice {
-
-/// The one place an absl::Status becomes a grpc::Status (the codes share their numbering).
-grpc::Status ToGrpc(const absl::Status& st);
 
 class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
  public:
@@ -24,12 +20,11 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
     ShuffleRegistry* registry;
     WorkerPool* pool;
     MemoryBudget* budget;
-    FrameLimits limits;
-    MergeOptions merge;
+    PushLimits push;
+    FetchDeps fetch;
     Gate* merge_gate;  ///< bounds concurrent KEY merges (each holds up to fan-in frames)
-    uint64_t max_frames_per_attempt = uint64_t{1} << 20;
   };
-  explicit ShuffleServiceImpl(Deps deps) : deps_(deps) {}
+  explicit ShuffleServiceImpl(Deps deps) : deps_(std::move(deps)) {}
 
   grpc::ServerUnaryReactor* CreateShuffle(grpc::CallbackServerContext* ctx,
                                           const v1::CreateShuffleRequest* req,
@@ -49,7 +44,6 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
                                                      const v1::FetchRequest* req) override;
 
  private:
-  static void FillInfo(const ShuffleStore& store, bool partitions, v1::ShuffleInfo* info);
   const Deps deps_;
 };
 

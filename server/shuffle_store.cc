@@ -16,15 +16,8 @@ namespace {
 
 constexpr char kParamsMagic[4] = {'S', 'L', 'S', 'H'};
 constexpr char kBlockMagic[4] = {'S', 'L', 'B', 'K'};
-constexpr char kCommitMagic[4] = {'S', 'L', 'C', 'M'};
 constexpr uint8_t kStoreVersion = 1;
 constexpr char kParamsFile[] = "SHUFFLE";
-constexpr char kLogFile[] = "commits.log";
-// Commit record: magic, u32 body size, then the body: u32 mapper, u64 attempt, u32 block count,
-// 20 bytes a block (u32 partition, u64 offset, u32 frame size, u32 records), u64 XXH3 of the
-// body before it.
-constexpr size_t kCommitFixed = 4 + 8 + 4;
-constexpr size_t kCommitBlock = 20;
 constexpr size_t kMaxParamsFile = 1 << 16;
 
 uint32_t Check32(const uint8_t* p, size_t n) {
@@ -89,33 +82,6 @@ absl::StatusOr<ShuffleParams> DecodeParams(const std::string& s, const std::stri
   return params;
 }
 
-// Parses one commit record at [p, end). Returns its total size, or 0 if the bytes are not a
-// whole valid record.
-size_t ParseCommit(const uint8_t* p, const uint8_t* end, uint32_t* mapper, uint64_t* attempt,
-                   std::vector<BlockRef>* blocks) {
-  const auto avail = static_cast<size_t>(end - p);
-  if (avail < 8 || std::memcmp(p, kCommitMagic, 4) != 0) return 0;
-  const uint32_t body = LoadLE32(p + 4);
-  if (body < kCommitFixed + 8 || body > avail - 8) return 0;
-  const uint8_t* b = p + 8;
-  if (LoadLE64(b + body - 8) != PayloadChecksum(b, body - 8)) return 0;
-  const uint32_t count = LoadLE32(b + 12);
-  if (static_cast<uint64_t>(count) * kCommitBlock + kCommitFixed + 8 != body) return 0;
-  *mapper = LoadLE32(b);
-  *attempt = LoadLE64(b + 4);
-  blocks->clear();
-  for (uint32_t i = 0; i < count; ++i) {
-    const uint8_t* e = b + kCommitFixed + kCommitBlock * i;
-    BlockRef r;
-    r.partition = LoadLE32(e);
-    r.offset = LoadLE64(e + 4);
-    r.frame_size = LoadLE32(e + 12);
-    r.records = LoadLE32(e + 16);
-    blocks->push_back(r);
-  }
-  return 8 + body;
-}
-
 }  // namespace
 
 ShuffleStore::ShuffleStore(std::string dir, ShuffleParams params, StoreOptions options)
@@ -136,7 +102,22 @@ absl::Status ShuffleStore::DeletedError() const {
 std::string ShuffleStore::PartitionPath(uint32_t partition) const {
   return absl::StrCat(dir_, "/p", partition, ".data");
 }
-std::string ShuffleStore::LogPath() const { return absl::StrCat(dir_, "/", kLogFile); }
+CommitLog::Options ShuffleStore::LogOptions() {
+  CommitLog::Options o;
+  o.fsync = options_.fsync;
+  o.shuffle_id = params_.shuffle_id;
+  o.sync_partitions = [this](const std::set<uint32_t>& parts) { return SyncPartitions(parts); };
+  return o;
+}
+
+absl::Status ShuffleStore::SyncPartitions(const std::set<uint32_t>& partitions) {
+  for (uint32_t part : partitions) {
+    const int fd = partitions_[part]->fd.get();
+    SLUICE_RETURN_IF_ERROR(options_.sync_data ? options_.sync_data(fd, PartitionPath(part))
+                                              : file::SyncData(fd, PartitionPath(part)));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Create(const std::string& dir,
                                                                    const ShuffleParams& params,
@@ -158,10 +139,8 @@ absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Create(const std::st
   if (!parent.empty() && parent != dir) SLUICE_RETURN_IF_ERROR(file::SyncDir(parent));
   std::unique_ptr<ShuffleStore> store(new ShuffleStore(dir, params, options));
   SLUICE_ASSIGN_OR_RETURN(store->dir_fd_, file::OpenDirectory(dir));
-  SLUICE_ASSIGN_OR_RETURN(store->log_fd_,
-                          file::OpenAt(store->dir_fd_.get(), kLogFile, store->LogPath()));
-  SLUICE_RETURN_IF_ERROR(file::Truncate(store->log_fd_.get(), store->LogPath(), 0));
-  SLUICE_RETURN_IF_ERROR(file::SyncFd(store->dir_fd_.get(), dir));
+  SLUICE_ASSIGN_OR_RETURN(store->log_,
+                          CommitLog::Create(store->dir_fd_.get(), dir, store->LogOptions()));
   return store;
 }
 
@@ -248,110 +227,18 @@ absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t att
     commit_cv_.wait(lock, [&] { return inflight_mappers_.count(mapper) == 0; });
     if (destroyed_.load()) return DeletedError();
     if (committed_.count(mapper) != 0) return CommitOutcome::kDuplicate;
-    if (log_broken_) {
-      return absl::UnavailableError(absl::StrCat(
-          "shuffle ", params_.shuffle_id,
-          " stopped taking commits after a failed disk write or sync; restart the server"));
-    }
+    if (log_->broken()) return log_->BrokenError();
     inflight_mappers_.insert(mapper);
   }
-  // The commit record, built outside the lock, written by whichever commit leads its batch.
-  PendingCommit me;
-  me.mapper = mapper;
-  me.attempt = attempt;
-  me.blocks = blocks;
-  std::string body;
-  body.reserve(kCommitFixed + kCommitBlock * blocks.size() + 8);
-  PutU32(&body, mapper);
-  PutU64(&body, attempt);
-  PutU32(&body, static_cast<uint32_t>(blocks.size()));
-  for (const BlockRef& b : blocks) {
-    PutU32(&body, b.partition);
-    PutU64(&body, b.offset);
-    PutU32(&body, b.frame_size);
-    PutU32(&body, b.records);
-  }
-  PutU64(&body, PayloadChecksum(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
-  me.record.assign(kCommitMagic, 4);
-  PutU32(&me.record, static_cast<uint32_t>(body.size()));
-  me.record += body;
-
-  std::unique_lock<std::mutex> lock(commit_mu_);
-  log_queue_.push_back(&me);
-  while (!me.done) {
-    if (log_writing_) {
-      commit_cv_.wait(lock);
-      continue;
-    }
-    // Lead a batch: every commit queued so far. Outside the lock: sync every data file the
-    // batch wrote to, then append all its records with one write and sync the log. All of a
-    // shuffle's data syncs happen here, one batch at a time, so a sync error (which Linux
-    // reports to one fdatasync only) is always seen before any record that depends on it.
-    log_writing_ = true;
-    std::vector<PendingCommit*> batch;
-    batch.swap(log_queue_);
-    absl::Status result;
-    if (destroyed_.load()) {
-      result = DeletedError();
-    } else if (log_broken_) {
-      result = absl::UnavailableError(absl::StrCat(
-          "shuffle ", params_.shuffle_id,
-          " stopped taking commits after a failed disk write or sync; restart the server"));
-    } else {
-      std::set<uint32_t> touched;
-      std::string records;
-      for (const PendingCommit* c : batch) {
-        for (const BlockRef& b : c->blocks) touched.insert(b.partition);
-        records += c->record;
-      }
-      const uint64_t at = log_end_;
-      lock.unlock();
-      if (options_.fsync) {
-        for (uint32_t part : touched) {
-          result = options_.sync_data
-                       ? options_.sync_data(partitions_[part]->fd.get(), PartitionPath(part))
-                       : file::SyncData(partitions_[part]->fd.get(), PartitionPath(part));
-          if (!result.ok()) break;
-        }
-      }
-      if (result.ok()) {
-        const auto bytes =
-            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(records.data()), records.size());
-        result = file::PwriteAll(log_fd_.get(), LogPath(), at, bytes);
-        if (result.ok() && options_.fsync) result = file::SyncData(log_fd_.get(), LogPath());
-        if (!result.ok()) {
-          // The records may or may not be on disk: roll the log back.
-          (void)file::Truncate(log_fd_.get(), LogPath(), at);
-        }
-      }
-      lock.lock();
-      if (!result.ok()) {
-        // A failed fdatasync may have dropped other attempts' pages too, and a retry can report
-        // success without them; a failed log write leaves the outcome unknown. Either way:
-        // commit nothing more to this shuffle until a restart re-verifies what is on disk.
-        log_broken_ = true;
-      } else {
-        log_end_ = at + records.size();
-        if (destroyed_.load()) {
-          result = DeletedError();
-        } else {
-          for (const PendingCommit* c : batch) {
-            AddCommitLocked(c->mapper,
-                            CommittedAttempt{c->attempt, std::vector<BlockRef>(c->blocks.begin(),
-                                                                               c->blocks.end())});
-          }
-        }
-      }
-    }
-    for (PendingCommit* c : batch) {
-      c->result = result;
-      c->done = true;
-      inflight_mappers_.erase(c->mapper);
-    }
-    log_writing_ = false;
-    commit_cv_.notify_all();
-  }
-  if (!me.result.ok()) return me.result;
+  // Durable once Append returns OK (it syncs the data first); visible once recorded below.
+  const absl::Status written = log_->Append(mapper, attempt, blocks);
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  inflight_mappers_.erase(mapper);
+  commit_cv_.notify_all();
+  if (!written.ok()) return written;
+  if (destroyed_.load()) return DeletedError();
+  AddCommitLocked(mapper,
+                  CommittedAttempt{attempt, std::vector<BlockRef>(blocks.begin(), blocks.end())});
   return CommitOutcome::kCommitted;
 }
 
@@ -443,41 +330,11 @@ absl::Status ShuffleStore::VerifyBlock(uint32_t mapper, uint64_t attempt, const 
 }
 
 absl::Status ShuffleStore::Recover() {
-  // 1. The commit log: whole records up to the first bad one. A bad tail is a torn write and
-  //    is cut off; a bad record with valid ones after it is corruption, and we refuse to guess.
-  const std::string log_path = LogPath();
-  const bool log_existed = file::Exists(log_path);
-  SLUICE_ASSIGN_OR_RETURN(log_fd_, file::OpenAt(dir_fd_.get(), kLogFile, log_path));
-  if (!log_existed && options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncFd(dir_fd_.get(), dir_));
-  SLUICE_ASSIGN_OR_RETURN(uint64_t log_size, file::FileSize(log_fd_.get(), log_path));
-  std::string log(log_size, '\0');
-  SLUICE_RETURN_IF_ERROR(file::PreadAll(log_fd_.get(), log_path, 0, log.size(),
-                                        reinterpret_cast<uint8_t*>(log.data())));
-  const auto* base = reinterpret_cast<const uint8_t*>(log.data());
-  const uint8_t* end = base + log.size();
-  const uint8_t* p = base;
-  std::vector<std::pair<uint32_t, CommittedAttempt>> commits;
-  uint32_t mapper;
-  uint64_t attempt;
-  std::vector<BlockRef> blocks;
-  while (p < end) {
-    const size_t n = ParseCommit(p, end, &mapper, &attempt, &blocks);
-    if (n == 0) break;
-    commits.emplace_back(mapper, CommittedAttempt{attempt, blocks});
-    p += n;
-  }
-  if (p < end) {
-    for (const uint8_t* q = p + 1; q + 8 <= end; ++q) {
-      if (ParseCommit(q, end, &mapper, &attempt, &blocks) != 0) {
-        return absl::DataLossError(absl::StrCat(log_path, " is corrupt at byte ", p - base,
-                                                " and holds valid commits after it (at byte ",
-                                                q - base, "); refusing to drop them"));
-      }
-    }
-    SLUICE_RETURN_IF_ERROR(file::Truncate(log_fd_.get(), log_path, p - base));
-    if (options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(log_fd_.get(), log_path));
-  }
-  log_end_ = static_cast<uint64_t>(p - base);
+  // 1. The commit log: whole records up to the first bad one (CommitLog::Open cuts a torn
+  //    tail and refuses corruption followed by valid records).
+  std::vector<CommitRecord> commits;
+  SLUICE_ASSIGN_OR_RETURN(log_, CommitLog::Open(dir_fd_.get(), dir_, LogOptions(), &commits));
+  const std::string& log_path = log_->path();
 
   // 2. Every committed block must be there and whole.
   for (uint32_t i = 0; i < params_.num_partitions; ++i) {
@@ -487,7 +344,8 @@ absl::Status ShuffleStore::Recover() {
     }
   }
   std::lock_guard<std::mutex> lock(commit_mu_);
-  for (auto& [m, commit] : commits) {
+  for (CommitRecord& commit : commits) {
+    const uint32_t m = commit.mapper;
     if (committed_.count(m) != 0) continue;  // a later record for a mapper: never visible
     if (params_.num_mappers != 0 && m >= params_.num_mappers) {
       return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", m, ", beyond the ",
@@ -504,7 +362,7 @@ absl::Status ShuffleStore::Recover() {
       }
       SLUICE_RETURN_IF_ERROR(VerifyBlock(m, commit.attempt, b, options_.verify_on_open));
     }
-    AddCommitLocked(m, std::move(commit));
+    AddCommitLocked(m, CommittedAttempt{commit.attempt, std::move(commit.blocks)});
   }
   return ReclaimUnowned();
 }

@@ -5,15 +5,16 @@
 //   p<N>.data     one append-only file per partition; every mapper attempt's frames for that
 //                 partition land in it as they arrive, each as a block: a 32-byte header
 //                 (magic, mapper, attempt, frame size, records, header checksum) + the frame
-//   commits.log   one record per committed mapper attempt, listing its blocks
+//   commits.log   one record per committed mapper attempt, listing its blocks (CommitLog)
 //
 // The commit log is the only source of truth: a block is visible if and only if a durable
-// commit record lists it. Commit() syncs the attempt's data files, then appends the record and
-// syncs the log, and only then reports success. For each mapper the first committed attempt
-// wins; a later commit for the same mapper is reported as a duplicate and its blocks discarded.
-// Open() rebuilds the state from the log: a torn tail record is cut off, every committed block
-// is read back and checksum-verified, and all bytes not owned by a commit (broken or in-flight
-// attempts) are truncated away or punched out, so their disk space is reclaimed.
+// commit record lists it. Commit() has the CommitLog sync the attempt's data files, then append
+// the record and sync the log (a group commit), and only then reports success. For each mapper the
+// first committed attempt wins; a later commit for the same mapper is reported as a duplicate and
+// its blocks discarded. Open() rebuilds the state from the log: a torn tail record is cut off,
+// every committed block is read back and checksum-verified, and all bytes not owned by a commit
+// (broken or in-flight attempts) are truncated away or punched out, so their disk space is
+// reclaimed.
 //
 // Thread safety: Append, Commit, Discard and the readers may be called concurrently.
 #ifndef SLUICE_SERVER_SHUFFLE_STORE_H_
@@ -34,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "codec/frame_format.h"
+#include "server/commit_log.h"
 #include "server/file_util.h"
 
 namespace sluice {
@@ -42,14 +44,6 @@ struct ShuffleParams {
   std::string shuffle_id;
   uint32_t num_partitions = 0;
   uint32_t num_mappers = 0;  ///< 0 = not known in advance
-};
-
-/// Where one stored frame lives.
-struct BlockRef {
-  uint32_t partition = 0;
-  uint32_t frame_size = 0;  ///< bytes of the frame; the block adds a 32-byte header
-  uint64_t offset = 0;      ///< of the block header in the partition file
-  uint32_t records = 0;
 };
 
 struct StoreOptions {
@@ -132,7 +126,9 @@ class ShuffleStore {
 
   ShuffleStore(std::string dir, ShuffleParams params, StoreOptions options);
   std::string PartitionPath(uint32_t partition) const;
-  std::string LogPath() const;
+  CommitLog::Options LogOptions();
+  // fdatasync of the given partitions' files (the CommitLog's sync_partitions).
+  absl::Status SyncPartitions(const std::set<uint32_t>& partitions);
   // Opens (creating if needed) a partition file; call with the partition's mu held.
   absl::Status EnsureOpen(uint32_t partition, Partition& p);
   absl::Status Recover();
@@ -149,24 +145,9 @@ class ShuffleStore {
   const StoreOptions options_;
   std::vector<std::unique_ptr<Partition>> partitions_;
 
-  // Group commit: commits queue their log records; whoever finds no write in progress writes
-  // every queued record with one append and one sync, outside the lock, and wakes the others.
-  struct PendingCommit {
-    uint32_t mapper = 0;
-    uint64_t attempt = 0;
-    absl::Span<const BlockRef> blocks;
-    std::string record;
-    bool done = false;
-    absl::Status result;
-  };
-
+  std::unique_ptr<CommitLog> log_;
   mutable std::mutex commit_mu_;  // guards everything below (no I/O under it once open)
   std::condition_variable commit_cv_;
-  file::Fd log_fd_;
-  uint64_t log_end_ = 0;
-  bool log_broken_ = false;   // a sync or log write failed: the outcome on disk is unknown
-  bool log_writing_ = false;  // a batch of commit records is being written and synced
-  std::vector<PendingCommit*> log_queue_;
   std::set<uint32_t> inflight_mappers_;  // between the duplicate check and the outcome
   std::map<uint32_t, CommittedAttempt> committed_;
   std::vector<PartitionStats> stats_;

@@ -5,6 +5,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "rpc/grpc_glue.h"
 #include "server/file_util.h"
 #include "server/shuffle_service.h"
 #include "spdlog/spdlog.h"
@@ -56,9 +57,13 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
                                                 ? options.max_concurrent_merges
                                                 : static_cast<size_t>(options.worker_threads),
                                             impl->pool.get());
-  impl->service = std::make_unique<ShuffleServiceImpl>(ShuffleServiceImpl::Deps{
-      impl->registry.get(), impl->pool.get(), impl->budget.get(), options.limits, merge,
-      impl->merge_gate.get(), options.max_frames_per_attempt});
+  PushLimits push;
+  push.frame = options.limits;
+  push.max_frames_per_attempt = options.max_frames_per_attempt;
+  FetchDeps fetch{impl->registry.get(), impl->budget.get(), options.limits, merge};
+  impl->service = std::make_unique<ShuffleServiceImpl>(
+      ShuffleServiceImpl::Deps{impl->registry.get(), impl->pool.get(), impl->budget.get(), push,
+                               fetch, impl->merge_gate.get()});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -66,8 +71,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &impl->port);
   builder.RegisterService(impl->service.get());
   // A push message carries whole frames: allow one maximal frame plus framing.
-  const int max_message = static_cast<int>(
-      std::min<uint64_t>(INT32_MAX, uint64_t{options.limits.max_uncompressed_bytes} + (1 << 20)));
+  const int max_message = rpc::MaxMessageBytes(options.limits);
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
   impl->server = builder.BuildAndStart();

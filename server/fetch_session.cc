@@ -1,0 +1,115 @@
+#include "server/fetch_session.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "codec/status_macros.h"
+
+namespace sluice {
+
+absl::StatusOr<std::unique_ptr<FetchSession>> FetchSession::Make(
+    const FetchSpec& spec, const FetchDeps& deps, const std::atomic<bool>* cancelled) {
+  std::unique_ptr<FetchSession> session(new FetchSession(spec, deps, cancelled));
+  SLUICE_RETURN_IF_ERROR(session->Setup());
+  return session;
+}
+
+FetchSession::~FetchSession() { deps_.budget->Release(charged_ + merge_charged_); }
+
+absl::Status FetchSession::Setup() {
+  SLUICE_ASSIGN_OR_RETURN(store_, deps_.registry->Get(spec_.shuffle_id));
+  const ShuffleParams& params = store_->params();
+  if (spec_.partition >= params.num_partitions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "partition ", spec_.partition, " is out of range [0, ", params.num_partitions, ")"));
+  }
+  if (spec_.require_complete && params.num_mappers == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("require_complete needs the shuffle's mapper count, and shuffle ",
+                     params.shuffle_id, " was created without one (num_mappers = 0)"));
+  }
+  if (spec_.require_complete) {
+    const size_t have = store_->CommittedMappers().size();
+    if (have < params.num_mappers) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          params.num_mappers - have, " of ", params.num_mappers, " mappers have not committed"));
+    }
+  }
+  if (spec_.zstd_level > kMaxFetchZstdLevel) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("zstd_level ", spec_.zstd_level, " is out of range [1, ", kMaxFetchZstdLevel,
+                     "] (0 means 3): the server compresses fetches for "
+                     "every reducer, so it keeps to the fast levels"));
+  }
+  encode_.layout = spec_.layout;
+  encode_.compression = spec_.uncompressed ? Compression::kNone : Compression::kZstd;
+  encode_.zstd_level = spec_.zstd_level == 0 ? 3 : static_cast<int>(spec_.zstd_level);
+  encode_.limits = deps_.limits;
+  const size_t cap = deps_.limits.max_uncompressed_bytes / 2;
+  chunk_bytes_ = spec_.target_chunk_bytes == 0 ? (1u << 20) : spec_.target_chunk_bytes;
+  chunk_bytes_ = std::min(chunk_bytes_, cap);
+  blocks_ = store_->CommittedBlocks(spec_.partition);
+  return absl::OkStatus();
+}
+
+void FetchSession::Charge(uint64_t n) {
+  charged_ = n;
+  deps_.budget->Charge(n);
+}
+
+void FetchSession::Sent() {
+  deps_.budget->Release(charged_);
+  charged_ = 0;
+}
+
+absl::StatusOr<bool> FetchSession::Next(std::string* frame) {
+  Sent();  // (a caller that did not say so is done with the last frame all the same)
+  return spec_.key_order ? NextMerged(frame) : NextStored(frame);
+}
+
+absl::StatusOr<bool> FetchSession::NextStored(std::string* frame) {
+  if (next_ == blocks_.size()) return false;
+  const BlockRef& b = blocks_[next_++];
+  Charge(b.frame_size);
+  SLUICE_RETURN_IF_ERROR(store_->ReadFrame(b, frame));
+  return true;
+}
+
+absl::Status FetchSession::StartMerge() {
+  DecodeOptions dopts;
+  dopts.limits = deps_.limits;
+  decoder_ = std::make_unique<FrameDecoder>(dopts);
+  run_decoder_.decoder = decoder_.get();
+  std::vector<std::unique_ptr<RunSource>> runs;
+  runs.reserve(blocks_.size());
+  for (const BlockRef& b : blocks_) runs.push_back(StoredFrameRun(store_, b, &run_decoder_));
+  MergeOptions mopts = deps_.merge;
+  mopts.cancelled = cancelled_;  // intermediate passes stop when the reducer goes away
+  SLUICE_ASSIGN_OR_RETURN(merged_, MergedStream::Make(std::move(runs), mopts));
+  encoder_ = std::make_unique<FrameEncoder>(encode_);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> FetchSession::NextMerged(std::string* frame) {
+  if (merged_ == nullptr) SLUICE_RETURN_IF_ERROR(StartMerge());
+  batch_.clear();
+  SLUICE_ASSIGN_OR_RETURN(bool more, merged_->NextBatch(chunk_bytes_, &batch_));
+  if (!more) return false;
+  frame->clear();
+  SLUICE_RETURN_IF_ERROR(encoder_->Encode(batch_, frame));
+  Charge(frame->size());
+  // The runs' frames stay resident between chunks: keep their count in the budget current.
+  // (With the buffer the runs read stored frames into and the decoder's scratch.)
+  const size_t resident =
+      merged_->resident_bytes() + run_decoder_.bytes.capacity() + decoder_->scratch_bytes();
+  if (resident > merge_charged_) {
+    deps_.budget->Charge(resident - merge_charged_);
+  } else {
+    deps_.budget->Release(merge_charged_ - resident);
+  }
+  merge_charged_ = resident;
+  return true;
+}
+
+}  // namespace sluice

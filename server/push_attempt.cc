@@ -1,0 +1,124 @@
+#include "server/push_attempt.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice {
+namespace {
+
+// Scratch a thread's validating decoder may keep between frames.
+constexpr size_t kKeptDecoderScratch = 8u << 20;
+
+// Every thread keeps one decoder for validating pushed frames, so that validation allocates
+// nothing per stream. Remade when asked for other limits (tests run servers with different
+// caps in one process).
+FrameDecoder& ValidatingDecoder(const FrameLimits& limits) {
+  thread_local std::unique_ptr<FrameDecoder> decoder;
+  thread_local FrameLimits decoder_limits;
+  if (decoder == nullptr ||
+      decoder_limits.max_uncompressed_bytes != limits.max_uncompressed_bytes ||
+      decoder_limits.max_records != limits.max_records) {
+    DecodeOptions opts;
+    opts.limits = limits;
+    opts.keys_only = true;  // every byte checked; values are not needed to accept a frame
+    decoder = std::make_unique<FrameDecoder>(opts);
+    decoder_limits = limits;
+  }
+  return *decoder;
+}
+
+}  // namespace
+
+PushAttempt::~PushAttempt() {
+  if (!ended_) Abort(absl::CancelledError("push attempt dropped before its commit"));
+}
+
+absl::Status PushAttempt::Open(std::string_view shuffle_id, uint32_t mapper, uint64_t attempt) {
+  if (store_ != nullptr)
+    return absl::InvalidArgumentError("second open message in one push stream");
+  auto store = registry_->Get(std::string(shuffle_id));
+  if (!store.ok()) return store.status();
+  const ShuffleParams& params = (*store)->params();
+  if (params.num_mappers != 0 && mapper >= params.num_mappers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mapper ", mapper, " is out of range [0, ", params.num_mappers, ")"));
+  }
+  store_ = std::move(store).value();
+  mapper_ = mapper;
+  attempt_ = attempt;
+  return absl::OkStatus();
+}
+
+absl::Status PushAttempt::AddFrame(uint32_t partition, absl::Span<const uint8_t> frame) {
+  if (store_ == nullptr) return absl::InvalidArgumentError("frames before the open message");
+  if (frames_ >= limits_.max_frames_per_attempt) {
+    // Its list of blocks is kept until the commit (24 bytes a frame), then indexed.
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "attempt reached ", limits_.max_frames_per_attempt,
+        " frames, the most one attempt may push (--max_frames_per_attempt): send larger frames"));
+  }
+  if (partition >= store_->params().num_partitions) {
+    return absl::InvalidArgumentError(absl::StrCat("frame ", frames_, ": partition ", partition,
+                                                   " is out of range [0, ",
+                                                   store_->params().num_partitions, ")"));
+  }
+  FrameDecoder& decoder = ValidatingDecoder(limits_.frame);
+  // Threads live as long as the server: after an unusually large frame, let its scratch go
+  // rather than keep a cap's worth per thread.
+  struct Trim {
+    FrameDecoder& d;
+    ~Trim() { d.TrimScratch(kKeptDecoderScratch); }
+  } trim{decoder};
+  absl::Status st = decoder.Decode(frame, &decoded_);
+  if (!st.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame ", frames_, " for partition ", partition, ": ", st.message()));
+  }
+  const auto records = static_cast<uint32_t>(decoded_.size());
+  auto block = store_->Append(mapper_, attempt_, partition, frame, records);
+  if (!block.ok()) return block.status();
+  blocks_.push_back(*block);
+  ++frames_;
+  records_ += records;
+  bytes_ += frame.size();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PushSummary> PushAttempt::Commit(uint64_t frame_count, uint64_t record_count) {
+  if (store_ == nullptr) return absl::InvalidArgumentError("commit before the open message");
+  if (frame_count != frames_ || record_count != records_) {
+    return absl::InvalidArgumentError(absl::StrCat("commit says ", frame_count, " frames and ",
+                                                   record_count, " records, the server received ",
+                                                   frames_, " frames and ", records_, " records"));
+  }
+  commit_tried_ = true;
+  auto outcome = store_->Commit(mapper_, attempt_, blocks_);
+  if (!outcome.ok()) return outcome.status();
+  PushSummary summary;
+  summary.duplicate = *outcome == CommitOutcome::kDuplicate;
+  if (summary.duplicate) store_->Discard(blocks_);
+  summary.frames = frames_;
+  summary.records = records_;
+  summary.bytes = bytes_;
+  ended_ = true;
+  spdlog::info(
+      "event=commit shuffle={} mapper={} attempt={} frames={} records={} bytes={} duplicate={}",
+      store_->params().shuffle_id, mapper_, attempt_, frames_, records_, bytes_, summary.duplicate);
+  return summary;
+}
+
+void PushAttempt::Abort(const absl::Status& why) {
+  if (ended_) return;
+  ended_ = true;
+  if (store_ == nullptr) return;
+  // After a failed commit its record may be on disk anyway: leave the blocks for recovery to
+  // judge rather than punching out data a durable record might point at.
+  if (!blocks_.empty() && !commit_tried_) store_->Discard(blocks_);
+  spdlog::info("event=push_failed shuffle={} mapper={} attempt={} code={} error=\"{}\"",
+               store_->params().shuffle_id, mapper_, attempt_, absl::StatusCodeToString(why.code()),
+               std::string(why.message()));
+}
+
+}  // namespace sluice
