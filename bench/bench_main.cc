@@ -1,0 +1,157 @@
+// sluice-bench: the end-to-end shuffle benchmark (bench/workload.h) against a sluice-server —
+// the one given with --server, or else a real sluice-server child process this program starts
+// on 127.0.0.1:0 with a temporary data directory (durable commits, as deployed). `sluice bench`
+// runs this program. One RESULT line of JSON per repeat; docs/benchmarks.md has the figures.
+//
+//   sluice-bench [--server H:P] [--shards 8] [--items-per-shard 50000] [--partitions 8] ...
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/workload.h"
+#include "client/cli_flags.h"
+#include "client/server_process.h"
+#include "client/shuffle_client.h"
+
+namespace sluice::shuffle_bench {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: sluice bench [--server H:P] [--shards 8] [--items-per-shard 50000] [--item-bytes 200]\n"
+    "         [--keys 10000] [--partitions 8] [--hot-shard-frac 0] [--heavy-tail]\n"
+    "         [--layout auto|msgpack|columnar|opaque] [--zstd-level 3]\n"
+    "         [--order KEY|UNORDERED] [--repeat 1] [--buffer-mb 4]\n"
+    "         [--server-memory-mb 128] [--data-dir DIR] [--server-bin PATH]\n"
+    "  (without --server: a sluice-server child process with the last three)\n";
+
+int Fail(const absl::Status& st) {
+  std::fprintf(stderr, "sluice bench: %s\n", st.ToString().c_str());
+  return 1;
+}
+
+// The sluice-server child: its data directory (a temporary one unless given) and process.
+struct OwnServer {
+  std::string data_dir;
+  bool remove_dir = false;
+  std::unique_ptr<ServerProcess> process;
+  ~OwnServer() {
+    process.reset();
+    if (remove_dir) std::filesystem::remove_all(data_dir);
+  }
+};
+
+absl::Status StartOwnServer(uint64_t memory_mb, std::string bin, OwnServer* own) {
+  if (own->data_dir.empty()) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "sluice-bench-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) return absl::InternalError("mkdtemp failed");
+    own->data_dir = tmpl;
+    own->remove_dir = true;
+  }
+  if (bin.empty()) {
+    auto found = FindProgram("sluice-server");
+    if (!found.ok()) return found.status();
+    bin = *found;
+  }
+  auto process = ServerProcess::Start(
+      bin, {absl::StrCat("--data_dir=", own->data_dir), "--worker_threads=2",
+            absl::StrCat("--memory_budget_mb=", memory_mb), "--log_level=warn"});
+  if (!process.ok()) return process.status();
+  own->process = std::move(process).value();
+  return absl::OkStatus();
+}
+
+void PrintResult(int r, const BenchConfig& c, const BenchResult& res, const OwnServer& own) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  const double client_mb = ru.ru_maxrss / 1024.0;
+  const double server_mb =
+      own.process != nullptr ? static_cast<double>(own.process->PeakRssBytes()) / (1 << 20) : 0;
+  const double items = static_cast<double>(res.expected);
+  // peak_rss_mb: the client's peak plus the server child's (the figure the single process of
+  // earlier versions reported held both).
+  std::printf(
+      "RESULT {\"repeat\": %d, \"shards\": %d, \"items_per_shard\": %lld, \"partitions\": %d, "
+      "\"order\": \"%s\", \"layout\": \"%s\", \"elapsed_s\": %.3f, \"items_per_sec\": %.0f, "
+      "\"mb_per_sec\": %.1f, \"expected_items\": %llu, \"counted_items\": %llu, "
+      "\"counts_match\": %s, \"gen_s\": %.3f, \"scatter_s\": %.3f, \"reduce_s\": %.3f, "
+      "\"stored_bytes\": %llu, \"peak_rss_mb\": %.1f, \"embedded_server\": %s, "
+      "\"client_peak_rss_mb\": %.1f, \"server_peak_rss_mb\": %.1f}\n",
+      r, c.shards, c.items_per_shard, c.partitions, c.key_order ? "KEY" : "UNORDERED",
+      LayoutChoiceName(c.layout), res.elapsed_s, items / res.elapsed_s,
+      static_cast<double>(res.item_bytes) / res.elapsed_s / 1e6,
+      static_cast<unsigned long long>(res.expected), static_cast<unsigned long long>(res.counted),
+      res.counts_match ? "true" : "false", res.gen_s, res.scatter_s, res.reduce_s,
+      static_cast<unsigned long long>(res.disk_bytes), client_mb + server_mb,
+      own.process != nullptr ? "true" : "false", client_mb, server_mb);
+  std::fflush(stdout);
+}
+
+int Main(int argc, char** argv) {
+  cli::Flags flags(argc, argv, 1);
+  if (flags.Has("help")) {
+    std::fputs(kUsage, stderr);
+    return 0;
+  }
+  BenchConfig c;
+  c.shards = static_cast<int>(flags.Int("shards", c.shards));
+  c.items_per_shard = flags.Int("items-per-shard", c.items_per_shard);
+  c.item_bytes = static_cast<int>(flags.Int("item-bytes", c.item_bytes));
+  c.keys = static_cast<int>(flags.Int("keys", c.keys));
+  c.partitions = static_cast<int>(flags.Int("partitions", c.partitions));
+  c.hot_frac = flags.Double("hot-shard-frac", 0);
+  c.heavy_tail = flags.Get("heavy-tail", "false") == "true";
+  auto layout = ParseLayoutChoice(flags.Get("layout", "auto"));
+  if (!layout.ok()) return Fail(layout.status());
+  c.layout = *layout;
+  c.zstd_level = static_cast<int>(flags.Int("zstd-level", 3));
+  const std::string order = flags.Get("order", "KEY");
+  if (order != "KEY" && order != "UNORDERED") {
+    return Fail(absl::InvalidArgumentError("--order is KEY or UNORDERED"));
+  }
+  c.key_order = order == "KEY";
+  c.buffer_mb = static_cast<size_t>(flags.Int("buffer-mb", 4));
+  const int repeat = static_cast<int>(flags.Int("repeat", 1));
+  std::string address = flags.Get("server", "");
+  const auto server_memory_mb = static_cast<uint64_t>(flags.Int("server-memory-mb", 128));
+  const std::string server_bin = flags.Get("server-bin", "");
+  OwnServer own;
+  own.data_dir = flags.Get("data-dir", "");
+  std::string why;
+  if (!flags.Check(&why) || c.shards < 1 || c.partitions < 1 || c.keys < 1) {
+    std::fprintf(stderr, "sluice bench: %s\n%s", why.empty() ? "bad arguments" : why.c_str(),
+                 kUsage);
+    return 2;
+  }
+  if (address.empty()) {
+    if (absl::Status st = StartOwnServer(server_memory_mb, server_bin, &own); !st.ok()) {
+      return Fail(st);
+    }
+    address = absl::StrCat("127.0.0.1:", own.process->port());
+  }
+  ClientOptions copts;
+  copts.server = address;
+  auto client = ShuffleClient::Connect(copts);
+  if (!client.ok()) return Fail(client.status());
+  int rc = 0;
+  for (int r = 0; r < repeat; ++r) {
+    const std::string id = absl::StrCat("bench-", ::getpid(), "-", r);
+    auto res = RunShuffle(**client, id, c);
+    if (!res.ok()) {
+      rc = Fail(res.status());
+      break;
+    }
+    PrintResult(r, c, *res, own);
+    if (!res->counts_match) rc = 1;
+  }
+  return rc;
+}
+
+}  // namespace
+}  // namespace sluice::shuffle_bench
+
+int main(int argc, char** argv) { return sluice::shuffle_bench::Main(argc, argv); }

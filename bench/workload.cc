@@ -1,0 +1,248 @@
+#include "bench/workload.h"
+
+#include <pthread.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "codec/msgpack_scan.h"
+
+namespace sluice::shuffle_bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class Rng {  // splitmix64
+ public:
+  explicit Rng(uint64_t seed) : s_(seed * 0x9e3779b97f4a7c15ULL + 1) {}
+  uint64_t Next() {
+    uint64_t z = (s_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  double Uniform() { return static_cast<double>(Next() >> 11) * (1.0 / 9007199254740992.0); }
+
+ private:
+  uint64_t s_;
+};
+
+// Payload length: fixed (item_bytes - 32 bytes of the other fields), or with --heavy-tail
+// lognormal for most items and a Pareto tail for 2% of them, with about the same mean.
+size_t PayloadLength(Rng& rng, const BenchConfig& c) {
+  const double base = std::max(8, c.item_bytes - 32);
+  if (!c.heavy_tail) return static_cast<size_t>(base);
+  if (rng.Uniform() < 0.02) {
+    const double pareto = base * 4 / std::pow(1.0 - rng.Uniform(), 1.0 / 1.5);
+    return static_cast<size_t>(std::min(pareto, 1e6));
+  }
+  const double u1 = rng.Uniform() + 1e-12, u2 = rng.Uniform();
+  const double normal = std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  return static_cast<size_t>(std::max(1.0, base * 0.6 * std::exp(0.5 * normal)));
+}
+
+// 12 random bits -> two alphanumeric characters (each 6 bits mod 62), one table load for two.
+const std::array<uint16_t, 4096>& AlnumPairs() {
+  static const std::array<uint16_t, 4096> table = [] {
+    static constexpr char kAlnum[] =
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    std::array<uint16_t, 4096> t{};
+    for (int v = 0; v < 4096; ++v) {
+      const auto lo = static_cast<uint8_t>(kAlnum[(v & 63) % 62]);
+      const auto hi = static_cast<uint8_t>(kAlnum[(v >> 6) % 62]);
+      t[v] = static_cast<uint16_t>(lo | (hi << 8));
+    }
+    return t;
+  }();
+  return table;
+}
+
+// n random alphanumeric characters, ten per random draw.
+void FillAlnum(Rng& rng, const std::array<uint16_t, 4096>& pairs, char* out, size_t n) {
+  size_t j = 0;
+  for (; j + 10 <= n; j += 10) {
+    uint64_t r = rng.Next();
+    for (int k = 0; k < 5; ++k, r >>= 12) std::memcpy(out + j + 2 * k, &pairs[r & 4095], 2);
+  }
+  if (j < n) {
+    uint64_t r = rng.Next();
+    char tail[10];
+    for (int k = 0; k < 5; ++k, r >>= 12) std::memcpy(tail + 2 * k, &pairs[r & 4095], 2);
+    std::memcpy(out + j, tail, n - j);
+  }
+}
+
+// msgpack writers straight into a buffer with room.
+char* WriteInt(char* w, int64_t v) {
+  auto* p = reinterpret_cast<uint8_t*>(w);
+  return reinterpret_cast<char*>(mp::WriteInt(p, v));
+}
+char* WriteStr(char* w, std::string_view s) {
+  auto* p = reinterpret_cast<uint8_t*>(w);
+  p = mp::WriteStrHeader(p, static_cast<uint32_t>(s.size()));
+  std::memcpy(p, s.data(), s.size());
+  return reinterpret_cast<char*>(p + s.size());
+}
+
+// What one shard's mapper sent: items per key, bytes of values, time spent generating.
+struct ShardTally {
+  std::vector<uint64_t> per_key;
+  uint64_t bytes = 0;
+  double gen_s = 0;
+};
+
+// Generates one shard's items in small batches (timed per batch, so the clock is not read per
+// item) and hands each batch to the writer before the next: never more than kBatch at once.
+absl::Status MapShard(ShuffleClient& client, const std::string& id, const BenchConfig& c, int s,
+                      ShardTally* tally) {
+  WriterOptions wopts;
+  wopts.layout = c.layout;
+  wopts.zstd_level = c.zstd_level;
+  wopts.sort_by_key = c.key_order;
+  wopts.buffer_bytes = c.buffer_mb << 20;
+  auto writer = client.OpenWriter(id, static_cast<uint32_t>(s), 1, wopts);
+  if (!writer.ok()) return writer.status();
+  Rng rng(static_cast<uint64_t>(s) + 1);
+  static constexpr int kBatch = 256;
+  const auto& pairs = AlnumPairs();
+  std::string batch;
+  std::vector<uint32_t> ends;  // per item: key end, value end in `batch`
+  std::chrono::nanoseconds gen{0};
+  for (long long i = 0; i < c.items_per_shard;) {
+    const auto g0 = Clock::now();
+    batch.clear();
+    ends.clear();
+    for (int n = 0; n < kBatch && i < c.items_per_shard; ++n, ++i) {
+      const int k = c.hot_frac > 0 && rng.Uniform() < c.hot_frac
+                        ? 0
+                        : static_cast<int>(rng.Next() % static_cast<uint64_t>(c.keys));
+      const size_t payload_len = PayloadLength(rng, c);
+      // key (<= 9 bytes), map header, 4 names (<= 24), 3 ints (<= 27), payload header (5)
+      const size_t start = batch.size();
+      batch.resize(start + payload_len + 80);
+      char* w = batch.data() + start;
+      w = WriteInt(w, k);
+      ends.push_back(static_cast<uint32_t>(w - batch.data()));
+      char* const value = w;
+      *w++ = static_cast<char>(0x84);
+      w = WriteStr(w, "key");
+      w = WriteInt(w, k);
+      w = WriteStr(w, "seq");
+      w = WriteInt(w, i);
+      w = WriteStr(w, "src");
+      w = WriteInt(w, s);
+      w = WriteStr(w, "payload");
+      auto* h = reinterpret_cast<uint8_t*>(w);
+      w = reinterpret_cast<char*>(mp::WriteStrHeader(h, static_cast<uint32_t>(payload_len)));
+      FillAlnum(rng, pairs, w, payload_len);
+      w += payload_len;
+      batch.resize(static_cast<size_t>(w - batch.data()));
+      ends.push_back(static_cast<uint32_t>(batch.size()));
+      ++tally->per_key[k];
+      tally->bytes += static_cast<size_t>(w - value);
+    }
+    gen += Clock::now() - g0;
+    uint32_t start = 0;
+    for (size_t e = 0; e < ends.size(); e += 2) {
+      const std::string_view key(batch.data() + start, ends[e] - start);
+      const std::string_view value(batch.data() + ends[e], ends[e + 1] - ends[e]);
+      start = ends[e + 1];
+      if (absl::Status st = (*writer)->Add(key, value); !st.ok()) return st;
+    }
+  }
+  auto result = (*writer)->Close();
+  tally->gen_s = std::chrono::duration<double>(gen).count();
+  return result.status();
+}
+
+// Reads one partition (grouping as a reducer would) and counts every key it gets.
+absl::Status ReducePartition(ShuffleClient& client, const std::string& id, const BenchConfig& c,
+                             int p, std::vector<uint64_t>* counted) {
+  ReaderOptions ropts;
+  ropts.order = c.key_order ? FetchOrder::kKey : FetchOrder::kUnordered;
+  ropts.require_complete = true;
+  auto reader = client.OpenReader(id, static_cast<uint32_t>(p), ropts);
+  if (!reader.ok()) return reader.status();
+  Record r;
+  for (;;) {
+    auto more = (*reader)->Next(&r);
+    if (!more.ok()) return more.status();
+    if (!*more) return absl::OkStatus();
+    int64_t k = -1;
+    const auto* kp = reinterpret_cast<const uint8_t*>(r.key.data());
+    if (mp::ReadCanonicalInt(kp, kp + r.key.size(), &k) == nullptr || k < 0 || k >= c.keys) {
+      return absl::DataLossError("a record came back with a key that was never sent");
+    }
+    ++(*counted)[k];
+  }
+}
+
+// Runs fn(i) for i in [0, n) on n threads named `name`; the first error, if any.
+template <typename Fn>
+absl::Status OnThreads(int n, const char* name, Fn fn) {
+  std::vector<absl::Status> errors(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      pthread_setname_np(pthread_self(), name);
+      errors[i] = fn(i);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) {
+    if (!e.ok()) return e;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string& id,
+                                       const BenchConfig& c) {
+  BenchResult res;
+  auto created = client.CreateShuffle(id, c.partitions, c.shards);
+  if (!created.ok()) return created.status();
+  // Scatter: every shard a mapper, concurrently, generating its items on the fly.
+  std::vector<ShardTally> shards(c.shards);
+  for (auto& t : shards) t.per_key.assign(c.keys, 0);
+  const auto t0 = Clock::now();
+  absl::Status st = OnThreads(c.shards, "bench-map",
+                              [&](int s) { return MapShard(client, id, c, s, &shards[s]); });
+  const auto t1 = Clock::now();
+  if (!st.ok()) return st;
+  // Reduce: every partition a reducer, concurrently, grouping by key and counting.
+  std::vector<std::vector<uint64_t>> counted(c.partitions, std::vector<uint64_t>(c.keys, 0));
+  st = OnThreads(c.partitions, "bench-reduce",
+                 [&](int p) { return ReducePartition(client, id, c, p, &counted[p]); });
+  const auto t2 = Clock::now();
+  if (!st.ok()) return st;
+
+  res.counts_match = true;
+  for (int k = 0; k < c.keys; ++k) {
+    uint64_t want = 0, got = 0;
+    for (const ShardTally& s : shards) want += s.per_key[k];
+    for (int p = 0; p < c.partitions; ++p) got += counted[p][k];
+    res.expected += want;
+    res.counted += got;
+    if (want != got) res.counts_match = false;
+  }
+  for (const ShardTally& s : shards) {
+    res.gen_s += s.gen_s;
+    res.item_bytes += s.bytes;
+  }
+  auto status = client.GetShuffle(id);
+  if (status.ok()) {
+    for (const auto& p : status->partitions) res.disk_bytes += p.bytes;
+  }
+  res.scatter_s = std::chrono::duration<double>(t1 - t0).count();
+  res.reduce_s = std::chrono::duration<double>(t2 - t1).count();
+  res.elapsed_s = std::chrono::duration<double>(t2 - t0).count();
+  (void)client.DeleteShuffle(id);
+  return res;
+}
+
+}  // namespace sluice::shuffle_bench

@@ -1,0 +1,45 @@
+// The end-to-end shuffle benchmark's workload: zephyr's benchmark_shuffle.py (shards of items
+// of ~200 bytes, msgpack maps {key, seq, src, payload} keyed by an int key), generated on the
+// fly and written with hand-made msgpack, scattered by one writer per shard and reduced by one
+// reader per partition, every key's count checked against what was sent.
+#ifndef SLUICE_BENCH_WORKLOAD_H_
+#define SLUICE_BENCH_WORKLOAD_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "client/shuffle_client.h"
+#include "codec/frame_format.h"
+
+namespace sluice::shuffle_bench {
+
+struct BenchConfig {
+  int shards = 8;
+  long long items_per_shard = 50000;
+  int item_bytes = 200;
+  int keys = 10000;
+  int partitions = 8;
+  double hot_frac = 0;      ///< share of items with key 0 (a hot key)
+  bool heavy_tail = false;  ///< payload sizes lognormal with a Pareto tail, about the same mean
+  LayoutChoice layout = LayoutChoice::kAuto;
+  int zstd_level = 3;
+  bool key_order = true;  ///< KEY-ordered fetches (and writers sort their frames)
+  size_t buffer_mb = 4;   ///< each writer's buffer
+};
+
+struct BenchResult {
+  double elapsed_s = 0, scatter_s = 0, reduce_s = 0, gen_s = 0;
+  uint64_t expected = 0, counted = 0, item_bytes = 0, disk_bytes = 0;
+  bool counts_match = false;
+};
+
+/// Creates shuffle `id`, scatters and reduces it through `client`, checks the counts and
+/// deletes it.
+absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string& id,
+                                       const BenchConfig& c);
+
+}  // namespace sluice::shuffle_bench
+
+#endif  // SLUICE_BENCH_WORKLOAD_H_

@@ -1,0 +1,70 @@
+// Flags of the command-line programs (`sluice`, `sluice-bench`): --name=value or --name value;
+// a bare --flag means "true". Unknown flags are an error (Check): a typo must not silently run
+// something else.
+#ifndef SLUICE_CLIENT_CLI_FLAGS_H_
+#define SLUICE_CLIENT_CLI_FLAGS_H_
+
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <string>
+
+namespace sluice::cli {
+
+class Flags {
+ public:
+  /// Parses argv[first..argc).
+  Flags(int argc, char** argv, int first) {
+    for (int i = first; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a.rfind("--", 0) != 0) {
+        bad_ = a;
+        continue;
+      }
+      a = a.substr(2);
+      const auto eq = a.find('=');
+      if (eq != std::string::npos) {
+        values_[a.substr(0, eq)] = a.substr(eq + 1);
+      } else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) {
+        values_[a] = argv[++i];
+      } else {
+        values_[a] = "true";
+      }
+    }
+  }
+  std::string Get(const std::string& name, const std::string& def) {
+    used_.insert(name);
+    auto it = values_.find(name);
+    return it == values_.end() ? def : it->second;
+  }
+  long long Int(const std::string& name, long long def) {
+    return std::atoll(Get(name, std::to_string(def)).c_str());
+  }
+  double Double(const std::string& name, double def) {
+    return std::atof(Get(name, std::to_string(def)).c_str());
+  }
+  bool Has(const std::string& name) const { return values_.count(name) != 0; }
+  /// False (with the reason in *why) for a stray argument or a flag no Get asked for.
+  bool Check(std::string* why) const {
+    if (!bad_.empty()) {
+      *why = "unexpected argument '" + bad_ + "'";
+      return false;
+    }
+    for (const auto& [k, v] : values_) {
+      if (used_.count(k) == 0 && k != "help") {
+        *why = "unknown flag --" + k;
+        return false;
+      }
+    }
+    return true;
+  }
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::set<std::string> used_;
+  std::string bad_;
+};
+
+}  // namespace sluice::cli
+
+#endif  // SLUICE_CLIENT_CLI_FLAGS_H_

@@ -1,0 +1,266 @@
+// The gRPC client: ShuffleClient's calls, and the PushStream and FetchStream the transport-free
+// writer and reader run on (client/transport.h). The only client file that sees gRPC.
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/frame_stream_reader.h"
+#include "client/partitioned_writer.h"
+#include "client/shuffle_client.h"
+#include "client/transport.h"
+#include "rpc/grpc_glue.h"
+#include "sluice/v1/shuffle.grpc.pb.h"
+
+namespace sluice {
+namespace {
+
+namespace pb = sluice::v1;
+
+// The server's status, with UNAVAILABLE saying which server could not be reached.
+absl::Status FromGrpc(const grpc::Status& st, const std::string& server) {
+  absl::Status s = rpc::FromGrpcStatus(st);
+  if (s.code() == absl::StatusCode::kUnavailable) {
+    return absl::UnavailableError(
+        absl::StrCat("server unreachable at ", server, ": ", s.message()));
+  }
+  return s;
+}
+
+ShuffleStatus FromProto(const pb::ShuffleInfo& info) {
+  ShuffleStatus s;
+  s.shuffle_id = info.shuffle_id();
+  s.num_partitions = info.num_partitions();
+  s.num_mappers = info.num_mappers();
+  s.committed_mappers.assign(info.committed_mappers().begin(), info.committed_mappers().end());
+  for (const auto& p : info.partitions()) {
+    s.partitions.push_back(PartitionStatsInfo{p.records(), p.bytes(), p.frames()});
+  }
+  return s;
+}
+
+void SetStreamDeadline(const ClientOptions& options, grpc::ClientContext* ctx) {
+  if (options.stream_deadline.count() > 0) {
+    ctx->set_deadline(std::chrono::system_clock::now() + options.stream_deadline);
+  }
+}
+
+class GrpcPushStream final : public PushStream {
+ public:
+  GrpcPushStream(pb::ShuffleService::Stub* stub, const ClientOptions& options)
+      : server_(options.server) {
+    SetStreamDeadline(options, &ctx_);
+    stream_ = stub->Push(&ctx_, &response_);
+  }
+  ~GrpcPushStream() override {
+    if (!finished_) {
+      ctx_.TryCancel();
+      (void)stream_->Finish();
+    }
+  }
+
+  absl::Status Open(const std::string& id, uint32_t mapper, uint64_t attempt) {
+    pb::PushRequest open;
+    open.mutable_open()->set_shuffle_id(id);
+    open.mutable_open()->set_mapper_id(mapper);
+    open.mutable_open()->set_attempt_id(attempt);
+    if (!stream_->Write(open)) return WriteFailed();
+    return absl::OkStatus();
+  }
+
+  std::string* NewFrame(uint32_t partition) override {
+    msg_.Clear();
+    auto* f = msg_.mutable_frames()->add_frames();
+    f->set_partition_id(partition);
+    return f->mutable_frame();
+  }
+
+  absl::Status SendFrame() override {
+    if (!stream_->Write(msg_)) return WriteFailed();
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<WriteResult> Commit(uint64_t frames, uint64_t records) override {
+    pb::PushRequest commit;
+    commit.mutable_commit()->set_frame_count(frames);
+    commit.mutable_commit()->set_record_count(records);
+    if (!stream_->Write(commit)) return WriteFailed();
+    stream_->WritesDone();
+    if (absl::Status st = Finish(); !st.ok()) return st;
+    WriteResult r;
+    r.duplicate = response_.duplicate();
+    r.frames = response_.frames();
+    r.records = response_.records();
+    r.bytes = response_.bytes();
+    return r;
+  }
+
+  void Cancel() override { ctx_.TryCancel(); }
+
+ private:
+  absl::Status Finish() {
+    if (finished_) return absl::FailedPreconditionError("the push stream has ended");
+    finished_ = true;
+    return FromGrpc(stream_->Finish(), server_);
+  }
+  // After a failed write: the server's reason for ending the stream (a rejected frame, say).
+  absl::Status WriteFailed() {
+    absl::Status st = Finish();
+    if (st.ok()) return absl::UnavailableError(absl::StrCat("push stream to ", server_, " broke"));
+    return st;
+  }
+
+  const std::string server_;
+  grpc::ClientContext ctx_;
+  pb::PushResponse response_;
+  pb::PushRequest msg_;
+  std::unique_ptr<grpc::ClientWriter<pb::PushRequest>> stream_;
+  bool finished_ = false;
+};
+
+class GrpcFetchStream final : public FetchStream {
+ public:
+  GrpcFetchStream(pb::ShuffleService::Stub* stub, const ClientOptions& options,
+                  const pb::FetchRequest& request)
+      : server_(options.server) {
+    SetStreamDeadline(options, &ctx_);
+    stream_ = stub->Fetch(&ctx_, request);
+  }
+  ~GrpcFetchStream() override {
+    if (!done_) {
+      ctx_.TryCancel();
+      (void)stream_->Finish();
+    }
+  }
+
+  absl::StatusOr<bool> Next(const std::string** frame) override {
+    if (done_) return false;
+    if (!stream_->Read(&response_)) {
+      done_ = true;
+      absl::Status st = FromGrpc(stream_->Finish(), server_);
+      if (!st.ok()) return st;
+      return false;
+    }
+    *frame = &response_.frame();
+    return true;
+  }
+
+  void Cancel() override { ctx_.TryCancel(); }
+
+ private:
+  const std::string server_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReader<pb::FetchResponse>> stream_;
+  pb::FetchResponse response_;
+  bool done_ = false;
+};
+
+class GrpcClient final : public ShuffleClient {
+ public:
+  explicit GrpcClient(const ClientOptions& options) : options_(options) {
+    grpc::ChannelArguments args;
+    const int max = rpc::MaxMessageBytes(options.limits);
+    args.SetMaxReceiveMessageSize(max);
+    args.SetMaxSendMessageSize(max);
+    channel_ = grpc::CreateCustomChannel(options.server, grpc::InsecureChannelCredentials(), args);
+    stub_ = pb::ShuffleService::NewStub(channel_);
+  }
+
+  absl::StatusOr<bool> CreateShuffle(const std::string& id, uint32_t num_partitions,
+                                     uint32_t num_mappers) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    pb::CreateShuffleRequest req;
+    req.set_shuffle_id(id);
+    req.set_num_partitions(num_partitions);
+    req.set_num_mappers(num_mappers);
+    pb::CreateShuffleResponse resp;
+    absl::Status st = FromGrpc(stub_->CreateShuffle(&ctx, req, &resp), options_.server);
+    if (!st.ok()) return st;
+    return resp.created();
+  }
+
+  absl::StatusOr<ShuffleStatus> GetShuffle(const std::string& id) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    pb::GetShuffleRequest req;
+    req.set_shuffle_id(id);
+    pb::ShuffleInfo info;
+    absl::Status st = FromGrpc(stub_->GetShuffle(&ctx, req, &info), options_.server);
+    if (!st.ok()) return st;
+    return FromProto(info);
+  }
+
+  absl::StatusOr<std::vector<ShuffleStatus>> ListShuffles() override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    pb::ListShufflesResponse resp;
+    absl::Status st =
+        FromGrpc(stub_->ListShuffles(&ctx, pb::ListShufflesRequest(), &resp), options_.server);
+    if (!st.ok()) return st;
+    std::vector<ShuffleStatus> out;
+    for (const auto& info : resp.shuffles()) out.push_back(FromProto(info));
+    return out;
+  }
+
+  absl::Status DeleteShuffle(const std::string& id) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    pb::DeleteShuffleRequest req;
+    req.set_shuffle_id(id);
+    pb::DeleteShuffleResponse resp;
+    return FromGrpc(stub_->DeleteShuffle(&ctx, req, &resp), options_.server);
+  }
+
+  absl::StatusOr<std::unique_ptr<ShuffleWriter>> OpenWriter(const std::string& id, uint32_t mapper,
+                                                            uint64_t attempt,
+                                                            const WriterOptions& options) override {
+    auto status = GetShuffle(id);
+    if (!status.ok()) return status.status();
+    auto stream = std::make_unique<GrpcPushStream>(stub_.get(), options_);
+    if (absl::Status st = stream->Open(id, mapper, attempt); !st.ok()) return st;
+    std::vector<std::unique_ptr<PushStream>> streams;
+    streams.push_back(std::move(stream));
+    auto writer = PartitionedWriter::Make(status->num_partitions, std::move(streams), {}, options,
+                                          options_.limits);
+    if (!writer.ok()) return writer.status();
+    return std::unique_ptr<ShuffleWriter>(std::move(writer).value());
+  }
+
+  absl::StatusOr<std::unique_ptr<ShuffleReader>> OpenReader(const std::string& id,
+                                                            uint32_t partition,
+                                                            const ReaderOptions& options) override {
+    pb::FetchRequest req;
+    req.set_shuffle_id(id);
+    req.set_partition_id(partition);
+    req.set_order(options.order == FetchOrder::kKey ? pb::KEY : pb::UNORDERED);
+    req.set_require_complete(options.require_complete);
+    req.set_layout(rpc::LayoutToProto(options.layout));
+    req.set_target_chunk_bytes(static_cast<uint32_t>(options.chunk_bytes));
+    return std::unique_ptr<ShuffleReader>(
+        new FrameStreamReader(std::make_unique<GrpcFetchStream>(stub_.get(), options_, req),
+                              options_.limits, options_.server));
+  }
+
+ private:
+  void SetDeadline(grpc::ClientContext* ctx) const {
+    if (options_.call_deadline.count() > 0) {
+      ctx->set_deadline(std::chrono::system_clock::now() + options_.call_deadline);
+    }
+  }
+
+  const ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<pb::ShuffleService::Stub> stub_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShuffleClient>> ShuffleClient::Connect(
+    const ClientOptions& options) {
+  if (options.server.empty()) return absl::InvalidArgumentError("no server address");
+  return std::unique_ptr<ShuffleClient>(new GrpcClient(options));
+}
+
+}  // namespace sluice

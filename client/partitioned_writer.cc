@@ -1,0 +1,309 @@
+#include "client/partitioned_writer.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "codec/status_macros.h"
+
+namespace sluice {
+namespace client_internal {
+
+// Fixed-size chunks that a writer's partition buffers share. Buffers grow chunk by chunk and
+// give their chunks back once sent, so the memory a writer holds follows what it buffers
+// (the budget) rather than every partition's largest size so far, and is reused, not
+// re-fetched from the system: fresh pages are the costliest bytes a mapper touches.
+class ChunkPool {
+ public:
+  explicit ChunkPool(size_t chunk_bytes) : chunk_bytes_(chunk_bytes) {}
+  size_t chunk_bytes() const { return chunk_bytes_; }
+  // A chunk of at least `bytes` (a standard chunk unless the record is larger).
+  std::unique_ptr<char[]> Get(size_t bytes) {
+    if (bytes <= chunk_bytes_) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!free_.empty()) {
+        auto c = std::move(free_.back());
+        free_.pop_back();
+        return c;
+      }
+    }
+    return std::unique_ptr<char[]>(new char[std::max(bytes, chunk_bytes_)]);
+  }
+  void Put(std::unique_ptr<char[]> chunk, size_t size) {
+    if (size != chunk_bytes_) return;  // an oversized one: freed
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(std::move(chunk));
+  }
+
+ private:
+  const size_t chunk_bytes_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<char[]>> free_;
+};
+
+// Records of one partition, buffered: keys and values back to back in chunks, and a view of
+// each record (views stay valid: chunks never move).
+struct PartitionBuffer {
+  struct Chunk {
+    std::unique_ptr<char[]> data;
+    size_t size = 0, used = 0;
+  };
+  std::vector<Chunk> chunks;
+  std::vector<Record> records;
+  size_t chunk_bytes = 0;  // sum of chunk sizes
+  size_t data = 0;         // sum of the records' key and value sizes
+
+  // What the budget counts: the chunks held, and the records' views.
+  size_t bytes() const { return chunk_bytes + records.size() * sizeof(Record); }
+  void Add(ChunkPool& pool, std::string_view key, std::string_view value) {
+    const size_t need = key.size() + value.size();
+    if (chunks.empty() || chunks.back().size - chunks.back().used < need) {
+      Chunk c;
+      c.size = std::max(need, pool.chunk_bytes());
+      c.data = pool.Get(c.size);
+      chunk_bytes += c.size;
+      chunks.push_back(std::move(c));
+    }
+    Chunk& c = chunks.back();
+    char* k = c.data.get() + c.used;
+    if (!key.empty()) std::memcpy(k, key.data(), key.size());
+    char* v = k + key.size();
+    if (!value.empty()) std::memcpy(v, value.data(), value.size());
+    c.used += need;
+    data += need;
+    records.push_back(Record{std::string_view(k, key.size()), std::string_view(v, value.size())});
+  }
+  // Gives the chunks back; keeps the records array's capacity.
+  void Release(ChunkPool& pool) {
+    for (Chunk& c : chunks) pool.Put(std::move(c.data), c.size);
+    chunks.clear();
+    records.clear();
+    chunk_bytes = 0;
+    data = 0;
+  }
+};
+
+}  // namespace client_internal
+
+using client_internal::ChunkPool;
+using client_internal::PartitionBuffer;
+
+struct PartitionedWriter::Buffers {
+  Buffers(size_t chunk_bytes, uint32_t partitions) : pool(chunk_bytes), parts(partitions) {}
+  ChunkPool pool;
+  std::vector<PartitionBuffer> parts;
+};
+
+struct PartitionedWriter::Job {
+  uint32_t partition = 0;
+  PartitionBuffer buffer;
+};
+
+absl::StatusOr<std::unique_ptr<PartitionedWriter>> PartitionedWriter::Make(
+    uint32_t num_partitions, std::vector<std::unique_ptr<PushStream>> streams,
+    std::vector<uint32_t> stream_of_partition, WriterOptions options, FrameLimits limits) {
+  if (num_partitions == 0) return absl::InvalidArgumentError("a writer needs partitions");
+  if (streams.empty()) return absl::InvalidArgumentError("a writer needs a push stream");
+  if (stream_of_partition.empty()) stream_of_partition.assign(num_partitions, 0);
+  if (stream_of_partition.size() != num_partitions) {
+    return absl::InvalidArgumentError(absl::StrCat("routes for ", stream_of_partition.size(),
+                                                   " partitions, the shuffle has ",
+                                                   num_partitions));
+  }
+  for (uint32_t s : stream_of_partition) {
+    if (s >= streams.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a partition is routed to stream ", s, " of ", streams.size()));
+    }
+  }
+  return std::unique_ptr<PartitionedWriter>(
+      new PartitionedWriter(num_partitions, std::move(streams), std::move(stream_of_partition),
+                            std::move(options), limits));
+}
+
+PartitionedWriter::PartitionedWriter(uint32_t num_partitions,
+                                     std::vector<std::unique_ptr<PushStream>> streams,
+                                     std::vector<uint32_t> stream_of_partition,
+                                     WriterOptions options, FrameLimits limits)
+    : limits_(limits),
+      options_(std::move(options)),
+      num_partitions_(num_partitions),
+      streams_(std::move(streams)),
+      stream_of_(std::move(stream_of_partition)),
+      // Chunks of 1/8 of a partition's even share of the budget (256 B to 1 MiB): the partly
+      // filled last chunks of all partitions hold at most 1/8 of the budget (unless there are
+      // more than budget / 2 KiB partitions), so flushes stay large.
+      buffers_(std::make_unique<Buffers>(
+          std::clamp<size_t>(options_.buffer_bytes / 8 / num_partitions, 256, 1u << 20),
+          num_partitions)),
+      frames_(streams_.size(), 0),
+      records_(streams_.size(), 0) {
+  if (!options_.partitioner) options_.partitioner = HashPartition;
+  sender_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "sluice-send");
+    SendLoop();
+  });
+}
+
+PartitionedWriter::~PartitionedWriter() {
+  if (!finished_) Abort();
+}
+
+absl::Status PartitionedWriter::Add(std::string_view key, std::string_view value) {
+  if (finished_) return absl::FailedPreconditionError("the writer is closed");
+  const uint32_t p = options_.partitioner(key, num_partitions_);
+  if (p >= num_partitions_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("partitioner returned ", p, " for ", num_partitions_, " partitions"));
+  }
+  if (key.size() + value.size() > limits_.max_uncompressed_bytes / 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("record of ", key.size() + value.size(), " bytes is too large for one frame"));
+  }
+  std::vector<PartitionBuffer>& parts = buffers_->parts;
+  PartitionBuffer& b = parts[p];
+  const size_t before = b.bytes();
+  b.Add(buffers_->pool, key, value);
+  buffered_ += b.bytes() - before;
+  if (buffered_ > options_.buffer_bytes) {
+    // Flush the partition holding the most records' bytes (never an empty one).
+    size_t largest = 0;
+    for (size_t i = 1; i < parts.size(); ++i) {
+      if (parts[i].data > parts[largest].data) largest = i;
+    }
+    if (parts[largest].records.empty()) return absl::OkStatus();
+    return Flush(static_cast<uint32_t>(largest));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WriteResult> PartitionedWriter::Close() {
+  if (finished_) return absl::FailedPreconditionError("the writer is closed");
+  for (uint32_t p = 0; p < num_partitions_; ++p) {
+    if (!buffers_->parts[p].records.empty()) SLUICE_RETURN_IF_ERROR(Flush(p));
+  }
+  StopSender();
+  finished_ = true;
+  absl::Status send_error;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    send_error = send_error_;
+  }
+  if (!send_error.ok()) {
+    CancelStreams();
+    return send_error;
+  }
+  WriteResult total;
+  for (size_t s = 0; s < streams_.size(); ++s) {
+    auto r = streams_[s]->Commit(frames_[s], records_[s]);
+    if (!r.ok()) {
+      CancelStreams();
+      return r.status();
+    }
+    total.duplicate = total.duplicate || r->duplicate;
+    total.frames += r->frames;
+    total.records += r->records;
+    total.bytes += r->bytes;
+  }
+  return total;
+}
+
+void PartitionedWriter::Abort() {
+  if (finished_) return;
+  finished_ = true;
+  CancelStreams();  // first: a sender blocked on a stream gets out
+  StopSender();
+}
+
+void PartitionedWriter::CancelStreams() {
+  for (auto& s : streams_) s->Cancel();
+}
+
+// Hands partition p's buffer to the sender; waits while two flushes are already in flight.
+absl::Status PartitionedWriter::Flush(uint32_t p) {
+  std::unique_ptr<Job> job;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return jobs_.size() < 2 || !send_error_.ok(); });
+    if (!send_error_.ok()) return send_error_;
+    if (!spare_.empty()) {  // a sent job: its records array is reused
+      job = std::move(spare_.back());
+      spare_.pop_back();
+    }
+  }
+  if (job == nullptr) job = std::make_unique<Job>();
+  job->partition = p;
+  PartitionBuffer& b = buffers_->parts[p];
+  buffered_ -= b.bytes();
+  std::swap(job->buffer, b);
+  buffered_ += b.bytes();
+  std::lock_guard<std::mutex> lock(mu_);
+  jobs_.push_back(std::move(job));
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void PartitionedWriter::SendLoop() {
+  EncodeOptions eopts;
+  eopts.layout = options_.layout;
+  eopts.zstd_level = options_.zstd_level;
+  eopts.sort_by_key = options_.sort_by_key;
+  eopts.limits = limits_;
+  FrameEncoder encoder(eopts);
+  for (;;) {
+    Job* job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return !jobs_.empty() || stopping_; });
+      if (jobs_.empty()) return;
+      job = jobs_.front().get();
+    }
+    absl::Status st = Send(*job, encoder);
+    job->buffer.Release(buffers_->pool);
+    std::lock_guard<std::mutex> lock(mu_);
+    spare_.push_back(std::move(jobs_.front()));
+    jobs_.pop_front();
+    if (!st.ok() && send_error_.ok()) send_error_ = st;
+    cv_.notify_all();
+    if (!send_error_.ok()) return;
+  }
+}
+
+absl::Status PartitionedWriter::Send(Job& job, FrameEncoder& encoder) {
+  std::vector<Record>& records = job.buffer.records;
+  if (options_.sort_by_key) StableSortByKey(absl::MakeSpan(records), &sort_scratch_);
+  const uint32_t s = stream_of_[job.partition];
+  PushStream& stream = *streams_[s];
+  // Frames of at most frame_bytes of records each; one message each.
+  size_t i = 0;
+  while (i < records.size()) {
+    size_t j = i, bytes = 0;
+    while (j < records.size() &&
+           (j == i ||
+            bytes + records[j].key.size() + records[j].value.size() <= options_.frame_bytes)) {
+      bytes += records[j].key.size() + records[j].value.size();
+      ++j;
+    }
+    std::string* frame = stream.NewFrame(job.partition);
+    SLUICE_RETURN_IF_ERROR(encoder.Encode(absl::MakeConstSpan(records.data() + i, j - i), frame));
+    SLUICE_RETURN_IF_ERROR(stream.SendFrame());
+    ++frames_[s];
+    records_[s] += j - i;
+    i = j;
+  }
+  return absl::OkStatus();
+}
+
+void PartitionedWriter::StopSender() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (sender_.joinable()) sender_.join();
+}
+
+}  // namespace sluice

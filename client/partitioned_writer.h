@@ -1,0 +1,87 @@
+// PartitionedWriter: the mapper side of the client, apart from the transport. Add() routes each
+// record to its partition's buffer (WriterOptions::partitioner); when all buffers together pass
+// the budget the largest is flushed: a sender thread sorts it (for KEY-ordered shuffles),
+// encodes it into frames of at most frame_bytes and sends them on the partition's PushStream,
+// while Add() goes on (at most two flushes in flight, then Add() waits). Close() flushes the
+// rest and commits every stream.
+//
+// One writer may feed several streams (a cluster client sends each partition to the server
+// that holds it): `stream_of_partition[p]` names partition p's stream. Each stream is committed
+// with the frames and records it carried, in stream order; the first failure stops the rest and
+// cancels them (a stream committed before it stays committed).
+//
+// Memory: buffers grow in fixed-size chunks from a pool the partitions share and give them back
+// once sent, so what a writer holds follows the budget, not every partition's largest size so
+// far, and is reused rather than fetched fresh. Not thread-safe (one mapper).
+#ifndef SLUICE_CLIENT_PARTITIONED_WRITER_H_
+#define SLUICE_CLIENT_PARTITIONED_WRITER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/shuffle_client.h"
+#include "client/transport.h"
+#include "codec/frame_encoder.h"
+#include "codec/frame_format.h"
+
+namespace sluice {
+
+class PartitionedWriter final : public ShuffleWriter {
+ public:
+  /// `stream_of_partition` empty: every partition goes to streams[0]. INVALID_ARGUMENT for no
+  /// streams, a route to a stream that does not exist, or zero partitions.
+  static absl::StatusOr<std::unique_ptr<PartitionedWriter>> Make(
+      uint32_t num_partitions, std::vector<std::unique_ptr<PushStream>> streams,
+      std::vector<uint32_t> stream_of_partition, WriterOptions options, FrameLimits limits);
+  ~PartitionedWriter() override;  // without Close(): the attempt is discarded
+
+  absl::Status Add(std::string_view key, std::string_view value) override;
+  absl::StatusOr<WriteResult> Close() override;
+  void Abort() override;
+
+  /// Bytes the partition buffers hold now (what the budget counts).
+  size_t buffered_bytes() const { return buffered_; }
+
+ private:
+  struct Buffers;  // the chunk pool and the partitions' buffers
+  struct Job;      // one flushed partition, on its way to the sender
+  PartitionedWriter(uint32_t num_partitions, std::vector<std::unique_ptr<PushStream>> streams,
+                    std::vector<uint32_t> stream_of_partition, WriterOptions options,
+                    FrameLimits limits);
+  absl::Status Flush(uint32_t partition);
+  void SendLoop();
+  absl::Status Send(Job& job, FrameEncoder& encoder);
+  void StopSender();
+  void CancelStreams();
+
+  const FrameLimits limits_;
+  WriterOptions options_;
+  const uint32_t num_partitions_;
+  std::vector<std::unique_ptr<PushStream>> streams_;
+  const std::vector<uint32_t> stream_of_;  // per partition
+  std::unique_ptr<Buffers> buffers_;
+  size_t buffered_ = 0;
+  bool finished_ = false;
+  // Per stream: written by the sender, read after it stopped.
+  std::vector<uint64_t> frames_, records_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Job>> jobs_;
+  std::vector<std::unique_ptr<Job>> spare_;  // sent jobs, their arrays kept for reuse
+  bool stopping_ = false;
+  absl::Status send_error_;
+  std::vector<Record> sort_scratch_;  // the sender's
+  std::thread sender_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_CLIENT_PARTITIONED_WRITER_H_
