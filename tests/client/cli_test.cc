@@ -4,11 +4,12 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
-#include "server/sluice_server.h"
-#include "tests/server/test_dir.h"
+#include "tests/harness/mini_server.h"
+#include "tests/harness/status_matchers.h"
 
 #ifndef SLUICE_CLI_BIN
 #error "SLUICE_CLI_BIN must name the sluice executable"
@@ -20,13 +21,10 @@ namespace {
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ServerOptions opts;
-    opts.listen_address = "127.0.0.1:0";
-    opts.data_dir = dir_.path() + "/data";
-    auto server = SluiceServer::Start(opts);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(server).value();
-    address_ = "127.0.0.1:" + std::to_string(server_->port());
+    testing::MiniServerOptions opts;
+    opts.server.data_dir = dir_.path() + "/data";
+    ASSERT_OK_AND_ASSIGN(server_, testing::MiniServer::Start(opts));
+    address_ = server_->address();
   }
 
   // Runs `sluice ARGS`; returns its exit code, stdout in *out.
@@ -45,7 +43,7 @@ class CliTest : public ::testing::Test {
   std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
 
   testing::TempDir dir_;
-  std::unique_ptr<SluiceServer> server_;
+  std::unique_ptr<testing::MiniServer> server_;
   std::string address_;
 };
 
@@ -116,6 +114,23 @@ TEST_F(CliTest, SmallBenchCountsEveryKey) {
             0);
   EXPECT_NE(out.find("\"counts_match\": true"), std::string::npos) << out;
   EXPECT_NE(out.find("\"expected_items\": 9000"), std::string::npos) << out;
+}
+
+TEST_F(CliTest, BenchWithoutAServerStartsItsOwnSluiceServer) {
+  std::string out;
+  ASSERT_EQ(Run("bench --shards 2 --items-per-shard 2000 --partitions 3 --keys 100 --order "
+                "UNORDERED --data-dir " +
+                    Path("bench-data"),
+                &out),
+            0);
+  EXPECT_NE(out.find("\"counts_match\": true"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"embedded_server\": true"), std::string::npos) << out;
+  // The server was a child process with a memory of its own.
+  const auto at = out.find("\"server_peak_rss_mb\": ");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_GT(std::atof(out.c_str() + at + 22), 1.0) << out;
+  EXPECT_NE(Run("bench --shards 0"), 0);
+  EXPECT_NE(Run("bench --no-such-flag 1"), 0);
 }
 
 }  // namespace

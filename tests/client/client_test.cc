@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "client/shuffle_client.h"
-#include "server/sluice_server.h"
-#include "tests/server/test_dir.h"
+#include "tests/harness/mini_server.h"
+#include "tests/harness/status_matchers.h"
 
 namespace sluice {
 namespace {
@@ -17,37 +17,26 @@ namespace {
 class ClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ServerOptions opts;
-    opts.listen_address = "127.0.0.1:0";
-    opts.data_dir = dir_.path();
-    opts.worker_threads = 2;
-    auto server = SluiceServer::Start(opts);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(server).value();
-    ClientOptions copts;
-    copts.server = "127.0.0.1:" + std::to_string(server_->port());
-    auto client = ShuffleClient::Connect(copts);
-    ASSERT_TRUE(client.ok());
-    client_ = std::move(client).value();
+    ASSERT_OK_AND_ASSIGN(server_, testing::MiniServer::Start());
+    ASSERT_OK_AND_ASSIGN(client_, server_->Client());
   }
 
   std::vector<std::pair<std::string, std::string>> ReadAll(const std::string& id, uint32_t p,
                                                            ReaderOptions opts = {}) {
     auto reader = client_->OpenReader(id, p, opts);
-    EXPECT_TRUE(reader.ok());
+    EXPECT_OK(reader);
     std::vector<std::pair<std::string, std::string>> out;
     Record r;
     for (;;) {
       auto more = (*reader)->Next(&r);
-      EXPECT_TRUE(more.ok()) << more.status();
+      EXPECT_OK(more);
       if (!more.ok() || !*more) break;
       out.emplace_back(std::string(r.key), std::string(r.value));
     }
     return out;
   }
 
-  testing::TempDir dir_;
-  std::unique_ptr<SluiceServer> server_;
+  std::unique_ptr<testing::MiniServer> server_;
   std::unique_ptr<ShuffleClient> client_;
 };
 
@@ -56,12 +45,12 @@ TEST_F(ClientTest, BudgetFlushesKeepEveryRecordAndRoutesByHash) {
   WriterOptions wopts;
   wopts.buffer_bytes = 64 << 10;  // forces many flushes of the largest buffer
   auto writer = client_->OpenWriter("s", 0, 1, wopts);
-  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_OK(writer);
   for (int i = 0; i < 20000; ++i) {
-    ASSERT_TRUE((*writer)->Add("key" + std::to_string(i), "value" + std::to_string(i)).ok());
+    ASSERT_OK((*writer)->Add("key" + std::to_string(i), "value" + std::to_string(i)));
   }
   auto result = (*writer)->Close();
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_OK(result);
   EXPECT_EQ(result->records, 20000u);
   EXPECT_GT(result->frames, 8u);  // flushed several times per partition
   size_t total = 0;
@@ -85,16 +74,16 @@ TEST_F(ClientTest, RecordsOfEverySizeSurviveTheChunkedBuffers) {
     wopts.buffer_bytes = 64 << 10;
     wopts.sort_by_key = key_order;
     auto writer = client_->OpenWriter(id, 0, 1, wopts);
-    ASSERT_TRUE(writer.ok()) << writer.status();
+    ASSERT_OK(writer);
     std::multiset<std::pair<std::string, std::string>> sent;
     for (int i = 0; i < 3000; ++i) {
       const size_t len = i % 97 == 0 ? 12000 + i : (i % 5 == 0 ? 0 : i % 300);
       std::string key = "k" + std::to_string(i % 257);
       std::string value(len, static_cast<char>('a' + i % 26));
-      ASSERT_TRUE((*writer)->Add(key, value).ok());
+      ASSERT_OK((*writer)->Add(key, value));
       sent.emplace(std::move(key), std::move(value));
     }
-    ASSERT_TRUE((*writer)->Close().ok());
+    ASSERT_OK((*writer)->Close());
     std::multiset<std::pair<std::string, std::string>> got;
     ReaderOptions ropts;
     ropts.order = key_order ? FetchOrder::kKey : FetchOrder::kUnordered;
@@ -119,17 +108,17 @@ TEST_F(ClientTest, ManyPartitionsStillFlushLargeFrames) {
   WriterOptions wopts;
   wopts.buffer_bytes = 4 << 20;
   auto writer = client_->OpenWriter("wide", 0, 1, wopts);
-  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_OK(writer);
   const std::string value(40, 'v');
   for (int i = 0; i < 200000; ++i) {
-    ASSERT_TRUE((*writer)->Add("key" + std::to_string(i), value).ok());
+    ASSERT_OK((*writer)->Add("key" + std::to_string(i), value));
   }
   auto result = (*writer)->Close();
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_OK(result);
   EXPECT_EQ(result->records, 200000u);
   EXPECT_LT(result->frames, 8000u) << "flushes too small";
   auto status = client_->GetShuffle("wide");
-  ASSERT_TRUE(status.ok());
+  ASSERT_OK(status);
   uint64_t total = 0;
   for (const auto& p : status->partitions) total += p.records;
   EXPECT_EQ(total, 200000u);
@@ -142,11 +131,11 @@ TEST_F(ClientTest, KeyOrderAndGroupBy) {
     wopts.sort_by_key = true;
     wopts.buffer_bytes = 16 << 10;
     auto writer = client_->OpenWriter("g", m, 1, wopts);
-    ASSERT_TRUE(writer.ok());
+    ASSERT_OK(writer);
     for (int i = 0; i < 3000; ++i) {
-      ASSERT_TRUE((*writer)->Add("k" + std::to_string((i * 31 + m) % 500), std::to_string(m)).ok());
+      ASSERT_OK((*writer)->Add("k" + std::to_string((i * 31 + m) % 500), std::to_string(m)));
     }
-    ASSERT_TRUE((*writer)->Close().ok());
+    ASSERT_OK((*writer)->Close());
   }
   std::map<std::string, size_t> counts;
   size_t groups = 0;
@@ -155,12 +144,12 @@ TEST_F(ClientTest, KeyOrderAndGroupBy) {
     ropts.order = FetchOrder::kKey;
     ropts.require_complete = true;
     auto reader = client_->OpenReader("g", p, ropts);
-    ASSERT_TRUE(reader.ok());
+    ASSERT_OK(reader);
     std::string key, last;
     std::vector<std::string> values;
     for (;;) {
       auto more = (*reader)->NextGroup(&key, &values);
-      ASSERT_TRUE(more.ok()) << more.status();
+      ASSERT_OK(more);
       if (!*more) break;
       EXPECT_TRUE(groups == 0 || p == 1 || KeyLess(last, key));
       EXPECT_TRUE(std::is_sorted(values.begin(), values.end()));  // mapper 0, 1, 2: stable
@@ -180,17 +169,17 @@ TEST_F(ClientTest, AbortAndDestructionDiscard) {
   ASSERT_TRUE(*client_->CreateShuffle("a", 1, 0));
   {
     auto writer = client_->OpenWriter("a", 0, 1);
-    ASSERT_TRUE(writer.ok());
-    ASSERT_TRUE((*writer)->Add("k", "v").ok());
+    ASSERT_OK(writer);
+    ASSERT_OK((*writer)->Add("k", "v"));
     (*writer)->Abort();
   }
   {
     auto writer = client_->OpenWriter("a", 1, 1);
-    ASSERT_TRUE(writer.ok());
-    ASSERT_TRUE((*writer)->Add("k", "v").ok());
+    ASSERT_OK(writer);
+    ASSERT_OK((*writer)->Add("k", "v"));
   }  // destroyed without Close
   auto status = client_->GetShuffle("a");
-  ASSERT_TRUE(status.ok());
+  ASSERT_OK(status);
   EXPECT_TRUE(status->committed_mappers.empty());
   EXPECT_TRUE(ReadAll("a", 0).empty());
 }
@@ -200,11 +189,11 @@ TEST_F(ClientTest, RangePartitionerSendsKeysToTheirRange) {
   WriterOptions wopts;
   wopts.partitioner = RangePartitioner({"m", "f"});  // [..f) [f..m) [m..)
   auto writer = client_->OpenWriter("r", 0, 1, wopts);
-  ASSERT_TRUE(writer.ok());
+  ASSERT_OK(writer);
   for (const char* k : {"apple", "fig", "grape", "melon", "zucchini", "f", "m"}) {
-    ASSERT_TRUE((*writer)->Add(k, "").ok());
+    ASSERT_OK((*writer)->Add(k, ""));
   }
-  ASSERT_TRUE((*writer)->Close().ok());
+  ASSERT_OK((*writer)->Close());
   auto keys = [&](uint32_t p) {
     std::vector<std::string> out;
     for (const auto& [k, v] : ReadAll("r", p)) out.push_back(k);
@@ -221,7 +210,7 @@ TEST_F(ClientTest, ErrorsSayWhatHappened) {
   nowhere.server = "127.0.0.1:1";  // nothing listens there
   nowhere.call_deadline = std::chrono::milliseconds(2000);
   auto dead = ShuffleClient::Connect(nowhere);
-  ASSERT_TRUE(dead.ok());
+  ASSERT_OK(dead);
   auto st = (*dead)->CreateShuffle("x", 1, 0);
   EXPECT_EQ(st.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(st.status().message().find("server unreachable at 127.0.0.1:1"),
@@ -233,7 +222,7 @@ TEST_F(ClientTest, ErrorsSayWhatHappened) {
   ReaderOptions ropts;
   ropts.require_complete = true;
   auto reader = client_->OpenReader("c", 0, ropts);
-  ASSERT_TRUE(reader.ok());
+  ASSERT_OK(reader);
   Record r;
   auto more = (*reader)->Next(&r);
   EXPECT_EQ(more.status().code(), absl::StatusCode::kFailedPrecondition);

@@ -19,66 +19,28 @@
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
-#include "tests/server/test_dir.h"
-
-#ifndef SLUICE_SERVER_BIN
-#error "SLUICE_SERVER_BIN must name the sluice-server executable"
-#endif
+#include "tests/harness/mini_server.h"
+#include "tests/harness/status_matchers.h"
+#include "tests/harness/stub.h"
 
 namespace sluice {
 namespace {
 
 namespace pb = sluice::v1;
 
-// A sluice-server child process on 127.0.0.1 with a free port.
-class Daemon {
- public:
-  explicit Daemon(const std::string& data_dir) {
-    int out[2];
-    if (::pipe(out) != 0) return;
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(out[1], 1);
-      ::close(out[0]);
-      ::close(out[1]);
-      const std::string dir_flag = "--data_dir=" + data_dir;
-      ::execl(SLUICE_SERVER_BIN, SLUICE_SERVER_BIN, dir_flag.c_str(), "--listen=127.0.0.1:0",
-              "--log_level=warn", "--worker_threads=2", static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    FILE* f = ::fdopen(out[0], "r");
-    char line[256] = {};
-    if (f != nullptr && std::fgets(line, sizeof(line), f) != nullptr) {
-      std::sscanf(line, "listening on port %d", &port_);
-    }
-    if (f != nullptr) std::fclose(f);
-  }
-  ~Daemon() {
-    if (pid_ > 0 && !reaped_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  int port() const { return port_; }
-  // Sends `sig` and returns the wait status.
-  int Signal(int sig) {
-    ::kill(pid_, sig);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    reaped_ = true;
-    return status;
-  }
-  std::unique_ptr<pb::ShuffleService::Stub> Stub() const {
-    return pb::ShuffleService::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
-                                                           grpc::InsecureChannelCredentials()));
-  }
+using testing::MakeStub;
+using testing::MiniServer;
+using testing::MiniServerOptions;
 
- private:
-  pid_t pid_ = -1;
-  int port_ = 0;
-  bool reaped_ = false;
-};
+// A sluice-server child process on 127.0.0.1 with a free port, on `data_dir`.
+std::unique_ptr<MiniServer> StartDaemon(const std::string& data_dir) {
+  MiniServerOptions opts;
+  opts.child_process = true;
+  opts.server.data_dir = data_dir;
+  auto server = MiniServer::Start(opts);
+  EXPECT_OK(server);
+  return server.ok() ? std::move(server).value() : nullptr;
+}
 
 std::string Frame(uint32_t mapper, uint32_t partition, int n) {
   std::vector<std::string> keys, values;
@@ -91,7 +53,7 @@ std::string Frame(uint32_t mapper, uint32_t partition, int n) {
   for (int i = 0; i < n; ++i) records.push_back(Record{keys[i], values[i]});
   FrameEncoder enc;
   std::string out;
-  EXPECT_TRUE(enc.Encode(records, &out).ok());
+  EXPECT_OK(enc.Encode(records, &out));
   return out;
 }
 
@@ -128,16 +90,16 @@ bool PushOne(pb::ShuffleService::Stub& stub, uint32_t mapper) {
 
 TEST(DaemonTest, SigtermShutsDownCleanly) {
   testing::TempDir dir;
-  Daemon d(dir.path());
-  ASSERT_GT(d.port(), 0);
-  auto stub = d.Stub();
+  auto d = StartDaemon(dir.path());
+  ASSERT_NE(d, nullptr);
+  auto stub = MakeStub(*d);
   grpc::ClientContext ctx;
   pb::CreateShuffleRequest req;
   req.set_shuffle_id("t");
   req.set_num_partitions(1);
   pb::CreateShuffleResponse resp;
-  ASSERT_TRUE(stub->CreateShuffle(&ctx, req, &resp).ok());
-  const int status = d.Signal(SIGTERM);
+  ASSERT_OK(stub->CreateShuffle(&ctx, req, &resp));
+  const int status = d->Kill(SIGTERM);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
@@ -146,16 +108,16 @@ TEST(DaemonTest, KillDashNineMidPushKeepsExactlyTheAcknowledgedCommits) {
   testing::TempDir dir;
   std::set<uint32_t> acked;
   {
-    Daemon d(dir.path());
-    ASSERT_GT(d.port(), 0);
-    auto stub = d.Stub();
+    auto d = StartDaemon(dir.path());
+    ASSERT_NE(d, nullptr);
+    auto stub = MakeStub(*d);
     {
       grpc::ClientContext ctx;
       pb::CreateShuffleRequest req;
       req.set_shuffle_id("k");
       req.set_num_partitions(kPartitions);
       pb::CreateShuffleResponse resp;
-      ASSERT_TRUE(stub->CreateShuffle(&ctx, req, &resp).ok());
+      ASSERT_OK(stub->CreateShuffle(&ctx, req, &resp));
     }
     // Two pushers, mapper ids interleaved, until the server dies under them.
     std::mutex mu;
@@ -163,7 +125,7 @@ TEST(DaemonTest, KillDashNineMidPushKeepsExactlyTheAcknowledgedCommits) {
     std::vector<std::thread> pushers;
     for (uint32_t t = 0; t < 2; ++t) {
       pushers.emplace_back([&, t] {
-        auto my_stub = d.Stub();
+        auto my_stub = MakeStub(*d);
         for (uint32_t m = t; !stop.load(); m += 2) {
           if (!PushOne(*my_stub, m)) return;
           std::lock_guard<std::mutex> lock(mu);
@@ -172,20 +134,20 @@ TEST(DaemonTest, KillDashNineMidPushKeepsExactlyTheAcknowledgedCommits) {
       });
     }
     ::usleep(400000);
-    d.Signal(SIGKILL);
+    d->Kill(SIGKILL);
     stop.store(true);
     for (auto& t : pushers) t.join();
   }
   ASSERT_FALSE(acked.empty()) << "no commit was acknowledged before the kill";
 
-  Daemon d(dir.path());
-  ASSERT_GT(d.port(), 0);
-  auto stub = d.Stub();
+  auto d = StartDaemon(dir.path());
+  ASSERT_NE(d, nullptr);
+  auto stub = MakeStub(*d);
   grpc::ClientContext ctx;
   pb::GetShuffleRequest req;
   req.set_shuffle_id("k");
   pb::ShuffleInfo info;
-  ASSERT_TRUE(stub->GetShuffle(&ctx, req, &info).ok());
+  ASSERT_OK(stub->GetShuffle(&ctx, req, &info));
   std::set<uint32_t> committed(info.committed_mappers().begin(), info.committed_mappers().end());
   for (uint32_t m : acked) EXPECT_EQ(committed.count(m), 1u) << "acknowledged mapper " << m;
   // At most one commit per pusher can have landed without its acknowledgement.
@@ -202,10 +164,10 @@ TEST(DaemonTest, KillDashNineMidPushKeepsExactlyTheAcknowledgedCommits) {
     DecodedFrame frame;
     size_t records = 0;
     while (reader->Read(&resp)) {
-      ASSERT_TRUE(dec.Decode(resp.frame(), &frame).ok());
+      ASSERT_OK(dec.Decode(resp.frame(), &frame));
       records += frame.size();
     }
-    ASSERT_TRUE(reader->Finish().ok());
+    ASSERT_OK(reader->Finish());
     EXPECT_EQ(records, committed.size() * kRows) << "partition " << p;
     EXPECT_EQ(info.partitions(p).records(), committed.size() * kRows);
   }

@@ -18,15 +18,17 @@
 
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
-#include "server/merge.h"
-#include "server/sluice_server.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
-#include "tests/server/test_dir.h"
+#include "tests/harness/mini_server.h"
+#include "tests/harness/status_matchers.h"
+#include "tests/harness/stub.h"
 
 namespace sluice {
 namespace {
 
-using testing::TempDir;
+using testing::MakeStub;
+using testing::MiniServer;
+using testing::MiniServerOptions;
 namespace pb = sluice::v1;
 
 // Records of mapper m for partition p: keys "m<m>-p<p>-<i>", values with `pad` extra bytes.
@@ -53,7 +55,7 @@ std::string Frame(const std::vector<std::pair<std::string, std::string>>& rows) 
   for (const auto& [k, v] : rows) records.push_back(Record{k, v});
   FrameEncoder enc;
   std::string out;
-  EXPECT_TRUE(enc.Encode(records, &out).ok());
+  EXPECT_OK(enc.Encode(records, &out));
   return out;
 }
 
@@ -86,27 +88,23 @@ class ServerTest : public ::testing::Test {
 
   void StartServer(uint64_t budget = 256ull << 20, size_t fan_in = 64,
                    uint32_t max_frame_bytes = kDefaultMaxUncompressedBytes, size_t merges = 0) {
-    ServerOptions opts;
-    opts.max_concurrent_merges = merges;
-    opts.limits.max_uncompressed_bytes = max_frame_bytes;
-    opts.listen_address = "127.0.0.1:0";
-    opts.data_dir = dir_.path();
-    opts.memory_budget_bytes = budget;
-    opts.worker_threads = 2;
-    opts.merge_fan_in = fan_in;
-    opts.max_frames_per_attempt = max_frames_per_attempt_;
-    auto server = SluiceServer::Start(opts);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(server).value();
-    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
-                                   grpc::InsecureChannelCredentials());
-    stub_ = pb::ShuffleService::NewStub(channel_);
+    MiniServerOptions opts;
+    opts.server.max_concurrent_merges = merges;
+    opts.server.limits.max_uncompressed_bytes = max_frame_bytes;
+    opts.server.memory_budget_bytes = budget;
+    opts.server.merge_fan_in = fan_in;
+    opts.server.max_frames_per_attempt = max_frames_per_attempt_;
+    if (server_ == nullptr) {
+      ASSERT_OK_AND_ASSIGN(server_, MiniServer::Start(opts));
+    } else {
+      stub_.reset();
+      ASSERT_OK(server_->Restart(opts));
+    }
+    stub_ = MakeStub(*server_);
   }
+  // The same data directory, a new server process state.
   void RestartServer(uint64_t budget = 256ull << 20, size_t fan_in = 64,
                      uint32_t max_frame_bytes = kDefaultMaxUncompressedBytes, size_t merges = 0) {
-    stub_.reset();
-    channel_.reset();
-    server_.reset();
     StartServer(budget, fan_in, max_frame_bytes, merges);
   }
 
@@ -144,7 +142,7 @@ class ServerTest : public ::testing::Test {
     FrameDecoder dec;
     DecodedFrame frame;
     while (reader->Read(&resp)) {
-      EXPECT_TRUE(dec.Decode(resp.frame(), &frame).ok());
+      EXPECT_OK(dec.Decode(resp.frame(), &frame));
       if (headers != nullptr) headers->push_back(frame.header());
       for (const Record& r : frame) out->emplace_back(std::string(r.key), std::string(r.value));
     }
@@ -194,7 +192,7 @@ class ServerTest : public ::testing::Test {
     FrameDecoder dec;
     DecodedFrame frame;
     while (reader->Read(&resp)) {
-      EXPECT_TRUE(dec.Decode(resp.frame(), &frame).ok());
+      EXPECT_OK(dec.Decode(resp.frame(), &frame));
       for (const Record& r : frame) out->push_back(std::string(r.key) + "=" + std::string(r.value));
     }
     std::sort(out->begin(), out->end());
@@ -220,18 +218,16 @@ class ServerTest : public ::testing::Test {
     return out;
   }
 
-  TempDir dir_;
   uint64_t max_frames_per_attempt_ = uint64_t{1} << 20;
-  std::unique_ptr<SluiceServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<MiniServer> server_;
   std::unique_ptr<pb::ShuffleService::Stub> stub_;
 };
 
 TEST_F(ServerTest, CreateIsIdempotentAndConflictsAreNamed) {
   bool created = false;
-  ASSERT_TRUE(Create("s1", 4, 3, &created).ok());
+  ASSERT_OK(Create("s1", 4, 3, &created));
   EXPECT_TRUE(created);
-  ASSERT_TRUE(Create("s1", 4, 3, &created).ok());
+  ASSERT_OK(Create("s1", 4, 3, &created));
   EXPECT_FALSE(created);
   grpc::Status st = Create("s1", 5, 3);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS);
@@ -241,13 +237,13 @@ TEST_F(ServerTest, CreateIsIdempotentAndConflictsAreNamed) {
 }
 
 TEST_F(ServerTest, PushedRecordsComeBackFromEveryPartition) {
-  ASSERT_TRUE(Create("s", 4, 3).ok());
+  ASSERT_OK(Create("s", 4, 3));
   std::vector<std::thread> mappers;
   for (uint32_t m = 0; m < 3; ++m) {
     mappers.emplace_back([this, m] {
       pb::PushResponse resp;
       grpc::Status st = Push("s", m, 1, 4, 100, &resp);
-      EXPECT_TRUE(st.ok()) << st.error_message();
+      EXPECT_OK(st);
       EXPECT_FALSE(resp.duplicate());
       EXPECT_EQ(resp.records(), 400u);
     });
@@ -255,7 +251,7 @@ TEST_F(ServerTest, PushedRecordsComeBackFromEveryPartition) {
   for (auto& t : mappers) t.join();
   for (uint32_t p = 0; p < 4; ++p) {
     std::vector<std::string> got;
-    ASSERT_TRUE(FetchAll("s", p, &got, /*require_complete=*/true).ok());
+    ASSERT_OK(FetchAll("s", p, &got, /*require_complete=*/true));
     EXPECT_EQ(got, Expected({0, 1, 2}, p, 100)) << "partition " << p;
   }
   const auto info = Info("s");
@@ -264,21 +260,21 @@ TEST_F(ServerTest, PushedRecordsComeBackFromEveryPartition) {
 }
 
 TEST_F(ServerTest, SecondCommittedAttemptIsADuplicate) {
-  ASSERT_TRUE(Create("s", 2, 0).ok());
+  ASSERT_OK(Create("s", 2, 0));
   pb::PushResponse first, second;
-  ASSERT_TRUE(Push("s", 7, 1, 2, 10, &first).ok());
-  ASSERT_TRUE(Push("s", 7, 2, 2, 10, &second).ok());
+  ASSERT_OK(Push("s", 7, 1, 2, 10, &first));
+  ASSERT_OK(Push("s", 7, 2, 2, 10, &second));
   EXPECT_FALSE(first.duplicate());
   EXPECT_TRUE(second.duplicate());
   std::vector<std::string> got;
-  ASSERT_TRUE(FetchAll("s", 1, &got).ok());
+  ASSERT_OK(FetchAll("s", 1, &got));
   EXPECT_EQ(got, Expected({7}, 1, 10));  // once, not twice
 }
 
 TEST_F(ServerTest, ConcurrentCommitsAndRacingAttemptsEachCommitOnce) {
   // 12 mappers, 3 racing attempts each, all at once: commits are written in groups, and for
   // each mapper exactly one attempt wins, the others are told they are duplicates.
-  ASSERT_TRUE(Create("g", 2, 12).ok());
+  ASSERT_OK(Create("g", 2, 12));
   std::vector<std::thread> threads;
   std::vector<pb::PushResponse> resp(36);
   std::vector<grpc::Status> st(36);
@@ -298,7 +294,7 @@ TEST_F(ServerTest, ConcurrentCommitsAndRacingAttemptsEachCommitOnce) {
   for (int round = 0; round < 2; ++round) {  // and the same after a restart
     for (uint32_t p = 0; p < 2; ++p) {
       std::vector<std::string> got;
-      ASSERT_TRUE(FetchAll("g", p, &got, /*require_complete=*/true).ok());
+      ASSERT_OK(FetchAll("g", p, &got, /*require_complete=*/true));
       EXPECT_EQ(got, Expected(all, p, 20));
     }
     RestartServer();
@@ -306,7 +302,7 @@ TEST_F(ServerTest, ConcurrentCommitsAndRacingAttemptsEachCommitOnce) {
 }
 
 TEST_F(ServerTest, StreamsThatEndWithoutCommitLeaveNothing) {
-  ASSERT_TRUE(Create("s", 2, 0).ok());
+  ASSERT_OK(Create("s", 2, 0));
   {  // closed without a commit message
     grpc::ClientContext ctx;
     pb::PushResponse resp;
@@ -330,15 +326,15 @@ TEST_F(ServerTest, StreamsThatEndWithoutCommitLeaveNothing) {
   EXPECT_EQ(Info("s").committed_mappers_size(), 0);
   for (uint32_t p = 0; p < 2; ++p) {
     std::vector<std::string> got;
-    ASSERT_TRUE(FetchAll("s", p, &got).ok());
+    ASSERT_OK(FetchAll("s", p, &got));
     EXPECT_TRUE(got.empty());
   }
 }
 
 TEST_F(ServerTest, BadInputIsRejectedWithANamedErrorAndOthersKeepWorking) {
-  ASSERT_TRUE(Create("s", 2, 4).ok());
+  ASSERT_OK(Create("s", 2, 4));
   pb::PushResponse good;
-  ASSERT_TRUE(Push("s", 0, 1, 2, 20, &good).ok());
+  ASSERT_OK(Push("s", 0, 1, 2, 20, &good));
 
   pb::PushResponse resp;
   grpc::Status st = Push("nope", 0, 1, 2, 5, &resp);
@@ -378,42 +374,42 @@ TEST_F(ServerTest, BadInputIsRejectedWithANamedErrorAndOthersKeepWorking) {
   }
   // Committed data untouched, and the server still takes pushes.
   std::vector<std::string> got;
-  ASSERT_TRUE(FetchAll("s", 0, &got).ok());
+  ASSERT_OK(FetchAll("s", 0, &got));
   EXPECT_EQ(got, Expected({0}, 0, 20));
-  ASSERT_TRUE(Push("s", 1, 2, 2, 20, &resp).ok());
+  ASSERT_OK(Push("s", 1, 2, 2, 20, &resp));
   EXPECT_EQ(Info("s").committed_mappers_size(), 2);
 }
 
 TEST_F(ServerTest, RequireCompleteSaysHowManyMappersAreMissing) {
-  ASSERT_TRUE(Create("s", 1, 3).ok());
+  ASSERT_OK(Create("s", 1, 3));
   pb::PushResponse resp;
-  ASSERT_TRUE(Push("s", 1, 1, 1, 5, &resp).ok());
+  ASSERT_OK(Push("s", 1, 1, 1, 5, &resp));
   std::vector<std::string> got;
   grpc::Status st = FetchAll("s", 0, &got, /*require_complete=*/true);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(st.error_message().find("2 of 3 mappers"), std::string::npos) << st.error_message();
   got.clear();
-  EXPECT_TRUE(FetchAll("s", 0, &got, /*require_complete=*/false).ok());
+  EXPECT_OK(FetchAll("s", 0, &got, /*require_complete=*/false));
   EXPECT_EQ(got.size(), 5u);
 }
 
 TEST_F(ServerTest, RequireCompleteWithoutAMapperCountIsRefusedNotIgnored) {
-  ASSERT_TRUE(Create("open-ended", 1, 0).ok());
+  ASSERT_OK(Create("open-ended", 1, 0));
   pb::PushResponse resp;
-  ASSERT_TRUE(Push("open-ended", 1, 1, 1, 5, &resp).ok());
+  ASSERT_OK(Push("open-ended", 1, 1, 1, 5, &resp));
   std::vector<std::string> got;
   grpc::Status st = FetchAll("open-ended", 0, &got, /*require_complete=*/true);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(st.error_message().find("num_mappers = 0"), std::string::npos) << st.error_message();
   got.clear();
-  EXPECT_TRUE(FetchAll("open-ended", 0, &got).ok());
+  EXPECT_OK(FetchAll("open-ended", 0, &got));
   EXPECT_EQ(got.size(), 5u);
 }
 
 TEST_F(ServerTest, FetchZstdLevelsAreBounded) {
-  ASSERT_TRUE(Create("z", 1, 1).ok());
+  ASSERT_OK(Create("z", 1, 1));
   pb::PushResponse resp;
-  ASSERT_TRUE(Push("z", 0, 1, 1, 50, &resp).ok());
+  ASSERT_OK(Push("z", 0, 1, 1, 50, &resp));
   for (uint32_t level : {9u, 10u, 22u, 4000000000u}) {
     grpc::ClientContext ctx;
     pb::FetchRequest req;
@@ -426,7 +422,7 @@ TEST_F(ServerTest, FetchZstdLevelsAreBounded) {
     while (reader->Read(&r)) ++frames;
     grpc::Status st = reader->Finish();
     if (level <= 9) {
-      EXPECT_TRUE(st.ok()) << st.error_message();
+      EXPECT_OK(st);
       EXPECT_GT(frames, 0u);
     } else {
       EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << level;
@@ -439,7 +435,7 @@ TEST_F(ServerTest, FetchZstdLevelsAreBounded) {
 TEST_F(ServerTest, AttemptsPastTheFrameLimitAreRefusedAndNothingIsKept) {
   max_frames_per_attempt_ = 3;
   RestartServer();
-  ASSERT_TRUE(Create("f", 1, 2).ok());
+  ASSERT_OK(Create("f", 1, 2));
   const std::string frame = Frame(Rows(0, 0, 2));
   grpc::Status st = PushFrames("f", 0, {frame, frame, frame, frame}, 8);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
@@ -453,32 +449,32 @@ TEST_F(ServerTest, AttemptsPastTheFrameLimitAreRefusedAndNothingIsKept) {
 }
 
 TEST_F(ServerTest, CommittedDataSurvivesARestart) {
-  ASSERT_TRUE(Create("s", 3, 0).ok());
+  ASSERT_OK(Create("s", 3, 0));
   pb::PushResponse resp;
-  ASSERT_TRUE(Push("s", 4, 1, 3, 50, &resp).ok());
-  ASSERT_TRUE(Push("s", 5, 1, 3, 50, &resp).ok());
+  ASSERT_OK(Push("s", 4, 1, 3, 50, &resp));
+  ASSERT_OK(Push("s", 5, 1, 3, 50, &resp));
   RestartServer();
   const auto info = Info("s");
   EXPECT_EQ(info.committed_mappers_size(), 2);
   for (uint32_t p = 0; p < 3; ++p) {
     std::vector<std::string> got;
-    ASSERT_TRUE(FetchAll("s", p, &got).ok());
+    ASSERT_OK(FetchAll("s", p, &got));
     EXPECT_EQ(got, Expected({4, 5}, p, 50));
   }
   // The recovered mapper still counts: a retry is a duplicate.
-  ASSERT_TRUE(Push("s", 4, 2, 3, 50, &resp).ok());
+  ASSERT_OK(Push("s", 4, 2, 3, 50, &resp));
   EXPECT_TRUE(resp.duplicate());
 }
 
 TEST_F(ServerTest, DeletedShufflesAreGone) {
-  ASSERT_TRUE(Create("s", 1, 0).ok());
+  ASSERT_OK(Create("s", 1, 0));
   pb::PushResponse resp;
-  ASSERT_TRUE(Push("s", 0, 1, 1, 5, &resp).ok());
+  ASSERT_OK(Push("s", 0, 1, 1, 5, &resp));
   grpc::ClientContext ctx;
   pb::DeleteShuffleRequest req;
   req.set_shuffle_id("s");
   pb::DeleteShuffleResponse del;
-  ASSERT_TRUE(stub_->DeleteShuffle(&ctx, req, &del).ok());
+  ASSERT_OK(stub_->DeleteShuffle(&ctx, req, &del));
   grpc::Status st;
   Info("s", &st);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
@@ -489,10 +485,10 @@ TEST_F(ServerTest, DeletedShufflesAreGone) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
   // The id is free again, with nothing of the old shuffle in it.
   bool created = false;
-  ASSERT_TRUE(Create("s", 2, 0, &created).ok());
+  ASSERT_OK(Create("s", 2, 0, &created));
   EXPECT_TRUE(created);
   const auto info = Info("s", &st);
-  ASSERT_TRUE(st.ok());
+  ASSERT_OK(st);
   EXPECT_EQ(info.committed_mappers_size(), 0);
   EXPECT_EQ(info.partitions(0).records(), 0u);
 }
@@ -505,19 +501,19 @@ TEST_F(ServerTest, AbsurdPartitionCountsAreRefused) {
 
 TEST_F(ServerTest, AFullMemoryBudgetSlowsPushesDownInsteadOfFailingThem) {
   RestartServer(/*budget=*/64 << 10);  // 64 KiB; each push message is ~100 KiB
-  ASSERT_TRUE(Create("s", 4, 0).ok());
+  ASSERT_OK(Create("s", 4, 0));
   std::vector<std::thread> mappers;
   for (uint32_t m = 0; m < 4; ++m) {
     mappers.emplace_back([this, m] {
       pb::PushResponse resp;
       grpc::Status st = Push("s", m, 1, 4, 1000, &resp, -1, /*pad=*/100);
-      EXPECT_TRUE(st.ok()) << st.error_message();
+      EXPECT_OK(st);
     });
   }
   for (auto& t : mappers) t.join();
-  EXPECT_GT(server_->memory_parked_total(), 0u);
+  EXPECT_GT(server_->server()->memory_parked_total(), 0u);
   std::vector<std::string> got;
-  ASSERT_TRUE(FetchAll("s", 3, &got).ok());
+  ASSERT_OK(FetchAll("s", 3, &got));
   EXPECT_EQ(got.size(), 4000u);
 }
 
@@ -543,7 +539,7 @@ std::vector<std::string> KeyedFrames(uint32_t m, int frames, int n) {
     opts.sort_by_key = f % 2 == 1;
     FrameEncoder enc(opts);
     std::string frame;
-    EXPECT_TRUE(enc.Encode(records, &frame).ok());
+    EXPECT_OK(enc.Encode(records, &frame));
     out.push_back(frame);
   }
   return out;
@@ -553,19 +549,19 @@ TEST_F(ServerTest, KeyOrderMergesEveryRunStably) {
   for (size_t fan_in : {size_t{64}, size_t{3}}) {
     RestartServer(256ull << 20, fan_in);
     const std::string id = "k" + std::to_string(fan_in);
-    ASSERT_TRUE(Create(id, 1, 0).ok());
+    ASSERT_OK(Create(id, 1, 0));
     std::vector<std::pair<std::string, std::string>> expected;
     // Expected stream: every record, stable-sorted by key over (mapper, frame, position).
     std::vector<std::tuple<std::string, uint32_t, size_t, std::string>> rows;
     for (uint32_t m : {3u, 0u, 2u, 1u}) {  // pushed out of mapper order
       const auto frames = KeyedFrames(m, 5, 40);
-      ASSERT_TRUE(PushFrames(id, m, frames, 5 * 40).ok());
+      ASSERT_OK(PushFrames(id, m, frames, 5 * 40));
       // Re-derive (key, value) in stored order by decoding what we pushed.
       FrameDecoder dec;
       DecodedFrame frame;
       size_t seq = 0;
       for (const std::string& f : frames) {
-        ASSERT_TRUE(dec.Decode(f, &frame).ok());
+        ASSERT_OK(dec.Decode(f, &frame));
         std::vector<size_t> idx(frame.size());
         for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
         std::stable_sort(idx.begin(), idx.end(),
@@ -583,14 +579,14 @@ TEST_F(ServerTest, KeyOrderMergesEveryRunStably) {
     });
     for (const auto& r : rows) expected.emplace_back(std::get<0>(r), std::get<3>(r));
     std::vector<std::pair<std::string, std::string>> got;
-    ASSERT_TRUE(FetchKeyOrder(id, &got).ok());
+    ASSERT_OK(FetchKeyOrder(id, &got));
     EXPECT_EQ(got, expected) << "fan-in " << fan_in;
   }
 }
 
 TEST_F(ServerTest, KeyOrderUsesTheRequestedLayoutAndChunkSize) {
-  ASSERT_TRUE(Create("s", 1, 0).ok());
-  ASSERT_TRUE(PushFrames("s", 0, KeyedFrames(0, 3, 200), 600).ok());
+  ASSERT_OK(Create("s", 1, 0));
+  ASSERT_OK(PushFrames("s", 0, KeyedFrames(0, 3, 200), 600));
   std::vector<std::pair<std::string, std::string>> got;
   std::vector<FrameHeader> headers;
   ASSERT_TRUE(FetchKeyOrder("s", &got, &headers, pb::LAYOUT_OPAQUE, /*uncompressed=*/true,
@@ -608,7 +604,7 @@ TEST_F(ServerTest, KeyOrderUsesTheRequestedLayoutAndChunkSize) {
 
 TEST_F(ServerTest, TenThousandRunsAreMergedWithinTheFanIn) {
   RestartServer(256ull << 20, /*fan_in=*/64);
-  ASSERT_TRUE(Create("many", 1, 0).ok());
+  ASSERT_OK(Create("many", 1, 0));
   // One attempt of 10,000 one-record frames: 10,000 runs, 157 times the fan-in.
   std::vector<std::string> frames;
   for (int i = 0; i < 10000; ++i) {
@@ -616,12 +612,12 @@ TEST_F(ServerTest, TenThousandRunsAreMergedWithinTheFanIn) {
     const std::string value = std::to_string(i);
     FrameEncoder enc;
     std::string frame;
-    ASSERT_TRUE(enc.Encode({Record{key, value}}, &frame).ok());
+    ASSERT_OK(enc.Encode({Record{key, value}}, &frame));
     frames.push_back(std::move(frame));
   }
-  ASSERT_TRUE(PushFrames("many", 0, frames, 10000).ok());
+  ASSERT_OK(PushFrames("many", 0, frames, 10000));
   std::vector<std::pair<std::string, std::string>> got;
-  ASSERT_TRUE(FetchKeyOrder("many", &got).ok());
+  ASSERT_OK(FetchKeyOrder("many", &got));
   ASSERT_EQ(got.size(), 10000u);
   for (size_t i = 1; i < got.size(); ++i) ASSERT_FALSE(KeyLess(got[i].first, got[i - 1].first));
 }
@@ -630,8 +626,8 @@ TEST_F(ServerTest, KeyFetchesBeyondTheMergeLimitWaitTheirTurn) {
   RestartServer(256ull << 20, 64, kDefaultMaxUncompressedBytes, /*merges=*/1);
   for (int s = 0; s < 4; ++s) {
     const std::string id = "q" + std::to_string(s);
-    ASSERT_TRUE(Create(id, 1, 0).ok());
-    ASSERT_TRUE(PushFrames(id, 0, KeyedFrames(0, 4, 300), 1200).ok());
+    ASSERT_OK(Create(id, 1, 0));
+    ASSERT_OK(PushFrames(id, 0, KeyedFrames(0, 4, 300), 1200));
   }
   std::vector<std::thread> readers;
   std::atomic<int> ok{0};
@@ -647,10 +643,10 @@ TEST_F(ServerTest, KeyFetchesBeyondTheMergeLimitWaitTheirTurn) {
 
 TEST_F(ServerTest, FramesOverTheSizeCapAreRejected) {
   RestartServer(256ull << 20, 64, /*max_frame_bytes=*/4096);
-  ASSERT_TRUE(Create("s", 1, 0).ok());
+  ASSERT_OK(Create("s", 1, 0));
   FrameEncoder enc;  // (the client's own cap is the default 64 MiB)
   std::string frame;
-  ASSERT_TRUE(enc.Encode({Record{"k", std::string(10000, 'x')}}, &frame).ok());
+  ASSERT_OK(enc.Encode({Record{"k", std::string(10000, 'x')}}, &frame));
   grpc::Status st = PushFrames("s", 0, {frame}, 1);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(st.error_message().find("exceeds the cap of 4096"), std::string::npos)
@@ -659,28 +655,29 @@ TEST_F(ServerTest, FramesOverTheSizeCapAreRejected) {
 
 TEST_F(ServerTest, HealthServiceSaysServing) {
   // grpc.health.v1.Health/Check with an empty request; SERVING is field 1 = 1 (bytes 08 01).
-  grpc::GenericStub generic(channel_);
+  grpc::GenericStub generic(
+      grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   grpc::Slice empty;
   grpc::ByteBuffer request(&empty, 1), response;
   std::promise<grpc::Status> done;
   generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
                     [&done](grpc::Status st) { done.set_value(st); });
-  ASSERT_TRUE(done.get_future().get().ok());
+  ASSERT_OK(done.get_future().get());
   std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(response.Dump(&slices).ok());
+  ASSERT_OK(response.Dump(&slices));
   std::string bytes;
   for (const auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 
 TEST_F(ServerTest, ListShufflesListsWhatExists) {
-  ASSERT_TRUE(Create("a", 1, 0).ok());
-  ASSERT_TRUE(Create("b", 2, 5).ok());
+  ASSERT_OK(Create("a", 1, 0));
+  ASSERT_OK(Create("b", 2, 5));
   grpc::ClientContext ctx;
   pb::ListShufflesRequest req;
   pb::ListShufflesResponse resp;
-  ASSERT_TRUE(stub_->ListShuffles(&ctx, req, &resp).ok());
+  ASSERT_OK(stub_->ListShuffles(&ctx, req, &resp));
   ASSERT_EQ(resp.shuffles_size(), 2);
   EXPECT_EQ(resp.shuffles(1).shuffle_id(), "b");
   EXPECT_EQ(resp.shuffles(1).num_mappers(), 5u);
@@ -712,13 +709,10 @@ class DiskFullTest : public ::testing::Test {
 };
 
 TEST_F(DiskFullTest, FullDiskIsResourceExhaustedAndCommittedDataStays) {
-  ServerOptions opts;
-  opts.listen_address = "127.0.0.1:0";
-  opts.data_dir = mount_;
-  auto server = SluiceServer::Start(opts);
-  ASSERT_TRUE(server.ok()) << server.status();
-  auto stub = pb::ShuffleService::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials()));
+  MiniServerOptions opts;
+  opts.server.data_dir = mount_;
+  ASSERT_OK_AND_ASSIGN(auto server, MiniServer::Start(opts));
+  auto stub = MakeStub(*server);
   auto push = [&](uint32_t mapper, int frames) {
     grpc::ClientContext ctx;
     pb::PushResponse resp;
@@ -739,91 +733,20 @@ TEST_F(DiskFullTest, FullDiskIsResourceExhaustedAndCommittedDataStays) {
     req.set_shuffle_id("d");
     req.set_num_partitions(1);
     pb::CreateShuffleResponse resp;
-    ASSERT_TRUE(stub->CreateShuffle(&ctx, req, &resp).ok());
+    ASSERT_OK(stub->CreateShuffle(&ctx, req, &resp));
   }
   ASSERT_TRUE(push(0, 2).ok());   // ~400 KB: fits
   grpc::Status st = push(1, 30);  // ~6 MB: does not
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
   // The failed attempt's space was given back: a small push fits again.
-  EXPECT_TRUE(push(2, 2).ok());
+  EXPECT_OK(push(2, 2));
   grpc::ClientContext ctx;
   pb::GetShuffleRequest req;
   req.set_shuffle_id("d");
   pb::ShuffleInfo info;
-  ASSERT_TRUE(stub->GetShuffle(&ctx, req, &info).ok());
+  ASSERT_OK(stub->GetShuffle(&ctx, req, &info));
   ASSERT_EQ(info.committed_mappers_size(), 2);
   EXPECT_EQ(info.partitions(0).records(), 800u);
-}
-
-// The merge on its own, over runs held in memory: intermediate passes through files when the
-// runs exceed the fan-in, and a cancelled reader stops them.
-class VectorRun final : public RunSource {
- public:
-  explicit VectorRun(std::vector<std::pair<std::string, std::string>> records)
-      : records_(std::move(records)) {}
-  absl::StatusOr<bool> Next(Record* out) override {
-    if (pos_ == records_.size()) return false;
-    *out = Record{records_[pos_].first, records_[pos_].second};
-    ++pos_;
-    return true;
-  }
-  void Release() override {}
-  size_t resident_bytes() const override { return 0; }
-  uint64_t size_bytes() const override { return records_.size(); }
-
- private:
-  std::vector<std::pair<std::string, std::string>> records_;
-  size_t pos_ = 0;
-};
-
-std::vector<std::unique_ptr<RunSource>> SortedRuns(int runs, int per_run) {
-  std::vector<std::unique_ptr<RunSource>> out;
-  for (int r = 0; r < runs; ++r) {
-    std::vector<std::pair<std::string, std::string>> recs;
-    for (int i = 0; i < per_run; ++i) {
-      char key[16];
-      std::snprintf(key, sizeof(key), "k%05d", (i * 7 + r) % 50);
-      recs.emplace_back(key, "r" + std::to_string(r) + "#" + std::to_string(i));
-    }
-    std::stable_sort(recs.begin(), recs.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    out.push_back(std::make_unique<VectorRun>(std::move(recs)));
-  }
-  return out;
-}
-
-TEST(MergeTest, PassesBeyondTheFanInKeepOrderAndStabilityAndStopWhenCancelled) {
-  TempDir dir;
-  MergeOptions opts;
-  opts.fan_in = 3;
-  opts.tmp_dir = dir.path();
-  opts.chunk_bytes = 256;  // many intermediate frames
-  std::atomic<bool> cancelled{false};
-  opts.cancelled = &cancelled;
-  auto merged = MergedStream::Make(SortedRuns(10, 40), opts);
-  ASSERT_TRUE(merged.ok()) << merged.status();
-  EXPECT_GE((*merged)->intermediate_passes(), 1u);
-  std::vector<std::pair<std::string, std::string>> got;
-  std::vector<Record> batch;
-  for (;;) {
-    batch.clear();
-    auto more = (*merged)->NextBatch(1000, &batch);
-    ASSERT_TRUE(more.ok()) << more.status();
-    if (!*more) break;
-    for (const Record& r : batch) got.emplace_back(std::string(r.key), std::string(r.value));
-  }
-  ASSERT_EQ(got.size(), 400u);
-  for (size_t i = 1; i < got.size(); ++i) {
-    ASSERT_LE(got[i - 1].first, got[i].first);
-    if (got[i - 1].first == got[i].first) {  // equal keys: run order, then position in the run
-      const int r0 = std::stoi(got[i - 1].second.substr(1)),
-                r1 = std::stoi(got[i].second.substr(1));
-      ASSERT_LE(r0, r1) << got[i - 1].second << " before " << got[i].second;
-    }
-  }
-  cancelled = true;
-  auto stopped = MergedStream::Make(SortedRuns(10, 40), opts);
-  EXPECT_EQ(stopped.status().code(), absl::StatusCode::kCancelled);
 }
 
 }  // namespace

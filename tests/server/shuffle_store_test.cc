@@ -17,7 +17,8 @@
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
 #include "server/file_util.h"
-#include "tests/server/test_dir.h"
+#include "tests/harness/status_matchers.h"
+#include "tests/harness/temp_dir.h"
 
 namespace sluice {
 namespace {
@@ -47,7 +48,7 @@ std::string MakeFrame(uint32_t mapper, uint32_t partition, int n, int salt = 0,
   opts.layout = LayoutChoice::kOpaque;
   FrameEncoder enc(opts);
   std::string frame;
-  EXPECT_TRUE(enc.Encode(records, &frame).ok());
+  EXPECT_OK(enc.Encode(records, &frame));
   return frame;
 }
 
@@ -62,12 +63,12 @@ class ShuffleStoreTest : public ::testing::Test {
   std::unique_ptr<ShuffleStore> CreateStore(uint32_t partitions = 4, uint32_t mappers = 8) {
     ShuffleParams params{"s1", partitions, mappers};
     auto store = ShuffleStore::Create(ShuffleDir(), params, StoreOptions{});
-    EXPECT_TRUE(store.ok()) << store.status();
+    EXPECT_OK(store);
     return std::move(store).value();
   }
   std::unique_ptr<ShuffleStore> Reopen() {
     auto store = ShuffleStore::Open(ShuffleDir(), StoreOptions{});
-    EXPECT_TRUE(store.ok()) << store.status();
+    EXPECT_OK(store);
     return store.ok() ? std::move(store).value() : nullptr;
   }
 
@@ -78,7 +79,7 @@ class ShuffleStoreTest : public ::testing::Test {
     for (uint32_t p = 0; p < store.params().num_partitions; ++p) {
       const std::string frame = MakeFrame(mapper, p, records, static_cast<int>(attempt), padding);
       auto b = store.Append(mapper, attempt, p, Bytes(frame), records);
-      EXPECT_TRUE(b.ok()) << b.status();
+      EXPECT_OK(b);
       if (b.ok()) blocks.push_back(*b);
     }
     return blocks;
@@ -91,8 +92,8 @@ class ShuffleStoreTest : public ::testing::Test {
     DecodedFrame decoded;
     std::string frame;
     for (const BlockRef& b : store.CommittedBlocks(p)) {
-      EXPECT_TRUE(store.ReadFrame(b, &frame).ok());
-      EXPECT_TRUE(dec.Decode(frame, &decoded).ok());
+      EXPECT_OK(store.ReadFrame(b, &frame));
+      EXPECT_OK(dec.Decode(frame, &decoded));
       for (const Record& r : decoded)
         out.push_back(std::string(r.key) + "=" + std::string(r.value));
     }
@@ -145,7 +146,7 @@ TEST_F(ShuffleStoreTest, AFailedDataSyncCommitsNothingThatDependsOnIt) {
     return file::SyncData(fd, path);
   };
   auto created = ShuffleStore::Create(ShuffleDir(), ShuffleParams{"s1", 2, 8}, opts);
-  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_OK(created);
   auto store = std::move(created).value();
   const auto a = WriteAttempt(*store, 0, 1);  // syncs 1 and 2: both partitions
   ASSERT_EQ(*store->Commit(0, 1, a), CommitOutcome::kCommitted);
@@ -269,7 +270,7 @@ TEST_F(ShuffleStoreTest, KilledWriterLosesNothingAcknowledged) {
   for (int round = 0; round < 3; ++round) {
     const std::string dir = dir_.path() + "/kill" + std::to_string(round);
     ShuffleParams params{"k", 3, 0};
-    ASSERT_TRUE(ShuffleStore::Create(dir, params, StoreOptions{}).ok());
+    ASSERT_OK(ShuffleStore::Create(dir, params, StoreOptions{}));
     int fds[2];
     ASSERT_EQ(::pipe(fds), 0);
     const pid_t child = ::fork();
@@ -304,7 +305,7 @@ TEST_F(ShuffleStoreTest, KilledWriterLosesNothingAcknowledged) {
     ASSERT_FALSE(acked.empty()) << "the child made no commit before it was killed";
 
     auto store = ShuffleStore::Open(dir, StoreOptions{});
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_OK(store);
     const auto mappers = (*store)->CommittedMappers();
     // Acknowledged ones are all there; at most one more (committed, not yet acknowledged).
     ASSERT_GE(mappers.size(), acked.size());
@@ -314,7 +315,7 @@ TEST_F(ShuffleStoreTest, KilledWriterLosesNothingAcknowledged) {
       EXPECT_EQ((*store)->Stats(p).records, 200u * mappers.size());
       std::string frame;
       for (const BlockRef& b : (*store)->CommittedBlocks(p)) {
-        ASSERT_TRUE((*store)->ReadFrame(b, &frame).ok());
+        ASSERT_OK((*store)->ReadFrame(b, &frame));
       }
     }
   }
@@ -323,7 +324,7 @@ TEST_F(ShuffleStoreTest, KilledWriterLosesNothingAcknowledged) {
 TEST_F(ShuffleStoreTest, DestroyRemovesEverything) {
   auto store = CreateStore();
   ASSERT_EQ(*store->Commit(0, 1, WriteAttempt(*store, 0, 1)), CommitOutcome::kCommitted);
-  ASSERT_TRUE(store->Destroy().ok());
+  ASSERT_OK(store->Destroy());
   struct stat st;
   EXPECT_NE(::stat(ShuffleDir().c_str(), &st), 0);
 }

@@ -1,6 +1,6 @@
 // A fresh temporary directory per test, removed afterwards.
-#ifndef SLUICE_TESTS_SERVER_TEST_DIR_H_
-#define SLUICE_TESTS_SERVER_TEST_DIR_H_
+#ifndef SLUICE_TESTS_HARNESS_TEMP_DIR_H_
+#define SLUICE_TESTS_HARNESS_TEMP_DIR_H_
 
 #include <cstdlib>
 #include <filesystem>
@@ -28,4 +28,4 @@ class TempDir {
 
 }  // namespace sluice::testing
 
-#endif  // SLUICE_TESTS_SERVER_TEST_DIR_H_
+#endif  // SLUICE_TESTS_HARNESS_TEMP_DIR_H_

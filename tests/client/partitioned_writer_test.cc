@@ -1,0 +1,258 @@
+// The client's writer and reader logic over in-memory streams (client/transport.h): routing to
+// several streams, flushing within the budget, the commit each stream gets, errors and aborts;
+// the reader's decoding and its errors. The gRPC streams are tested in client_test.cc.
+#include "client/partitioned_writer.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "client/frame_stream_reader.h"
+#include "tests/harness/frames.h"
+#include "tests/harness/status_matchers.h"
+
+namespace sluice {
+namespace {
+
+using absl::StatusCode;
+using testing::DecodeRows;
+using testing::EncodeRows;
+using testing::Rows;
+using testing::StatusIs;
+
+// Keeps what it is sent; fails SendFrame from frame `fail_at` on, if set.
+struct FakePush {
+  std::mutex mu;
+  std::vector<std::pair<uint32_t, std::string>> frames;  // sent
+  bool committed = false, cancelled = false;
+  uint64_t commit_frames = 0, commit_records = 0;
+  int fail_at = -1;
+  absl::Status failure = absl::InvalidArgumentError("frame 3 for partition 1: rejected");
+};
+
+class FakePushStream final : public PushStream {
+ public:
+  explicit FakePushStream(FakePush* state) : s_(state) {}
+  std::string* NewFrame(uint32_t partition) override {
+    partition_ = partition;
+    pending_.clear();
+    return &pending_;
+  }
+  absl::Status SendFrame() override {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    if (s_->fail_at >= 0 && static_cast<int>(s_->frames.size()) >= s_->fail_at) {
+      return s_->failure;
+    }
+    s_->frames.emplace_back(partition_, pending_);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<WriteResult> Commit(uint64_t frames, uint64_t records) override {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    s_->committed = true;
+    s_->commit_frames = frames;
+    s_->commit_records = records;
+    WriteResult r;
+    r.frames = frames;
+    r.records = records;
+    return r;
+  }
+  void Cancel() override {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    s_->cancelled = true;
+  }
+
+ private:
+  FakePush* const s_;
+  uint32_t partition_ = 0;
+  std::string pending_;
+};
+
+std::vector<std::unique_ptr<PushStream>> Streams(std::vector<FakePush>& states) {
+  std::vector<std::unique_ptr<PushStream>> out;
+  for (FakePush& s : states) out.push_back(std::make_unique<FakePushStream>(&s));
+  return out;
+}
+
+TEST(PartitionedWriterTest, PartitionsGoToTheirStreamsAndEachCommitsWhatItCarried) {
+  std::vector<FakePush> states(3);
+  // 6 partitions: p -> stream p % 3.
+  WriterOptions opts;
+  opts.buffer_bytes = 8 << 10;  // many flushes
+  ASSERT_OK_AND_ASSIGN(auto writer, PartitionedWriter::Make(6, Streams(states), {0, 1, 2, 0, 1, 2},
+                                                            opts, FrameLimits{}));
+  std::map<std::string, std::string> sent;
+  for (int i = 0; i < 5000; ++i) {
+    const std::string key = "key" + std::to_string(i);
+    const std::string value = "value" + std::to_string(i * 31);
+    ASSERT_OK(writer->Add(key, value));
+    sent[key] = value;
+    EXPECT_LE(writer->buffered_bytes(), opts.buffer_bytes + 1024);
+  }
+  ASSERT_OK_AND_ASSIGN(WriteResult result, writer->Close());
+  EXPECT_EQ(result.records, 5000u);
+  std::map<std::string, std::string> got;
+  uint64_t frames = 0;
+  for (size_t s = 0; s < states.size(); ++s) {
+    ASSERT_TRUE(states[s].committed);
+    EXPECT_FALSE(states[s].cancelled);
+    EXPECT_EQ(states[s].commit_frames, states[s].frames.size());
+    uint64_t records = 0;
+    for (const auto& [partition, frame] : states[s].frames) {
+      EXPECT_EQ(partition % 3, s) << "partition " << partition << " on stream " << s;
+      for (const auto& [k, v] : DecodeRows(frame)) {
+        EXPECT_EQ(HashPartition(k, 6), partition);
+        got[k] = v;
+        ++records;
+      }
+    }
+    EXPECT_EQ(states[s].commit_records, records);
+    frames += states[s].frames.size();
+  }
+  EXPECT_GT(frames, 6u);  // the budget forced flushes before Close
+  EXPECT_EQ(result.frames, frames);
+  EXPECT_EQ(got, sent);
+}
+
+TEST(PartitionedWriterTest, SortedWritersSendSortedFramesOfBoundedSize) {
+  std::vector<FakePush> states(1);
+  WriterOptions opts;
+  opts.sort_by_key = true;
+  opts.frame_bytes = 1000;
+  ASSERT_OK_AND_ASSIGN(auto writer,
+                       PartitionedWriter::Make(1, Streams(states), {}, opts, FrameLimits{}));
+  for (int i = 0; i < 2000; ++i) ASSERT_OK(writer->Add("k" + std::to_string(i * 7919 % 2000), "v"));
+  ASSERT_OK(writer->Close());
+  ASSERT_GT(states[0].frames.size(), 1u);
+  for (const auto& [p, frame] : states[0].frames) {
+    const Rows rows = DecodeRows(frame);
+    size_t bytes = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      bytes += rows[i].first.size() + rows[i].second.size();
+      if (i > 0) {
+        EXPECT_FALSE(KeyLess(rows[i].first, rows[i - 1].first));
+      }
+    }
+    EXPECT_LE(bytes, 1000u);
+  }
+}
+
+TEST(PartitionedWriterTest, AStreamErrorIsTheWritersAndNothingCommits) {
+  std::vector<FakePush> states(2);
+  states[1].fail_at = 3;
+  WriterOptions opts;
+  opts.buffer_bytes = 4 << 10;
+  ASSERT_OK_AND_ASSIGN(auto writer,
+                       PartitionedWriter::Make(2, Streams(states), {0, 1}, opts, FrameLimits{}));
+  absl::Status st;
+  for (int i = 0; i < 20000 && st.ok(); ++i) st = writer->Add("k" + std::to_string(i), "value");
+  if (st.ok()) st = writer->Close().status();
+  EXPECT_THAT(st, StatusIs(StatusCode::kInvalidArgument, "frame 3 for partition 1: rejected"));
+  EXPECT_FALSE(states[0].committed);
+  EXPECT_FALSE(states[1].committed);
+  writer.reset();
+  EXPECT_TRUE(states[0].cancelled);
+  EXPECT_TRUE(states[1].cancelled);
+}
+
+TEST(PartitionedWriterTest, AbortAndDestructionCancelEveryStream) {
+  for (bool abort : {true, false}) {
+    std::vector<FakePush> states(2);
+    {
+      ASSERT_OK_AND_ASSIGN(auto writer,
+                           PartitionedWriter::Make(2, Streams(states), {0, 1}, {}, FrameLimits{}));
+      ASSERT_OK(writer->Add("a", "b"));
+      if (abort) {
+        writer->Abort();
+        EXPECT_THAT(writer->Add("c", "d"), StatusIs(StatusCode::kFailedPrecondition, "closed"));
+      }
+    }
+    for (const FakePush& s : states) {
+      EXPECT_TRUE(s.cancelled);
+      EXPECT_FALSE(s.committed);
+    }
+  }
+}
+
+TEST(PartitionedWriterTest, BadRoutesAndRecordsAreRefused) {
+  std::vector<FakePush> states(2);
+  EXPECT_THAT(PartitionedWriter::Make(3, Streams(states), {0, 1, 2}, {}, FrameLimits{}),
+              StatusIs(StatusCode::kInvalidArgument, "routed to stream 2 of 2"));
+  EXPECT_THAT(PartitionedWriter::Make(3, Streams(states), {0, 1}, {}, FrameLimits{}),
+              StatusIs(StatusCode::kInvalidArgument, "routes for 2 partitions"));
+  EXPECT_THAT(PartitionedWriter::Make(3, {}, {}, {}, FrameLimits{}),
+              StatusIs(StatusCode::kInvalidArgument, "push stream"));
+  WriterOptions opts;
+  opts.partitioner = [](std::string_view, uint32_t n) { return n; };
+  FrameLimits small;
+  small.max_uncompressed_bytes = 1000;
+  ASSERT_OK_AND_ASSIGN(auto writer, PartitionedWriter::Make(2, Streams(states), {}, opts, small));
+  EXPECT_THAT(writer->Add("k", "v"), StatusIs(StatusCode::kInvalidArgument, "returned 2 for 2"));
+  opts.partitioner = nullptr;
+  ASSERT_OK_AND_ASSIGN(writer, PartitionedWriter::Make(2, Streams(states), {}, opts, small));
+  EXPECT_THAT(writer->Add("k", std::string(600, 'x')),
+              StatusIs(StatusCode::kInvalidArgument, "too large for one frame"));
+}
+
+// Hands out the given frames, then an end or an error.
+class FakeFetchStream final : public FetchStream {
+ public:
+  FakeFetchStream(std::vector<std::string> frames, absl::Status end, std::atomic<bool>* cancelled)
+      : frames_(std::move(frames)), end_(std::move(end)), cancelled_(cancelled) {}
+  absl::StatusOr<bool> Next(const std::string** frame) override {
+    if (next_ == frames_.size()) {
+      if (!end_.ok()) return end_;
+      return false;
+    }
+    *frame = &frames_[next_++];
+    return true;
+  }
+  void Cancel() override { *cancelled_ = true; }
+
+ private:
+  std::vector<std::string> frames_;
+  absl::Status end_;
+  std::atomic<bool>* cancelled_;
+  size_t next_ = 0;
+};
+
+TEST(FrameStreamReaderTest, RecordsOfEveryFrameThenTheStreamsEnd) {
+  std::atomic<bool> cancelled{false};
+  FrameStreamReader reader(
+      std::make_unique<FakeFetchStream>(
+          std::vector<std::string>{EncodeRows({{"a", "1"}, {"b", "2"}}), EncodeRows({}),
+                                   EncodeRows({{"c", "3"}})},
+          absl::FailedPreconditionError("2 of 2 mappers have not committed"), &cancelled),
+      FrameLimits{}, "here");
+  Record r;
+  std::string keys;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK_AND_ASSIGN(bool more, reader.Next(&r));
+    ASSERT_TRUE(more);
+    keys += std::string(r.key);
+  }
+  EXPECT_EQ(keys, "abc");
+  EXPECT_THAT(reader.Next(&r), StatusIs(StatusCode::kFailedPrecondition, "2 of 2 mappers"));
+  EXPECT_FALSE(cancelled.load());
+}
+
+TEST(FrameStreamReaderTest, ABadFrameIsDataLossAndAnUnfinishedReadIsCancelled) {
+  std::atomic<bool> cancelled{false};
+  std::string bad = EncodeRows({{"a", "1"}});
+  bad[bad.size() - 1] ^= 1;
+  {
+    FrameStreamReader reader(std::make_unique<FakeFetchStream>(std::vector<std::string>{bad},
+                                                               absl::OkStatus(), &cancelled),
+                             FrameLimits{}, "server-x");
+    Record r;
+    EXPECT_THAT(reader.Next(&r), StatusIs(StatusCode::kDataLoss, "bad frame from server-x: "));
+  }
+  EXPECT_TRUE(cancelled.load());
+}
+
+}  // namespace
+}  // namespace sluice

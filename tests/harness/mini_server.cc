@@ -1,0 +1,95 @@
+#include "tests/harness/mini_server.h"
+
+#include <signal.h>
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "codec/status_macros.h"
+
+#ifndef SLUICE_SERVER_BIN
+#error "SLUICE_SERVER_BIN must name the sluice-server executable"
+#endif
+
+namespace sluice::testing {
+namespace {
+
+// The flags of a child process for `o` (tests always log at warn).
+absl::StatusOr<std::vector<std::string>> ChildFlags(const ServerOptions& o) {
+  if (o.limits.max_uncompressed_bytes % (1 << 20) != 0) {
+    return absl::InvalidArgumentError(
+        "a child server's frame cap is whole MiB (--max_frame_mb); run it in process instead");
+  }
+  return std::vector<std::string>{
+      absl::StrCat("--data_dir=", o.data_dir),
+      absl::StrCat("--memory_budget_mb=", o.memory_budget_bytes >> 20),
+      absl::StrCat("--fsync=", o.fsync ? "true" : "false"),
+      absl::StrCat("--max_frame_mb=", o.limits.max_uncompressed_bytes >> 20),
+      absl::StrCat("--worker_threads=", o.worker_threads),
+      absl::StrCat("--merge_fan_in=", o.merge_fan_in),
+      absl::StrCat("--max_concurrent_merges=", o.max_concurrent_merges),
+      absl::StrCat("--max_frames_per_attempt=", o.max_frames_per_attempt),
+      "--log_level=warn"};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MiniServer>> MiniServer::Start(MiniServerOptions options) {
+  std::unique_ptr<MiniServer> server(new MiniServer(std::move(options)));
+  if (server->options_.server.data_dir.empty()) {
+    server->owned_dir_.emplace();
+    server->options_.server.data_dir = server->owned_dir_->path();
+  }
+  SLUICE_RETURN_IF_ERROR(server->Launch());
+  return server;
+}
+
+MiniServer::~MiniServer() { (void)Stop(); }
+
+absl::Status MiniServer::Launch() {
+  options_.server.listen_address = "127.0.0.1:0";
+  if (options_.child_process) {
+    SLUICE_ASSIGN_OR_RETURN(std::vector<std::string> flags, ChildFlags(options_.server));
+    SLUICE_ASSIGN_OR_RETURN(child_, ServerProcess::Start(SLUICE_SERVER_BIN, flags));
+    port_ = child_->port();
+    return absl::OkStatus();
+  }
+  SLUICE_ASSIGN_OR_RETURN(in_process_, SluiceServer::Start(options_.server));
+  port_ = in_process_->port();
+  return absl::OkStatus();
+}
+
+absl::Status MiniServer::Restart() { return Restart(options_); }
+
+absl::Status MiniServer::Restart(MiniServerOptions options) {
+  SLUICE_RETURN_IF_ERROR(Stop());
+  options.server.data_dir = options_.server.data_dir;
+  options_ = std::move(options);
+  return Launch();
+}
+
+absl::Status MiniServer::Stop() {
+  port_ = 0;
+  if (in_process_ != nullptr) in_process_.reset();  // Shutdown
+  if (child_ == nullptr) return absl::OkStatus();
+  absl::Status st = child_->Stop();
+  child_.reset();
+  return st;
+}
+
+int MiniServer::Kill(int sig) {
+  if (child_ == nullptr) return -1;
+  const int status = child_->Signal(sig);
+  child_.reset();
+  port_ = 0;
+  return status;
+}
+
+absl::StatusOr<std::unique_ptr<ShuffleClient>> MiniServer::Client(ClientOptions options) const {
+  if (port_ == 0) return absl::FailedPreconditionError("the mini server is not running");
+  options.server = address();
+  return ShuffleClient::Connect(options);
+}
+
+}  // namespace sluice::testing

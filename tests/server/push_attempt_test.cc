@@ -1,0 +1,172 @@
+// PushAttempt's rules with no transport: a registry on a real temporary directory, frames
+// handed in as bytes. Each rule the push stream relies on, and its error, is here.
+#include "server/push_attempt.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/harness/frames.h"
+#include "tests/harness/status_matchers.h"
+#include "tests/harness/temp_dir.h"
+
+namespace sluice {
+namespace {
+
+using absl::StatusCode;
+using testing::Bytes;
+using testing::EncodeRows;
+using testing::Rows;
+using testing::StatusIs;
+using testing::TempDir;
+
+// A frame of ~64 KiB that zstd cannot shrink much: its space on disk is measurable.
+std::string BigFrame() {
+  uint64_t x = 0x9e3779b97f4a7c15ULL;
+  std::string value(64 << 10, '\0');
+  for (char& c : value) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c = static_cast<char>(x);
+  }
+  return EncodeRows({{"big", value}});
+}
+
+Rows MakeRows(uint32_t mapper, int n) {
+  Rows rows;
+  for (int i = 0; i < n; ++i) {
+    rows.emplace_back("m" + std::to_string(mapper) + "-" + std::to_string(i), "v");
+  }
+  return rows;
+}
+
+class PushAttemptTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(registry_, ShuffleRegistry::Open(dir_.path(), StoreOptions{}, nullptr));
+    ASSERT_OK(registry_->Create(ShuffleParams{"s", 2, 4}).status());
+  }
+  std::shared_ptr<ShuffleStore> Store() { return *registry_->Get("s"); }
+  // Bytes of disk partition 0's file takes (punched-out blocks take none).
+  uint64_t DiskBytes() {
+    struct stat st;
+    if (::stat((dir_.path() + "/shuffles/s/p0.data").c_str(), &st) != 0) return 0;
+    return static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+  uint64_t CommittedRecords() { return Store()->Stats(0).records + Store()->Stats(1).records; }
+
+  TempDir dir_;
+  std::unique_ptr<ShuffleRegistry> registry_;
+  PushLimits limits_;
+};
+
+TEST_F(PushAttemptTest, ACommittedAttemptIsVisibleAndCounted) {
+  PushAttempt attempt(registry_.get(), limits_);
+  ASSERT_OK(attempt.Open("s", 1, 7));
+  ASSERT_OK(attempt.AddFrame(0, Bytes(EncodeRows(MakeRows(1, 3)))));
+  ASSERT_OK(attempt.AddFrame(1, Bytes(EncodeRows(MakeRows(1, 4)))));
+  ASSERT_OK_AND_ASSIGN(PushSummary summary, attempt.Commit(2, 7));
+  EXPECT_FALSE(summary.duplicate);
+  EXPECT_EQ(summary.frames, 2u);
+  EXPECT_EQ(summary.records, 7u);
+  EXPECT_GT(summary.bytes, 0u);
+  EXPECT_EQ(Store()->CommittedMappers(), std::vector<uint32_t>{1});
+  EXPECT_EQ(CommittedRecords(), 7u);
+}
+
+TEST_F(PushAttemptTest, MessagesOutOfOrderAreRefused) {
+  const std::string frame = EncodeRows(MakeRows(0, 2));
+  PushAttempt a(registry_.get(), limits_);
+  EXPECT_THAT(a.AddFrame(0, Bytes(frame)),
+              StatusIs(StatusCode::kInvalidArgument, "frames before the open message"));
+  EXPECT_THAT(a.Commit(0, 0), StatusIs(StatusCode::kInvalidArgument, "commit before the open"));
+  ASSERT_OK(a.Open("s", 0, 1));
+  EXPECT_THAT(a.Open("s", 0, 1), StatusIs(StatusCode::kInvalidArgument, "second open message"));
+}
+
+TEST_F(PushAttemptTest, OpenChecksTheShuffleAndTheMapper) {
+  PushAttempt a(registry_.get(), limits_);
+  EXPECT_THAT(a.Open("nope", 0, 1), StatusIs(StatusCode::kNotFound, "'nope' not found"));
+  EXPECT_THAT(a.Open("s", 4, 1),
+              StatusIs(StatusCode::kInvalidArgument, "mapper 4 is out of range [0, 4)"));
+  EXPECT_FALSE(a.opened());
+}
+
+TEST_F(PushAttemptTest, BadFramesAreNamedAndNothingOfTheAttemptStays) {
+  PushAttempt a(registry_.get(), limits_);
+  ASSERT_OK(a.Open("s", 2, 1));
+  ASSERT_OK(a.AddFrame(0, Bytes(EncodeRows(MakeRows(2, 5)))));
+  EXPECT_THAT(
+      a.AddFrame(2, Bytes(EncodeRows(MakeRows(2, 1)))),
+      StatusIs(StatusCode::kInvalidArgument, "frame 1: partition 2 is out of range [0, 2)"));
+  std::string corrupt = EncodeRows(MakeRows(2, 5));
+  corrupt.back() ^= 1;
+  const absl::Status st = a.AddFrame(1, Bytes(corrupt));
+  EXPECT_THAT(st, StatusIs(StatusCode::kInvalidArgument, "frame 1 for partition 1: "));
+  ASSERT_OK(a.AddFrame(0, Bytes(BigFrame())));
+  EXPECT_GE(DiskBytes(), 48u << 10);
+  a.Abort(st);
+  EXPECT_LT(DiskBytes(), 16u << 10);
+  EXPECT_TRUE(Store()->CommittedMappers().empty());
+  EXPECT_EQ(CommittedRecords(), 0u);
+}
+
+TEST_F(PushAttemptTest, TheCommitMustNameWhatWasReceived) {
+  PushAttempt a(registry_.get(), limits_);
+  ASSERT_OK(a.Open("s", 0, 1));
+  ASSERT_OK(a.AddFrame(0, Bytes(EncodeRows(MakeRows(0, 5)))));
+  EXPECT_THAT(a.Commit(1, 6),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "commit says 1 frames and 6 records, the server received 1 frames and 5"));
+  EXPECT_TRUE(Store()->CommittedMappers().empty());
+}
+
+TEST_F(PushAttemptTest, FramesPastTheLimitAndOverTheCapAreRefused) {
+  limits_.max_frames_per_attempt = 2;
+  limits_.frame.max_uncompressed_bytes = 4096;
+  PushAttempt a(registry_.get(), limits_);
+  ASSERT_OK(a.Open("s", 0, 1));
+  const std::string big = EncodeRows({{"k", std::string(10000, 'x')}});
+  EXPECT_THAT(a.AddFrame(0, Bytes(big)),
+              StatusIs(StatusCode::kInvalidArgument, "exceeds the cap of 4096"));
+  const std::string small = EncodeRows(MakeRows(0, 1));
+  ASSERT_OK(a.AddFrame(0, Bytes(small)));
+  ASSERT_OK(a.AddFrame(0, Bytes(small)));
+  EXPECT_THAT(a.AddFrame(0, Bytes(small)),
+              StatusIs(StatusCode::kResourceExhausted, "--max_frames_per_attempt"));
+}
+
+TEST_F(PushAttemptTest, ALaterAttemptIsADuplicateAndItsBlocksGo) {
+  for (uint64_t attempt : {1, 2}) {
+    PushAttempt a(registry_.get(), limits_);
+    ASSERT_OK(a.Open("s", 3, attempt));
+    ASSERT_OK(a.AddFrame(0, Bytes(EncodeRows(MakeRows(3, 10)))));
+    ASSERT_OK_AND_ASSIGN(PushSummary summary, a.Commit(1, 10));
+    EXPECT_EQ(summary.duplicate, attempt == 2);
+  }
+  EXPECT_EQ(CommittedRecords(), 10u);  // once
+  EXPECT_EQ(Store()->CommittedBlocks(0).size(), 1u);
+}
+
+TEST_F(PushAttemptTest, AnAttemptDroppedBeforeItsCommitLeavesNothing) {
+  {
+    PushAttempt a(registry_.get(), limits_);
+    ASSERT_OK(a.Open("s", 0, 1));
+    ASSERT_OK(a.AddFrame(0, Bytes(BigFrame())));
+    EXPECT_GE(DiskBytes(), 48u << 10);
+  }  // neither committed nor aborted: its space is given back
+  EXPECT_LT(DiskBytes(), 16u << 10);
+  // Another attempt of the same mapper is then the first, not a duplicate.
+  PushAttempt b(registry_.get(), limits_);
+  ASSERT_OK(b.Open("s", 0, 2));
+  ASSERT_OK(b.AddFrame(0, Bytes(EncodeRows(MakeRows(0, 4)))));
+  ASSERT_OK_AND_ASSIGN(PushSummary summary, b.Commit(1, 4));
+  EXPECT_FALSE(summary.duplicate);
+  EXPECT_EQ(CommittedRecords(), 4u);
+}
+
+}  // namespace
+}  // namespace sluice
