@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace sluice {
 
@@ -37,6 +38,10 @@ inline void StoreBE16(uint8_t* p, uint16_t v) {
 }
 inline void StoreBE32(uint8_t* p, uint32_t v) { StoreLE32(p, __builtin_bswap32(v)); }
 inline void StoreBE64(uint8_t* p, uint64_t v) { StoreLE64(p, __builtin_bswap64(v)); }
+
+/// Appends v little-endian (records the server writes to its files).
+inline void AppendLE32(std::string* s, uint32_t v) { s->append(reinterpret_cast<char*>(&v), 4); }
+inline void AppendLE64(std::string* s, uint64_t v) { s->append(reinterpret_cast<char*>(&v), 8); }
 
 }  // namespace sluice
 

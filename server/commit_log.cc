@@ -16,35 +16,24 @@ constexpr char kLogFile[] = "commits.log";
 constexpr size_t kCommitFixed = 4 + 8 + 4;  // mapper, attempt, block count
 constexpr size_t kCommitBlock = 20;
 
-void PutU32(std::string* s, uint32_t v) {
-  uint8_t b[4];
-  StoreLE32(b, v);
-  s->append(reinterpret_cast<char*>(b), 4);
-}
-void PutU64(std::string* s, uint64_t v) {
-  uint8_t b[8];
-  StoreLE64(b, v);
-  s->append(reinterpret_cast<char*>(b), 8);
-}
-
 }  // namespace
 
 std::string EncodeCommitRecord(uint32_t mapper, uint64_t attempt,
                                absl::Span<const BlockRef> blocks) {
   std::string body;
   body.reserve(kCommitFixed + kCommitBlock * blocks.size() + 8);
-  PutU32(&body, mapper);
-  PutU64(&body, attempt);
-  PutU32(&body, static_cast<uint32_t>(blocks.size()));
+  AppendLE32(&body, mapper);
+  AppendLE64(&body, attempt);
+  AppendLE32(&body, static_cast<uint32_t>(blocks.size()));
   for (const BlockRef& b : blocks) {
-    PutU32(&body, b.partition);
-    PutU64(&body, b.offset);
-    PutU32(&body, b.frame_size);
-    PutU32(&body, b.records);
+    AppendLE32(&body, b.partition);
+    AppendLE64(&body, b.offset);
+    AppendLE32(&body, b.frame_size);
+    AppendLE32(&body, b.records);
   }
-  PutU64(&body, PayloadChecksum(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
+  AppendLE64(&body, PayloadChecksum(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
   std::string record(kCommitMagic, 4);
-  PutU32(&record, static_cast<uint32_t>(body.size()));
+  AppendLE32(&record, static_cast<uint32_t>(body.size()));
   record += body;
   return record;
 }

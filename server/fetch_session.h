@@ -72,7 +72,6 @@ class FetchSession {
 
   /// Whether the session merges (and so must be admitted before its first Next).
   bool key_order() const { return spec_.key_order; }
-  const FetchSpec& spec() const { return spec_; }
 
   /// Puts the next frame in *frame, charged to the budget until Sent(); false once done.
   absl::StatusOr<bool> Next(std::string* frame);

@@ -211,7 +211,6 @@ absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(
           absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size())));
       offset += frame.size();
     }
-    stream->rewritten_bytes_ += offset;
     runs[best] = std::make_unique<FileRun>(std::move(fd), path, &stream->file_runs_, offset);
     runs.erase(runs.begin() + static_cast<std::ptrdiff_t>(best) + 1,
                runs.begin() + static_cast<std::ptrdiff_t>(best + group_size));

@@ -75,8 +75,6 @@ class MergedStream {
   absl::StatusOr<bool> NextBatch(size_t max_bytes, std::vector<Record>* batch);
 
   size_t intermediate_passes() const { return passes_; }
-  /// Bytes the intermediate passes wrote to temporary files.
-  uint64_t rewritten_bytes() const { return rewritten_bytes_; }
   /// Bytes the runs hold in memory now, to count against the server's memory budget.
   size_t resident_bytes() const;
 
@@ -103,7 +101,6 @@ class MergedStream {
   std::vector<HeapEntry> heap_;  // min-heap by (key, run index)
   std::vector<std::string> tmp_files_;
   size_t passes_ = 0;
-  uint64_t rewritten_bytes_ = 0;
   bool top_taken_ = false;         // the top run's head was handed out: advance it first
   size_t max_records_ = 1u << 20;  // per batch
 };

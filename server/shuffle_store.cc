@@ -24,17 +24,6 @@ uint32_t Check32(const uint8_t* p, size_t n) {
   return static_cast<uint32_t>(PayloadChecksum(p, n));
 }
 
-void PutU32(std::string* s, uint32_t v) {
-  uint8_t b[4];
-  StoreLE32(b, v);
-  s->append(reinterpret_cast<char*>(b), 4);
-}
-void PutU64(std::string* s, uint64_t v) {
-  uint8_t b[8];
-  StoreLE64(b, v);
-  s->append(reinterpret_cast<char*>(b), 8);
-}
-
 // Block header: magic, version, 3 zero bytes, u32 mapper, u64 attempt, u32 frame size,
 // u32 records, u32 check of the first 28 bytes.
 void WriteBlockHeader(uint32_t mapper, uint64_t attempt, uint32_t frame_size, uint32_t records,
@@ -52,11 +41,11 @@ void WriteBlockHeader(uint32_t mapper, uint64_t attempt, uint32_t frame_size, ui
 std::string EncodeParams(const ShuffleParams& p) {
   std::string s(kParamsMagic, 4);
   s.push_back(static_cast<char>(kStoreVersion));
-  PutU32(&s, p.num_partitions);
-  PutU32(&s, p.num_mappers);
-  PutU32(&s, static_cast<uint32_t>(p.shuffle_id.size()));
+  AppendLE32(&s, p.num_partitions);
+  AppendLE32(&s, p.num_mappers);
+  AppendLE32(&s, static_cast<uint32_t>(p.shuffle_id.size()));
   s += p.shuffle_id;
-  PutU64(&s, PayloadChecksum(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
+  AppendLE64(&s, PayloadChecksum(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
   return s;
 }
 
@@ -360,7 +349,7 @@ absl::Status ShuffleStore::Recover() {
         return absl::DataLossError(absl::StrCat(log_path, " lists a frame of ", b.frame_size,
                                                 " bytes, beyond the frame cap"));
       }
-      SLUICE_RETURN_IF_ERROR(VerifyBlock(m, commit.attempt, b, options_.verify_on_open));
+      SLUICE_RETURN_IF_ERROR(VerifyBlock(m, commit.attempt, b, /*check_frame=*/true));
     }
     AddCommitLocked(m, CommittedAttempt{commit.attempt, std::move(commit.blocks)});
   }
@@ -402,13 +391,6 @@ void ShuffleStore::MarkDeleted() {
   destroyed_.store(true);
   committed_.clear();
   for (PartitionStats& s : stats_) s = PartitionStats{};
-}
-
-absl::Status ShuffleStore::Destroy() {
-  // Open descriptors stay valid (they point at unlinked files) until the last user of the
-  // store lets go, so a stream still writing cannot touch anything else; it just fails.
-  MarkDeleted();
-  return file::RemoveTree(dir_);
 }
 
 }  // namespace sluice

@@ -49,8 +49,6 @@ struct ShuffleParams {
 struct StoreOptions {
   /// Sync data files and the commit log before a commit is acknowledged.
   bool fsync = true;
-  /// Re-read every committed frame and check its checksums when opening.
-  bool verify_on_open = true;
   FrameLimits limits;
   /// The fdatasync commits use (tests inject failures here); null = file::SyncData.
   std::function<absl::Status(int fd, const std::string& path)> sync_data;
@@ -83,7 +81,6 @@ class ShuffleStore {
   ShuffleStore& operator=(const ShuffleStore&) = delete;
 
   const ShuffleParams& params() const { return params_; }
-  const std::string& dir() const { return dir_; }
 
   /// Appends one frame (already validated by the caller) of a mapper attempt to its partition
   /// file. Not visible until Commit. RESOURCE_EXHAUSTED when the disk is full.
@@ -106,10 +103,6 @@ class ShuffleStore {
   /// Reads a committed block's frame, checking the block header and the frame's checksums.
   absl::Status ReadFrame(const BlockRef& block, std::string* frame) const;
 
-  /// Deletes the shuffle's files. Later Appends and Commits fail with NOT_FOUND; streams that
-  /// still hold the store cannot write anywhere else (files are opened through the
-  /// directory's descriptor).
-  absl::Status Destroy();
   /// Later Appends and Commits fail with NOT_FOUND; the caller removes the (renamed) directory.
   void MarkDeleted();
 

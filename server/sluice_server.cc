@@ -20,7 +20,6 @@ struct SluiceServer::Impl {
   std::unique_ptr<Gate> merge_gate;
   std::unique_ptr<ShuffleServiceImpl> service;
   std::unique_ptr<grpc::Server> server;
-  std::map<std::string, std::string> failed;
   int port = 0;
   bool stopped = false;
 };
@@ -41,7 +40,6 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   impl->registry = std::move(registry).value();
   for (const auto& [id, st] : failed) {
     spdlog::error("event=recovery_failed shuffle={} error=\"{}\"", id, std::string(st.message()));
-    impl->failed[id] = std::string(st.message());
   }
   impl->pool = std::make_unique<WorkerPool>(options.worker_threads);
   impl->budget = std::make_unique<MemoryBudget>(options.memory_budget_bytes, impl->pool.get());
@@ -93,10 +91,6 @@ void SluiceServer::Shutdown() {
   impl_->server->Wait();
   impl_->pool.reset();  // runs what is queued, joins
   spdlog::info("event=stopped port={}", impl_->port);
-}
-
-const std::map<std::string, std::string>& SluiceServer::failed_shuffles() const {
-  return impl_->failed;
 }
 
 uint64_t SluiceServer::memory_parked_total() const { return impl_->budget->parked_total(); }

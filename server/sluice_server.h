@@ -12,7 +12,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 
@@ -45,8 +44,6 @@ class SluiceServer {
   int port() const;
   /// Stops accepting calls, lets in-flight ones finish until the grace period, then cancels them.
   void Shutdown();
-  /// Shuffles that failed recovery at start (id -> reason); they are not served.
-  const std::map<std::string, std::string>& failed_shuffles() const;
   uint64_t memory_parked_total() const;
 
  private:

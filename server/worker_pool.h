@@ -50,7 +50,6 @@ class MemoryBudget {
   void WhenAvailable(std::function<void()> resume);
 
   uint64_t used() const;
-  uint64_t limit() const { return limit_; }
   uint64_t parked_total() const;  ///< how many times a stream had to wait (for stats/tests)
 
  private:

@@ -321,12 +321,17 @@ TEST_F(ShuffleStoreTest, KilledWriterLosesNothingAcknowledged) {
   }
 }
 
-TEST_F(ShuffleStoreTest, DestroyRemovesEverything) {
+TEST_F(ShuffleStoreTest, ADeletedStoreTakesNothingMore) {
   auto store = CreateStore();
   ASSERT_EQ(*store->Commit(0, 1, WriteAttempt(*store, 0, 1)), CommitOutcome::kCommitted);
-  ASSERT_OK(store->Destroy());
-  struct stat st;
-  EXPECT_NE(::stat(ShuffleDir().c_str(), &st), 0);
+  const std::vector<BlockRef> pending = WriteAttempt(*store, 1, 1);
+  store->MarkDeleted();  // the registry renamed its directory away
+  EXPECT_TRUE(store->CommittedMappers().empty());
+  EXPECT_TRUE(store->CommittedBlocks(0).empty());
+  EXPECT_EQ(store->Stats(0).records, 0u);
+  auto commit = store->Commit(1, 1, pending);
+  EXPECT_EQ(commit.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(commit.status().message().find("was deleted"), std::string::npos) << commit.status();
 }
 
 TEST_F(ShuffleStoreTest, DiscardedBlocksGiveTheirSpaceBack) {
