@@ -55,7 +55,7 @@ build_main() {
 case ${1:-} in
   main)
     build_main
-    log "end-to-end shuffle benchmark (embedded sluice-server, fsync on): sluice bench"
+    log "end-to-end shuffle benchmark (sluice bench: a sluice-server child, fsync on)"
     "$ROOT/build/client/sluice" bench --order UNORDERED
     "$ROOT/build/client/sluice" bench --order KEY
     log "codec benchmark (one thread, zstd level 3)"
