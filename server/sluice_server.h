@@ -1,5 +1,5 @@
 // SluiceServer: the daemon's core (Kudu's Init/Start/Shutdown split), usable in-process by
-// tests and benchmarks. No gRPC types in this header.
+// the tests (tests/harness/mini_server.h). No gRPC types in this header.
 //
 //   sluice::ServerOptions opts;
 //   opts.listen_address = "127.0.0.1:0";
