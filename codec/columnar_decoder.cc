@@ -20,20 +20,23 @@ using namespace columnar_internal;  // NOLINT(google-build-using-namespace): thi
 
 namespace {
 
-// What WriteValue switches on: the column type, with ints and bools split by how they are
-// stored, so that no value pays a second branch for it.
-enum class ValueKind : uint8_t {
+// How a column's values are stored: what WriteValue switches on, so that no value pays a
+// second branch for it.
+enum class Storage : uint8_t {
   kNil,
-  kBool,
-  kBoolBits,
-  kInt,
-  kIntStep,
-  kIntPacked,
-  kFloat32,
-  kFloat64,
-  kFloat64Decimal,
-  kKeyRef,
-  kBytes
+  kBool,            // a byte a value, 0 or 1
+  kBoolBits,        // a bit a value
+  kInt,             // plain, delta or delta-packed ints: rebuilt a chunk at a time (IntReader)
+  kIntStep,         // first + i * step
+  kIntPacked,       // base + b bits
+  kFloat32,         // raw, big-endian as in msgpack
+  kFloat64,         // raw, big-endian as in msgpack
+  kFloat64Decimal,  // mantissa / 10^e; the mantissas in an IntReader
+  kBytesPlain,      // lengths (a chunk at a time) and a blob of contents
+  kBytesHex,        // lengths and a blob of the bytes the hex digits spell
+  kBytesPacked,     // lengths and a blob of b-bit codes of a small alphabet
+  kBytesDict,       // codes into pre-encoded dictionary entries
+  kKeyRef,          // key column only: each key is the encoded value of one field
 };
 
 // Internal code layout: kCodePacked with 1..8 bits (a code may end in the last byte).
@@ -67,47 +70,110 @@ constexpr size_t kChunk = 256;
 constexpr size_t kChunkMask = kChunk - 1;
 static_assert((kChunk & kChunkMask) == 0, "a power of two");
 
+// An integer stream (an int column, or a float64 column's decimal mantissas) as read.
+struct IntReader {
+  // How the stream is stored (the encoding byte).
+  enum class Encoding : uint8_t { kVarints, kDeltaVarints, kStep, kPacked, kDeltaPacked };
+  Encoding encoding = Encoding::kVarints;
+  // kStep: value i = first + by * i. kPacked: value i = first + bits. kDeltaPacked: value 0 =
+  // first, value i = value i-1 + by + bits. (All mod 2^64.) Step and packed values are computed
+  // when written, never stored (a few bytes may stand for n values).
+  uint64_t first = 0, by = 0;
+  // kVarints, kDeltaVarints: the (validated) varints. kPacked, kDeltaPacked: the bits.
+  const uint8_t* data = nullptr;
+  const uint8_t* data_end = nullptr;
+  uint32_t bits = 0;  // 1..56
+  // Varints and delta-packed steps are decoded again a chunk at a time while rebuilding: a
+  // cursor into the varints, the running value (delta), the index of the next value, and the
+  // current chunk's values.
+  const uint8_t* cursor = nullptr;
+  uint64_t prev = 0;
+  size_t next = 0;
+  PodBuffer<int64_t> chunk;  // kChunk values
+
+  // Whether the values are decoded a chunk at a time (else computed from i).
+  bool Streamed() const {
+    return encoding == Encoding::kVarints || encoding == Encoding::kDeltaVarints ||
+           encoding == Encoding::kDeltaPacked;
+  }
+  ABSL_ATTRIBUTE_ALWAYS_INLINE int64_t Step(size_t i) const {
+    return static_cast<int64_t>(first + by * i);
+  }
+  ABSL_ATTRIBUTE_ALWAYS_INLINE int64_t Packed(size_t i) const {
+    return static_cast<int64_t>(first + BitsAt(data, data_end, uint64_t{i} * bits, bits));
+  }
+  // Value i, of the current chunk when streamed.
+  int64_t Value(size_t i) const {
+    if (encoding == Encoding::kStep) return Step(i);
+    if (encoding == Encoding::kPacked) return Packed(i);
+    return chunk[i & kChunkMask];
+  }
+  // The value after `prev`, the (i+1)th of a kDeltaPacked stream (i counts from 0).
+  ABSL_ATTRIBUTE_ALWAYS_INLINE uint64_t NextDeltaPacked(uint64_t prev_value, size_t i) const {
+    return prev_value + by + BitsAt(data, data_end, uint64_t{i} * bits, bits);
+  }
+  // Starts the second pass over a streamed column.
+  void StartStream() {
+    cursor = data;
+    prev = 0;
+    next = 0;
+    chunk.Resize(kChunk);
+  }
+  // Decodes the next m (<= kChunk) values into the chunk.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void FillChunk(size_t m) {
+    if (encoding == Encoding::kDeltaPacked) {
+      FillDeltaPackedChunk(m);
+      return;
+    }
+    const uint8_t* p = cursor;
+    int64_t* out = chunk.data();
+    if (encoding == Encoding::kDeltaVarints) {
+      uint64_t running = prev;
+      for (size_t k = 0; k < m; ++k) {
+        running += static_cast<uint64_t>(UnZigZag(GetValidatedVarint(&p)));
+        out[k] = static_cast<int64_t>(running);
+      }
+      prev = running;
+    } else {
+      for (size_t k = 0; k < m; ++k) out[k] = UnZigZag(GetValidatedVarint(&p));
+    }
+    cursor = p;
+  }
+  // FillChunk for kDeltaPacked: the next m values from the running one.
+  ABSL_ATTRIBUTE_NOINLINE void FillDeltaPackedChunk(size_t m) {
+    int64_t* out = chunk.data();
+    size_t k = 0;
+    uint64_t running = prev;
+    if (next == 0 && m > 0) {
+      running = first;
+      out[k++] = static_cast<int64_t>(running);
+    }
+    for (; k < m; ++k) {
+      running = NextDeltaPacked(running, next + k - 1);
+      out[k] = static_cast<int64_t>(running);
+    }
+    prev = running;
+    next += m;
+  }
+};
+
 struct ReadColumn {
   ColumnType type = ColumnType::kNil;
-  ValueKind kind = ValueKind::kNil;
-  // Plain and delta ints: the varints (validated), a cursor into them while rebuilding, the
-  // running sum (delta), and the current chunk's values. Null for step and packed ints.
-  const uint8_t* varints = nullptr;
-  bool int_delta = false;
-  const uint8_t* varint_cursor = nullptr;
-  uint64_t int_prev = 0;
-  PodBuffer<int64_t> ints;  // kChunk values
-  // kIntStep and kIntPacked: the values are computed when read, never stored (a few bytes may
-  // stand for n values).
-  bool int_step = false;
-  uint64_t int_first = 0, int_by = 0;
-  const uint8_t* int_packed = nullptr;  // kIntPacked: the bits; values are int_first + bits
-  const uint8_t* int_packed_end = nullptr;
-  uint32_t int_bits = 0;  // 1..56
-  int64_t Int(size_t i) const {
-    if (int_step) return static_cast<int64_t>(int_first + int_by * i);
-    if (int_packed != nullptr) return static_cast<int64_t>(int_first + PackedInt(i));
-    return ints[i & kChunkMask];
-  }
-  ABSL_ATTRIBUTE_ALWAYS_INLINE uint64_t PackedInt(size_t i) const {
-    return BitsAt(int_packed, int_packed_end, uint64_t{i} * int_bits, int_bits);
-  }
+  Storage storage = Storage::kNil;
+  IntReader ints;                  // kInt, kIntStep, kIntPacked, kFloat64Decimal
+  const uint8_t* fixed = nullptr;  // floats (big-endian, as in msgpack), bools
+  double pow10 = 1;                // kFloat64Decimal: value i is ints.Value(i) / pow10
   // Plain, hex and packed bytes: the length varints (validated), a cursor into them while
   // rebuilding, and the current chunk's lengths.
   const uint8_t* lens_src = nullptr;
   const uint8_t* lens_cursor = nullptr;
-  PodBuffer<uint32_t> lens;        // kChunk lengths
-  const uint8_t* fixed = nullptr;  // floats (big-endian, as in msgpack), bools
-  double pow10 = 1;                // kFloat64Decimal: value i is Int(i) / pow10
-  const uint8_t* blob = nullptr;   // plain bytes: contents back to back
+  PodBuffer<uint32_t> lens;       // kChunk lengths
+  const uint8_t* blob = nullptr;  // plain bytes: contents back to back
   const uint8_t* blob_end = nullptr;
-  bool hex = false;  // plain bytes stored as the bytes their hex digits spell
   // Packed bytes: `bits`-bit codes; symbols[code] is the byte.
-  bool packed = false;
   uint8_t bits = 0;
   uint8_t symbols[1 << kMaxPackedBits] = {};
   // Dictionary bytes: every entry pre-encoded (msgpack header + content) in `entries`.
-  bool dict = false;
   ByteBuffer entries;
   PodBuffer<uint32_t> entry_off;  // d + 1 offsets into entries
   const uint8_t* codes = nullptr;
@@ -117,81 +183,39 @@ struct ReadColumn {
   uint32_t key_ref_field = 0;  // kKeyRef
   uint64_t rebuilt_bytes = 0;  // bytes this column contributes to the rebuilt rows
 
-  // kIntDeltaPacked: the n-1 step offsets (int_bits each, from int_step_base) after the first
-  // value int_first; rebuilt a chunk at a time like the varints, from a running value.
-  const uint8_t* int_dpacked = nullptr;
-  const uint8_t* int_dpacked_end = nullptr;
-  uint64_t int_step_base = 0;
-  size_t int_next = 0;  // index of the next value FillChunk computes
-
-  // The value after `prev`, the (i+1)th of a kIntDeltaPacked column (i counts from 0).
-  ABSL_ATTRIBUTE_ALWAYS_INLINE uint64_t NextDeltaPacked(uint64_t prev, size_t i) const {
-    return prev + int_step_base +
-           BitsAt(int_dpacked, int_dpacked_end, uint64_t{i} * int_bits, int_bits);
+  bool IsBytes() const {
+    return storage == Storage::kBytesPlain || storage == Storage::kBytesHex ||
+           storage == Storage::kBytesPacked;
   }
-
   // Whether the column is decoded again a chunk at a time while rebuilding.
   bool Streamed() const {
-    return varints != nullptr || int_dpacked != nullptr || lens_src != nullptr;
+    if (storage == Storage::kInt) return true;
+    if (storage == Storage::kFloat64Decimal) return ints.Streamed();
+    return IsBytes();
   }
   // Starts the second pass over the column's varints.
   void StartStream() {
-    if (varints != nullptr || int_dpacked != nullptr) {
-      varint_cursor = varints;
-      int_prev = 0;
-      int_next = 0;
-      ints.Resize(kChunk);
-    }
-    if (lens_src != nullptr) {
+    if (IsBytes()) {
       lens_cursor = lens_src;
       lens.Resize(kChunk);
+    } else {
+      ints.StartStream();
     }
   }
-  // FillChunk for kIntDeltaPacked: the next m values from the running one.
-  ABSL_ATTRIBUTE_NOINLINE void FillDeltaPackedChunk(size_t m) {
-    int64_t* out = ints.data();
-    size_t k = 0;
-    uint64_t prev = int_prev;
-    if (int_next == 0 && m > 0) {
-      prev = int_first;
-      out[k++] = static_cast<int64_t>(prev);
-    }
-    for (; k < m; ++k) {
-      prev = NextDeltaPacked(prev, int_next + k - 1);
-      out[k] = static_cast<int64_t>(prev);
-    }
-    int_prev = prev;
-    int_next += m;
-  }
-
   // Decodes the next m (<= kChunk) values' varints.
   ABSL_ATTRIBUTE_NOINLINE void FillChunk(size_t m) {
-    if (int_dpacked != nullptr) {
-      FillDeltaPackedChunk(m);
-    } else if (varints != nullptr) {
-      const uint8_t* p = varint_cursor;
-      int64_t* out = ints.data();
-      if (int_delta) {
-        uint64_t prev = int_prev;
-        for (size_t k = 0; k < m; ++k) {
-          prev += static_cast<uint64_t>(UnZigZag(GetValidatedVarint(&p)));
-          out[k] = static_cast<int64_t>(prev);
-        }
-        int_prev = prev;
-      } else {
-        for (size_t k = 0; k < m; ++k) out[k] = UnZigZag(GetValidatedVarint(&p));
-      }
-      varint_cursor = p;
-    } else {
-      const uint8_t* p = lens_cursor;
-      uint32_t* out = lens.data();
-      for (size_t k = 0; k < m; ++k) out[k] = static_cast<uint32_t>(GetValidatedVarint(&p));
-      lens_cursor = p;
+    if (!IsBytes()) {
+      ints.FillChunk(m);
+      return;
     }
+    const uint8_t* p = lens_cursor;
+    uint32_t* out = lens.data();
+    for (size_t k = 0; k < m; ++k) out[k] = static_cast<uint32_t>(GetValidatedVarint(&p));
+    lens_cursor = p;
   }
 
   size_t RetainedBytes() const {
-    return ints.capacity() * 8 + lens.capacity() * 4 + entries.capacity() +
+    return ints.chunk.capacity() * 8 + lens.capacity() * 4 + entries.capacity() +
            entry_off.capacity() * 4;
   }
 
@@ -249,15 +273,13 @@ const uint8_t* CheckVarints(const uint8_t* p, const uint8_t* end, size_t n, uint
   return p;
 }
 
-// An int stream: encoding byte, then n zigzag varints (plain or delta), two (step), or a base
-// and n bit-packed offsets (packed). For plain and delta, `int_sizes` (when not null) receives
-// the values' msgpack size; the values themselves are decoded again while rebuilding.
+// An int stream: encoding byte, then n zigzag varints (plain or delta), two (step), a base and
+// n bit-packed offsets (packed), or a first value, a smallest step and n-1 bit-packed step
+// offsets (delta-packed). `sizes` (when not null) receives the values' msgpack size; streamed
+// values are decoded again while rebuilding.
 absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::string_view name,
-                      bool allow_step, ReadColumn* c, uint64_t* int_sizes) {
+                      bool allow_step, IntReader* r, uint64_t* sizes) {
   const uint8_t* p = *pp;
-  c->int_step = false;
-  c->int_packed = nullptr;
-  c->int_dpacked = nullptr;
   if (p >= end || *p > kIntDeltaPacked || (*p == kIntStep && !allow_step)) {
     return Corrupt(
         absl::StrCat("column '", name, "' has ",
@@ -269,9 +291,14 @@ absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::st
     if (!GetVarint(&p, end, &first) || !GetVarint(&p, end, &by)) {
       return Corrupt(absl::StrCat("column '", name, "' has a truncated integer sequence"));
     }
-    c->int_step = true;
-    c->int_first = static_cast<uint64_t>(UnZigZag(first));
-    c->int_by = static_cast<uint64_t>(UnZigZag(by));
+    r->encoding = IntReader::Encoding::kStep;
+    r->first = static_cast<uint64_t>(UnZigZag(first));
+    r->by = static_cast<uint64_t>(UnZigZag(by));
+    if (sizes != nullptr) {  // one loop per encoding, so no value pays for the others' branches
+      uint64_t total = 0;
+      for (size_t i = 0; i < n; ++i) total += mp::IntSize(r->Step(i));
+      *sizes = total;
+    }
     *pp = p;
     return absl::OkStatus();
   }
@@ -293,10 +320,16 @@ absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::st
     if (!PaddingIsZero(p, total_bits)) {
       return Corrupt(absl::StrCat("column '", name, "' has nonzero padding after its integers"));
     }
-    c->int_first = static_cast<uint64_t>(UnZigZag(zbase));
-    c->int_bits = bits;
-    c->int_packed = p;
-    c->int_packed_end = p + size;
+    r->encoding = IntReader::Encoding::kPacked;
+    r->first = static_cast<uint64_t>(UnZigZag(zbase));
+    r->bits = bits;
+    r->data = p;
+    r->data_end = p + size;
+    if (sizes != nullptr) {
+      uint64_t total = 0;
+      for (size_t i = 0; i < n; ++i) total += mp::IntSize(r->Packed(i));
+      *sizes = total;
+    }
     *pp = p + size;
     return absl::OkStatus();
   }
@@ -321,19 +354,20 @@ absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::st
       return Corrupt(
           absl::StrCat("column '", name, "' has nonzero padding after its integer steps"));
     }
-    c->int_first = static_cast<uint64_t>(UnZigZag(zfirst));
-    c->int_step_base = static_cast<uint64_t>(UnZigZag(zbase));
-    c->int_bits = bits;
-    c->int_dpacked = p;
-    c->int_dpacked_end = p + size;
-    if (int_sizes != nullptr) {  // the values' msgpack sizes, from a first pass over them
+    r->encoding = IntReader::Encoding::kDeltaPacked;
+    r->first = static_cast<uint64_t>(UnZigZag(zfirst));
+    r->by = static_cast<uint64_t>(UnZigZag(zbase));
+    r->bits = bits;
+    r->data = p;
+    r->data_end = p + size;
+    if (sizes != nullptr) {  // the values' msgpack sizes, from a first pass over them
       uint64_t total = 0;
-      uint64_t v = c->int_first;
+      uint64_t v = r->first;
       for (size_t i = 0; i < n; ++i) {
-        if (i > 0) v = c->NextDeltaPacked(v, i - 1);
+        if (i > 0) v = r->NextDeltaPacked(v, i - 1);
         total += mp::IntSize(static_cast<int64_t>(v));
       }
-      *int_sizes = total;
+      *sizes = total;
     }
     *pp = p + size;
     return absl::OkStatus();
@@ -342,11 +376,11 @@ absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::st
   if (static_cast<size_t>(end - p) < n) {  // at least one byte per value
     return Corrupt(absl::StrCat("column '", name, "' integers are truncated"));
   }
-  c->varints = p;
-  c->int_delta = delta;
-  if (int_sizes != nullptr) {
-    p = delta ? CheckVarints<true, true>(p, end, n, int_sizes)
-              : CheckVarints<false, true>(p, end, n, int_sizes);
+  r->encoding = delta ? IntReader::Encoding::kDeltaVarints : IntReader::Encoding::kVarints;
+  r->data = p;
+  if (sizes != nullptr) {
+    p = delta ? CheckVarints<true, true>(p, end, n, sizes)
+              : CheckVarints<false, true>(p, end, n, sizes);
   } else {
     p = delta ? CheckVarints<true, false>(p, end, n, nullptr)
               : CheckVarints<false, false>(p, end, n, nullptr);
@@ -354,6 +388,7 @@ absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::st
   if (p == nullptr) {
     return Corrupt(absl::StrCat("column '", name, "' has a truncated or over-long varint"));
   }
+  r->data_end = p;
   *pp = p;
   return absl::OkStatus();
 }
@@ -401,10 +436,10 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
     return Corrupt(absl::StrCat("column '", name, "' has ",
                                 avail() < 1 ? "no encoding byte" : "an unknown encoding"));
   }
-  c->hex = *p == kBytesHex;
-  c->packed = *p == kBytesPacked;
-  c->dict = *p++ == kBytesDict;
-  if (c->packed) {
+  const uint8_t encoding = *p++;
+  const bool packed = encoding == kBytesPacked;
+  const bool dict = encoding == kBytesDict;
+  if (packed) {
     // bits (1..6), then the 2^bits alphabet bytes in increasing order.
     if (avail() < 1) return Corrupt(absl::StrCat("column '", name, "' packing is truncated"));
     const uint8_t bits = *p++;
@@ -426,7 +461,7 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   // validates them and sums what the column needs; plain, hex and packed columns read them
   // again a chunk at a time while rebuilding, dictionaries while building their entries.
   uint64_t count = n;
-  if (c->dict) {
+  if (dict) {
     if (!GetVarint(&p, end, &count) || count > n || (n > 0 && count == 0) || count > kMaxDict) {
       return Corrupt(absl::StrCat("column '", name, "' has a bad dictionary size"));
     }
@@ -436,7 +471,7 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   uint64_t sum = 0;         // contents
   uint64_t headers = 0;     // msgpack headers of the rebuilt values (entries, for a dictionary)
   uint64_t packed_len = 0;  // packed: bytes of codes
-  const uint32_t hex_factor = c->hex ? 2 : 1;
+  const uint32_t hex_factor = encoding == kBytesHex ? 2 : 1;
   for (size_t i = 0; i < count; ++i) {
     uint64_t len;
     if (!GetVarint(&p, end, &len) || len > 0xffffffffu) {
@@ -444,13 +479,13 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
     }
     sum += len;
     headers += BytesHeaderSize(c->type, hex_factor * len);
-    if (c->packed) packed_len += (len * c->bits + 7) / 8;
+    if (packed) packed_len += (len * c->bits + 7) / 8;
   }
   uint64_t blob_len;
   if (!GetVarint(&p, end, &blob_len) || blob_len != sum) {
     return Corrupt(absl::StrCat("column '", name, "' blob size does not match its lengths"));
   }
-  if (c->packed) {
+  if (packed) {
     // Value i takes ceil(lens[i] * bits / 8) bytes.
     if (packed_len > avail()) {
       return Corrupt(absl::StrCat("column '", name, "' packed codes are truncated"));
@@ -461,7 +496,10 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   c->blob = p;
   c->blob_end = p + blob_len;
   p += blob_len;
-  if (!c->dict) {
+  if (!dict) {
+    c->storage = encoding == kBytesHex      ? Storage::kBytesHex
+                 : encoding == kBytesPacked ? Storage::kBytesPacked
+                                            : Storage::kBytesPlain;
     c->lens_src = lens_src;
     c->rebuilt_bytes = hex_factor * sum + headers;
     *pp = p;
@@ -524,6 +562,7 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   c->entry_off[count] = static_cast<uint32_t>(w - c->entries.data());
   uint64_t rebuilt = 0;
   if (auto st = CheckDictCodes(*c, count, name, &rebuilt); !st.ok()) return st;
+  c->storage = Storage::kBytesDict;
   c->rebuilt_bytes = rebuilt;
   *pp = p;
   return absl::OkStatus();
@@ -542,12 +581,6 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
     return Corrupt(absl::StrCat("column '", name, "' has unknown type ", t));
   }
   c->type = static_cast<ColumnType>(t);
-  c->dict = false;
-  c->hex = false;
-  c->packed = false;
-  c->varints = nullptr;
-  c->int_dpacked = nullptr;
-  c->lens_src = nullptr;
   const auto avail = [&]() { return static_cast<size_t>(end - p); };
   switch (c->type) {
     case ColumnType::kKeyRef: {
@@ -558,17 +591,17 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
       }
       c->key_ref_field = static_cast<uint32_t>(field);
       c->rebuilt_bytes = 0;  // keys are views into the values
-      c->kind = ValueKind::kKeyRef;
+      c->storage = Storage::kKeyRef;
       break;
     }
     case ColumnType::kNil:
       c->rebuilt_bytes = n;
-      c->kind = ValueKind::kNil;
+      c->storage = Storage::kNil;
       break;
     case ColumnType::kBool:
       c->rebuilt_bytes = n;
       if (n > 0 && avail() > 0 && *p == kBoolPacked) {  // n bits; else n bytes of 0 or 1
-        c->kind = ValueKind::kBoolBits;
+        c->storage = Storage::kBoolBits;
         ++p;
         const size_t size = (n + 7) / 8;
         if (avail() < size) return Corrupt(absl::StrCat("bool column '", name, "' is truncated"));
@@ -579,7 +612,7 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
         p += size;
         break;
       }
-      c->kind = ValueKind::kBool;
+      c->storage = Storage::kBool;
       if (avail() < n) return Corrupt(absl::StrCat("bool column '", name, "' is truncated"));
       for (size_t i = 0; i < n; ++i) {
         if (p[i] > 1) return Corrupt(absl::StrCat("bool column '", name, "' holds ", p[i]));
@@ -602,13 +635,14 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
           return Corrupt(absl::StrCat("float column '", name, "' has a bad decimal exponent"));
         }
         c->pow10 = kPow10[*p++];
-        if (auto st = ReadInts(&p, end, n, name, /*allow_step=*/false, c, nullptr); !st.ok()) {
+        if (auto st = ReadInts(&p, end, n, name, /*allow_step=*/false, &c->ints, nullptr);
+            !st.ok()) {
           return st;
         }
-        c->kind = ValueKind::kFloat64Decimal;  // computed when written: nothing held a value
+        c->storage = Storage::kFloat64Decimal;  // computed when written: nothing held a value
         break;
       }
-      c->kind = c->type == ColumnType::kFloat32 ? ValueKind::kFloat32 : ValueKind::kFloat64;
+      c->storage = c->type == ColumnType::kFloat32 ? Storage::kFloat32 : Storage::kFloat64;
       if (avail() / width < n) {
         return Corrupt(absl::StrCat("float column '", name, "' is truncated"));
       }
@@ -618,30 +652,19 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
     }
     case ColumnType::kInt: {
       uint64_t rebuilt = 0;
-      if (auto st = ReadInts(&p, end, n, name, /*allow_step=*/true, c, &rebuilt); !st.ok()) {
+      if (auto st = ReadInts(&p, end, n, name, /*allow_step=*/true, &c->ints, &rebuilt); !st.ok()) {
         return st;
       }
-      // One loop per storage, so no value pays for the others' branches.
-      if (c->int_step) {
-        for (size_t i = 0; i < n; ++i) {
-          rebuilt += mp::IntSize(static_cast<int64_t>(c->int_first + c->int_by * i));
-        }
-      } else if (c->int_packed != nullptr) {
-        for (size_t i = 0; i < n; ++i) {
-          rebuilt += mp::IntSize(static_cast<int64_t>(c->int_first + c->PackedInt(i)));
-        }
-      }  // plain and delta: summed by ReadInts
       c->rebuilt_bytes = rebuilt;
-      c->kind = c->int_step                ? ValueKind::kIntStep
-                : c->int_packed != nullptr ? ValueKind::kIntPacked
-                                           : ValueKind::kInt;
+      c->storage = c->ints.encoding == IntReader::Encoding::kStep     ? Storage::kIntStep
+                   : c->ints.encoding == IntReader::Encoding::kPacked ? Storage::kIntPacked
+                                                                      : Storage::kInt;
       break;
     }
     case ColumnType::kStr:
     case ColumnType::kBin:
     case ColumnType::kRawBytes:
       if (auto st = ReadBytesColumn(&p, end, n, name, c, dict_budget); !st.ok()) return st;
-      c->kind = ValueKind::kBytes;
       break;
   }
   *pp = p;
@@ -727,59 +750,65 @@ inline uint8_t* Unpack(const ReadColumn& c, const uint8_t* src, uint32_t len,
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteValue(const ReadColumn& c, size_t i,
                                                         const uint8_t** blob_cursor, uint8_t* w,
                                                         uint32_t* bad) {
-  switch (c.kind) {
-    case ValueKind::kNil:
+  switch (c.storage) {
+    case Storage::kNil:
       *w = 0xc0;
       return w + 1;
-    case ValueKind::kBool:
+    case Storage::kBool:
       *w = static_cast<uint8_t>(0xc2 | c.fixed[i]);
       return w + 1;
-    case ValueKind::kBoolBits:
+    case Storage::kBoolBits:
       *w = static_cast<uint8_t>(0xc2 | ((c.fixed[i >> 3] >> (i & 7)) & 1));
       return w + 1;
-    case ValueKind::kInt:
-      return mp::WriteInt(w, c.ints[i & kChunkMask]);
-    case ValueKind::kIntStep:
-      return mp::WriteInt(w, static_cast<int64_t>(c.int_first + c.int_by * i));
-    case ValueKind::kIntPacked:
-      return mp::WriteInt(w, static_cast<int64_t>(c.int_first + c.PackedInt(i)));
-    case ValueKind::kFloat32:
+    case Storage::kInt:
+      return mp::WriteInt(w, c.ints.chunk[i & kChunkMask]);
+    case Storage::kIntStep:
+      return mp::WriteInt(w, c.ints.Step(i));
+    case Storage::kIntPacked:
+      return mp::WriteInt(w, c.ints.Packed(i));
+    case Storage::kFloat32:
       *w = 0xca;
       std::memcpy(w + 1, c.fixed + i * 4, 4);
       return w + 5;
-    case ValueKind::kFloat64:
+    case Storage::kFloat64:
       *w = 0xcb;
       std::memcpy(w + 1, c.fixed + i * 8, 8);
       return w + 9;
-    case ValueKind::kFloat64Decimal:
+    case Storage::kFloat64Decimal:
       *w = 0xcb;
-      StoreBE64(w + 1, DoubleBits(static_cast<double>(c.Int(i)) / c.pow10));
+      StoreBE64(w + 1, DoubleBits(static_cast<double>(c.ints.Value(i)) / c.pow10));
       return w + 9;
-    case ValueKind::kKeyRef:
+    case Storage::kKeyRef:
       return w;
-    case ValueKind::kBytes:
-    default: {
-      if (c.dict) {
-        const uint32_t code = c.Code(i);
-        const uint32_t off = c.entry_off[code];
-        const uint8_t* e = c.entries.data();
-        return CopySmall(w, e + off, e + c.entries.capacity(), c.entry_off[code + 1] - off);
-      }
+    case Storage::kBytesDict: {
+      const uint32_t code = c.Code(i);
+      const uint32_t off = c.entry_off[code];
+      const uint8_t* e = c.entries.data();
+      return CopySmall(w, e + off, e + c.entries.capacity(), c.entry_off[code + 1] - off);
+    }
+    case Storage::kBytesPacked: {
       const uint32_t len = c.lens[i & kChunkMask];
       const uint8_t* src = *blob_cursor;
       *blob_cursor = src + len;
-      if (c.packed) {
-        w = WriteBytesHeader(c.type, w, len);
-        return Unpack(c, src, len, blob_cursor, w, bad);
+      w = WriteBytesHeader(c.type, w, len);
+      return Unpack(c, src, len, blob_cursor, w, bad);
+    }
+    case Storage::kBytesHex: {
+      const uint32_t len = c.lens[i & kChunkMask];
+      const uint8_t* src = *blob_cursor;
+      *blob_cursor = src + len;
+      w = WriteBytesHeader(c.type, w, 2 * len);
+      for (uint32_t k = 0; k < len; ++k) {
+        std::memcpy(w, kHex.digits[src[k]], 2);
+        w += 2;
       }
-      if (c.hex) {
-        w = WriteBytesHeader(c.type, w, 2 * len);
-        for (uint32_t k = 0; k < len; ++k) {
-          std::memcpy(w, kHex.digits[src[k]], 2);
-          w += 2;
-        }
-        return w;
-      }
+      return w;
+    }
+    case Storage::kBytesPlain:
+    default: {
+      const uint32_t len = c.lens[i & kChunkMask];
+      const uint8_t* src = *blob_cursor;
+      *blob_cursor = src + len;
       w = WriteBytesHeader(c.type, w, len);
       return CopySmall(w, src, c.blob_end, len);
     }
@@ -791,7 +820,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteValue(const ReadColumn& c, siz
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteKey(const ReadColumn& c, size_t i,
                                                       const uint8_t** cursor, uint8_t* w,
                                                       uint32_t* bad) {
-  if (c.type == ColumnType::kRawBytes && !c.dict && !c.packed) {
+  if (c.storage == Storage::kBytesPlain && c.type == ColumnType::kRawBytes) {
     const uint32_t len = c.lens[i & kChunkMask];
     w = CopySmall(w, *cursor, c.blob_end, len);
     *cursor += len;
@@ -1012,7 +1041,7 @@ absl::Status ColumnarDecoder::RebuildKeys(size_t n, uint64_t num_fields, ByteBuf
   }
   for (uint64_t j = 0; j < num_fields; ++j) {
     const ReadColumn& c = s.fields[j];
-    if (!c.packed || &c == &kc) continue;
+    if (c.storage != Storage::kBytesPacked || &c == &kc) continue;
     const uint8_t* p = c.blob;
     const uint8_t* lp = c.lens_src;
     for (size_t i = 0; i < n; ++i) {
