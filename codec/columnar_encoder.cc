@@ -51,10 +51,6 @@ constexpr uint64_t kDictLongValue = 32;
 constexpr size_t kParseBlock = 256;
 // The encoder drops its scratch buffers after a batch that left more than this behind.
 constexpr size_t kMaxRetainedScratch = 256u << 20;
-// A lookup that probes this many slots gives up the column's dictionary. At the table's load
-// (under 1/4) honest values essentially never do; values crafted to share a hash (the server
-// re-encodes its clients' records) would otherwise cost a probe per entry each.
-constexpr uint32_t kMaxDictProbes = 64;
 // Small-alphabet packing (see BuildColumn::SerializePacked): columns with fewer content bytes
 // are left plain; the alphabet and entropy come from the first kPackSample bytes; packing is
 // chosen when b bits a byte is within kPackSlackBits of those bytes' order-0 entropy.
@@ -235,21 +231,12 @@ struct BuildColumn {
   PodBuffer<uint32_t> lens;        // bytes types: content lengths
   uint64_t total_len = 0;          // sum of lens
 
-  // Dictionary (bytes types). The hash table holds 4-byte slots, (epoch << 16) | code, so it
-  // stays small; each entry's identifying words live in `entry_keys`, indexed by code. A slot
-  // whose epoch is not the current one is empty: a new batch starts by bumping the epoch.
-  struct EntryKey {
-    uint64_t a, b;
-    uint32_t len, unused;
-  };
+  // Dictionary (bytes types): codes numbered in order of first appearance (DictHashTable).
   bool dict_active = false;
-  PodBuffer<uint32_t> codes;       // per value
-  PodBuffer<uint32_t> firsts;      // per dictionary entry: index of its first value
-  PodBuffer<EntryKey> entry_keys;  // per dictionary entry
-  uint64_t dict_len = 0;           // sum of the entries' lengths
-  PodBuffer<uint32_t> slots;
-  uint32_t slot_shift = 0;  // 64 - log2(slots)
-  uint32_t epoch = 0;       // 1..65535
+  PodBuffer<uint32_t> codes;   // per value
+  PodBuffer<uint32_t> firsts;  // per dictionary entry: index of its first value
+  uint64_t dict_len = 0;       // sum of the entries' lengths
+  DictHashTable table;
   // Set while serializing: where the bulk of the column starts.
   mutable uint8_t* bulk_begin = nullptr;
 
@@ -277,14 +264,9 @@ struct BuildColumn {
         lens.Resize(n);
         codes.Resize(n);
         firsts.Clear();
-        entry_keys.Clear();
         dict_len = 0;
         dict_active = n > 1;
-        if (slots.empty()) ResizeSlots(1024);
-        if (++epoch > 0xffff) {  // wrapped: forget every slot the slow way
-          std::memset(slots.data(), 0, slots.size() * sizeof(uint32_t));
-          epoch = 1;
-        }
+        table.Clear();
         break;
       default:
         break;
@@ -293,16 +275,7 @@ struct BuildColumn {
 
   size_t RetainedBytes() const {
     return ints.capacity() * 8 + fixed.capacity() + ptrs.capacity() * 8 + lens.capacity() * 4 +
-           codes.capacity() * 4 + firsts.capacity() * 4 + entry_keys.capacity() * sizeof(EntryKey) +
-           slots.capacity() * 4;
-  }
-
-  // A new, empty table (epoch 0 is never current).
-  void ResizeSlots(size_t cap) {
-    slots.Resize(cap);
-    std::memset(slots.data(), 0, cap * sizeof(uint32_t));
-    slot_shift = static_cast<uint32_t>(64 - __builtin_ctzll(cap));
-    if (epoch == 0) epoch = 1;
+           codes.capacity() * 4 + firsts.capacity() * 4 + table.RetainedBytes();
   }
 
   // Finds or adds the value at index i in the dictionary. The hot path is a short value found
@@ -314,15 +287,12 @@ struct BuildColumn {
       return;
     }
     const ShortKey k = KeyShort(p, len);
-    const size_t idx = DictHash(k.a, k.b, len) >> slot_shift;
-    const uint32_t slot = slots[idx];
-    if (ABSL_PREDICT_TRUE((slot >> 16) == epoch)) {
-      const uint32_t code = slot & 0xffff;
-      const EntryKey& e = entry_keys[code];
-      if (ABSL_PREDICT_TRUE(e.a == k.a && e.b == k.b && e.len == len)) {
-        codes[i] = code;
-        return;
-      }
+    const DictHashTable::Hot h = table.LoadHot();
+    const size_t idx = DictHashTable::SlotOf(h, k.a, k.b, len);
+    uint32_t code;
+    if (ABSL_PREDICT_TRUE(DictHashTable::SlotHolds(h, idx, k, len, &code))) {
+      codes[i] = code;
+      return;
     }
     Probe(idx, i, nullptr, k.a, k.b, len);
   }
@@ -331,48 +301,41 @@ struct BuildColumn {
   // confirmed byte by byte.
   ABSL_ATTRIBUTE_NOINLINE void AddLongToDict(size_t i, const uint8_t* p, uint32_t len) {
     const uint64_t a = XXH3_64bits(p, len), b = LoadLE64(p);
-    Probe(DictHash(a, b, len) >> slot_shift, i, p, a, b, len);
+    Probe(table.SlotOf(a, b, len), i, p, a, b, len);
   }
 
   // Looks the value up from slot idx on, adding it when absent. `p` (the value's bytes) is
   // compared when the key words do not identify it (longer than 16 bytes), else null.
   ABSL_ATTRIBUTE_NOINLINE void Probe(size_t idx, size_t i, const uint8_t* p, uint64_t a, uint64_t b,
                                      uint32_t len) {
-    const size_t mask = slots.size() - 1;
-    for (uint32_t probes = 1;; ++probes) {
-      const uint32_t slot = slots[idx];
-      if ((slot >> 16) != epoch) {
-        Insert(idx, i, a, b, len);
-        return;
-      }
-      const uint32_t code = slot & 0xffff;
-      const EntryKey& e = entry_keys[code];
-      if (e.a == a && e.b == b && e.len == len &&
-          (p == nullptr || std::memcmp(p, ptrs[firsts[code]], len) == 0)) {
+    uint32_t code;
+    const auto same_value = [&](uint32_t c) {
+      return p == nullptr || std::memcmp(p, ptrs[firsts[c]], len) == 0;
+    };
+    switch (table.Find(&idx, a, b, len, same_value, &code)) {
+      case DictHashTable::Found::kYes:
         codes[i] = code;
         return;
-      }
-      if (probes == kMaxDictProbes) {
+      case DictHashTable::Found::kNo:
+        Insert(idx, i, a, b, len);
+        return;
+      case DictHashTable::Found::kGaveUp:
         dict_active = false;  // values made to collide: no dictionary rather than quadratic work
         return;
-      }
-      idx = (idx + 1) & mask;
     }
   }
 
   void Insert(size_t idx, size_t i, uint64_t a, uint64_t b, uint32_t len) {
-    const auto code = static_cast<uint32_t>(firsts.size());
-    slots[idx] = (epoch << 16) | code;
+    const uint32_t code = table.Insert(idx, a, b, len);
     firsts.PushBack(static_cast<uint32_t>(i));
-    entry_keys.PushBack(EntryKey{a, b, len, 0});
     dict_len += len;
     codes[i] = code;
     if (code + 1 >= kMaxDict || (i >= kDictProbe && !DictPays(i + 1)) ||
         (i + 1 == kDictEarlyProbe && code + 1 == kDictEarlyProbe &&
          dict_len >= kDictLongValue * kDictEarlyProbe)) {
       dict_active = false;  // too many distinct values: a dictionary would not pay
-    } else if (4 * size_t{code + 1} > slots.size()) {  // keep the load under 1/4: few probes
-      Grow();
+    } else {
+      table.GrowIfLoaded();
     }
   }
 
@@ -383,17 +346,6 @@ struct BuildColumn {
     const uint64_t dict_cost = dict_len + entries + code_bytes;
     const uint64_t plain_cost = total_len + seen;
     return dict_cost * 10 < plain_cost * 9;
-  }
-
-  void Grow() {
-    ResizeSlots(slots.size() * 2);
-    const size_t mask = slots.size() - 1;
-    for (uint32_t code = 0; code < entry_keys.size(); ++code) {
-      const EntryKey& e = entry_keys[code];
-      size_t idx = DictHash(e.a, e.b, e.len) >> slot_shift;
-      while ((slots[idx] >> 16) == epoch) idx = (idx + 1) & mask;
-      slots[idx] = (epoch << 16) | code;
-    }
   }
 
   // Parses the value at p as record i of a column of type T; returns the pointer past it or
@@ -467,38 +419,28 @@ struct BuildColumn {
     if (dict_active) AddToDict(i, p, len);
   }
 
-  // The dictionary's state, copied into a column loop's locals. The members would be reloaded
-  // after every store through ptrs, lens or codes (such a store may alias them, as far as the
-  // compiler knows); locals stay in registers. Only the slow paths change the dictionary, and
-  // LookupHot reloads the locals after them.
+  // The column's arrays and dictionary, copied into a column loop's locals. The members would
+  // be reloaded after every store through ptrs, lens or codes (such a store may alias them, as
+  // far as the compiler knows); locals stay in registers. Only the slow paths change the
+  // dictionary, and LookupHot reloads the locals after them.
   struct Hot {
     const uint8_t** ptrs;
     uint32_t* lens;
     uint32_t* codes;
-    const uint32_t* slots;
-    const EntryKey* entries;
+    DictHashTable::Hot table;
     uint64_t total_len;
-    uint32_t shift;
-    uint32_t epoch;
   };
-  Hot LoadHot() {
-    return Hot{ptrs.data(),       lens.data(), codes.data(), slots.data(),
-               entry_keys.data(), total_len,   slot_shift,   epoch};
-  }
+  Hot LoadHot() { return Hot{ptrs.data(), lens.data(), codes.data(), table.LoadHot(), total_len}; }
 
   // AddToDict for a value of up to 16 bytes with key words k, on a Hot copy whose total_len
   // already counts it. Returns whether the dictionary is still active.
   ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool LookupHot(Hot& h, size_t i, const ShortKey& k,
                                                      uint32_t len) {
-    const size_t idx = DictHash(k.a, k.b, len) >> h.shift;
-    const uint32_t slot = h.slots[idx];
-    if (ABSL_PREDICT_TRUE((slot >> 16) == h.epoch)) {
-      const uint32_t code = slot & 0xffff;
-      const EntryKey& e = h.entries[code];
-      if (ABSL_PREDICT_TRUE(e.a == k.a && e.b == k.b && e.len == len)) {
-        h.codes[i] = code;
-        return true;
-      }
+    const size_t idx = DictHashTable::SlotOf(h.table, k.a, k.b, len);
+    uint32_t code;
+    if (ABSL_PREDICT_TRUE(DictHashTable::SlotHolds(h.table, idx, k, len, &code))) {
+      h.codes[i] = code;
+      return true;
     }
     total_len = h.total_len;  // Insert reads it
     Probe(idx, i, nullptr, k.a, k.b, len);
@@ -513,9 +455,7 @@ struct BuildColumn {
   }
 
   bool Reload(Hot& h) {
-    h.slots = slots.data();
-    h.entries = entry_keys.data();
-    h.shift = slot_shift;
+    table.Reload(h.table);
     return dict_active;
   }
 

@@ -9,6 +9,7 @@
 #include "absl/base/optimization.h"
 #include "codec/buffer.h"
 #include "codec/columnar.h"
+#include "codec/dict_hash_table.h"
 #include "codec/endian.h"
 
 namespace sluice::columnar_internal {
@@ -108,33 +109,6 @@ inline const char* ColumnTypeName(ColumnType t) {
 
 inline bool IsBytesType(ColumnType t) {
   return t == ColumnType::kStr || t == ColumnType::kBin || t == ColumnType::kRawBytes;
-}
-
-struct ShortKey {
-  uint64_t a, b;
-};
-
-// Two words that, with the length, identify a span of up to 16 bytes exactly. For 4 to 16
-// bytes they are four 4-byte windows at 0, min(4, len-4), min(8, len-4) and len-4: together
-// they cover every byte, they never leave [p, p + len), and nothing branches on the exact
-// length (a branch there mispredicts on real data, where lengths vary record to record).
-inline ShortKey KeyShort(const uint8_t* p, uint32_t len) {
-  if (ABSL_PREDICT_TRUE(len >= 4)) {
-    const uint32_t last = len - 4;
-    const uint32_t o1 = last < 4 ? last : 4;
-    const uint32_t o2 = last < 8 ? last : 8;
-    return {LoadLE32(p) | (uint64_t{LoadLE32(p + o1)} << 32),
-            LoadLE32(p + o2) | (uint64_t{LoadLE32(p + last)} << 32)};
-  }
-  if (len > 0) return {p[0] | (uint64_t{p[len / 2]} << 8) | (uint64_t{p[len - 1]} << 16), 0};
-  return {0, 0};
-}
-
-// The encoder's dictionary hash of a value's key words (KeyShort for up to 16 bytes); its top
-// bits index the table.
-inline uint64_t DictHash(uint64_t a, uint64_t b, uint32_t len) {
-  return (a * 0x9e3779b97f4a7c15ULL) ^ (b * 0xc2b2ae3d27d4eb4fULL) ^
-         (uint64_t{len} * 0x165667b19e3779f9ULL);
 }
 
 // The bytes every value starts a field with: the encoded field name (and, for field 0, the
