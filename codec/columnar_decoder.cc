@@ -9,6 +9,7 @@
 #include "codec/bitpack.h"
 #include "codec/columnar.h"
 #include "codec/columnar_internal.h"
+#include "codec/columnar_ints.h"
 #include "codec/msgpack_scan.h"
 #include "codec/varint.h"
 
@@ -41,121 +42,6 @@ enum class Storage : uint8_t {
 
 // Internal code layout: kCodePacked with 1..8 bits (a code may end in the last byte).
 constexpr uint8_t kCodePackedSmall = 0xff;
-
-// The `bits` (1..56) bits at bit offset `bit` of [base, end), least significant first, read
-// without touching a byte outside [base, end).
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint64_t BitsAt(const uint8_t* base, const uint8_t* end,
-                                                    uint64_t bit, uint32_t bits) {
-  const uint8_t* q = base + (bit >> 3);
-  uint64_t v = 0;
-  if (end - q >= 8) {
-    v = LoadLE64(q);
-  } else {
-    for (int k = 0; q + k < end; ++k) v |= uint64_t{q[k]} << (8 * k);
-  }
-  return (v >> (bit & 7)) & ((uint64_t{1} << bits) - 1);  // bit & 7 + bits <= 63
-}
-
-// Whether the padding after the first `bits` bits of the ceil(bits / 8) bytes at p is zero.
-inline bool PaddingIsZero(const uint8_t* p, uint64_t bits) {
-  return bits % 8 == 0 || (p[bits / 8] >> (bits % 8)) == 0;
-}
-
-// Records are rebuilt this many at a time: columns stored as varints (plain and delta ints,
-// decimal mantissas, byte lengths) are validated and sized in one pass when read, and decoded
-// again a chunk at a time while rebuilding, so that what the decoder holds per value is bounded
-// by the chunk, not by the payload (a varint byte would otherwise hold 8 bytes of scratch).
-// Chunks start at multiples of kChunk, so record i's value sits at i % kChunk of its chunk.
-constexpr size_t kChunk = 256;
-constexpr size_t kChunkMask = kChunk - 1;
-static_assert((kChunk & kChunkMask) == 0, "a power of two");
-
-// An integer stream (an int column, or a float64 column's decimal mantissas) as read.
-struct IntReader {
-  // How the stream is stored (the encoding byte).
-  enum class Encoding : uint8_t { kVarints, kDeltaVarints, kStep, kPacked, kDeltaPacked };
-  Encoding encoding = Encoding::kVarints;
-  // kStep: value i = first + by * i. kPacked: value i = first + bits. kDeltaPacked: value 0 =
-  // first, value i = value i-1 + by + bits. (All mod 2^64.) Step and packed values are computed
-  // when written, never stored (a few bytes may stand for n values).
-  uint64_t first = 0, by = 0;
-  // kVarints, kDeltaVarints: the (validated) varints. kPacked, kDeltaPacked: the bits.
-  const uint8_t* data = nullptr;
-  const uint8_t* data_end = nullptr;
-  uint32_t bits = 0;  // 1..56
-  // Varints and delta-packed steps are decoded again a chunk at a time while rebuilding: a
-  // cursor into the varints, the running value (delta), the index of the next value, and the
-  // current chunk's values.
-  const uint8_t* cursor = nullptr;
-  uint64_t prev = 0;
-  size_t next = 0;
-  PodBuffer<int64_t> chunk;  // kChunk values
-
-  // Whether the values are decoded a chunk at a time (else computed from i).
-  bool Streamed() const {
-    return encoding == Encoding::kVarints || encoding == Encoding::kDeltaVarints ||
-           encoding == Encoding::kDeltaPacked;
-  }
-  ABSL_ATTRIBUTE_ALWAYS_INLINE int64_t Step(size_t i) const {
-    return static_cast<int64_t>(first + by * i);
-  }
-  ABSL_ATTRIBUTE_ALWAYS_INLINE int64_t Packed(size_t i) const {
-    return static_cast<int64_t>(first + BitsAt(data, data_end, uint64_t{i} * bits, bits));
-  }
-  // Value i, of the current chunk when streamed.
-  int64_t Value(size_t i) const {
-    if (encoding == Encoding::kStep) return Step(i);
-    if (encoding == Encoding::kPacked) return Packed(i);
-    return chunk[i & kChunkMask];
-  }
-  // The value after `prev`, the (i+1)th of a kDeltaPacked stream (i counts from 0).
-  ABSL_ATTRIBUTE_ALWAYS_INLINE uint64_t NextDeltaPacked(uint64_t prev_value, size_t i) const {
-    return prev_value + by + BitsAt(data, data_end, uint64_t{i} * bits, bits);
-  }
-  // Starts the second pass over a streamed column.
-  void StartStream() {
-    cursor = data;
-    prev = 0;
-    next = 0;
-    chunk.Resize(kChunk);
-  }
-  // Decodes the next m (<= kChunk) values into the chunk.
-  ABSL_ATTRIBUTE_ALWAYS_INLINE void FillChunk(size_t m) {
-    if (encoding == Encoding::kDeltaPacked) {
-      FillDeltaPackedChunk(m);
-      return;
-    }
-    const uint8_t* p = cursor;
-    int64_t* out = chunk.data();
-    if (encoding == Encoding::kDeltaVarints) {
-      uint64_t running = prev;
-      for (size_t k = 0; k < m; ++k) {
-        running += static_cast<uint64_t>(UnZigZag(GetValidatedVarint(&p)));
-        out[k] = static_cast<int64_t>(running);
-      }
-      prev = running;
-    } else {
-      for (size_t k = 0; k < m; ++k) out[k] = UnZigZag(GetValidatedVarint(&p));
-    }
-    cursor = p;
-  }
-  // FillChunk for kDeltaPacked: the next m values from the running one.
-  ABSL_ATTRIBUTE_NOINLINE void FillDeltaPackedChunk(size_t m) {
-    int64_t* out = chunk.data();
-    size_t k = 0;
-    uint64_t running = prev;
-    if (next == 0 && m > 0) {
-      running = first;
-      out[k++] = static_cast<int64_t>(running);
-    }
-    for (; k < m; ++k) {
-      running = NextDeltaPacked(running, next + k - 1);
-      out[k] = static_cast<int64_t>(running);
-    }
-    prev = running;
-    next += m;
-  }
-};
 
 struct ReadColumn {
   ColumnType type = ColumnType::kNil;
@@ -239,10 +125,6 @@ struct ReadColumn {
   }
 };
 
-absl::Status Corrupt(absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("corrupt COLUMNAR payload: ", what));
-}
-
 size_t BytesHeaderSize(ColumnType t, uint64_t len) {
   return t == ColumnType::kStr ? mp::StrHeaderSize(len)
                                : (t == ColumnType::kBin ? mp::BinHeaderSize(len) : 0);
@@ -251,146 +133,6 @@ uint8_t* WriteBytesHeader(ColumnType t, uint8_t* w, uint32_t len) {
   if (t == ColumnType::kStr) return mp::WriteStrHeader(w, len);
   if (t == ColumnType::kBin) return mp::WriteBinHeader(w, len);
   return w;
-}
-
-// Validates n zigzag varints (running sums for delta) at p; returns the pointer past them, or
-// null. With kSizes, adds the msgpack size of every value to *sizes.
-template <bool kDelta, bool kSizes>
-const uint8_t* CheckVarints(const uint8_t* p, const uint8_t* end, size_t n, uint64_t* sizes) {
-  uint64_t prev = 0;
-  uint64_t total = 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint64_t z;
-    if (!GetVarint(&p, end, &z)) return nullptr;
-    int64_t v = UnZigZag(z);
-    if constexpr (kDelta) {
-      prev += static_cast<uint64_t>(v);
-      v = static_cast<int64_t>(prev);
-    }
-    if constexpr (kSizes) total += mp::IntSize(v);
-  }
-  if constexpr (kSizes) *sizes = total;
-  return p;
-}
-
-// An int stream: encoding byte, then n zigzag varints (plain or delta), two (step), a base and
-// n bit-packed offsets (packed), or a first value, a smallest step and n-1 bit-packed step
-// offsets (delta-packed). `sizes` (when not null) receives the values' msgpack size; streamed
-// values are decoded again while rebuilding.
-absl::Status ReadInts(const uint8_t** pp, const uint8_t* end, size_t n, absl::string_view name,
-                      bool allow_step, IntReader* r, uint64_t* sizes) {
-  const uint8_t* p = *pp;
-  if (p >= end || *p > kIntDeltaPacked || (*p == kIntStep && !allow_step)) {
-    return Corrupt(
-        absl::StrCat("column '", name, "' has ",
-                     p >= end ? "no integer encoding byte" : "an unknown integer encoding"));
-  }
-  if (*p == kIntStep) {
-    ++p;
-    uint64_t first, by;
-    if (!GetVarint(&p, end, &first) || !GetVarint(&p, end, &by)) {
-      return Corrupt(absl::StrCat("column '", name, "' has a truncated integer sequence"));
-    }
-    r->encoding = IntReader::Encoding::kStep;
-    r->first = static_cast<uint64_t>(UnZigZag(first));
-    r->by = static_cast<uint64_t>(UnZigZag(by));
-    if (sizes != nullptr) {  // one loop per encoding, so no value pays for the others' branches
-      uint64_t total = 0;
-      for (size_t i = 0; i < n; ++i) total += mp::IntSize(r->Step(i));
-      *sizes = total;
-    }
-    *pp = p;
-    return absl::OkStatus();
-  }
-  if (*p == kIntPacked) {
-    ++p;
-    uint64_t zbase;
-    if (!GetVarint(&p, end, &zbase) || p >= end) {
-      return Corrupt(absl::StrCat("column '", name, "' has a truncated packed integer header"));
-    }
-    const uint32_t bits = *p++;
-    if (bits < 1 || bits > kMaxIntPackedBits) {
-      return Corrupt(absl::StrCat("column '", name, "' has ", bits, "-bit packed integers"));
-    }
-    const uint64_t total_bits = uint64_t{n} * bits;  // n is bounded by the rows cap
-    const uint64_t size = (total_bits + 7) / 8;
-    if (static_cast<uint64_t>(end - p) < size) {
-      return Corrupt(absl::StrCat("column '", name, "' packed integers are truncated"));
-    }
-    if (!PaddingIsZero(p, total_bits)) {
-      return Corrupt(absl::StrCat("column '", name, "' has nonzero padding after its integers"));
-    }
-    r->encoding = IntReader::Encoding::kPacked;
-    r->first = static_cast<uint64_t>(UnZigZag(zbase));
-    r->bits = bits;
-    r->data = p;
-    r->data_end = p + size;
-    if (sizes != nullptr) {
-      uint64_t total = 0;
-      for (size_t i = 0; i < n; ++i) total += mp::IntSize(r->Packed(i));
-      *sizes = total;
-    }
-    *pp = p + size;
-    return absl::OkStatus();
-  }
-  if (*p == kIntDeltaPacked) {
-    ++p;
-    uint64_t zfirst, zbase;
-    if (!GetVarint(&p, end, &zfirst) || !GetVarint(&p, end, &zbase) || p >= end) {
-      return Corrupt(
-          absl::StrCat("column '", name, "' has a truncated delta-packed integer header"));
-    }
-    const uint32_t bits = *p++;
-    if (bits < 1 || bits > kMaxIntPackedBits) {
-      return Corrupt(absl::StrCat("column '", name, "' has ", bits, "-bit packed integer steps"));
-    }
-    const uint64_t steps = n > 0 ? n - 1 : 0;
-    const uint64_t total_bits = steps * bits;  // n is bounded by the rows cap
-    const uint64_t size = (total_bits + 7) / 8;
-    if (static_cast<uint64_t>(end - p) < size) {
-      return Corrupt(absl::StrCat("column '", name, "' packed integer steps are truncated"));
-    }
-    if (!PaddingIsZero(p, total_bits)) {
-      return Corrupt(
-          absl::StrCat("column '", name, "' has nonzero padding after its integer steps"));
-    }
-    r->encoding = IntReader::Encoding::kDeltaPacked;
-    r->first = static_cast<uint64_t>(UnZigZag(zfirst));
-    r->by = static_cast<uint64_t>(UnZigZag(zbase));
-    r->bits = bits;
-    r->data = p;
-    r->data_end = p + size;
-    if (sizes != nullptr) {  // the values' msgpack sizes, from a first pass over them
-      uint64_t total = 0;
-      uint64_t v = r->first;
-      for (size_t i = 0; i < n; ++i) {
-        if (i > 0) v = r->NextDeltaPacked(v, i - 1);
-        total += mp::IntSize(static_cast<int64_t>(v));
-      }
-      *sizes = total;
-    }
-    *pp = p + size;
-    return absl::OkStatus();
-  }
-  const bool delta = *p++ == kIntDelta;
-  if (static_cast<size_t>(end - p) < n) {  // at least one byte per value
-    return Corrupt(absl::StrCat("column '", name, "' integers are truncated"));
-  }
-  r->encoding = delta ? IntReader::Encoding::kDeltaVarints : IntReader::Encoding::kVarints;
-  r->data = p;
-  if (sizes != nullptr) {
-    p = delta ? CheckVarints<true, true>(p, end, n, sizes)
-              : CheckVarints<false, true>(p, end, n, sizes);
-  } else {
-    p = delta ? CheckVarints<true, false>(p, end, n, nullptr)
-              : CheckVarints<false, false>(p, end, n, nullptr);
-  }
-  if (p == nullptr) {
-    return Corrupt(absl::StrCat("column '", name, "' has a truncated or over-long varint"));
-  }
-  r->data_end = p;
-  *pp = p;
-  return absl::OkStatus();
 }
 
 // Checks a dictionary column's n codes and sums the bytes they rebuild. Entries are numbered in

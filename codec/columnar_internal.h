@@ -6,7 +6,11 @@
 #include <cstdint>
 #include <cstring>
 
+#include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "codec/buffer.h"
 #include "codec/columnar.h"
 #include "codec/dict_hash_table.h"
@@ -143,6 +147,67 @@ struct Prefix {
   }
   const uint8_t* data() const { return len > 16 ? long_bytes.data() : bytes; }
 };
+
+// Bits needed for codes 0..d-1 (at least 1).
+inline uint8_t BitsFor(size_t d) {
+  return d <= 2 ? 1 : static_cast<uint8_t>(64 - __builtin_clzll(static_cast<uint64_t>(d - 1)));
+}
+
+// Writes value(0..n-1), each `bits` (1..32) wide, least significant bits first, in
+// ceil(n * bits / 8) bytes; returns the end.
+template <typename Value>
+inline uint8_t* PackFixedWidth(size_t n, uint32_t bits, uint8_t* w, Value value) {
+  uint64_t acc = 0;
+  uint32_t have = 0;
+  for (size_t i = 0; i < n; ++i) {
+    acc |= uint64_t{value(i)} << have;
+    have += bits;
+    if (have >= 32) {
+      StoreLE32(w, static_cast<uint32_t>(acc));
+      w += 4;
+      acc >>= 32;
+      have -= 32;
+    }
+  }
+  for (; have > 0; have = have > 8 ? have - 8 : 0) {
+    *w++ = static_cast<uint8_t>(acc);
+    acc >>= 8;
+  }
+  return w;
+}
+
+// The `bits` (1..56) bits at bit offset `bit` of [base, end), least significant first, read
+// without touching a byte outside [base, end).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint64_t BitsAt(const uint8_t* base, const uint8_t* end,
+                                                    uint64_t bit, uint32_t bits) {
+  const uint8_t* q = base + (bit >> 3);
+  uint64_t v = 0;
+  if (end - q >= 8) {
+    v = LoadLE64(q);
+  } else {
+    for (int k = 0; q + k < end; ++k) v |= uint64_t{q[k]} << (8 * k);
+  }
+  return (v >> (bit & 7)) & ((uint64_t{1} << bits) - 1);  // bit & 7 + bits <= 63
+}
+
+// Whether the padding after the first `bits` bits of the ceil(bits / 8) bytes at p is zero.
+inline bool PaddingIsZero(const uint8_t* p, uint64_t bits) {
+  return bits % 8 == 0 || (p[bits / 8] >> (bits % 8)) == 0;
+}
+
+// Records are rebuilt this many at a time: columns stored as varints (plain and delta ints,
+// decimal mantissas, byte lengths) are validated and sized in one pass when read, and decoded
+// again a chunk at a time while rebuilding, so that what the decoder holds per value is bounded
+// by the chunk, not by the payload (a varint byte would otherwise hold 8 bytes of scratch).
+// Chunks start at multiples of kChunk, so record i's value sits at i % kChunk of its chunk.
+constexpr size_t kChunk = 256;
+constexpr size_t kChunkMask = kChunk - 1;
+static_assert((kChunk & kChunkMask) == 0, "a power of two");
+
+// A decoder error for a payload that breaks the format.
+inline absl::Status Corrupt(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("corrupt COLUMNAR payload: ", what));
+}
 
 }  // namespace sluice::columnar_internal
 
