@@ -10,6 +10,7 @@
 #include "codec/columnar.h"
 #include "codec/columnar_internal.h"
 #include "codec/columnar_ints.h"
+#include "codec/columnar_scalars.h"
 #include "codec/msgpack_scan.h"
 #include "codec/varint.h"
 
@@ -20,25 +21,6 @@ using namespace columnar_internal;  // NOLINT(google-build-using-namespace): thi
 // Decoder
 
 namespace {
-
-// How a column's values are stored: what WriteValue switches on, so that no value pays a
-// second branch for it.
-enum class Storage : uint8_t {
-  kNil,
-  kBool,            // a byte a value, 0 or 1
-  kBoolBits,        // a bit a value
-  kInt,             // plain, delta or delta-packed ints: rebuilt a chunk at a time (IntReader)
-  kIntStep,         // first + i * step
-  kIntPacked,       // base + b bits
-  kFloat32,         // raw, big-endian as in msgpack
-  kFloat64,         // raw, big-endian as in msgpack
-  kFloat64Decimal,  // mantissa / 10^e; the mantissas in an IntReader
-  kBytesPlain,      // lengths (a chunk at a time) and a blob of contents
-  kBytesHex,        // lengths and a blob of the bytes the hex digits spell
-  kBytesPacked,     // lengths and a blob of b-bit codes of a small alphabet
-  kBytesDict,       // codes into pre-encoded dictionary entries
-  kKeyRef,          // key column only: each key is the encoded value of one field
-};
 
 // Internal code layout: kCodePacked with 1..8 bits (a code may end in the last byte).
 constexpr uint8_t kCodePackedSmall = 0xff;
@@ -323,7 +305,6 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
     return Corrupt(absl::StrCat("column '", name, "' has unknown type ", t));
   }
   c->type = static_cast<ColumnType>(t);
-  const auto avail = [&]() { return static_cast<size_t>(end - p); };
   switch (c->type) {
     case ColumnType::kKeyRef: {
       uint64_t field;
@@ -341,57 +322,19 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
       c->storage = Storage::kNil;
       break;
     case ColumnType::kBool:
-      c->rebuilt_bytes = n;
-      if (n > 0 && avail() > 0 && *p == kBoolPacked) {  // n bits; else n bytes of 0 or 1
-        c->storage = Storage::kBoolBits;
-        ++p;
-        const size_t size = (n + 7) / 8;
-        if (avail() < size) return Corrupt(absl::StrCat("bool column '", name, "' is truncated"));
-        if (!PaddingIsZero(p, n)) {
-          return Corrupt(absl::StrCat("bool column '", name, "' has nonzero padding"));
-        }
-        c->fixed = p;
-        p += size;
-        break;
+      if (auto st = ReadBools(&p, end, n, name, &c->storage, &c->fixed, &c->rebuilt_bytes);
+          !st.ok()) {
+        return st;
       }
-      c->storage = Storage::kBool;
-      if (avail() < n) return Corrupt(absl::StrCat("bool column '", name, "' is truncated"));
-      for (size_t i = 0; i < n; ++i) {
-        if (p[i] > 1) return Corrupt(absl::StrCat("bool column '", name, "' holds ", p[i]));
-      }
-      c->fixed = p;
-      p += n;
       break;
     case ColumnType::kFloat32:
-    case ColumnType::kFloat64: {
-      const size_t width = c->type == ColumnType::kFloat32 ? 4 : 8;
-      c->rebuilt_bytes = n * (width + 1);
-      if (avail() < 1) {
-        return Corrupt(absl::StrCat("float column '", name, "' has no encoding byte"));
+    case ColumnType::kFloat64:
+      if (auto st = ReadFloats(&p, end, n, name, c->type, &c->storage, &c->fixed, &c->pow10,
+                               &c->ints, &c->rebuilt_bytes);
+          !st.ok()) {
+        return st;
       }
-      if (*p > kFloatDecimal || (*p == kFloatDecimal && c->type != ColumnType::kFloat64)) {
-        return Corrupt(absl::StrCat("float column '", name, "' has an unknown encoding"));
-      }
-      if (*p++ == kFloatDecimal) {
-        if (avail() < 1 || *p > kMaxDecimalExponent) {
-          return Corrupt(absl::StrCat("float column '", name, "' has a bad decimal exponent"));
-        }
-        c->pow10 = kPow10[*p++];
-        if (auto st = ReadInts(&p, end, n, name, /*allow_step=*/false, &c->ints, nullptr);
-            !st.ok()) {
-          return st;
-        }
-        c->storage = Storage::kFloat64Decimal;  // computed when written: nothing held a value
-        break;
-      }
-      c->storage = c->type == ColumnType::kFloat32 ? Storage::kFloat32 : Storage::kFloat64;
-      if (avail() / width < n) {
-        return Corrupt(absl::StrCat("float column '", name, "' is truncated"));
-      }
-      c->fixed = p;
-      p += n * width;
       break;
-    }
     case ColumnType::kInt: {
       uint64_t rebuilt = 0;
       if (auto st = ReadInts(&p, end, n, name, /*allow_step=*/true, &c->ints, &rebuilt); !st.ok()) {
@@ -497,11 +440,9 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteValue(const ReadColumn& c, siz
       *w = 0xc0;
       return w + 1;
     case Storage::kBool:
-      *w = static_cast<uint8_t>(0xc2 | c.fixed[i]);
-      return w + 1;
+      return WriteBoolByte(c.fixed, i, w);
     case Storage::kBoolBits:
-      *w = static_cast<uint8_t>(0xc2 | ((c.fixed[i >> 3] >> (i & 7)) & 1));
-      return w + 1;
+      return WriteBoolBit(c.fixed, i, w);
     case Storage::kInt:
       return mp::WriteInt(w, c.ints.chunk[i & kChunkMask]);
     case Storage::kIntStep:
@@ -509,17 +450,11 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteValue(const ReadColumn& c, siz
     case Storage::kIntPacked:
       return mp::WriteInt(w, c.ints.Packed(i));
     case Storage::kFloat32:
-      *w = 0xca;
-      std::memcpy(w + 1, c.fixed + i * 4, 4);
-      return w + 5;
+      return WriteFloat32(c.fixed, i, w);
     case Storage::kFloat64:
-      *w = 0xcb;
-      std::memcpy(w + 1, c.fixed + i * 8, 8);
-      return w + 9;
+      return WriteFloat64(c.fixed, i, w);
     case Storage::kFloat64Decimal:
-      *w = 0xcb;
-      StoreBE64(w + 1, DoubleBits(static_cast<double>(c.ints.Value(i)) / c.pow10));
-      return w + 9;
+      return WriteDecimal(c.ints.Value(i), c.pow10, w);
     case Storage::kKeyRef:
       return w;
     case Storage::kBytesDict: {

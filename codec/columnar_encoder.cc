@@ -14,6 +14,7 @@
 #include "codec/columnar.h"
 #include "codec/columnar_internal.h"
 #include "codec/columnar_ints.h"
+#include "codec/columnar_scalars.h"
 #include "codec/msgpack_scan.h"
 #include "codec/varint.h"
 
@@ -23,19 +24,6 @@
 namespace sluice {
 using namespace columnar_internal;  // NOLINT(google-build-using-namespace): this file's own helpers
 namespace {
-// If v == m / 10^e exactly (bit for bit, as the decoder will compute it), sets *m.
-inline bool DecimalOf(double v, int e, int64_t* m) {
-  const double p = kPow10[e];
-  if (!(std::fabs(v) < 4503599627370496.0 / p)) return false;  // also rejects NaN and inf
-  const double scaled = v * p;
-  // Round to nearest with the 2^52 + 2^51 trick (|scaled| < 2^52 here).
-  const double r = (scaled + 6755399441055744.0) - 6755399441055744.0;
-  const auto mm = static_cast<int64_t>(r);
-  if (DoubleBits(static_cast<double>(mm) / p) != DoubleBits(v)) return false;
-  *m = mm;
-  return true;
-}
-
 // Dictionary limits: past kDictProbe values a column whose values are more than half distinct
 // stops building its dictionary; no dictionary grows past kMaxDict entries.
 constexpr size_t kDictProbe = 1024;
@@ -58,22 +46,6 @@ constexpr size_t kMaxRetainedScratch = 256u << 20;
 constexpr uint64_t kMinPackedBytes = 512;
 constexpr size_t kPackSample = 16384;
 constexpr double kPackSlackBits = 0.15;
-// n bytes of 0 or 1 as n bits, least significant first; returns the end.
-uint8_t* PackBools(const uint8_t* v, size_t n, uint8_t* w) {
-  size_t i = 0;
-  // Eight 0/1 bytes to one byte: the multiplier moves byte k's bit to bit 56 + k, and no two
-  // partial products share a bit, so nothing carries.
-  for (; i + 8 <= n; i += 8) {
-    *w++ = static_cast<uint8_t>((LoadLE64(v + i) * 0x0102040810204080ULL) >> 56);
-  }
-  if (i < n) {
-    uint8_t last = 0;
-    for (size_t k = 0; i + k < n; ++k) last |= static_cast<uint8_t>(v[i + k] << k);
-    *w++ = last;
-  }
-  return w;
-}
-
 // Plain-range detection: a column part of at least kMinPlainSpan bytes whose order-0 entropy,
 // estimated on at most kPlainSample of its bytes (see LooksPlain), is kPlainBits bits a byte or
 // more is "plain": Huffman coding could save at most an eighth of it, at several ns a byte.
@@ -193,7 +165,7 @@ inline bool SameBytes(const uint8_t* p, const uint8_t* q, size_t len) {
 struct BuildColumn {
   ColumnType type = ColumnType::kNil;
   size_t n = 0;
-  PodBuffer<int64_t> ints;         // kInt; kFloat64 as decimals (see Serialize)
+  PodBuffer<int64_t> ints;         // kInt; kFloat64 as decimal mantissas (SerializeFloat64s)
   ByteBuffer fixed;                // kFloat32, kFloat64, kBool: n * width bytes (as in msgpack)
   PodBuffer<const uint8_t*> ptrs;  // bytes types: where each value's content starts
   PodBuffer<uint32_t> lens;        // bytes types: content lengths
@@ -473,58 +445,17 @@ struct BuildColumn {
       case ColumnType::kInt:
         bulk_begin = w + 1;
         return SerializeInts(ints.data(), n, w, /*allow_step=*/true);
-      case ColumnType::kFloat64: {
-        int e;
-        if (ToDecimals(&e)) {
-          *w++ = kFloatDecimal;
-          *w++ = static_cast<uint8_t>(e);
-          bulk_begin = w + 1;
-          return SerializeInts(ints.data(), n, w, /*allow_step=*/false);
-        }
-        *w++ = kFloatRaw;
-        bulk_begin = w;
-        std::memcpy(w, fixed.data(), fixed.size());
-        return w + fixed.size();
-      }
+      case ColumnType::kFloat64:
+        return SerializeFloat64s(fixed.data(), n, &ints, w, &bulk_begin);
       case ColumnType::kFloat32:
-        *w++ = kFloatRaw;
-        bulk_begin = w;
-        std::memcpy(w, fixed.data(), fixed.size());
-        return w + fixed.size();
+        return SerializeFloat32s(fixed.data(), n, w, &bulk_begin);
       case ColumnType::kBool:
-        if (1 + (n + 7) / 8 >= n) {  // 1 or 2 values: a byte each (no encoding byte) is as small
-          std::memcpy(w, fixed.data(), n);
-          return w + n;
-        }
-        *w++ = kBoolPacked;
-        bulk_begin = w;
-        return PackBools(fixed.data(), n, w);
+        return SerializeBools(fixed.data(), n, w, &bulk_begin);
       case ColumnType::kNil:
         return w;
       default:
         return UseDict() ? SerializeDict(w) : SerializePlainBytes(w);
     }
-  }
-
-  // Decimal floats (prices, rounded measurements): when every value is m / 10^e exactly for
-  // one e, the column is stored as the integers m, which compress far better than raw bits.
-  // The exponent comes from the first values; one miss anywhere keeps the column raw.
-  bool ToDecimals(int* exponent) {
-    if (n == 0) return false;
-    const uint8_t* f = fixed.data();
-    auto value = [f](size_t i) { return BitsDouble(LoadBE64(f + 8 * i)); };
-    int e = 0;
-    int64_t m;
-    for (size_t i = 0; i < n && i < 16; ++i) {
-      while (e <= kMaxDecimalExponent && !DecimalOf(value(i), e, &m)) ++e;
-      if (e > kMaxDecimalExponent) return false;
-    }
-    ints.Resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      if (!DecimalOf(value(i), e, &ints[i])) return false;
-    }
-    *exponent = e;
-    return true;
   }
 
   // Hex strings (trace ids, hashes, session ids) are stored as the bytes they spell: half the

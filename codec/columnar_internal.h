@@ -55,6 +55,25 @@ constexpr uint8_t kCode16 = 2;      // two bytes a code, little-endian
 constexpr uint8_t kCodePlanes = 3;  // two bytes a code: n low bytes, then n high bytes
 constexpr uint8_t kCodePacked = 4;  // a bits byte (1..16), then n codes of that many bits
 
+// How the decoder holds a column, as read: what its WriteValue switches on, so that no value
+// pays a second branch for it.
+enum class Storage : uint8_t {
+  kNil,
+  kBool,            // a byte a value, 0 or 1
+  kBoolBits,        // a bit a value
+  kInt,             // plain, delta or delta-packed ints: rebuilt a chunk at a time (IntReader)
+  kIntStep,         // first + i * step
+  kIntPacked,       // base + b bits
+  kFloat32,         // raw, big-endian as in msgpack
+  kFloat64,         // raw, big-endian as in msgpack
+  kFloat64Decimal,  // mantissa / 10^e; the mantissas in an IntReader
+  kBytesPlain,      // lengths (a chunk at a time) and a blob of contents
+  kBytesHex,        // lengths and a blob of the bytes the hex digits spell
+  kBytesPacked,     // lengths and a blob of b-bit codes of a small alphabet
+  kBytesDict,       // codes into pre-encoded dictionary entries
+  kKeyRef,          // key column only: each key is the encoded value of one field
+};
+
 // Nibble of a lowercase hex digit, 0xff for anything else.
 struct HexTables {
   uint8_t nibble[256];
