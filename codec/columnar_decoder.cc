@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "codec/bitpack.h"
 #include "codec/columnar.h"
+#include "codec/columnar_bytes.h"
 #include "codec/columnar_internal.h"
 #include "codec/columnar_ints.h"
 #include "codec/columnar_scalars.h"
@@ -31,16 +32,7 @@ struct ReadColumn {
   IntReader ints;                  // kInt, kIntStep, kIntPacked, kFloat64Decimal
   const uint8_t* fixed = nullptr;  // floats (big-endian, as in msgpack), bools
   double pow10 = 1;                // kFloat64Decimal: value i is ints.Value(i) / pow10
-  // Plain, hex and packed bytes: the length varints (validated), a cursor into them while
-  // rebuilding, and the current chunk's lengths.
-  const uint8_t* lens_src = nullptr;
-  const uint8_t* lens_cursor = nullptr;
-  PodBuffer<uint32_t> lens;       // kChunk lengths
-  const uint8_t* blob = nullptr;  // plain bytes: contents back to back
-  const uint8_t* blob_end = nullptr;
-  // Packed bytes: `bits`-bit codes; symbols[code] is the byte.
-  uint8_t bits = 0;
-  uint8_t symbols[1 << kMaxPackedBits] = {};
+  BytesReader bytes;               // kBytesPlain, kBytesHex, kBytesPacked
   // Dictionary bytes: every entry pre-encoded (msgpack header + content) in `entries`.
   ByteBuffer entries;
   PodBuffer<uint32_t> entry_off;  // d + 1 offsets into entries
@@ -64,26 +56,22 @@ struct ReadColumn {
   // Starts the second pass over the column's varints.
   void StartStream() {
     if (IsBytes()) {
-      lens_cursor = lens_src;
-      lens.Resize(kChunk);
+      bytes.StartStream();
     } else {
       ints.StartStream();
     }
   }
   // Decodes the next m (<= kChunk) values' varints.
   ABSL_ATTRIBUTE_NOINLINE void FillChunk(size_t m) {
-    if (!IsBytes()) {
+    if (IsBytes()) {
+      bytes.FillChunk(m);
+    } else {
       ints.FillChunk(m);
-      return;
     }
-    const uint8_t* p = lens_cursor;
-    uint32_t* out = lens.data();
-    for (size_t k = 0; k < m; ++k) out[k] = static_cast<uint32_t>(GetValidatedVarint(&p));
-    lens_cursor = p;
   }
 
   size_t RetainedBytes() const {
-    return ints.chunk.capacity() * 8 + lens.capacity() * 4 + entries.capacity() +
+    return ints.chunk.capacity() * 8 + bytes.lens.capacity() * 4 + entries.capacity() +
            entry_off.capacity() * 4;
   }
 
@@ -106,16 +94,6 @@ struct ReadColumn {
     return static_cast<uint32_t>(BitsAt(codes, codes_end, uint64_t{i} * code_bits, code_bits));
   }
 };
-
-size_t BytesHeaderSize(ColumnType t, uint64_t len) {
-  return t == ColumnType::kStr ? mp::StrHeaderSize(len)
-                               : (t == ColumnType::kBin ? mp::BinHeaderSize(len) : 0);
-}
-uint8_t* WriteBytesHeader(ColumnType t, uint8_t* w, uint32_t len) {
-  if (t == ColumnType::kStr) return mp::WriteStrHeader(w, len);
-  if (t == ColumnType::kBin) return mp::WriteBinHeader(w, len);
-  return w;
-}
 
 // Checks a dictionary column's n codes and sums the bytes they rebuild. Entries are numbered in
 // order of first appearance, so every code is at most the next new one and every entry is
@@ -152,82 +130,22 @@ ABSL_ATTRIBUTE_NOINLINE absl::Status CheckDictCodes(const ReadColumn& c, uint64_
   return absl::OkStatus();
 }
 
-absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
-                             absl::string_view name, ReadColumn* c, uint64_t* dict_budget) {
+// A dictionary column (*pp is past its encoding byte): the entry count, the entries' lengths
+// and contents, then the codes.
+absl::Status ReadDictColumn(const uint8_t** pp, const uint8_t* end, size_t n,
+                            absl::string_view name, ReadColumn* c, uint64_t* dict_budget) {
   const uint8_t* p = *pp;
   const auto avail = [&]() { return static_cast<size_t>(end - p); };
-  if (avail() < 1 || *p > kBytesPacked || (*p == kBytesHex && c->type != ColumnType::kStr)) {
-    return Corrupt(absl::StrCat("column '", name, "' has ",
-                                avail() < 1 ? "no encoding byte" : "an unknown encoding"));
+  // The d entries' lengths, then the blob they measure, read again while building the entries.
+  uint64_t count;
+  if (!GetVarint(&p, end, &count) || count > n || (n > 0 && count == 0) || count > kMaxDict) {
+    return Corrupt(absl::StrCat("column '", name, "' has a bad dictionary size"));
   }
-  const uint8_t encoding = *p++;
-  const bool packed = encoding == kBytesPacked;
-  const bool dict = encoding == kBytesDict;
-  if (packed) {
-    // bits (1..6), then the 2^bits alphabet bytes in increasing order.
-    if (avail() < 1) return Corrupt(absl::StrCat("column '", name, "' packing is truncated"));
-    const uint8_t bits = *p++;
-    if (bits < 1 || bits > kMaxPackedBits) {
-      return Corrupt(absl::StrCat("column '", name, "' has ", int{bits}, "-bit codes"));
-    }
-    const size_t d = size_t{1} << bits;
-    if (avail() < d) return Corrupt(absl::StrCat("column '", name, "' alphabet is truncated"));
-    for (size_t k = 0; k < d; ++k) {
-      if (k > 0 && p[k] <= p[k - 1]) {
-        return Corrupt(absl::StrCat("column '", name, "' alphabet is not in increasing order"));
-      }
-      c->symbols[k] = p[k];
-    }
-    c->bits = bits;
-    p += d;
-  }
-  // Lengths: n of them (plain) or d (dictionary), then the blob they measure. One pass
-  // validates them and sums what the column needs; plain, hex and packed columns read them
-  // again a chunk at a time while rebuilding, dictionaries while building their entries.
-  uint64_t count = n;
-  if (dict) {
-    if (!GetVarint(&p, end, &count) || count > n || (n > 0 && count == 0) || count > kMaxDict) {
-      return Corrupt(absl::StrCat("column '", name, "' has a bad dictionary size"));
-    }
-  }
-  if (count > avail()) return Corrupt(absl::StrCat("column '", name, "' is truncated"));
-  const uint8_t* const lens_src = p;
-  uint64_t sum = 0;         // contents
-  uint64_t headers = 0;     // msgpack headers of the rebuilt values (entries, for a dictionary)
-  uint64_t packed_len = 0;  // packed: bytes of codes
-  const uint32_t hex_factor = encoding == kBytesHex ? 2 : 1;
-  for (size_t i = 0; i < count; ++i) {
-    uint64_t len;
-    if (!GetVarint(&p, end, &len) || len > 0xffffffffu) {
-      return Corrupt(absl::StrCat("column '", name, "' has a bad length"));
-    }
-    sum += len;
-    headers += BytesHeaderSize(c->type, hex_factor * len);
-    if (packed) packed_len += (len * c->bits + 7) / 8;
-  }
-  uint64_t blob_len;
-  if (!GetVarint(&p, end, &blob_len) || blob_len != sum) {
-    return Corrupt(absl::StrCat("column '", name, "' blob size does not match its lengths"));
-  }
-  if (packed) {
-    // Value i takes ceil(lens[i] * bits / 8) bytes.
-    if (packed_len > avail()) {
-      return Corrupt(absl::StrCat("column '", name, "' packed codes are truncated"));
-    }
-    blob_len = packed_len;
-  }
-  if (blob_len > avail()) return Corrupt(absl::StrCat("column '", name, "' blob is truncated"));
-  c->blob = p;
-  c->blob_end = p + blob_len;
-  p += blob_len;
-  if (!dict) {
-    c->storage = encoding == kBytesHex      ? Storage::kBytesHex
-                 : encoding == kBytesPacked ? Storage::kBytesPacked
-                                            : Storage::kBytesPlain;
-    c->lens_src = lens_src;
-    c->rebuilt_bytes = hex_factor * sum + headers;
-    *pp = p;
-    return absl::OkStatus();
+  BytesLengths lengths;
+  if (auto st =
+          ReadLengths(&p, end, count, name, c->type, /*hex_factor=*/1, /*packed_bits=*/0, &lengths);
+      !st.ok()) {
+    return st;
   }
   // Codes.
   if (avail() < 1 || *p < kCodeBytes || *p > kCodePacked) {
@@ -263,7 +181,7 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   // honest entries never take more than the rows they rebuild; the budget refuses the others
   // before they are copied. The count + 1 offsets are bounded by the record count (count <= n),
   // like the record index.
-  const uint64_t entries_size = sum + headers;
+  const uint64_t entries_size = lengths.sum + lengths.headers;
   if (entries_size > *dict_budget) {
     return absl::InvalidArgumentError(absl::StrCat(
         "COLUMNAR dictionary entries take more than the rows cap to hold (column '", name, "')"));
@@ -273,8 +191,8 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   c->entries.Reserve(entries_size + kSlack);
   c->entries.Resize(entries_size);
   uint8_t* w = c->entries.data();
-  const uint8_t* src = c->blob;
-  const uint8_t* lp = lens_src;
+  const uint8_t* src = lengths.blob;
+  const uint8_t* lp = lengths.lens;
   for (size_t d = 0; d < count; ++d) {
     const auto len = static_cast<uint32_t>(GetValidatedVarint(&lp));
     c->entry_off[d] = static_cast<uint32_t>(w - c->entries.data());
@@ -290,6 +208,22 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
   c->rebuilt_bytes = rebuilt;
   *pp = p;
   return absl::OkStatus();
+}
+
+// A str, bin or raw bytes column: the encoding byte, then the values or a dictionary.
+absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
+                             absl::string_view name, ReadColumn* c, uint64_t* dict_budget) {
+  const uint8_t* p = *pp;
+  if (p >= end || *p > kBytesPacked || (*p == kBytesHex && c->type != ColumnType::kStr)) {
+    return Corrupt(absl::StrCat("column '", name, "' has ",
+                                p >= end ? "no encoding byte" : "an unknown encoding"));
+  }
+  const uint8_t encoding = *p++;
+  absl::Status st = encoding == kBytesDict ? ReadDictColumn(&p, end, n, name, c, dict_budget)
+                                           : ReadBytes(&p, end, n, name, c->type, encoding,
+                                                       &c->storage, &c->bytes, &c->rebuilt_bytes);
+  if (st.ok()) *pp = p;
+  return st;
 }
 
 // Reads and validates one column; `dict_budget` is what dictionaries may still take to hold.
@@ -356,81 +290,6 @@ absl::Status ReadColumnData(const uint8_t** pp, const uint8_t* end, size_t n, bo
   return absl::OkStatus();
 }
 
-// Copies len bytes; short copies run as one fixed 16-byte move when both sides allow it.
-inline uint8_t* CopySmall(uint8_t* w, const uint8_t* src, const uint8_t* src_end, size_t len) {
-  if (len <= 16 && src_end - src >= 16) {
-    std::memcpy(w, src, 16);  // w always has kSlack spare bytes
-  } else if (len != 0) {
-    std::memcpy(w, src, len);
-  }
-  return w + len;
-}
-
-// Unpacks len bytes of a packed column with B-bit codes from src to w; returns the source
-// past them. Non-zero padding bits set *bad.
-template <uint32_t B>
-inline const uint8_t* UnpackBits(const uint8_t* sym, const uint8_t* src, const uint8_t* src_end,
-                                 uint32_t len, uint8_t* w, uint32_t* bad) {
-  constexpr uint64_t kMask = (uint64_t{1} << B) - 1;
-  uint32_t k = 0;
-  if constexpr (B == 6) {  // 16 codes at a time where the CPU can
-    if (len >= 16 && bitpack::HaveSimd()) {
-      const uint32_t groups = len / 16;
-      if (static_cast<size_t>(src_end - src) >= size_t{groups} * 12 + 4) {
-        src = bitpack::Unpack6(src, groups, sym, w);
-        k = groups * 16;
-      }
-    }
-  }
-  for (; k + 8 <= len; k += 8) {  // 8 codes in exactly B bytes
-    uint64_t v;
-    if (ABSL_PREDICT_TRUE(src_end - src >= 8)) {
-      v = LoadLE64(src);
-    } else {
-      v = 0;
-      std::memcpy(&v, src, B);
-    }
-    src += B;
-    for (uint32_t j = 0; j < 8; ++j) w[k + j] = sym[(v >> (B * j)) & kMask];
-  }
-  if (k < len) {
-    const uint32_t rest = len - k;
-    const uint32_t nbytes = (rest * B + 7) / 8;
-    uint64_t v = 0;
-    std::memcpy(&v, src, nbytes);
-    src += nbytes;
-    for (uint32_t j = 0; j < rest; ++j) w[k + j] = sym[(v >> (B * j)) & kMask];
-    if ((v >> (rest * B)) != 0) *bad = 1;  // padding bits must be zero
-  }
-  return src;
-}
-
-inline uint8_t* Unpack(const ReadColumn& c, const uint8_t* src, uint32_t len,
-                       const uint8_t** blob_cursor, uint8_t* w, uint32_t* bad) {
-  const uint8_t* sym = c.symbols;
-  switch (c.bits) {  // the same for every value of the column: predicted
-    case 6:
-      *blob_cursor = UnpackBits<6>(sym, src, c.blob_end, len, w, bad);
-      break;
-    case 5:
-      *blob_cursor = UnpackBits<5>(sym, src, c.blob_end, len, w, bad);
-      break;
-    case 4:
-      *blob_cursor = UnpackBits<4>(sym, src, c.blob_end, len, w, bad);
-      break;
-    case 3:
-      *blob_cursor = UnpackBits<3>(sym, src, c.blob_end, len, w, bad);
-      break;
-    case 2:
-      *blob_cursor = UnpackBits<2>(sym, src, c.blob_end, len, w, bad);
-      break;
-    default:
-      *blob_cursor = UnpackBits<1>(sym, src, c.blob_end, len, w, bad);
-      break;
-  }
-  return w + len;
-}
-
 // Writes record i of column c at w; returns the pointer past it. `w` has kSlack spare bytes.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteValue(const ReadColumn& c, size_t i,
                                                         const uint8_t** blob_cursor, uint8_t* w,
@@ -463,32 +322,13 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteValue(const ReadColumn& c, siz
       const uint8_t* e = c.entries.data();
       return CopySmall(w, e + off, e + c.entries.capacity(), c.entry_off[code + 1] - off);
     }
-    case Storage::kBytesPacked: {
-      const uint32_t len = c.lens[i & kChunkMask];
-      const uint8_t* src = *blob_cursor;
-      *blob_cursor = src + len;
-      w = WriteBytesHeader(c.type, w, len);
-      return Unpack(c, src, len, blob_cursor, w, bad);
-    }
-    case Storage::kBytesHex: {
-      const uint32_t len = c.lens[i & kChunkMask];
-      const uint8_t* src = *blob_cursor;
-      *blob_cursor = src + len;
-      w = WriteBytesHeader(c.type, w, 2 * len);
-      for (uint32_t k = 0; k < len; ++k) {
-        std::memcpy(w, kHex.digits[src[k]], 2);
-        w += 2;
-      }
-      return w;
-    }
+    case Storage::kBytesPacked:
+      return WritePacked(c.bytes, c.type, i, blob_cursor, w, bad);
+    case Storage::kBytesHex:
+      return WriteHex(c.bytes, c.type, i, blob_cursor, w);
     case Storage::kBytesPlain:
-    default: {
-      const uint32_t len = c.lens[i & kChunkMask];
-      const uint8_t* src = *blob_cursor;
-      *blob_cursor = src + len;
-      w = WriteBytesHeader(c.type, w, len);
-      return CopySmall(w, src, c.blob_end, len);
-    }
+    default:
+      return WritePlain(c.bytes, c.type, i, blob_cursor, w);
   }
 }
 
@@ -498,10 +338,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteKey(const ReadColumn& c, size_
                                                       const uint8_t** cursor, uint8_t* w,
                                                       uint32_t* bad) {
   if (c.storage == Storage::kBytesPlain && c.type == ColumnType::kRawBytes) {
-    const uint32_t len = c.lens[i & kChunkMask];
-    w = CopySmall(w, *cursor, c.blob_end, len);
-    *cursor += len;
-    return w;
+    return WriteRaw(c.bytes, i, cursor, w);
   }
   return WriteValue(c, i, cursor, w, bad);
 }
@@ -626,9 +463,9 @@ absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, ui
   uint8_t* const base = rows->data();
   uint8_t* w = base;
   RecordRef* refs = index->data();
-  const uint8_t* key_blob = s.key.blob;
+  const uint8_t* key_blob = s.key.bytes.blob;
   s.cursors.resize(num_fields);
-  for (uint64_t j = 0; j < num_fields; ++j) s.cursors[j] = s.fields[j].blob;
+  for (uint64_t j = 0; j < num_fields; ++j) s.cursors[j] = s.fields[j].bytes.blob;
   const ReadColumn* const cols = s.fields.data();
   const Prefix* const prefixes = s.prefixes.data();
   const uint8_t** cursors = s.cursors.data();
@@ -698,7 +535,7 @@ absl::Status ColumnarDecoder::RebuildKeys(size_t n, uint64_t num_fields, ByteBuf
   uint8_t* const base = rows->data();
   uint8_t* w = base;
   RecordRef* refs = index->data();
-  const uint8_t* cursor = kc.blob;
+  const uint8_t* cursor = kc.bytes.blob;
   uint32_t bad = 0;
   if (kc.Streamed()) kc.StartStream();
   for (size_t i0 = 0; i0 < n; i0 += kChunk) {
@@ -719,13 +556,7 @@ absl::Status ColumnarDecoder::RebuildKeys(size_t n, uint64_t num_fields, ByteBuf
   for (uint64_t j = 0; j < num_fields; ++j) {
     const ReadColumn& c = s.fields[j];
     if (c.storage != Storage::kBytesPacked || &c == &kc) continue;
-    const uint8_t* p = c.blob;
-    const uint8_t* lp = c.lens_src;
-    for (size_t i = 0; i < n; ++i) {
-      const uint64_t bits = GetValidatedVarint(&lp) * c.bits;
-      if (!PaddingIsZero(p, bits)) bad = 1;
-      p += (bits + 7) / 8;
-    }
+    if (!PackedPaddingIsZero(c.bytes, n)) bad = 1;
   }
   if (bad != 0) return Corrupt("a packed column has non-zero padding bits");
   return absl::OkStatus();

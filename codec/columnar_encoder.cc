@@ -3,15 +3,13 @@
 #include <cmath>
 #include <cstring>
 #include <vector>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
 #include "codec/bitpack.h"
 #include "codec/columnar.h"
+#include "codec/columnar_bytes.h"
 #include "codec/columnar_internal.h"
 #include "codec/columnar_ints.h"
 #include "codec/columnar_scalars.h"
@@ -40,12 +38,6 @@ constexpr uint64_t kDictLongValue = 32;
 constexpr size_t kParseBlock = 256;
 // The encoder drops its scratch buffers after a batch that left more than this behind.
 constexpr size_t kMaxRetainedScratch = 256u << 20;
-// Small-alphabet packing (see BuildColumn::SerializePacked): columns with fewer content bytes
-// are left plain; the alphabet and entropy come from the first kPackSample bytes; packing is
-// chosen when b bits a byte is within kPackSlackBits of those bytes' order-0 entropy.
-constexpr uint64_t kMinPackedBytes = 512;
-constexpr size_t kPackSample = 16384;
-constexpr double kPackSlackBits = 0.15;
 // Plain-range detection: a column part of at least kMinPlainSpan bytes whose order-0 entropy,
 // estimated on at most kPlainSample of its bytes (see LooksPlain), is kPlainBits bits a byte or
 // more is "plain": Huffman coding could save at most an eighth of it, at several ns a byte.
@@ -426,8 +418,7 @@ struct BuildColumn {
         if (UseDict()) {
           return 4 + 2 * kMaxVarintBytes + firsts.size() * 5 + dict_len + n * 2;
         }
-        // Plain, hex or packed (3 header bytes, the alphabet, 8 bytes of store slack).
-        return 2 + kMaxVarintBytes + n * 5 + total_len + 3 + 64 + 8;
+        return 1 + MaxBytesSize(n, total_len);
     }
   }
 
@@ -454,223 +445,10 @@ struct BuildColumn {
       case ColumnType::kNil:
         return w;
       default:
-        return UseDict() ? SerializeDict(w) : SerializePlainBytes(w);
+        return UseDict() ? SerializeDict(w)
+                         : SerializeBytes(BytesValues{type, n, ptrs.data(), lens.data(), total_len},
+                                          w, &bulk_begin);
     }
-  }
-
-  // Hex strings (trace ids, hashes, session ids) are stored as the bytes they spell: half the
-  // size, and no low-entropy text for zstd to wade through. Returns nullptr if any value is not
-  // lowercase hex of even length.
-  uint8_t* SerializeHex(uint8_t* w) const {
-    if (type != ColumnType::kStr || total_len == 0) return nullptr;
-    *w++ = kBytesHex;
-    for (size_t i = 0; i < n; ++i) {
-      if (lens[i] & 1) return nullptr;
-      w = PutVarint(w, lens[i] / 2);
-    }
-    w = PutVarint(w, total_len / 2);
-    bulk_begin = w;
-    for (size_t i = 0; i < n; ++i) {
-      const uint8_t* src = ptrs[i];
-      uint8_t bad = 0;
-      uint32_t k = 0;
-#if defined(__SSE2__)
-      for (; k + 16 <= lens[i]; k += 16) {  // 16 digits to 8 bytes at a time
-        const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k));
-        const __m128i d = _mm_sub_epi8(c, _mm_set1_epi8('0'));  // 0..9 for '0'..'9'
-        const __m128i l = _mm_sub_epi8(c, _mm_set1_epi8('a'));  // 0..5 for 'a'..'f'
-        const __m128i is_d = _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d);
-        const __m128i is_l = _mm_cmpeq_epi8(_mm_min_epu8(l, _mm_set1_epi8(5)), l);
-        if (_mm_movemask_epi8(_mm_or_si128(is_d, is_l)) != 0xffff) return nullptr;
-        const __m128i nibble = _mm_or_si128(
-            _mm_and_si128(is_d, d), _mm_andnot_si128(is_d, _mm_add_epi8(l, _mm_set1_epi8(10))));
-        // Each 16-bit lane holds a digit pair, the high nibble in its low byte.
-        const __m128i pairs =
-            _mm_or_si128(_mm_slli_epi16(_mm_and_si128(nibble, _mm_set1_epi16(0x00ff)), 4),
-                         _mm_srli_epi16(nibble, 8));
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(w), _mm_packus_epi16(pairs, pairs));
-        w += 8;
-      }
-#endif
-      for (; k < lens[i]; k += 2) {
-        const uint8_t hi = kHex.nibble[src[k]], lo = kHex.nibble[src[k + 1]];
-        bad |= hi | lo;
-        *w++ = static_cast<uint8_t>((hi << 4) | (lo & 0x0f));
-      }
-      if (bad & 0xf0) return nullptr;
-    }
-    return w;
-  }
-
-  // Strings drawn from a small alphabet used near-uniformly (random ids and tokens, base62 or
-  // base64 text) are stored as b-bit codes (b <= 6): within a few percent of what an entropy
-  // coder would make of them, and bytes that zstd crosses at memory speed instead of
-  // Huffman-coding them, on both sides. Every 8 codes fill exactly b bytes; each value starts
-  // on a byte. Returns nullptr when the column does not qualify.
-  uint8_t* SerializePacked(uint8_t* w) const {
-    if (total_len < kMinPackedBytes) return nullptr;
-    uint32_t hist[256] = {};
-    size_t sampled = 0;
-    for (size_t i = 0; i < n && sampled < kPackSample; ++i) {
-      for (uint32_t k = 0; k < lens[i]; ++k) ++hist[ptrs[i][k]];
-      sampled += lens[i];
-    }
-    uint8_t* const start = w;
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      size_t d = 0;
-      double entropy = 0;
-      uint64_t counted = 0;
-      for (int c = 0; c < 256; ++c) counted += hist[c];
-      for (int c = 0; c < 256; ++c) {
-        if (hist[c] == 0) continue;
-        ++d;
-        const double p = static_cast<double>(hist[c]) / static_cast<double>(counted);
-        entropy -= p * std::log2(p);
-      }
-      if (d > (1u << kMaxPackedBits)) return nullptr;
-      const uint8_t b = BitsFor(d);
-      if (b > entropy + kPackSlackBits) return nullptr;
-      // The alphabet has exactly 2^b bytes, so every code means a byte: the bytes in use,
-      // plus the smallest unused ones, in increasing order.
-      uint8_t code[256];
-      size_t fill = (size_t{1} << b) - d;
-      w = start;
-      *w++ = kBytesPacked;
-      *w++ = b;
-      uint8_t next = 0;
-      for (int c = 0; c < 256; ++c) {
-        code[c] = 0xff;
-        if (hist[c] == 0 && fill == 0) continue;
-        if (hist[c] == 0) --fill;
-        code[c] = next++;
-        *w++ = static_cast<uint8_t>(c);
-      }
-      for (size_t i = 0; i < n; ++i) w = PutVarint(w, lens[i]);
-      w = PutVarint(w, total_len);
-      bulk_begin = w;
-      uint8_t bad = 0;  // 0xff codes (bytes outside the alphabet) set the high bits
-      switch (b) {
-        case 6:
-          w = PackBits<6>(code, &bad, w);
-          break;
-        case 5:
-          w = PackBits<5>(code, &bad, w);
-          break;
-        case 4:
-          w = PackBits<4>(code, &bad, w);
-          break;
-        case 3:
-          w = PackBits<3>(code, &bad, w);
-          break;
-        case 2:
-          w = PackBits<2>(code, &bad, w);
-          break;
-        default:
-          w = PackBits<1>(code, &bad, w);
-          break;
-      }
-      if ((bad & 0xc0) == 0) return w;
-      if (sampled == total_len) return nullptr;  // the sample was the whole column
-      // A byte the sample did not have: take the alphabet from the whole column, once.
-      std::memset(hist, 0, sizeof(hist));
-      for (size_t i = 0; i < n; ++i) {
-        for (uint32_t k = 0; k < lens[i]; ++k) ++hist[ptrs[i][k]];
-      }
-    }
-    return nullptr;
-  }
-
-  // Every value as B-bit codes (code[] maps bytes to codes, 0xff for bytes it lacks, which
-  // set the high bits of *bad).
-  template <uint32_t B>
-  uint8_t* PackBits(const uint8_t* code, uint8_t* bad, uint8_t* w) const {
-    uint8_t acc = 0;
-    // 6-bit codes of an alphabet made of a few byte ranges go 16 at a time where the CPU can.
-    bitpack::Ranges ranges;
-    bitpack::NibbleTables nibbles;
-    bool simd = B == 6 && bitpack::HaveSimd();
-    bool by_nibble = simd;
-    for (int h = 0; h < 16 && by_nibble; ++h) {
-      nibbles.min[h] = 16;
-      nibbles.max[h] = 0;
-      nibbles.delta[h] = 0;
-      for (int l = 0; l < 16; ++l) {
-        const uint8_t cd = code[h * 16 + l];
-        if (cd == 0xff) continue;
-        if (nibbles.min[h] == 16) {
-          nibbles.min[h] = static_cast<uint8_t>(l);
-          nibbles.delta[h] = static_cast<uint8_t>(cd - (h * 16 + l));
-        } else if (nibbles.max[h] != l - 1) {
-          by_nibble = false;  // a gap inside the block
-        }
-        nibbles.max[h] = static_cast<uint8_t>(l);
-      }
-    }
-    for (int c = 0; c < 256 && simd && !by_nibble; ++c) {
-      if (code[c] == 0xff) continue;
-      if (c > 0 && code[c - 1] != 0xff) {
-        ++ranges.span[ranges.count - 1];
-        continue;
-      }
-      if (ranges.count == 8) {
-        simd = false;
-        break;
-      }
-      ranges.lo[ranges.count] = static_cast<uint8_t>(c);
-      ranges.span[ranges.count] = 1;
-      ranges.base[ranges.count] = code[c];
-      ++ranges.count;
-    }
-    for (size_t i = 0; i < n; ++i) {
-      const uint8_t* src = ptrs[i];
-      const uint32_t len = lens[i];
-      uint32_t k = 0;
-      if (simd && len >= 16) {
-        const uint32_t groups = len / 16;
-        const bool ok = by_nibble ? bitpack::Pack6(src, groups, nibbles, w)
-                                  : bitpack::Pack6(src, groups, ranges, w);
-        if (!ok) acc |= 0xc0;  // a byte outside the alphabet
-        w += size_t{groups} * 12;
-        k = groups * 16;
-      }
-      for (; k + 8 <= len; k += 8) {
-        uint64_t v = 0;
-        for (uint32_t j = 0; j < 8; ++j) {
-          const uint8_t c = code[src[k + j]];
-          acc |= c;
-          v |= uint64_t{c} << (B * j);
-        }
-        StoreLE64(w, v);  // B bytes count; the rest is slack the next write overwrites
-        w += B;
-      }
-      if (k < len) {
-        uint64_t v = 0;
-        for (uint32_t j = 0; k + j < len; ++j) {
-          const uint8_t c = code[src[k + j]];
-          acc |= c;
-          v |= uint64_t{c} << (B * j);
-        }
-        StoreLE64(w, v);
-        w += ((len - k) * B + 7) / 8;
-      }
-    }
-    *bad |= acc;
-    return w;
-  }
-
-  uint8_t* SerializePlainBytes(uint8_t* w) const {
-    if (uint8_t* end = SerializeHex(w); end != nullptr) return end;
-    if (uint8_t* end = SerializePacked(w); end != nullptr) return end;
-    bulk_begin = nullptr;  // a failed hex or packed attempt may have set it
-    *w++ = kBytesPlain;
-    for (size_t i = 0; i < n; ++i) w = PutVarint(w, lens[i]);
-    w = PutVarint(w, total_len);
-    bulk_begin = w;
-    for (size_t i = 0; i < n; ++i) {
-      std::memcpy(w, ptrs[i], lens[i]);
-      w += lens[i];
-    }
-    return w;
   }
 
   uint8_t* SerializeDict(uint8_t* w) const {
