@@ -9,6 +9,7 @@
 #include "codec/bitpack.h"
 #include "codec/columnar.h"
 #include "codec/columnar_bytes.h"
+#include "codec/columnar_dict.h"
 #include "codec/columnar_internal.h"
 #include "codec/columnar_ints.h"
 #include "codec/columnar_scalars.h"
@@ -23,9 +24,6 @@ using namespace columnar_internal;  // NOLINT(google-build-using-namespace): thi
 
 namespace {
 
-// Internal code layout: kCodePacked with 1..8 bits (a code may end in the last byte).
-constexpr uint8_t kCodePackedSmall = 0xff;
-
 struct ReadColumn {
   ColumnType type = ColumnType::kNil;
   Storage storage = Storage::kNil;
@@ -33,15 +31,9 @@ struct ReadColumn {
   const uint8_t* fixed = nullptr;  // floats (big-endian, as in msgpack), bools
   double pow10 = 1;                // kFloat64Decimal: value i is ints.Value(i) / pow10
   BytesReader bytes;               // kBytesPlain, kBytesHex, kBytesPacked
-  // Dictionary bytes: every entry pre-encoded (msgpack header + content) in `entries`.
-  ByteBuffer entries;
-  PodBuffer<uint32_t> entry_off;  // d + 1 offsets into entries
-  const uint8_t* codes = nullptr;
-  const uint8_t* codes_end = nullptr;
-  uint8_t code_width = 1;      // the payload's code layout, or kCodePackedSmall
-  uint8_t code_bits = 0;       // kCodePacked
-  uint32_t key_ref_field = 0;  // kKeyRef
-  uint64_t rebuilt_bytes = 0;  // bytes this column contributes to the rebuilt rows
+  DictReader dict;                 // kBytesDict
+  uint32_t key_ref_field = 0;      // kKeyRef
+  uint64_t rebuilt_bytes = 0;      // bytes this column contributes to the rebuilt rows
 
   bool IsBytes() const {
     return storage == Storage::kBytesPlain || storage == Storage::kBytesHex ||
@@ -71,144 +63,9 @@ struct ReadColumn {
   }
 
   size_t RetainedBytes() const {
-    return ints.chunk.capacity() * 8 + bytes.lens.capacity() * 4 + entries.capacity() +
-           entry_off.capacity() * 4;
-  }
-
-  size_t n = 0;
-  ABSL_ATTRIBUTE_ALWAYS_INLINE uint32_t Code(size_t i) const {
-    if (code_width == kCodeBytes) return codes[i];
-    if (code_width == kCodePacked) {  // 9..16 bits at bit i * bits: within 2 or 3 bytes
-      const size_t bit = i * code_bits;
-      const uint8_t* q = codes + (bit >> 3);
-      uint32_t v = q[0] | (uint32_t{q[1]} << 8);
-      if (q + 2 < codes_end) v |= uint32_t{q[2]} << 16;
-      return (v >> (bit & 7)) & ((1u << code_bits) - 1);
-    }
-    if (code_width == kCodePackedSmall) return SmallCode(i);
-    if (code_width == kCode16) return codes[2 * i] | (uint32_t{codes[2 * i + 1]} << 8);
-    return codes[i] | (uint32_t{codes[n + i]} << 8);  // low plane, then high plane
-  }
-  // 1..8 bits. Out of line, so that Code() inlines as small as before.
-  ABSL_ATTRIBUTE_NOINLINE uint32_t SmallCode(size_t i) const {
-    return static_cast<uint32_t>(BitsAt(codes, codes_end, uint64_t{i} * code_bits, code_bits));
+    return ints.chunk.capacity() * 8 + bytes.lens.capacity() * 4 + dict.RetainedBytes();
   }
 };
-
-// Checks a dictionary column's n codes and sums the bytes they rebuild. Entries are numbered in
-// order of first appearance, so every code is at most the next new one and every entry is
-// used: a dictionary has one valid spelling, and holds no entry that rebuilds nothing. (Out of
-// line: inlined, it shifted the code of the integer columns' readers, ints3 reads 8% slower.)
-ABSL_ATTRIBUTE_NOINLINE absl::Status CheckDictCodes(const ReadColumn& c, uint64_t count,
-                                                    absl::string_view name, uint64_t* rebuilt) {
-  uint64_t sum = 0;
-  uint32_t next_new = 0;
-  for (size_t i = 0; i < c.n; ++i) {
-    const uint32_t code = c.Code(i);
-    if (ABSL_PREDICT_FALSE(code >= next_new)) {
-      if (code >= count) {
-        return Corrupt(absl::StrCat("column '", name, "' has code ", code, " beyond its ", count,
-                                    "-entry dictionary"));
-      }
-      if (code > next_new) {
-        return Corrupt(absl::StrCat("column '", name, "' has code ", code, " at record ", i,
-                                    " before code ", next_new,
-                                    " was used (entries are numbered in order of first use)"));
-      }
-      ++next_new;
-    }
-    sum += c.entry_off[code + 1] - c.entry_off[code];
-  }
-  if (next_new != count) {
-    return Corrupt(next_new + 1 == count
-                       ? absl::StrCat("column '", name, "' never uses dictionary entry ", next_new,
-                                      " of ", count)
-                       : absl::StrCat("column '", name, "' never uses dictionary entries ",
-                                      next_new, " to ", count - 1, " of ", count));
-  }
-  *rebuilt = sum;
-  return absl::OkStatus();
-}
-
-// A dictionary column (*pp is past its encoding byte): the entry count, the entries' lengths
-// and contents, then the codes.
-absl::Status ReadDictColumn(const uint8_t** pp, const uint8_t* end, size_t n,
-                            absl::string_view name, ReadColumn* c, uint64_t* dict_budget) {
-  const uint8_t* p = *pp;
-  const auto avail = [&]() { return static_cast<size_t>(end - p); };
-  // The d entries' lengths, then the blob they measure, read again while building the entries.
-  uint64_t count;
-  if (!GetVarint(&p, end, &count) || count > n || (n > 0 && count == 0) || count > kMaxDict) {
-    return Corrupt(absl::StrCat("column '", name, "' has a bad dictionary size"));
-  }
-  BytesLengths lengths;
-  if (auto st =
-          ReadLengths(&p, end, count, name, c->type, /*hex_factor=*/1, /*packed_bits=*/0, &lengths);
-      !st.ok()) {
-    return st;
-  }
-  // Codes.
-  if (avail() < 1 || *p < kCodeBytes || *p > kCodePacked) {
-    return Corrupt(absl::StrCat("column '", name, "' has an unknown code layout"));
-  }
-  c->code_width = *p++;
-  size_t codes_size;
-  if (c->code_width == kCodePacked) {
-    // Exactly the width the dictionary needs (1 bit for a single entry).
-    if (avail() < 1 || *p < 1 || *p > 16 || (*p > 1 && (uint64_t{1} << (*p - 1)) >= count) ||
-        count > (uint64_t{1} << *p)) {
-      return Corrupt(absl::StrCat("column '", name, "' has a bad code width for a ", count,
-                                  "-entry dictionary"));
-    }
-    c->code_bits = *p++;
-    codes_size = (uint64_t{n} * c->code_bits + 7) / 8;
-  } else {
-    codes_size = c->code_width == kCodeBytes ? n : 2 * uint64_t{n};
-  }
-  if (avail() < codes_size) {
-    return Corrupt(absl::StrCat("column '", name, "' codes are truncated"));
-  }
-  if (c->code_width == kCodePacked && !PaddingIsZero(p, uint64_t{n} * c->code_bits)) {
-    return Corrupt(absl::StrCat("column '", name, "' has nonzero padding after its codes"));
-  }
-  c->codes = p;
-  c->codes_end = p + codes_size;
-  c->n = n;
-  p += codes_size;
-  if (c->code_width == kCodePacked && c->code_bits <= 8) c->code_width = kCodePackedSmall;
-  // Pre-encode the entries (contents plus headers), charged to the frame's dictionary budget,
-  // then size the rebuilt column from the codes. Every entry must be used (checked below), so
-  // honest entries never take more than the rows they rebuild; the budget refuses the others
-  // before they are copied. The count + 1 offsets are bounded by the record count (count <= n),
-  // like the record index.
-  const uint64_t entries_size = lengths.sum + lengths.headers;
-  if (entries_size > *dict_budget) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "COLUMNAR dictionary entries take more than the rows cap to hold (column '", name, "')"));
-  }
-  *dict_budget -= entries_size;
-  c->entry_off.Resize(count + 1);
-  c->entries.Reserve(entries_size + kSlack);
-  c->entries.Resize(entries_size);
-  uint8_t* w = c->entries.data();
-  const uint8_t* src = lengths.blob;
-  const uint8_t* lp = lengths.lens;
-  for (size_t d = 0; d < count; ++d) {
-    const auto len = static_cast<uint32_t>(GetValidatedVarint(&lp));
-    c->entry_off[d] = static_cast<uint32_t>(w - c->entries.data());
-    w = WriteBytesHeader(c->type, w, len);
-    std::memcpy(w, src, len);
-    w += len;
-    src += len;
-  }
-  c->entry_off[count] = static_cast<uint32_t>(w - c->entries.data());
-  uint64_t rebuilt = 0;
-  if (auto st = CheckDictCodes(*c, count, name, &rebuilt); !st.ok()) return st;
-  c->storage = Storage::kBytesDict;
-  c->rebuilt_bytes = rebuilt;
-  *pp = p;
-  return absl::OkStatus();
-}
 
 // A str, bin or raw bytes column: the encoding byte, then the values or a dictionary.
 absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
@@ -219,9 +76,13 @@ absl::Status ReadBytesColumn(const uint8_t** pp, const uint8_t* end, size_t n,
                                 p >= end ? "no encoding byte" : "an unknown encoding"));
   }
   const uint8_t encoding = *p++;
-  absl::Status st = encoding == kBytesDict ? ReadDictColumn(&p, end, n, name, c, dict_budget)
-                                           : ReadBytes(&p, end, n, name, c->type, encoding,
-                                                       &c->storage, &c->bytes, &c->rebuilt_bytes);
+  absl::Status st;
+  if (encoding == kBytesDict) {
+    st = ReadDict(&p, end, n, name, c->type, &c->dict, dict_budget, &c->rebuilt_bytes);
+    if (st.ok()) c->storage = Storage::kBytesDict;
+  } else {
+    st = ReadBytes(&p, end, n, name, c->type, encoding, &c->storage, &c->bytes, &c->rebuilt_bytes);
+  }
   if (st.ok()) *pp = p;
   return st;
 }
@@ -316,12 +177,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteValue(const ReadColumn& c, siz
       return WriteDecimal(c.ints.Value(i), c.pow10, w);
     case Storage::kKeyRef:
       return w;
-    case Storage::kBytesDict: {
-      const uint32_t code = c.Code(i);
-      const uint32_t off = c.entry_off[code];
-      const uint8_t* e = c.entries.data();
-      return CopySmall(w, e + off, e + c.entries.capacity(), c.entry_off[code + 1] - off);
-    }
+    case Storage::kBytesDict:
+      return WriteEntry(c.dict, i, w);
     case Storage::kBytesPacked:
       return WritePacked(c.bytes, c.type, i, blob_cursor, w, bad);
     case Storage::kBytesHex:

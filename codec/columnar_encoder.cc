@@ -10,27 +10,16 @@
 #include "codec/bitpack.h"
 #include "codec/columnar.h"
 #include "codec/columnar_bytes.h"
+#include "codec/columnar_dict.h"
 #include "codec/columnar_internal.h"
 #include "codec/columnar_ints.h"
 #include "codec/columnar_scalars.h"
 #include "codec/msgpack_scan.h"
 #include "codec/varint.h"
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 namespace sluice {
 using namespace columnar_internal;  // NOLINT(google-build-using-namespace): this file's own helpers
 namespace {
-// Dictionary limits: past kDictProbe values a column whose values are more than half distinct
-// stops building its dictionary; no dictionary grows past kMaxDict entries.
-constexpr size_t kDictProbe = 1024;
-// Long values (kDictLongValue bytes on average) whose first kDictEarlyProbe are all distinct
-// stop the dictionary at once: hashing a thousand of them costs more than the dictionary could
-// save, since zstd's match finder catches repeats of long values nearly as well. (Short values
-// keep the full probe: a column cycling through a few hundred names must still get one.)
-constexpr size_t kDictEarlyProbe = 64;
-constexpr uint64_t kDictLongValue = 32;
 // Records are parsed in blocks of this many, field by field within a block: long enough loops
 // for the lookups of many records to overlap, short enough that a block's records stay in
 // cache from one field to the next (one block of the whole batch: ints3 1.7x slower). 256
@@ -162,15 +151,9 @@ struct BuildColumn {
   PodBuffer<const uint8_t*> ptrs;  // bytes types: where each value's content starts
   PodBuffer<uint32_t> lens;        // bytes types: content lengths
   uint64_t total_len = 0;          // sum of lens
-
-  // Dictionary (bytes types): codes numbered in order of first appearance (DictHashTable).
-  bool dict_active = false;
-  PodBuffer<uint32_t> codes;   // per value
-  PodBuffer<uint32_t> firsts;  // per dictionary entry: index of its first value
-  uint64_t dict_len = 0;       // sum of the entries' lengths
-  DictHashTable table;
+  DictBuilder dict;                // bytes types
   // Set while serializing: where the bulk of the column starts.
-  mutable uint8_t* bulk_begin = nullptr;
+  uint8_t* bulk_begin = nullptr;
 
   void Start(ColumnType t, size_t count) {
     type = t;
@@ -194,11 +177,7 @@ struct BuildColumn {
       case ColumnType::kRawBytes:
         ptrs.Resize(n);
         lens.Resize(n);
-        codes.Resize(n);
-        firsts.Clear();
-        dict_len = 0;
-        dict_active = n > 1;
-        table.Clear();
+        dict.Start(n);
         break;
       default:
         break;
@@ -207,77 +186,7 @@ struct BuildColumn {
 
   size_t RetainedBytes() const {
     return ints.capacity() * 8 + fixed.capacity() + ptrs.capacity() * 8 + lens.capacity() * 4 +
-           codes.capacity() * 4 + firsts.capacity() * 4 + table.RetainedBytes();
-  }
-
-  // Finds or adds the value at index i in the dictionary. The hot path is a short value found
-  // in its first slot; everything else is out of line, so the hot loop holds no call and keeps
-  // its state in registers.
-  ABSL_ATTRIBUTE_ALWAYS_INLINE inline void AddToDict(size_t i, const uint8_t* p, uint32_t len) {
-    if (ABSL_PREDICT_FALSE(len > 16)) {
-      AddLongToDict(i, p, len);
-      return;
-    }
-    const ShortKey k = KeyShort(p, len);
-    const DictHashTable::Hot h = table.LoadHot();
-    const size_t idx = DictHashTable::SlotOf(h, k.a, k.b, len);
-    uint32_t code;
-    if (ABSL_PREDICT_TRUE(DictHashTable::SlotHolds(h, idx, k, len, &code))) {
-      codes[i] = code;
-      return;
-    }
-    Probe(idx, i, nullptr, k.a, k.b, len);
-  }
-
-  // A value over 16 bytes: its key words are a hash and its first 8 bytes, so a match is then
-  // confirmed byte by byte.
-  ABSL_ATTRIBUTE_NOINLINE void AddLongToDict(size_t i, const uint8_t* p, uint32_t len) {
-    const uint64_t a = XXH3_64bits(p, len), b = LoadLE64(p);
-    Probe(table.SlotOf(a, b, len), i, p, a, b, len);
-  }
-
-  // Looks the value up from slot idx on, adding it when absent. `p` (the value's bytes) is
-  // compared when the key words do not identify it (longer than 16 bytes), else null.
-  ABSL_ATTRIBUTE_NOINLINE void Probe(size_t idx, size_t i, const uint8_t* p, uint64_t a, uint64_t b,
-                                     uint32_t len) {
-    uint32_t code;
-    const auto same_value = [&](uint32_t c) {
-      return p == nullptr || std::memcmp(p, ptrs[firsts[c]], len) == 0;
-    };
-    switch (table.Find(&idx, a, b, len, same_value, &code)) {
-      case DictHashTable::Found::kYes:
-        codes[i] = code;
-        return;
-      case DictHashTable::Found::kNo:
-        Insert(idx, i, a, b, len);
-        return;
-      case DictHashTable::Found::kGaveUp:
-        dict_active = false;  // values made to collide: no dictionary rather than quadratic work
-        return;
-    }
-  }
-
-  void Insert(size_t idx, size_t i, uint64_t a, uint64_t b, uint32_t len) {
-    const uint32_t code = table.Insert(idx, a, b, len);
-    firsts.PushBack(static_cast<uint32_t>(i));
-    dict_len += len;
-    codes[i] = code;
-    if (code + 1 >= kMaxDict || (i >= kDictProbe && !DictPays(i + 1)) ||
-        (i + 1 == kDictEarlyProbe && code + 1 == kDictEarlyProbe &&
-         dict_len >= kDictLongValue * kDictEarlyProbe)) {
-      dict_active = false;  // too many distinct values: a dictionary would not pay
-    } else {
-      table.GrowIfLoaded();
-    }
-  }
-
-  // Whether, on the first `seen` values, dictionary + codes beat lengths + contents by 10%.
-  bool DictPays(size_t seen) const {
-    const uint64_t entries = firsts.size();
-    const uint64_t code_bytes = (seen * CodeBits(entries) + 7) / 8;
-    const uint64_t dict_cost = dict_len + entries + code_bytes;
-    const uint64_t plain_cost = total_len + seen;
-    return dict_cost * 10 < plain_cost * 9;
+           dict.RetainedBytes();
   }
 
   // Parses the value at p as record i of a column of type T; returns the pointer past it or
@@ -348,59 +257,22 @@ struct BuildColumn {
     ptrs[i] = p;
     lens[i] = len;
     total_len += len;
-    if (dict_active) AddToDict(i, p, len);
+    if (dict.active) dict.Add(i, p, len, ptrs.data(), total_len);
   }
 
-  // The column's arrays and dictionary, copied into a column loop's locals. The members would
-  // be reloaded after every store through ptrs, lens or codes (such a store may alias them, as
-  // far as the compiler knows); locals stay in registers. Only the slow paths change the
-  // dictionary, and LookupHot reloads the locals after them.
+  // The column's arrays, running length and dictionary, copied into a column loop's locals.
+  // The members would be reloaded after every store through ptrs, lens or codes (such a store
+  // may alias them, as far as the compiler knows); locals stay in registers.
   struct Hot {
     const uint8_t** ptrs;
     uint32_t* lens;
-    uint32_t* codes;
-    DictHashTable::Hot table;
     uint64_t total_len;
+    DictBuilder::Hot dict;
   };
-  Hot LoadHot() { return Hot{ptrs.data(), lens.data(), codes.data(), table.LoadHot(), total_len}; }
+  Hot LoadHot() { return Hot{ptrs.data(), lens.data(), total_len, dict.LoadHot()}; }
 
-  // AddToDict for a value of up to 16 bytes with key words k, on a Hot copy whose total_len
-  // already counts it. Returns whether the dictionary is still active.
-  ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool LookupHot(Hot& h, size_t i, const ShortKey& k,
-                                                     uint32_t len) {
-    const size_t idx = DictHashTable::SlotOf(h.table, k.a, k.b, len);
-    uint32_t code;
-    if (ABSL_PREDICT_TRUE(DictHashTable::SlotHolds(h.table, idx, k, len, &code))) {
-      h.codes[i] = code;
-      return true;
-    }
-    total_len = h.total_len;  // Insert reads it
-    Probe(idx, i, nullptr, k.a, k.b, len);
-    return Reload(h);
-  }
-
-  // AddToDict for a longer value, on a Hot copy.
-  bool LookupLongHot(Hot& h, size_t i, const uint8_t* p, uint32_t len) {
-    total_len = h.total_len;
-    AddLongToDict(i, p, len);
-    return Reload(h);
-  }
-
-  bool Reload(Hot& h) {
-    table.Reload(h.table);
-    return dict_active;
-  }
-
-  bool UseDict() const {
-    return IsBytesType(type) && dict_active && firsts.size() < n && DictPays(n);
-  }
-
-  // Bits a dictionary code takes (SerializeDict): 8 (one byte each) for 33 to 256 entries,
-  // else ceil(log2 d), bit-packed.
-  static uint8_t CodeBits(size_t dict_size) {
-    const uint8_t b = BitsFor(dict_size);
-    return b <= kMaxSmallPackedBits || b > 8 ? b : 8;
-  }
+  BytesValues bytes() const { return BytesValues{type, n, ptrs.data(), lens.data(), total_len}; }
+  bool UseDict() const { return IsBytesType(type) && dict.Use(n, total_len); }
 
   // Upper bound of the serialized size (type byte and headers included).
   size_t MaxSerializedSize() const {
@@ -415,10 +287,7 @@ struct BuildColumn {
       case ColumnType::kNil:
         return 1;
       default:
-        if (UseDict()) {
-          return 4 + 2 * kMaxVarintBytes + firsts.size() * 5 + dict_len + n * 2;
-        }
-        return 1 + MaxBytesSize(n, total_len);
+        return 1 + (UseDict() ? MaxDictSize(n, dict) : MaxBytesSize(n, total_len));
     }
   }
 
@@ -445,38 +314,9 @@ struct BuildColumn {
       case ColumnType::kNil:
         return w;
       default:
-        return UseDict() ? SerializeDict(w)
-                         : SerializeBytes(BytesValues{type, n, ptrs.data(), lens.data(), total_len},
-                                          w, &bulk_begin);
+        return UseDict() ? SerializeDict(bytes(), dict, w, &bulk_begin)
+                         : SerializeBytes(bytes(), w, &bulk_begin);
     }
-  }
-
-  uint8_t* SerializeDict(uint8_t* w) const {
-    *w++ = kBytesDict;
-    const size_t d = firsts.size();
-    w = PutVarint(w, d);
-    for (size_t c = 0; c < d; ++c) w = PutVarint(w, lens[firsts[c]]);
-    w = PutVarint(w, dict_len);
-    for (size_t c = 0; c < d; ++c) {
-      const uint32_t i = firsts[c];
-      std::memcpy(w, ptrs[i], lens[i]);
-      w += lens[i];
-    }
-    const uint8_t bits = CodeBits(d);
-    if (bits == 8) {
-      *w++ = kCodeBytes;
-      bulk_begin = w;
-      for (size_t i = 0; i < n; ++i) w[i] = static_cast<uint8_t>(codes[i]);
-      return w + n;
-    }
-    // Past 256 entries, codes are bit-packed at the width the dictionary needs (LSB first):
-    // zstd's byte-wise entropy coder does little for codes that straddle bytes, and slowly
-    // (2,000 names as two-byte codes: 1.35x at ~165 MB/s); packed they take ceil(log2 d) bits.
-    // Up to 32 entries they are packed too, at 1 to 5 bits (see kMaxSmallPackedBits).
-    *w++ = kCodePacked;
-    *w++ = bits;
-    bulk_begin = w;
-    return PackFixedWidth(n, bits, w, [this](size_t i) { return codes[i]; });
   }
 };
 
@@ -610,7 +450,10 @@ struct StrLoop {
             holds = false;
           }
         }
-        if (ABSL_PREDICT_FALSE(!col.LookupHot(hot, i++, k, len))) break;
+        if (ABSL_PREDICT_FALSE(
+                !col.dict.LookupHot(hot.dict, i++, k, len, hot.ptrs, hot.total_len))) {
+          break;
+        }
         continue;
       }
       if (kKeyRef && holds) {
@@ -619,7 +462,7 @@ struct StrLoop {
                 SameBytes(v - header, reinterpret_cast<const uint8_t*>(key.data()), key.size());
       }
       if constexpr (kDict) {
-        if (!col.LookupLongHot(hot, i++, v, len)) break;
+        if (!col.dict.LookupLongHot(hot.dict, i++, v, len, hot.ptrs, hot.total_len)) break;
       } else {
         ++i;
       }
@@ -661,7 +504,7 @@ size_t ParseStrColumn(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
   size_t i = begin;
   const bool long_prefix = pr.len >= 8;
   for (;;) {
-    const bool dict = col.dict_active;
+    const bool dict = col.dict.active;
     const size_t from = i;
     if (dict) {
       i = long_prefix ? RunFastLoop<StrLoop<true, true>>(col, pr, cur, ends, i, n, checks)
@@ -675,7 +518,7 @@ size_t ParseStrColumn(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
       return n;
     }
     if (!checks->key_ref_holds) checks->key_records = nullptr;
-    if (dict && !col.dict_active) continue;  // record i-1 turned the dictionary off: go on
+    if (dict && !col.dict.active) continue;  // record i-1 turned the dictionary off: go on
     // Record i does not take the fast path: the general loop takes it, or says why it fails.
     // When the fast loop took nothing, the general loop takes the rest of the block: a column
     // of values over 255 bytes would otherwise switch loops at every record.
