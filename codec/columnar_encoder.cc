@@ -7,7 +7,6 @@
 #include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
-#include "codec/bitpack.h"
 #include "codec/columnar.h"
 #include "codec/columnar_bytes.h"
 #include "codec/columnar_dict.h"
@@ -141,9 +140,76 @@ inline bool SameBytes(const uint8_t* p, const uint8_t* q, size_t len) {
   return std::memcmp(p, q, len) == 0;
 }
 
+// A field prefix's words, copied into a parse loop's locals (the prefix's members would be
+// reloaded after every store the loop makes), and the comparisons the loops make with them:
+// 8 to 16 bytes as two overlapping 64-bit loads from either end, 4 to 7 as two 32-bit loads,
+// fewer through KeyShort, more with memcmp.
+struct PrefixCheck {
+  explicit PrefixCheck(const Prefix& pr)
+      : len(pr.len),
+        data(pr.data()),
+        key(pr.key),
+        head64(pr.head64),
+        tail64(pr.tail64),
+        head32(pr.head32),
+        tail32(pr.tail32),
+        is8to16(len >= 8 && len <= 16),
+        is4to7(len >= 4 && len < 8) {}
+
+  // Whether q does not start with the prefix, known to be 8 to 16 bytes long (kLong) or 4 to 7:
+  // no branch on the length. The hints are on each comparison, where the loops had them: on
+  // the result of an inlined call they lead the compiler to lay the loops out differently.
+  template <bool kLong>
+  ABSL_ATTRIBUTE_ALWAYS_INLINE bool DiffersAt(const uint8_t* q) const {
+    if constexpr (kLong) {
+      return ABSL_PREDICT_FALSE(LoadLE64(q) != head64) ||
+             ABSL_PREDICT_FALSE(LoadLE64(q + len - 8) != tail64);
+    } else {
+      return ABSL_PREDICT_FALSE(LoadLE32(q) != head32) ||
+             ABSL_PREDICT_FALSE(LoadLE32(q + len - 4) != tail32);
+    }
+  }
+
+  // The same for a prefix of under 4 or over 16 bytes.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE bool DiffersAtOther(const uint8_t* q) const {
+    if (len < 4) {
+      const ShortKey k = KeyShort(q, static_cast<uint32_t>(len));
+      return ABSL_PREDICT_FALSE(k.a != key.a) || ABSL_PREDICT_FALSE(k.b != key.b);
+    }
+    return std::memcmp(q, data, len) != 0;
+  }
+
+  size_t len;
+  const uint8_t* data;
+  ShortKey key;
+  uint64_t head64, tail64;
+  uint32_t head32, tail32;
+  bool is8to16, is4to7;
+};
+
+// Whether `key` is exactly the `size` bytes at `value` (a field's encoded value): the check a
+// key reference makes for each record.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool KeyIs(std::string_view key, const uint8_t* value,
+                                               size_t size) {
+  return size == key.size() &&
+         SameBytes(value, reinterpret_cast<const uint8_t*>(key.data()), key.size());
+}
+
+// The same for a fixstr value with header byte h and len (<= 16) bytes whose KeyShort words are
+// k: the key must be the header, then the same bytes.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool KeyIsShortStr(std::string_view key, uint8_t h,
+                                                       const ShortKey& k, uint32_t len) {
+  if (key.size() != len + 1 || static_cast<uint8_t>(key[0]) != h) return false;
+  const ShortKey kk = KeyShort(reinterpret_cast<const uint8_t*>(key.data()) + 1, len);
+  return kk.a == k.a && kk.b == k.b;
+}
+
 // A column being built from one batch. Strings are not copied while parsing: the column keeps
 // pointers into the records and, while values repeat, a dictionary.
 struct BuildColumn {
+  // Bytes types. First, so that its address is the column's: the str loops' calls into it on
+  // their slow path then cost no address computation, and no spill of it, on every value.
+  DictBuilder dict;
   ColumnType type = ColumnType::kNil;
   size_t n = 0;
   PodBuffer<int64_t> ints;         // kInt; kFloat64 as decimal mantissas (SerializeFloat64s)
@@ -151,7 +217,6 @@ struct BuildColumn {
   PodBuffer<const uint8_t*> ptrs;  // bytes types: where each value's content starts
   PodBuffer<uint32_t> lens;        // bytes types: content lengths
   uint64_t total_len = 0;          // sum of lens
-  DictBuilder dict;                // bytes types
   // Set while serializing: where the bulk of the column starts.
   uint8_t* bulk_begin = nullptr;
 
@@ -339,13 +404,8 @@ ABSL_ATTRIBUTE_NOINLINE size_t ParseColumn(BuildColumn& col, const Prefix& pr,
                                            const uint8_t** __restrict cur,
                                            const uint8_t* const* __restrict ends, size_t begin,
                                            size_t n, ColumnChecks* checks, ParseFailure* failure) {
-  const size_t plen = pr.len;
-  const ShortKey pkey = pr.key;
-  // The same for every record, so these branches predict perfectly.
-  const bool prefix8to16 = plen >= 8 && plen <= 16;
-  const bool prefix4to7 = plen >= 4 && plen < 8;
-  const uint64_t head64 = pr.head64, tail64 = pr.tail64;
-  const uint32_t head32 = pr.head32, tail32 = pr.tail32;
+  const PrefixCheck prefix(pr);
+  const size_t plen = prefix.len;
   const bool last_field = checks->last_field;
   const Record* const key_records = checks->key_records;
   bool key_ref_holds = checks->key_ref_holds && key_records != nullptr;
@@ -355,14 +415,12 @@ ABSL_ATTRIBUTE_NOINLINE size_t ParseColumn(BuildColumn& col, const Prefix& pr,
     const uint8_t* const end = ends[i];
     const auto avail = static_cast<size_t>(end - q);
     if (ABSL_PREDICT_FALSE(avail < plen)) break;
-    if (prefix8to16) {
-      if (ABSL_PREDICT_FALSE(LoadLE64(q) != head64 || LoadLE64(q + plen - 8) != tail64)) break;
-    } else if (prefix4to7) {
-      if (ABSL_PREDICT_FALSE(LoadLE32(q) != head32 || LoadLE32(q + plen - 4) != tail32)) break;
-    } else if (plen < 4) {
-      const ShortKey k = KeyShort(q, static_cast<uint32_t>(plen));
-      if (ABSL_PREDICT_FALSE(k.a != pkey.a || k.b != pkey.b)) break;
-    } else if (std::memcmp(q, pr.data(), plen) != 0) {
+    // The same branch for every record, so these predict perfectly.
+    if (prefix.is8to16) {
+      if (prefix.DiffersAt<true>(q)) break;
+    } else if (prefix.is4to7) {
+      if (prefix.DiffersAt<false>(q)) break;
+    } else if (prefix.DiffersAtOther(q)) {
       break;
     }
     const uint8_t* p = col.ParseAs<T>(i, q + plen, end);
@@ -373,10 +431,8 @@ ABSL_ATTRIBUTE_NOINLINE size_t ParseColumn(BuildColumn& col, const Prefix& pr,
       return i;
     }
     if (key_ref_holds) {
-      const std::string_view key = key_records[i].key;
       const uint8_t* value = q + plen;
-      key_ref_holds = static_cast<size_t>(p - value) == key.size() &&
-                      SameBytes(value, reinterpret_cast<const uint8_t*>(key.data()), key.size());
+      key_ref_holds = KeyIs(key_records[i].key, value, static_cast<size_t>(p - value));
     }
     cur[i] = p;
   }
@@ -402,21 +458,15 @@ struct StrLoop {
                                             const uint8_t* const* __restrict ends, size_t i,
                                             size_t n, const Record* key_records,
                                             bool* key_ref_holds) {
-    const size_t plen = pr.len;
-    const uint64_t head = kLongPrefix ? pr.head64 : pr.head32;
-    const uint64_t tail = kLongPrefix ? pr.tail64 : pr.tail32;
-    const size_t tail_at = plen - (kLongPrefix ? 8 : 4);
+    const PrefixCheck prefix(pr);
+    const size_t plen = prefix.len;
     bool holds = *key_ref_holds;
     BuildColumn::Hot hot = col.LoadHot();
     while (i < n) {
       const uint8_t* q = cur[i];
       const auto avail = static_cast<size_t>(ends[i] - q);
       if (ABSL_PREDICT_FALSE(avail <= plen)) break;
-      if constexpr (kLongPrefix) {
-        if (ABSL_PREDICT_FALSE(LoadLE64(q) != head || LoadLE64(q + tail_at) != tail)) break;
-      } else {
-        if (ABSL_PREDICT_FALSE(LoadLE32(q) != head || LoadLE32(q + tail_at) != tail)) break;
-      }
+      if (prefix.DiffersAt<kLongPrefix>(q)) break;
       // A fixstr, or a str8 (32 to 255 bytes).
       const uint8_t h = q[plen];
       uint32_t len;
@@ -440,27 +490,14 @@ struct StrLoop {
       cur[i] = v + len;
       if (kDict && ABSL_PREDICT_TRUE(len <= 16)) {
         const ShortKey k = KeyShort(v, len);
-        if (kKeyRef && holds) {
-          // The key must be this field's encoding: the fixstr header, then the same bytes.
-          const std::string_view key = key_records[i].key;
-          if (key.size() == len + 1 && static_cast<uint8_t>(key[0]) == h) {
-            const ShortKey kk = KeyShort(reinterpret_cast<const uint8_t*>(key.data()) + 1, len);
-            holds = kk.a == k.a && kk.b == k.b;
-          } else {
-            holds = false;
-          }
-        }
+        if (kKeyRef && holds) holds = KeyIsShortStr(key_records[i].key, h, k, len);
         if (ABSL_PREDICT_FALSE(
                 !col.dict.LookupHot(hot.dict, i++, k, len, hot.ptrs, hot.total_len))) {
           break;
         }
         continue;
       }
-      if (kKeyRef && holds) {
-        const std::string_view key = key_records[i].key;
-        holds = key.size() == header + len &&
-                SameBytes(v - header, reinterpret_cast<const uint8_t*>(key.data()), key.size());
-      }
+      if (kKeyRef && holds) holds = KeyIs(key_records[i].key, v - header, header + len);
       if constexpr (kDict) {
         if (!col.dict.LookupLongHot(hot.dict, i++, v, len, hot.ptrs, hot.total_len)) break;
       } else {
@@ -541,10 +578,8 @@ struct ScalarLoop {
                                             const uint8_t* const* __restrict ends, size_t i,
                                             size_t n, const Record* key_records,
                                             bool* key_ref_holds) {
-    const size_t plen = pr.len;
-    const uint64_t head = kLongPrefix ? pr.head64 : pr.head32;
-    const uint64_t tail = kLongPrefix ? pr.tail64 : pr.tail32;
-    const size_t tail_at = plen - (kLongPrefix ? 8 : 4);
+    const PrefixCheck prefix(pr);
+    const size_t plen = prefix.len;
     bool holds = *key_ref_holds;
     int64_t* const ints = col.ints.data();
     uint8_t* const fixed = col.fixed.data();
@@ -553,11 +588,7 @@ struct ScalarLoop {
       const uint8_t* const end = ends[i];
       const auto avail = static_cast<size_t>(end - q);
       if (ABSL_PREDICT_FALSE(avail <= plen)) break;
-      if constexpr (kLongPrefix) {
-        if (ABSL_PREDICT_FALSE(LoadLE64(q) != head || LoadLE64(q + tail_at) != tail)) break;
-      } else {
-        if (ABSL_PREDICT_FALSE(LoadLE32(q) != head || LoadLE32(q + tail_at) != tail)) break;
-      }
+      if (prefix.DiffersAt<kLongPrefix>(q)) break;
       const uint8_t* const v = q + plen;
       const uint8_t* p;
       if constexpr (T == ColumnType::kInt) {
@@ -578,11 +609,7 @@ struct ScalarLoop {
         if (kLastField && ABSL_PREDICT_FALSE(p != end)) break;
         fixed[i] = *v & 1;
       }
-      if (kKeyRef && holds) {
-        const std::string_view key = key_records[i].key;
-        holds = static_cast<size_t>(p - v) == key.size() &&
-                SameBytes(v, reinterpret_cast<const uint8_t*>(key.data()), key.size());
-      }
+      if (kKeyRef && holds) holds = KeyIs(key_records[i].key, v, static_cast<size_t>(p - v));
       cur[i] = p;
     }
     *key_ref_holds = holds;

@@ -223,8 +223,8 @@ constexpr size_t kChunk = 256;
 constexpr size_t kChunkMask = kChunk - 1;
 static_assert((kChunk & kChunkMask) == 0, "a power of two");
 
-// A decoder error for a payload that breaks the format.
-inline absl::Status Corrupt(absl::string_view what) {
+// A decoder error for a payload that breaks the format. (Out of line: error paths only.)
+ABSL_ATTRIBUTE_NOINLINE inline absl::Status Corrupt(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("corrupt COLUMNAR payload: ", what));
 }
 
