@@ -210,6 +210,9 @@ struct ColumnarDecoder::State {
   std::vector<std::string> names;     // escaped, for messages
   std::vector<ReadColumn*> streamed;  // the columns decoded again a chunk at a time
   ByteBuffer scratch;
+
+  absl::Status ReadFieldNames(const uint8_t** pp, const uint8_t* end, uint64_t num_fields,
+                              uint64_t* prefix_total);
 };
 
 ColumnarDecoder::ColumnarDecoder() : state_(std::make_unique<State>()) {}
@@ -232,6 +235,38 @@ size_t ColumnarDecoder::retained_bytes() const {
   return retained;
 }
 
+// The field names: each field's name (escaped, for messages) and prefix (the map header for
+// field 0, the name's str header, the name), and the bytes the prefixes of a record take.
+absl::Status ColumnarDecoder::State::ReadFieldNames(const uint8_t** pp, const uint8_t* end,
+                                                    uint64_t num_fields, uint64_t* prefix_total) {
+  const uint8_t* p = *pp;
+  names.resize(num_fields);
+  uint64_t total = num_fields == 0 ? 1 : 0;  // the empty map is one byte
+  for (uint64_t j = 0; j < num_fields; ++j) {
+    uint64_t len;
+    if (!GetVarint(&p, end, &len) || len > static_cast<size_t>(end - p)) {
+      return Corrupt(absl::StrCat("field ", j, " name is truncated"));
+    }
+    // For messages only: untrusted bytes, escaped and cut short.
+    names[j] = absl::CHexEscape(
+        absl::string_view(reinterpret_cast<const char*>(p), std::min<uint64_t>(len, 64)));
+    // prefix = [map header for field 0] + str header + name
+    scratch.Clear();
+    uint8_t* w = scratch.Extend(10 + len);
+    uint8_t* const start = w;
+    if (j == 0) w = mp::WriteMapHeader(w, static_cast<uint32_t>(num_fields));
+    w = mp::WriteStrHeader(w, static_cast<uint32_t>(len));
+    std::memcpy(w, p, len);
+    w += len;
+    prefixes[j].Set(start, static_cast<size_t>(w - start));
+    total += prefixes[j].len;
+    p += len;
+  }
+  *prefix_total = total;
+  *pp = p;
+  return absl::OkStatus();
+}
+
 absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, uint32_t record_count,
                                          uint32_t max_rows_bytes, ByteBuffer* rows,
                                          PodBuffer<RecordRef>* index, bool keys_only) {
@@ -248,28 +283,8 @@ absl::Status ColumnarDecoder::DecodeImpl(const uint8_t* payload, size_t size, ui
     s.fields.resize(num_fields);
     s.prefixes.resize(num_fields);
   }
-  s.names.resize(num_fields);
-  uint64_t prefix_total = num_fields == 0 ? 1 : 0;  // the empty map is one byte
-  for (uint64_t j = 0; j < num_fields; ++j) {
-    uint64_t len;
-    if (!GetVarint(&p, end, &len) || len > static_cast<size_t>(end - p)) {
-      return Corrupt(absl::StrCat("field ", j, " name is truncated"));
-    }
-    // For messages only: untrusted bytes, escaped and cut short.
-    s.names[j] = absl::CHexEscape(
-        absl::string_view(reinterpret_cast<const char*>(p), std::min<uint64_t>(len, 64)));
-    // prefix = [map header for field 0] + str header + name
-    s.scratch.Clear();
-    uint8_t* w = s.scratch.Extend(10 + len);
-    uint8_t* const start = w;
-    if (j == 0) w = mp::WriteMapHeader(w, static_cast<uint32_t>(num_fields));
-    w = mp::WriteStrHeader(w, static_cast<uint32_t>(len));
-    std::memcpy(w, p, len);
-    w += len;
-    s.prefixes[j].Set(start, static_cast<size_t>(w - start));
-    prefix_total += s.prefixes[j].len;
-    p += len;
-  }
+  uint64_t prefix_total;
+  if (auto st = s.ReadFieldNames(&p, end, num_fields, &prefix_total); !st.ok()) return st;
   // Every record rebuilds to at least its field prefixes (map header and names) plus a byte a
   // value: refuse early what cannot fit the cap, so columns that store nothing per value (nil,
   // integer sequences) cannot make a few bytes cost work for records no frame could hold.
