@@ -6,7 +6,6 @@
 #include "absl/base/optimization.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "codec/bitpack.h"
 #include "codec/columnar.h"
 #include "codec/columnar_bytes.h"
 #include "codec/columnar_dict.h"
@@ -19,11 +18,10 @@
 namespace sluice {
 using namespace columnar_internal;  // NOLINT(google-build-using-namespace): this file's own helpers
 
-// ---------------------------------------------------------------------------------------------
-// Decoder
-
 namespace {
 
+// A column as read: its type, how it is stored (the tag WriteValue switches on) and the reader
+// of that storage.
 struct ReadColumn {
   ColumnType type = ColumnType::kNil;
   Storage storage = Storage::kNil;

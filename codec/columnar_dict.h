@@ -230,7 +230,7 @@ struct DictReader {
     }
     if (code_width == kCodePackedSmall) return SmallCode(i);
     if (code_width == kCode16) return codes[2 * i] | (uint32_t{codes[2 * i + 1]} << 8);
-    return codes[i] | (uint32_t{codes[n + i]} << 8);  // low plane, then high plane
+    return codes[i] | (uint32_t{codes[n + i]} << 8);  // kCodePlanes: low bytes, then high bytes
   }
   // 1..8 bits. Out of line, so that Code() inlines as small as before.
   ABSL_ATTRIBUTE_NOINLINE uint32_t SmallCode(size_t i) const {

@@ -342,13 +342,14 @@ struct BuildColumn {
   // Upper bound of the serialized size (type byte and headers included).
   size_t MaxSerializedSize() const {
     switch (type) {
-      case ColumnType::kInt:  // the type, encoding and bits bytes, up to two varints of header
-        return 3 + 2 * kMaxVarintBytes + n * kMaxVarintBytes;
+      case ColumnType::kInt:
+        return 1 + MaxIntsSize(n);
       case ColumnType::kFloat32:
-      case ColumnType::kFloat64:  // and the float encoding and exponent bytes
-        return 5 + 2 * kMaxVarintBytes + std::max(fixed.size(), n * kMaxVarintBytes);
+        return 1 + MaxFloatsSize(n, 4);
+      case ColumnType::kFloat64:
+        return 1 + MaxFloatsSize(n, 8);
       case ColumnType::kBool:
-        return 2 + fixed.size();
+        return 1 + MaxBoolsSize(n);
       case ColumnType::kNil:
         return 1;
       default:
@@ -510,7 +511,7 @@ struct StrLoop {
   }
 };
 
-// Runs Loop::Run<kKeyRef, kLastField> (one of the fast loops below) with the checks that
+// Runs Loop::Run<kKeyRef, kLastField> (StrLoop or ScalarLoop) with the checks that
 // apply to this field fixed at compile time.
 template <typename Loop>
 size_t RunFastLoop(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
@@ -670,9 +671,6 @@ size_t ParseColumnOfType(BuildColumn& col, const Prefix& pr, const uint8_t** cur
 }
 
 }  // namespace
-
-// ---------------------------------------------------------------------------------------------
-// Encoder
 
 struct ColumnarEncoder::State {
   BuildColumn key;

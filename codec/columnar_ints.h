@@ -23,9 +23,12 @@
 
 namespace sluice::columnar_internal {
 
+// The most SerializeInts writes for n values: the encoding and bits bytes, two varints of
+// header, and a varint a value.
+constexpr size_t MaxIntsSize(size_t n) { return 2 + 2 * kMaxVarintBytes + n * kMaxVarintBytes; }
+
 // Writes the n values at v as an integer stream (encoding byte first) at w; returns the end.
 // `allow_step`: whether the step encoding may be used (int columns; decimal mantissas may not).
-// w has room for 1 + 2 * kMaxVarintBytes + n * kMaxVarintBytes bytes.
 uint8_t* SerializeInts(const int64_t* v, size_t n, uint8_t* w, bool allow_step);
 
 // An integer stream (an int column, or a float64 column's decimal mantissas) as read.

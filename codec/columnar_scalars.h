@@ -23,6 +23,15 @@ namespace sluice::columnar_internal {
 // --- Writer (a column at a time). Each writes the column after its type byte at w, returns the
 // end, and sets *bulk to where its values start (for the plain-range check).
 
+// The most the writers below write for n values: floats of `width` bytes (the float encoding
+// and exponent bytes, the integer encoding and bits bytes, two varints of header, then raw
+// values or a varint a mantissa), bools (the encoding byte and a byte a value).
+constexpr size_t MaxFloatsSize(size_t n, size_t width) {
+  return 4 + 2 * kMaxVarintBytes +
+         (n * width > n * kMaxVarintBytes ? n * width : n * kMaxVarintBytes);
+}
+constexpr size_t MaxBoolsSize(size_t n) { return 1 + n; }
+
 // n float64 values (msgpack's big-endian bytes at `fixed`): as decimal mantissas when every
 // value is m / 10^e for one e (`mantissas` is n values of scratch), else raw.
 uint8_t* SerializeFloat64s(const uint8_t* fixed, size_t n, PodBuffer<int64_t>* mantissas,
