@@ -175,14 +175,16 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint8_t* WriteValue(const ReadColumn& c, siz
       return WriteDecimal(c.ints.Value(i), c.pow10, w);
     case Storage::kKeyRef:
       return w;
-    case Storage::kBytesDict:
-      return WriteEntry(c.dict, i, w);
-    case Storage::kBytesPacked:
-      return WritePacked(c.bytes, c.type, i, blob_cursor, w, bad);
-    case Storage::kBytesHex:
-      return WriteHex(c.bytes, c.type, i, blob_cursor, w);
-    case Storage::kBytesPlain:
     default:
+      // The bytes storages, last in Storage, share this case, told apart by comparisons that
+      // go the same way for every value of a column: the switch then reaches them with one
+      // range check, where a jump table entry each cost an indirect jump per value (str3's
+      // rebuild: 3% more instructions).
+      if (c.storage == Storage::kBytesDict) return WriteEntry(c.dict, i, w);
+      if (c.storage == Storage::kBytesPacked) {
+        return WritePacked(c.bytes, c.type, i, blob_cursor, w, bad);
+      }
+      if (c.storage == Storage::kBytesHex) return WriteHex(c.bytes, c.type, i, blob_cursor, w);
       return WritePlain(c.bytes, c.type, i, blob_cursor, w);
   }
 }

@@ -67,11 +67,12 @@ enum class Storage : uint8_t {
   kFloat32,         // raw, big-endian as in msgpack
   kFloat64,         // raw, big-endian as in msgpack
   kFloat64Decimal,  // mantissa / 10^e; the mantissas in an IntReader
-  kBytesPlain,      // lengths (a chunk at a time) and a blob of contents
-  kBytesHex,        // lengths and a blob of the bytes the hex digits spell
-  kBytesPacked,     // lengths and a blob of b-bit codes of a small alphabet
-  kBytesDict,       // codes into pre-encoded dictionary entries
   kKeyRef,          // key column only: each key is the encoded value of one field
+  // The bytes storages come last: WriteValue takes them as one case (see there).
+  kBytesDict,    // codes into pre-encoded dictionary entries
+  kBytesPacked,  // lengths (a chunk at a time) and a blob of b-bit codes of a small alphabet
+  kBytesHex,     // lengths and a blob of the bytes the hex digits spell
+  kBytesPlain,   // lengths and a blob of contents
 };
 
 // Nibble of a lowercase hex digit, 0xff for anything else.
