@@ -14,9 +14,14 @@
 //                                      # msgpack walk, and the write without compression
 //   sluice-codec-bench --best          # the fastest run instead of the median: for A/B
 //                                      # comparisons on a machine whose speed comes and goes
+//   sluice-codec-bench --dump-frames DIR  # only write, for every dataset, the frame of each
+//                                      # layout x compression (none, zstd 1, zstd 3) x
+//                                      # sort_by_key, one file each, and exit: compare two
+//                                      # builds' DIRs to show a codec change kept the bytes
 #include <zstd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -37,6 +42,7 @@ using Clock = std::chrono::steady_clock;
 struct Args {
   bool json = false;
   std::string dump_dir;
+  std::string dump_frames_dir;
   int runs = 21;
   double min_run_ms = 15;
   int level = 3;
@@ -50,7 +56,7 @@ void Usage() {
   std::fprintf(stderr,
                "usage: sluice-codec-bench [--json] [--dump DIR] [--runs N] [--min-run-ms MS] "
                "[--zstd-level L] [--dataset NAME] [--layout msgpack|columnar|auto] [--breakdown] "
-               "[--best]\n");
+               "[--best] [--dump-frames DIR]\n");
 }
 
 bool ParseArgs(int argc, char** argv, Args* a) {
@@ -63,6 +69,10 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       const char* v = next();
       if (v == nullptr) return false;
       a->dump_dir = v;
+    } else if (arg == "--dump-frames") {
+      const char* v = next();
+      if (v == nullptr) return false;
+      a->dump_frames_dir = v;
     } else if (arg == "--runs") {
       const char* v = next();
       if (v == nullptr) return false;
@@ -145,6 +155,56 @@ bool Dump(const sluice::bench::Dataset& d, const std::string& dir) {
   return true;
 }
 
+// Writes DIR/<dataset>.<layout>.<zstd|none>L<level>.<sorted|unsorted>.frame for every layout
+// choice, compression and sort order: the bytes a codec change must keep.
+bool DumpFrames(const sluice::bench::Dataset& d, const std::string& dir) {
+  const auto records = d.Records();
+  const sluice::LayoutChoice layouts[] = {
+      sluice::LayoutChoice::kMsgpack, sluice::LayoutChoice::kColumnar, sluice::LayoutChoice::kAuto,
+      sluice::LayoutChoice::kOpaque};
+  struct Compressed {
+    sluice::Compression compression;
+    int level;
+  };
+  const Compressed compressions[] = {{sluice::Compression::kNone, 0},
+                                     {sluice::Compression::kZstd, 1},
+                                     {sluice::Compression::kZstd, 3}};
+  for (const auto layout : layouts) {
+    for (const Compressed& c : compressions) {
+      for (const bool sorted : {false, true}) {
+        sluice::EncodeOptions opts;
+        opts.layout = layout;
+        opts.compression = c.compression;
+        opts.zstd_level = c.level;
+        opts.min_zstd_saving = 0;  // as in the timed runs
+        opts.sort_by_key = sorted;
+        sluice::FrameEncoder encoder(opts);
+        std::string frame;
+        if (absl::Status st = encoder.Encode(records, &frame); !st.ok()) {
+          std::fprintf(stderr, "encode failed: %s\n", st.ToString().c_str());
+          return false;
+        }
+        std::string layout_name = sluice::LayoutChoiceName(layout);
+        for (char& ch : layout_name) {
+          ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        }
+        const std::string path = dir + "/" + d.name + "." + layout_name + "." +
+                                 (c.compression == sluice::Compression::kNone ? "none" : "zstd") +
+                                 "L" + std::to_string(c.level) + "." +
+                                 (sorted ? "sorted" : "unsorted") + ".frame";
+        std::ofstream f(path, std::ios::binary);
+        f.write(frame.data(), static_cast<std::streamsize>(frame.size()));
+        f.close();
+        if (!f) {
+          std::fprintf(stderr, "failed to write %s\n", path.c_str());
+          return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -154,6 +214,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const auto datasets = sluice::bench::MakeSeedDatasets();
+  if (!args.dump_frames_dir.empty()) {
+    for (const auto& d : datasets) {
+      if (!DumpFrames(d, args.dump_frames_dir)) return 1;
+    }
+    return 0;
+  }
   if (!args.dump_dir.empty()) {
     for (const auto& d : datasets) {
       if (!Dump(d, args.dump_dir)) return 1;

@@ -1,7 +1,10 @@
 // The COLUMNAR payload (format tag 0x02): a batch of records whose values are msgpack maps of
 // one shape (same field names in the same order, one scalar type per field) stored column by
-// column. Keys form a column too. Integers are zigzag varints (plain or delta, chosen per
-// column), floats are raw, strings and bins are varint lengths plus one blob.
+// column. Keys form a column too, or refer to the field they copy. Each column gets the
+// encoding that suits it: integers as plain or delta varints, a step sequence, or bit-packed
+// values or steps; float64s as decimal mantissas when that is exact; bools as bits; strings and
+// bins as lengths plus contents, hex bytes, codes of a small alphabet, or a dictionary.
+// columnar_{ints,scalars,bytes,dict}.h hold each encoding's writer and reader.
 //
 // Only canonical msgpack encodings are accepted, and decoding rebuilds exactly those bytes, so
 // a round trip is byte-identical. Anything the layout cannot hold exactly (nested values,

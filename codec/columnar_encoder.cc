@@ -3,47 +3,22 @@
 #include <cmath>
 #include <cstring>
 #include <vector>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
-#include "codec/bitpack.h"
 #include "codec/columnar.h"
+#include "codec/columnar_bytes.h"
+#include "codec/columnar_dict.h"
 #include "codec/columnar_internal.h"
+#include "codec/columnar_ints.h"
+#include "codec/columnar_scalars.h"
 #include "codec/msgpack_scan.h"
 #include "codec/varint.h"
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 namespace sluice {
 using namespace columnar_internal;  // NOLINT(google-build-using-namespace): this file's own helpers
 namespace {
-// If v == m / 10^e exactly (bit for bit, as the decoder will compute it), sets *m.
-inline bool DecimalOf(double v, int e, int64_t* m) {
-  const double p = kPow10[e];
-  if (!(std::fabs(v) < 4503599627370496.0 / p)) return false;  // also rejects NaN and inf
-  const double scaled = v * p;
-  // Round to nearest with the 2^52 + 2^51 trick (|scaled| < 2^52 here).
-  const double r = (scaled + 6755399441055744.0) - 6755399441055744.0;
-  const auto mm = static_cast<int64_t>(r);
-  if (DoubleBits(static_cast<double>(mm) / p) != DoubleBits(v)) return false;
-  *m = mm;
-  return true;
-}
-
-// Dictionary limits: past kDictProbe values a column whose values are more than half distinct
-// stops building its dictionary; no dictionary grows past kMaxDict entries.
-constexpr size_t kDictProbe = 1024;
-// Long values (kDictLongValue bytes on average) whose first kDictEarlyProbe are all distinct
-// stop the dictionary at once: hashing a thousand of them costs more than the dictionary could
-// save, since zstd's match finder catches repeats of long values nearly as well. (Short values
-// keep the full probe: a column cycling through a few hundred names must still get one.)
-constexpr size_t kDictEarlyProbe = 64;
-constexpr uint64_t kDictLongValue = 32;
 // Records are parsed in blocks of this many, field by field within a block: long enough loops
 // for the lookups of many records to overlap, short enough that a block's records stay in
 // cache from one field to the next (one block of the whole batch: ints3 1.7x slower). 256
@@ -51,65 +26,6 @@ constexpr uint64_t kDictLongValue = 32;
 constexpr size_t kParseBlock = 256;
 // The encoder drops its scratch buffers after a batch that left more than this behind.
 constexpr size_t kMaxRetainedScratch = 256u << 20;
-// A lookup that probes this many slots gives up the column's dictionary. At the table's load
-// (under 1/4) honest values essentially never do; values crafted to share a hash (the server
-// re-encodes its clients' records) would otherwise cost a probe per entry each.
-constexpr uint32_t kMaxDictProbes = 64;
-// Small-alphabet packing (see BuildColumn::SerializePacked): columns with fewer content bytes
-// are left plain; the alphabet and entropy come from the first kPackSample bytes; packing is
-// chosen when b bits a byte is within kPackSlackBits of those bytes' order-0 entropy.
-constexpr uint64_t kMinPackedBytes = 512;
-constexpr size_t kPackSample = 16384;
-constexpr double kPackSlackBits = 0.15;
-// Ints that look uniform over their range (SerializeInts) are packed at up to this many bits,
-// judged on at least this many sampled values.
-constexpr uint32_t kMaxUniformPackedBits = 32;
-constexpr size_t kMinUniformSample = 64;
-
-// Bits needed for codes 0..d-1 (at least 1).
-inline uint8_t BitsFor(size_t d) {
-  return d <= 2 ? 1 : static_cast<uint8_t>(64 - __builtin_clzll(static_cast<uint64_t>(d - 1)));
-}
-
-// Writes value(0..n-1), each `bits` (1..32) wide, least significant bits first, in
-// ceil(n * bits / 8) bytes; returns the end.
-template <typename Value>
-uint8_t* PackFixedWidth(size_t n, uint32_t bits, uint8_t* w, Value value) {
-  uint64_t acc = 0;
-  uint32_t have = 0;
-  for (size_t i = 0; i < n; ++i) {
-    acc |= uint64_t{value(i)} << have;
-    have += bits;
-    if (have >= 32) {
-      StoreLE32(w, static_cast<uint32_t>(acc));
-      w += 4;
-      acc >>= 32;
-      have -= 32;
-    }
-  }
-  for (; have > 0; have = have > 8 ? have - 8 : 0) {
-    *w++ = static_cast<uint8_t>(acc);
-    acc >>= 8;
-  }
-  return w;
-}
-
-// n bytes of 0 or 1 as n bits, least significant first; returns the end.
-uint8_t* PackBools(const uint8_t* v, size_t n, uint8_t* w) {
-  size_t i = 0;
-  // Eight 0/1 bytes to one byte: the multiplier moves byte k's bit to bit 56 + k, and no two
-  // partial products share a bit, so nothing carries.
-  for (; i + 8 <= n; i += 8) {
-    *w++ = static_cast<uint8_t>((LoadLE64(v + i) * 0x0102040810204080ULL) >> 56);
-  }
-  if (i < n) {
-    uint8_t last = 0;
-    for (size_t k = 0; i + k < n; ++k) last |= static_cast<uint8_t>(v[i + k] << k);
-    *w++ = last;
-  }
-  return w;
-}
-
 // Plain-range detection: a column part of at least kMinPlainSpan bytes whose order-0 entropy,
 // estimated on at most kPlainSample of its bytes (see LooksPlain), is kPlainBits bits a byte or
 // more is "plain": Huffman coding could save at most an eighth of it, at several ns a byte.
@@ -224,34 +140,89 @@ inline bool SameBytes(const uint8_t* p, const uint8_t* q, size_t len) {
   return std::memcmp(p, q, len) == 0;
 }
 
+// A field prefix's words, copied into a parse loop's locals (the prefix's members would be
+// reloaded after every store the loop makes), and the comparisons the loops make with them:
+// 8 to 16 bytes as two overlapping 64-bit loads from either end, 4 to 7 as two 32-bit loads,
+// fewer through KeyShort, more with memcmp.
+struct PrefixCheck {
+  explicit PrefixCheck(const Prefix& pr)
+      : len(pr.len),
+        data(pr.data()),
+        key(pr.key),
+        head64(pr.head64),
+        tail64(pr.tail64),
+        head32(pr.head32),
+        tail32(pr.tail32),
+        is8to16(len >= 8 && len <= 16),
+        is4to7(len >= 4 && len < 8) {}
+
+  // Whether q does not start with the prefix, known to be 8 to 16 bytes long (kLong) or 4 to 7:
+  // no branch on the length. The hints are on each comparison, where the loops had them: on
+  // the result of an inlined call they lead the compiler to lay the loops out differently.
+  template <bool kLong>
+  ABSL_ATTRIBUTE_ALWAYS_INLINE bool DiffersAt(const uint8_t* q) const {
+    if constexpr (kLong) {
+      return ABSL_PREDICT_FALSE(LoadLE64(q) != head64) ||
+             ABSL_PREDICT_FALSE(LoadLE64(q + len - 8) != tail64);
+    } else {
+      return ABSL_PREDICT_FALSE(LoadLE32(q) != head32) ||
+             ABSL_PREDICT_FALSE(LoadLE32(q + len - 4) != tail32);
+    }
+  }
+
+  // The same for a prefix of under 4 or over 16 bytes.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE bool DiffersAtOther(const uint8_t* q) const {
+    if (len < 4) {
+      const ShortKey k = KeyShort(q, static_cast<uint32_t>(len));
+      return ABSL_PREDICT_FALSE(k.a != key.a) || ABSL_PREDICT_FALSE(k.b != key.b);
+    }
+    return std::memcmp(q, data, len) != 0;
+  }
+
+  size_t len;
+  const uint8_t* data;
+  ShortKey key;
+  uint64_t head64, tail64;
+  uint32_t head32, tail32;
+  bool is8to16, is4to7;
+};
+
+// Whether `key` is exactly the `size` bytes at `value` (a field's encoded value): the check a
+// key reference makes for each record.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool KeyIs(std::string_view key, const uint8_t* value,
+                                               size_t size) {
+  return size == key.size() &&
+         SameBytes(value, reinterpret_cast<const uint8_t*>(key.data()), key.size());
+}
+
+// The same for a fixstr value with header byte h and len (<= 16) bytes whose KeyShort words are
+// k: the key must be the header, then the same bytes. (One result set in one branch: written
+// with an early return, it made GCC spill the str loop's cursor array instead.)
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool KeyIsShortStr(std::string_view key, uint8_t h,
+                                                       const ShortKey& k, uint32_t len) {
+  bool same = false;
+  if (key.size() == len + 1 && static_cast<uint8_t>(key[0]) == h) {
+    const ShortKey kk = KeyShort(reinterpret_cast<const uint8_t*>(key.data()) + 1, len);
+    same = kk.a == k.a && kk.b == k.b;
+  }
+  return same;
+}
+
 // A column being built from one batch. Strings are not copied while parsing: the column keeps
 // pointers into the records and, while values repeat, a dictionary.
 struct BuildColumn {
+  // Bytes types. First, so that its address is the column's: the str loops' calls into it on
+  // their slow path then cost no address computation, and no spill of it, on every value.
+  DictBuilder dict;
   ColumnType type = ColumnType::kNil;
   size_t n = 0;
-  PodBuffer<int64_t> ints;         // kInt; kFloat64 as decimals (see Serialize)
+  PodBuffer<int64_t> ints;         // kInt; kFloat64 as decimal mantissas (SerializeFloat64s)
   ByteBuffer fixed;                // kFloat32, kFloat64, kBool: n * width bytes (as in msgpack)
   PodBuffer<const uint8_t*> ptrs;  // bytes types: where each value's content starts
   PodBuffer<uint32_t> lens;        // bytes types: content lengths
   uint64_t total_len = 0;          // sum of lens
-
-  // Dictionary (bytes types). The hash table holds 4-byte slots, (epoch << 16) | code, so it
-  // stays small; each entry's identifying words live in `entry_keys`, indexed by code. A slot
-  // whose epoch is not the current one is empty: a new batch starts by bumping the epoch.
-  struct EntryKey {
-    uint64_t a, b;
-    uint32_t len, unused;
-  };
-  bool dict_active = false;
-  PodBuffer<uint32_t> codes;       // per value
-  PodBuffer<uint32_t> firsts;      // per dictionary entry: index of its first value
-  PodBuffer<EntryKey> entry_keys;  // per dictionary entry
-  uint64_t dict_len = 0;           // sum of the entries' lengths
-  PodBuffer<uint32_t> slots;
-  uint32_t slot_shift = 0;  // 64 - log2(slots)
-  uint32_t epoch = 0;       // 1..65535
   // Set while serializing: where the bulk of the column starts.
-  mutable uint8_t* bulk_begin = nullptr;
+  uint8_t* bulk_begin = nullptr;
 
   void Start(ColumnType t, size_t count) {
     type = t;
@@ -275,16 +246,7 @@ struct BuildColumn {
       case ColumnType::kRawBytes:
         ptrs.Resize(n);
         lens.Resize(n);
-        codes.Resize(n);
-        firsts.Clear();
-        entry_keys.Clear();
-        dict_len = 0;
-        dict_active = n > 1;
-        if (slots.empty()) ResizeSlots(1024);
-        if (++epoch > 0xffff) {  // wrapped: forget every slot the slow way
-          std::memset(slots.data(), 0, slots.size() * sizeof(uint32_t));
-          epoch = 1;
-        }
+        dict.Start(n);
         break;
       default:
         break;
@@ -293,107 +255,7 @@ struct BuildColumn {
 
   size_t RetainedBytes() const {
     return ints.capacity() * 8 + fixed.capacity() + ptrs.capacity() * 8 + lens.capacity() * 4 +
-           codes.capacity() * 4 + firsts.capacity() * 4 + entry_keys.capacity() * sizeof(EntryKey) +
-           slots.capacity() * 4;
-  }
-
-  // A new, empty table (epoch 0 is never current).
-  void ResizeSlots(size_t cap) {
-    slots.Resize(cap);
-    std::memset(slots.data(), 0, cap * sizeof(uint32_t));
-    slot_shift = static_cast<uint32_t>(64 - __builtin_ctzll(cap));
-    if (epoch == 0) epoch = 1;
-  }
-
-  // Finds or adds the value at index i in the dictionary. The hot path is a short value found
-  // in its first slot; everything else is out of line, so the hot loop holds no call and keeps
-  // its state in registers.
-  ABSL_ATTRIBUTE_ALWAYS_INLINE inline void AddToDict(size_t i, const uint8_t* p, uint32_t len) {
-    if (ABSL_PREDICT_FALSE(len > 16)) {
-      AddLongToDict(i, p, len);
-      return;
-    }
-    const ShortKey k = KeyShort(p, len);
-    const size_t idx = DictHash(k.a, k.b, len) >> slot_shift;
-    const uint32_t slot = slots[idx];
-    if (ABSL_PREDICT_TRUE((slot >> 16) == epoch)) {
-      const uint32_t code = slot & 0xffff;
-      const EntryKey& e = entry_keys[code];
-      if (ABSL_PREDICT_TRUE(e.a == k.a && e.b == k.b && e.len == len)) {
-        codes[i] = code;
-        return;
-      }
-    }
-    Probe(idx, i, nullptr, k.a, k.b, len);
-  }
-
-  // A value over 16 bytes: its key words are a hash and its first 8 bytes, so a match is then
-  // confirmed byte by byte.
-  ABSL_ATTRIBUTE_NOINLINE void AddLongToDict(size_t i, const uint8_t* p, uint32_t len) {
-    const uint64_t a = XXH3_64bits(p, len), b = LoadLE64(p);
-    Probe(DictHash(a, b, len) >> slot_shift, i, p, a, b, len);
-  }
-
-  // Looks the value up from slot idx on, adding it when absent. `p` (the value's bytes) is
-  // compared when the key words do not identify it (longer than 16 bytes), else null.
-  ABSL_ATTRIBUTE_NOINLINE void Probe(size_t idx, size_t i, const uint8_t* p, uint64_t a, uint64_t b,
-                                     uint32_t len) {
-    const size_t mask = slots.size() - 1;
-    for (uint32_t probes = 1;; ++probes) {
-      const uint32_t slot = slots[idx];
-      if ((slot >> 16) != epoch) {
-        Insert(idx, i, a, b, len);
-        return;
-      }
-      const uint32_t code = slot & 0xffff;
-      const EntryKey& e = entry_keys[code];
-      if (e.a == a && e.b == b && e.len == len &&
-          (p == nullptr || std::memcmp(p, ptrs[firsts[code]], len) == 0)) {
-        codes[i] = code;
-        return;
-      }
-      if (probes == kMaxDictProbes) {
-        dict_active = false;  // values made to collide: no dictionary rather than quadratic work
-        return;
-      }
-      idx = (idx + 1) & mask;
-    }
-  }
-
-  void Insert(size_t idx, size_t i, uint64_t a, uint64_t b, uint32_t len) {
-    const auto code = static_cast<uint32_t>(firsts.size());
-    slots[idx] = (epoch << 16) | code;
-    firsts.PushBack(static_cast<uint32_t>(i));
-    entry_keys.PushBack(EntryKey{a, b, len, 0});
-    dict_len += len;
-    codes[i] = code;
-    if (code + 1 >= kMaxDict || (i >= kDictProbe && !DictPays(i + 1)) ||
-        (i + 1 == kDictEarlyProbe && code + 1 == kDictEarlyProbe &&
-         dict_len >= kDictLongValue * kDictEarlyProbe)) {
-      dict_active = false;  // too many distinct values: a dictionary would not pay
-    } else if (4 * size_t{code + 1} > slots.size()) {  // keep the load under 1/4: few probes
-      Grow();
-    }
-  }
-
-  // Whether, on the first `seen` values, dictionary + codes beat lengths + contents by 10%.
-  bool DictPays(size_t seen) const {
-    const uint64_t entries = firsts.size();
-    const uint64_t code_bytes = (seen * CodeBits(entries) + 7) / 8;
-    const uint64_t dict_cost = dict_len + entries + code_bytes;
-    const uint64_t plain_cost = total_len + seen;
-    return dict_cost * 10 < plain_cost * 9;
-  }
-
-  void Grow() {
-    ResizeSlots(slots.size() * 2);
-    const size_t mask = slots.size() - 1;
-    for (uint32_t code = 0; code < entry_keys.size(); ++code) {
-      const EntryKey& e = entry_keys[code];
-      size_t idx = DictHash(e.a, e.b, e.len) >> slot_shift;
-      while ((slots[idx] >> 16) == epoch) idx = (idx + 1) & mask;
-      slots[idx] = (epoch << 16) | code;
-    }
+           dict.RetainedBytes();
   }
 
   // Parses the value at p as record i of a column of type T; returns the pointer past it or
@@ -464,90 +326,38 @@ struct BuildColumn {
     ptrs[i] = p;
     lens[i] = len;
     total_len += len;
-    if (dict_active) AddToDict(i, p, len);
+    if (dict.active) dict.Add(i, p, len, ptrs.data(), total_len);
   }
 
-  // The dictionary's state, copied into a column loop's locals. The members would be reloaded
-  // after every store through ptrs, lens or codes (such a store may alias them, as far as the
-  // compiler knows); locals stay in registers. Only the slow paths change the dictionary, and
-  // LookupHot reloads the locals after them.
+  // The column's arrays, running length and dictionary, copied into a column loop's locals.
+  // The members would be reloaded after every store through ptrs, lens or codes (such a store
+  // may alias them, as far as the compiler knows); locals stay in registers.
   struct Hot {
     const uint8_t** ptrs;
     uint32_t* lens;
-    uint32_t* codes;
-    const uint32_t* slots;
-    const EntryKey* entries;
     uint64_t total_len;
-    uint32_t shift;
-    uint32_t epoch;
+    DictBuilder::Hot dict;
   };
-  Hot LoadHot() {
-    return Hot{ptrs.data(),       lens.data(), codes.data(), slots.data(),
-               entry_keys.data(), total_len,   slot_shift,   epoch};
-  }
+  Hot LoadHot() { return Hot{ptrs.data(), lens.data(), total_len, dict.LoadHot()}; }
 
-  // AddToDict for a value of up to 16 bytes with key words k, on a Hot copy whose total_len
-  // already counts it. Returns whether the dictionary is still active.
-  ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool LookupHot(Hot& h, size_t i, const ShortKey& k,
-                                                     uint32_t len) {
-    const size_t idx = DictHash(k.a, k.b, len) >> h.shift;
-    const uint32_t slot = h.slots[idx];
-    if (ABSL_PREDICT_TRUE((slot >> 16) == h.epoch)) {
-      const uint32_t code = slot & 0xffff;
-      const EntryKey& e = h.entries[code];
-      if (ABSL_PREDICT_TRUE(e.a == k.a && e.b == k.b && e.len == len)) {
-        h.codes[i] = code;
-        return true;
-      }
-    }
-    total_len = h.total_len;  // Insert reads it
-    Probe(idx, i, nullptr, k.a, k.b, len);
-    return Reload(h);
-  }
-
-  // AddToDict for a longer value, on a Hot copy.
-  bool LookupLongHot(Hot& h, size_t i, const uint8_t* p, uint32_t len) {
-    total_len = h.total_len;
-    AddLongToDict(i, p, len);
-    return Reload(h);
-  }
-
-  bool Reload(Hot& h) {
-    h.slots = slots.data();
-    h.entries = entry_keys.data();
-    h.shift = slot_shift;
-    return dict_active;
-  }
-
-  bool UseDict() const {
-    return IsBytesType(type) && dict_active && firsts.size() < n && DictPays(n);
-  }
-
-  // Bits a dictionary code takes (SerializeDict): 8 (one byte each) for 33 to 256 entries,
-  // else ceil(log2 d), bit-packed.
-  static uint8_t CodeBits(size_t dict_size) {
-    const uint8_t b = BitsFor(dict_size);
-    return b <= kMaxSmallPackedBits || b > 8 ? b : 8;
-  }
+  BytesValues bytes() const { return BytesValues{type, n, ptrs.data(), lens.data(), total_len}; }
+  bool UseDict() const { return IsBytesType(type) && dict.Use(n, total_len); }
 
   // Upper bound of the serialized size (type byte and headers included).
   size_t MaxSerializedSize() const {
     switch (type) {
-      case ColumnType::kInt:  // the type, encoding and bits bytes, up to two varints of header
-        return 3 + 2 * kMaxVarintBytes + n * kMaxVarintBytes;
+      case ColumnType::kInt:
+        return 1 + MaxIntsSize(n);
       case ColumnType::kFloat32:
-      case ColumnType::kFloat64:  // and the float encoding and exponent bytes
-        return 5 + 2 * kMaxVarintBytes + std::max(fixed.size(), n * kMaxVarintBytes);
+        return 1 + MaxFloatsSize(n, 4);
+      case ColumnType::kFloat64:
+        return 1 + MaxFloatsSize(n, 8);
       case ColumnType::kBool:
-        return 2 + fixed.size();
+        return 1 + MaxBoolsSize(n);
       case ColumnType::kNil:
         return 1;
       default:
-        if (UseDict()) {
-          return 4 + 2 * kMaxVarintBytes + firsts.size() * 5 + dict_len + n * 2;
-        }
-        // Plain, hex or packed (3 header bytes, the alphabet, 8 bytes of store slack).
-        return 2 + kMaxVarintBytes + n * 5 + total_len + 3 + 64 + 8;
+        return 1 + (UseDict() ? MaxDictSize(n, dict) : MaxBytesSize(n, total_len));
     }
   }
 
@@ -565,449 +375,18 @@ struct BuildColumn {
       case ColumnType::kInt:
         bulk_begin = w + 1;
         return SerializeInts(ints.data(), n, w, /*allow_step=*/true);
-      case ColumnType::kFloat64: {
-        int e;
-        if (ToDecimals(&e)) {
-          *w++ = kFloatDecimal;
-          *w++ = static_cast<uint8_t>(e);
-          bulk_begin = w + 1;
-          return SerializeInts(ints.data(), n, w, /*allow_step=*/false);
-        }
-        *w++ = kFloatRaw;
-        bulk_begin = w;
-        std::memcpy(w, fixed.data(), fixed.size());
-        return w + fixed.size();
-      }
+      case ColumnType::kFloat64:
+        return SerializeFloat64s(fixed.data(), n, &ints, w, &bulk_begin);
       case ColumnType::kFloat32:
-        *w++ = kFloatRaw;
-        bulk_begin = w;
-        std::memcpy(w, fixed.data(), fixed.size());
-        return w + fixed.size();
+        return SerializeFloat32s(fixed.data(), n, w, &bulk_begin);
       case ColumnType::kBool:
-        if (1 + (n + 7) / 8 >= n) {  // 1 or 2 values: a byte each (no encoding byte) is as small
-          std::memcpy(w, fixed.data(), n);
-          return w + n;
-        }
-        *w++ = kBoolPacked;
-        bulk_begin = w;
-        return PackBools(fixed.data(), n, w);
+        return SerializeBools(fixed.data(), n, w, &bulk_begin);
       case ColumnType::kNil:
         return w;
       default:
-        return UseDict() ? SerializeDict(w) : SerializePlainBytes(w);
+        return UseDict() ? SerializeDict(bytes(), dict, w, &bulk_begin)
+                         : SerializeBytes(bytes(), w, &bulk_begin);
     }
-  }
-
-  // Decimal floats (prices, rounded measurements): when every value is m / 10^e exactly for
-  // one e, the column is stored as the integers m, which compress far better than raw bits.
-  // The exponent comes from the first values; one miss anywhere keeps the column raw.
-  bool ToDecimals(int* exponent) {
-    if (n == 0) return false;
-    const uint8_t* f = fixed.data();
-    auto value = [f](size_t i) { return BitsDouble(LoadBE64(f + 8 * i)); };
-    int e = 0;
-    int64_t m;
-    for (size_t i = 0; i < n && i < 16; ++i) {
-      while (e <= kMaxDecimalExponent && !DecimalOf(value(i), e, &m)) ++e;
-      if (e > kMaxDecimalExponent) return false;
-    }
-    ints.Resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      if (!DecimalOf(value(i), e, &ints[i])) return false;
-    }
-    *exponent = e;
-    return true;
-  }
-
-  // Whether the sampled values (every step-th of v) fill the 16 equal parts of
-  // [lo, lo + range] evenly: none holds fewer than half its share.
-  static bool LooksUniform(const int64_t* v, size_t n, size_t step, int64_t lo, uint64_t range) {
-    return LooksUniformBy((n + step - 1) / step, [v, step](size_t k) { return v[k * step]; }, lo,
-                          range);
-  }
-  // The same for the `count` values get(0..count-1).
-  template <typename Get>
-  static bool LooksUniformBy(size_t count, Get get, int64_t lo, uint64_t range) {
-    uint32_t parts[16] = {};
-    for (size_t k = 0; k < count; ++k) {
-      const uint64_t off = static_cast<uint64_t>(get(k)) - static_cast<uint64_t>(lo);
-      ++parts[static_cast<size_t>((static_cast<unsigned __int128>(off) * 16) / (range + 1))];
-    }
-    for (const uint32_t c : parts) {
-      if (c * 32 < count) return false;
-    }
-    return true;
-  }
-
-  static uint8_t* SerializeInts(const int64_t* v, size_t n, uint8_t* w, bool allow_step) {
-    // An arithmetic sequence (row ids, sequence numbers) is stored as its first value and step.
-    if (allow_step && n >= 2) {
-      const uint64_t by = static_cast<uint64_t>(v[1]) - static_cast<uint64_t>(v[0]);
-      uint64_t off = 0;
-      for (size_t i = 2; i < n; ++i) {
-        off |= (static_cast<uint64_t>(v[i]) - static_cast<uint64_t>(v[i - 1])) ^ by;
-      }
-      if (off == 0) {
-        *w++ = kIntStep;
-        w = PutVarint(w, ZigZag(v[0]));
-        return PutVarint(w, ZigZag(static_cast<int64_t>(by)));
-      }
-    }
-    // Plain or delta zigzag varints: estimated on an even sample of at most 512 values, so
-    // the column is only walked once more, to write it.
-    const size_t step = n > 512 ? n / 512 : 1;
-    size_t plain = 0, delta = 0;
-    int64_t lo = v[0], hi = v[0];
-    // The steps between neighbours at the sampled places (from the second value on), for
-    // delta packing.
-    auto step_at = [v](size_t i) {
-      return static_cast<int64_t>(static_cast<uint64_t>(v[i]) - static_cast<uint64_t>(v[i - 1]));
-    };
-    int64_t step_lo = n >= 2 ? step_at(1) : 0, step_hi = step_lo;
-    for (size_t i = 0; i < n; i += step) {
-      plain += VarintLength(ZigZag(v[i]));
-      const uint64_t prev = i == 0 ? 0 : static_cast<uint64_t>(v[i - 1]);
-      delta += VarintLength(ZigZag(static_cast<int64_t>(static_cast<uint64_t>(v[i]) - prev)));
-      lo = std::min(lo, v[i]);
-      hi = std::max(hi, v[i]);
-      if (i > 0) {
-        step_lo = std::min(step_lo, step_at(i));
-        step_hi = std::max(step_hi, step_at(i));
-      }
-    }
-    // Stored as b-bit offsets from the minimum, when that is smaller than the varints
-    // (estimated): a small range (flags, ratings, small counts, enum-like ints) with
-    // b <= kMaxSmallPackedBits, or values spread evenly over their range (random ids, hashes,
-    // uniform draws), which no entropy coder stores in fewer than b bits. The sample rules most
-    // columns out, the whole column decides.
-    const size_t sampled = (n + step - 1) / step;
-    const uint64_t varint_bytes = std::min(plain, delta) * n / sampled;
-    const auto packed_smaller = [&](int64_t base, uint64_t range) {
-      const uint64_t packed = 2 + VarintLength(ZigZag(base)) + (n * BitsFor(range + 1) + 7) / 8;
-      return packed < varint_bytes;
-    };
-    const uint64_t sample_range = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
-    const bool small = sample_range < (uint64_t{1} << kMaxSmallPackedBits);
-    const bool uniform = !small && sampled >= kMinUniformSample &&
-                         sample_range < (uint64_t{1} << kMaxUniformPackedBits) &&
-                         LooksUniform(v, n, step, lo, sample_range);
-    const bool values_packed = (small || uniform) && packed_smaller(lo, sample_range);
-    // Delta-packed: a column that rises (or falls) by steps within a narrow range (timestamps,
-    // counters with jitter), judged like packed values but on the steps (a small range, or
-    // steps spread evenly over theirs), and written when it is smaller than the varints and
-    // than packed values (estimated on the sample); the whole column's step range decides the
-    // width, and the size is checked again with it against the varints' estimate.
-    if (n >= 3) {
-      const uint64_t step_range = static_cast<uint64_t>(step_hi) - static_cast<uint64_t>(step_lo);
-      const size_t step_samples = (n - 1) / step;  // sampled places from the second value on
-      const bool steps_small = step_range < (uint64_t{1} << kMaxSmallPackedBits);
-      const bool steps_uniform =
-          !steps_small && step_samples >= kMinUniformSample &&
-          step_range < (uint64_t{1} << kMaxUniformPackedBits) &&
-          LooksUniformBy(
-              step_samples, [&](size_t k) { return step_at((k + 1) * step); }, step_lo, step_range);
-      const auto delta_packed_size = [&](int64_t base, uint64_t range) -> uint64_t {
-        return 2 + VarintLength(ZigZag(v[0])) + VarintLength(ZigZag(base)) +
-               ((n - 1) * BitsFor(range + 1) + 7) / 8;
-      };
-      const uint64_t estimate = delta_packed_size(step_lo, step_range);
-      if ((steps_small || steps_uniform) && estimate < varint_bytes &&
-          (!values_packed ||
-           estimate < 2 + VarintLength(ZigZag(lo)) + (n * BitsFor(sample_range + 1) + 7) / 8)) {
-        for (size_t i = 1; i < n; ++i) {
-          step_lo = std::min(step_lo, step_at(i));
-          step_hi = std::max(step_hi, step_at(i));
-        }
-        const uint64_t range = static_cast<uint64_t>(step_hi) - static_cast<uint64_t>(step_lo);
-        if (range < (uint64_t{1} << (steps_small ? kMaxSmallPackedBits : kMaxUniformPackedBits)) &&
-            delta_packed_size(step_lo, range) < varint_bytes) {
-          const uint8_t bits = BitsFor(range + 1);
-          *w++ = kIntDeltaPacked;
-          w = PutVarint(w, ZigZag(v[0]));
-          w = PutVarint(w, ZigZag(step_lo));
-          *w++ = bits;
-          const auto base = static_cast<uint64_t>(step_lo);
-          return PackFixedWidth(n - 1, bits, w, [v, base](size_t i) {
-            return static_cast<uint32_t>(static_cast<uint64_t>(v[i + 1]) -
-                                         static_cast<uint64_t>(v[i]) - base);
-          });
-        }
-      }
-    }
-    if (values_packed) {
-      for (size_t i = 0; i < n; ++i) {
-        lo = std::min(lo, v[i]);
-        hi = std::max(hi, v[i]);
-      }
-      const uint64_t range = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
-      if (range < (uint64_t{1} << (small ? kMaxSmallPackedBits : kMaxUniformPackedBits)) &&
-          packed_smaller(lo, range)) {
-        const uint8_t bits = BitsFor(range + 1);
-        *w++ = kIntPacked;
-        w = PutVarint(w, ZigZag(lo));
-        *w++ = bits;
-        const auto base = static_cast<uint64_t>(lo);
-        return PackFixedWidth(n, bits, w, [v, base](size_t i) {
-          return static_cast<uint32_t>(static_cast<uint64_t>(v[i]) - base);
-        });
-      }
-    }
-    if (delta < plain) {
-      *w++ = kIntDelta;
-      uint64_t prev = 0;
-      for (size_t i = 0; i < n; ++i) {
-        const auto x = static_cast<uint64_t>(v[i]);
-        w = PutVarint(w, ZigZag(static_cast<int64_t>(x - prev)));
-        prev = x;
-      }
-    } else {
-      *w++ = kIntPlain;
-      for (size_t i = 0; i < n; ++i) w = PutVarint(w, ZigZag(v[i]));
-    }
-    return w;
-  }
-
-  // Hex strings (trace ids, hashes, session ids) are stored as the bytes they spell: half the
-  // size, and no low-entropy text for zstd to wade through. Returns nullptr if any value is not
-  // lowercase hex of even length.
-  uint8_t* SerializeHex(uint8_t* w) const {
-    if (type != ColumnType::kStr || total_len == 0) return nullptr;
-    *w++ = kBytesHex;
-    for (size_t i = 0; i < n; ++i) {
-      if (lens[i] & 1) return nullptr;
-      w = PutVarint(w, lens[i] / 2);
-    }
-    w = PutVarint(w, total_len / 2);
-    bulk_begin = w;
-    for (size_t i = 0; i < n; ++i) {
-      const uint8_t* src = ptrs[i];
-      uint8_t bad = 0;
-      uint32_t k = 0;
-#if defined(__SSE2__)
-      for (; k + 16 <= lens[i]; k += 16) {  // 16 digits to 8 bytes at a time
-        const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k));
-        const __m128i d = _mm_sub_epi8(c, _mm_set1_epi8('0'));  // 0..9 for '0'..'9'
-        const __m128i l = _mm_sub_epi8(c, _mm_set1_epi8('a'));  // 0..5 for 'a'..'f'
-        const __m128i is_d = _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d);
-        const __m128i is_l = _mm_cmpeq_epi8(_mm_min_epu8(l, _mm_set1_epi8(5)), l);
-        if (_mm_movemask_epi8(_mm_or_si128(is_d, is_l)) != 0xffff) return nullptr;
-        const __m128i nibble = _mm_or_si128(
-            _mm_and_si128(is_d, d), _mm_andnot_si128(is_d, _mm_add_epi8(l, _mm_set1_epi8(10))));
-        // Each 16-bit lane holds a digit pair, the high nibble in its low byte.
-        const __m128i pairs =
-            _mm_or_si128(_mm_slli_epi16(_mm_and_si128(nibble, _mm_set1_epi16(0x00ff)), 4),
-                         _mm_srli_epi16(nibble, 8));
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(w), _mm_packus_epi16(pairs, pairs));
-        w += 8;
-      }
-#endif
-      for (; k < lens[i]; k += 2) {
-        const uint8_t hi = kHex.nibble[src[k]], lo = kHex.nibble[src[k + 1]];
-        bad |= hi | lo;
-        *w++ = static_cast<uint8_t>((hi << 4) | (lo & 0x0f));
-      }
-      if (bad & 0xf0) return nullptr;
-    }
-    return w;
-  }
-
-  // Strings drawn from a small alphabet used near-uniformly (random ids and tokens, base62 or
-  // base64 text) are stored as b-bit codes (b <= 6): within a few percent of what an entropy
-  // coder would make of them, and bytes that zstd crosses at memory speed instead of
-  // Huffman-coding them, on both sides. Every 8 codes fill exactly b bytes; each value starts
-  // on a byte. Returns nullptr when the column does not qualify.
-  uint8_t* SerializePacked(uint8_t* w) const {
-    if (total_len < kMinPackedBytes) return nullptr;
-    uint32_t hist[256] = {};
-    size_t sampled = 0;
-    for (size_t i = 0; i < n && sampled < kPackSample; ++i) {
-      for (uint32_t k = 0; k < lens[i]; ++k) ++hist[ptrs[i][k]];
-      sampled += lens[i];
-    }
-    uint8_t* const start = w;
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      size_t d = 0;
-      double entropy = 0;
-      uint64_t counted = 0;
-      for (int c = 0; c < 256; ++c) counted += hist[c];
-      for (int c = 0; c < 256; ++c) {
-        if (hist[c] == 0) continue;
-        ++d;
-        const double p = static_cast<double>(hist[c]) / static_cast<double>(counted);
-        entropy -= p * std::log2(p);
-      }
-      if (d > (1u << kMaxPackedBits)) return nullptr;
-      const uint8_t b = BitsFor(d);
-      if (b > entropy + kPackSlackBits) return nullptr;
-      // The alphabet has exactly 2^b bytes, so every code means a byte: the bytes in use,
-      // plus the smallest unused ones, in increasing order.
-      uint8_t code[256];
-      size_t fill = (size_t{1} << b) - d;
-      w = start;
-      *w++ = kBytesPacked;
-      *w++ = b;
-      uint8_t next = 0;
-      for (int c = 0; c < 256; ++c) {
-        code[c] = 0xff;
-        if (hist[c] == 0 && fill == 0) continue;
-        if (hist[c] == 0) --fill;
-        code[c] = next++;
-        *w++ = static_cast<uint8_t>(c);
-      }
-      for (size_t i = 0; i < n; ++i) w = PutVarint(w, lens[i]);
-      w = PutVarint(w, total_len);
-      bulk_begin = w;
-      uint8_t bad = 0;  // 0xff codes (bytes outside the alphabet) set the high bits
-      switch (b) {
-        case 6:
-          w = PackBits<6>(code, &bad, w);
-          break;
-        case 5:
-          w = PackBits<5>(code, &bad, w);
-          break;
-        case 4:
-          w = PackBits<4>(code, &bad, w);
-          break;
-        case 3:
-          w = PackBits<3>(code, &bad, w);
-          break;
-        case 2:
-          w = PackBits<2>(code, &bad, w);
-          break;
-        default:
-          w = PackBits<1>(code, &bad, w);
-          break;
-      }
-      if ((bad & 0xc0) == 0) return w;
-      if (sampled == total_len) return nullptr;  // the sample was the whole column
-      // A byte the sample did not have: take the alphabet from the whole column, once.
-      std::memset(hist, 0, sizeof(hist));
-      for (size_t i = 0; i < n; ++i) {
-        for (uint32_t k = 0; k < lens[i]; ++k) ++hist[ptrs[i][k]];
-      }
-    }
-    return nullptr;
-  }
-
-  // Every value as B-bit codes (code[] maps bytes to codes, 0xff for bytes it lacks, which
-  // set the high bits of *bad).
-  template <uint32_t B>
-  uint8_t* PackBits(const uint8_t* code, uint8_t* bad, uint8_t* w) const {
-    uint8_t acc = 0;
-    // 6-bit codes of an alphabet made of a few byte ranges go 16 at a time where the CPU can.
-    bitpack::Ranges ranges;
-    bitpack::NibbleTables nibbles;
-    bool simd = B == 6 && bitpack::HaveSimd();
-    bool by_nibble = simd;
-    for (int h = 0; h < 16 && by_nibble; ++h) {
-      nibbles.min[h] = 16;
-      nibbles.max[h] = 0;
-      nibbles.delta[h] = 0;
-      for (int l = 0; l < 16; ++l) {
-        const uint8_t cd = code[h * 16 + l];
-        if (cd == 0xff) continue;
-        if (nibbles.min[h] == 16) {
-          nibbles.min[h] = static_cast<uint8_t>(l);
-          nibbles.delta[h] = static_cast<uint8_t>(cd - (h * 16 + l));
-        } else if (nibbles.max[h] != l - 1) {
-          by_nibble = false;  // a gap inside the block
-        }
-        nibbles.max[h] = static_cast<uint8_t>(l);
-      }
-    }
-    for (int c = 0; c < 256 && simd && !by_nibble; ++c) {
-      if (code[c] == 0xff) continue;
-      if (c > 0 && code[c - 1] != 0xff) {
-        ++ranges.span[ranges.count - 1];
-        continue;
-      }
-      if (ranges.count == 8) {
-        simd = false;
-        break;
-      }
-      ranges.lo[ranges.count] = static_cast<uint8_t>(c);
-      ranges.span[ranges.count] = 1;
-      ranges.base[ranges.count] = code[c];
-      ++ranges.count;
-    }
-    for (size_t i = 0; i < n; ++i) {
-      const uint8_t* src = ptrs[i];
-      const uint32_t len = lens[i];
-      uint32_t k = 0;
-      if (simd && len >= 16) {
-        const uint32_t groups = len / 16;
-        const bool ok = by_nibble ? bitpack::Pack6(src, groups, nibbles, w)
-                                  : bitpack::Pack6(src, groups, ranges, w);
-        if (!ok) acc |= 0xc0;  // a byte outside the alphabet
-        w += size_t{groups} * 12;
-        k = groups * 16;
-      }
-      for (; k + 8 <= len; k += 8) {
-        uint64_t v = 0;
-        for (uint32_t j = 0; j < 8; ++j) {
-          const uint8_t c = code[src[k + j]];
-          acc |= c;
-          v |= uint64_t{c} << (B * j);
-        }
-        StoreLE64(w, v);  // B bytes count; the rest is slack the next write overwrites
-        w += B;
-      }
-      if (k < len) {
-        uint64_t v = 0;
-        for (uint32_t j = 0; k + j < len; ++j) {
-          const uint8_t c = code[src[k + j]];
-          acc |= c;
-          v |= uint64_t{c} << (B * j);
-        }
-        StoreLE64(w, v);
-        w += ((len - k) * B + 7) / 8;
-      }
-    }
-    *bad |= acc;
-    return w;
-  }
-
-  uint8_t* SerializePlainBytes(uint8_t* w) const {
-    if (uint8_t* end = SerializeHex(w); end != nullptr) return end;
-    if (uint8_t* end = SerializePacked(w); end != nullptr) return end;
-    bulk_begin = nullptr;  // a failed hex or packed attempt may have set it
-    *w++ = kBytesPlain;
-    for (size_t i = 0; i < n; ++i) w = PutVarint(w, lens[i]);
-    w = PutVarint(w, total_len);
-    bulk_begin = w;
-    for (size_t i = 0; i < n; ++i) {
-      std::memcpy(w, ptrs[i], lens[i]);
-      w += lens[i];
-    }
-    return w;
-  }
-
-  uint8_t* SerializeDict(uint8_t* w) const {
-    *w++ = kBytesDict;
-    const size_t d = firsts.size();
-    w = PutVarint(w, d);
-    for (size_t c = 0; c < d; ++c) w = PutVarint(w, lens[firsts[c]]);
-    w = PutVarint(w, dict_len);
-    for (size_t c = 0; c < d; ++c) {
-      const uint32_t i = firsts[c];
-      std::memcpy(w, ptrs[i], lens[i]);
-      w += lens[i];
-    }
-    const uint8_t bits = CodeBits(d);
-    if (bits == 8) {
-      *w++ = kCodeBytes;
-      bulk_begin = w;
-      for (size_t i = 0; i < n; ++i) w[i] = static_cast<uint8_t>(codes[i]);
-      return w + n;
-    }
-    // Past 256 entries, codes are bit-packed at the width the dictionary needs (LSB first):
-    // zstd's byte-wise entropy coder does little for codes that straddle bytes, and slowly
-    // (2,000 names as two-byte codes: 1.35x at ~165 MB/s); packed they take ceil(log2 d) bits.
-    // Up to 32 entries they are packed too, at 1 to 5 bits (see kMaxSmallPackedBits).
-    *w++ = kCodePacked;
-    *w++ = bits;
-    bulk_begin = w;
-    return PackFixedWidth(n, bits, w, [this](size_t i) { return codes[i]; });
   }
 };
 
@@ -1030,13 +409,8 @@ ABSL_ATTRIBUTE_NOINLINE size_t ParseColumn(BuildColumn& col, const Prefix& pr,
                                            const uint8_t** __restrict cur,
                                            const uint8_t* const* __restrict ends, size_t begin,
                                            size_t n, ColumnChecks* checks, ParseFailure* failure) {
-  const size_t plen = pr.len;
-  const ShortKey pkey = pr.key;
-  // The same for every record, so these branches predict perfectly.
-  const bool prefix8to16 = plen >= 8 && plen <= 16;
-  const bool prefix4to7 = plen >= 4 && plen < 8;
-  const uint64_t head64 = pr.head64, tail64 = pr.tail64;
-  const uint32_t head32 = pr.head32, tail32 = pr.tail32;
+  const PrefixCheck prefix(pr);
+  const size_t plen = prefix.len;
   const bool last_field = checks->last_field;
   const Record* const key_records = checks->key_records;
   bool key_ref_holds = checks->key_ref_holds && key_records != nullptr;
@@ -1046,14 +420,12 @@ ABSL_ATTRIBUTE_NOINLINE size_t ParseColumn(BuildColumn& col, const Prefix& pr,
     const uint8_t* const end = ends[i];
     const auto avail = static_cast<size_t>(end - q);
     if (ABSL_PREDICT_FALSE(avail < plen)) break;
-    if (prefix8to16) {
-      if (ABSL_PREDICT_FALSE(LoadLE64(q) != head64 || LoadLE64(q + plen - 8) != tail64)) break;
-    } else if (prefix4to7) {
-      if (ABSL_PREDICT_FALSE(LoadLE32(q) != head32 || LoadLE32(q + plen - 4) != tail32)) break;
-    } else if (plen < 4) {
-      const ShortKey k = KeyShort(q, static_cast<uint32_t>(plen));
-      if (ABSL_PREDICT_FALSE(k.a != pkey.a || k.b != pkey.b)) break;
-    } else if (std::memcmp(q, pr.data(), plen) != 0) {
+    // The same branch for every record, so these predict perfectly.
+    if (prefix.is8to16) {
+      if (prefix.DiffersAt<true>(q)) break;
+    } else if (prefix.is4to7) {
+      if (prefix.DiffersAt<false>(q)) break;
+    } else if (prefix.DiffersAtOther(q)) {
       break;
     }
     const uint8_t* p = col.ParseAs<T>(i, q + plen, end);
@@ -1064,10 +436,8 @@ ABSL_ATTRIBUTE_NOINLINE size_t ParseColumn(BuildColumn& col, const Prefix& pr,
       return i;
     }
     if (key_ref_holds) {
-      const std::string_view key = key_records[i].key;
       const uint8_t* value = q + plen;
-      key_ref_holds = static_cast<size_t>(p - value) == key.size() &&
-                      SameBytes(value, reinterpret_cast<const uint8_t*>(key.data()), key.size());
+      key_ref_holds = KeyIs(key_records[i].key, value, static_cast<size_t>(p - value));
     }
     cur[i] = p;
   }
@@ -1093,21 +463,15 @@ struct StrLoop {
                                             const uint8_t* const* __restrict ends, size_t i,
                                             size_t n, const Record* key_records,
                                             bool* key_ref_holds) {
-    const size_t plen = pr.len;
-    const uint64_t head = kLongPrefix ? pr.head64 : pr.head32;
-    const uint64_t tail = kLongPrefix ? pr.tail64 : pr.tail32;
-    const size_t tail_at = plen - (kLongPrefix ? 8 : 4);
+    const PrefixCheck prefix(pr);
+    const size_t plen = prefix.len;
     bool holds = *key_ref_holds;
     BuildColumn::Hot hot = col.LoadHot();
     while (i < n) {
       const uint8_t* q = cur[i];
       const auto avail = static_cast<size_t>(ends[i] - q);
       if (ABSL_PREDICT_FALSE(avail <= plen)) break;
-      if constexpr (kLongPrefix) {
-        if (ABSL_PREDICT_FALSE(LoadLE64(q) != head || LoadLE64(q + tail_at) != tail)) break;
-      } else {
-        if (ABSL_PREDICT_FALSE(LoadLE32(q) != head || LoadLE32(q + tail_at) != tail)) break;
-      }
+      if (prefix.DiffersAt<kLongPrefix>(q)) break;
       // A fixstr, or a str8 (32 to 255 bytes).
       const uint8_t h = q[plen];
       uint32_t len;
@@ -1131,26 +495,16 @@ struct StrLoop {
       cur[i] = v + len;
       if (kDict && ABSL_PREDICT_TRUE(len <= 16)) {
         const ShortKey k = KeyShort(v, len);
-        if (kKeyRef && holds) {
-          // The key must be this field's encoding: the fixstr header, then the same bytes.
-          const std::string_view key = key_records[i].key;
-          if (key.size() == len + 1 && static_cast<uint8_t>(key[0]) == h) {
-            const ShortKey kk = KeyShort(reinterpret_cast<const uint8_t*>(key.data()) + 1, len);
-            holds = kk.a == k.a && kk.b == k.b;
-          } else {
-            holds = false;
-          }
+        if (kKeyRef && holds) holds = KeyIsShortStr(key_records[i].key, h, k, len);
+        if (ABSL_PREDICT_FALSE(
+                !col.dict.LookupHot(hot.dict, i++, k, len, hot.ptrs, hot.total_len))) {
+          break;
         }
-        if (ABSL_PREDICT_FALSE(!col.LookupHot(hot, i++, k, len))) break;
         continue;
       }
-      if (kKeyRef && holds) {
-        const std::string_view key = key_records[i].key;
-        holds = key.size() == header + len &&
-                SameBytes(v - header, reinterpret_cast<const uint8_t*>(key.data()), key.size());
-      }
+      if (kKeyRef && holds) holds = KeyIs(key_records[i].key, v - header, header + len);
       if constexpr (kDict) {
-        if (!col.LookupLongHot(hot, i++, v, len)) break;
+        if (!col.dict.LookupLongHot(hot.dict, i++, v, len, hot.ptrs, hot.total_len)) break;
       } else {
         ++i;
       }
@@ -1161,7 +515,7 @@ struct StrLoop {
   }
 };
 
-// Runs Loop::Run<kKeyRef, kLastField> (one of the fast loops below) with the checks that
+// Runs Loop::Run<kKeyRef, kLastField> (StrLoop or ScalarLoop) with the checks that
 // apply to this field fixed at compile time.
 template <typename Loop>
 size_t RunFastLoop(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
@@ -1192,7 +546,7 @@ size_t ParseStrColumn(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
   size_t i = begin;
   const bool long_prefix = pr.len >= 8;
   for (;;) {
-    const bool dict = col.dict_active;
+    const bool dict = col.dict.active;
     const size_t from = i;
     if (dict) {
       i = long_prefix ? RunFastLoop<StrLoop<true, true>>(col, pr, cur, ends, i, n, checks)
@@ -1206,7 +560,7 @@ size_t ParseStrColumn(BuildColumn& col, const Prefix& pr, const uint8_t** cur,
       return n;
     }
     if (!checks->key_ref_holds) checks->key_records = nullptr;
-    if (dict && !col.dict_active) continue;  // record i-1 turned the dictionary off: go on
+    if (dict && !col.dict.active) continue;  // record i-1 turned the dictionary off: go on
     // Record i does not take the fast path: the general loop takes it, or says why it fails.
     // When the fast loop took nothing, the general loop takes the rest of the block: a column
     // of values over 255 bytes would otherwise switch loops at every record.
@@ -1229,10 +583,8 @@ struct ScalarLoop {
                                             const uint8_t* const* __restrict ends, size_t i,
                                             size_t n, const Record* key_records,
                                             bool* key_ref_holds) {
-    const size_t plen = pr.len;
-    const uint64_t head = kLongPrefix ? pr.head64 : pr.head32;
-    const uint64_t tail = kLongPrefix ? pr.tail64 : pr.tail32;
-    const size_t tail_at = plen - (kLongPrefix ? 8 : 4);
+    const PrefixCheck prefix(pr);
+    const size_t plen = prefix.len;
     bool holds = *key_ref_holds;
     int64_t* const ints = col.ints.data();
     uint8_t* const fixed = col.fixed.data();
@@ -1241,11 +593,7 @@ struct ScalarLoop {
       const uint8_t* const end = ends[i];
       const auto avail = static_cast<size_t>(end - q);
       if (ABSL_PREDICT_FALSE(avail <= plen)) break;
-      if constexpr (kLongPrefix) {
-        if (ABSL_PREDICT_FALSE(LoadLE64(q) != head || LoadLE64(q + tail_at) != tail)) break;
-      } else {
-        if (ABSL_PREDICT_FALSE(LoadLE32(q) != head || LoadLE32(q + tail_at) != tail)) break;
-      }
+      if (prefix.DiffersAt<kLongPrefix>(q)) break;
       const uint8_t* const v = q + plen;
       const uint8_t* p;
       if constexpr (T == ColumnType::kInt) {
@@ -1266,11 +614,7 @@ struct ScalarLoop {
         if (kLastField && ABSL_PREDICT_FALSE(p != end)) break;
         fixed[i] = *v & 1;
       }
-      if (kKeyRef && holds) {
-        const std::string_view key = key_records[i].key;
-        holds = static_cast<size_t>(p - v) == key.size() &&
-                SameBytes(v, reinterpret_cast<const uint8_t*>(key.data()), key.size());
-      }
+      if (kKeyRef && holds) holds = KeyIs(key_records[i].key, v, static_cast<size_t>(p - v));
       cur[i] = p;
     }
     *key_ref_holds = holds;
@@ -1332,9 +676,6 @@ size_t ParseColumnOfType(BuildColumn& col, const Prefix& pr, const uint8_t** cur
 
 }  // namespace
 
-// ---------------------------------------------------------------------------------------------
-// Encoder
-
 struct ColumnarEncoder::State {
   BuildColumn key;
   std::vector<BuildColumn> fields;
@@ -1343,7 +684,19 @@ struct ColumnarEncoder::State {
   PodBuffer<const uint8_t*> cursors;     // per record: where parsing continues
   PodBuffer<const uint8_t*> ends;        // per record: end of its value
   PlainSpans plain;
+  uint32_t num_fields = 0;
+  int key_ref = -1;  // the field whose encoded value every key is, or -1
+
+  bool ReadShape(absl::Span<const Record> records, std::string* why_not);
+  bool ParseValues(absl::Span<const Record> records, std::string* why_not);
+  std::string Explain(ParseFailure failure, size_t i, uint32_t j) const;
+  void ParseKeys(absl::Span<const Record> records);
+  void Serialize(ByteBuffer* payload);
 };
+
+namespace {
+const uint8_t* BytesOf(std::string_view v) { return reinterpret_cast<const uint8_t*>(v.data()); }
+}  // namespace
 
 ColumnarEncoder::ColumnarEncoder() : state_(std::make_unique<State>()) {}
 ColumnarEncoder::~ColumnarEncoder() = default;
@@ -1367,17 +720,22 @@ bool ColumnarEncoder::Encode(absl::Span<const Record> records, ByteBuffer* paylo
 bool ColumnarEncoder::EncodeImpl(absl::Span<const Record> records, ByteBuffer* payload,
                                  std::string* why_not) {
   State& s = *state_;
-  const size_t n = records.size();
-  if (n == 0) {
+  if (records.empty()) {
     *why_not = "empty batch";
     return false;
   }
-  auto bytes_of = [](std::string_view v) { return reinterpret_cast<const uint8_t*>(v.data()); };
+  if (!s.ReadShape(records, why_not) || !s.ParseValues(records, why_not)) return false;
+  if (s.key_ref < 0) s.ParseKeys(records);
+  s.Serialize(payload);
+  return true;
+}
 
-  // --- Shape, from record 0's value: a map of str field names to scalars.
-  const uint8_t* v0 = bytes_of(records[0].value);
+// Shape, from record 0's value: a map of str field names to scalars. Sets each field's name,
+// prefix and column type, and key_ref to the first field whose encoded value record 0's key is.
+bool ColumnarEncoder::State::ReadShape(absl::Span<const Record> records, std::string* why_not) {
+  const size_t n = records.size();
+  const uint8_t* v0 = BytesOf(records[0].value);
   const uint8_t* v0_end = v0 + records[0].value.size();
-  uint32_t num_fields;
   const uint8_t* p = mp::ReadCanonicalMapHeader(v0, v0_end, &num_fields);
   if (p == nullptr) {
     *why_not = "record 0: value is not a canonically encoded msgpack map";
@@ -1387,15 +745,15 @@ bool ColumnarEncoder::EncodeImpl(absl::Span<const Record> records, ByteBuffer* p
     *why_not = absl::StrCat("record 0: ", num_fields, " fields, more than ", kMaxFields);
     return false;
   }
-  if (s.fields.size() < num_fields) {
-    s.fields.resize(num_fields);
-    s.prefixes.resize(num_fields);
+  if (fields.size() < num_fields) {
+    fields.resize(num_fields);
+    prefixes.resize(num_fields);
   }
-  s.names.clear();
+  names.clear();
   // The key may be a copy of one field's encoded value (zephyr derives keys that way): then
   // the key column is just a reference to that field.
-  const uint8_t* k0 = bytes_of(records[0].key);
-  int key_ref = -1;
+  const uint8_t* k0 = BytesOf(records[0].key);
+  key_ref = -1;
   for (uint32_t j = 0; j < num_fields; ++j) {
     const uint8_t* name_start = p;
     uint32_t name_len;
@@ -1404,22 +762,22 @@ bool ColumnarEncoder::EncodeImpl(absl::Span<const Record> records, ByteBuffer* p
       *why_not = absl::StrCat("record 0: field ", j, " name is not a canonical msgpack str");
       return false;
     }
-    s.names.emplace_back(reinterpret_cast<const char*>(name), name_len);
+    names.emplace_back(reinterpret_cast<const char*>(name), name_len);
     p = name + name_len;
     const uint8_t* prefix_start = j == 0 ? v0 : name_start;  // field 0 includes the map header
-    s.prefixes[j].Set(prefix_start, static_cast<size_t>(p - prefix_start));
+    prefixes[j].Set(prefix_start, static_cast<size_t>(p - prefix_start));
     ColumnType t;
     if (p >= v0_end || !ClassifyScalar(*p, &t)) {
-      *why_not = absl::StrCat("record 0: field '", s.names.back(), "' holds ",
+      *why_not = absl::StrCat("record 0: field '", names.back(), "' holds ",
                               p >= v0_end ? "nothing (truncated)" : DescribeByte(*p));
       return false;
     }
-    s.fields[j].Start(t, n);
+    fields[j].Start(t, n);
     mp::ScanError err;
     const uint8_t* value_start = p;
     p = mp::SkipObject(p, v0_end, &err);
     if (p == nullptr) {
-      *why_not = absl::StrCat("record 0: field '", s.names.back(), "': ", mp::ScanErrorName(err));
+      *why_not = absl::StrCat("record 0: field '", names.back(), "': ", mp::ScanErrorName(err));
       return false;
     }
     if (key_ref < 0 && static_cast<size_t>(p - value_start) == records[0].key.size() &&
@@ -1427,17 +785,21 @@ bool ColumnarEncoder::EncodeImpl(absl::Span<const Record> records, ByteBuffer* p
       key_ref = static_cast<int>(j);
     }
   }
+  return true;
+}
 
-  // --- Values, column by column: one tight loop per field, specialised for its type.
-  BuildColumn* const cols = s.fields.data();
-  const Prefix* const prefixes = s.prefixes.data();
-  s.cursors.Resize(n);
-  s.ends.Resize(n);
-  const uint8_t** cur = s.cursors.data();
-  const uint8_t** ends = s.ends.data();
+// Values, column by column: one tight loop per field, specialised for its type. Leaves key_ref
+// at -1 unless every key is that field's encoded value.
+bool ColumnarEncoder::State::ParseValues(absl::Span<const Record> records, std::string* why_not) {
+  const size_t n = records.size();
+  BuildColumn* const cols = fields.data();
+  cursors.Resize(n);
+  ends.Resize(n);
+  const uint8_t** cur = cursors.data();
+  const uint8_t** end = ends.data();
   for (size_t i = 0; i < n; ++i) {
-    cur[i] = bytes_of(records[i].value);
-    ends[i] = cur[i] + records[i].value.size();
+    cur[i] = BytesOf(records[i].value);
+    end[i] = cur[i] + records[i].value.size();
   }
   if (num_fields == 0) {
     for (size_t i = 0; i < n; ++i) {
@@ -1450,26 +812,6 @@ bool ColumnarEncoder::EncodeImpl(absl::Span<const Record> records, ByteBuffer* p
   // Field by field within blocks of records: each field's loop is specialised for its type,
   // and a block's records stay in cache while their fields are parsed one after another (a
   // pass over the whole batch per field would fetch wide records from memory once per field).
-  auto explain = [&](ParseFailure failure, size_t i, uint32_t j) {
-    if (failure == ParseFailure::kPrefix) {
-      return absl::StrCat("record ", i, ": map shape differs from record 0 at field ", j, " ('",
-                          s.names[j], "')");
-    }
-    if (failure == ParseFailure::kTrailing) {
-      return absl::StrCat("record ", i, ": value has bytes after the map like record 0's");
-    }
-    const uint8_t* start = cur[i] + prefixes[j].len;
-    ColumnType got;
-    if (start < ends[i] && ClassifyScalar(*start, &got) && got != cols[j].type) {
-      return absl::StrCat("record ", i, ": field '", s.names[j], "' changes type from ",
-                          ColumnTypeName(cols[j].type), " to ", ColumnTypeName(got));
-    }
-    if (start < ends[i] && !ClassifyScalar(*start, &got)) {
-      return absl::StrCat("record ", i, ": field '", s.names[j], "' holds ", DescribeByte(*start));
-    }
-    return absl::StrCat("record ", i, ": field '", s.names[j],
-                        "' is truncated, out of int64 range or not canonically encoded");
-  };
   bool key_ref_holds = key_ref >= 0;
   for (size_t b0 = 0; b0 < n; b0 += kParseBlock) {
     const size_t b1 = std::min(n, b0 + kParseBlock);
@@ -1481,63 +823,89 @@ bool ColumnarEncoder::EncodeImpl(absl::Span<const Record> records, ByteBuffer* p
         checks.key_ref_holds = key_ref_holds;
       }
       ParseFailure failure = ParseFailure::kNone;
-      const size_t i =
-          ParseColumnOfType(cols[j], prefixes[j], cur, ends, b0, b1, &checks, &failure);
+      const size_t i = ParseColumnOfType(cols[j], prefixes[j], cur, end, b0, b1, &checks, &failure);
       if (static_cast<int>(j) == key_ref) key_ref_holds = checks.key_ref_holds;
       if (failure == ParseFailure::kNone) continue;
-      *why_not = explain(failure, i, j);
+      *why_not = Explain(failure, i, j);
       return false;
     }
   }
+  if (!key_ref_holds) key_ref = -1;
+  return true;
+}
 
-  // --- Keys: a field reference, one canonical msgpack scalar each of one type, or raw bytes.
-  if (!key_ref_holds) {
-    key_ref = -1;
-    ColumnType kt = ColumnType::kRawBytes;
-    if (!records[0].key.empty() && ClassifyScalar(k0[0], &kt)) {
-      s.key.Start(kt, n);
-      for (size_t i = 0; i < n; ++i) {
-        const uint8_t* k = bytes_of(records[i].key);
-        const uint8_t* k_end = k + records[i].key.size();
-        if (s.key.Parse(i, k, k_end) != k_end) {
-          kt = ColumnType::kRawBytes;
-          break;
-        }
-      }
-    }
-    if (kt == ColumnType::kRawBytes) {
-      s.key.Start(kt, n);
-      for (size_t i = 0; i < n; ++i) {
-        const uint8_t* k = bytes_of(records[i].key);
-        s.key.Parse(i, k, k + records[i].key.size());
+// Why record i does not fit field j, which its parse loop stopped at.
+std::string ColumnarEncoder::State::Explain(ParseFailure failure, size_t i, uint32_t j) const {
+  if (failure == ParseFailure::kPrefix) {
+    return absl::StrCat("record ", i, ": map shape differs from record 0 at field ", j, " ('",
+                        names[j], "')");
+  }
+  if (failure == ParseFailure::kTrailing) {
+    return absl::StrCat("record ", i, ": value has bytes after the map like record 0's");
+  }
+  const uint8_t* start = cursors[i] + prefixes[j].len;
+  const ColumnType type = fields[j].type;
+  ColumnType got;
+  if (start < ends[i] && ClassifyScalar(*start, &got) && got != type) {
+    return absl::StrCat("record ", i, ": field '", names[j], "' changes type from ",
+                        ColumnTypeName(type), " to ", ColumnTypeName(got));
+  }
+  if (start < ends[i] && !ClassifyScalar(*start, &got)) {
+    return absl::StrCat("record ", i, ": field '", names[j], "' holds ", DescribeByte(*start));
+  }
+  return absl::StrCat("record ", i, ": field '", names[j],
+                      "' is truncated, out of int64 range or not canonically encoded");
+}
+
+// Keys that are not a field reference: one canonical msgpack scalar each of one type, or raw
+// bytes.
+void ColumnarEncoder::State::ParseKeys(absl::Span<const Record> records) {
+  const size_t n = records.size();
+  ColumnType kt = ColumnType::kRawBytes;
+  if (!records[0].key.empty() && ClassifyScalar(BytesOf(records[0].key)[0], &kt)) {
+    key.Start(kt, n);
+    for (size_t i = 0; i < n; ++i) {
+      const uint8_t* k = BytesOf(records[i].key);
+      const uint8_t* k_end = k + records[i].key.size();
+      if (key.Parse(i, k, k_end) != k_end) {
+        kt = ColumnType::kRawBytes;
+        break;
       }
     }
   }
+  if (kt == ColumnType::kRawBytes) {
+    key.Start(kt, n);
+    for (size_t i = 0; i < n; ++i) {
+      const uint8_t* k = BytesOf(records[i].key);
+      key.Parse(i, k, k + records[i].key.size());
+    }
+  }
+}
 
-  // --- Serialize.
-  size_t bound = kMaxVarintBytes + (key_ref >= 0 ? 1 + kMaxVarintBytes : s.key.MaxSerializedSize());
+// Appends the payload: the field names, the key column (or reference), then the field columns.
+void ColumnarEncoder::State::Serialize(ByteBuffer* payload) {
+  size_t bound = kMaxVarintBytes + (key_ref >= 0 ? 1 + kMaxVarintBytes : key.MaxSerializedSize());
   for (uint32_t j = 0; j < num_fields; ++j) {
-    bound += kMaxVarintBytes + s.names[j].size() + cols[j].MaxSerializedSize();
+    bound += kMaxVarintBytes + names[j].size() + fields[j].MaxSerializedSize();
   }
   const size_t start_size = payload->size();
   uint8_t* const start = payload->Extend(bound);
   uint8_t* w = start;
-  s.plain.base = start;  // span offsets count from the start of this payload
+  plain.base = start;  // span offsets count from the start of this payload
   w = PutVarint(w, num_fields);
   for (uint32_t j = 0; j < num_fields; ++j) {
-    w = PutVarint(w, s.names[j].size());
-    std::memcpy(w, s.names[j].data(), s.names[j].size());
-    w += s.names[j].size();
+    w = PutVarint(w, names[j].size());
+    std::memcpy(w, names[j].data(), names[j].size());
+    w += names[j].size();
   }
   if (key_ref >= 0) {
     *w++ = static_cast<uint8_t>(ColumnType::kKeyRef);
     w = PutVarint(w, static_cast<uint64_t>(key_ref));
   } else {
-    w = s.key.Serialize(w, &s.plain);
+    w = key.Serialize(w, &plain);
   }
-  for (uint32_t j = 0; j < num_fields; ++j) w = cols[j].Serialize(w, &s.plain);
+  for (uint32_t j = 0; j < num_fields; ++j) w = fields[j].Serialize(w, &plain);
   payload->Resize(start_size + static_cast<size_t>(w - start));
-  return true;
 }
 
 }  // namespace sluice

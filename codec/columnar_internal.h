@@ -6,9 +6,14 @@
 #include <cstdint>
 #include <cstring>
 
+#include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "codec/buffer.h"
 #include "codec/columnar.h"
+#include "codec/dict_hash_table.h"
 #include "codec/endian.h"
 
 namespace sluice::columnar_internal {
@@ -49,6 +54,26 @@ constexpr uint8_t kCodeBytes = 1;   // one byte a code
 constexpr uint8_t kCode16 = 2;      // two bytes a code, little-endian
 constexpr uint8_t kCodePlanes = 3;  // two bytes a code: n low bytes, then n high bytes
 constexpr uint8_t kCodePacked = 4;  // a bits byte (1..16), then n codes of that many bits
+
+// How the decoder holds a column, as read: what its WriteValue switches on, so that no value
+// pays a second branch for it.
+enum class Storage : uint8_t {
+  kNil,
+  kBool,            // a byte a value, 0 or 1
+  kBoolBits,        // a bit a value
+  kInt,             // plain, delta or delta-packed ints: rebuilt a chunk at a time (IntReader)
+  kIntStep,         // first + i * step
+  kIntPacked,       // base + b bits
+  kFloat32,         // raw, big-endian as in msgpack
+  kFloat64,         // raw, big-endian as in msgpack
+  kFloat64Decimal,  // mantissa / 10^e; the mantissas in an IntReader
+  kKeyRef,          // key column only: each key is the encoded value of one field
+  // The bytes storages come last: WriteValue takes them as one case (see there).
+  kBytesDict,    // codes into pre-encoded dictionary entries
+  kBytesPacked,  // lengths (a chunk at a time) and a blob of b-bit codes of a small alphabet
+  kBytesHex,     // lengths and a blob of the bytes the hex digits spell
+  kBytesPlain,   // lengths and a blob of contents
+};
 
 // Nibble of a lowercase hex digit, 0xff for anything else.
 struct HexTables {
@@ -110,33 +135,6 @@ inline bool IsBytesType(ColumnType t) {
   return t == ColumnType::kStr || t == ColumnType::kBin || t == ColumnType::kRawBytes;
 }
 
-struct ShortKey {
-  uint64_t a, b;
-};
-
-// Two words that, with the length, identify a span of up to 16 bytes exactly. For 4 to 16
-// bytes they are four 4-byte windows at 0, min(4, len-4), min(8, len-4) and len-4: together
-// they cover every byte, they never leave [p, p + len), and nothing branches on the exact
-// length (a branch there mispredicts on real data, where lengths vary record to record).
-inline ShortKey KeyShort(const uint8_t* p, uint32_t len) {
-  if (ABSL_PREDICT_TRUE(len >= 4)) {
-    const uint32_t last = len - 4;
-    const uint32_t o1 = last < 4 ? last : 4;
-    const uint32_t o2 = last < 8 ? last : 8;
-    return {LoadLE32(p) | (uint64_t{LoadLE32(p + o1)} << 32),
-            LoadLE32(p + o2) | (uint64_t{LoadLE32(p + last)} << 32)};
-  }
-  if (len > 0) return {p[0] | (uint64_t{p[len / 2]} << 8) | (uint64_t{p[len - 1]} << 16), 0};
-  return {0, 0};
-}
-
-// The encoder's dictionary hash of a value's key words (KeyShort for up to 16 bytes); its top
-// bits index the table.
-inline uint64_t DictHash(uint64_t a, uint64_t b, uint32_t len) {
-  return (a * 0x9e3779b97f4a7c15ULL) ^ (b * 0xc2b2ae3d27d4eb4fULL) ^
-         (uint64_t{len} * 0x165667b19e3779f9ULL);
-}
-
 // The bytes every value starts a field with: the encoded field name (and, for field 0, the
 // map header).
 struct Prefix {
@@ -169,6 +167,67 @@ struct Prefix {
   }
   const uint8_t* data() const { return len > 16 ? long_bytes.data() : bytes; }
 };
+
+// Bits needed for codes 0..d-1 (at least 1).
+inline uint8_t BitsFor(size_t d) {
+  return d <= 2 ? 1 : static_cast<uint8_t>(64 - __builtin_clzll(static_cast<uint64_t>(d - 1)));
+}
+
+// Writes value(0..n-1), each `bits` (1..32) wide, least significant bits first, in
+// ceil(n * bits / 8) bytes; returns the end.
+template <typename Value>
+inline uint8_t* PackFixedWidth(size_t n, uint32_t bits, uint8_t* w, Value value) {
+  uint64_t acc = 0;
+  uint32_t have = 0;
+  for (size_t i = 0; i < n; ++i) {
+    acc |= uint64_t{value(i)} << have;
+    have += bits;
+    if (have >= 32) {
+      StoreLE32(w, static_cast<uint32_t>(acc));
+      w += 4;
+      acc >>= 32;
+      have -= 32;
+    }
+  }
+  for (; have > 0; have = have > 8 ? have - 8 : 0) {
+    *w++ = static_cast<uint8_t>(acc);
+    acc >>= 8;
+  }
+  return w;
+}
+
+// The `bits` (1..56) bits at bit offset `bit` of [base, end), least significant first, read
+// without touching a byte outside [base, end).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint64_t BitsAt(const uint8_t* base, const uint8_t* end,
+                                                    uint64_t bit, uint32_t bits) {
+  const uint8_t* q = base + (bit >> 3);
+  uint64_t v = 0;
+  if (end - q >= 8) {
+    v = LoadLE64(q);
+  } else {
+    for (int k = 0; q + k < end; ++k) v |= uint64_t{q[k]} << (8 * k);
+  }
+  return (v >> (bit & 7)) & ((uint64_t{1} << bits) - 1);  // bit & 7 + bits <= 63
+}
+
+// Whether the padding after the first `bits` bits of the ceil(bits / 8) bytes at p is zero.
+inline bool PaddingIsZero(const uint8_t* p, uint64_t bits) {
+  return bits % 8 == 0 || (p[bits / 8] >> (bits % 8)) == 0;
+}
+
+// Records are rebuilt this many at a time: columns stored as varints (plain and delta ints,
+// decimal mantissas, byte lengths) are validated and sized in one pass when read, and decoded
+// again a chunk at a time while rebuilding, so that what the decoder holds per value is bounded
+// by the chunk, not by the payload (a varint byte would otherwise hold 8 bytes of scratch).
+// Chunks start at multiples of kChunk, so record i's value sits at i % kChunk of its chunk.
+constexpr size_t kChunk = 256;
+constexpr size_t kChunkMask = kChunk - 1;
+static_assert((kChunk & kChunkMask) == 0, "a power of two");
+
+// A decoder error for a payload that breaks the format. (Out of line: error paths only.)
+ABSL_ATTRIBUTE_NOINLINE inline absl::Status Corrupt(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("corrupt COLUMNAR payload: ", what));
+}
 
 }  // namespace sluice::columnar_internal
 

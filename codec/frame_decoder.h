@@ -99,7 +99,6 @@ class FrameDecoder {
   FrameDecoder(const FrameDecoder&) = delete;
   FrameDecoder& operator=(const FrameDecoder&) = delete;
 
-  const DecodeOptions& options() const { return options_; }
   /// Scratch memory the decoder keeps between frames (not counting DecodedFrames).
   size_t scratch_bytes() const;
   /// Lets go of the scratch memory if it exceeds `keep` bytes (after an unusually large

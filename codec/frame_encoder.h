@@ -59,9 +59,6 @@ class FrameEncoder {
   FrameEncoder(const FrameEncoder&) = delete;
   FrameEncoder& operator=(const FrameEncoder&) = delete;
 
-  const EncodeOptions& options() const { return options_; }
-  void set_options(const EncodeOptions& options) { options_ = options; }
-
   /// Appends one frame holding `records` to `*out`. Fails with INVALID_ARGUMENT when the batch
   /// is over the limits, or values are not msgpack for an explicit MSGPACK/COLUMNAR layout.
   [[nodiscard]] absl::Status Encode(absl::Span<const Record> records, std::string* out);

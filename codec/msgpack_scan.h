@@ -237,8 +237,7 @@ inline uint8_t* WriteBinHeader(uint8_t* p, uint32_t n) {
   return p + 5;
 }
 
-/// Canonical map header size / writer.
-inline size_t MapHeaderSize(uint64_t n) { return n < 16 ? 1 : (n < 65536 ? 3 : 5); }
+/// Canonical map header writer.
 inline uint8_t* WriteMapHeader(uint8_t* p, uint32_t n) {
   if (n < 16) {
     *p = static_cast<uint8_t>(0x80 | n);
