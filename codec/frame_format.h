@@ -107,6 +107,9 @@ inline constexpr uint8_t kFlagSortedByKey = 0x01;
 inline constexpr uint8_t kKnownFlags = kFlagSortedByKey;
 /// Default cap on any decoded size (payload after decompression, rebuilt records).
 inline constexpr uint32_t kDefaultMaxUncompressedBytes = 64u << 20;
+/// The largest max_uncompressed_bytes anything may be configured with (a server's
+/// --max_frame_mb is at most 1024): a frame stored under any cap is within it.
+inline constexpr uint32_t kMaxFrameCapBytes = 1u << 30;
 /// Default cap on the record count of one frame.
 inline constexpr uint32_t kDefaultMaxRecords = 4u << 20;
 // kZstdSections (docs/frame-format.md): the flags byte's bits, the level plain sections are

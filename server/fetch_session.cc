@@ -45,7 +45,9 @@ absl::Status FetchSession::Setup() {
   encode_.layout = spec_.layout;
   encode_.compression = spec_.uncompressed ? Compression::kNone : Compression::kZstd;
   encode_.zstd_level = spec_.zstd_level == 0 ? 3 : static_cast<int>(spec_.zstd_level);
-  encode_.limits = deps_.limits;
+  // A merged chunk holds at most half the cap in force, or one record if it alone is bigger: a
+  // record committed under a larger cap is served whole (StoredFrameLimits).
+  encode_.limits = StoredFrameLimits(deps_.limits);
   const size_t cap = deps_.limits.max_uncompressed_bytes / 2;
   chunk_bytes_ = spec_.target_chunk_bytes == 0 ? (1u << 20) : spec_.target_chunk_bytes;
   chunk_bytes_ = std::min(chunk_bytes_, cap);
@@ -78,7 +80,7 @@ absl::StatusOr<bool> FetchSession::NextStored(std::string* frame) {
 
 absl::Status FetchSession::StartMerge() {
   DecodeOptions dopts;
-  dopts.limits = deps_.limits;
+  dopts.limits = StoredFrameLimits(deps_.limits);
   decoder_ = std::make_unique<FrameDecoder>(dopts);
   run_decoder_.decoder = decoder_.get();
   std::vector<std::unique_ptr<RunSource>> runs;

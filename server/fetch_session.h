@@ -56,7 +56,7 @@ inline constexpr uint32_t kMaxFetchZstdLevel = 9;
 struct FetchDeps {
   ShuffleRegistry* registry = nullptr;
   MemoryBudget* budget = nullptr;
-  FrameLimits limits;
+  FrameLimits limits;  ///< the cap in force: chunk sizes follow it
   MergeOptions merge;
 };
 

@@ -7,6 +7,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "codec/frame_format.h"
 #include "server/sluice_server.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -15,22 +18,67 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "address to listen on (host:por
 ABSL_FLAG(std::string, data_dir, "", "directory for shuffle data (required)");
 ABSL_FLAG(uint64_t, memory_budget_mb, 256, "budget for buffered push data and fetch buffers");
 ABSL_FLAG(bool, fsync, true, "sync data and commit log before acknowledging a commit");
-ABSL_FLAG(uint32_t, max_frame_mb, 64, "largest frame accepted, uncompressed");
+ABSL_FLAG(uint32_t, max_frame_mb, 64, "largest frame accepted, uncompressed (1 to 1024)");
 ABSL_FLAG(int32_t, worker_threads, 4, "threads for disk, validation and compression work");
 ABSL_FLAG(uint32_t, merge_fan_in, 64, "runs merged at once by a KEY-ordered fetch");
 ABSL_FLAG(uint64_t, max_frames_per_attempt, uint64_t{1} << 20,
           "frames one mapper attempt may push (bookkeeping: ~24 bytes each until it ends)");
 ABSL_FLAG(uint32_t, max_concurrent_merges, 0,
           "KEY-ordered fetches merging at once (0 = --worker_threads); others wait");
-ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical, off");
+
+namespace {
+
+// Flags to options, refusing what is out of range: a value that would wrap (--max_frame_mb=4096
+// shifted into 32 bits is 0) must not start a server. SluiceServer::Start checks the rest.
+absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
+  sluice::ServerOptions opts;
+  opts.listen_address = absl::GetFlag(FLAGS_listen);
+  opts.data_dir = absl::GetFlag(FLAGS_data_dir);
+  const uint64_t budget_mb = absl::GetFlag(FLAGS_memory_budget_mb);
+  if (budget_mb < 1 || budget_mb > (uint64_t{1} << 24)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--memory_budget_mb=", budget_mb, " is out of range [1, 16777216]"));
+  }
+  opts.memory_budget_bytes = budget_mb << 20;
+  opts.fsync = absl::GetFlag(FLAGS_fsync);
+  const uint64_t frame_mb = absl::GetFlag(FLAGS_max_frame_mb);
+  if (frame_mb < 1 || (frame_mb << 20) > sluice::kMaxFrameCapBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_frame_mb=", frame_mb,
+                                                   " is out of range [1, ",
+                                                   sluice::kMaxFrameCapBytes >> 20, "]"));
+  }
+  opts.limits.max_uncompressed_bytes = static_cast<uint32_t>(frame_mb << 20);
+  opts.worker_threads = absl::GetFlag(FLAGS_worker_threads);
+  opts.merge_fan_in = absl::GetFlag(FLAGS_merge_fan_in);
+  opts.max_concurrent_merges = absl::GetFlag(FLAGS_max_concurrent_merges);
+  opts.max_frames_per_attempt = absl::GetFlag(FLAGS_max_frames_per_attempt);
+  return opts;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("sluice-server --data_dir DIR [--listen HOST:PORT] [flags]");
   absl::ParseCommandLine(argc, argv);
   // Logs go to stderr; stdout only carries the "listening on port N" line.
   spdlog::set_default_logger(spdlog::stderr_color_mt("sluice"));
-  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
+  const std::string level = absl::GetFlag(FLAGS_log_level);
+  spdlog::set_level(spdlog::level::from_str(level));
+  if (level != "off" && spdlog::get_level() == spdlog::level::off) {  // from_str's "unknown"
+    spdlog::set_level(spdlog::level::info);
+    spdlog::critical(
+        "event=start_failed error=\"--log_level={} is not one of trace, debug, info, warn, "
+        "error, critical, off\"",
+        level);
+    return 2;
+  }
+  auto opts = OptionsFromFlags();
+  if (!opts.ok()) {
+    spdlog::critical("event=start_failed error=\"{}\"", opts.status().ToString());
+    return 2;
+  }
 
   // Signals are taken by sigwait below, not by handlers, so shutdown runs on a normal thread.
   sigset_t signals;
@@ -39,20 +87,10 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  sluice::ServerOptions opts;
-  opts.listen_address = absl::GetFlag(FLAGS_listen);
-  opts.data_dir = absl::GetFlag(FLAGS_data_dir);
-  opts.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget_mb) << 20;
-  opts.fsync = absl::GetFlag(FLAGS_fsync);
-  opts.limits.max_uncompressed_bytes = absl::GetFlag(FLAGS_max_frame_mb) << 20;
-  opts.worker_threads = absl::GetFlag(FLAGS_worker_threads);
-  opts.merge_fan_in = absl::GetFlag(FLAGS_merge_fan_in);
-  opts.max_concurrent_merges = absl::GetFlag(FLAGS_max_concurrent_merges);
-  opts.max_frames_per_attempt = absl::GetFlag(FLAGS_max_frames_per_attempt);
-  auto server = sluice::SluiceServer::Start(opts);
+  auto server = sluice::SluiceServer::Start(*opts);
   if (!server.ok()) {
     spdlog::critical("event=start_failed error=\"{}\"", server.status().ToString());
-    return 1;
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   // The port on stdout, for scripts and tests that start the server with port 0.
   std::cout << "listening on port " << (*server)->port() << std::endl;

@@ -289,7 +289,7 @@ absl::Status ShuffleStore::ReadFrame(const BlockRef& block, std::string* frame) 
                                         reinterpret_cast<uint8_t*>(frame->data())));
   const auto bytes =
       absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame->data()), frame->size());
-  auto h = ParseFrameHeader(bytes, options_.limits);
+  auto h = ParseFrameHeader(bytes, StoredFrameLimits(options_.limits));
   if (!h.ok() || h->frame_size() != frame->size() ||
       PayloadChecksum(bytes.data() + kFrameHeaderSize, h->stored_size) != h->payload_checksum) {
     return absl::DataLossError(
@@ -345,9 +345,10 @@ absl::Status ShuffleStore::Recover() {
         return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", m, " to partition ",
                                                 b.partition, " whose data file is missing"));
       }
-      if (b.frame_size > options_.limits.max_uncompressed_bytes) {
+      // Not the cap in force now: it may have been lowered since (StoredFrameLimits).
+      if (b.frame_size > kFrameHeaderSize + uint64_t{kMaxFrameCapBytes}) {
         return absl::DataLossError(absl::StrCat(log_path, " lists a frame of ", b.frame_size,
-                                                " bytes, beyond the frame cap"));
+                                                " bytes, beyond any frame cap"));
       }
       SLUICE_RETURN_IF_ERROR(VerifyBlock(m, commit.attempt, b, /*check_frame=*/true));
     }

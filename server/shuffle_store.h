@@ -63,6 +63,13 @@ struct PartitionStats {
 };
 
 inline constexpr size_t kBlockHeaderSize = 32;
+
+/// The limits committed frames are read back with. Each frame was checked against the cap in
+/// force when it was pushed; a lower cap set later applies to new input only, never to what is
+/// committed, so reading uses the largest cap a server accepts (and `input`'s record limit).
+inline FrameLimits StoredFrameLimits(const FrameLimits& input) {
+  return FrameLimits{kMaxFrameCapBytes, input.max_records};
+}
 /// Most partitions a shuffle may have (each costs a file and some memory).
 inline constexpr uint32_t kMaxPartitions = 1u << 16;
 

@@ -27,8 +27,40 @@ struct SluiceServer::Impl {
 SluiceServer::SluiceServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 SluiceServer::~SluiceServer() { Shutdown(); }
 
+namespace {
+
+// Every option a server runs on, in range; the error names the flag that sets it.
+absl::Status ValidateOptions(const ServerOptions& o) {
+  if (o.data_dir.empty())
+    return absl::InvalidArgumentError("a data directory is required (--data_dir)");
+  if (o.limits.max_uncompressed_bytes == 0 || o.limits.max_uncompressed_bytes > kMaxFrameCapBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the frame cap (--max_frame_mb) is ",
+                                                   o.limits.max_uncompressed_bytes,
+                                                   " bytes; it must be 1 byte to 1 GiB"));
+  }
+  if (o.limits.max_records == 0)
+    return absl::InvalidArgumentError("the record cap must be at least 1");
+  if (o.memory_budget_bytes == 0) {
+    return absl::InvalidArgumentError("the memory budget (--memory_budget_mb) must not be 0");
+  }
+  if (o.worker_threads < 1 || o.worker_threads > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--worker_threads=", o.worker_threads, " is out of range [1, 1024]"));
+  }
+  if (o.merge_fan_in < 2 || o.merge_fan_in > 65536) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--merge_fan_in=", o.merge_fan_in, " is out of range [2, 65536]"));
+  }
+  if (o.max_frames_per_attempt == 0) {
+    return absl::InvalidArgumentError("--max_frames_per_attempt must be at least 1");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOptions& options) {
-  if (options.data_dir.empty()) return absl::InvalidArgumentError("a data directory is required");
+  if (absl::Status st = ValidateOptions(options); !st.ok()) return st;
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   StoreOptions store_options;
@@ -50,7 +82,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   MergeOptions merge;
   merge.fan_in = options.merge_fan_in;
   merge.tmp_dir = tmp_dir;
-  merge.limits = options.limits;
+  merge.limits = StoredFrameLimits(options.limits);  // it reads and rewrites committed data
   impl->merge_gate = std::make_unique<Gate>(options.max_concurrent_merges != 0
                                                 ? options.max_concurrent_merges
                                                 : static_cast<size_t>(options.worker_threads),
@@ -68,10 +100,10 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &impl->port);
   builder.RegisterService(impl->service.get());
-  // A push message carries whole frames: allow one maximal frame plus framing.
-  const int max_message = rpc::MaxMessageBytes(options.limits);
-  builder.SetMaxReceiveMessageSize(max_message);
-  builder.SetMaxSendMessageSize(max_message);
+  // A push message carries whole frames: allow one maximal frame plus framing. What the
+  // server sends is committed data, which may have been pushed under a larger cap.
+  builder.SetMaxReceiveMessageSize(rpc::MaxMessageBytes(options.limits));
+  builder.SetMaxSendMessageSize(rpc::MaxMessageBytes(StoredFrameLimits(options.limits)));
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || impl->port == 0) {
     return absl::UnavailableError(absl::StrCat("could not listen on ", options.listen_address));

@@ -88,6 +88,40 @@ bool PushOne(pb::ShuffleService::Stub& stub, uint32_t mapper) {
   return writer->Finish().ok();
 }
 
+// Runs sluice-server with `flags` (for a server that must refuse to start); its exit status and
+// everything it printed.
+int RunServer(const std::string& flags, std::string* output) {
+  // (A server that does start is stopped after 10 s: the test then fails on its status, 124.)
+  const std::string cmd =
+      "timeout 10 " + std::string(SLUICE_SERVER_BIN) + " --listen=127.0.0.1:0 " + flags + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) output->append(buf, n);
+  const int status = ::pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Issue 15, finding 13: --max_frame_mb=4096 wrapped to a cap of 0 and --memory_budget_mb=0 made
+// every push hang; out-of-range flags now stop the server at start, naming the flag.
+TEST(DaemonTest, OutOfRangeFlagsAreRefusedAtStartAndNamed) {
+  testing::TempDir dir;
+  const std::string data = " --data_dir=" + dir.path();
+  for (const char* flag :
+       {"--max_frame_mb=4096", "--max_frame_mb=0", "--memory_budget_mb=0", "--worker_threads=0",
+        "--merge_fan_in=1", "--max_frames_per_attempt=0", "--log_level=loud"}) {
+    std::string out;
+    EXPECT_EQ(RunServer(flag + data, &out), 2) << flag << ": " << out;
+    const std::string name = std::string(flag).substr(0, std::string(flag).find('='));
+    EXPECT_NE(out.find(name), std::string::npos) << flag << ": " << out;
+    EXPECT_EQ(out.find("listening on port"), std::string::npos) << flag << ": " << out;
+  }
+  std::string out;
+  EXPECT_EQ(RunServer("--max_frame_mb=1024", &out), 2) << out;  // in range, but no --data_dir
+  EXPECT_NE(out.find("--data_dir"), std::string::npos) << out;
+}
+
 TEST(DaemonTest, SigtermShutsDownCleanly) {
   testing::TempDir dir;
   auto d = StartDaemon(dir.path());

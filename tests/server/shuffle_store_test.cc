@@ -321,6 +321,29 @@ TEST_F(ShuffleStoreTest, KilledWriterLosesNothingAcknowledged) {
   }
 }
 
+// Issue 15, finding 1: committed frames are read back under the largest cap a server takes,
+// not the one in force now, which may have been lowered since they were pushed.
+TEST_F(ShuffleStoreTest, CommittedFramesAreReadUnderAnyLaterCap) {
+  auto store = CreateStore(2);
+  const std::vector<BlockRef> blocks = WriteAttempt(*store, 0, 1, /*records=*/20, /*padding=*/400);
+  ASSERT_GT(blocks[0].frame_size, 4096u);
+  ASSERT_EQ(*store->Commit(0, 1, blocks), CommitOutcome::kCommitted);
+  store.reset();
+  StoreOptions lower;
+  lower.limits.max_uncompressed_bytes = 1024;  // smaller than every frame committed
+  auto reopened = ShuffleStore::Open(ShuffleDir(), lower);
+  ASSERT_OK(reopened);
+  ASSERT_EQ((*reopened)->CommittedMappers(), std::vector<uint32_t>{0});
+  for (const BlockRef& b : blocks) {
+    std::string frame;
+    EXPECT_OK((*reopened)->ReadFrame(b, &frame));
+    EXPECT_EQ(frame.size(), b.frame_size);
+  }
+  // New input is held to the lower cap.
+  const std::string big = MakeFrame(1, 0, 20, 0, 400);
+  EXPECT_FALSE((*reopened)->Append(1, 1, 0, Bytes(big), 20).ok());
+}
+
 TEST_F(ShuffleStoreTest, ADeletedStoreTakesNothingMore) {
   auto store = CreateStore();
   ASSERT_EQ(*store->Commit(0, 1, WriteAttempt(*store, 0, 1)), CommitOutcome::kCommitted);
