@@ -37,6 +37,8 @@ ShuffleStatus FromProto(const pb::ShuffleInfo& info) {
   for (const auto& p : info.partitions()) {
     s.partitions.push_back(PartitionStatsInfo{p.records(), p.bytes(), p.frames()});
   }
+  s.damaged = info.damaged();
+  s.damage = info.damage();
   return s;
 }
 

@@ -46,6 +46,10 @@ struct ShuffleStatus {
   uint32_t num_partitions = 0, num_mappers = 0;
   std::vector<uint32_t> committed_mappers;
   std::vector<PartitionStatsInfo> partitions;  // empty in ListShuffles
+  /// The server found its committed data damaged at start: `damage` says what; its data calls
+  /// fail with DATA_LOSS and DeleteShuffle removes it.
+  bool damaged = false;
+  std::string damage;
 };
 
 /// Maps a key to a partition in [0, num_partitions).

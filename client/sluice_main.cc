@@ -51,6 +51,11 @@ std::unique_ptr<sluice::ShuffleClient> Connect(const std::string& server) {
 }
 
 void PrintStatus(const sluice::ShuffleStatus& s) {
+  if (s.damaged) {
+    std::printf("shuffle %s: DAMAGED: %s (delete it to reuse the id)\n", s.shuffle_id.c_str(),
+                s.damage.c_str());
+    return;
+  }
   std::printf("shuffle %s: %u partitions, %u mappers (%zu committed)\n", s.shuffle_id.c_str(),
               s.num_partitions, s.num_mappers, s.committed_mappers.size());
   for (size_t p = 0; p < s.partitions.size(); ++p) {

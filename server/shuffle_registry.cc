@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "codec/status_macros.h"
 #include "server/file_util.h"
 
@@ -45,7 +46,13 @@ absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
     if (!ValidateId(id).ok()) continue;  // not ours (or a leftover temp directory)
     auto store = ShuffleStore::Open(entry.path().string(), options);
     if (!store.ok()) {
-      if (failed != nullptr) (*failed)[id] = store.status();
+      DamagedShuffle damaged;
+      damaged.params =
+          ShuffleStore::ReadParams(entry.path().string()).value_or(ShuffleParams{id, 0, 0});
+      damaged.params.shuffle_id = id;
+      damaged.reason = reg->WithRelativePaths(store.status());
+      if (failed != nullptr) (*failed)[id] = store.status();  // for the log: full paths
+      reg->damaged_.emplace(id, std::move(damaged));
       continue;
     }
     reg->shuffles_.emplace(id, std::shared_ptr<ShuffleStore>(std::move(store).value()));
@@ -61,6 +68,11 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
                                                    ", not ", params.num_partitions));
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (auto d = damaged_.find(params.shuffle_id); d != damaged_.end()) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("shuffle '", params.shuffle_id, "' exists but is damaged (",
+                     d->second.reason.message(), "); delete it to reuse the id"));
+  }
   auto it = shuffles_.find(params.shuffle_id);
   if (it != shuffles_.end()) {
     const ShuffleParams& have = it->second->params();
@@ -80,10 +92,41 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
 absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::Get(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = shuffles_.find(id);
-  if (it == shuffles_.end()) {
-    return absl::NotFoundError(absl::StrCat("shuffle '", id, "' not found"));
+  if (it != shuffles_.end()) return it->second;
+  if (auto d = damaged_.find(id); d != damaged_.end()) {
+    return absl::DataLossError(absl::StrCat("shuffle '", id, "' is damaged and serves no data (",
+                                            d->second.reason.message(),
+                                            "); DeleteShuffle removes it"));
   }
-  return it->second;
+  return absl::NotFoundError(absl::StrCat("shuffle '", id, "' not found"));
+}
+
+std::optional<DamagedShuffle> ShuffleRegistry::FindDamaged(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto d = damaged_.find(id);
+  if (d == damaged_.end()) return std::nullopt;
+  return d->second;
+}
+
+std::vector<DamagedShuffle> ShuffleRegistry::ListDamaged() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<DamagedShuffle> out;
+  for (const auto& [id, d] : damaged_) out.push_back(d);
+  return out;
+}
+
+absl::Status ShuffleRegistry::WithRelativePaths(const absl::Status& st) const {
+  const std::string prefix = data_dir_ + "/";
+  return absl::Status(st.code(), absl::StrReplaceAll(st.message(), {{prefix, ""}}));
+}
+
+absl::StatusOr<std::string> ShuffleRegistry::MoveToTrash(const std::string& id) {
+  // One durable rename makes the delete atomic: after a crash the shuffle is either there
+  // whole or gone (its trash is removed at the next start), and the id is free at once.
+  std::string trash = absl::StrCat(data_dir_, "/shuffles/.trash-", id, "-", ++trash_counter_);
+  SLUICE_RETURN_IF_ERROR(file::Rename(ShuffleDir(id), trash));
+  SLUICE_RETURN_IF_ERROR(file::SyncDir(absl::StrCat(data_dir_, "/shuffles")));
+  return trash;
 }
 
 std::vector<std::shared_ptr<ShuffleStore>> ShuffleRegistry::List() const {
@@ -98,16 +141,17 @@ absl::Status ShuffleRegistry::Delete(const std::string& id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = shuffles_.find(id);
-    if (it == shuffles_.end()) {
+    auto d = damaged_.find(id);
+    if (it == shuffles_.end() && d == damaged_.end()) {
       return absl::NotFoundError(absl::StrCat("shuffle '", id, "' not found"));
     }
-    // One durable rename makes the delete atomic: after a crash the shuffle is either there
-    // whole or gone (its trash is removed at the next start), and the id is free at once.
-    trash = absl::StrCat(data_dir_, "/shuffles/.trash-", id, "-", ++trash_counter_);
-    SLUICE_RETURN_IF_ERROR(file::Rename(ShuffleDir(id), trash));
-    SLUICE_RETURN_IF_ERROR(file::SyncDir(absl::StrCat(data_dir_, "/shuffles")));
-    it->second->MarkDeleted();  // streams still holding it fail; their fds point into trash
-    shuffles_.erase(it);
+    SLUICE_ASSIGN_OR_RETURN(trash, MoveToTrash(id));
+    if (it != shuffles_.end()) {
+      it->second->MarkDeleted();  // streams still holding it fail; their fds point into trash
+      shuffles_.erase(it);
+    } else {
+      damaged_.erase(d);  // nothing holds a damaged shuffle's files
+    }
   }
   return file::RemoveTree(trash);
 }

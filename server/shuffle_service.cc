@@ -1,6 +1,7 @@
 #include "server/shuffle_service.h"
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <utility>
 
@@ -185,6 +186,14 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   bool admitted_ = false;  // holds a merge slot
 };
 
+void FillDamaged(const DamagedShuffle& d, v1::ShuffleInfo* info) {
+  info->set_shuffle_id(d.params.shuffle_id);
+  info->set_num_partitions(d.params.num_partitions);
+  info->set_num_mappers(d.params.num_mappers);
+  info->set_damaged(true);
+  info->set_damage(std::string(d.reason.message()));
+}
+
 void FillInfo(const ShuffleStore& store, bool partitions, v1::ShuffleInfo* info) {
   const ShuffleParams& p = store.params();
   info->set_shuffle_id(p.shuffle_id);
@@ -228,6 +237,11 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
                                                          v1::ShuffleInfo* resp) {
   auto* reactor = ctx->DefaultReactor();
   deps_.pool->Submit([this, reactor, req, resp] {  // store locks may wait on an fsync
+    if (auto damaged = deps_.registry->FindDamaged(req->shuffle_id())) {
+      FillDamaged(*damaged, resp);
+      reactor->Finish(grpc::Status::OK);
+      return;
+    }
     auto store = deps_.registry->Get(req->shuffle_id());
     if (store.ok()) FillInfo(**store, /*partitions=*/true, resp);
     reactor->Finish(ToGrpcStatus(store.status()));
@@ -240,9 +254,14 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::ListShuffles(grpc::CallbackServerC
                                                            v1::ListShufflesResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
   deps_.pool->Submit([this, reactor, resp] {
+    std::map<std::string, v1::ShuffleInfo> by_id;  // served and damaged ones, in id order
     for (const auto& store : deps_.registry->List()) {
-      FillInfo(*store, /*partitions=*/false, resp->add_shuffles());
+      FillInfo(*store, /*partitions=*/false, &by_id[store->params().shuffle_id]);
     }
+    for (const DamagedShuffle& d : deps_.registry->ListDamaged()) {
+      FillDamaged(d, &by_id[d.params.shuffle_id]);
+    }
+    for (auto& [id, info] : by_id) *resp->add_shuffles() = std::move(info);
     reactor->Finish(grpc::Status::OK);
   });
   return reactor;

@@ -135,13 +135,17 @@ absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Create(const std::st
 
 absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Open(const std::string& dir,
                                                                  const StoreOptions& options) {
-  const std::string params_path = absl::StrCat(dir, "/", kParamsFile);
-  SLUICE_ASSIGN_OR_RETURN(std::string encoded, file::ReadFile(params_path, kMaxParamsFile));
-  SLUICE_ASSIGN_OR_RETURN(ShuffleParams params, DecodeParams(encoded, params_path));
+  SLUICE_ASSIGN_OR_RETURN(ShuffleParams params, ReadParams(dir));
   std::unique_ptr<ShuffleStore> store(new ShuffleStore(dir, params, options));
   SLUICE_ASSIGN_OR_RETURN(store->dir_fd_, file::OpenDirectory(dir));
   SLUICE_RETURN_IF_ERROR(store->Recover());
   return store;
+}
+
+absl::StatusOr<ShuffleParams> ShuffleStore::ReadParams(const std::string& dir) {
+  const std::string params_path = absl::StrCat(dir, "/", kParamsFile);
+  SLUICE_ASSIGN_OR_RETURN(std::string encoded, file::ReadFile(params_path, kMaxParamsFile));
+  return DecodeParams(encoded, params_path);
 }
 
 absl::Status ShuffleStore::EnsureOpen(uint32_t partition, Partition& p) {

@@ -82,6 +82,8 @@ class ShuffleStore {
   /// Opens an existing shuffle directory and recovers its committed state.
   static absl::StatusOr<std::unique_ptr<ShuffleStore>> Open(const std::string& dir,
                                                             const StoreOptions& options);
+  /// Just the parameters of the shuffle in `dir` (e.g. of one that failed to open).
+  static absl::StatusOr<ShuffleParams> ReadParams(const std::string& dir);
 
   ~ShuffleStore();
   ShuffleStore(const ShuffleStore&) = delete;

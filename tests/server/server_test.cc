@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <string>
 #include <thread>
@@ -712,6 +713,73 @@ TEST_F(ServerTest, AFrameAtTheCapSurvivesRestartsAndALowerCap) {
   // The lower cap applies to new input.
   EXPECT_THAT(PushFrames("cap", 2, {FrameWithPayload(kCap / 8, 'y')}, 1),
               StatusIs(absl::StatusCode::kInvalidArgument, "exceeds the cap"));
+}
+
+// Issue 15, finding 2: a shuffle that fails recovery was stuck: GetShuffle and DeleteShuffle
+// said NOT_FOUND, CreateShuffle ALREADY_EXISTS. It must be visible as damaged, with the reason
+// (and no server path in it), answer DATA_LOSS for its data, be deletable, and leave the other
+// shuffles alone.
+TEST_F(ServerTest, AShuffleThatFailsRecoveryIsReportedDamagedAndCanBeDeleted) {
+  ASSERT_OK(Create("good", 1, 0));
+  ASSERT_OK(Create("bad", 2, 0));
+  pb::PushResponse resp;
+  ASSERT_OK(Push("good", 0, 1, 1, 30, &resp));
+  ASSERT_OK(Push("bad", 0, 1, 2, 30, &resp));
+  server_->Stop().IgnoreError();
+  {  // flip a byte of the committed frame: its checksum no longer matches
+    const std::string path = server_->data_dir() + "/shuffles/bad/p1.data";
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    ASSERT_TRUE(f.good()) << path;
+    f.seekg(0, std::ios::end);
+    const auto size = static_cast<std::streamoff>(f.tellg());
+    f.seekp(size - 3);
+    f.put('\x7f');
+  }
+  RestartServer();
+  grpc::Status st;
+  const pb::ShuffleInfo info = Info("bad", &st);
+  ASSERT_OK(st);
+  EXPECT_TRUE(info.damaged());
+  EXPECT_EQ(info.shuffle_id(), "bad");
+  EXPECT_EQ(info.num_partitions(), 2u);
+  EXPECT_NE(info.damage().find("corrupt"), std::string::npos) << info.damage();
+  EXPECT_NE(info.damage().find("shuffles/bad/p1.data"), std::string::npos) << info.damage();
+  EXPECT_EQ(info.damage().find(server_->data_dir()), std::string::npos) << info.damage();
+  {
+    grpc::ClientContext ctx;
+    pb::ListShufflesResponse list;
+    ASSERT_OK(stub_->ListShuffles(&ctx, pb::ListShufflesRequest(), &list));
+    ASSERT_EQ(list.shuffles_size(), 2);
+    EXPECT_EQ(list.shuffles(0).shuffle_id(), "bad");
+    EXPECT_TRUE(list.shuffles(0).damaged());
+    EXPECT_FALSE(list.shuffles(1).damaged());
+  }
+  std::vector<std::string> got;
+  EXPECT_THAT(FetchAll("bad", 0, &got), StatusIs(absl::StatusCode::kDataLoss, "damaged"));
+  EXPECT_THAT(Push("bad", 1, 1, 2, 5, &resp), StatusIs(absl::StatusCode::kDataLoss, "damaged"));
+  EXPECT_THAT(Create("bad", 2, 0), StatusIs(absl::StatusCode::kAlreadyExists, "damaged"));
+  // The other shuffle serves as before.
+  got.clear();
+  ASSERT_OK(FetchAll("good", 0, &got));
+  EXPECT_EQ(got, Expected({0}, 0, 30));
+  // Deleting it frees the id, for good.
+  {
+    grpc::ClientContext ctx;
+    pb::DeleteShuffleRequest req;
+    req.set_shuffle_id("bad");
+    pb::DeleteShuffleResponse del;
+    ASSERT_OK(stub_->DeleteShuffle(&ctx, req, &del));
+  }
+  Info("bad", &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  bool created = false;
+  ASSERT_OK(Create("bad", 3, 0, &created));
+  EXPECT_TRUE(created);
+  RestartServer();
+  const pb::ShuffleInfo fresh = Info("bad", &st);
+  ASSERT_OK(st);
+  EXPECT_FALSE(fresh.damaged());
+  EXPECT_EQ(fresh.num_partitions(), 3u);
 }
 
 TEST_F(ServerTest, HealthServiceSaysServing) {
