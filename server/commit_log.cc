@@ -12,9 +12,36 @@ namespace sluice {
 namespace {
 
 constexpr char kCommitMagic[4] = {'S', 'L', 'C', 'M'};
+constexpr char kHeaderMagic[4] = {'S', 'L', 'L', 'G'};
+constexpr uint32_t kLogVersion = 2;
 constexpr char kLogFile[] = "commits.log";
 constexpr size_t kCommitFixed = 4 + 8 + 4;  // mapper, attempt, block count
 constexpr size_t kCommitBlock = 20;
+// The header: two checkpoint slots, each in its own 512-byte sector; records follow it.
+constexpr uint64_t kSlotSpacing = 512;
+constexpr uint64_t kRecordsStart = 2 * kSlotSpacing;
+constexpr size_t kSlotSize = 40;  // magic, version, generation, floor, records, checksum
+
+uint64_t SlotOffset(uint64_t generation) { return (generation % 2) * kSlotSpacing; }
+
+// Parses the records from `p` on until the end or the first bad one; returns where it stopped.
+const uint8_t* ParseRecords(const uint8_t* p, const uint8_t* end,
+                            std::vector<CommitRecord>* records) {
+  CommitRecord record;
+  while (p < end) {
+    const size_t n = ParseCommitRecord(p, end, &record);
+    if (n == 0) break;
+    records->push_back(std::move(record));
+    p += n;
+  }
+  return p;
+}
+
+absl::Status NothingTouched(const std::string& path, absl::string_view why) {
+  return absl::DataLossError(absl::StrCat(
+      path, " ", why,
+      "; nothing of the shuffle is served or reclaimed (delete the shuffle to drop it)"));
+}
 
 }  // namespace
 
@@ -70,50 +97,151 @@ struct CommitLog::Pending {
   absl::Status result;
 };
 
+std::string CommitLog::EncodeCheckpoint(const Checkpoint& c) {
+  std::string slot(kHeaderMagic, 4);
+  AppendLE32(&slot, kLogVersion);
+  AppendLE64(&slot, c.generation);
+  AppendLE64(&slot, c.floor);
+  AppendLE64(&slot, c.records);
+  AppendLE64(&slot, PayloadChecksum(reinterpret_cast<const uint8_t*>(slot.data()), slot.size()));
+  return slot;
+}
+
+bool CommitLog::ParseCheckpoint(const uint8_t* p, Checkpoint* out) {
+  if (std::memcmp(p, kHeaderMagic, 4) != 0 || LoadLE32(p + 4) != kLogVersion ||
+      LoadLE64(p + 32) != PayloadChecksum(p, 32)) {
+    return false;
+  }
+  out->generation = LoadLE64(p + 8);
+  out->floor = LoadLE64(p + 16);
+  out->records = LoadLE64(p + 24);
+  return out->floor >= kRecordsStart;
+}
+
 absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Create(int dir_fd, const std::string& dir,
                                                              Options options) {
   const std::string path = absl::StrCat(dir, "/", kLogFile);
   SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenAt(dir_fd, kLogFile, path));
   SLUICE_RETURN_IF_ERROR(file::Truncate(fd.get(), path, 0));
+  const Checkpoint first{1, kRecordsStart, 0};
+  std::string header(kRecordsStart, '\0');
+  header.replace(SlotOffset(first.generation), kSlotSize, EncodeCheckpoint(first));
+  SLUICE_RETURN_IF_ERROR(file::PwriteAll(
+      fd.get(), path, 0,
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(header.data()), header.size())));
+  if (options.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(fd.get(), path));
   SLUICE_RETURN_IF_ERROR(file::SyncFd(dir_fd, dir));
-  return std::unique_ptr<CommitLog>(new CommitLog(std::move(fd), path, std::move(options), 0));
+  return std::unique_ptr<CommitLog>(
+      new CommitLog(std::move(fd), path, std::move(options), first, kRecordsStart, 0));
 }
 
 absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(int dir_fd, const std::string& dir,
                                                            Options options,
+                                                           const Recovery& recovery,
                                                            std::vector<CommitRecord>* records) {
+  records->clear();
   const std::string path = absl::StrCat(dir, "/", kLogFile);
-  const bool existed = file::Exists(path);
+  if (!file::Exists(path)) {
+    if (!recovery.data_files_exist) return Create(dir_fd, dir, std::move(options));
+    return NothingTouched(path,
+                          "is missing while the shuffle has data files: which of them "
+                          "are committed cannot be known");
+  }
   SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenAt(dir_fd, kLogFile, path));
-  if (!existed && options.fsync) SLUICE_RETURN_IF_ERROR(file::SyncFd(dir_fd, dir));
   SLUICE_ASSIGN_OR_RETURN(uint64_t size, file::FileSize(fd.get(), path));
   std::string log(size, '\0');
   SLUICE_RETURN_IF_ERROR(
       file::PreadAll(fd.get(), path, 0, log.size(), reinterpret_cast<uint8_t*>(log.data())));
   const auto* base = reinterpret_cast<const uint8_t*>(log.data());
-  const uint8_t* end = base + log.size();
-  const uint8_t* p = base;
-  records->clear();
-  CommitRecord record;
-  while (p < end) {
-    const size_t n = ParseCommitRecord(p, end, &record);
-    if (n == 0) break;
-    records->push_back(std::move(record));
-    p += n;
+  if (recovery.version1_allowed && (size == 0 || std::memcmp(base, kCommitMagic, 4) == 0)) {
+    fd = file::Fd();
+    return OpenVersion1(dir_fd, dir, std::move(options), log, records);
   }
-  if (p < end) {
-    for (const uint8_t* q = p + 1; q + 8 <= end; ++q) {
-      if (ParseCommitRecord(q, end, &record) != 0) {
-        return absl::DataLossError(absl::StrCat(path, " is corrupt at byte ", p - base,
-                                                " and holds valid commits after it (at byte ",
-                                                q - base, "); refusing to drop them"));
-      }
+
+  // The header: the newer of the two valid slots.
+  Checkpoint durable;
+  bool found = false;
+  for (uint64_t slot = 0; size >= kRecordsStart && slot < 2; ++slot) {
+    Checkpoint c;
+    if (ParseCheckpoint(base + slot * kSlotSpacing, &c) &&
+        SlotOffset(c.generation) == slot * kSlotSpacing &&
+        (!found || c.generation > durable.generation)) {
+      durable = c;
+      found = true;
     }
-    SLUICE_RETURN_IF_ERROR(file::Truncate(fd.get(), path, static_cast<uint64_t>(p - base)));
+  }
+  if (!found) {
+    if (!recovery.data_files_exist) return Create(dir_fd, dir, std::move(options));
+    return NothingTouched(
+        path, absl::StrCat(size == 0 ? "is empty" : "has no valid header",
+                           " while the shuffle has data files: its commits were lost (emptied or "
+                           "overwritten?)"));
+  }
+
+  const uint8_t* end = base + size;
+  const uint8_t* p = ParseRecords(base + kRecordsStart, end, records);
+  const auto valid_end = static_cast<uint64_t>(p - base);
+  if (valid_end < durable.floor) {
+    const std::string how = p == end ? absl::StrCat("the file ends at byte ", valid_end)
+                                     : absl::StrCat("it is corrupt at byte ", valid_end,
+                                                    " (refusing to drop what follows)");
+    return NothingTouched(path,
+                          absl::StrCat("had ", durable.records, " records (", durable.floor,
+                                       " bytes) made durable but ", how, " after ", records->size(),
+                                       ": acknowledged commits are missing"));
+  }
+  if (p < end) {  // a torn, never acknowledged batch: cut it off
+    SLUICE_RETURN_IF_ERROR(file::Truncate(fd.get(), path, valid_end));
     if (options.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(fd.get(), path));
   }
-  return std::unique_ptr<CommitLog>(
-      new CommitLog(std::move(fd), path, std::move(options), static_cast<uint64_t>(p - base)));
+  const uint64_t count = records->size();
+  std::unique_ptr<CommitLog> out(
+      new CommitLog(std::move(fd), path, std::move(options), durable, valid_end, count));
+  if (durable.floor < valid_end) {  // what recovery serves from now on is protected too
+    const Checkpoint raised{durable.generation + 1, valid_end, count};
+    SLUICE_RETURN_IF_ERROR(out->WriteCheckpoint(raised));
+    if (out->options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(out->fd_.get(), path));
+    out->durable_ = raised;
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::OpenVersion1(
+    int dir_fd, const std::string& dir, Options options, const std::string& bytes,
+    std::vector<CommitRecord>* records) {
+  // Version 1 had no header: a bad record with valid ones after it is corruption, otherwise
+  // it starts a torn tail.
+  const std::string path = absl::StrCat(dir, "/", kLogFile);
+  const auto* base = reinterpret_cast<const uint8_t*>(bytes.data());
+  const uint8_t* end = base + bytes.size();
+  const uint8_t* p = ParseRecords(base, end, records);
+  CommitRecord probe;
+  for (const uint8_t* q = p + 1; q + 8 <= end; ++q) {
+    if (ParseCommitRecord(q, end, &probe) != 0) {
+      return absl::DataLossError(absl::StrCat(path, " is corrupt at byte ", p - base,
+                                              " and holds valid commits after it (at byte ",
+                                              q - base, "); refusing to drop them"));
+    }
+  }
+  // Rewritten atomically in the current format, every record kept below the floor.
+  const auto length = static_cast<uint64_t>(p - base);
+  const Checkpoint durable{1, kRecordsStart + length, records->size()};
+  std::string upgraded(kRecordsStart, '\0');
+  upgraded.replace(SlotOffset(durable.generation), kSlotSize, EncodeCheckpoint(durable));
+  upgraded.append(bytes, 0, length);
+  SLUICE_RETURN_IF_ERROR(file::WriteFileAtomically(
+      dir, kLogFile,
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(upgraded.data()), upgraded.size())));
+  SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenAt(dir_fd, kLogFile, path));
+  return std::unique_ptr<CommitLog>(new CommitLog(std::move(fd), path, std::move(options), durable,
+                                                  durable.floor, records->size()));
+}
+
+absl::Status CommitLog::WriteCheckpoint(const Checkpoint& c) {
+  const std::string slot = EncodeCheckpoint(c);
+  return file::PwriteAll(
+      fd_.get(), path_, SlotOffset(c.generation),
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(slot.data()), slot.size()));
 }
 
 bool CommitLog::broken() const {
@@ -150,11 +278,15 @@ absl::Status CommitLog::Append(uint32_t mapper, uint64_t attempt,
       std::string records;
       for (const Pending* c : batch) records += c->record;
       const uint64_t at = end_;
+      Checkpoint raise;  // generation 0: the floor is already at `at`
+      if (durable_.floor < at) raise = Checkpoint{durable_.generation + 1, at, records_};
       lock.unlock();
-      result = WriteBatch(batch, at, records);
+      result = WriteBatch(batch, at, records, raise);
       lock.lock();
       if (result.ok()) {
         end_ = at + records.size();
+        records_ += batch.size();
+        if (raise.generation != 0) durable_ = raise;
       } else {
         broken_ = true;
       }
@@ -163,6 +295,21 @@ absl::Status CommitLog::Append(uint32_t mapper, uint64_t attempt,
       c->result = result;
       c->done = true;
     }
+    cv_.notify_all();
+    if (queue_.empty() && !broken_ && durable_.floor < end_) {
+      // Nobody is waiting: raise the floor over this batch now rather than with the next one,
+      // so that an idle log's floor covers every record (the batch is acknowledged already).
+      const Checkpoint raise{durable_.generation + 1, end_, records_};
+      lock.unlock();
+      absl::Status st = WriteCheckpoint(raise);
+      if (st.ok() && options_.fsync) st = file::SyncData(fd_.get(), path_);
+      lock.lock();
+      if (st.ok()) {
+        durable_ = raise;
+      } else {
+        broken_ = true;
+      }
+    }
     writing_ = false;
     cv_.notify_all();
   }
@@ -170,7 +317,7 @@ absl::Status CommitLog::Append(uint32_t mapper, uint64_t attempt,
 }
 
 absl::Status CommitLog::WriteBatch(const std::vector<Pending*>& batch, uint64_t at,
-                                   const std::string& records) {
+                                   const std::string& records, const Checkpoint& checkpoint) {
   if (options_.fsync && options_.sync_partitions) {
     std::set<uint32_t> touched;
     for (const Pending* c : batch) {
@@ -181,6 +328,7 @@ absl::Status CommitLog::WriteBatch(const std::vector<Pending*>& batch, uint64_t 
   const auto bytes =
       absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(records.data()), records.size());
   absl::Status st = file::PwriteAll(fd_.get(), path_, at, bytes);
+  if (st.ok() && checkpoint.generation != 0) st = WriteCheckpoint(checkpoint);
   if (st.ok() && options_.fsync) st = file::SyncData(fd_.get(), path_);
   if (!st.ok()) {
     // The records may or may not be on disk: roll the log back (the latch stays set anyway).

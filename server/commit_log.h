@@ -2,13 +2,21 @@
 // committed. One record per committed mapper attempt, listing its blocks; the record encoding
 // and its parser live here side by side.
 //
+// The file starts with a 1 KiB header of two checkpoint slots (written alternately, so a torn
+// slot write leaves the other one whole); each names the log length proven durable: the
+// "floor". Records follow from byte 1024. Recovery refuses a log that ends before its floor
+// (acknowledged commits were lost: truncated, emptied) and cuts everything after the first bad
+// record past it (a torn, unacknowledged batch, even one with valid records after a hole).
+//
 // Append() is a group commit: concurrent callers queue their records, and whichever finds no
 // write in progress leads a batch of everything queued. Outside the lock the leader first has
 // the batch's data made durable (Options::sync_partitions, for every partition the batch's
-// blocks are in), then appends all its records with one write and syncs the log, and wakes the
-// others. All of a shuffle's data syncs happen in batch leaders, one batch at a time: Linux
-// reports a writeback error to a single fdatasync, so it must be the one whose failure stops
-// the records that depend on those pages.
+// blocks are in), then writes all its records with one write (plus a checkpoint raising the
+// floor to where the batch starts, when it is behind) and syncs the log, and wakes the others.
+// A leader that finds nobody queued after its batch also raises the floor to the batch's end
+// (one more sync), so an idle log's floor covers every record. All of a shuffle's data syncs
+// happen in batch leaders, one batch at a time: Linux reports a writeback error to a single
+// fdatasync, so it must be the one whose failure stops the records that depend on those pages.
 //
 // The broken-log latch: after any failed sync or log write the outcome on disk is unknown (a
 // failed fdatasync may have dropped other attempts' pages, and a retry can report success
@@ -70,15 +78,26 @@ class CommitLog {
     std::function<absl::Status(const std::set<uint32_t>& partitions)> sync_partitions;
   };
 
-  /// An empty log `name` in the directory `dir_fd` (`dir` is for messages), truncated if it
-  /// exists; the directory entry is synced.
+  /// What Open may assume about the shuffle whose log it reads.
+  struct Recovery {
+    /// The shuffle predates the header: a log of bare records from byte 0 (version 1) is read
+    /// with version 1's rules and rewritten in the current format.
+    bool version1_allowed = false;
+    /// The shuffle has data files. Without them a missing or headerless log lost nothing (a
+    /// crash inside Create) and starts afresh; with them it is DATA_LOSS.
+    bool data_files_exist = true;
+  };
+
+  /// An empty log `name` in the directory `dir_fd` (`dir` is for messages), replacing any file
+  /// there; the header and the directory entry are synced.
   static absl::StatusOr<std::unique_ptr<CommitLog>> Create(int dir_fd, const std::string& dir,
                                                            Options options);
-  /// Opens the log and returns its records in order in *records. A bad tail is a torn write
-  /// and is cut off; a bad record with valid ones after it is corruption: DATA_LOSS, nothing
-  /// is changed.
+  /// Opens the log and returns its records in order in *records. DATA_LOSS, with nothing
+  /// changed, when the log is missing or headerless (see Recovery), ends before its floor, or
+  /// has a bad record before its floor. A bad record past the floor starts a torn tail, which
+  /// is cut off; the floor is then raised to cover every record kept.
   static absl::StatusOr<std::unique_ptr<CommitLog>> Open(int dir_fd, const std::string& dir,
-                                                         Options options,
+                                                         Options options, const Recovery& recovery,
                                                          std::vector<CommitRecord>* records);
 
   /// Appends one record and makes it durable together with the data it lists (see above).
@@ -92,11 +111,31 @@ class CommitLog {
 
  private:
   struct Pending;  // one queued Append
-  CommitLog(file::Fd fd, std::string path, Options options, uint64_t end)
-      : fd_(std::move(fd)), path_(std::move(path)), options_(std::move(options)), end_(end) {}
-  // Syncs the batch's data, writes its records at `at` and syncs the log; no lock held.
+  /// A header slot's contents.
+  struct Checkpoint {
+    uint64_t generation = 0;  ///< the newer of the two valid slots wins
+    uint64_t floor = 0;       ///< bytes of the file proven durable, header included
+    uint64_t records = 0;     ///< records before the floor (for messages)
+  };
+  CommitLog(file::Fd fd, std::string path, Options options, Checkpoint durable, uint64_t end,
+            uint64_t records)
+      : fd_(std::move(fd)),
+        path_(std::move(path)),
+        options_(std::move(options)),
+        durable_(durable),
+        end_(end),
+        records_(records) {}
+  static absl::StatusOr<std::unique_ptr<CommitLog>> OpenVersion1(
+      int dir_fd, const std::string& dir, Options options, const std::string& bytes,
+      std::vector<CommitRecord>* records);
+  static std::string EncodeCheckpoint(const Checkpoint& c);
+  static bool ParseCheckpoint(const uint8_t* p, Checkpoint* out);  // 40 bytes at p
+  // Writes a checkpoint into the slot its generation picks (no sync).
+  absl::Status WriteCheckpoint(const Checkpoint& c);
+  // Syncs the batch's data, writes its records at `at` (and `checkpoint`, when it has a
+  // generation) and syncs the log; no lock held.
   absl::Status WriteBatch(const std::vector<Pending*>& batch, uint64_t at,
-                          const std::string& records);
+                          const std::string& records, const Checkpoint& checkpoint);
 
   const file::Fd fd_;
   const std::string path_;
@@ -104,7 +143,9 @@ class CommitLog {
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
+  Checkpoint durable_;    // the newest checkpoint on disk
   uint64_t end_ = 0;      // where the next batch is written
+  uint64_t records_ = 0;  // records before end_
   bool broken_ = false;   // the latch
   bool writing_ = false;  // a batch is being written and synced
   std::vector<Pending*> queue_;

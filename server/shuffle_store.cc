@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "codec/endian.h"
 #include "codec/status_macros.h"
@@ -16,7 +18,10 @@ namespace {
 
 constexpr char kParamsMagic[4] = {'S', 'L', 'S', 'H'};
 constexpr char kBlockMagic[4] = {'S', 'L', 'B', 'K'};
-constexpr uint8_t kStoreVersion = 1;
+constexpr uint8_t kBlockVersion = 1;
+// SHUFFLE's version: 2 since commits.log has its header (version 1 shuffles are upgraded when
+// opened; CommitLog::Recovery).
+constexpr uint8_t kParamsVersion = 2;
 constexpr char kParamsFile[] = "SHUFFLE";
 constexpr size_t kMaxParamsFile = 1 << 16;
 
@@ -30,7 +35,7 @@ void WriteBlockHeader(uint32_t mapper, uint64_t attempt, uint32_t frame_size, ui
                       uint8_t* h) {
   std::memset(h, 0, kBlockHeaderSize);
   std::memcpy(h, kBlockMagic, 4);
-  h[4] = kStoreVersion;
+  h[4] = kBlockVersion;
   StoreLE32(h + 8, mapper);
   StoreLE64(h + 12, attempt);
   StoreLE32(h + 20, frame_size);
@@ -40,7 +45,7 @@ void WriteBlockHeader(uint32_t mapper, uint64_t attempt, uint32_t frame_size, ui
 
 std::string EncodeParams(const ShuffleParams& p) {
   std::string s(kParamsMagic, 4);
-  s.push_back(static_cast<char>(kStoreVersion));
+  s.push_back(static_cast<char>(kParamsVersion));
   AppendLE32(&s, p.num_partitions);
   AppendLE32(&s, p.num_mappers);
   AppendLE32(&s, static_cast<uint32_t>(p.shuffle_id.size()));
@@ -49,7 +54,8 @@ std::string EncodeParams(const ShuffleParams& p) {
   return s;
 }
 
-absl::StatusOr<ShuffleParams> DecodeParams(const std::string& s, const std::string& path) {
+absl::StatusOr<ShuffleParams> DecodeParams(const std::string& s, const std::string& path,
+                                           uint8_t* version) {
   const auto* p = reinterpret_cast<const uint8_t*>(s.data());
   auto bad = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat(path, ": ", why));
@@ -57,7 +63,8 @@ absl::StatusOr<ShuffleParams> DecodeParams(const std::string& s, const std::stri
   if (s.size() < 4 + 1 + 12 + 8 || std::memcmp(p, kParamsMagic, 4) != 0) {
     return bad("not a Sluice shuffle parameters file");
   }
-  if (p[4] != kStoreVersion) return bad(absl::StrCat("unsupported version ", p[4]));
+  if (p[4] < 1 || p[4] > kParamsVersion) return bad(absl::StrCat("unsupported version ", p[4]));
+  *version = p[4];
   const uint32_t id_len = LoadLE32(p + 13);
   if (s.size() != 17 + static_cast<size_t>(id_len) + 8) return bad("wrong size");
   if (LoadLE64(p + 17 + id_len) != PayloadChecksum(p, 17 + id_len)) return bad("bad checksum");
@@ -135,17 +142,25 @@ absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Create(const std::st
 
 absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Open(const std::string& dir,
                                                                  const StoreOptions& options) {
-  SLUICE_ASSIGN_OR_RETURN(ShuffleParams params, ReadParams(dir));
+  uint8_t version = 0;
+  SLUICE_ASSIGN_OR_RETURN(ShuffleParams params, ReadParams(dir, &version));
   std::unique_ptr<ShuffleStore> store(new ShuffleStore(dir, params, options));
   SLUICE_ASSIGN_OR_RETURN(store->dir_fd_, file::OpenDirectory(dir));
-  SLUICE_RETURN_IF_ERROR(store->Recover());
+  SLUICE_RETURN_IF_ERROR(store->Recover(/*version1=*/version == 1));
+  if (version == 1) {  // its log was upgraded by Recover: the shuffle is version 2 now
+    const std::string encoded = EncodeParams(params);
+    SLUICE_RETURN_IF_ERROR(file::WriteFileAtomically(
+        dir, kParamsFile,
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size())));
+  }
   return store;
 }
 
-absl::StatusOr<ShuffleParams> ShuffleStore::ReadParams(const std::string& dir) {
+absl::StatusOr<ShuffleParams> ShuffleStore::ReadParams(const std::string& dir, uint8_t* version) {
   const std::string params_path = absl::StrCat(dir, "/", kParamsFile);
   SLUICE_ASSIGN_OR_RETURN(std::string encoded, file::ReadFile(params_path, kMaxParamsFile));
-  return DecodeParams(encoded, params_path);
+  uint8_t ignored = 0;
+  return DecodeParams(encoded, params_path, version != nullptr ? version : &ignored);
 }
 
 absl::Status ShuffleStore::EnsureOpen(uint32_t partition, Partition& p) {
@@ -309,7 +324,7 @@ absl::Status ShuffleStore::VerifyBlock(uint32_t mapper, uint64_t attempt, const 
   const Partition& p = *partitions_[block.partition];
   uint8_t h[kBlockHeaderSize];
   SLUICE_RETURN_IF_ERROR(file::PreadAll(p.fd.get(), path, block.offset, kBlockHeaderSize, h));
-  if (std::memcmp(h, kBlockMagic, 4) != 0 || h[4] != kStoreVersion ||
+  if (std::memcmp(h, kBlockMagic, 4) != 0 || h[4] != kBlockVersion ||
       LoadLE32(h + 28) != Check32(h, 28) || LoadLE32(h + 8) != mapper ||
       LoadLE64(h + 12) != attempt || LoadLE32(h + 20) != block.frame_size ||
       LoadLE32(h + 24) != block.records) {
@@ -322,20 +337,25 @@ absl::Status ShuffleStore::VerifyBlock(uint32_t mapper, uint64_t attempt, const 
   return ReadFrame(block, &frame);
 }
 
-absl::Status ShuffleStore::Recover() {
-  // 1. The commit log: whole records up to the first bad one (CommitLog::Open cuts a torn
-  //    tail and refuses corruption followed by valid records).
+absl::Status ShuffleStore::Recover(bool version1) {
+  // 1. The data files there are (one listing, not a lookup per declared partition).
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<uint32_t> present, ListPartitionFiles());
+  for (uint32_t i : present) {
+    std::lock_guard<std::mutex> lock(partitions_[i]->mu);
+    SLUICE_RETURN_IF_ERROR(EnsureOpen(i, *partitions_[i]));
+  }
+
+  // 2. The commit log (CommitLog::Open refuses a log that lost acknowledged records, cuts a
+  //    torn tail and refuses corruption before it).
+  CommitLog::Recovery recovery;
+  recovery.version1_allowed = version1;
+  recovery.data_files_exist = !present.empty();
   std::vector<CommitRecord> commits;
-  SLUICE_ASSIGN_OR_RETURN(log_, CommitLog::Open(dir_fd_.get(), dir_, LogOptions(), &commits));
+  SLUICE_ASSIGN_OR_RETURN(log_,
+                          CommitLog::Open(dir_fd_.get(), dir_, LogOptions(), recovery, &commits));
   const std::string& log_path = log_->path();
 
-  // 2. Every committed block must be there and whole.
-  for (uint32_t i = 0; i < params_.num_partitions; ++i) {
-    if (file::Exists(PartitionPath(i))) {
-      std::lock_guard<std::mutex> lock(partitions_[i]->mu);
-      SLUICE_RETURN_IF_ERROR(EnsureOpen(i, *partitions_[i]));
-    }
-  }
+  // 3. Every committed block must be there and whole.
   std::lock_guard<std::mutex> lock(commit_mu_);
   for (CommitRecord& commit : commits) {
     const uint32_t m = commit.mapper;
@@ -359,6 +379,28 @@ absl::Status ShuffleStore::Recover() {
     AddCommitLocked(m, CommittedAttempt{commit.attempt, std::move(commit.blocks)});
   }
   return ReclaimUnowned();
+}
+
+absl::StatusOr<std::vector<uint32_t>> ShuffleStore::ListPartitionFiles() const {
+  std::vector<uint32_t> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    uint32_t n = 0;
+    if (name.size() < 7 || name[0] != 'p' || name.compare(name.size() - 5, 5, ".data") != 0 ||
+        !absl::SimpleAtoi(absl::string_view(name).substr(1, name.size() - 6), &n) ||
+        name != absl::StrCat("p", n, ".data")) {
+      continue;
+    }
+    if (n >= params_.num_partitions) {
+      return absl::DataLossError(absl::StrCat(dir_, "/", name, " is beyond the shuffle's ",
+                                              params_.num_partitions, " partitions"));
+    }
+    out.push_back(n);
+  }
+  if (ec) return file::ErrnoStatus(ec.value(), "list", dir_);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 absl::Status ShuffleStore::ReclaimUnowned() {

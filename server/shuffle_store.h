@@ -82,8 +82,10 @@ class ShuffleStore {
   /// Opens an existing shuffle directory and recovers its committed state.
   static absl::StatusOr<std::unique_ptr<ShuffleStore>> Open(const std::string& dir,
                                                             const StoreOptions& options);
-  /// Just the parameters of the shuffle in `dir` (e.g. of one that failed to open).
-  static absl::StatusOr<ShuffleParams> ReadParams(const std::string& dir);
+  /// Just the parameters of the shuffle in `dir` (e.g. of one that failed to open), and the
+  /// version of its SHUFFLE file.
+  static absl::StatusOr<ShuffleParams> ReadParams(const std::string& dir,
+                                                  uint8_t* version = nullptr);
 
   ~ShuffleStore();
   ShuffleStore(const ShuffleStore&) = delete;
@@ -133,7 +135,9 @@ class ShuffleStore {
   absl::Status SyncPartitions(const std::set<uint32_t>& partitions);
   // Opens (creating if needed) a partition file; call with the partition's mu held.
   absl::Status EnsureOpen(uint32_t partition, Partition& p);
-  absl::Status Recover();
+  absl::Status Recover(bool version1);
+  // The partitions whose data file exists, from one directory listing.
+  absl::StatusOr<std::vector<uint32_t>> ListPartitionFiles() const;
   absl::Status VerifyBlock(uint32_t mapper, uint64_t attempt, const BlockRef& block,
                            bool check_frame) const;
   absl::Status ReclaimUnowned();

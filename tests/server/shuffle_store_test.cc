@@ -11,9 +11,12 @@
 
 #include <atomic>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
+#include "codec/endian.h"
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
 #include "server/file_util.h"
@@ -23,6 +26,7 @@
 namespace sluice {
 namespace {
 
+using testing::StatusIs;
 using testing::TempDir;
 
 // A frame of `n` records whose keys and values name the mapper, partition and index; with
@@ -220,7 +224,7 @@ TEST_F(ShuffleStoreTest, CorruptionBeforeValidCommitsIsRefusedNotTruncated) {
   const std::string log = ShuffleDir() + "/commits.log";
   {
     std::fstream f(log, std::ios::binary | std::ios::in | std::ios::out);
-    f.seekp(20);  // inside the first record's body
+    f.seekp(1024 + 20);  // inside the first record's body (after the log's 1 KiB header)
     f.put('\x7f');
   }
   auto store = ShuffleStore::Open(ShuffleDir(), StoreOptions{});
@@ -342,6 +346,116 @@ TEST_F(ShuffleStoreTest, CommittedFramesAreReadUnderAnyLaterCap) {
   // New input is held to the lower cap.
   const std::string big = MakeFrame(1, 0, 20, 0, 400);
   EXPECT_FALSE((*reopened)->Append(1, 1, 0, Bytes(big), 20).ok());
+}
+
+// Issue 15, finding 3: a commit log that lost acknowledged records (shortened, emptied or
+// deleted) is refused with DATA_LOSS and every byte of the shuffle is kept, instead of
+// opening with fewer commits and reclaiming their data.
+TEST_F(ShuffleStoreTest, ALostOrShortenedCommitLogIsRefusedAndTheDataKept) {
+  {
+    auto store = CreateStore(3);
+    for (uint32_t m = 0; m < 3; ++m) {
+      ASSERT_EQ(*store->Commit(m, 1, WriteAttempt(*store, m, 1)), CommitOutcome::kCommitted);
+    }
+  }
+  const std::string log = ShuffleDir() + "/commits.log";
+  auto read = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string whole_log = read(log);
+  std::vector<std::string> data;
+  for (int p = 0; p < 3; ++p)
+    data.push_back(read(ShuffleDir() + "/p" + std::to_string(p) + ".data"));
+  const size_t last_record =
+      EncodeCommitRecord(2, 1, std::vector<BlockRef>(3)).size();  // same size as mapper 2's
+  struct Damage {
+    const char* what;
+    std::function<void()> apply;
+    const char* message;
+  };
+  const std::vector<Damage> damages = {
+      {"last record cut off",
+       [&] { ASSERT_EQ(::truncate(log.c_str(), whole_log.size() - last_record), 0); },
+       "acknowledged commits are missing"},
+      {"emptied", [&] { ASSERT_EQ(::truncate(log.c_str(), 0), 0); }, "commits.log"},
+      {"deleted", [&] { ASSERT_EQ(::unlink(log.c_str()), 0); }, "is missing"},
+  };
+  for (const Damage& d : damages) {
+    SCOPED_TRACE(d.what);
+    d.apply();
+    auto store = ShuffleStore::Open(ShuffleDir(), StoreOptions{});
+    EXPECT_THAT(store, StatusIs(absl::StatusCode::kDataLoss, d.message));
+    for (int p = 0; p < 3; ++p) {
+      EXPECT_EQ(read(ShuffleDir() + "/p" + std::to_string(p) + ".data"), data[p])
+          << "partition " << p << " was changed";
+    }
+    std::ofstream(log, std::ios::binary | std::ios::trunc) << whole_log;  // undo the damage
+    auto healed = ShuffleStore::Open(ShuffleDir(), StoreOptions{});
+    ASSERT_OK(healed);
+    EXPECT_EQ((*healed)->CommittedMappers(), (std::vector<uint32_t>{0, 1, 2}));
+  }
+}
+
+// A shuffle whose log never got its first bytes (a crash inside CreateShuffle) and that holds
+// no data comes up empty.
+TEST_F(ShuffleStoreTest, AnEmptyLogWithoutDataIsAFreshShuffle) {
+  CreateStore(3);
+  const std::string log = ShuffleDir() + "/commits.log";
+  for (bool remove : {false, true}) {
+    if (remove) {
+      ASSERT_EQ(::unlink(log.c_str()), 0);
+    } else {
+      ASSERT_EQ(::truncate(log.c_str(), 0), 0);
+    }
+    auto store = ShuffleStore::Open(ShuffleDir(), StoreOptions{});
+    ASSERT_OK(store);
+    EXPECT_TRUE((*store)->CommittedMappers().empty());
+    ASSERT_EQ(*(*store)->Commit(0, 1, WriteAttempt(**store, 0, 1)), CommitOutcome::kCommitted);
+    store->reset();
+    ASSERT_EQ(::unlink((ShuffleDir() + "/p0.data").c_str()), 0);
+    ASSERT_EQ(::unlink((ShuffleDir() + "/p1.data").c_str()), 0);
+    ASSERT_EQ(::unlink((ShuffleDir() + "/p2.data").c_str()), 0);
+  }
+}
+
+// A shuffle written before commits.log had its header (SHUFFLE version 1, bare records) opens
+// with every commit and is upgraded in place.
+TEST_F(ShuffleStoreTest, AVersion1ShuffleOpensAndIsUpgraded) {
+  {
+    auto store = CreateStore(2);
+    for (uint32_t m = 0; m < 2; ++m) {
+      ASSERT_EQ(*store->Commit(m, 1, WriteAttempt(*store, m, 1)), CommitOutcome::kCommitted);
+    }
+  }
+  auto read = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  auto write = [](const std::string& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  };
+  // Version 1: SHUFFLE's version byte is 1 (checksum redone) and the log has no header.
+  const std::string params_path = ShuffleDir() + "/SHUFFLE";
+  std::string params = read(params_path);
+  params[4] = 1;
+  params.resize(params.size() - 8);
+  AppendLE64(&params,
+             PayloadChecksum(reinterpret_cast<const uint8_t*>(params.data()), params.size()));
+  write(params_path, params);
+  const std::string log = ShuffleDir() + "/commits.log";
+  write(log, read(log).substr(1024));
+  {
+    auto store = Reopen();
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->CommittedMappers(), (std::vector<uint32_t>{0, 1}));
+    EXPECT_EQ(ReadPartition(*store, 1).size(), 10u);
+  }
+  EXPECT_EQ(read(params_path)[4], 2);
+  EXPECT_EQ(read(log).substr(512, 4), "SLLG");
+  auto again = Reopen();  // as version 2, strictly
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->CommittedMappers(), (std::vector<uint32_t>{0, 1}));
 }
 
 TEST_F(ShuffleStoreTest, ADeletedStoreTakesNothingMore) {
