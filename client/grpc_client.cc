@@ -165,6 +165,15 @@ class GrpcClient final : public ShuffleClient {
     const int max = rpc::MaxMessageBytes(options.limits);
     args.SetMaxReceiveMessageSize(max);
     args.SetMaxSendMessageSize(max);
+    // Keepalive pings find a hung server (ClientOptions), also while a call only receives
+    // (a fetch) or the connection is idle between calls.
+    if (options.keepalive_time.count() > 0) {
+      args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(options.keepalive_time.count()));
+      args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                  static_cast<int>(options.keepalive_timeout.count()));
+      args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+      args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    }
     channel_ = grpc::CreateCustomChannel(options.server, grpc::InsecureChannelCredentials(), args);
     stub_ = pb::ShuffleService::NewStub(channel_);
   }

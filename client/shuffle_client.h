@@ -30,9 +30,16 @@ namespace sluice {
 
 struct ClientOptions {
   std::string server = "127.0.0.1:7070";
-  /// Deadline of unary calls; streams use `stream_deadline` (0 = none).
+  /// Deadline of unary calls; streams use `stream_deadline` (0 = none: a push or fetch may
+  /// take as long as it makes progress).
   std::chrono::milliseconds call_deadline{30000};
   std::chrono::milliseconds stream_deadline{0};
+  /// Keepalive: the connection is pinged every `keepalive_time`, and a ping unanswered for
+  /// `keepalive_timeout` closes it, failing every call on it with UNAVAILABLE. A server that
+  /// hangs (stopped, wedged host, dropped network) is so detected within about
+  /// keepalive_time + keepalive_timeout. The server accepts pings at most once a second.
+  std::chrono::milliseconds keepalive_time{10000};
+  std::chrono::milliseconds keepalive_timeout{10000};
   /// Largest frame the client builds or accepts; must fit the server's --max_frame_mb.
   FrameLimits limits;
 };

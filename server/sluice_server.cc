@@ -29,6 +29,9 @@ SluiceServer::~SluiceServer() { Shutdown(); }
 
 namespace {
 
+// The most often a client may ping (ClientOptions::keepalive_time must not be shorter).
+constexpr int kMinClientPingIntervalMs = 1000;
+
 // Every option a server runs on, in range; the error names the flag that sets it.
 absl::Status ValidateOptions(const ServerOptions& o) {
   if (o.data_dir.empty())
@@ -104,6 +107,11 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   // server sends is committed data, which may have been pushed under a larger cap.
   builder.SetMaxReceiveMessageSize(rpc::MaxMessageBytes(options.limits));
   builder.SetMaxSendMessageSize(rpc::MaxMessageBytes(StoredFrameLimits(options.limits)));
+  // Clients ping to find a hung server (ClientOptions::keepalive_time): accept pings as often
+  // as once a second, also between calls, instead of answering them with GOAWAY.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             kMinClientPingIntervalMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || impl->port == 0) {
     return absl::UnavailableError(absl::StrCat("could not listen on ", options.listen_address));

@@ -51,6 +51,8 @@ class MiniServer {
   int Kill(int sig);
 
   int port() const { return port_; }
+  /// Child only: its process id (to SIGSTOP it, say); 0 in process.
+  pid_t pid() const { return child_ != nullptr ? child_->pid() : 0; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   const std::string& data_dir() const { return options_.server.data_dir; }
   /// The in-process server (null for a child process or when stopped).

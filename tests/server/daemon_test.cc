@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <mutex>
 #include <set>
 #include <string>
@@ -31,6 +32,7 @@ namespace pb = sluice::v1;
 using testing::MakeStub;
 using testing::MiniServer;
 using testing::MiniServerOptions;
+using testing::StatusIs;
 
 // A sluice-server child process on 127.0.0.1 with a free port, on `data_dir`.
 std::unique_ptr<MiniServer> StartDaemon(const std::string& data_dir) {
@@ -205,6 +207,69 @@ TEST(DaemonTest, KillDashNineMidPushKeepsExactlyTheAcknowledgedCommits) {
     EXPECT_EQ(records, committed.size() * kRows) << "partition " << p;
     EXPECT_EQ(info.partitions(p).records(), committed.size() * kRows);
   }
+}
+
+// Issue 15, finding 12: a server that stops answering (SIGSTOP: its sockets stay open) used to
+// hang a push or a fetch forever. The client's keepalive pings now find it dead and the call
+// fails with UNAVAILABLE within keepalive_time + keepalive_timeout (plus a ping's scheduling).
+TEST(DaemonTest, AStoppedServerIsUnavailableWithinTheKeepaliveBound) {
+  testing::TempDir dir;
+  auto d = StartDaemon(dir.path());
+  ASSERT_NE(d, nullptr);
+  ClientOptions options;
+  options.keepalive_time = std::chrono::seconds(2);
+  options.keepalive_timeout = std::chrono::seconds(1);
+  options.call_deadline = std::chrono::seconds(5);
+  ASSERT_OK_AND_ASSIGN(auto client, d->Client(options));
+  ASSERT_OK(client->CreateShuffle("h", 2, 0));
+  {  // something to fetch
+    ASSERT_OK_AND_ASSIGN(auto w, client->OpenWriter("h", 0, 1));
+    for (int i = 0; i < 1000; ++i) ASSERT_OK(w->Add("k" + std::to_string(i), "v"));
+    ASSERT_OK(w->Close());
+  }
+  // A live server accepts the pings: idle between calls for a few pings, the connection stays.
+  std::this_thread::sleep_for(std::chrono::milliseconds(4500));
+  ASSERT_OK(client->GetShuffle("h"));
+
+  WriterOptions small;
+  small.buffer_bytes = 1 << 20;
+  ASSERT_OK_AND_ASSIGN(auto writer, client->OpenWriter("h", 1, 1, small));
+  ASSERT_EQ(::kill(d->pid(), SIGSTOP), 0);
+  ASSERT_OK_AND_ASSIGN(auto reader, client->OpenReader("h", 0, ReaderOptions{}));
+  const auto stopped = std::chrono::steady_clock::now();
+  auto seconds_since_stop = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  };
+
+  // A push under way: Add blocks once the buffers are full, then the stream breaks.
+  auto push = std::async(std::launch::async, [&] {
+    const std::string value(1000, 'x');
+    for (int i = 0; i < 1000000; ++i) {
+      absl::Status st = writer->Add("key" + std::to_string(i), value);
+      if (!st.ok()) return st;
+    }
+    return writer->Close().status();
+  });
+  // A fetch opened after the stop: its first read waits on the server.
+  auto fetch = std::async(std::launch::async, [&] {
+    Record r;
+    for (;;) {
+      auto more = reader->Next(&r);
+      if (!more.ok()) return more.status();
+      if (!*more) return absl::OkStatus();
+    }
+  });
+  const bool push_done = push.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  const double push_s = seconds_since_stop();
+  const bool fetch_done = fetch.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  ASSERT_EQ(::kill(d->pid(), SIGCONT), 0);  // lets a hung call finish, so the test can end
+  EXPECT_TRUE(push_done) << "the push hung on a stopped server";
+  const absl::Status pushed = push.get();
+  EXPECT_THAT(pushed, StatusIs(absl::StatusCode::kUnavailable, ""));
+  EXPECT_LT(push_s, 10.0);
+  std::printf("push failed %.1f s after the stop: %s\n", push_s, pushed.ToString().c_str());
+  EXPECT_TRUE(fetch_done) << "the fetch hung on a stopped server";
+  EXPECT_THAT(fetch.get(), StatusIs(absl::StatusCode::kUnavailable, ""));
 }
 
 }  // namespace
