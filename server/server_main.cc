@@ -25,6 +25,14 @@ ABSL_FLAG(uint64_t, max_frames_per_attempt, uint64_t{1} << 20,
           "frames one mapper attempt may push (bookkeeping: ~24 bytes each until it ends)");
 ABSL_FLAG(uint32_t, max_concurrent_merges, 0,
           "KEY-ordered fetches merging at once (0 = --worker_threads); others wait");
+ABSL_FLAG(uint64_t, max_push_streams, 4096, "open push streams, server-wide");
+ABSL_FLAG(uint64_t, max_fetch_streams, 1024, "open fetch streams, server-wide");
+ABSL_FLAG(uint32_t, max_streams_per_connection, 1024, "concurrent streams per connection");
+ABSL_FLAG(uint32_t, push_idle_timeout_s, 300,
+          "a push stream waiting this long for a message ends and its attempt is discarded");
+ABSL_FLAG(uint32_t, fetch_stall_timeout_s, 120,
+          "a fetch whose reader takes no chunk for this long is cancelled");
+ABSL_FLAG(uint32_t, connection_idle_timeout_s, 600, "a connection with no call this long closes");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical, off");
 
 namespace {
@@ -53,6 +61,14 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.merge_fan_in = absl::GetFlag(FLAGS_merge_fan_in);
   opts.max_concurrent_merges = absl::GetFlag(FLAGS_max_concurrent_merges);
   opts.max_frames_per_attempt = absl::GetFlag(FLAGS_max_frames_per_attempt);
+  opts.max_push_streams = absl::GetFlag(FLAGS_max_push_streams);
+  opts.max_fetch_streams = absl::GetFlag(FLAGS_max_fetch_streams);
+  opts.max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection);
+  // Seconds to milliseconds cannot overflow from 32 bits; the range is checked at Start.
+  auto seconds = [](uint32_t s) { return std::chrono::milliseconds(uint64_t{s} * 1000); };
+  opts.push_idle_timeout = seconds(absl::GetFlag(FLAGS_push_idle_timeout_s));
+  opts.fetch_stall_timeout = seconds(absl::GetFlag(FLAGS_fetch_stall_timeout_s));
+  opts.connection_idle_timeout = seconds(absl::GetFlag(FLAGS_connection_idle_timeout_s));
   return opts;
 }
 

@@ -18,20 +18,55 @@ using v1::FetchResponse;
 using v1::PushRequest;
 using v1::PushResponse;
 
+// Takes a slot of `count` if fewer than `limit` are taken.
+bool Admit(std::atomic<size_t>* count, size_t limit) {
+  size_t n = count->load();
+  while (n < limit) {
+    if (count->compare_exchange_weak(n, n + 1)) return true;
+  }
+  return false;
+}
+
+std::string Seconds(std::chrono::milliseconds d) {
+  return absl::StrCat(std::chrono::duration<double>(d).count());
+}
+
+// A stream's wait for progress (the next message, the reader taking a chunk): kWaiting until
+// either the event (kBusy) or the watchdog (kExpired) claims it, whichever comes first.
+enum Phase : int { kBusy = 0, kWaiting = 1, kExpired = 2 };
+
 // One mapper attempt: open, frames..., commit. Reads one message at a time; each is handled on
 // the pool by the PushAttempt, and the next read starts only once it is done and the memory
 // budget has room (back-pressure is not reading).
 class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
  public:
-  PushReactor(const ShuffleServiceImpl::Deps& deps, PushResponse* response)
-      : deps_(deps), response_(response), attempt_(deps.registry, deps.push) {
-    StartRead(&request_);
+  PushReactor(const ShuffleServiceImpl::Deps& deps, std::atomic<size_t>* open,
+              grpc::CallbackServerContext* ctx, PushResponse* response)
+      : deps_(deps),
+        open_(open),
+        ctx_(ctx),
+        response_(response),
+        attempt_(deps.registry, deps.push) {
+    if (!Admit(open_, deps_.streams.max_push_streams)) {
+      open_ = nullptr;
+      Finish(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("the server has ", deps_.streams.max_push_streams,
+                       " push streams open, its limit (--max_push_streams); retry later")));
+      return;
+    }
+    ReadNext();
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) {  // the client closed, cancelled or broke the stream without a commit
+    int waiting = kWaiting;
+    const bool ours = phase_.compare_exchange_strong(waiting, kBusy);
+    deps_.watchdog->Disarm(watch_);
+    if (!ours) return;  // the idle timeout ended the stream (Expire)
+    if (!ok) {          // the client closed, cancelled or broke the stream without a commit
       deps_.pool->Submit([this] {
-        Fail(cancelled_.load()
+        // OnCancel may come after this read's failure: ask the call itself too.
+        Fail(cancelled_.load() || ctx_->IsCancelled()
                  ? absl::CancelledError("push stream cancelled; the attempt was discarded")
                  : absl::FailedPreconditionError(
                        "push stream ended without a commit message; the attempt was discarded"));
@@ -44,9 +79,34 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   }
 
   void OnCancel() override { cancelled_.store(true); }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    deps_.watchdog->Disarm(watch_);
+    if (open_ != nullptr) open_->fetch_sub(1);
+    delete this;
+  }
 
  private:
+  // Waits for the next message, for at most the idle timeout.
+  void ReadNext() {
+    phase_.store(kWaiting);
+    watch_ = deps_.watchdog->Arm(Watchdog::Clock::now() + deps_.streams.push_idle_timeout,
+                                 [this] { Expire(); });
+    StartRead(&request_);
+  }
+
+  // On the watchdog's thread: no message came in time. The read stays pending (it completes
+  // once the stream ends); the attempt is discarded and the stream ended from the pool.
+  void Expire() {
+    int waiting = kWaiting;
+    if (!phase_.compare_exchange_strong(waiting, kExpired)) return;
+    deps_.pool->Submit([this] {
+      const absl::Status st = absl::DeadlineExceededError(absl::StrCat(
+          "push stream idle for ", Seconds(deps_.streams.push_idle_timeout),
+          " s waiting for its next message (--push_idle_timeout_s); the attempt was discarded"));
+      Fail(st);  // Abort logs it
+    });
+  }
+
   void Handle() {
     absl::Status st = cancelled_.load() ? absl::CancelledError("push stream cancelled") : Forward();
     deps_.budget->Release(charged_);
@@ -59,7 +119,7 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
       Finish(grpc::Status::OK);
       return;
     }
-    deps_.budget->WhenAvailable([this] { StartRead(&request_); });
+    deps_.budget->WhenAvailable([this] { ReadNext(); });
   }
 
   absl::Status Forward() {
@@ -97,12 +157,16 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   }
 
   const ShuffleServiceImpl::Deps& deps_;
+  std::atomic<size_t>* open_;  // the server's push stream count, while this one counts
+  grpc::CallbackServerContext* const ctx_;
   PushResponse* const response_;
   PushRequest request_;
   PushAttempt attempt_;
   uint64_t charged_ = 0;
   std::atomic<bool> cancelled_{false};
   bool committed_ = false;
+  std::atomic<int> phase_{kBusy};
+  uint64_t watch_ = 0;  // the watchdog entry of the current wait
 };
 
 FetchSpec SpecFromRequest(const FetchRequest& req) {
@@ -122,8 +186,17 @@ FetchSpec SpecFromRequest(const FetchRequest& req) {
 // while the previous one is on the wire.
 class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
  public:
-  FetchReactor(const ShuffleServiceImpl::Deps& deps, const FetchRequest* request)
-      : deps_(deps), spec_(SpecFromRequest(*request)) {
+  FetchReactor(const ShuffleServiceImpl::Deps& deps, std::atomic<size_t>* open,
+               grpc::CallbackServerContext* ctx, const FetchRequest* request)
+      : deps_(deps), open_(open), ctx_(ctx), spec_(SpecFromRequest(*request)) {
+    if (!Admit(open_, deps_.streams.max_fetch_streams)) {
+      open_ = nullptr;
+      Finish(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("the server has ", deps_.streams.max_fetch_streams,
+                       " fetch streams open, its limit (--max_fetch_streams); retry later")));
+      return;
+    }
     // Setup reads the store under its locks: keep gRPC threads free of any lock wait.
     deps_.pool->Submit([this] {
       auto session = FetchSession::Make(spec_, deps_.fetch, &cancelled_);
@@ -137,20 +210,34 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   }
 
   void OnWriteDone(bool ok) override {
+    int waiting = kWaiting;
+    const bool stalled = !phase_.compare_exchange_strong(waiting, kBusy);
+    deps_.watchdog->Disarm(watch_);
     session_->Sent();
-    if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "fetch stream broken"));
+    if (!ok || stalled) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                          stalled ? absl::StrCat("the reader took no chunk for ",
+                                                 Seconds(deps_.streams.fetch_stall_timeout),
+                                                 " s (--fetch_stall_timeout_s)")
+                                  : std::string("fetch stream broken")));
       return;
     }
-    // Fetches are not throttled by the budget (their memory is bounded: one chunk, plus at most
-    // fan-in frames for a merge, all counted so that pushes slow down); waiting here could wait
-    // on memory this very fetch holds.
-    deps_.pool->Submit([this] { Next(); });
+    if (session_->key_order()) {
+      // A merge holds its runs' frames while it waits: waiting on the budget could wait on
+      // memory this very fetch holds. Merges are bounded by the merge gate instead.
+      deps_.pool->Submit([this] { Next(); });
+    } else {
+      // An UNORDERED fetch holds nothing now: it reads its next frame once the budget has room,
+      // so that many fetches (or many stalled readers) cannot take the server past it.
+      deps_.budget->WhenAvailable([this] { Next(); });
+    }
   }
   void OnCancel() override { cancelled_.store(true); }
   void OnDone() override {
+    deps_.watchdog->Disarm(watch_);
     session_.reset();  // returns its budget charges
     if (admitted_) deps_.merge_gate->Leave();
+    if (open_ != nullptr) open_->fetch_sub(1);
     delete this;
   }
 
@@ -175,15 +262,35 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
       Finish(grpc::Status::OK);
       return;
     }
+    // The reader must take the chunk within the stall timeout, or the fetch is cancelled (a
+    // stalled write cannot be finished with a status: it never leaves the server).
+    phase_.store(kWaiting);
+    watch_ = deps_.watchdog->Arm(Watchdog::Clock::now() + deps_.streams.fetch_stall_timeout,
+                                 [this] { Expire(); });
     StartWrite(&response_);
   }
 
+  // On the watchdog's thread: the write is still pending. Cancelling completes it (ok=false).
+  void Expire() {
+    int waiting = kWaiting;
+    if (!phase_.compare_exchange_strong(waiting, kExpired)) return;
+    spdlog::warn(
+        "event=fetch_stalled shuffle={} partition={} error=\"the reader took no chunk for {} s "
+        "(--fetch_stall_timeout_s); fetch cancelled\"",
+        spec_.shuffle_id, spec_.partition, Seconds(deps_.streams.fetch_stall_timeout));
+    ctx_->TryCancel();
+  }
+
   const ShuffleServiceImpl::Deps& deps_;
+  std::atomic<size_t>* open_;  // the server's fetch stream count, while this one counts
+  grpc::CallbackServerContext* const ctx_;
   const FetchSpec spec_;
   std::atomic<bool> cancelled_{false};
   std::unique_ptr<FetchSession> session_;
   FetchResponse response_;
   bool admitted_ = false;  // holds a merge slot
+  std::atomic<int> phase_{kBusy};
+  uint64_t watch_ = 0;  // the watchdog entry of the current write
 };
 
 void FillDamaged(const DamagedShuffle& d, v1::ShuffleInfo* info) {
@@ -279,14 +386,14 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::DeleteShuffle(grpc::CallbackServer
   return reactor;
 }
 
-grpc::ServerReadReactor<PushRequest>* ShuffleServiceImpl::Push(grpc::CallbackServerContext*,
+grpc::ServerReadReactor<PushRequest>* ShuffleServiceImpl::Push(grpc::CallbackServerContext* ctx,
                                                                PushResponse* resp) {
-  return new PushReactor(deps_, resp);
+  return new PushReactor(deps_, &counts_.push, ctx, resp);
 }
 
-grpc::ServerWriteReactor<FetchResponse>* ShuffleServiceImpl::Fetch(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<FetchResponse>* ShuffleServiceImpl::Fetch(grpc::CallbackServerContext* ctx,
                                                                    const FetchRequest* req) {
-  return new FetchReactor(deps_, req);
+  return new FetchReactor(deps_, &counts_.fetch, ctx, req);
 }
 
 }  // namespace sluice

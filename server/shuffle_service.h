@@ -6,13 +6,29 @@
 #ifndef SLUICE_SERVER_SHUFFLE_SERVICE_H_
 #define SLUICE_SERVER_SHUFFLE_SERVICE_H_
 
+#include <atomic>
+#include <chrono>
+
 #include "server/fetch_session.h"
 #include "server/push_attempt.h"
 #include "server/shuffle_registry.h"
+#include "server/watchdog.h"
 #include "server/worker_pool.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 
 namespace sluice {
+
+/// What one stream may hold, and for how long it may hold it without progress.
+struct StreamLimits {
+  size_t max_push_streams = 4096;   ///< open push streams, server-wide (--max_push_streams)
+  size_t max_fetch_streams = 1024;  ///< open fetch streams, server-wide (--max_fetch_streams)
+  /// A push stream waiting this long for its next message is ended with DEADLINE_EXCEEDED and
+  /// its attempt discarded (--push_idle_timeout_s).
+  std::chrono::milliseconds push_idle_timeout{std::chrono::seconds(300)};
+  /// A fetch whose reader takes no chunk for this long is cancelled, giving back its memory
+  /// and merge slot (--fetch_stall_timeout_s).
+  std::chrono::milliseconds fetch_stall_timeout{std::chrono::seconds(120)};
+};
 
 class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
  public:
@@ -23,8 +39,17 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
     PushLimits push;
     FetchDeps fetch;
     Gate* merge_gate;  ///< bounds concurrent KEY merges (each holds up to fan-in frames)
+    Watchdog* watchdog;
+    StreamLimits streams;
   };
   explicit ShuffleServiceImpl(Deps deps) : deps_(std::move(deps)) {}
+
+  /// Open streams, counted against StreamLimits.
+  struct Counts {
+    std::atomic<size_t> push{0};
+    std::atomic<size_t> fetch{0};
+  };
+  const Counts& counts() const { return counts_; }
 
   grpc::ServerUnaryReactor* CreateShuffle(grpc::CallbackServerContext* ctx,
                                           const v1::CreateShuffleRequest* req,
@@ -45,6 +70,7 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
 
  private:
   const Deps deps_;
+  Counts counts_;
 };
 
 }  // namespace sluice

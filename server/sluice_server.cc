@@ -18,6 +18,7 @@ struct SluiceServer::Impl {
   std::unique_ptr<WorkerPool> pool;
   std::unique_ptr<MemoryBudget> budget;
   std::unique_ptr<Gate> merge_gate;
+  std::unique_ptr<Watchdog> watchdog;  // outlives the service's streams
   std::unique_ptr<ShuffleServiceImpl> service;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
@@ -31,6 +32,20 @@ namespace {
 
 // The most often a client may ping (ClientOptions::keepalive_time must not be shorter).
 constexpr int kMinClientPingIntervalMs = 1000;
+// The server's own pings find clients that went away without closing their connection.
+constexpr int kServerKeepaliveTimeMs = 60000;
+constexpr int kServerKeepaliveTimeoutMs = 20000;
+
+int Millis(std::chrono::milliseconds d) { return static_cast<int>(d.count()); }
+
+// A duration option in whole seconds within [1 s, 1 day], named by its flag.
+absl::Status CheckSeconds(std::chrono::milliseconds d, const char* flag) {
+  if (d < std::chrono::seconds(1) || d > std::chrono::hours(24)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, "=", d.count() / 1000.0, " is out of range [1, 86400] seconds"));
+  }
+  return absl::OkStatus();
+}
 
 // Every option a server runs on, in range; the error names the flag that sets it.
 absl::Status ValidateOptions(const ServerOptions& o) {
@@ -56,6 +71,22 @@ absl::Status ValidateOptions(const ServerOptions& o) {
   }
   if (o.max_frames_per_attempt == 0) {
     return absl::InvalidArgumentError("--max_frames_per_attempt must be at least 1");
+  }
+  for (const auto& [n, flag] :
+       {std::pair<size_t, const char*>{o.max_push_streams, "--max_push_streams"},
+        {o.max_fetch_streams, "--max_fetch_streams"},
+        {o.max_streams_per_connection, "--max_streams_per_connection"}}) {
+    if (n < 1 || n > 1000000) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, "=", n, " is out of range [1, 1000000]"));
+    }
+  }
+  if (auto st = CheckSeconds(o.push_idle_timeout, "--push_idle_timeout_s"); !st.ok()) return st;
+  if (auto st = CheckSeconds(o.fetch_stall_timeout, "--fetch_stall_timeout_s"); !st.ok()) {
+    return st;
+  }
+  if (auto st = CheckSeconds(o.connection_idle_timeout, "--connection_idle_timeout_s"); !st.ok()) {
+    return st;
   }
   return absl::OkStatus();
 }
@@ -94,9 +125,15 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   push.frame = options.limits;
   push.max_frames_per_attempt = options.max_frames_per_attempt;
   FetchDeps fetch{impl->registry.get(), impl->budget.get(), options.limits, merge};
+  impl->watchdog = std::make_unique<Watchdog>();
+  StreamLimits streams;
+  streams.max_push_streams = options.max_push_streams;
+  streams.max_fetch_streams = options.max_fetch_streams;
+  streams.push_idle_timeout = options.push_idle_timeout;
+  streams.fetch_stall_timeout = options.fetch_stall_timeout;
   impl->service = std::make_unique<ShuffleServiceImpl>(
       ShuffleServiceImpl::Deps{impl->registry.get(), impl->pool.get(), impl->budget.get(), push,
-                               fetch, impl->merge_gate.get()});
+                               fetch, impl->merge_gate.get(), impl->watchdog.get(), streams});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -112,6 +149,12 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                              kMinClientPingIntervalMs);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kServerKeepaliveTimeMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kServerKeepaliveTimeoutMs);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             Millis(options.connection_idle_timeout));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(options.max_streams_per_connection));
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || impl->port == 0) {
     return absl::UnavailableError(absl::StrCat("could not listen on ", options.listen_address));
@@ -134,5 +177,7 @@ void SluiceServer::Shutdown() {
 }
 
 uint64_t SluiceServer::memory_parked_total() const { return impl_->budget->parked_total(); }
+size_t SluiceServer::open_push_streams() const { return impl_->service->counts().push.load(); }
+size_t SluiceServer::open_fetch_streams() const { return impl_->service->counts().fetch.load(); }
 
 }  // namespace sluice

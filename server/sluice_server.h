@@ -33,6 +33,18 @@ struct ServerOptions {
   /// Frames one mapper attempt may push (each costs ~24 bytes of bookkeeping until it ends).
   uint64_t max_frames_per_attempt = uint64_t{1} << 20;
   std::chrono::milliseconds shutdown_grace{5000};
+
+  // Streams and connections (docs/operations.md, "Limits"): what one client may hold, and for
+  // how long without progress.
+  size_t max_push_streams = 4096;              ///< open push streams, server-wide
+  size_t max_fetch_streams = 1024;             ///< open fetch streams, server-wide
+  uint32_t max_streams_per_connection = 1024;  ///< HTTP/2 concurrent streams per connection
+  /// A push stream waiting this long for its next message ends with DEADLINE_EXCEEDED.
+  std::chrono::milliseconds push_idle_timeout{std::chrono::seconds(300)};
+  /// A fetch whose reader takes no chunk for this long is cancelled.
+  std::chrono::milliseconds fetch_stall_timeout{std::chrono::seconds(120)};
+  /// A connection with no call for this long is closed (the client reconnects when it needs to).
+  std::chrono::milliseconds connection_idle_timeout{std::chrono::seconds(600)};
 };
 
 class SluiceServer {
@@ -45,6 +57,9 @@ class SluiceServer {
   /// Stops accepting calls, lets in-flight ones finish until the grace period, then cancels them.
   void Shutdown();
   uint64_t memory_parked_total() const;
+  /// Open push and fetch streams (for tests and status).
+  size_t open_push_streams() const;
+  size_t open_fetch_streams() const;
 
  private:
   struct Impl;

@@ -21,6 +21,12 @@ absl::StatusOr<std::vector<std::string>> ChildFlags(const ServerOptions& o) {
     return absl::InvalidArgumentError(
         "a child server's frame cap is whole MiB (--max_frame_mb); run it in process instead");
   }
+  for (auto d : {o.push_idle_timeout, o.fetch_stall_timeout, o.connection_idle_timeout}) {
+    if (d.count() % 1000 != 0) {
+      return absl::InvalidArgumentError(
+          "a child server's timeouts are whole seconds; run it in process instead");
+    }
+  }
   return std::vector<std::string>{
       absl::StrCat("--data_dir=", o.data_dir),
       absl::StrCat("--memory_budget_mb=", o.memory_budget_bytes >> 20),
@@ -30,6 +36,12 @@ absl::StatusOr<std::vector<std::string>> ChildFlags(const ServerOptions& o) {
       absl::StrCat("--merge_fan_in=", o.merge_fan_in),
       absl::StrCat("--max_concurrent_merges=", o.max_concurrent_merges),
       absl::StrCat("--max_frames_per_attempt=", o.max_frames_per_attempt),
+      absl::StrCat("--max_push_streams=", o.max_push_streams),
+      absl::StrCat("--max_fetch_streams=", o.max_fetch_streams),
+      absl::StrCat("--max_streams_per_connection=", o.max_streams_per_connection),
+      absl::StrCat("--push_idle_timeout_s=", o.push_idle_timeout.count() / 1000),
+      absl::StrCat("--fetch_stall_timeout_s=", o.fetch_stall_timeout.count() / 1000),
+      absl::StrCat("--connection_idle_timeout_s=", o.connection_idle_timeout.count() / 1000),
       "--log_level=warn"};
 }
 
