@@ -83,12 +83,14 @@ absl::Status FetchSession::StartMerge() {
   dopts.limits = StoredFrameLimits(deps_.limits);
   decoder_ = std::make_unique<FrameDecoder>(dopts);
   run_decoder_.decoder = decoder_.get();
-  std::vector<std::unique_ptr<RunSource>> runs;
-  runs.reserve(blocks_.size());
-  for (const BlockRef& b : blocks_) runs.push_back(StoredFrameRun(store_, b, &run_decoder_));
   MergeOptions mopts = deps_.merge;
   mopts.cancelled = cancelled_;  // intermediate passes stop when the reducer goes away
-  SLUICE_ASSIGN_OR_RETURN(merged_, MergedStream::Make(std::move(runs), mopts));
+  // Runs are made as the merge reaches them (a partition may hold a million tiny frames).
+  SLUICE_ASSIGN_OR_RETURN(
+      merged_,
+      MergedStream::Make(
+          blocks_.size(), [this](size_t i) { return uint64_t{blocks_[i].frame_size}; },
+          [this](size_t i) { return StoredFrameRun(store_, blocks_[i], &run_decoder_); }, mopts));
   encoder_ = std::make_unique<FrameEncoder>(encode_);
   return absl::OkStatus();
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "codec/endian.h"
@@ -90,12 +91,16 @@ class StoredRun final : public RunSource {
   DecodedRun run_;
 };
 
-// An intermediate run: [u32 LE size][frame] ... written by one merge pass, read back one frame
-// at a time.
+// An intermediate run: [u32 LE size][frame] ... written by one merge pass into its merge's
+// scratch file at [base, base + size), read back one frame at a time. Every intermediate run of
+// a merge shares that one file (creating a file per run cost more than the merging itself) and
+// its descriptor; a finished run punches its range out, so the disk space goes as it is read.
 class FileRun final : public RunSource {
  public:
-  FileRun(file::Fd fd, std::string path, RunDecoder* decoder, uint64_t size)
-      : fd_(std::move(fd)), path_(std::move(path)), decoder_(decoder), size_(size) {}
+  FileRun(const file::Fd* fd, const std::string* path, RunDecoder* decoder, uint64_t base,
+          uint64_t size)
+      : fd_(fd), path_(path), decoder_(decoder), base_(base), size_(size) {}
+  ~FileRun() override { (void)file::PunchHole(fd_->get(), *path_, base_, size_); }
   uint64_t size_bytes() const override { return size_; }
 
   absl::StatusOr<bool> Next(Record* out) override {
@@ -107,12 +112,12 @@ class FileRun final : public RunSource {
         run_ = DecodedRun();
       }
       uint8_t len[4];
-      SLUICE_RETURN_IF_ERROR(file::PreadAll(fd_.get(), path_, offset_, 4, len));
+      SLUICE_RETURN_IF_ERROR(file::PreadAll(fd_->get(), *path_, base_ + offset_, 4, len));
       // Like stored runs: the frame's bytes go to the merge's shared buffer, needed only while
       // decoding.
       std::string& bytes = decoder_->bytes;
       bytes.resize(LoadLE32(len));
-      SLUICE_RETURN_IF_ERROR(file::PreadAll(fd_.get(), path_, offset_ + 4, bytes.size(),
+      SLUICE_RETURN_IF_ERROR(file::PreadAll(fd_->get(), *path_, base_ + offset_ + 4, bytes.size(),
                                             reinterpret_cast<uint8_t*>(bytes.data())));
       offset_ += 4 + bytes.size();
       SLUICE_RETURN_IF_ERROR(decoder_->decoder->Decode(bytes, run_.frame()));
@@ -129,9 +134,10 @@ class FileRun final : public RunSource {
   }
 
  private:
-  file::Fd fd_;
-  const std::string path_;
+  const file::Fd* const fd_;
+  const std::string* const path_;
   RunDecoder* const decoder_;
+  const uint64_t base_;
   const uint64_t size_;
   uint64_t offset_ = 0;
   bool loaded_ = false;
@@ -149,12 +155,59 @@ std::unique_ptr<RunSource> StoredFrameRun(std::shared_ptr<ShuffleStore> store, B
 }
 
 MergedStream::~MergedStream() {
-  runs_.clear();
-  for (const std::string& f : tmp_files_) ::unlink(f.c_str());
+  runs_.clear();  // (they read the scratch file)
+  if (scratch_fd_.valid()) ::unlink(scratch_path_.c_str());
 }
 
 absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(
     std::vector<std::unique_ptr<RunSource>> runs, const MergeOptions& options) {
+  const size_t n = runs.size();
+  std::vector<uint64_t> sizes(n);
+  for (size_t i = 0; i < n; ++i) sizes[i] = runs[i]->size_bytes();
+  return Make(
+      n, [&sizes](size_t i) { return sizes[i]; }, [&runs](size_t i) { return std::move(runs[i]); },
+      options);
+}
+
+absl::StatusOr<std::unique_ptr<RunSource>> MergedStream::MergeToFile(
+    std::vector<std::unique_ptr<RunSource>> group, const MergeOptions& options) {
+  MergedStream pass;
+  pass.max_records_ = max_records_;
+  SLUICE_RETURN_IF_ERROR(pass.Init(std::move(group)));
+  if (!scratch_fd_.valid()) {
+    scratch_path_ = absl::StrCat(options.tmp_dir, "/merge-", ::getpid(), "-",
+                                 tmp_counter.fetch_add(1), ".runs");
+    SLUICE_ASSIGN_OR_RETURN(scratch_fd_, file::OpenForAppend(scratch_path_));
+  }
+  EncodeOptions eopts;
+  eopts.zstd_level = 1;  // scratch data: fast beats small
+  eopts.limits = options.limits;
+  FrameEncoder encoder(eopts);
+  std::vector<Record> batch;
+  std::string frame;
+  const uint64_t base = scratch_end_;
+  for (;;) {
+    if (options.cancelled != nullptr && options.cancelled->load()) {
+      return absl::CancelledError("merge cancelled: the reader went away");
+    }
+    batch.clear();
+    SLUICE_ASSIGN_OR_RETURN(bool more, pass.NextBatch(options.chunk_bytes, &batch));
+    if (!more) break;
+    frame.assign(4, '\0');
+    SLUICE_RETURN_IF_ERROR(encoder.Encode(batch, &frame));
+    StoreLE32(reinterpret_cast<uint8_t*>(frame.data()), static_cast<uint32_t>(frame.size() - 4));
+    SLUICE_RETURN_IF_ERROR(file::PwriteAll(
+        scratch_fd_.get(), scratch_path_, scratch_end_,
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size())));
+    scratch_end_ += frame.size();
+  }
+  return std::unique_ptr<RunSource>(
+      new FileRun(&scratch_fd_, &scratch_path_, &file_runs_, base, scratch_end_ - base));
+}
+
+absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(
+    size_t count, const std::function<uint64_t(size_t)>& size_of,
+    const std::function<std::unique_ptr<RunSource>(size_t)>& open, const MergeOptions& options) {
   std::unique_ptr<MergedStream> stream(new MergedStream());
   stream->max_records_ = std::max<size_t>(1, options.limits.max_records / 2);
   const size_t fan_in = std::max<size_t>(options.fan_in, 2);
@@ -163,59 +216,73 @@ absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(
   // Intermediate runs are our own frames: one decoder reads them back.
   stream->decoder_ = std::make_unique<FrameDecoder>(dopts);
   stream->file_runs_.decoder = stream->decoder_.get();
-  // Each pass merges just enough adjacent runs into one file run to bring the count down
-  // toward fan_in, choosing the adjacent window with the fewest bytes (adjacent, so equal keys
-  // keep their run order), so as little data as possible is rewritten.
-  while (runs.size() > fan_in) {
+
+  // A run not opened yet (index `lazy` for `open`) or an intermediate one.
+  struct Pending {
+    size_t lazy = 0;
+    std::unique_ptr<RunSource> run;
+    uint64_t bytes = 0;
+  };
+  std::vector<Pending> runs(count);
+  for (size_t i = 0; i < count; ++i) {
+    runs[i].lazy = i;
+    runs[i].bytes = size_of(i);
+  }
+  auto take = [&](Pending& p) { return p.run != nullptr ? std::move(p.run) : open(p.lazy); };
+  auto merge = [&](size_t from, size_t to) -> absl::StatusOr<Pending> {
+    std::vector<std::unique_ptr<RunSource>> group;
+    uint64_t bytes = 0;
+    for (size_t i = from; i < to; ++i) {
+      group.push_back(take(runs[i]));
+      bytes += runs[i].bytes;
+    }
     ++stream->passes_;
+    SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<RunSource> merged,
+                            stream->MergeToFile(std::move(group), options));
+    return Pending{0, std::move(merged), bytes};
+  };
+
+  // Far above fan_in: whole levels, each merging consecutive groups of fan_in runs (adjacent,
+  // so equal keys keep their run order): O(n) per level, log_fan_in(n) levels, and only the
+  // group being merged is open.
+  while (runs.size() > fan_in * fan_in) {
+    std::vector<Pending> next;
+    next.reserve(runs.size() / fan_in + 1);
+    for (size_t from = 0; from < runs.size(); from += fan_in) {
+      const size_t to = std::min(runs.size(), from + fan_in);
+      if (to - from == 1) {
+        next.push_back(std::move(runs[from]));
+        continue;
+      }
+      SLUICE_ASSIGN_OR_RETURN(Pending merged, merge(from, to));
+      next.push_back(std::move(merged));
+    }
+    runs = std::move(next);
+  }
+  // Then each pass merges just enough adjacent runs into one file run to bring the count down
+  // toward fan_in, choosing the adjacent window with the fewest bytes, so as little data as
+  // possible is rewritten (at most about fan_in passes over at most fan_in^2 runs).
+  while (runs.size() > fan_in) {
     const size_t group_size = std::min(fan_in, runs.size() - fan_in + 1);
     size_t best = 0;
     uint64_t window = 0, best_bytes = 0;
     for (size_t i = 0; i < runs.size(); ++i) {
-      window += runs[i]->size_bytes();
-      if (i >= group_size) window -= runs[i - group_size]->size_bytes();
+      window += runs[i].bytes;
+      if (i >= group_size) window -= runs[i - group_size].bytes;
       if (i + 1 >= group_size && (i + 1 == group_size || window < best_bytes)) {
         best = i + 1 - group_size;
         best_bytes = window;
       }
     }
-    std::vector<std::unique_ptr<RunSource>> group;
-    for (size_t i = best; i < best + group_size; ++i) group.push_back(std::move(runs[i]));
-    // Merge the group into a file of sorted frames.
-    MergedStream pass;
-    pass.max_records_ = stream->max_records_;
-    SLUICE_RETURN_IF_ERROR(pass.Init(std::move(group)));
-    const std::string path =
-        absl::StrCat(options.tmp_dir, "/merge-", ::getpid(), "-", tmp_counter.fetch_add(1), ".run");
-    SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenForAppend(path));
-    stream->tmp_files_.push_back(path);
-    EncodeOptions eopts;
-    eopts.zstd_level = 1;  // scratch data: fast beats small
-    eopts.limits = options.limits;
-    FrameEncoder encoder(eopts);
-    std::vector<Record> batch;
-    std::string frame;
-    uint64_t offset = 0;
-    for (;;) {
-      if (options.cancelled != nullptr && options.cancelled->load()) {
-        return absl::CancelledError("merge cancelled: the reader went away");
-      }
-      batch.clear();
-      SLUICE_ASSIGN_OR_RETURN(bool more, pass.NextBatch(options.chunk_bytes, &batch));
-      if (!more) break;
-      frame.assign(4, '\0');
-      SLUICE_RETURN_IF_ERROR(encoder.Encode(batch, &frame));
-      StoreLE32(reinterpret_cast<uint8_t*>(frame.data()), static_cast<uint32_t>(frame.size() - 4));
-      SLUICE_RETURN_IF_ERROR(file::PwriteAll(
-          fd.get(), path, offset,
-          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size())));
-      offset += frame.size();
-    }
-    runs[best] = std::make_unique<FileRun>(std::move(fd), path, &stream->file_runs_, offset);
+    SLUICE_ASSIGN_OR_RETURN(Pending merged, merge(best, best + group_size));
+    runs[best] = std::move(merged);
     runs.erase(runs.begin() + static_cast<std::ptrdiff_t>(best) + 1,
                runs.begin() + static_cast<std::ptrdiff_t>(best + group_size));
   }
-  SLUICE_RETURN_IF_ERROR(stream->Init(std::move(runs)));
+  std::vector<std::unique_ptr<RunSource>> final_runs;
+  final_runs.reserve(runs.size());
+  for (Pending& p : runs) final_runs.push_back(take(p));
+  SLUICE_RETURN_IF_ERROR(stream->Init(std::move(final_runs)));
   return stream;
 }
 

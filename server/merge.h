@@ -3,15 +3,18 @@
 // Every stored frame is a run: a frame flagged sorted is merged as is, an unsorted one is
 // sorted (stably) when it is loaded. A run holds at most one decoded frame at a time. Equal keys
 // come out in run order — runs are listed by mapper id, then arrival — so the order is stable.
-// Past `fan_in` runs, windows of adjacent runs (the smallest, by stored bytes) are merged into
-// temporary run files first, each pass just enough to bring the count toward `fan_in`, so any
-// number of runs is served with at most `fan_in` frames in memory and as little as possible is
-// rewritten.
+// Past `fan_in` runs, adjacent runs are merged into temporary run files first: far above it
+// (more than fan_in^2), in whole levels of consecutive groups (O(n log n) overall); then by
+// windows of the smallest adjacent runs, each pass just enough to bring the count toward
+// `fan_in`. Any number of runs is served with at most `fan_in` frames in memory; the
+// intermediate runs share one scratch file (one descriptor), whose ranges are punched out as
+// they are consumed.
 #ifndef SLUICE_SERVER_MERGE_H_
 #define SLUICE_SERVER_MERGE_H_
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
+#include "server/file_util.h"
 #include "server/shuffle_store.h"
 
 namespace sluice {
@@ -66,6 +70,12 @@ class MergedStream {
   /// passes through files in options.tmp_dir (removed when the stream is destroyed).
   static absl::StatusOr<std::unique_ptr<MergedStream>> Make(
       std::vector<std::unique_ptr<RunSource>> runs, const MergeOptions& options);
+  /// The same over `count` runs made only when needed: `open(i)` makes run i, whose stored size
+  /// is `size_of(i)`. With many runs only the fan-in being merged exist at once, so a merge of
+  /// a million tiny frames holds a million small entries, not a million open runs.
+  static absl::StatusOr<std::unique_ptr<MergedStream>> Make(
+      size_t count, const std::function<uint64_t(size_t)>& size_of,
+      const std::function<std::unique_ptr<RunSource>(size_t)>& open, const MergeOptions& options);
   ~MergedStream();
 
   /// Appends the next records to `batch`: at most `max_bytes` of keys and values (or one
@@ -93,13 +103,20 @@ class MergedStream {
   MergedStream() = default;
   absl::Status Init(std::vector<std::unique_ptr<RunSource>> runs);
   absl::StatusOr<bool> NextRecord(Record* out);
+  // Merges `group` into an intermediate run in options.tmp_dir.
+  absl::StatusOr<std::unique_ptr<RunSource>> MergeToFile(
+      std::vector<std::unique_ptr<RunSource>> group, const MergeOptions& options);
 
+  // The one scratch file every intermediate run of this merge is written to (declared before
+  // the runs, which read it).
+  file::Fd scratch_fd_;
+  std::string scratch_path_;
+  uint64_t scratch_end_ = 0;
   std::unique_ptr<FrameDecoder> decoder_;  // for intermediate runs
   RunDecoder file_runs_;                   // what the intermediate runs share
   std::vector<std::unique_ptr<RunSource>> runs_;
   std::vector<Record> current_;  // the head record of each run
   std::vector<HeapEntry> heap_;  // min-heap by (key, run index)
-  std::vector<std::string> tmp_files_;
   size_t passes_ = 0;
   bool top_taken_ = false;         // the top run's head was handed out: advance it first
   size_t max_records_ = 1u << 20;  // per batch

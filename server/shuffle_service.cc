@@ -224,8 +224,9 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     }
     if (session_->key_order()) {
       // A merge holds its runs' frames while it waits: waiting on the budget could wait on
-      // memory this very fetch holds. Merges are bounded by the merge gate instead.
-      deps_.pool->Submit([this] { Next(); });
+      // memory this very fetch holds. Merges are bounded by the merge gate instead, and run
+      // on their own pool so that they never hold up pushes or small calls.
+      deps_.merge_pool->Submit([this] { Next(); });
     } else {
       // An UNORDERED fetch holds nothing now: it reads its next frame once the budget has room,
       // so that many fetches (or many stalled readers) cannot take the server past it.
@@ -324,7 +325,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::CreateShuffle(grpc::CallbackServer
                                                             const v1::CreateShuffleRequest* req,
                                                             v1::CreateShuffleResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  deps_.pool->Submit([this, reactor, req, resp] {  // creates directories and syncs: off-thread
+  deps_.meta_pool->Submit([this, reactor, req, resp] {  // creates directories and syncs: off-thread
     ShuffleParams params{req->shuffle_id(), req->num_partitions(), req->num_mappers()};
     auto created = deps_.registry->Create(params);
     if (created.ok()) {
@@ -343,7 +344,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
                                                          const v1::GetShuffleRequest* req,
                                                          v1::ShuffleInfo* resp) {
   auto* reactor = ctx->DefaultReactor();
-  deps_.pool->Submit([this, reactor, req, resp] {  // store locks may wait on an fsync
+  deps_.meta_pool->Submit([this, reactor, req, resp] {  // store locks may wait on an fsync
     if (auto damaged = deps_.registry->FindDamaged(req->shuffle_id())) {
       FillDamaged(*damaged, resp);
       reactor->Finish(grpc::Status::OK);
@@ -360,7 +361,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::ListShuffles(grpc::CallbackServerC
                                                            const v1::ListShufflesRequest*,
                                                            v1::ListShufflesResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  deps_.pool->Submit([this, reactor, resp] {
+  deps_.meta_pool->Submit([this, reactor, resp] {
     std::map<std::string, v1::ShuffleInfo> by_id;  // served and damaged ones, in id order
     for (const auto& store : deps_.registry->List()) {
       FillInfo(*store, /*partitions=*/false, &by_id[store->params().shuffle_id]);
@@ -378,7 +379,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::DeleteShuffle(grpc::CallbackServer
                                                             const v1::DeleteShuffleRequest* req,
                                                             v1::DeleteShuffleResponse*) {
   auto* reactor = ctx->DefaultReactor();
-  deps_.pool->Submit([this, reactor, req] {  // removes files: off-thread
+  deps_.meta_pool->Submit([this, reactor, req] {  // removes files: off-thread
     absl::Status st = deps_.registry->Delete(req->shuffle_id());
     if (st.ok()) spdlog::info("event=delete shuffle={}", req->shuffle_id());
     reactor->Finish(ToGrpcStatus(st));

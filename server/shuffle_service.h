@@ -34,7 +34,9 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
  public:
   struct Deps {
     ShuffleRegistry* registry;
-    WorkerPool* pool;
+    WorkerPool* pool;        ///< push work, fetch setup, UNORDERED fetches
+    WorkerPool* meta_pool;   ///< the small calls (Create/Get/List/Delete): never behind bulk work
+    WorkerPool* merge_pool;  ///< KEY fetches' merges, which can run long
     MemoryBudget* budget;
     PushLimits push;
     FetchDeps fetch;

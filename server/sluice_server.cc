@@ -4,6 +4,8 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "rpc/grpc_glue.h"
 #include "server/file_util.h"
@@ -15,7 +17,9 @@ namespace sluice {
 struct SluiceServer::Impl {
   ServerOptions options;
   std::unique_ptr<ShuffleRegistry> registry;
-  std::unique_ptr<WorkerPool> pool;
+  std::unique_ptr<WorkerPool> pool;        // pushes, fetch setup, UNORDERED fetches
+  std::unique_ptr<WorkerPool> meta_pool;   // the small calls
+  std::unique_ptr<WorkerPool> merge_pool;  // KEY merges
   std::unique_ptr<MemoryBudget> budget;
   std::unique_ptr<Gate> merge_gate;
   std::unique_ptr<Watchdog> watchdog;  // outlives the service's streams
@@ -35,6 +39,9 @@ constexpr int kMinClientPingIntervalMs = 1000;
 // The server's own pings find clients that went away without closing their connection.
 constexpr int kServerKeepaliveTimeMs = 60000;
 constexpr int kServerKeepaliveTimeoutMs = 20000;
+
+// Threads for CreateShuffle, GetShuffle, ListShuffles and DeleteShuffle.
+constexpr int kMetaThreads = 2;
 
 int Millis(std::chrono::milliseconds d) { return static_cast<int>(d.count()); }
 
@@ -117,10 +124,14 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   merge.fan_in = options.merge_fan_in;
   merge.tmp_dir = tmp_dir;
   merge.limits = StoredFrameLimits(options.limits);  // it reads and rewrites committed data
-  impl->merge_gate = std::make_unique<Gate>(options.max_concurrent_merges != 0
-                                                ? options.max_concurrent_merges
-                                                : static_cast<size_t>(options.worker_threads),
-                                            impl->pool.get());
+  // Merges have their own threads, one per merge slot, and the small calls theirs, so that
+  // neither long merges nor heavy pushes make a CreateShuffle wait.
+  const size_t merges = options.max_concurrent_merges != 0
+                            ? options.max_concurrent_merges
+                            : static_cast<size_t>(options.worker_threads);
+  impl->merge_pool = std::make_unique<WorkerPool>(static_cast<int>(std::min<size_t>(merges, 64)));
+  impl->meta_pool = std::make_unique<WorkerPool>(kMetaThreads);
+  impl->merge_gate = std::make_unique<Gate>(merges, impl->merge_pool.get());
   PushLimits push;
   push.frame = options.limits;
   push.max_frames_per_attempt = options.max_frames_per_attempt;
@@ -131,9 +142,9 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   streams.max_fetch_streams = options.max_fetch_streams;
   streams.push_idle_timeout = options.push_idle_timeout;
   streams.fetch_stall_timeout = options.fetch_stall_timeout;
-  impl->service = std::make_unique<ShuffleServiceImpl>(
-      ShuffleServiceImpl::Deps{impl->registry.get(), impl->pool.get(), impl->budget.get(), push,
-                               fetch, impl->merge_gate.get(), impl->watchdog.get(), streams});
+  impl->service = std::make_unique<ShuffleServiceImpl>(ShuffleServiceImpl::Deps{
+      impl->registry.get(), impl->pool.get(), impl->meta_pool.get(), impl->merge_pool.get(),
+      impl->budget.get(), push, fetch, impl->merge_gate.get(), impl->watchdog.get(), streams});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -172,7 +183,9 @@ void SluiceServer::Shutdown() {
   impl_->stopped = true;
   impl_->server->Shutdown(std::chrono::system_clock::now() + impl_->options.shutdown_grace);
   impl_->server->Wait();
-  impl_->pool.reset();  // runs what is queued, joins
+  impl_->merge_pool.reset();  // each runs what is queued, then joins
+  impl_->meta_pool.reset();
+  impl_->pool.reset();
   spdlog::info("event=stopped port={}", impl_->port);
 }
 

@@ -2,10 +2,12 @@
 // findings 7 and 9): open push and fetch streams are counted and capped, a push stream that
 // sends nothing is ended and its attempt discarded, a fetch whose reader takes nothing is
 // cancelled and gives back its merge slot, and idle connections are closed.
+#include <dirent.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <future>
 #include <sstream>
 #include <string>
@@ -318,6 +320,92 @@ TEST_F(LimitsTest, ACancelledPushIsLoggedAsCancelled) {
   // (A stream cancelled before its open was handled has no attempt to log.)
   EXPECT_GE(cancelled, 15u) << text;
   EXPECT_EQ(text.find("FAILED_PRECONDITION"), std::string::npos) << text;
+}
+
+size_t OpenFds() {
+  size_t n = 0;
+  DIR* d = ::opendir("/proc/self/fd");
+  while (d != nullptr && ::readdir(d) != nullptr) ++n;
+  if (d != nullptr) ::closedir(d);
+  return n;
+}
+
+// Finding 8 (the default suite's size; the 1M-frame figure is in docs/benchmarks.md): a KEY
+// fetch over many tiny frames kept one file open per intermediate pass (16,302 fds for 1M
+// frames) and ran its passes in quadratic time, and merges occupied every worker thread, so an
+// unrelated CreateShuffle waited for them.
+TEST_F(LimitsTest, ManyTinyFramesMergeWithBoundedFilesAndDoNotStarveSmallCalls) {
+  Start([](ServerOptions& o) {
+    o.worker_threads = 1;
+    o.merge_fan_in = 16;
+  });
+  ASSERT_TRUE(Create("tiny").ok());
+  constexpr int kFrames = 40000;
+  {
+    grpc::ClientContext ctx;
+    pb::PushResponse resp;
+    auto w = stub_->Push(&ctx, &resp);
+    ASSERT_TRUE(w->Write(Open("tiny", 0)));
+    pb::PushRequest msg;  // many frames per message, one record each
+    for (int i = 0; i < kFrames; ++i) {
+      FrameEncoder enc;
+      std::string frame;
+      const std::string key = "k" + std::to_string((i * 7919) % kFrames);
+      ASSERT_OK(enc.Encode({Record{key, std::to_string(i)}}, &frame));
+      auto* f = msg.mutable_frames()->add_frames();
+      f->set_partition_id(0);
+      f->set_frame(std::move(frame));
+      if (msg.frames().frames_size() == 1000) {
+        ASSERT_TRUE(w->Write(msg));
+        msg.Clear();
+      }
+    }
+    pb::PushRequest commit;
+    commit.mutable_commit()->set_frame_count(kFrames);
+    commit.mutable_commit()->set_record_count(kFrames);
+    ASSERT_TRUE(w->Write(commit));
+    w->WritesDone();
+    ASSERT_TRUE(w->Finish().ok());
+  }
+  const size_t fds_before = OpenFds();
+  std::atomic<bool> fetching{true};
+  std::atomic<size_t> max_fds{0};
+  std::thread sampler([&] {
+    while (fetching.load()) {
+      const size_t n = OpenFds();
+      if (n > max_fds.load()) max_fds = n;
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+  });
+  std::atomic<bool> fetch_done{false};
+  const auto fetch_start = std::chrono::steady_clock::now();
+  auto fetch = std::async(std::launch::async, [&] {
+    int responses = 0;
+    grpc::Status st = FetchAll("tiny", /*key_order=*/true, &responses);
+    fetch_done = true;
+    return st;
+  });
+  // A small call while the merge runs must not queue behind it.
+  std::this_thread::sleep_for(milliseconds(20));
+  const bool merging = !fetch_done.load();
+  const auto create_start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Create("other").ok());
+  const double create_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - create_start).count();
+  EXPECT_TRUE(fetch.get().ok());
+  const double fetch_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - fetch_start).count();
+  fetching = false;
+  sampler.join();
+  std::printf("KEY fetch of %d tiny frames: %.2f s; CreateShuffle during it: %.3f s\n", kFrames,
+              fetch_s, create_s);
+  if (merging) {
+    EXPECT_LT(create_s, fetch_s / 4) << "CreateShuffle waited for the merge";
+  }
+  // 40,000 runs at fan-in 16 took ~2,500 intermediate files, each kept open (2,043 fds at
+  // once); now they share one scratch file.
+  EXPECT_LE(max_fds.load(), fds_before + 2 * 16 + 8)
+      << "fds before " << fds_before << ", at most " << max_fds.load() << " during the merge";
 }
 
 }  // namespace
