@@ -85,11 +85,22 @@ absl::Status FetchSession::StartMerge() {
   run_decoder_.decoder = decoder_.get();
   MergeOptions mopts = deps_.merge;
   mopts.cancelled = cancelled_;  // intermediate passes stop when the reducer goes away
+  // What the merge is about to decode is counted before it is: pushes slow down at once.
+  mopts.reserve = [this](uint64_t bytes) {
+    if (bytes > merge_charged_) {
+      deps_.budget->Charge(bytes - merge_charged_);
+      merge_charged_ = bytes;
+    }
+  };
   // Runs are made as the merge reaches them (a partition may hold a million tiny frames).
   SLUICE_ASSIGN_OR_RETURN(
       merged_,
       MergedStream::Make(
           blocks_.size(), [this](size_t i) { return uint64_t{blocks_[i].frame_size}; },
+          [this](size_t i) -> absl::StatusOr<uint64_t> {
+            SLUICE_ASSIGN_OR_RETURN(FrameHeader h, store_->ReadFrameHeader(blocks_[i]));
+            return DecodedCost(h);
+          },
           [this](size_t i) { return StoredFrameRun(store_, blocks_[i], &run_decoder_); }, mopts));
   encoder_ = std::make_unique<FrameEncoder>(encode_);
   return absl::OkStatus();

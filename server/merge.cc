@@ -165,12 +165,15 @@ absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(
   std::vector<uint64_t> sizes(n);
   for (size_t i = 0; i < n; ++i) sizes[i] = runs[i]->size_bytes();
   return Make(
-      n, [&sizes](size_t i) { return sizes[i]; }, [&runs](size_t i) { return std::move(runs[i]); },
-      options);
+      n, [&sizes](size_t i) { return sizes[i]; },
+      [](size_t) -> absl::StatusOr<uint64_t> { return uint64_t{0}; },
+      [&runs](size_t i) { return std::move(runs[i]); }, options);
 }
 
 absl::StatusOr<std::unique_ptr<RunSource>> MergedStream::MergeToFile(
-    std::vector<std::unique_ptr<RunSource>> group, const MergeOptions& options) {
+    std::vector<std::unique_ptr<RunSource>> group, const MergeOptions& options,
+    uint64_t* max_frame_cost) {
+  *max_frame_cost = 0;
   MergedStream pass;
   pass.max_records_ = max_records_;
   SLUICE_RETURN_IF_ERROR(pass.Init(std::move(group)));
@@ -191,8 +194,12 @@ absl::StatusOr<std::unique_ptr<RunSource>> MergedStream::MergeToFile(
       return absl::CancelledError("merge cancelled: the reader went away");
     }
     batch.clear();
-    SLUICE_ASSIGN_OR_RETURN(bool more, pass.NextBatch(options.chunk_bytes, &batch));
+    // Intermediate frames count what they take decoded (a record alone may be bigger).
+    SLUICE_ASSIGN_OR_RETURN(bool more, pass.NextBatch(options.chunk_bytes, &batch, 40));
     if (!more) break;
+    uint64_t cost = 0;
+    for (const Record& r : batch) cost += r.key.size() + r.value.size() + 40;
+    *max_frame_cost = std::max(*max_frame_cost, cost);
     frame.assign(4, '\0');
     SLUICE_RETURN_IF_ERROR(encoder.Encode(batch, &frame));
     StoreLE32(reinterpret_cast<uint8_t*>(frame.data()), static_cast<uint32_t>(frame.size() - 4));
@@ -207,6 +214,7 @@ absl::StatusOr<std::unique_ptr<RunSource>> MergedStream::MergeToFile(
 
 absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(
     size_t count, const std::function<uint64_t(size_t)>& size_of,
+    const std::function<absl::StatusOr<uint64_t>(size_t)>& cost_of,
     const std::function<std::unique_ptr<RunSource>(size_t)>& open, const MergeOptions& options) {
   std::unique_ptr<MergedStream> stream(new MergedStream());
   stream->max_records_ = std::max<size_t>(1, options.limits.max_records / 2);
@@ -222,40 +230,74 @@ absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(
     size_t lazy = 0;
     std::unique_ptr<RunSource> run;
     uint64_t bytes = 0;
+    uint64_t cost = 0;  // decoded bytes it holds at once
   };
+  const uint64_t limit = options.memory_limit == 0 ? ~uint64_t{0} : options.memory_limit;
   std::vector<Pending> runs(count);
+  uint64_t total_cost = 0;
   for (size_t i = 0; i < count; ++i) {
     runs[i].lazy = i;
     runs[i].bytes = size_of(i);
+    SLUICE_ASSIGN_OR_RETURN(runs[i].cost, cost_of(i));
+    total_cost += runs[i].cost;
   }
+  auto reserve = [&](uint64_t bytes) {
+    if (options.reserve) options.reserve(bytes);
+  };
+  auto too_big = [&](uint64_t a, uint64_t b) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("merging in key order needs two frames of ", a, " and ", b,
+                     " bytes decoded at once, more than the ", limit, " bytes a merge may hold (",
+                     options.limit_name, ")"));
+  };
   auto take = [&](Pending& p) { return p.run != nullptr ? std::move(p.run) : open(p.lazy); };
   auto merge = [&](size_t from, size_t to) -> absl::StatusOr<Pending> {
     std::vector<std::unique_ptr<RunSource>> group;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, cost = 0;
     for (size_t i = from; i < to; ++i) {
       group.push_back(take(runs[i]));
       bytes += runs[i].bytes;
+      cost += runs[i].cost;
     }
+    reserve(cost);
     ++stream->passes_;
+    uint64_t frame_cost = 0;
     SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<RunSource> merged,
-                            stream->MergeToFile(std::move(group), options));
-    return Pending{0, std::move(merged), bytes};
+                            stream->MergeToFile(std::move(group), options, &frame_cost));
+    // A file run holds its current frame and, until the batch is used, the one before.
+    return Pending{0, std::move(merged), bytes, 2 * frame_cost};
   };
 
-  // Far above fan_in: whole levels, each merging consecutive groups of fan_in runs (adjacent,
-  // so equal keys keep their run order): O(n) per level, log_fan_in(n) levels, and only the
-  // group being merged is open.
-  while (runs.size() > fan_in * fan_in) {
+  // Far above fan_in, or when the runs' frames do not fit the memory limit together: whole
+  // levels, each merging consecutive groups of up to fan_in runs that fit it together
+  // (adjacent, so equal keys keep their run order): O(n) per level, log_fan_in(n) levels, and
+  // only the group being merged is open. Intermediate runs hold one chunk at a time, so the
+  // levels converge; a level where no two neighbours fit together fails the merge.
+  while (runs.size() > fan_in * fan_in || (runs.size() > 1 && total_cost > limit)) {
     std::vector<Pending> next;
-    next.reserve(runs.size() / fan_in + 1);
-    for (size_t from = 0; from < runs.size(); from += fan_in) {
-      const size_t to = std::min(runs.size(), from + fan_in);
+    next.reserve(runs.size() / 2 + 1);
+    total_cost = 0;
+    size_t from = 0;
+    while (from < runs.size()) {
+      size_t to = from + 1;
+      uint64_t cost = runs[from].cost;
+      while (to < runs.size() && to - from < fan_in && cost + runs[to].cost <= limit) {
+        cost += runs[to].cost;
+        ++to;
+      }
       if (to - from == 1) {
+        total_cost += runs[from].cost;
         next.push_back(std::move(runs[from]));
+        from = to;
         continue;
       }
       SLUICE_ASSIGN_OR_RETURN(Pending merged, merge(from, to));
+      total_cost += merged.cost;
       next.push_back(std::move(merged));
+      from = to;
+    }
+    if (next.size() == runs.size()) {  // no group formed: nothing can shrink
+      return too_big(runs[0].cost, runs.size() > 1 ? runs[1].cost : 0);
     }
     runs = std::move(next);
   }
@@ -281,7 +323,12 @@ absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(
   }
   std::vector<std::unique_ptr<RunSource>> final_runs;
   final_runs.reserve(runs.size());
-  for (Pending& p : runs) final_runs.push_back(take(p));
+  uint64_t final_cost = 0;
+  for (Pending& p : runs) {
+    final_cost += p.cost;
+    final_runs.push_back(take(p));
+  }
+  reserve(final_cost);
   SLUICE_RETURN_IF_ERROR(stream->Init(std::move(final_runs)));
   return stream;
 }
@@ -338,7 +385,8 @@ absl::StatusOr<bool> MergedStream::NextRecord(Record* out) {
   return true;
 }
 
-absl::StatusOr<bool> MergedStream::NextBatch(size_t max_bytes, std::vector<Record>* batch) {
+absl::StatusOr<bool> MergedStream::NextBatch(size_t max_bytes, std::vector<Record>* batch,
+                                             size_t per_record) {
   // The previous batch has been used: frames holding only its records may go.
   for (auto& run : runs_) run->Release();
   size_t added = 0, count = 0;
@@ -346,7 +394,7 @@ absl::StatusOr<bool> MergedStream::NextBatch(size_t max_bytes, std::vector<Recor
   while (added < max_bytes && count < max_records_) {
     SLUICE_ASSIGN_OR_RETURN(bool has, NextRecord(&rec));
     if (!has) break;
-    const size_t size = rec.key.size() + rec.value.size() + 1;  // +1: empty records count
+    const size_t size = rec.key.size() + rec.value.size() + per_record;  // empty ones count
     if (count > 0 && added + size > max_bytes) {
       // Would overshoot (frames must stay under the cap): leave it for the next batch.
       top_taken_ = false;

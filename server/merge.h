@@ -54,8 +54,22 @@ struct RunDecoder {
 std::unique_ptr<RunSource> StoredFrameRun(std::shared_ptr<ShuffleStore> store, BlockRef block,
                                           RunDecoder* decoder);
 
+/// What a frame takes in memory once decoded, from its header alone (its records' bytes, and a
+/// view and an order slot per record): what a merge plans with before it decodes anything.
+inline uint64_t DecodedCost(const FrameHeader& h) {
+  return uint64_t{h.uncompressed_size} + uint64_t{h.record_count} * 40;
+}
+
 struct MergeOptions {
   size_t fan_in = 64;
+  /// Decoded bytes the merge may hold at once (0 = no limit). Runs whose frames do not fit it
+  /// together are merged in smaller groups first; a group of two that cannot fit fails the
+  /// merge with RESOURCE_EXHAUSTED, before anything is decoded. `limit_name` names the knob.
+  uint64_t memory_limit = 0;
+  std::string limit_name = "the merge memory limit";
+  /// Called with the decoded bytes the merge is about to hold (a pass's group, then the final
+  /// runs), before it decodes them: the caller counts them in its budget.
+  std::function<void(uint64_t)> reserve;
   std::string tmp_dir;           ///< where intermediate runs go
   size_t chunk_bytes = 1 << 20;  ///< records per intermediate frame, in bytes
   FrameLimits limits;
@@ -73,16 +87,21 @@ class MergedStream {
   /// The same over `count` runs made only when needed: `open(i)` makes run i, whose stored size
   /// is `size_of(i)`. With many runs only the fan-in being merged exist at once, so a merge of
   /// a million tiny frames holds a million small entries, not a million open runs.
+  /// `cost_of(i)` is what run i's largest frame takes decoded (DecodedCost of its header); the
+  /// merge plans its memory by it (MergeOptions::memory_limit).
   static absl::StatusOr<std::unique_ptr<MergedStream>> Make(
       size_t count, const std::function<uint64_t(size_t)>& size_of,
+      const std::function<absl::StatusOr<uint64_t>(size_t)>& cost_of,
       const std::function<std::unique_ptr<RunSource>(size_t)>& open, const MergeOptions& options);
   ~MergedStream();
 
   /// Appends the next records to `batch`: at most `max_bytes` of keys and values (or one
   /// record, if it alone is bigger) and at most half the frame record limit, so the batch
-  /// always fits one frame. The records are views into the runs' decoded frames, valid until
-  /// the next call (no copy). Returns false once nothing is left.
-  absl::StatusOr<bool> NextBatch(size_t max_bytes, std::vector<Record>* batch);
+  /// always fits one frame. Each record counts its key and value plus `per_record` bytes. The
+  /// records are views into the runs' decoded frames, valid until the next call (no copy). Returns
+  /// false once nothing is left.
+  absl::StatusOr<bool> NextBatch(size_t max_bytes, std::vector<Record>* batch,
+                                 size_t per_record = 1);
 
   size_t intermediate_passes() const { return passes_; }
   /// Bytes the runs hold in memory now, to count against the server's memory budget.
@@ -103,9 +122,11 @@ class MergedStream {
   MergedStream() = default;
   absl::Status Init(std::vector<std::unique_ptr<RunSource>> runs);
   absl::StatusOr<bool> NextRecord(Record* out);
-  // Merges `group` into an intermediate run in options.tmp_dir.
+  // Merges `group` into an intermediate run in the scratch file; *max_frame_cost is what its
+  // largest frame takes decoded.
   absl::StatusOr<std::unique_ptr<RunSource>> MergeToFile(
-      std::vector<std::unique_ptr<RunSource>> group, const MergeOptions& options);
+      std::vector<std::unique_ptr<RunSource>> group, const MergeOptions& options,
+      uint64_t* max_frame_cost);
 
   // The one scratch file every intermediate run of this merge is written to (declared before
   // the runs, which read it).

@@ -318,6 +318,24 @@ absl::Status ShuffleStore::ReadFrame(const BlockRef& block, std::string* frame) 
   return absl::OkStatus();
 }
 
+absl::StatusOr<FrameHeader> ShuffleStore::ReadFrameHeader(const BlockRef& block) const {
+  if (block.partition >= partitions_.size() || !partitions_[block.partition]->fd.valid() ||
+      block.frame_size < kFrameHeaderSize) {
+    return absl::InvalidArgumentError("not a committed block");
+  }
+  const std::string path = PartitionPath(block.partition);
+  uint8_t h[kFrameHeaderSize];
+  SLUICE_RETURN_IF_ERROR(file::PreadAll(partitions_[block.partition]->fd.get(), path,
+                                        block.offset + kBlockHeaderSize, kFrameHeaderSize, h));
+  auto header = ParseFrameHeader(absl::MakeConstSpan(h, kFrameHeaderSize),
+                                 StoredFrameLimits(options_.limits));
+  if (!header.ok()) {
+    return absl::DataLossError(absl::StrCat("stored frame at ", path, ":", block.offset,
+                                            " is corrupt: ", header.status().message()));
+  }
+  return header;
+}
+
 absl::Status ShuffleStore::VerifyBlock(uint32_t mapper, uint64_t attempt, const BlockRef& block,
                                        bool check_frame) const {
   const std::string path = PartitionPath(block.partition);

@@ -113,6 +113,8 @@ class ShuffleStore {
 
   /// Reads a committed block's frame, checking the block header and the frame's checksums.
   absl::Status ReadFrame(const BlockRef& block, std::string* frame) const;
+  /// Just the frame header of a committed block (what its frame declares, for planning).
+  absl::StatusOr<FrameHeader> ReadFrameHeader(const BlockRef& block) const;
 
   /// Later Appends and Commits fail with NOT_FOUND; the caller removes the (renamed) directory.
   void MarkDeleted();

@@ -130,6 +130,11 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
                             ? options.max_concurrent_merges
                             : static_cast<size_t>(options.worker_threads);
   impl->merge_pool = std::make_unique<WorkerPool>(static_cast<int>(std::min<size_t>(merges, 64)));
+  // Each merge plans its decoded frames within an equal share of the budget.
+  merge.memory_limit = std::max<uint64_t>(options.memory_budget_bytes / merges, 1);
+  merge.limit_name = absl::StrCat("--memory_budget_mb=", options.memory_budget_bytes >> 20,
+                                  " shared by --max_concurrent_merges=", merges,
+                                  "; raise the budget or allow fewer merges");
   impl->meta_pool = std::make_unique<WorkerPool>(kMetaThreads);
   impl->merge_gate = std::make_unique<Gate>(merges, impl->merge_pool.get());
   PushLimits push;

@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <future>
 #include <sstream>
 #include <string>
@@ -105,19 +107,21 @@ class LimitsTest : public ::testing::Test {
     f->set_frame(frame);
     return msg;
   }
-  static pb::FetchRequest FetchReq(const std::string& id, bool key_order) {
+  static pb::FetchRequest FetchReq(const std::string& id, bool key_order,
+                                   bool uncompressed = true) {
     pb::FetchRequest req;
     req.set_shuffle_id(id);
     req.set_partition_id(0);
     req.set_order(key_order ? pb::KEY : pb::UNORDERED);
-    req.set_uncompressed(true);
+    req.set_uncompressed(uncompressed);
     return req;
   }
 
   // Reads a whole fetch; returns its status and counts the responses.
-  grpc::Status FetchAll(const std::string& id, bool key_order, int* responses = nullptr) {
+  grpc::Status FetchAll(const std::string& id, bool key_order, int* responses = nullptr,
+                        bool uncompressed = true) {
     grpc::ClientContext ctx;
-    auto r = stub_->Fetch(&ctx, FetchReq(id, key_order));
+    auto r = stub_->Fetch(&ctx, FetchReq(id, key_order, uncompressed));
     pb::FetchResponse resp;
     int n = 0;
     while (r->Read(&resp)) ++n;
@@ -406,6 +410,85 @@ TEST_F(LimitsTest, ManyTinyFramesMergeWithBoundedFilesAndDoNotStarveSmallCalls) 
   // once); now they share one scratch file.
   EXPECT_LE(max_fds.load(), fds_before + 2 * 16 + 8)
       << "fds before " << fds_before << ", at most " << max_fds.load() << " during the merge";
+}
+
+// Resident memory of this process now (VmRSS), in MiB.
+double RssMb() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  char line[256];
+  double mb = 0;
+  while (f != nullptr && std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::strncmp(line, "VmRSS:", 6) == 0) mb = std::strtod(line + 6, nullptr) / 1024;
+  }
+  if (f != nullptr) std::fclose(f);
+  return mb;
+}
+
+// A frame of one record whose value is `mib` MiB of zeros: tiny on the wire and on disk,
+// `mib` MiB once decoded.
+std::string ZeroFrame(const std::string& key, size_t mib) {
+  FrameEncoder enc;
+  std::string out;
+  const std::string value(mib << 20, '\0');
+  EXPECT_OK(enc.Encode({Record{key, value}}, &out));
+  return out;
+}
+
+// Finding 5: a KEY merge decoded every run's frame before counting it: 64 frames of one 63 MiB
+// zero record (130 KB on the wire) took one fetch to 4.2 GB. Now a merge plans by the frames'
+// declared sizes: runs that do not fit its share of the budget together are merged in smaller
+// groups through the scratch file, and what cannot fit at all fails before it is allocated.
+TEST_F(LimitsTest, AKeyMergeStaysWithinItsShareOfTheBudget) {
+  Start([](ServerOptions& o) {
+    o.memory_budget_bytes = 96ull << 20;
+    o.max_concurrent_merges = 1;  // one merge: its share is the whole budget
+  });
+  // 8 frames of 40 MiB decoded: no two fit together.
+  ASSERT_TRUE(Create("huge").ok());
+  std::vector<std::string> huge;
+  for (int i = 0; i < 8; ++i) huge.push_back(ZeroFrame("h" + std::to_string(i), 40));
+  ASSERT_TRUE(Push("huge", 0, huge, 8).ok());
+  huge.clear();
+  huge.shrink_to_fit();
+  // 12 frames of 20 MiB: four fit together, so the merge goes by groups.
+  ASSERT_TRUE(Create("big").ok());
+  std::vector<std::string> big;
+  for (int i = 0; i < 12; ++i) big.push_back(ZeroFrame("b" + std::to_string(11 - i), 20));
+  ASSERT_TRUE(Push("big", 0, big, 12).ok());
+  big.clear();
+  big.shrink_to_fit();
+
+  std::atomic<bool> sampling{true};
+  std::atomic<double> max_rss{0};
+  const double rss_before = RssMb();
+  std::thread sampler([&] {
+    while (sampling.load()) {
+      const double r = RssMb();
+      if (r > max_rss.load()) max_rss = r;
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+  });
+  grpc::ClientContext ctx;
+  auto reader = stub_->Fetch(&ctx, FetchReq("huge", true, /*uncompressed=*/false));
+  pb::FetchResponse resp;
+  while (reader->Read(&resp)) {
+  }
+  const grpc::Status refused = reader->Finish();
+  int responses = 0;
+  const grpc::Status served = FetchAll("big", true, &responses, /*uncompressed=*/false);
+  sampling = false;
+  sampler.join();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("--memory_budget_mb"), std::string::npos)
+      << refused.error_message();
+  EXPECT_TRUE(served.ok()) << served.error_message();
+  EXPECT_EQ(responses, 12);  // each 20 MiB record is a chunk of its own
+  std::printf("RSS before %.0f MiB, at most %.0f MiB during the fetches\n", rss_before,
+              max_rss.load());
+  // Before: +401 MiB (every run's frame decoded at once). Now the merge holds at most its
+  // 96 MiB share, plus one record being encoded, and this process is also the client, holding
+  // 20 MiB responses in gRPC's buffers and in protos.
+  EXPECT_LT(max_rss.load() - rss_before, 96 + 96) << "the merges went past their budget";
 }
 
 }  // namespace
