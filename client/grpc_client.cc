@@ -39,6 +39,8 @@ ShuffleStatus FromProto(const pb::ShuffleInfo& info) {
   }
   s.damaged = info.damaged();
   s.damage = info.damage();
+  s.wedged = info.wedged();
+  s.wedge = info.wedge();
   return s;
 }
 
@@ -192,26 +194,46 @@ class GrpcClient final : public ShuffleClient {
     return resp.created();
   }
 
+  // Every page of the partitions' details (the server sends at most 16,384 a call).
   absl::StatusOr<ShuffleStatus> GetShuffle(const std::string& id) override {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
-    pb::GetShuffleRequest req;
-    req.set_shuffle_id(id);
-    pb::ShuffleInfo info;
-    absl::Status st = FromGrpc(stub_->GetShuffle(&ctx, req, &info), options_.server);
-    if (!st.ok()) return st;
-    return FromProto(info);
+    ShuffleStatus out;
+    uint32_t next = 0;
+    do {
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx);
+      pb::GetShuffleRequest req;
+      req.set_shuffle_id(id);
+      req.set_first_partition(next);
+      pb::ShuffleInfo info;
+      absl::Status st = FromGrpc(stub_->GetShuffle(&ctx, req, &info), options_.server);
+      if (!st.ok()) return st;
+      if (next == 0) {
+        out = FromProto(info);
+      } else {
+        for (const auto& p : info.partitions()) {
+          out.partitions.push_back(PartitionStatsInfo{p.records(), p.bytes(), p.frames()});
+        }
+      }
+      next = info.next_partition();
+    } while (next != 0);
+    return out;
   }
 
+  // Every page of the list.
   absl::StatusOr<std::vector<ShuffleStatus>> ListShuffles() override {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
-    pb::ListShufflesResponse resp;
-    absl::Status st =
-        FromGrpc(stub_->ListShuffles(&ctx, pb::ListShufflesRequest(), &resp), options_.server);
-    if (!st.ok()) return st;
     std::vector<ShuffleStatus> out;
-    for (const auto& info : resp.shuffles()) out.push_back(FromProto(info));
+    std::string token;
+    do {
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx);
+      pb::ListShufflesRequest req;
+      req.set_page_token(token);
+      pb::ListShufflesResponse resp;
+      absl::Status st = FromGrpc(stub_->ListShuffles(&ctx, req, &resp), options_.server);
+      if (!st.ok()) return st;
+      for (const auto& info : resp.shuffles()) out.push_back(FromProto(info));
+      token = resp.next_page_token();
+    } while (!token.empty());
     return out;
   }
 

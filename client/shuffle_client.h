@@ -57,6 +57,9 @@ struct ShuffleStatus {
   /// fail with DATA_LOSS and DeleteShuffle removes it.
   bool damaged = false;
   std::string damage;
+  /// A failed disk write stopped its commits; it reopens itself on a later push (`wedge` says).
+  bool wedged = false;
+  std::string wedge;
 };
 
 /// Maps a key to a partition in [0, num_partitions).

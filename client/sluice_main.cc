@@ -58,6 +58,7 @@ void PrintStatus(const sluice::ShuffleStatus& s) {
   }
   std::printf("shuffle %s: %u partitions, %u mappers (%zu committed)\n", s.shuffle_id.c_str(),
               s.num_partitions, s.num_mappers, s.committed_mappers.size());
+  if (s.wedged) std::printf("  WEDGED: %s\n", s.wedge.c_str());
   for (size_t p = 0; p < s.partitions.size(); ++p) {
     std::printf("  partition %zu: %llu records, %llu bytes, %u frames\n", p,
                 static_cast<unsigned long long>(s.partitions[p].records),

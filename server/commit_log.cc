@@ -252,7 +252,8 @@ bool CommitLog::broken() const {
 absl::Status CommitLog::BrokenError() const {
   return absl::UnavailableError(absl::StrCat(
       "shuffle ", options_.shuffle_id,
-      " stopped taking commits after a failed disk write or sync; restart the server"));
+      " stopped taking commits after a failed disk write or sync; it re-verifies itself and "
+      "takes pushes again once its running pushes have ended: retry the attempt"));
 }
 
 absl::Status CommitLog::Append(uint32_t mapper, uint64_t attempt,

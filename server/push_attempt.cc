@@ -38,10 +38,11 @@ PushAttempt::~PushAttempt() {
 absl::Status PushAttempt::Open(std::string_view shuffle_id, uint32_t mapper, uint64_t attempt) {
   if (store_ != nullptr)
     return absl::InvalidArgumentError("second open message in one push stream");
-  auto store = registry_->Get(std::string(shuffle_id));
+  auto store = registry_->GetForWriting(std::string(shuffle_id));
   if (!store.ok()) return store.status();
   const ShuffleParams& params = (*store)->params();
   if (params.num_mappers != 0 && mapper >= params.num_mappers) {
+    (*store)->EndWriter();
     return absl::InvalidArgumentError(
         absl::StrCat("mapper ", mapper, " is out of range [0, ", params.num_mappers, ")"));
   }
@@ -103,6 +104,7 @@ absl::StatusOr<PushSummary> PushAttempt::Commit(uint64_t frame_count, uint64_t r
   summary.records = records_;
   summary.bytes = bytes_;
   ended_ = true;
+  store_->EndWriter();
   spdlog::info(
       "event=commit shuffle={} mapper={} attempt={} frames={} records={} bytes={} duplicate={}",
       store_->params().shuffle_id, mapper_, attempt_, frames_, records_, bytes_, summary.duplicate);
@@ -116,6 +118,7 @@ void PushAttempt::Abort(const absl::Status& why) {
   // After a failed commit its record may be on disk anyway: leave the blocks for recovery to
   // judge rather than punching out data a durable record might point at.
   if (!blocks_.empty() && !commit_tried_) store_->Discard(blocks_);
+  store_->EndWriter();
   spdlog::info("event=push_failed shuffle={} mapper={} attempt={} code={} error=\"{}\"",
                store_->params().shuffle_id, mapper_, attempt_, absl::StatusCodeToString(why.code()),
                std::string(why.message()));

@@ -6,6 +6,7 @@
 #include "absl/strings/str_replace.h"
 #include "codec/status_macros.h"
 #include "server/file_util.h"
+#include "spdlog/spdlog.h"
 
 namespace sluice {
 
@@ -99,6 +100,54 @@ absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::Get(const std::st
                                             "); DeleteShuffle removes it"));
   }
   return absl::NotFoundError(absl::StrCat("shuffle '", id, "' not found"));
+}
+
+absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::GetForWriting(
+    const std::string& id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    auto it = shuffles_.find(id);
+    if (it == shuffles_.end()) {
+      lock.unlock();
+      return Get(id);  // NOT_FOUND or DATA_LOSS
+    }
+    std::shared_ptr<ShuffleStore> store = it->second;
+    if (!store->wedged()) {
+      store->BeginWriter();  // under mu_: a reopen cannot start while it writes
+      return store;
+    }
+    if (store->writers() > 0 || reopening_.count(id) != 0) {
+      return WithRelativePaths(store->WedgedError());
+    }
+    // Nobody writes to it: reopen it, outside the lock (it reads the whole shuffle back).
+    reopening_.insert(id);
+    lock.unlock();
+    auto reopened = ShuffleStore::Open(ShuffleDir(id), options_);
+    lock.lock();
+    reopening_.erase(id);
+    it = shuffles_.find(id);
+    if (it == shuffles_.end() || it->second != store) continue;  // deleted or replaced meanwhile
+    if (reopened.ok()) {
+      spdlog::warn("event=shuffle_reopened shuffle={} committed_mappers={}", id,
+                   (*reopened)->CommittedMappers().size());
+      it->second = std::shared_ptr<ShuffleStore>(std::move(reopened).value());
+      continue;  // and hand it out
+    }
+    spdlog::error("event=reopen_failed shuffle={} error=\"{}\"", id,
+                  std::string(reopened.status().message()));
+    if (reopened.status().code() == absl::StatusCode::kDataLoss) {
+      DamagedShuffle damaged{store->params(), WithRelativePaths(reopened.status())};
+      shuffles_.erase(it);
+      damaged_.emplace(id, std::move(damaged));
+      continue;  // DATA_LOSS from Get
+    }
+    return absl::UnavailableError(
+        absl::StrCat("shuffle '", id,
+                     "' stopped taking commits after a failed disk write, and re-verifying it "
+                     "failed too (",
+                     WithRelativePaths(reopened.status()).message(),
+                     "); it is retried with the next push, or restart the server"));
+  }
 }
 
 std::optional<DamagedShuffle> ShuffleRegistry::FindDamaged(const std::string& id) const {

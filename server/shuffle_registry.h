@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,13 @@ class ShuffleRegistry {
   absl::StatusOr<bool> Create(const ShuffleParams& params);
   /// NOT_FOUND for an unknown id, DATA_LOSS for a damaged shuffle.
   absl::StatusOr<std::shared_ptr<ShuffleStore>> Get(const std::string& id) const;
+  /// Get for a push attempt, counted as a writer of the store (call EndWriter on it when the
+  /// attempt ends). A wedged store (a failed disk write stopped its commit log) that no push is
+  /// writing to any more is reopened first: its log and committed blocks are re-verified and
+  /// every byte no commit owns (the refused attempt's too) is reclaimed, as at a start. While
+  /// pushes still write to it: UNAVAILABLE, retry. If re-verifying finds damage, the shuffle
+  /// becomes damaged (DATA_LOSS).
+  absl::StatusOr<std::shared_ptr<ShuffleStore>> GetForWriting(const std::string& id);
   std::vector<std::shared_ptr<ShuffleStore>> List() const;
   std::optional<DamagedShuffle> FindDamaged(const std::string& id) const;
   std::vector<DamagedShuffle> ListDamaged() const;
@@ -47,20 +55,23 @@ class ShuffleRegistry {
   /// Shuffle ids name directories: 1-128 of [A-Za-z0-9._-], not starting with '.'.
   static absl::Status ValidateId(const std::string& id);
 
+  /// `st` with the data directory taken out of its paths: what clients are told (they see
+  /// names relative to the data directory; the server's log keeps the full paths).
+  absl::Status WithRelativePaths(const absl::Status& st) const;
+
  private:
   ShuffleRegistry(std::string data_dir, StoreOptions options)
       : data_dir_(std::move(data_dir)), options_(options) {}
   std::string ShuffleDir(const std::string& id) const;
   // Renames the shuffle's directory away durably (the delete's one atomic step); returns where.
   absl::StatusOr<std::string> MoveToTrash(const std::string& id);
-  // `st` with the data directory taken out of its paths (clients see shuffle-relative names).
-  absl::Status WithRelativePaths(const absl::Status& st) const;
 
   const std::string data_dir_;
   const StoreOptions options_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<ShuffleStore>> shuffles_;
   std::map<std::string, DamagedShuffle> damaged_;
+  std::set<std::string> reopening_;  // wedged stores being reopened
   uint64_t trash_counter_ = 0;
 };
 

@@ -1,5 +1,6 @@
 #include "server/shuffle_service.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -12,7 +13,10 @@
 namespace sluice {
 namespace {
 
-using rpc::ToGrpcStatus;
+// What a client is told: the status, with paths relative to the data directory.
+grpc::Status ToClient(const ShuffleServiceImpl::Deps& deps, const absl::Status& st) {
+  return st.ok() ? grpc::Status::OK : rpc::ToGrpcStatus(deps.registry->WithRelativePaths(st));
+}
 using v1::FetchRequest;
 using v1::FetchResponse;
 using v1::PushRequest;
@@ -153,7 +157,7 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
 
   void Fail(const absl::Status& st) {
     attempt_.Abort(st);
-    Finish(ToGrpcStatus(st));
+    Finish(ToClient(deps_, st));
   }
 
   const ShuffleServiceImpl::Deps& deps_;
@@ -201,7 +205,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     deps_.pool->Submit([this] {
       auto session = FetchSession::Make(spec_, deps_.fetch, &cancelled_);
       if (!session.ok()) {
-        Finish(ToGrpcStatus(session.status()));
+        Finish(ToClient(deps_, session.status()));
         return;
       }
       session_ = std::move(session).value();
@@ -256,7 +260,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     if (!more.ok()) {
       spdlog::error("event=fetch_failed shuffle={} partition={} error=\"{}\"", spec_.shuffle_id,
                     spec_.partition, std::string(more.status().message()));
-      Finish(ToGrpcStatus(more.status()));
+      Finish(ToClient(deps_, more.status()));
       return;
     }
     if (!*more) {
@@ -302,14 +306,27 @@ void FillDamaged(const DamagedShuffle& d, v1::ShuffleInfo* info) {
   info->set_damage(std::string(d.reason.message()));
 }
 
-void FillInfo(const ShuffleStore& store, bool partitions, v1::ShuffleInfo* info) {
+constexpr uint32_t kMaxPartitionsPerPage = 16384;
+constexpr uint32_t kDefaultShufflesPerPage = 1000;
+constexpr uint32_t kMaxShufflesPerPage = 10000;
+
+// The shuffle's summary and, when `max_partitions` > 0, the details of up to that many of its
+// partitions from `first` on.
+void FillInfo(const ShuffleStore& store, uint32_t first, uint32_t max_partitions,
+              v1::ShuffleInfo* info) {
   const ShuffleParams& p = store.params();
   info->set_shuffle_id(p.shuffle_id);
   info->set_num_partitions(p.num_partitions);
   info->set_num_mappers(p.num_mappers);
   for (uint32_t m : store.CommittedMappers()) info->add_committed_mappers(m);
-  if (!partitions) return;
-  for (uint32_t i = 0; i < p.num_partitions; ++i) {
+  if (store.wedged()) {
+    info->set_wedged(true);
+    info->set_wedge(std::string(store.WedgedError().message()));
+  }
+  if (max_partitions == 0) return;
+  const uint32_t end =
+      static_cast<uint32_t>(std::min<uint64_t>(p.num_partitions, uint64_t{first} + max_partitions));
+  for (uint32_t i = first; i < end; ++i) {
     const PartitionStats s = store.Stats(i);
     auto* pi = info->add_partitions();
     pi->set_partition_id(i);
@@ -317,6 +334,7 @@ void FillInfo(const ShuffleStore& store, bool partitions, v1::ShuffleInfo* info)
     pi->set_bytes(s.bytes);
     pi->set_frames(s.frames);
   }
+  info->set_next_partition(end < p.num_partitions ? end : 0);
 }
 
 }  // namespace
@@ -335,7 +353,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::CreateShuffle(grpc::CallbackServer
                      params.num_partitions, params.num_mappers);
       }
     }
-    reactor->Finish(ToGrpcStatus(created.status()));
+    reactor->Finish(ToClient(deps_, created.status()));
   });
   return reactor;
 }
@@ -351,25 +369,58 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
       return;
     }
     auto store = deps_.registry->Get(req->shuffle_id());
-    if (store.ok()) FillInfo(**store, /*partitions=*/true, resp);
-    reactor->Finish(ToGrpcStatus(store.status()));
+    if (!store.ok()) {
+      reactor->Finish(ToClient(deps_, store.status()));
+      return;
+    }
+    const uint32_t partitions = (*store)->params().num_partitions;
+    if (req->first_partition() >= partitions) {
+      reactor->Finish(ToClient(deps_, absl::InvalidArgumentError(
+                                          absl::StrCat("first_partition ", req->first_partition(),
+                                                       " is out of range [0, ", partitions, ")"))));
+      return;
+    }
+    const uint32_t page = req->max_partitions() == 0
+                              ? kMaxPartitionsPerPage
+                              : std::min(req->max_partitions(), kMaxPartitionsPerPage);
+    FillInfo(**store, req->first_partition(), page, resp);
+    reactor->Finish(grpc::Status::OK);
   });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* ShuffleServiceImpl::ListShuffles(grpc::CallbackServerContext* ctx,
-                                                           const v1::ListShufflesRequest*,
+                                                           const v1::ListShufflesRequest* req,
                                                            v1::ListShufflesResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  deps_.meta_pool->Submit([this, reactor, resp] {
-    std::map<std::string, v1::ShuffleInfo> by_id;  // served and damaged ones, in id order
-    for (const auto& store : deps_.registry->List()) {
-      FillInfo(*store, /*partitions=*/false, &by_id[store->params().shuffle_id]);
+  deps_.meta_pool->Submit([this, reactor, req, resp] {
+    const uint32_t page = req->page_size() == 0 ? kDefaultShufflesPerPage
+                                                : std::min(req->page_size(), kMaxShufflesPerPage);
+    const std::string& after = req->page_token();
+    // Served and damaged ones, in id order, after the token.
+    std::map<std::string, std::shared_ptr<ShuffleStore>> served;
+    for (auto& store : deps_.registry->List()) {
+      if (store->params().shuffle_id > after) served.emplace(store->params().shuffle_id, store);
     }
-    for (const DamagedShuffle& d : deps_.registry->ListDamaged()) {
-      FillDamaged(d, &by_id[d.params.shuffle_id]);
+    std::map<std::string, DamagedShuffle> damaged;
+    for (DamagedShuffle& d : deps_.registry->ListDamaged()) {
+      if (d.params.shuffle_id > after) damaged.emplace(d.params.shuffle_id, std::move(d));
     }
-    for (auto& [id, info] : by_id) *resp->add_shuffles() = std::move(info);
+    auto s = served.begin();
+    auto d = damaged.begin();
+    while ((s != served.end() || d != damaged.end()) &&
+           static_cast<uint32_t>(resp->shuffles_size()) < page) {
+      if (d == damaged.end() || (s != served.end() && s->first < d->first)) {
+        FillInfo(*s->second, 0, 0, resp->add_shuffles());
+        ++s;
+      } else {
+        FillDamaged(d->second, resp->add_shuffles());
+        ++d;
+      }
+    }
+    if (s != served.end() || d != damaged.end()) {
+      resp->set_next_page_token(resp->shuffles(resp->shuffles_size() - 1).shuffle_id());
+    }
     reactor->Finish(grpc::Status::OK);
   });
   return reactor;
@@ -382,7 +433,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::DeleteShuffle(grpc::CallbackServer
   deps_.meta_pool->Submit([this, reactor, req] {  // removes files: off-thread
     absl::Status st = deps_.registry->Delete(req->shuffle_id());
     if (st.ok()) spdlog::info("event=delete shuffle={}", req->shuffle_id());
-    reactor->Finish(ToGrpcStatus(st));
+    reactor->Finish(ToClient(deps_, st));
   });
   return reactor;
 }

@@ -119,6 +119,16 @@ class ShuffleStore {
   /// Later Appends and Commits fail with NOT_FOUND; the caller removes the (renamed) directory.
   void MarkDeleted();
 
+  /// Push attempts writing to this store (the registry counts them, under its lock, to know
+  /// when a wedged store may be reopened).
+  void BeginWriter() { writers_.fetch_add(1); }
+  void EndWriter() { writers_.fetch_sub(1); }
+  int writers() const { return writers_.load(); }
+  /// A failed disk write or sync stopped the commit log (CommitLog's latch): no commit is
+  /// taken until the store is opened again. The reason, for status calls.
+  bool wedged() const { return log_ != nullptr && log_->broken(); }
+  absl::Status WedgedError() const { return log_->BrokenError(); }
+
  private:
   struct Partition {
     std::mutex mu;
@@ -149,6 +159,7 @@ class ShuffleStore {
   const std::string dir_;
   file::Fd dir_fd_;
   std::atomic<bool> destroyed_{false};
+  std::atomic<int> writers_{0};
   const ShuffleParams params_;
   const StoreOptions options_;
   std::vector<std::unique_ptr<Partition>> partitions_;

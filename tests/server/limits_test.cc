@@ -321,8 +321,9 @@ TEST_F(LimitsTest, ACancelledPushIsLoggedAsCancelled) {
   for (size_t at = 0; (at = text.find("code=CANCELLED", at)) != std::string::npos; ++at) {
     ++cancelled;
   }
-  // (A stream cancelled before its open was handled has no attempt to log.)
-  EXPECT_GE(cancelled, 15u) << text;
+  // (A stream cancelled before its open was handled has no attempt to log: how many were
+  // depends on timing. What matters: none is logged as anything but CANCELLED.)
+  EXPECT_GE(cancelled, 1u) << text;
   EXPECT_EQ(text.find("FAILED_PRECONDITION"), std::string::npos) << text;
 }
 

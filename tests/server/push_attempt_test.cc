@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <string>
 #include <vector>
 
+#include "codec/status_macros.h"
+#include "server/file_util.h"
 #include "tests/harness/frames.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"
@@ -166,6 +169,84 @@ TEST_F(PushAttemptTest, AnAttemptDroppedBeforeItsCommitLeavesNothing) {
   ASSERT_OK_AND_ASSIGN(PushSummary summary, b.Commit(1, 4));
   EXPECT_FALSE(summary.duplicate);
   EXPECT_EQ(CommittedRecords(), 4u);
+}
+
+// Issue 15, finding 10: a failed commit-log sync wedged the shuffle until a restart, and the
+// refused attempt's blocks stayed on disk. Once the disk works again and no push writes to it,
+// the next push reopens it (re-verifying, reclaiming the refused attempt) and goes on.
+TEST(WedgedShuffleTest, TheNextPushReopensAWedgedShuffleAndItsSpaceComesBack) {
+  TempDir dir;
+  std::atomic<bool> fail_sync{false};
+  StoreOptions options;
+  options.sync_data = [&](int fd, const std::string& path) -> absl::Status {
+    if (fail_sync.load()) return absl::InternalError("fdatasync " + path + ": EIO");
+    return file::SyncData(fd, path);
+  };
+  ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(dir.path(), options, nullptr));
+  ASSERT_OK(registry->Create(ShuffleParams{"s", 1, 0}).status());
+  auto disk_bytes = [&] {
+    struct stat st;
+    if (::stat((dir.path() + "/shuffles/s/p0.data").c_str(), &st) != 0) return uint64_t{0};
+    return static_cast<uint64_t>(st.st_blocks) * 512;
+  };
+  auto push = [&](uint32_t mapper, const std::string& frame) -> absl::Status {
+    PushAttempt a(registry.get(), PushLimits{});
+    SLUICE_RETURN_IF_ERROR(a.Open("s", mapper, 1));
+    SLUICE_RETURN_IF_ERROR(a.AddFrame(0, Bytes(frame)));
+    auto summary = a.Commit(1, 1);
+    if (!summary.ok()) a.Abort(summary.status());
+    return summary.status();
+  };
+  ASSERT_OK(push(0, BigFrame()));
+  const uint64_t committed_bytes = disk_bytes();
+
+  fail_sync = true;  // the disk fails one commit
+  EXPECT_THAT(push(1, BigFrame()), StatusIs(StatusCode::kInternal, "EIO"));
+  fail_sync = false;
+  ASSERT_OK_AND_ASSIGN(auto wedged, registry->Get("s"));
+  EXPECT_TRUE(wedged->wedged());
+  EXPECT_GT(disk_bytes(), committed_bytes);  // the refused attempt's blocks, left for recovery
+  wedged.reset();
+
+  // The disk works again: the next push reopens the shuffle and commits.
+  ASSERT_OK(push(2, BigFrame()));
+  ASSERT_OK_AND_ASSIGN(auto store, registry->Get("s"));
+  EXPECT_FALSE(store->wedged());
+  EXPECT_EQ(store->CommittedMappers(), (std::vector<uint32_t>{0, 2}));
+  EXPECT_LE(disk_bytes(), 2 * committed_bytes + 8192) << "the refused attempt was not reclaimed";
+}
+
+// While a push still writes to a wedged shuffle, it is not reopened under it: others are told
+// to retry.
+TEST(WedgedShuffleTest, AWedgedShuffleWithARunningPushSaysRetry) {
+  TempDir dir;
+  std::atomic<bool> fail_sync{false};
+  StoreOptions options;
+  options.sync_data = [&](int fd, const std::string& path) -> absl::Status {
+    if (fail_sync.load()) return absl::InternalError("fdatasync: EIO");
+    return file::SyncData(fd, path);
+  };
+  ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(dir.path(), options, nullptr));
+  ASSERT_OK(registry->Create(ShuffleParams{"s", 1, 0}).status());
+  const std::string frame = EncodeRows(MakeRows(0, 10));
+  PushAttempt running(registry.get(), PushLimits{});
+  ASSERT_OK(running.Open("s", 5, 1));
+  ASSERT_OK(running.AddFrame(0, Bytes(frame)));
+  {
+    fail_sync = true;
+    PushAttempt a(registry.get(), PushLimits{});
+    ASSERT_OK(a.Open("s", 1, 1));
+    ASSERT_OK(a.AddFrame(0, Bytes(frame)));
+    EXPECT_FALSE(a.Commit(1, 10).ok());
+    fail_sync = false;
+  }
+  PushAttempt refused(registry.get(), PushLimits{});
+  EXPECT_THAT(refused.Open("s", 2, 1), StatusIs(StatusCode::kUnavailable, "retry"));
+  running.Abort(absl::CancelledError("gone"));
+  PushAttempt next(registry.get(), PushLimits{});
+  ASSERT_OK(next.Open("s", 2, 1));
+  ASSERT_OK(next.AddFrame(0, Bytes(frame)));
+  ASSERT_OK(next.Commit(1, 10).status());
 }
 
 }  // namespace

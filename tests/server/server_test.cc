@@ -810,6 +810,68 @@ TEST_F(ServerTest, ListShufflesListsWhatExists) {
   ASSERT_EQ(resp.shuffles_size(), 2);
   EXPECT_EQ(resp.shuffles(1).shuffle_id(), "b");
   EXPECT_EQ(resp.shuffles(1).num_mappers(), 5u);
+  EXPECT_TRUE(resp.next_page_token().empty());
+}
+
+// Issue 15, finding 13: ListShuffles and GetShuffle answered everything in one message
+// (65,536 partitions' details, every shuffle); both are paged now, and the client reads every
+// page.
+TEST_F(ServerTest, ListAndGetArePagedAndTheClientReadsEveryPage) {
+  for (int i = 0; i < 25; ++i) ASSERT_OK(Create("s" + std::to_string(100 + i), 1, 0));
+  std::vector<std::string> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    grpc::ClientContext ctx;
+    pb::ListShufflesRequest req;
+    req.set_page_size(10);
+    req.set_page_token(token);
+    pb::ListShufflesResponse resp;
+    ASSERT_OK(stub_->ListShuffles(&ctx, req, &resp));
+    EXPECT_LE(resp.shuffles_size(), 10);
+    for (const auto& info : resp.shuffles()) seen.push_back(info.shuffle_id());
+    token = resp.next_page_token();
+    ++pages;
+  } while (!token.empty() && pages < 10);
+  EXPECT_EQ(pages, 3);
+  ASSERT_EQ(seen.size(), 25u);
+  for (int i = 0; i < 25; ++i) EXPECT_EQ(seen[i], "s" + std::to_string(100 + i));
+
+  ASSERT_OK(Create("wide", 40000, 0));
+  {
+    grpc::ClientContext ctx;
+    pb::GetShuffleRequest req;
+    req.set_shuffle_id("wide");
+    pb::ShuffleInfo info;
+    ASSERT_OK(stub_->GetShuffle(&ctx, req, &info));
+    EXPECT_EQ(info.partitions_size(), 16384);
+    EXPECT_EQ(info.next_partition(), 16384u);
+  }
+  {
+    grpc::ClientContext ctx;
+    pb::GetShuffleRequest req;
+    req.set_shuffle_id("wide");
+    req.set_first_partition(39990);
+    req.set_max_partitions(100);
+    pb::ShuffleInfo info;
+    ASSERT_OK(stub_->GetShuffle(&ctx, req, &info));
+    ASSERT_EQ(info.partitions_size(), 10);
+    EXPECT_EQ(info.partitions(0).partition_id(), 39990u);
+    EXPECT_EQ(info.next_partition(), 0u);
+  }
+  {
+    grpc::ClientContext ctx;
+    pb::GetShuffleRequest req;
+    req.set_shuffle_id("wide");
+    req.set_first_partition(40000);
+    pb::ShuffleInfo info;
+    EXPECT_EQ(stub_->GetShuffle(&ctx, req, &info).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  ASSERT_OK_AND_ASSIGN(auto client, server_->Client());
+  ASSERT_OK_AND_ASSIGN(ShuffleStatus wide, client->GetShuffle("wide"));
+  EXPECT_EQ(wide.partitions.size(), 40000u);
+  ASSERT_OK_AND_ASSIGN(auto all, client->ListShuffles());
+  EXPECT_EQ(all.size(), 26u);
 }
 
 }  // namespace
@@ -867,6 +929,10 @@ TEST_F(DiskFullTest, FullDiskIsResourceExhaustedAndCommittedDataStays) {
   ASSERT_TRUE(push(0, 2).ok());   // ~400 KB: fits
   grpc::Status st = push(1, 30);  // ~6 MB: does not
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  // Issue 15, finding 13: the client is told which file, relative to the data directory; the
+  // server's own paths stay in its log.
+  EXPECT_NE(st.error_message().find("shuffles/d/"), std::string::npos) << st.error_message();
+  EXPECT_EQ(st.error_message().find(mount_), std::string::npos) << st.error_message();
   // The failed attempt's space was given back: a small push fits again.
   EXPECT_OK(push(2, 2));
   grpc::ClientContext ctx;
