@@ -55,8 +55,11 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   if (::pipe2(out, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   }
-  std::vector<std::string> args = {binary, absl::StrCat("--listen=", host, ":0")};
+  // --listen last, so that `binary` may be a wrapper (prlimit, say) whose own options come
+  // first in `flags`.
+  std::vector<std::string> args = {binary};
   args.insert(args.end(), flags.begin(), flags.end());
+  args.push_back(absl::StrCat("--listen=", host, ":0"));
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

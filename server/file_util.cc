@@ -1,6 +1,8 @@
 #include "server/file_util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,8 +30,39 @@ Fd::~Fd() {
 absl::Status ErrnoStatus(int err, const std::string& what, const std::string& path) {
   const std::string msg = absl::StrCat(what, " ", path, ": ", std::strerror(err));
   if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(msg);
+  if (err == EMFILE || err == ENFILE) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(msg, " (the server's open files limit is ", OpenFilesLimit(),
+                     "; raise it, e.g. ulimit -n or LimitNOFILE, or delete shuffles)"));
+  }
   if (err == ENOENT) return absl::NotFoundError(msg);
   return absl::InternalError(msg);
+}
+
+uint64_t OpenFilesLimit() {
+  struct rlimit r;
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return 0;
+  return r.rlim_cur == RLIM_INFINITY ? ~uint64_t{0} : static_cast<uint64_t>(r.rlim_cur);
+}
+
+uint64_t RaiseOpenFilesLimit() {
+  struct rlimit r;
+  if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &r);
+  }
+  return OpenFilesLimit();
+}
+
+size_t OpenFdCount() {
+  size_t n = 0;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return 0;
+  while (const dirent* e = ::readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  ::closedir(d);
+  return n > 0 ? n - 1 : 0;  // not the listing's own descriptor
 }
 
 absl::StatusOr<Fd> OpenForAppend(const std::string& path) {

@@ -60,6 +60,14 @@ absl::Status MakeDirs(const std::string& dir);
 absl::Status RemoveTree(const std::string& dir);
 bool Exists(const std::string& path);
 
+/// The process's soft limit of open descriptors (RLIMIT_NOFILE).
+uint64_t OpenFilesLimit();
+/// Raises the soft limit to the hard one; returns the soft limit now.
+uint64_t RaiseOpenFilesLimit();
+/// Descriptors this process has open now (a /proc/self/fd listing: for admission checks, not
+/// hot paths).
+size_t OpenFdCount();
+
 }  // namespace sluice::file
 
 #endif  // SLUICE_SERVER_FILE_UTIL_H_

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "codec/frame_format.h"
+#include "server/file_util.h"
 #include "server/sluice_server.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -90,6 +91,9 @@ int main(int argc, char** argv) {
         level);
     return 2;
   }
+  // Every shuffle holds descriptors: take all the hard limit allows (docs/operations.md).
+  const uint64_t open_files = sluice::file::RaiseOpenFilesLimit();
+  spdlog::info("event=open_files_limit limit={}", open_files);
   auto opts = OptionsFromFlags();
   if (!opts.ok()) {
     spdlog::critical("event=start_failed error=\"{}\"", opts.status().ToString());

@@ -30,6 +30,25 @@ std::string ShuffleRegistry::ShuffleDir(const std::string& id) const {
   return absl::StrCat(data_dir_, "/shuffles/", id);
 }
 
+namespace {
+
+// Descriptors kept free for what is not a shuffle's: accepting connections, gRPC's own,
+// temporary and merge files.
+constexpr uint64_t kFdHeadroom = 64;
+
+// RESOURCE_EXHAUSTED when fewer than `need` + the headroom descriptors are left.
+absl::Status CheckFdHeadroom(uint64_t need, const std::string& what) {
+  const uint64_t limit = file::OpenFilesLimit();
+  const uint64_t open = file::OpenFdCount();
+  if (open + need + kFdHeadroom <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      what, ": the server has ", open, " of its ", limit, " open files in use (its limit, less ",
+      kFdHeadroom,
+      " kept for connections); raise it, e.g. ulimit -n or LimitNOFILE, or delete shuffles"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
     const std::string& data_dir, const StoreOptions& options,
     std::map<std::string, absl::Status>* failed) {
@@ -45,7 +64,13 @@ absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
       continue;
     }
     if (!ValidateId(id).ok()) continue;  // not ours (or a leftover temp directory)
-    auto store = ShuffleStore::Open(entry.path().string(), options);
+    // A start must come up whatever the limit: past it, shuffles are left unopened (and say
+    // so) rather than taking the descriptors connections need.
+    const absl::Status room =
+        CheckFdHeadroom(2, absl::StrCat("shuffle '", id, "' was not opened at start"));
+    absl::StatusOr<std::unique_ptr<ShuffleStore>> store =
+        room.ok() ? ShuffleStore::Open(entry.path().string(), options)
+                  : absl::StatusOr<std::unique_ptr<ShuffleStore>>(room);
     if (!store.ok()) {
       DamagedShuffle damaged;
       damaged.params =
@@ -84,9 +109,16 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
                                                  "' already exists with ", have.num_partitions,
                                                  " partitions and ", have.num_mappers, " mappers"));
   }
-  SLUICE_ASSIGN_OR_RETURN(auto store,
-                          ShuffleStore::Create(ShuffleDir(params.shuffle_id), params, options_));
-  shuffles_.emplace(params.shuffle_id, std::shared_ptr<ShuffleStore>(std::move(store)));
+  SLUICE_RETURN_IF_ERROR(
+      CheckFdHeadroom(2, absl::StrCat("shuffle '", params.shuffle_id, "' was not created")));
+  const std::string dir = ShuffleDir(params.shuffle_id);
+  auto store = ShuffleStore::Create(dir, params, options_);
+  if (!store.ok()) {
+    // Nothing half-made stays behind (a directory a restart would find damaged).
+    if (store.status().code() != absl::StatusCode::kAlreadyExists) (void)file::RemoveTree(dir);
+    return WithRelativePaths(store.status());
+  }
+  shuffles_.emplace(params.shuffle_id, std::shared_ptr<ShuffleStore>(std::move(store).value()));
   return true;
 }
 
@@ -95,6 +127,11 @@ absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::Get(const std::st
   auto it = shuffles_.find(id);
   if (it != shuffles_.end()) return it->second;
   if (auto d = damaged_.find(id); d != damaged_.end()) {
+    if (d->second.reason.code() != absl::StatusCode::kDataLoss &&
+        d->second.reason.code() != absl::StatusCode::kNotFound) {
+      return absl::UnavailableError(
+          absl::StrCat("shuffle '", id, "' is not open (", d->second.reason.message(), ")"));
+    }
     return absl::DataLossError(absl::StrCat("shuffle '", id, "' is damaged and serves no data (",
                                             d->second.reason.message(),
                                             "); DeleteShuffle removes it"));

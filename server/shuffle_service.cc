@@ -302,8 +302,14 @@ void FillDamaged(const DamagedShuffle& d, v1::ShuffleInfo* info) {
   info->set_shuffle_id(d.params.shuffle_id);
   info->set_num_partitions(d.params.num_partitions);
   info->set_num_mappers(d.params.num_mappers);
-  info->set_damaged(true);
-  info->set_damage(std::string(d.reason.message()));
+  const auto code = d.reason.code();
+  if (code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kNotFound) {
+    info->set_damaged(true);
+    info->set_damage(std::string(d.reason.message()));
+  } else {  // not opened at start (out of descriptors, say): nothing is wrong with its data
+    info->set_wedged(true);
+    info->set_wedge(std::string(d.reason.message()));
+  }
 }
 
 constexpr uint32_t kMaxPartitionsPerPage = 16384;

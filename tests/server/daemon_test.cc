@@ -10,6 +10,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <future>
 #include <mutex>
 #include <set>
@@ -17,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "client/server_process.h"
+#include "client/shuffle_client.h"
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
@@ -272,6 +276,72 @@ TEST(DaemonTest, AStoppedServerIsUnavailableWithinTheKeepaliveBound) {
   std::printf("push failed %.1f s after the stop: %s\n", push_s, pushed.ToString().c_str());
   EXPECT_TRUE(fetch_done) << "the fetch hung on a stopped server";
   EXPECT_THAT(fetch.get(), StatusIs(absl::StatusCode::kUnavailable, ""));
+}
+
+// Reads the soft and hard open-files limits of process `pid` from /proc.
+std::pair<long, long> OpenFilesLimit(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/limits").c_str(), "r");
+  char line[256];
+  std::pair<long, long> out{-1, -1};
+  while (f != nullptr && std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::strncmp(line, "Max open files", 14) == 0) {
+      std::sscanf(line + 14, "%ld %ld", &out.first, &out.second);
+    }
+  }
+  if (f != nullptr) std::fclose(f);
+  return out;
+}
+
+// Issue 15, finding 4 (the parts that do not depend on the storage layout): the server raises
+// its soft open-files limit to the hard one at start, a CreateShuffle that runs out of
+// descriptors fails with RESOURCE_EXHAUSTED naming the limit and leaves no directory behind,
+// and the server still starts on that data directory.
+TEST(DaemonTest, OutOfDescriptorsIsResourceExhaustedAndTheServerStillStarts) {
+  testing::TempDir dir;
+  {
+    // Soft 64, hard 4096: the server takes the hard limit.
+    ASSERT_OK_AND_ASSIGN(
+        auto server,
+        ServerProcess::Start("/usr/bin/prlimit", {"--nofile=64:4096", SLUICE_SERVER_BIN,
+                                                  "--data_dir=" + dir.path(), "--log_level=warn"}));
+    EXPECT_EQ(OpenFilesLimit(server->pid()), (std::pair<long, long>{4096, 4096}));
+    ASSERT_OK(server->Stop());
+  }
+  int created = 0;
+  {
+    // Hard 128: shuffles use descriptors until CreateShuffle cannot get one.
+    ASSERT_OK_AND_ASSIGN(
+        auto server,
+        ServerProcess::Start("/usr/bin/prlimit", {"--nofile=128:128", SLUICE_SERVER_BIN,
+                                                  "--data_dir=" + dir.path(), "--log_level=warn"}));
+    ClientOptions options;
+    options.server = "127.0.0.1:" + std::to_string(server->port());
+    ASSERT_OK_AND_ASSIGN(auto client, ShuffleClient::Connect(options));
+    absl::Status st;
+    for (; created < 500; ++created) {
+      st = client->CreateShuffle("s" + std::to_string(created), 1, 0).status();
+      if (!st.ok()) break;
+    }
+    EXPECT_THAT(st, StatusIs(absl::StatusCode::kResourceExhausted, "open files"));
+    EXPECT_FALSE(std::filesystem::exists(dir.path() + "/shuffles/s" + std::to_string(created)))
+        << "a failed CreateShuffle left its directory behind";
+    client.reset();
+    ASSERT_OK(server->Stop());
+  }
+  ASSERT_GT(created, 10);
+  // The same limit, the same data directory: the server comes up, and says which shuffles it
+  // could not open.
+  ASSERT_OK_AND_ASSIGN(auto server,
+                       ServerProcess::Start("/usr/bin/prlimit",
+                                            {"--nofile=128:128", SLUICE_SERVER_BIN,
+                                             "--data_dir=" + dir.path(), "--log_level=warn"},
+                                            "127.0.0.1", std::chrono::seconds(20)));
+  ClientOptions options;
+  options.server = "127.0.0.1:" + std::to_string(server->port());
+  ASSERT_OK_AND_ASSIGN(auto client, ShuffleClient::Connect(options));
+  ASSERT_OK_AND_ASSIGN(auto all, client->ListShuffles());
+  EXPECT_EQ(static_cast<int>(all.size()), created);
+  ASSERT_OK(server->Stop());
 }
 
 }  // namespace
