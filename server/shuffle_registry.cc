@@ -36,10 +36,10 @@ namespace {
 // temporary and merge files.
 constexpr uint64_t kFdHeadroom = 64;
 
-// RESOURCE_EXHAUSTED when fewer than `need` + the headroom descriptors are left.
-absl::Status CheckFdHeadroom(uint64_t need, const std::string& what) {
+// RESOURCE_EXHAUSTED when fewer than `need` + the headroom descriptors are left, `open` being
+// how many are open now.
+absl::Status CheckFdHeadroom(uint64_t open, uint64_t need, const std::string& what) {
   const uint64_t limit = file::OpenFilesLimit();
-  const uint64_t open = file::OpenFdCount();
   if (open + need + kFdHeadroom <= limit) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       what, ": the server has ", open, " of its ", limit, " open files in use (its limit, less ",
@@ -56,6 +56,7 @@ absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
   const std::string root = absl::StrCat(data_dir, "/shuffles");
   SLUICE_RETURN_IF_ERROR(file::MakeDirs(root));
   std::error_code ec;
+  uint64_t open_fds = file::OpenFdCount() + 1;  // (+1: the listing's own)
   for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
     if (!entry.is_directory()) continue;
     const std::string id = entry.path().filename().string();
@@ -66,11 +67,14 @@ absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
     if (!ValidateId(id).ok()) continue;  // not ours (or a leftover temp directory)
     // A start must come up whatever the limit: past it, shuffles are left unopened (and say
     // so) rather than taking the descriptors connections need.
+    // (Counted as stores open, not listed each time: a start with 10,000 shuffles must not
+    // list /proc/self/fd 10,000 times.)
     const absl::Status room =
-        CheckFdHeadroom(2, absl::StrCat("shuffle '", id, "' was not opened at start"));
+        CheckFdHeadroom(open_fds, 2, absl::StrCat("shuffle '", id, "' was not opened at start"));
     absl::StatusOr<std::unique_ptr<ShuffleStore>> store =
         room.ok() ? ShuffleStore::Open(entry.path().string(), options)
                   : absl::StatusOr<std::unique_ptr<ShuffleStore>>(room);
+    if (store.ok()) open_fds += (*store)->open_files();
     if (!store.ok()) {
       DamagedShuffle damaged;
       damaged.params =
@@ -109,8 +113,8 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
                                                  "' already exists with ", have.num_partitions,
                                                  " partitions and ", have.num_mappers, " mappers"));
   }
-  SLUICE_RETURN_IF_ERROR(
-      CheckFdHeadroom(2, absl::StrCat("shuffle '", params.shuffle_id, "' was not created")));
+  SLUICE_RETURN_IF_ERROR(CheckFdHeadroom(
+      file::OpenFdCount(), 2, absl::StrCat("shuffle '", params.shuffle_id, "' was not created")));
   const std::string dir = ShuffleDir(params.shuffle_id);
   auto store = ShuffleStore::Create(dir, params, options_);
   if (!store.ok()) {

@@ -451,6 +451,15 @@ absl::Status ShuffleStore::ReclaimUnowned() {
   return absl::OkStatus();
 }
 
+size_t ShuffleStore::open_files() const {
+  size_t n = (dir_fd_.valid() ? 1 : 0) + (log_ != nullptr ? 1 : 0);
+  for (const auto& p : partitions_) {
+    std::lock_guard<std::mutex> lock(p->mu);
+    if (p->fd.valid()) ++n;
+  }
+  return n;
+}
+
 void ShuffleStore::MarkDeleted() {
   std::lock_guard<std::mutex> lock(commit_mu_);
   destroyed_.store(true);

@@ -119,6 +119,9 @@ class ShuffleStore {
   /// Later Appends and Commits fail with NOT_FOUND; the caller removes the (renamed) directory.
   void MarkDeleted();
 
+  /// Descriptors the store holds now: its directory, its log, and each open partition file.
+  size_t open_files() const;
+
   /// Push attempts writing to this store (the registry counts them, under its lock, to know
   /// when a wedged store may be reopened).
   void BeginWriter() { writers_.fetch_add(1); }
