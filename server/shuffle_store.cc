@@ -80,14 +80,46 @@ absl::StatusOr<ShuffleParams> DecodeParams(const std::string& s, const std::stri
 
 }  // namespace
 
-ShuffleStore::ShuffleStore(std::string dir, ShuffleParams params, StoreOptions options)
-    : dir_(std::move(dir)), params_(std::move(params)), options_(options) {
-  partitions_.reserve(params_.num_partitions);
-  for (uint32_t i = 0; i < params_.num_partitions; ++i) {
-    partitions_.push_back(std::make_unique<Partition>());
+ShuffleStore::PartitionTable::PartitionTable(uint32_t count)
+    : chunks_((count + kChunk - 1) / kChunk) {}
+
+ShuffleStore::PartitionTable::~PartitionTable() {
+  for (auto& c : chunks_) {
+    Chunk* chunk = c.load();
+    if (chunk == nullptr) continue;
+    for (auto& slot : chunk->slots) delete slot.load();
+    delete chunk;
   }
-  stats_.resize(params_.num_partitions);
 }
+
+ShuffleStore::Partition* ShuffleStore::PartitionTable::Find(uint32_t i) const {
+  if (i / kChunk >= chunks_.size()) return nullptr;
+  Chunk* chunk = chunks_[i / kChunk].load(std::memory_order_acquire);
+  return chunk == nullptr ? nullptr : chunk->slots[i % kChunk].load(std::memory_order_acquire);
+}
+
+ShuffleStore::Partition& ShuffleStore::PartitionTable::Get(uint32_t i) {
+  if (Partition* p = Find(i)) return *p;
+  std::lock_guard<std::mutex> lock(make_mu_);
+  Chunk* chunk = chunks_[i / kChunk].load(std::memory_order_acquire);
+  if (chunk == nullptr) {
+    chunk = new Chunk();
+    chunks_[i / kChunk].store(chunk, std::memory_order_release);
+  }
+  Partition* p = chunk->slots[i % kChunk].load(std::memory_order_acquire);
+  if (p == nullptr) {
+    p = new Partition();
+    chunk->slots[i % kChunk].store(p, std::memory_order_release);
+    made_.fetch_add(1);
+  }
+  return *p;
+}
+
+ShuffleStore::ShuffleStore(std::string dir, ShuffleParams params, StoreOptions options)
+    : dir_(std::move(dir)),
+      params_(std::move(params)),
+      options_(options),
+      partitions_(params_.num_partitions) {}
 
 ShuffleStore::~ShuffleStore() = default;
 
@@ -108,7 +140,9 @@ CommitLog::Options ShuffleStore::LogOptions() {
 
 absl::Status ShuffleStore::SyncPartitions(const std::set<uint32_t>& partitions) {
   for (uint32_t part : partitions) {
-    const int fd = partitions_[part]->fd.get();
+    Partition* p = partitions_.Find(part);
+    if (p == nullptr) continue;  // (blocks are only ever in made partitions)
+    const int fd = p->fd.get();
     SLUICE_RETURN_IF_ERROR(options_.sync_data ? options_.sync_data(fd, PartitionPath(part))
                                               : file::SyncData(fd, PartitionPath(part)));
   }
@@ -194,7 +228,7 @@ absl::StatusOr<BlockRef> ShuffleStore::Append(uint32_t mapper, uint64_t attempt,
   if (h.frame_size() != frame.size()) {
     return absl::InvalidArgumentError("Append takes exactly one whole frame");
   }
-  Partition& p = *partitions_[partition];
+  Partition& p = partitions_.Get(partition);
   BlockRef ref;
   ref.partition = partition;
   ref.frame_size = static_cast<uint32_t>(frame.size());
@@ -252,7 +286,7 @@ absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t att
 
 void ShuffleStore::AddCommitLocked(uint32_t mapper, CommittedAttempt commit) {
   for (const BlockRef& b : commit.blocks) {
-    PartitionStats& s = stats_[b.partition];
+    PartitionStats& s = partitions_.Get(b.partition).stats;
     s.records += b.records;
     s.bytes += b.frame_size;
     s.frames += 1;
@@ -262,9 +296,9 @@ void ShuffleStore::AddCommitLocked(uint32_t mapper, CommittedAttempt commit) {
 
 void ShuffleStore::Discard(absl::Span<const BlockRef> blocks) {
   for (const BlockRef& b : blocks) {
-    if (b.partition >= partitions_.size()) continue;
-    Partition& p = *partitions_[b.partition];
-    if (!p.fd.valid()) continue;
+    Partition* found = partitions_.Find(b.partition);
+    if (found == nullptr || !found->fd.valid()) continue;
+    Partition& p = *found;
     // Best effort: a file system without hole punching keeps the bytes until the next Open.
     (void)file::PunchHole(p.fd.get(), PartitionPath(b.partition), b.offset,
                           kBlockHeaderSize + b.frame_size);
@@ -291,16 +325,20 @@ std::vector<uint32_t> ShuffleStore::CommittedMappers() const {
 
 PartitionStats ShuffleStore::Stats(uint32_t partition) const {
   std::lock_guard<std::mutex> lock(commit_mu_);
-  return partition < stats_.size() ? stats_[partition] : PartitionStats{};
+  const Partition* p = partitions_.Find(partition);
+  return p != nullptr ? p->stats : PartitionStats{};
 }
 
 absl::Status ShuffleStore::ReadFrame(const BlockRef& block, std::string* frame) const {
-  if (block.partition >= partitions_.size()) {
+  if (block.partition >= params_.num_partitions) {
     return absl::InvalidArgumentError(
         absl::StrCat("partition ", block.partition, " is out of range"));
   }
-  const Partition& p = *partitions_[block.partition];
-  if (!p.fd.valid()) return absl::NotFoundError("partition file is not open");
+  const Partition* found = partitions_.Find(block.partition);
+  if (found == nullptr || !found->fd.valid()) {
+    return absl::NotFoundError("partition file is not open");
+  }
+  const Partition& p = *found;
   const std::string path = PartitionPath(block.partition);
   frame->resize(block.frame_size);
   SLUICE_RETURN_IF_ERROR(file::PreadAll(p.fd.get(), path, block.offset + kBlockHeaderSize,
@@ -319,14 +357,14 @@ absl::Status ShuffleStore::ReadFrame(const BlockRef& block, std::string* frame) 
 }
 
 absl::StatusOr<FrameHeader> ShuffleStore::ReadFrameHeader(const BlockRef& block) const {
-  if (block.partition >= partitions_.size() || !partitions_[block.partition]->fd.valid() ||
-      block.frame_size < kFrameHeaderSize) {
+  const Partition* part = partitions_.Find(block.partition);
+  if (part == nullptr || !part->fd.valid() || block.frame_size < kFrameHeaderSize) {
     return absl::InvalidArgumentError("not a committed block");
   }
   const std::string path = PartitionPath(block.partition);
   uint8_t h[kFrameHeaderSize];
-  SLUICE_RETURN_IF_ERROR(file::PreadAll(partitions_[block.partition]->fd.get(), path,
-                                        block.offset + kBlockHeaderSize, kFrameHeaderSize, h));
+  SLUICE_RETURN_IF_ERROR(
+      file::PreadAll(part->fd.get(), path, block.offset + kBlockHeaderSize, kFrameHeaderSize, h));
   auto header = ParseFrameHeader(absl::MakeConstSpan(h, kFrameHeaderSize),
                                  StoredFrameLimits(options_.limits));
   if (!header.ok()) {
@@ -339,7 +377,7 @@ absl::StatusOr<FrameHeader> ShuffleStore::ReadFrameHeader(const BlockRef& block)
 absl::Status ShuffleStore::VerifyBlock(uint32_t mapper, uint64_t attempt, const BlockRef& block,
                                        bool check_frame) const {
   const std::string path = PartitionPath(block.partition);
-  const Partition& p = *partitions_[block.partition];
+  const Partition& p = *partitions_.Find(block.partition);  // (Recover checked it is open)
   uint8_t h[kBlockHeaderSize];
   SLUICE_RETURN_IF_ERROR(file::PreadAll(p.fd.get(), path, block.offset, kBlockHeaderSize, h));
   if (std::memcmp(h, kBlockMagic, 4) != 0 || h[4] != kBlockVersion ||
@@ -359,8 +397,9 @@ absl::Status ShuffleStore::Recover(bool version1) {
   // 1. The data files there are (one listing, not a lookup per declared partition).
   SLUICE_ASSIGN_OR_RETURN(const std::vector<uint32_t> present, ListPartitionFiles());
   for (uint32_t i : present) {
-    std::lock_guard<std::mutex> lock(partitions_[i]->mu);
-    SLUICE_RETURN_IF_ERROR(EnsureOpen(i, *partitions_[i]));
+    Partition& p = partitions_.Get(i);
+    std::lock_guard<std::mutex> lock(p.mu);
+    SLUICE_RETURN_IF_ERROR(EnsureOpen(i, p));
   }
 
   // 2. The commit log (CommitLog::Open refuses a log that lost acknowledged records, cuts a
@@ -383,7 +422,9 @@ absl::Status ShuffleStore::Recover(bool version1) {
                                               params_.num_mappers, " mappers of the shuffle"));
     }
     for (const BlockRef& b : commit.blocks) {
-      if (b.partition >= params_.num_partitions || !partitions_[b.partition]->fd.valid()) {
+      const Partition* part =
+          b.partition < params_.num_partitions ? partitions_.Find(b.partition) : nullptr;
+      if (part == nullptr || !part->fd.valid()) {
         return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", m, " to partition ",
                                                 b.partition, " whose data file is missing"));
       }
@@ -424,39 +465,38 @@ absl::StatusOr<std::vector<uint32_t>> ShuffleStore::ListPartitionFiles() const {
 absl::Status ShuffleStore::ReclaimUnowned() {
   // Bytes no commit owns belong to attempts that broke or were in flight at a crash: cut the
   // tail of each data file after its last committed block and punch out the gaps.
-  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> owned(params_.num_partitions);
+  std::map<uint32_t, std::vector<std::pair<uint64_t, uint64_t>>> owned;  // by partition
   for (const auto& [m, commit] : committed_) {
     for (const BlockRef& b : commit.blocks) {
       owned[b.partition].emplace_back(b.offset, b.offset + kBlockHeaderSize + b.frame_size);
     }
   }
-  for (uint32_t i = 0; i < params_.num_partitions; ++i) {
-    Partition& part = *partitions_[i];
-    if (!part.fd.valid()) continue;
+  absl::Status status;
+  partitions_.ForEach([&](uint32_t i, Partition& part) {
+    if (!status.ok() || !part.fd.valid()) return;
     const std::string path = PartitionPath(i);
     auto& ranges = owned[i];
     std::sort(ranges.begin(), ranges.end());
     uint64_t cursor = 0;
     for (const auto& [from, to] : ranges) {
-      if (from > cursor)
-        SLUICE_RETURN_IF_ERROR(file::PunchHole(part.fd.get(), path, cursor, from - cursor));
+      if (from > cursor) status.Update(file::PunchHole(part.fd.get(), path, cursor, from - cursor));
       cursor = std::max(cursor, to);
     }
-    if (part.end > cursor) {
-      SLUICE_RETURN_IF_ERROR(file::Truncate(part.fd.get(), path, cursor));
-      if (options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(part.fd.get(), path));
+    if (status.ok() && part.end > cursor) {
+      status.Update(file::Truncate(part.fd.get(), path, cursor));
+      if (status.ok() && options_.fsync) status.Update(file::SyncData(part.fd.get(), path));
     }
     part.end = cursor;
-  }
-  return absl::OkStatus();
+  });
+  return status;
 }
 
 size_t ShuffleStore::open_files() const {
   size_t n = (dir_fd_.valid() ? 1 : 0) + (log_ != nullptr ? 1 : 0);
-  for (const auto& p : partitions_) {
-    std::lock_guard<std::mutex> lock(p->mu);
-    if (p->fd.valid()) ++n;
-  }
+  partitions_.ForEach([&n](uint32_t, Partition& p) {
+    std::lock_guard<std::mutex> lock(p.mu);
+    if (p.fd.valid()) ++n;
+  });
   return n;
 }
 
@@ -464,7 +504,7 @@ void ShuffleStore::MarkDeleted() {
   std::lock_guard<std::mutex> lock(commit_mu_);
   destroyed_.store(true);
   committed_.clear();
-  for (PartitionStats& s : stats_) s = PartitionStats{};
+  partitions_.ForEach([](uint32_t, Partition& p) { p.stats = PartitionStats{}; });
 }
 
 }  // namespace sluice

@@ -132,11 +132,51 @@ class ShuffleStore {
   bool wedged() const { return log_ != nullptr && log_->broken(); }
   absl::Status WedgedError() const { return log_->BrokenError(); }
 
+  /// Partitions whose state exists (written to, or with a data file at open): memory follows
+  /// them, not the declared count.
+  size_t partitions_made() const { return partitions_.made(); }
+
  private:
   struct Partition {
     std::mutex mu;
     file::Fd fd;
-    uint64_t end = 0;  // next append offset
+    uint64_t end = 0;      // next append offset
+    PartitionStats stats;  // committed data (guarded by the store's commit_mu_)
+  };
+  // Partition state, made on first use, in chunks of 256 behind a table of one pointer a chunk:
+  // a 65,536-partition shuffle nobody wrote to takes 2 KiB, not a state for each partition.
+  class PartitionTable {
+   public:
+    explicit PartitionTable(uint32_t count);
+    ~PartitionTable();
+    PartitionTable(const PartitionTable&) = delete;
+    PartitionTable& operator=(const PartitionTable&) = delete;
+    /// The partition's state, or null if it was never made.
+    Partition* Find(uint32_t i) const;
+    /// The partition's state, made if needed (i < count).
+    Partition& Get(uint32_t i);
+    /// Each made partition, in order: f(index, state).
+    template <typename F>
+    void ForEach(F&& f) const {
+      for (size_t c = 0; c < chunks_.size(); ++c) {
+        Chunk* chunk = chunks_[c].load(std::memory_order_acquire);
+        if (chunk == nullptr) continue;
+        for (size_t j = 0; j < kChunk; ++j) {
+          Partition* p = chunk->slots[j].load(std::memory_order_acquire);
+          if (p != nullptr) f(static_cast<uint32_t>(c * kChunk + j), *p);
+        }
+      }
+    }
+    size_t made() const { return made_.load(); }
+
+   private:
+    static constexpr size_t kChunk = 256;
+    struct Chunk {
+      std::atomic<Partition*> slots[kChunk] = {};
+    };
+    std::vector<std::atomic<Chunk*>> chunks_;
+    std::mutex make_mu_;  // making a chunk or a partition
+    std::atomic<size_t> made_{0};
   };
   struct CommittedAttempt {
     uint64_t attempt;
@@ -165,14 +205,13 @@ class ShuffleStore {
   std::atomic<int> writers_{0};
   const ShuffleParams params_;
   const StoreOptions options_;
-  std::vector<std::unique_ptr<Partition>> partitions_;
+  PartitionTable partitions_;
 
   std::unique_ptr<CommitLog> log_;
   mutable std::mutex commit_mu_;  // guards everything below (no I/O under it once open)
   std::condition_variable commit_cv_;
   std::set<uint32_t> inflight_mappers_;  // between the duplicate check and the outcome
   std::map<uint32_t, CommittedAttempt> committed_;
-  std::vector<PartitionStats> stats_;
 };
 
 }  // namespace sluice

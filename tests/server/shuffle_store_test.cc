@@ -458,6 +458,32 @@ TEST_F(ShuffleStoreTest, AVersion1ShuffleOpensAndIsUpgraded) {
   EXPECT_EQ(again->CommittedMappers(), (std::vector<uint32_t>{0, 1}));
 }
 
+// Issue 15, finding 11: an empty 65,536-partition shuffle cost 6.2 MB (state for every
+// declared partition) and its restart a stat per partition. State is now made for the
+// partitions written to, and a restart lists the directory once.
+TEST_F(ShuffleStoreTest, MemoryFollowsThePartitionsWrittenNotTheDeclaredOnes) {
+  {
+    auto store = CreateStore(kMaxPartitions, 0);
+    EXPECT_EQ(store->partitions_made(), 0u);
+    const std::string frame = MakeFrame(0, 7, 3);
+    std::vector<BlockRef> blocks;
+    for (uint32_t p : {7u, 40000u, 65535u}) {
+      auto b = store->Append(0, 1, p, Bytes(MakeFrame(0, p, 3)), 3);
+      ASSERT_OK(b);
+      blocks.push_back(*b);
+    }
+    ASSERT_EQ(*store->Commit(0, 1, blocks), CommitOutcome::kCommitted);
+    EXPECT_EQ(store->partitions_made(), 3u);
+    EXPECT_EQ(store->Stats(40000).records, 3u);
+    EXPECT_EQ(store->Stats(40001).records, 0u);
+  }
+  auto store = Reopen();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->partitions_made(), 3u);
+  EXPECT_EQ(ReadPartition(*store, 65535).size(), 3u);
+  EXPECT_EQ(store->Stats(7).records, 3u);
+}
+
 TEST_F(ShuffleStoreTest, ADeletedStoreTakesNothingMore) {
   auto store = CreateStore();
   ASSERT_EQ(*store->Commit(0, 1, WriteAttempt(*store, 0, 1)), CommitOutcome::kCommitted);
