@@ -6,7 +6,17 @@
 // what it freed instead of touching fresh pages (measured on `sluice bench`, KEY order:
 // ~49,000 page faults and ~165 MiB peak RSS with the default, ~35,000 and ~140 MiB here;
 // docs/benchmarks.md).
+//
+// The server also gives freed pages back after 250 ms instead of jemalloc's 10 s, so that its
+// resident memory follows its memory budget more closely: with --memory_budget_mb 32 and 8
+// mappers pushing ~1 MiB frames, its peak RSS was 116-145 MiB with 10 s and 93-116 MiB with
+// 250 ms (5 interleaved runs each), at the same throughput; 0 ms gave ~50-57 MiB but a third
+// less throughput (every burst faults its pages in again). docs/benchmarks.md has the runs.
 extern "C" {
 // NOLINTNEXTLINE: the name and type jemalloc looks for.
+#ifdef SLUICE_SERVER_MALLOC_CONF
+const char* malloc_conf = "percpu_arena:percpu,dirty_decay_ms:250";
+#else
 const char* malloc_conf = "percpu_arena:percpu";
+#endif
 }
