@@ -6,6 +6,7 @@
 #   bash deploy/dev.sh test        # install, build, run every test (ctest)
 #   bash deploy/dev.sh asan        # every test under AddressSanitizer + UBSan
 #   bash deploy/dev.sh fuzz [SEC]  # libFuzzer runs of the frame decoder and encoder, SEC each (60)
+#   bash deploy/dev.sh stress      # the heavy campaigns (ctest label stress)
 #   bash deploy/dev.sh soak [SEC]  # the codec soak (random frames, reused decoders) under ASan+UBSan
 #   bash deploy/dev.sh compare     # codec benchmark beside Python pickle/msgpack (+zstd)
 set -euo pipefail
@@ -65,14 +66,20 @@ case ${1:-} in
     install_missing "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
     build_main
     log "running the test suite"
-    ctest --test-dir "$ROOT/build" --output-on-failure -j "$JOBS" -LE soak
+    ctest --test-dir "$ROOT/build" --output-on-failure -j "$JOBS" -LE "soak|stress"
     ;;
   asan)
     install_missing "${BUILD_PACKAGES[@]}"
     configure_and_build "$ROOT/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_SANITIZE=ON \
       -DSLUICE_BUILD_TESTS=ON
     log "every test under ASan+UBSan"
-    ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -LE soak
+    ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -LE "soak|stress"
+    ;;
+  stress)
+    install_missing "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+    build_main
+    log "the heavy campaigns (label stress): idle streams, idle connections, tiny frames"
+    ctest --test-dir "$ROOT/build" --output-on-failure -j 1 -L stress
     ;;
   soak)
     secs=${2:-60}

@@ -1,0 +1,197 @@
+// The hardening issue's heavy campaigns, behind the `stress` label (`bash deploy/dev.sh stress`;
+// the default suite has smaller versions in limits_test.cc): a thousand idle push streams on one
+// connection, hundreds of idle connections, a KEY fetch over 262,144 tiny frames. Each checks
+// that the server lets go of what was left idle and that its descriptors stay bounded.
+#include <dirent.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "codec/frame_encoder.h"
+#include "sluice/v1/shuffle.grpc.pb.h"
+#include "tests/harness/mini_server.h"
+#include "tests/harness/status_matchers.h"
+#include "tests/harness/stub.h"
+
+namespace sluice {
+namespace {
+
+namespace pb = sluice::v1;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::MakeStub;
+using testing::MiniServer;
+using testing::MiniServerOptions;
+
+size_t OpenFds() {
+  size_t n = 0;
+  DIR* d = ::opendir("/proc/self/fd");
+  while (d != nullptr && ::readdir(d) != nullptr) ++n;
+  if (d != nullptr) ::closedir(d);
+  return n;
+}
+
+bool Eventually(const std::function<bool()>& cond, milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  return cond();
+}
+
+std::unique_ptr<MiniServer> Start(const std::function<void(ServerOptions&)>& set) {
+  MiniServerOptions opts;
+  set(opts.server);
+  auto server = MiniServer::Start(opts);
+  EXPECT_OK(server);
+  return server.ok() ? std::move(server).value() : nullptr;
+}
+
+void Create(pb::ShuffleService::Stub& stub, const std::string& id) {
+  grpc::ClientContext ctx;
+  pb::CreateShuffleRequest req;
+  req.set_shuffle_id(id);
+  req.set_num_partitions(1);
+  pb::CreateShuffleResponse resp;
+  ASSERT_TRUE(stub.CreateShuffle(&ctx, req, &resp).ok());
+}
+
+pb::PushRequest Open(uint32_t mapper) {
+  pb::PushRequest open;
+  open.mutable_open()->set_shuffle_id("s");
+  open.mutable_open()->set_mapper_id(mapper);
+  open.mutable_open()->set_attempt_id(1);
+  return open;
+}
+
+// A thousand push streams on one connection open an attempt each and go quiet: all of them
+// end after the idle timeout, and one past --max_push_streams is refused at once.
+TEST(StressTest, AThousandIdlePushStreamsAreAllEnded) {
+  auto server = Start([](ServerOptions& o) {
+    o.push_idle_timeout = seconds(2);
+    o.max_push_streams = 1000;
+  });
+  ASSERT_NE(server, nullptr);
+  auto stub = MakeStub(*server);
+  Create(*stub, "s");
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<pb::PushResponse>> resps;
+  std::vector<std::unique_ptr<grpc::ClientWriter<pb::PushRequest>>> writers;
+  for (uint32_t m = 0; m < 1000; ++m) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    resps.push_back(std::make_unique<pb::PushResponse>());
+    writers.push_back(stub->Push(ctxs.back().get(), resps.back().get()));
+    ASSERT_TRUE(writers.back()->Write(Open(m)));
+  }
+  ASSERT_TRUE(
+      Eventually([&] { return server->server()->open_push_streams() == 1000; }, seconds(30)));
+  {
+    grpc::ClientContext ctx;
+    pb::PushResponse resp;
+    auto extra = stub->Push(&ctx, &resp);
+    extra->Write(Open(5000));
+    extra->WritesDone();
+    EXPECT_EQ(extra->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  EXPECT_TRUE(Eventually([&] { return server->server()->open_push_streams() == 0; }, seconds(30)))
+      << server->server()->open_push_streams() << " push streams still open";
+  for (auto& w : writers) {
+    w->WritesDone();
+    EXPECT_EQ(w->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+}
+
+// Hundreds of client connections that made one call and went quiet are closed by the server,
+// and its descriptors come back.
+TEST(StressTest, HundredsOfIdleConnectionsAreClosed) {
+  auto server = Start([](ServerOptions& o) { o.connection_idle_timeout = seconds(2); });
+  ASSERT_NE(server, nullptr);
+  const size_t fds_before = OpenFds();
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int i = 0; i < 400; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection each
+    channels.push_back(
+        grpc::CreateCustomChannel(server->address(), grpc::InsecureChannelCredentials(), args));
+    auto stub = pb::ShuffleService::NewStub(channels.back());
+    grpc::ClientContext ctx;
+    pb::ListShufflesResponse resp;
+    ASSERT_TRUE(stub->ListShuffles(&ctx, pb::ListShufflesRequest(), &resp).ok());
+  }
+  const size_t fds_connected = OpenFds();
+  EXPECT_GE(fds_connected, fds_before + 400);
+  EXPECT_TRUE(Eventually(
+      [&] {
+        for (auto& c : channels) {
+          if (c->GetState(false) != GRPC_CHANNEL_IDLE) return false;
+        }
+        return true;
+      },
+      seconds(20)))
+      << "some idle connections stayed open";
+  EXPECT_TRUE(Eventually([&] { return OpenFds() < fds_before + 40; }, seconds(10)))
+      << "descriptors: " << fds_before << " before, " << fds_connected << " connected, "
+      << OpenFds() << " after the idle timeout";
+}
+
+// 262,144 one-record frames in one partition, read back in key order with bounded descriptors.
+TEST(StressTest, AKeyFetchOverAQuarterMillionTinyFrames) {
+  auto server = Start([](ServerOptions&) {});
+  ASSERT_NE(server, nullptr);
+  auto stub = MakeStub(*server);
+  Create(*stub, "s");
+  constexpr int kFrames = 262144;
+  {
+    grpc::ClientContext ctx;
+    pb::PushResponse resp;
+    auto w = stub->Push(&ctx, &resp);
+    ASSERT_TRUE(w->Write(Open(0)));
+    pb::PushRequest msg;
+    FrameEncoder enc;
+    std::string frame;
+    for (int i = 0; i < kFrames; ++i) {
+      const std::string key = "k" + std::to_string((i * 2654435761u) % kFrames);
+      frame.clear();
+      ASSERT_OK(enc.Encode({Record{key, std::to_string(i)}}, &frame));
+      auto* f = msg.mutable_frames()->add_frames();
+      f->set_partition_id(0);
+      f->set_frame(frame);
+      if (msg.frames().frames_size() == 4096) {
+        ASSERT_TRUE(w->Write(msg));
+        msg.Clear();
+      }
+    }
+    pb::PushRequest commit;
+    commit.mutable_commit()->set_frame_count(kFrames);
+    commit.mutable_commit()->set_record_count(kFrames);
+    ASSERT_TRUE(w->Write(commit));
+    w->WritesDone();
+    ASSERT_TRUE(w->Finish().ok());
+  }
+  const size_t fds_before = OpenFds();
+  size_t max_fds = 0, records = 0;
+  grpc::ClientContext ctx;
+  pb::FetchRequest req;
+  req.set_shuffle_id("s");
+  req.set_partition_id(0);
+  req.set_order(pb::KEY);
+  auto r = stub->Fetch(&ctx, req);
+  pb::FetchResponse resp;
+  while (r->Read(&resp)) {
+    max_fds = std::max(max_fds, OpenFds());
+    ++records;
+  }
+  ASSERT_TRUE(r->Finish().ok());
+  EXPECT_GT(records, 0u);
+  EXPECT_LE(max_fds, fds_before + 8);
+}
+
+}  // namespace
+}  // namespace sluice
