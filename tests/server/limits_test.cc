@@ -346,32 +346,7 @@ TEST_F(LimitsTest, ManyTinyFramesMergeWithBoundedFilesAndDoNotStarveSmallCalls) 
   });
   ASSERT_TRUE(Create("tiny").ok());
   constexpr int kFrames = 40000;
-  {
-    grpc::ClientContext ctx;
-    pb::PushResponse resp;
-    auto w = stub_->Push(&ctx, &resp);
-    ASSERT_TRUE(w->Write(Open("tiny", 0)));
-    pb::PushRequest msg;  // many frames per message, one record each
-    for (int i = 0; i < kFrames; ++i) {
-      FrameEncoder enc;
-      std::string frame;
-      const std::string key = "k" + std::to_string((i * 7919) % kFrames);
-      ASSERT_OK(enc.Encode({Record{key, std::to_string(i)}}, &frame));
-      auto* f = msg.mutable_frames()->add_frames();
-      f->set_partition_id(0);
-      f->set_frame(std::move(frame));
-      if (msg.frames().frames_size() == 1000) {
-        ASSERT_TRUE(w->Write(msg));
-        msg.Clear();
-      }
-    }
-    pb::PushRequest commit;
-    commit.mutable_commit()->set_frame_count(kFrames);
-    commit.mutable_commit()->set_record_count(kFrames);
-    ASSERT_TRUE(w->Write(commit));
-    w->WritesDone();
-    ASSERT_TRUE(w->Finish().ok());
-  }
+  ASSERT_TRUE(testing::PushTinyFrames(*stub_, "tiny", 0, kFrames, 1000).ok());
   const size_t fds_before = OpenFds();
   std::atomic<bool> fetching{true};
   std::atomic<size_t> max_fds{0};

@@ -13,7 +13,6 @@
 #include <thread>
 #include <vector>
 
-#include "codec/frame_encoder.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"
@@ -148,33 +147,7 @@ TEST(StressTest, AKeyFetchOverAQuarterMillionTinyFrames) {
   auto stub = MakeStub(*server);
   Create(*stub, "s");
   constexpr int kFrames = 262144;
-  {
-    grpc::ClientContext ctx;
-    pb::PushResponse resp;
-    auto w = stub->Push(&ctx, &resp);
-    ASSERT_TRUE(w->Write(Open(0)));
-    pb::PushRequest msg;
-    FrameEncoder enc;
-    std::string frame;
-    for (int i = 0; i < kFrames; ++i) {
-      const std::string key = "k" + std::to_string((i * 2654435761u) % kFrames);
-      frame.clear();
-      ASSERT_OK(enc.Encode({Record{key, std::to_string(i)}}, &frame));
-      auto* f = msg.mutable_frames()->add_frames();
-      f->set_partition_id(0);
-      f->set_frame(frame);
-      if (msg.frames().frames_size() == 4096) {
-        ASSERT_TRUE(w->Write(msg));
-        msg.Clear();
-      }
-    }
-    pb::PushRequest commit;
-    commit.mutable_commit()->set_frame_count(kFrames);
-    commit.mutable_commit()->set_record_count(kFrames);
-    ASSERT_TRUE(w->Write(commit));
-    w->WritesDone();
-    ASSERT_TRUE(w->Finish().ok());
-  }
+  ASSERT_TRUE(testing::PushTinyFrames(*stub, "s", 0, kFrames, 4096).ok());
   const size_t fds_before = OpenFds();
   size_t max_fds = 0, records = 0;
   grpc::ClientContext ctx;
