@@ -2,7 +2,6 @@
 // findings 7 and 9): open push and fetch streams are counted and capped, a push stream that
 // sends nothing is ended and its attempt discarded, a fetch whose reader takes nothing is
 // cancelled and gives back its merge slot, and idle connections are closed.
-#include <dirent.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -17,12 +16,14 @@
 #include <vector>
 
 #include "codec/frame_encoder.h"
+#include "server/file_util.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/stub.h"
+#include "tests/harness/wait.h"
 
 namespace sluice {
 namespace {
@@ -30,6 +31,7 @@ namespace {
 namespace pb = sluice::v1;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using testing::Eventually;
 using testing::MakeStub;
 using testing::MiniServer;
 using testing::MiniServerOptions;
@@ -149,16 +151,6 @@ class LimitsTest : public ::testing::Test {
       }
       ASSERT_TRUE(Push(id, m, frames, 6 * 2048).ok());
     }
-  }
-
-  // Polls `cond` for up to `limit`.
-  static bool Eventually(const std::function<bool()>& cond, milliseconds limit = seconds(10)) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < end) {
-      if (cond()) return true;
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    return cond();
   }
 
   std::unique_ptr<MiniServer> server_;
@@ -327,14 +319,6 @@ TEST_F(LimitsTest, ACancelledPushIsLoggedAsCancelled) {
   EXPECT_EQ(text.find("FAILED_PRECONDITION"), std::string::npos) << text;
 }
 
-size_t OpenFds() {
-  size_t n = 0;
-  DIR* d = ::opendir("/proc/self/fd");
-  while (d != nullptr && ::readdir(d) != nullptr) ++n;
-  if (d != nullptr) ::closedir(d);
-  return n;
-}
-
 // Finding 8 (the default suite's size; the 1M-frame figure is in docs/benchmarks.md): a KEY
 // fetch over many tiny frames kept one file open per intermediate pass (16,302 fds for 1M
 // frames) and ran its passes in quadratic time, and merges occupied every worker thread, so an
@@ -347,12 +331,12 @@ TEST_F(LimitsTest, ManyTinyFramesMergeWithBoundedFilesAndDoNotStarveSmallCalls) 
   ASSERT_TRUE(Create("tiny").ok());
   constexpr int kFrames = 40000;
   ASSERT_TRUE(testing::PushTinyFrames(*stub_, "tiny", 0, kFrames, 1000).ok());
-  const size_t fds_before = OpenFds();
+  const size_t fds_before = file::OpenFdCount();
   std::atomic<bool> fetching{true};
   std::atomic<size_t> max_fds{0};
   std::thread sampler([&] {
     while (fetching.load()) {
-      const size_t n = OpenFds();
+      const size_t n = file::OpenFdCount();
       if (n > max_fds.load()) max_fds = n;
       std::this_thread::sleep_for(milliseconds(2));
     }

@@ -2,7 +2,6 @@
 // the default suite has smaller versions in limits_test.cc): a thousand idle push streams on one
 // connection, hundreds of idle connections, a KEY fetch over 262,144 tiny frames. Each checks
 // that the server lets go of what was left idle and that its descriptors stay bounded.
-#include <dirent.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -13,10 +12,12 @@
 #include <thread>
 #include <vector>
 
+#include "server/file_util.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/stub.h"
+#include "tests/harness/wait.h"
 
 namespace sluice {
 namespace {
@@ -24,26 +25,10 @@ namespace {
 namespace pb = sluice::v1;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using testing::Eventually;
 using testing::MakeStub;
 using testing::MiniServer;
 using testing::MiniServerOptions;
-
-size_t OpenFds() {
-  size_t n = 0;
-  DIR* d = ::opendir("/proc/self/fd");
-  while (d != nullptr && ::readdir(d) != nullptr) ++n;
-  if (d != nullptr) ::closedir(d);
-  return n;
-}
-
-bool Eventually(const std::function<bool()>& cond, milliseconds limit) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  return cond();
-}
 
 std::unique_ptr<MiniServer> Start(const std::function<void(ServerOptions&)>& set) {
   MiniServerOptions opts;
@@ -112,7 +97,7 @@ TEST(StressTest, AThousandIdlePushStreamsAreAllEnded) {
 TEST(StressTest, HundredsOfIdleConnectionsAreClosed) {
   auto server = Start([](ServerOptions& o) { o.connection_idle_timeout = seconds(2); });
   ASSERT_NE(server, nullptr);
-  const size_t fds_before = OpenFds();
+  const size_t fds_before = file::OpenFdCount();
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (int i = 0; i < 400; ++i) {
     grpc::ChannelArguments args;
@@ -124,7 +109,7 @@ TEST(StressTest, HundredsOfIdleConnectionsAreClosed) {
     pb::ListShufflesResponse resp;
     ASSERT_TRUE(stub->ListShuffles(&ctx, pb::ListShufflesRequest(), &resp).ok());
   }
-  const size_t fds_connected = OpenFds();
+  const size_t fds_connected = file::OpenFdCount();
   EXPECT_GE(fds_connected, fds_before + 400);
   EXPECT_TRUE(Eventually(
       [&] {
@@ -135,9 +120,9 @@ TEST(StressTest, HundredsOfIdleConnectionsAreClosed) {
       },
       seconds(20)))
       << "some idle connections stayed open";
-  EXPECT_TRUE(Eventually([&] { return OpenFds() < fds_before + 40; }, seconds(10)))
+  EXPECT_TRUE(Eventually([&] { return file::OpenFdCount() < fds_before + 40; }, seconds(10)))
       << "descriptors: " << fds_before << " before, " << fds_connected << " connected, "
-      << OpenFds() << " after the idle timeout";
+      << file::OpenFdCount() << " after the idle timeout";
 }
 
 // 262,144 one-record frames in one partition, read back in key order with bounded descriptors.
@@ -148,7 +133,7 @@ TEST(StressTest, AKeyFetchOverAQuarterMillionTinyFrames) {
   Create(*stub, "s");
   constexpr int kFrames = 262144;
   ASSERT_TRUE(testing::PushTinyFrames(*stub, "s", 0, kFrames, 4096).ok());
-  const size_t fds_before = OpenFds();
+  const size_t fds_before = file::OpenFdCount();
   size_t max_fds = 0, records = 0;
   grpc::ClientContext ctx;
   pb::FetchRequest req;
@@ -158,7 +143,7 @@ TEST(StressTest, AKeyFetchOverAQuarterMillionTinyFrames) {
   auto r = stub->Fetch(&ctx, req);
   pb::FetchResponse resp;
   while (r->Read(&resp)) {
-    max_fds = std::max(max_fds, OpenFds());
+    max_fds = std::max(max_fds, file::OpenFdCount());
     ++records;
   }
   ASSERT_TRUE(r->Finish().ok());
