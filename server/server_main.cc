@@ -29,6 +29,8 @@ ABSL_FLAG(uint32_t, max_concurrent_merges, 0,
 ABSL_FLAG(uint64_t, max_push_streams, 4096, "open push streams, server-wide");
 ABSL_FLAG(uint64_t, max_fetch_streams, 1024, "open fetch streams, server-wide");
 ABSL_FLAG(uint32_t, max_streams_per_connection, 1024, "concurrent streams per connection");
+ABSL_FLAG(uint32_t, stream_window_mb, 4,
+          "HTTP/2 receive window per stream, 0 to 64 (0 = gRPC's bandwidth-probed windows)");
 ABSL_FLAG(uint32_t, push_idle_timeout_s, 300,
           "a push stream waiting this long for a message ends and its attempt is discarded");
 ABSL_FLAG(uint32_t, fetch_stall_timeout_s, 120,
@@ -65,6 +67,7 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.max_push_streams = absl::GetFlag(FLAGS_max_push_streams);
   opts.max_fetch_streams = absl::GetFlag(FLAGS_max_fetch_streams);
   opts.max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection);
+  opts.stream_window_bytes = uint64_t{absl::GetFlag(FLAGS_stream_window_mb)} << 20;
   // Seconds to milliseconds cannot overflow from 32 bits; the range is checked at Start.
   auto seconds = [](uint32_t s) { return std::chrono::milliseconds(uint64_t{s} * 1000); };
   opts.push_idle_timeout = seconds(absl::GetFlag(FLAGS_push_idle_timeout_s));

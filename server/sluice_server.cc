@@ -88,6 +88,10 @@ absl::Status ValidateOptions(const ServerOptions& o) {
           absl::StrCat(flag, "=", n, " is out of range [1, 1000000]"));
     }
   }
+  if (o.stream_window_bytes > (uint64_t{64} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--stream_window_mb=", o.stream_window_bytes >> 20, " is out of range [0, 64]"));
+  }
   if (auto st = CheckSeconds(o.push_idle_timeout, "--push_idle_timeout_s"); !st.ok()) return st;
   if (auto st = CheckSeconds(o.fetch_stall_timeout, "--fetch_stall_timeout_s"); !st.ok()) {
     return st;
@@ -169,6 +173,15 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kServerKeepaliveTimeoutMs);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
                              Millis(options.connection_idle_timeout));
+  // What gRPC itself buffers of a stream the server is not reading: a fixed window
+  // (--stream_window_mb), not one grown by bandwidth probing to many MiB a stream, which kept
+  // a 32 MiB-budget server at 77-121 MiB with 8 pushing mappers (44-47 MiB with 4 MiB;
+  // docs/benchmarks.md). 0 keeps gRPC's probing.
+  if (options.stream_window_bytes != 0) {
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+                               static_cast<int>(options.stream_window_bytes));
+  }
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(options.max_streams_per_connection));
   impl->server = builder.BuildAndStart();

@@ -39,6 +39,9 @@ struct ServerOptions {
   size_t max_push_streams = 4096;              ///< open push streams, server-wide
   size_t max_fetch_streams = 1024;             ///< open fetch streams, server-wide
   uint32_t max_streams_per_connection = 1024;  ///< HTTP/2 concurrent streams per connection
+  /// HTTP/2 receive window of each stream: what gRPC buffers of a stream the server has not
+  /// read yet. 0 = gRPC's bandwidth-probed windows (larger, to many MiB a stream).
+  uint64_t stream_window_bytes = uint64_t{4} << 20;
   /// A push stream waiting this long for its next message ends with DEADLINE_EXCEEDED.
   std::chrono::milliseconds push_idle_timeout{std::chrono::seconds(300)};
   /// A fetch whose reader takes no chunk for this long is cancelled.
