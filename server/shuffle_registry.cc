@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
   const std::string root = absl::StrCat(data_dir, "/shuffles");
   SLUICE_RETURN_IF_ERROR(file::MakeDirs(root));
   std::error_code ec;
-  uint64_t open_fds = file::OpenFdCount() + 1;  // (+1: the listing's own)
+  uint64_t open_fds = file::OpenFdCount();
   for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
     if (!entry.is_directory()) continue;
     const std::string id = entry.path().filename().string();
@@ -97,6 +97,8 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
     return absl::InvalidArgumentError(absl::StrCat("num_partitions must be 1 to ", kMaxPartitions,
                                                    ", not ", params.num_partitions));
   }
+  // Counted before the lock: listing /proc/self/fd of a busy server takes milliseconds.
+  const uint64_t open_fds = file::OpenFdCount();
   std::lock_guard<std::mutex> lock(mu_);
   if (auto d = damaged_.find(params.shuffle_id); d != damaged_.end()) {
     return absl::AlreadyExistsError(
@@ -114,7 +116,7 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
                                                  " partitions and ", have.num_mappers, " mappers"));
   }
   SLUICE_RETURN_IF_ERROR(CheckFdHeadroom(
-      file::OpenFdCount(), 2, absl::StrCat("shuffle '", params.shuffle_id, "' was not created")));
+      open_fds, 2, absl::StrCat("shuffle '", params.shuffle_id, "' was not created")));
   const std::string dir = ShuffleDir(params.shuffle_id);
   auto store = ShuffleStore::Create(dir, params, options_);
   if (!store.ok()) {

@@ -22,13 +22,17 @@ using v1::FetchResponse;
 using v1::PushRequest;
 using v1::PushResponse;
 
-// Takes a slot of `count` if fewer than `limit` are taken.
-bool Admit(std::atomic<size_t>* count, size_t limit) {
+// Takes a slot of `count` (the server's open `kind` streams) if fewer than `limit` are taken;
+// else the RESOURCE_EXHAUSTED that names the limit's flag.
+grpc::Status Admit(std::atomic<size_t>* count, size_t limit, const char* kind) {
   size_t n = count->load();
   while (n < limit) {
-    if (count->compare_exchange_weak(n, n + 1)) return true;
+    if (count->compare_exchange_weak(n, n + 1)) return grpc::Status::OK;
   }
-  return false;
+  return grpc::Status(
+      grpc::StatusCode::RESOURCE_EXHAUSTED,
+      absl::StrCat("the server has ", limit, " ", kind, " streams open, its limit (--max_", kind,
+                   "_streams); retry later"));
 }
 
 std::string Seconds(std::chrono::milliseconds d) {
@@ -51,12 +55,9 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
         ctx_(ctx),
         response_(response),
         attempt_(deps.registry, deps.push) {
-    if (!Admit(open_, deps_.streams.max_push_streams)) {
-      open_ = nullptr;
-      Finish(grpc::Status(
-          grpc::StatusCode::RESOURCE_EXHAUSTED,
-          absl::StrCat("the server has ", deps_.streams.max_push_streams,
-                       " push streams open, its limit (--max_push_streams); retry later")));
+    if (grpc::Status st = Admit(open_, deps_.streams.max_push_streams, "push"); !st.ok()) {
+      open_ = nullptr;  // not counted
+      Finish(st);
       return;
     }
     ReadNext();
@@ -193,12 +194,9 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   FetchReactor(const ShuffleServiceImpl::Deps& deps, std::atomic<size_t>* open,
                grpc::CallbackServerContext* ctx, const FetchRequest* request)
       : deps_(deps), open_(open), ctx_(ctx), spec_(SpecFromRequest(*request)) {
-    if (!Admit(open_, deps_.streams.max_fetch_streams)) {
-      open_ = nullptr;
-      Finish(grpc::Status(
-          grpc::StatusCode::RESOURCE_EXHAUSTED,
-          absl::StrCat("the server has ", deps_.streams.max_fetch_streams,
-                       " fetch streams open, its limit (--max_fetch_streams); retry later")));
+    if (grpc::Status st = Admit(open_, deps_.streams.max_fetch_streams, "fetch"); !st.ok()) {
+      open_ = nullptr;  // not counted
+      Finish(st);
       return;
     }
     // Setup reads the store under its locks: keep gRPC threads free of any lock wait.
