@@ -13,7 +13,10 @@ namespace {
 
 constexpr char kCommitMagic[4] = {'S', 'L', 'C', 'M'};
 constexpr char kHeaderMagic[4] = {'S', 'L', 'L', 'G'};
-constexpr uint32_t kLogVersion = 2;
+// 3 since the shuffle's blocks live in one shared data file; a version 2 log's offsets name
+// per-partition files (read for an upgrade only).
+constexpr uint32_t kLogVersion = 3;
+constexpr uint32_t kOldestHeaderVersion = 2;
 constexpr char kLogFile[] = "commits.log";
 constexpr size_t kCommitFixed = 4 + 8 + 4;  // mapper, attempt, block count
 constexpr size_t kCommitBlock = 20;
@@ -92,7 +95,6 @@ size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out
 
 struct CommitLog::Pending {
   std::string record;
-  absl::Span<const BlockRef> blocks;
   bool done = false;
   absl::Status result;
 };
@@ -107,9 +109,10 @@ std::string CommitLog::EncodeCheckpoint(const Checkpoint& c) {
   return slot;
 }
 
-bool CommitLog::ParseCheckpoint(const uint8_t* p, Checkpoint* out) {
-  if (std::memcmp(p, kHeaderMagic, 4) != 0 || LoadLE32(p + 4) != kLogVersion ||
-      LoadLE64(p + 32) != PayloadChecksum(p, 32)) {
+bool CommitLog::ParseCheckpoint(const uint8_t* p, Checkpoint* out, uint32_t* version) {
+  *version = LoadLE32(p + 4);
+  if (std::memcmp(p, kHeaderMagic, 4) != 0 || *version < kOldestHeaderVersion ||
+      *version > kLogVersion || LoadLE64(p + 32) != PayloadChecksum(p, 32)) {
     return false;
   }
   out->generation = LoadLE64(p + 8);
@@ -132,7 +135,24 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Create(int dir_fd, const s
   if (options.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(fd.get(), path));
   SLUICE_RETURN_IF_ERROR(file::SyncFd(dir_fd, dir));
   return std::unique_ptr<CommitLog>(
-      new CommitLog(std::move(fd), path, std::move(options), first, kRecordsStart, 0));
+      new CommitLog(std::move(fd), path, std::move(options), first, kRecordsStart, 0, kLogVersion));
+}
+
+absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Rewrite(
+    int dir_fd, const std::string& dir, Options options, const std::vector<CommitRecord>& records) {
+  const std::string path = absl::StrCat(dir, "/", kLogFile);
+  std::string bytes(kRecordsStart, '\0');
+  for (const CommitRecord& r : records) {
+    bytes += EncodeCommitRecord(r.mapper, r.attempt, r.blocks);
+  }
+  const Checkpoint durable{1, bytes.size(), records.size()};
+  bytes.replace(SlotOffset(durable.generation), kSlotSize, EncodeCheckpoint(durable));
+  SLUICE_RETURN_IF_ERROR(file::WriteFileAtomically(
+      dir, kLogFile,
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size())));
+  SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenAt(dir_fd, kLogFile, path));
+  return std::unique_ptr<CommitLog>(new CommitLog(std::move(fd), path, std::move(options), durable,
+                                                  durable.floor, records.size(), kLogVersion));
 }
 
 absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(int dir_fd, const std::string& dir,
@@ -154,21 +174,27 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(int dir_fd, const std
       file::PreadAll(fd.get(), path, 0, log.size(), reinterpret_cast<uint8_t*>(log.data())));
   const auto* base = reinterpret_cast<const uint8_t*>(log.data());
   if (recovery.version1_allowed && (size == 0 || std::memcmp(base, kCommitMagic, 4) == 0)) {
-    fd = file::Fd();
-    return OpenVersion1(dir_fd, dir, std::move(options), log, records);
+    return OpenVersion1(std::move(fd), path, std::move(options), log, records);
   }
 
   // The header: the newer of the two valid slots.
   Checkpoint durable;
+  uint32_t version = 0;
   bool found = false;
   for (uint64_t slot = 0; size >= kRecordsStart && slot < 2; ++slot) {
     Checkpoint c;
-    if (ParseCheckpoint(base + slot * kSlotSpacing, &c) &&
+    uint32_t v = 0;
+    if (ParseCheckpoint(base + slot * kSlotSpacing, &c, &v) &&
         SlotOffset(c.generation) == slot * kSlotSpacing &&
         (!found || c.generation > durable.generation)) {
       durable = c;
+      version = v;
       found = true;
     }
+  }
+  if (found && version < kLogVersion && !recovery.version2_allowed) {
+    return NothingTouched(
+        path, absl::StrCat("is a version ", version, " log in a shuffle of a later version"));
   }
   if (!found) {
     if (!recovery.data_files_exist) return Create(dir_fd, dir, std::move(options));
@@ -190,13 +216,17 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(int dir_fd, const std
                                        " bytes) made durable but ", how, " after ", records->size(),
                                        ": acknowledged commits are missing"));
   }
+  const uint64_t count = records->size();
+  if (version < kLogVersion) {  // legacy: read-only, the torn tail left to the rewrite
+    return std::unique_ptr<CommitLog>(
+        new CommitLog(std::move(fd), path, std::move(options), durable, valid_end, count, version));
+  }
   if (p < end) {  // a torn, never acknowledged batch: cut it off
     SLUICE_RETURN_IF_ERROR(file::Truncate(fd.get(), path, valid_end));
     if (options.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(fd.get(), path));
   }
-  const uint64_t count = records->size();
-  std::unique_ptr<CommitLog> out(
-      new CommitLog(std::move(fd), path, std::move(options), durable, valid_end, count));
+  std::unique_ptr<CommitLog> out(new CommitLog(std::move(fd), path, std::move(options), durable,
+                                               valid_end, count, kLogVersion));
   if (durable.floor < valid_end) {  // what recovery serves from now on is protected too
     const Checkpoint raised{durable.generation + 1, valid_end, count};
     SLUICE_RETURN_IF_ERROR(out->WriteCheckpoint(raised));
@@ -207,11 +237,10 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(int dir_fd, const std
 }
 
 absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::OpenVersion1(
-    int dir_fd, const std::string& dir, Options options, const std::string& bytes,
+    file::Fd fd, const std::string& path, Options options, const std::string& bytes,
     std::vector<CommitRecord>* records) {
   // Version 1 had no header: a bad record with valid ones after it is corruption, otherwise
   // it starts a torn tail.
-  const std::string path = absl::StrCat(dir, "/", kLogFile);
   const auto* base = reinterpret_cast<const uint8_t*>(bytes.data());
   const uint8_t* end = base + bytes.size();
   const uint8_t* p = ParseRecords(base, end, records);
@@ -223,18 +252,10 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::OpenVersion1(
                                               q - base, "); refusing to drop them"));
     }
   }
-  // Rewritten atomically in the current format, every record kept below the floor.
   const auto length = static_cast<uint64_t>(p - base);
-  const Checkpoint durable{1, kRecordsStart + length, records->size()};
-  std::string upgraded(kRecordsStart, '\0');
-  upgraded.replace(SlotOffset(durable.generation), kSlotSize, EncodeCheckpoint(durable));
-  upgraded.append(bytes, 0, length);
-  SLUICE_RETURN_IF_ERROR(file::WriteFileAtomically(
-      dir, kLogFile,
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(upgraded.data()), upgraded.size())));
-  SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenAt(dir_fd, kLogFile, path));
-  return std::unique_ptr<CommitLog>(new CommitLog(std::move(fd), path, std::move(options), durable,
-                                                  durable.floor, records->size()));
+  return std::unique_ptr<CommitLog>(new CommitLog(std::move(fd), path, std::move(options),
+                                                  Checkpoint{0, length, records->size()}, length,
+                                                  records->size(), /*version=*/1));
 }
 
 absl::Status CommitLog::WriteCheckpoint(const Checkpoint& c) {
@@ -258,9 +279,12 @@ absl::Status CommitLog::BrokenError() const {
 
 absl::Status CommitLog::Append(uint32_t mapper, uint64_t attempt,
                                absl::Span<const BlockRef> blocks) {
+  if (legacy()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, " is a version ", version_, " log, read to be rewritten"));
+  }
   Pending me;
   me.record = EncodeCommitRecord(mapper, attempt, blocks);  // built outside the lock
-  me.blocks = blocks;
   std::unique_lock<std::mutex> lock(mu_);
   queue_.push_back(&me);
   while (!me.done) {
@@ -282,7 +306,7 @@ absl::Status CommitLog::Append(uint32_t mapper, uint64_t attempt,
       Checkpoint raise;  // generation 0: the floor is already at `at`
       if (durable_.floor < at) raise = Checkpoint{durable_.generation + 1, at, records_};
       lock.unlock();
-      result = WriteBatch(batch, at, records, raise);
+      result = WriteBatch(at, records, raise);
       lock.lock();
       if (result.ok()) {
         end_ = at + records.size();
@@ -317,15 +341,9 @@ absl::Status CommitLog::Append(uint32_t mapper, uint64_t attempt,
   return me.result;
 }
 
-absl::Status CommitLog::WriteBatch(const std::vector<Pending*>& batch, uint64_t at,
-                                   const std::string& records, const Checkpoint& checkpoint) {
-  if (options_.fsync && options_.sync_partitions) {
-    std::set<uint32_t> touched;
-    for (const Pending* c : batch) {
-      for (const BlockRef& b : c->blocks) touched.insert(b.partition);
-    }
-    SLUICE_RETURN_IF_ERROR(options_.sync_partitions(touched));
-  }
+absl::Status CommitLog::WriteBatch(uint64_t at, const std::string& records,
+                                   const Checkpoint& checkpoint) {
+  if (options_.fsync && options_.sync_data) SLUICE_RETURN_IF_ERROR(options_.sync_data());
   const auto bytes =
       absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(records.data()), records.size());
   absl::Status st = file::PwriteAll(fd_.get(), path_, at, bytes);

@@ -10,8 +10,8 @@
 //
 // Append() is a group commit: concurrent callers queue their records, and whichever finds no
 // write in progress leads a batch of everything queued. Outside the lock the leader first has
-// the batch's data made durable (Options::sync_partitions, for every partition the batch's
-// blocks are in), then writes all its records with one write (plus a checkpoint raising the
+// the shuffle's data file made durable (Options::sync_data, one fdatasync for the whole
+// batch), then writes all its records with one write (plus a checkpoint raising the
 // floor to where the batch starts, when it is behind) and syncs the log, and wakes the others.
 // A leader that finds nobody queued after its batch also raises the floor to the batch's end
 // (one more sync), so an idle log's floor covers every record. All of a shuffle's data syncs
@@ -32,7 +32,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -47,7 +46,7 @@ namespace sluice {
 struct BlockRef {
   uint32_t partition = 0;
   uint32_t frame_size = 0;  ///< bytes of the frame; the block adds a 32-byte header
-  uint64_t offset = 0;      ///< of the block header in the partition file
+  uint64_t offset = 0;      ///< of the block header in the shuffle's data file
   uint32_t records = 0;
 };
 
@@ -73,16 +72,20 @@ class CommitLog {
     bool fsync = true;
     /// Names the shuffle in errors.
     std::string shuffle_id;
-    /// Makes the data of the given partitions durable; called by a batch's leader, outside
-    /// every lock, before the batch's records are written (only when fsync is on).
-    std::function<absl::Status(const std::set<uint32_t>& partitions)> sync_partitions;
+    /// Makes the shuffle's data durable; called once by a batch's leader, outside every lock,
+    /// before the batch's records are written (only when fsync is on).
+    std::function<absl::Status()> sync_data;
   };
 
   /// What Open may assume about the shuffle whose log it reads.
   struct Recovery {
     /// The shuffle predates the header: a log of bare records from byte 0 (version 1) is read
-    /// with version 1's rules and rewritten in the current format.
+    /// with version 1's rules.
     bool version1_allowed = false;
+    /// The shuffle predates the shared data file: a version 2 log (offsets into per-partition
+    /// files) is read too. Either legacy log is returned untouched and read-only (legacy());
+    /// the store moves its blocks and calls Rewrite.
+    bool version2_allowed = false;
     /// The shuffle has data files. Without them a missing or headerless log lost nothing (a
     /// crash inside Create) and starts afresh; with them it is DATA_LOSS.
     bool data_files_exist = true;
@@ -99,6 +102,16 @@ class CommitLog {
   static absl::StatusOr<std::unique_ptr<CommitLog>> Open(int dir_fd, const std::string& dir,
                                                          Options options, const Recovery& recovery,
                                                          std::vector<CommitRecord>* records);
+  /// Replaces the log, atomically and durably, by a current one holding exactly `records`
+  /// (all below its floor), and opens it.
+  static absl::StatusOr<std::unique_ptr<CommitLog>> Rewrite(
+      int dir_fd, const std::string& dir, Options options,
+      const std::vector<CommitRecord>& records);
+
+  /// The log's format: 1 (bare records) or 2 (records name per-partition files) for a legacy
+  /// log Open returned read-only, else 3.
+  uint32_t version() const { return version_; }
+  bool legacy() const { return version_ < 3; }
 
   /// Appends one record and makes it durable together with the data it lists (see above).
   absl::Status Append(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks);
@@ -118,28 +131,30 @@ class CommitLog {
     uint64_t records = 0;     ///< records before the floor (for messages)
   };
   CommitLog(file::Fd fd, std::string path, Options options, Checkpoint durable, uint64_t end,
-            uint64_t records)
+            uint64_t records, uint32_t version)
       : fd_(std::move(fd)),
         path_(std::move(path)),
         options_(std::move(options)),
+        version_(version),
         durable_(durable),
         end_(end),
         records_(records) {}
   static absl::StatusOr<std::unique_ptr<CommitLog>> OpenVersion1(
-      int dir_fd, const std::string& dir, Options options, const std::string& bytes,
+      file::Fd fd, const std::string& path, Options options, const std::string& bytes,
       std::vector<CommitRecord>* records);
   static std::string EncodeCheckpoint(const Checkpoint& c);
-  static bool ParseCheckpoint(const uint8_t* p, Checkpoint* out);  // 40 bytes at p
+  // 40 bytes at p; *version is the slot's log version (2 or 3).
+  static bool ParseCheckpoint(const uint8_t* p, Checkpoint* out, uint32_t* version);
   // Writes a checkpoint into the slot its generation picks (no sync).
   absl::Status WriteCheckpoint(const Checkpoint& c);
-  // Syncs the batch's data, writes its records at `at` (and `checkpoint`, when it has a
-  // generation) and syncs the log; no lock held.
-  absl::Status WriteBatch(const std::vector<Pending*>& batch, uint64_t at,
-                          const std::string& records, const Checkpoint& checkpoint);
+  // Syncs the shuffle's data, writes a batch's records at `at` (and `checkpoint`, when it has
+  // a generation) and syncs the log; no lock held.
+  absl::Status WriteBatch(uint64_t at, const std::string& records, const Checkpoint& checkpoint);
 
   const file::Fd fd_;
   const std::string path_;
   const Options options_;
+  const uint32_t version_;
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;

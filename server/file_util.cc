@@ -4,9 +4,11 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 
@@ -114,6 +116,39 @@ absl::Status PwriteAll(int fd, const std::string& path, uint64_t offset,
       left -= static_cast<size_t>(n);
       offset += static_cast<uint64_t>(n);
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PwritevAll(int fd, const std::string& path, uint64_t offset,
+                        absl::Span<const absl::Span<const uint8_t>> pieces) {
+  constexpr size_t kMaxIov = IOV_MAX;
+  iovec iov[kMaxIov];
+  size_t next = 0;  // first piece not yet fully written
+  size_t skip = 0;  // bytes of pieces[next] already written
+  while (next < pieces.size()) {
+    size_t n = 0;
+    for (size_t i = next; i < pieces.size() && n < kMaxIov; ++i) {
+      const size_t from = i == next ? skip : 0;
+      if (pieces[i].size() == from) continue;
+      iov[n].iov_base = const_cast<uint8_t*>(pieces[i].data() + from);
+      iov[n].iov_len = pieces[i].size() - from;
+      ++n;
+    }
+    if (n == 0) break;
+    const ssize_t w = ::pwritev(fd, iov, static_cast<int>(n), static_cast<off_t>(offset));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "write", path);
+    }
+    offset += static_cast<uint64_t>(w);
+    auto left = static_cast<size_t>(w);
+    while (next < pieces.size() && left >= pieces[next].size() - skip) {
+      left -= pieces[next].size() - skip;
+      skip = 0;
+      ++next;
+    }
+    skip += left;
   }
   return absl::OkStatus();
 }

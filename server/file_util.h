@@ -43,6 +43,10 @@ absl::Status SyncFd(int fd, const std::string& path);  // fsync (e.g. of a direc
 absl::Status Rename(const std::string& from, const std::string& to);
 absl::Status PwriteAll(int fd, const std::string& path, uint64_t offset,
                        absl::Span<const uint8_t> a, absl::Span<const uint8_t> b = {});
+/// Writes the pieces back to back from `offset` on, with as few pwritev calls as IOV_MAX
+/// allows.
+absl::Status PwritevAll(int fd, const std::string& path, uint64_t offset,
+                        absl::Span<const absl::Span<const uint8_t>> pieces);
 absl::Status PreadAll(int fd, const std::string& path, uint64_t offset, size_t n, uint8_t* out);
 absl::Status SyncData(int fd, const std::string& path);  // fdatasync
 absl::Status SyncDir(const std::string& dir);            // fsync of the directory itself

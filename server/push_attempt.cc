@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "codec/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice {
@@ -53,37 +54,49 @@ absl::Status PushAttempt::Open(std::string_view shuffle_id, uint32_t mapper, uin
 }
 
 absl::Status PushAttempt::AddFrame(uint32_t partition, absl::Span<const uint8_t> frame) {
+  const Frame one{partition, frame};
+  return AddFrames(absl::MakeConstSpan(&one, 1));
+}
+
+absl::Status PushAttempt::AddFrames(absl::Span<const Frame> frames) {
   if (store_ == nullptr) return absl::InvalidArgumentError("frames before the open message");
-  if (frames_ >= limits_.max_frames_per_attempt) {
-    // Its list of blocks is kept until the commit (24 bytes a frame), then indexed.
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "attempt reached ", limits_.max_frames_per_attempt,
-        " frames, the most one attempt may push (--max_frames_per_attempt): send larger frames"));
+  validated_.clear();
+  uint64_t records = 0, bytes = 0;
+  for (const Frame& f : frames) {
+    const uint64_t n = frames_ + validated_.size();  // the frame's number in the attempt
+    if (n >= limits_.max_frames_per_attempt) {
+      // Its list of blocks is kept until the commit (24 bytes a frame), then indexed.
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "attempt reached ", limits_.max_frames_per_attempt,
+          " frames, the most one attempt may push (--max_frames_per_attempt): send larger "
+          "frames"));
+    }
+    if (f.partition >= store_->params().num_partitions) {
+      return absl::InvalidArgumentError(absl::StrCat("frame ", n, ": partition ", f.partition,
+                                                     " is out of range [0, ",
+                                                     store_->params().num_partitions, ")"));
+    }
+    FrameDecoder& decoder = ValidatingDecoder(limits_.frame);
+    // Threads live as long as the server: after an unusually large frame, let its scratch go
+    // rather than keep a cap's worth per thread.
+    struct Trim {
+      FrameDecoder& d;
+      ~Trim() { d.TrimScratch(kKeptDecoderScratch); }
+    } trim{decoder};
+    absl::Status st = decoder.Decode(f.bytes, &decoded_);
+    if (!st.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("frame ", n, " for partition ", f.partition, ": ", st.message()));
+    }
+    const auto count = static_cast<uint32_t>(decoded_.size());
+    validated_.push_back(ShuffleStore::FrameToAppend{f.partition, f.bytes, count});
+    records += count;
+    bytes += f.bytes.size();
   }
-  if (partition >= store_->params().num_partitions) {
-    return absl::InvalidArgumentError(absl::StrCat("frame ", frames_, ": partition ", partition,
-                                                   " is out of range [0, ",
-                                                   store_->params().num_partitions, ")"));
-  }
-  FrameDecoder& decoder = ValidatingDecoder(limits_.frame);
-  // Threads live as long as the server: after an unusually large frame, let its scratch go
-  // rather than keep a cap's worth per thread.
-  struct Trim {
-    FrameDecoder& d;
-    ~Trim() { d.TrimScratch(kKeptDecoderScratch); }
-  } trim{decoder};
-  absl::Status st = decoder.Decode(frame, &decoded_);
-  if (!st.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("frame ", frames_, " for partition ", partition, ": ", st.message()));
-  }
-  const auto records = static_cast<uint32_t>(decoded_.size());
-  auto block = store_->Append(mapper_, attempt_, partition, frame, records);
-  if (!block.ok()) return block.status();
-  blocks_.push_back(*block);
-  ++frames_;
+  SLUICE_RETURN_IF_ERROR(store_->AppendAll(mapper_, attempt_, validated_, &blocks_));
+  frames_ += validated_.size();
   records_ += records;
-  bytes_ += frame.size();
+  bytes_ += bytes;
   return absl::OkStatus();
 }
 

@@ -60,6 +60,14 @@ class PushAttempt {
   /// Validates and appends one frame. INVALID_ARGUMENT names the frame, its partition and what
   /// is wrong; RESOURCE_EXHAUSTED past the frame limit or when the disk is full.
   absl::Status AddFrame(uint32_t partition, absl::Span<const uint8_t> frame);
+  /// One frame of a push message.
+  struct Frame {
+    uint32_t partition = 0;
+    absl::Span<const uint8_t> bytes;
+  };
+  /// Validates every frame of a message, then appends them all with one write; the first
+  /// invalid frame fails the call (as AddFrame would) before anything is written.
+  absl::Status AddFrames(absl::Span<const Frame> frames);
   /// Commits the attempt; `frame_count` and `record_count` are what the pusher says it sent.
   absl::StatusOr<PushSummary> Commit(uint64_t frame_count, uint64_t record_count);
   /// Ends the attempt after an error (`why`, for the log): its blocks are discarded.
@@ -74,6 +82,7 @@ class PushAttempt {
   uint32_t mapper_ = 0;
   uint64_t attempt_ = 0;
   std::vector<BlockRef> blocks_;
+  std::vector<ShuffleStore::FrameToAppend> validated_;  // AddFrames' scratch
   uint64_t frames_ = 0, records_ = 0, bytes_ = 0;
   bool commit_tried_ = false;
   bool ended_ = false;  // committed or aborted

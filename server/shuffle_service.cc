@@ -134,12 +134,14 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
         return attempt_.Open(open.shuffle_id(), open.mapper_id(), open.attempt_id());
       }
       case PushRequest::kFrames:
+        frames_.clear();
         for (const auto& pf : request_.frames().frames()) {
-          const auto bytes = absl::MakeConstSpan(
-              reinterpret_cast<const uint8_t*>(pf.frame().data()), pf.frame().size());
-          if (auto st = attempt_.AddFrame(pf.partition_id(), bytes); !st.ok()) return st;
+          frames_.push_back(PushAttempt::Frame{
+              pf.partition_id(),
+              absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(pf.frame().data()),
+                                  pf.frame().size())});
         }
-        return absl::OkStatus();
+        return attempt_.AddFrames(frames_);
       case PushRequest::kCommit: {
         auto summary =
             attempt_.Commit(request_.commit().frame_count(), request_.commit().record_count());
@@ -167,6 +169,7 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   PushResponse* const response_;
   PushRequest request_;
   PushAttempt attempt_;
+  std::vector<PushAttempt::Frame> frames_;  // the current message's, for AddFrames
   uint64_t charged_ = 0;
   std::atomic<bool> cancelled_{false};
   bool committed_ = false;

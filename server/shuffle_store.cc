@@ -1,8 +1,10 @@
 #include "server/shuffle_store.h"
 
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -18,24 +20,33 @@ namespace {
 
 constexpr char kParamsMagic[4] = {'S', 'L', 'S', 'H'};
 constexpr char kBlockMagic[4] = {'S', 'L', 'B', 'K'};
-constexpr uint8_t kBlockVersion = 1;
-// SHUFFLE's version: 2 since commits.log has its header (version 1 shuffles are upgraded when
-// opened; CommitLog::Recovery).
-constexpr uint8_t kParamsVersion = 2;
+// Block version 2 names its partition (bytes 5-6); version 1 blocks, of the per-partition
+// files, had zeros there.
+constexpr uint8_t kBlockVersion = 2;
+constexpr uint8_t kLegacyBlockVersion = 1;
+// SHUFFLE's version: 3 since the blocks live in one data file; 2 had one file per partition
+// and commits.log's header; 1 had no header. Older shuffles are moved into the current layout
+// when opened.
+constexpr uint8_t kParamsVersion = 3;
 constexpr char kParamsFile[] = "SHUFFLE";
+constexpr char kDataFile[] = "data";
+// Bytes a legacy block is copied with at a time when a shuffle is moved into the data file.
+constexpr size_t kCopyChunk = 1 << 20;
 constexpr size_t kMaxParamsFile = 1 << 16;
 
 uint32_t Check32(const uint8_t* p, size_t n) {
   return static_cast<uint32_t>(PayloadChecksum(p, n));
 }
 
-// Block header: magic, version, 3 zero bytes, u32 mapper, u64 attempt, u32 frame size,
-// u32 records, u32 check of the first 28 bytes.
-void WriteBlockHeader(uint32_t mapper, uint64_t attempt, uint32_t frame_size, uint32_t records,
-                      uint8_t* h) {
+// Block header: magic, version, u16 partition, a zero byte, u32 mapper, u64 attempt, u32 frame
+// size, u32 records, u32 check of the first 28 bytes.
+void WriteBlockHeader(uint32_t partition, uint32_t mapper, uint64_t attempt, uint32_t frame_size,
+                      uint32_t records, uint8_t* h) {
   std::memset(h, 0, kBlockHeaderSize);
   std::memcpy(h, kBlockMagic, 4);
   h[4] = kBlockVersion;
+  h[5] = static_cast<uint8_t>(partition & 0xff);
+  h[6] = static_cast<uint8_t>(partition >> 8);
   StoreLE32(h + 8, mapper);
   StoreLE64(h + 12, attempt);
   StoreLE32(h + 20, frame_size);
@@ -78,6 +89,22 @@ absl::StatusOr<ShuffleParams> DecodeParams(const std::string& s, const std::stri
   return params;
 }
 
+// Whether the block header at h is the one `expected` (version, partition where the version
+// has it, mapper, attempt, sizes, checksum).
+bool BlockHeaderMatches(const uint8_t* h, uint8_t version, uint32_t partition, uint32_t mapper,
+                        uint64_t attempt, const BlockRef& b) {
+  const uint32_t stored_partition =
+      version == kLegacyBlockVersion ? partition : (h[5] | static_cast<uint32_t>(h[6]) << 8);
+  return std::memcmp(h, kBlockMagic, 4) == 0 && h[4] == version &&
+         LoadLE32(h + 28) == Check32(h, 28) && stored_partition == partition && h[7] == 0 &&
+         LoadLE32(h + 8) == mapper && LoadLE64(h + 12) == attempt &&
+         LoadLE32(h + 20) == b.frame_size && LoadLE32(h + 24) == b.records;
+}
+
+absl::Span<const uint8_t> Bytes(const std::string& s) {
+  return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
 }  // namespace
 
 ShuffleStore::PartitionTable::PartitionTable(uint32_t count)
@@ -118,7 +145,7 @@ ShuffleStore::Partition& ShuffleStore::PartitionTable::Get(uint32_t i) {
 ShuffleStore::ShuffleStore(std::string dir, ShuffleParams params, StoreOptions options)
     : dir_(std::move(dir)),
       params_(std::move(params)),
-      options_(options),
+      options_(std::move(options)),
       partitions_(params_.num_partitions) {}
 
 ShuffleStore::~ShuffleStore() = default;
@@ -127,26 +154,19 @@ absl::Status ShuffleStore::DeletedError() const {
   return absl::NotFoundError(absl::StrCat("shuffle '", params_.shuffle_id, "' was deleted"));
 }
 
-std::string ShuffleStore::PartitionPath(uint32_t partition) const {
-  return absl::StrCat(dir_, "/p", partition, ".data");
-}
+std::string ShuffleStore::DataPath() const { return absl::StrCat(dir_, "/", kDataFile); }
+
 CommitLog::Options ShuffleStore::LogOptions() {
   CommitLog::Options o;
   o.fsync = options_.fsync;
   o.shuffle_id = params_.shuffle_id;
-  o.sync_partitions = [this](const std::set<uint32_t>& parts) { return SyncPartitions(parts); };
+  o.sync_data = [this] { return SyncDataFile(); };
   return o;
 }
 
-absl::Status ShuffleStore::SyncPartitions(const std::set<uint32_t>& partitions) {
-  for (uint32_t part : partitions) {
-    Partition* p = partitions_.Find(part);
-    if (p == nullptr) continue;  // (blocks are only ever in made partitions)
-    const int fd = p->fd.get();
-    SLUICE_RETURN_IF_ERROR(options_.sync_data ? options_.sync_data(fd, PartitionPath(part))
-                                              : file::SyncData(fd, PartitionPath(part)));
-  }
-  return absl::OkStatus();
+absl::Status ShuffleStore::SyncDataFile() {
+  const int fd = data_fd_.get();
+  return options_.sync_data ? options_.sync_data(fd, DataPath()) : file::SyncData(fd, DataPath());
 }
 
 absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Create(const std::string& dir,
@@ -160,17 +180,16 @@ absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Create(const std::st
     return absl::AlreadyExistsError(absl::StrCat("shuffle directory ", dir, " already exists"));
   }
   SLUICE_RETURN_IF_ERROR(file::MakeDirs(dir));
-  const std::string encoded = EncodeParams(params);
-  SLUICE_RETURN_IF_ERROR(file::WriteFileAtomically(
-      dir, kParamsFile,
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size())));
+  SLUICE_RETURN_IF_ERROR(file::WriteFileAtomically(dir, kParamsFile, Bytes(EncodeParams(params))));
   // The new directory's own entry in its parent must be durable too.
   const std::string parent = dir.substr(0, dir.find_last_of('/'));
   if (!parent.empty() && parent != dir) SLUICE_RETURN_IF_ERROR(file::SyncDir(parent));
   std::unique_ptr<ShuffleStore> store(new ShuffleStore(dir, params, options));
-  SLUICE_ASSIGN_OR_RETURN(store->dir_fd_, file::OpenDirectory(dir));
-  SLUICE_ASSIGN_OR_RETURN(store->log_,
-                          CommitLog::Create(store->dir_fd_.get(), dir, store->LogOptions()));
+  SLUICE_ASSIGN_OR_RETURN(file::Fd dir_fd, file::OpenDirectory(dir));
+  SLUICE_ASSIGN_OR_RETURN(store->data_fd_,
+                          file::OpenAt(dir_fd.get(), kDataFile, store->DataPath()));
+  // (CommitLog::Create syncs the directory, the data file's entry with the log's.)
+  SLUICE_ASSIGN_OR_RETURN(store->log_, CommitLog::Create(dir_fd.get(), dir, store->LogOptions()));
   return store;
 }
 
@@ -179,14 +198,8 @@ absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Open(const std::stri
   uint8_t version = 0;
   SLUICE_ASSIGN_OR_RETURN(ShuffleParams params, ReadParams(dir, &version));
   std::unique_ptr<ShuffleStore> store(new ShuffleStore(dir, params, options));
-  SLUICE_ASSIGN_OR_RETURN(store->dir_fd_, file::OpenDirectory(dir));
-  SLUICE_RETURN_IF_ERROR(store->Recover(/*version1=*/version == 1));
-  if (version == 1) {  // its log was upgraded by Recover: the shuffle is version 2 now
-    const std::string encoded = EncodeParams(params);
-    SLUICE_RETURN_IF_ERROR(file::WriteFileAtomically(
-        dir, kParamsFile,
-        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size())));
-  }
+  SLUICE_ASSIGN_OR_RETURN(file::Fd dir_fd, file::OpenDirectory(dir));
+  SLUICE_RETURN_IF_ERROR(store->Recover(dir_fd.get(), version));
   return store;
 }
 
@@ -197,68 +210,74 @@ absl::StatusOr<ShuffleParams> ShuffleStore::ReadParams(const std::string& dir, u
   return DecodeParams(encoded, params_path, version != nullptr ? version : &ignored);
 }
 
-absl::Status ShuffleStore::EnsureOpen(uint32_t partition, Partition& p) {
-  if (p.fd.valid()) return absl::OkStatus();
-  if (destroyed_.load()) return DeletedError();
-  const std::string path = PartitionPath(partition);
-  const bool existed = file::Exists(path);
-  SLUICE_ASSIGN_OR_RETURN(file::Fd fd,
-                          file::OpenAt(dir_fd_.get(), absl::StrCat("p", partition, ".data"), path));
-  SLUICE_ASSIGN_OR_RETURN(const uint64_t end, file::FileSize(fd.get(), path));
-  // A new file's directory entry must survive a crash before any commit relies on it; keep the
-  // descriptor only once it does, so a failed sync is retried by the next append.
-  if (!existed && options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncFd(dir_fd_.get(), dir_));
-  p.fd = std::move(fd);
-  p.end = end;
-  return absl::OkStatus();
-}
-
 absl::StatusOr<BlockRef> ShuffleStore::Append(uint32_t mapper, uint64_t attempt, uint32_t partition,
                                               absl::Span<const uint8_t> frame, uint32_t records) {
-  if (partition >= params_.num_partitions) {
-    return absl::InvalidArgumentError(absl::StrCat("partition ", partition, " is out of range [0, ",
-                                                   params_.num_partitions, ")"));
-  }
+  std::vector<BlockRef> blocks;
+  const FrameToAppend one{partition, frame, records};
+  SLUICE_RETURN_IF_ERROR(AppendAll(mapper, attempt, absl::MakeConstSpan(&one, 1), &blocks));
+  return blocks.front();
+}
+
+absl::Status ShuffleStore::AppendAll(uint32_t mapper, uint64_t attempt,
+                                     absl::Span<const FrameToAppend> frames,
+                                     std::vector<BlockRef>* blocks) {
   if (params_.num_mappers != 0 && mapper >= params_.num_mappers) {
     return absl::InvalidArgumentError(
         absl::StrCat("mapper ", mapper, " is out of range [0, ", params_.num_mappers, ")"));
   }
   if (destroyed_.load()) return DeletedError();
-  SLUICE_ASSIGN_OR_RETURN(FrameHeader h, ParseFrameHeader(frame, options_.limits));
-  if (h.frame_size() != frame.size()) {
-    return absl::InvalidArgumentError("Append takes exactly one whole frame");
+  uint64_t total = 0;
+  for (const FrameToAppend& f : frames) {
+    if (f.partition >= params_.num_partitions) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "partition ", f.partition, " is out of range [0, ", params_.num_partitions, ")"));
+    }
+    SLUICE_ASSIGN_OR_RETURN(FrameHeader h, ParseFrameHeader(f.frame, options_.limits));
+    if (h.frame_size() != f.frame.size()) {
+      return absl::InvalidArgumentError("Append takes exactly one whole frame");
+    }
+    total += kBlockHeaderSize + f.frame.size();
   }
-  Partition& p = partitions_.Get(partition);
-  BlockRef ref;
-  ref.partition = partition;
-  ref.frame_size = static_cast<uint32_t>(frame.size());
-  ref.records = records;
+  if (frames.empty()) return absl::OkStatus();
+  uint64_t at = 0;
   {
-    std::lock_guard<std::mutex> lock(p.mu);
-    SLUICE_RETURN_IF_ERROR(EnsureOpen(partition, p));
-    ref.offset = p.end;  // reserve the range; the write itself runs outside the lock
-    p.end += kBlockHeaderSize + frame.size();
+    std::lock_guard<std::mutex> lock(data_mu_);
+    at = data_end_;  // reserve the range; the write itself runs outside the lock
+    data_end_ += total;
   }
-  uint8_t header[kBlockHeaderSize];
-  WriteBlockHeader(mapper, attempt, ref.frame_size, records, header);
-  absl::Status st = file::PwriteAll(p.fd.get(), PartitionPath(partition), ref.offset,
-                                    absl::MakeConstSpan(header, kBlockHeaderSize), frame);
+  // Headers and frames go out with one pwritev (per IOV_MAX pieces).
+  std::vector<uint8_t> headers(kBlockHeaderSize * frames.size());
+  std::vector<absl::Span<const uint8_t>> pieces;
+  pieces.reserve(2 * frames.size());
+  const size_t first = blocks->size();
+  uint64_t offset = at;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const FrameToAppend& f = frames[i];
+    uint8_t* h = headers.data() + i * kBlockHeaderSize;
+    const auto size = static_cast<uint32_t>(f.frame.size());
+    WriteBlockHeader(f.partition, mapper, attempt, size, f.records, h);
+    pieces.emplace_back(h, kBlockHeaderSize);
+    pieces.push_back(f.frame);
+    blocks->push_back(BlockRef{f.partition, size, offset, f.records});
+    offset += kBlockHeaderSize + size;
+  }
+  absl::Status st = file::PwritevAll(data_fd_.get(), DataPath(), at, pieces);
   if (!st.ok()) {
-    Discard({ref});
+    (void)file::PunchHole(data_fd_.get(), DataPath(), at, total);
+    blocks->resize(first);
     return st;
   }
 #ifdef __linux__
   if (options_.fsync) {
-    // Start writing the block to disk now, without waiting: by the time the attempt commits,
+    // Start writing the blocks to disk now, without waiting: by the time the attempt commits,
     // its fdatasync finds little left to write, so disk time overlaps the push instead of
     // stalling the commit. Best effort: the commit's fdatasync is what guarantees durability
     // and reports errors.
-    (void)::sync_file_range(p.fd.get(), static_cast<off64_t>(ref.offset),
-                            static_cast<off64_t>(kBlockHeaderSize + frame.size()),
+    (void)::sync_file_range(data_fd_.get(), static_cast<off64_t>(at), static_cast<off64_t>(total),
                             SYNC_FILE_RANGE_WRITE);
   }
 #endif
-  return ref;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t attempt,
@@ -279,39 +298,55 @@ absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t att
   commit_cv_.notify_all();
   if (!written.ok()) return written;
   if (destroyed_.load()) return DeletedError();
-  AddCommitLocked(mapper,
-                  CommittedAttempt{attempt, std::vector<BlockRef>(blocks.begin(), blocks.end())});
+  AddCommitLocked(mapper, attempt, blocks);
   return CommitOutcome::kCommitted;
 }
 
-void ShuffleStore::AddCommitLocked(uint32_t mapper, CommittedAttempt commit) {
-  for (const BlockRef& b : commit.blocks) {
-    PartitionStats& s = partitions_.Get(b.partition).stats;
-    s.records += b.records;
-    s.bytes += b.frame_size;
-    s.frames += 1;
+void ShuffleStore::AddCommitLocked(uint32_t mapper, uint64_t attempt,
+                                   absl::Span<const BlockRef> blocks) {
+  for (const BlockRef& b : blocks) {
+    Partition& p = partitions_.Get(b.partition);
+    p.stats.records += b.records;
+    p.stats.bytes += b.frame_size;
+    p.stats.frames += 1;
+    if (!p.index.empty() && p.index.back().mapper > mapper) p.sorted = false;
+    p.index.push_back(IndexEntry{mapper, b.frame_size, b.offset, b.records});
   }
-  committed_.emplace(mapper, std::move(commit));
+  committed_.emplace(mapper, attempt);
 }
 
-void ShuffleStore::Discard(absl::Span<const BlockRef> blocks) {
+void ShuffleStore::Discard(absl::Span<const BlockRef> blocks) { PunchBlocks(blocks); }
+
+void ShuffleStore::PunchBlocks(absl::Span<const BlockRef> blocks) {
+  if (!data_fd_.valid()) return;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  ranges.reserve(blocks.size());
   for (const BlockRef& b : blocks) {
-    Partition* found = partitions_.Find(b.partition);
-    if (found == nullptr || !found->fd.valid()) continue;
-    Partition& p = *found;
+    ranges.emplace_back(b.offset, b.offset + kBlockHeaderSize + b.frame_size);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 0; i < ranges.size();) {
+    const uint64_t from = ranges[i].first;
+    uint64_t to = ranges[i].second;
+    for (++i; i < ranges.size() && ranges[i].first <= to; ++i) to = std::max(to, ranges[i].second);
     // Best effort: a file system without hole punching keeps the bytes until the next Open.
-    (void)file::PunchHole(p.fd.get(), PartitionPath(b.partition), b.offset,
-                          kBlockHeaderSize + b.frame_size);
+    (void)file::PunchHole(data_fd_.get(), DataPath(), from, to - from);
   }
 }
 
 std::vector<BlockRef> ShuffleStore::CommittedBlocks(uint32_t partition) const {
   std::vector<BlockRef> out;
   std::lock_guard<std::mutex> lock(commit_mu_);
-  for (const auto& [mapper, commit] : committed_) {  // ordered by mapper id
-    for (const BlockRef& b : commit.blocks) {
-      if (b.partition == partition) out.push_back(b);  // blocks are in arrival order
-    }
+  Partition* p = partitions_.Find(partition);
+  if (p == nullptr) return out;
+  if (!p->sorted) {  // ordered by mapper id, each mapper's blocks in arrival order
+    std::stable_sort(p->index.begin(), p->index.end(),
+                     [](const IndexEntry& a, const IndexEntry& b) { return a.mapper < b.mapper; });
+    p->sorted = true;
+  }
+  out.reserve(p->index.size());
+  for (const IndexEntry& e : p->index) {
+    out.push_back(BlockRef{partition, e.frame_size, e.offset, e.records});
   }
   return out;
 }
@@ -319,7 +354,8 @@ std::vector<BlockRef> ShuffleStore::CommittedBlocks(uint32_t partition) const {
 std::vector<uint32_t> ShuffleStore::CommittedMappers() const {
   std::lock_guard<std::mutex> lock(commit_mu_);
   std::vector<uint32_t> out;
-  for (const auto& [mapper, commit] : committed_) out.push_back(mapper);
+  out.reserve(committed_.size());
+  for (const auto& [mapper, attempt] : committed_) out.push_back(mapper);
   return out;
 }
 
@@ -329,115 +365,201 @@ PartitionStats ShuffleStore::Stats(uint32_t partition) const {
   return p != nullptr ? p->stats : PartitionStats{};
 }
 
+size_t ShuffleStore::indexed_blocks() const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  size_t n = 0;
+  partitions_.ForEach([&n](uint32_t, Partition& p) { n += p.index.size(); });
+  return n;
+}
+
 absl::Status ShuffleStore::ReadFrame(const BlockRef& block, std::string* frame) const {
   if (block.partition >= params_.num_partitions) {
     return absl::InvalidArgumentError(
         absl::StrCat("partition ", block.partition, " is out of range"));
   }
-  const Partition* found = partitions_.Find(block.partition);
-  if (found == nullptr || !found->fd.valid()) {
-    return absl::NotFoundError("partition file is not open");
-  }
-  const Partition& p = *found;
-  const std::string path = PartitionPath(block.partition);
+  if (!data_fd_.valid()) return absl::NotFoundError("the data file is not open");
   frame->resize(block.frame_size);
-  SLUICE_RETURN_IF_ERROR(file::PreadAll(p.fd.get(), path, block.offset + kBlockHeaderSize,
+  SLUICE_RETURN_IF_ERROR(file::PreadAll(data_fd_.get(), DataPath(), block.offset + kBlockHeaderSize,
                                         block.frame_size,
                                         reinterpret_cast<uint8_t*>(frame->data())));
-  const auto bytes =
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame->data()), frame->size());
+  const auto bytes = Bytes(*frame);
   auto h = ParseFrameHeader(bytes, StoredFrameLimits(options_.limits));
   if (!h.ok() || h->frame_size() != frame->size() ||
       PayloadChecksum(bytes.data() + kFrameHeaderSize, h->stored_size) != h->payload_checksum) {
-    return absl::DataLossError(
-        absl::StrCat("stored frame at ", path, ":", block.offset, " is corrupt",
-                     h.ok() ? "" : absl::StrCat(": ", h.status().message())));
+    return absl::DataLossError(absl::StrCat(
+        "stored frame of partition ", block.partition, " at ", DataPath(), ":", block.offset,
+        " is corrupt", h.ok() ? "" : absl::StrCat(": ", h.status().message())));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<FrameHeader> ShuffleStore::ReadFrameHeader(const BlockRef& block) const {
-  const Partition* part = partitions_.Find(block.partition);
-  if (part == nullptr || !part->fd.valid() || block.frame_size < kFrameHeaderSize) {
+  if (!data_fd_.valid() || block.frame_size < kFrameHeaderSize) {
     return absl::InvalidArgumentError("not a committed block");
   }
-  const std::string path = PartitionPath(block.partition);
   uint8_t h[kFrameHeaderSize];
-  SLUICE_RETURN_IF_ERROR(
-      file::PreadAll(part->fd.get(), path, block.offset + kBlockHeaderSize, kFrameHeaderSize, h));
+  SLUICE_RETURN_IF_ERROR(file::PreadAll(data_fd_.get(), DataPath(), block.offset + kBlockHeaderSize,
+                                        kFrameHeaderSize, h));
   auto header = ParseFrameHeader(absl::MakeConstSpan(h, kFrameHeaderSize),
                                  StoredFrameLimits(options_.limits));
   if (!header.ok()) {
-    return absl::DataLossError(absl::StrCat("stored frame at ", path, ":", block.offset,
+    return absl::DataLossError(absl::StrCat("stored frame at ", DataPath(), ":", block.offset,
                                             " is corrupt: ", header.status().message()));
   }
   return header;
 }
 
-absl::Status ShuffleStore::VerifyBlock(uint32_t mapper, uint64_t attempt, const BlockRef& block,
-                                       bool check_frame) const {
-  const std::string path = PartitionPath(block.partition);
-  const Partition& p = *partitions_.Find(block.partition);  // (Recover checked it is open)
+absl::Status ShuffleStore::VerifyBlock(uint32_t mapper, uint64_t attempt,
+                                       const BlockRef& block) const {
   uint8_t h[kBlockHeaderSize];
-  SLUICE_RETURN_IF_ERROR(file::PreadAll(p.fd.get(), path, block.offset, kBlockHeaderSize, h));
-  if (std::memcmp(h, kBlockMagic, 4) != 0 || h[4] != kBlockVersion ||
-      LoadLE32(h + 28) != Check32(h, 28) || LoadLE32(h + 8) != mapper ||
-      LoadLE64(h + 12) != attempt || LoadLE32(h + 20) != block.frame_size ||
-      LoadLE32(h + 24) != block.records) {
+  SLUICE_RETURN_IF_ERROR(
+      file::PreadAll(data_fd_.get(), DataPath(), block.offset, kBlockHeaderSize, h));
+  if (!BlockHeaderMatches(h, kBlockVersion, block.partition, mapper, attempt, block)) {
     return absl::DataLossError(absl::StrCat("committed block of mapper ", mapper, " attempt ",
-                                            attempt, " at ", path, ":", block.offset,
+                                            attempt, " for partition ", block.partition, " at ",
+                                            DataPath(), ":", block.offset,
                                             " does not match its commit record"));
   }
-  if (!check_frame) return absl::OkStatus();
   std::string frame;
   return ReadFrame(block, &frame);
 }
 
-absl::Status ShuffleStore::Recover(bool version1) {
-  // 1. The data files there are (one listing, not a lookup per declared partition).
-  SLUICE_ASSIGN_OR_RETURN(const std::vector<uint32_t> present, ListPartitionFiles());
-  for (uint32_t i : present) {
-    Partition& p = partitions_.Get(i);
-    std::lock_guard<std::mutex> lock(p.mu);
-    SLUICE_RETURN_IF_ERROR(EnsureOpen(i, p));
+absl::Status ShuffleStore::Recover(int dir_fd, uint8_t version) {
+  // 1. The files there are: the data file, and a legacy shuffle's partition files (one
+  //    listing, not a lookup per declared partition).
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<uint32_t> legacy_files, ListPartitionFiles());
+  const bool data_existed = file::Exists(DataPath());
+  uint64_t data_size = 0;
+  if (data_existed) {
+    SLUICE_ASSIGN_OR_RETURN(data_fd_, file::OpenAt(dir_fd, kDataFile, DataPath()));
+    SLUICE_ASSIGN_OR_RETURN(data_size, file::FileSize(data_fd_.get(), DataPath()));
   }
 
   // 2. The commit log (CommitLog::Open refuses a log that lost acknowledged records, cuts a
-  //    torn tail and refuses corruption before it).
+  //    torn tail and refuses corruption before it). A legacy log comes back read-only.
   CommitLog::Recovery recovery;
-  recovery.version1_allowed = version1;
-  recovery.data_files_exist = !present.empty();
-  std::vector<CommitRecord> commits;
-  SLUICE_ASSIGN_OR_RETURN(log_,
-                          CommitLog::Open(dir_fd_.get(), dir_, LogOptions(), recovery, &commits));
-  const std::string& log_path = log_->path();
+  recovery.version1_allowed = version == 1;
+  recovery.version2_allowed = version <= 2;
+  recovery.data_files_exist = data_size > 0 || !legacy_files.empty();
+  std::vector<CommitRecord> records;
+  SLUICE_ASSIGN_OR_RETURN(log_, CommitLog::Open(dir_fd, dir_, LogOptions(), recovery, &records));
+  const std::string log_path = log_->path();
 
-  // 3. Every committed block must be there and whole.
-  std::lock_guard<std::mutex> lock(commit_mu_);
-  for (CommitRecord& commit : commits) {
-    const uint32_t m = commit.mapper;
-    if (committed_.count(m) != 0) continue;  // a later record for a mapper: never visible
-    if (params_.num_mappers != 0 && m >= params_.num_mappers) {
-      return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", m, ", beyond the ",
-                                              params_.num_mappers, " mappers of the shuffle"));
-    }
-    for (const BlockRef& b : commit.blocks) {
-      const Partition* part =
-          b.partition < params_.num_partitions ? partitions_.Find(b.partition) : nullptr;
-      if (part == nullptr || !part->fd.valid()) {
-        return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", m, " to partition ",
-                                                b.partition, " whose data file is missing"));
+  // 3. The first record of each mapper is its commit; check what the records claim.
+  std::vector<CommitRecord> commits;
+  {
+    std::set<uint32_t> seen;
+    for (CommitRecord& r : records) {
+      if (!seen.insert(r.mapper).second) continue;  // a later record for a mapper: never visible
+      if (params_.num_mappers != 0 && r.mapper >= params_.num_mappers) {
+        return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", r.mapper,
+                                                ", beyond the ", params_.num_mappers,
+                                                " mappers of the shuffle"));
       }
-      // Not the cap in force now: it may have been lowered since (StoredFrameLimits).
-      if (b.frame_size > kFrameHeaderSize + uint64_t{kMaxFrameCapBytes}) {
-        return absl::DataLossError(absl::StrCat(log_path, " lists a frame of ", b.frame_size,
-                                                " bytes, beyond any frame cap"));
+      for (const BlockRef& b : r.blocks) {
+        if (b.partition >= params_.num_partitions) {
+          return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", r.mapper,
+                                                  " to partition ", b.partition, ", beyond the ",
+                                                  params_.num_partitions, " of the shuffle"));
+        }
+        // Not the cap in force now: it may have been lowered since (StoredFrameLimits).
+        if (b.frame_size > kFrameHeaderSize + uint64_t{kMaxFrameCapBytes}) {
+          return absl::DataLossError(absl::StrCat(log_path, " lists a frame of ", b.frame_size,
+                                                  " bytes, beyond any frame cap"));
+        }
       }
-      SLUICE_RETURN_IF_ERROR(VerifyBlock(m, commit.attempt, b, /*check_frame=*/true));
+      commits.push_back(std::move(r));
     }
-    AddCommitLocked(m, CommittedAttempt{commit.attempt, std::move(commit.blocks)});
   }
+  const bool legacy = log_->legacy();
+  if (!data_existed && !legacy && !commits.empty()) {
+    return absl::DataLossError(absl::StrCat(log_path, " commits ", commits.size(),
+                                            " mappers but the data file ", DataPath(),
+                                            " is missing"));
+  }
+  if (!data_existed) {
+    SLUICE_ASSIGN_OR_RETURN(data_fd_, file::OpenAt(dir_fd, kDataFile, DataPath()));
+    if (options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncFd(dir_fd, dir_));
+  }
+  if (legacy) SLUICE_RETURN_IF_ERROR(MoveLegacyBlocks(dir_fd, &commits));
+
+  // 4. Every committed block must be there and whole (before a legacy shuffle's log is
+  //    replaced: until then the shuffle is exactly as it was).
+  for (const CommitRecord& c : commits) {
+    for (const BlockRef& b : c.blocks) SLUICE_RETURN_IF_ERROR(VerifyBlock(c.mapper, c.attempt, b));
+  }
+  if (legacy || version < kParamsVersion) {
+    // The new log is the switch to the current layout; SHUFFLE and the old files follow it (a
+    // crash in between finds a current log and finishes here).
+    if (legacy) {
+      if (options_.fsync) SLUICE_RETURN_IF_ERROR(SyncDataFile());
+      SLUICE_ASSIGN_OR_RETURN(log_, CommitLog::Rewrite(dir_fd, dir_, LogOptions(), commits));
+    }
+    SLUICE_RETURN_IF_ERROR(
+        file::WriteFileAtomically(dir_, kParamsFile, Bytes(EncodeParams(params_))));
+  }
+  for (uint32_t i : legacy_files) {
+    const std::string name = absl::StrCat("p", i, ".data");
+    if (::unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
+      return file::ErrnoStatus(errno, "remove", absl::StrCat(dir_, "/", name));
+    }
+  }
+  if (!legacy_files.empty()) SLUICE_RETURN_IF_ERROR(file::SyncFd(dir_fd, dir_));
+
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  for (const CommitRecord& c : commits) AddCommitLocked(c.mapper, c.attempt, c.blocks);
   return ReclaimUnowned();
+}
+
+absl::Status ShuffleStore::MoveLegacyBlocks(int dir_fd, std::vector<CommitRecord>* commits) {
+  // The data file is not referenced by a legacy log: start it afresh (an earlier move may
+  // have been cut short by a crash). Blocks are copied partition by partition, so each legacy
+  // file is open only while it is copied and a partition's blocks end up together.
+  SLUICE_RETURN_IF_ERROR(file::Truncate(data_fd_.get(), DataPath(), 0));
+  std::map<uint32_t, std::vector<std::pair<BlockRef*, const CommitRecord*>>> by_partition;
+  for (CommitRecord& c : *commits) {
+    for (BlockRef& b : c.blocks) by_partition[b.partition].emplace_back(&b, &c);
+  }
+  std::vector<uint8_t> buf(kCopyChunk);
+  uint64_t out = 0;
+  for (auto& [partition, blocks] : by_partition) {
+    const std::string name = absl::StrCat("p", partition, ".data");
+    const std::string path = absl::StrCat(dir_, "/", name);
+    const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) {
+        return absl::DataLossError(absl::StrCat(log_->path(), " commits mapper ",
+                                                blocks.front().second->mapper, " to partition ",
+                                                partition, " whose data file is missing"));
+      }
+      return file::ErrnoStatus(errno, "open", path);
+    }
+    const file::Fd in(fd);
+    for (auto& [b, c] : blocks) {
+      uint8_t h[kBlockHeaderSize];
+      SLUICE_RETURN_IF_ERROR(file::PreadAll(in.get(), path, b->offset, kBlockHeaderSize, h));
+      if (!BlockHeaderMatches(h, kLegacyBlockVersion, partition, c->mapper, c->attempt, *b)) {
+        return absl::DataLossError(absl::StrCat("committed block of mapper ", c->mapper,
+                                                " attempt ", c->attempt, " at ", path, ":",
+                                                b->offset, " does not match its commit record"));
+      }
+      WriteBlockHeader(partition, c->mapper, c->attempt, b->frame_size, b->records, h);
+      SLUICE_RETURN_IF_ERROR(
+          file::PwriteAll(data_fd_.get(), DataPath(), out, absl::MakeConstSpan(h, sizeof h)));
+      for (uint64_t done = 0; done < b->frame_size;) {
+        const size_t n = std::min<uint64_t>(buf.size(), b->frame_size - done);
+        SLUICE_RETURN_IF_ERROR(
+            file::PreadAll(in.get(), path, b->offset + kBlockHeaderSize + done, n, buf.data()));
+        SLUICE_RETURN_IF_ERROR(file::PwriteAll(data_fd_.get(), DataPath(),
+                                               out + kBlockHeaderSize + done,
+                                               absl::MakeConstSpan(buf.data(), n)));
+        done += n;
+      }
+      b->offset = out;
+      out += kBlockHeaderSize + b->frame_size;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<uint32_t>> ShuffleStore::ListPartitionFiles() const {
@@ -464,47 +586,43 @@ absl::StatusOr<std::vector<uint32_t>> ShuffleStore::ListPartitionFiles() const {
 
 absl::Status ShuffleStore::ReclaimUnowned() {
   // Bytes no commit owns belong to attempts that broke or were in flight at a crash: cut the
-  // tail of each data file after its last committed block and punch out the gaps.
-  std::map<uint32_t, std::vector<std::pair<uint64_t, uint64_t>>> owned;  // by partition
-  for (const auto& [m, commit] : committed_) {
-    for (const BlockRef& b : commit.blocks) {
-      owned[b.partition].emplace_back(b.offset, b.offset + kBlockHeaderSize + b.frame_size);
+  // data file after its last committed block and punch out the gaps.
+  std::vector<std::pair<uint64_t, uint64_t>> owned;
+  partitions_.ForEach([&owned](uint32_t, Partition& p) {
+    for (const IndexEntry& e : p.index) {
+      owned.emplace_back(e.offset, e.offset + kBlockHeaderSize + e.frame_size);
     }
-  }
-  absl::Status status;
-  partitions_.ForEach([&](uint32_t i, Partition& part) {
-    if (!status.ok() || !part.fd.valid()) return;
-    const std::string path = PartitionPath(i);
-    auto& ranges = owned[i];
-    std::sort(ranges.begin(), ranges.end());
-    uint64_t cursor = 0;
-    for (const auto& [from, to] : ranges) {
-      if (from > cursor) status.Update(file::PunchHole(part.fd.get(), path, cursor, from - cursor));
-      cursor = std::max(cursor, to);
-    }
-    if (status.ok() && part.end > cursor) {
-      status.Update(file::Truncate(part.fd.get(), path, cursor));
-      if (status.ok() && options_.fsync) status.Update(file::SyncData(part.fd.get(), path));
-    }
-    part.end = cursor;
   });
-  return status;
+  std::sort(owned.begin(), owned.end());
+  const std::string path = DataPath();
+  SLUICE_ASSIGN_OR_RETURN(const uint64_t size, file::FileSize(data_fd_.get(), path));
+  uint64_t cursor = 0;
+  for (const auto& [from, to] : owned) {
+    if (from > cursor)
+      SLUICE_RETURN_IF_ERROR(file::PunchHole(data_fd_.get(), path, cursor, from - cursor));
+    cursor = std::max(cursor, to);
+  }
+  if (size > cursor) {
+    SLUICE_RETURN_IF_ERROR(file::Truncate(data_fd_.get(), path, cursor));
+    if (options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(data_fd_.get(), path));
+  }
+  std::lock_guard<std::mutex> lock(data_mu_);
+  data_end_ = cursor;
+  return absl::OkStatus();
 }
 
 size_t ShuffleStore::open_files() const {
-  size_t n = (dir_fd_.valid() ? 1 : 0) + (log_ != nullptr ? 1 : 0);
-  partitions_.ForEach([&n](uint32_t, Partition& p) {
-    std::lock_guard<std::mutex> lock(p.mu);
-    if (p.fd.valid()) ++n;
-  });
-  return n;
+  return (data_fd_.valid() ? 1 : 0) + (log_ != nullptr ? 1 : 0);
 }
 
 void ShuffleStore::MarkDeleted() {
   std::lock_guard<std::mutex> lock(commit_mu_);
   destroyed_.store(true);
   committed_.clear();
-  partitions_.ForEach([](uint32_t, Partition& p) { p.stats = PartitionStats{}; });
+  partitions_.ForEach([](uint32_t, Partition& p) {
+    p.stats = PartitionStats{};
+    p.index = {};
+  });
 }
 
 }  // namespace sluice

@@ -2,19 +2,22 @@
 //
 // A directory holds:
 //   SHUFFLE       the shuffle's parameters, written once, atomically
-//   p<N>.data     one append-only file per partition; every mapper attempt's frames for that
-//                 partition land in it as they arrive, each as a block: a 32-byte header
-//                 (magic, mapper, attempt, frame size, records, header checksum) + the frame
+//   data          one append-only file for the whole shuffle: every mapper attempt's frames, for
+//                 every partition, land in it as they arrive, each as a block: a 32-byte header
+//                 (magic, partition, mapper, attempt, frame size, records, header checksum) +
+//                 the frame
 //   commits.log   one record per committed mapper attempt, listing its blocks (CommitLog)
 //
 // The commit log is the only source of truth: a block is visible if and only if a durable
-// commit record lists it. Commit() has the CommitLog sync the attempt's data files, then append
-// the record and sync the log (a group commit), and only then reports success. For each mapper the
-// first committed attempt wins; a later commit for the same mapper is reported as a duplicate and
-// its blocks discarded. Open() rebuilds the state from the log: a torn tail record is cut off,
-// every committed block is read back and checksum-verified, and all bytes not owned by a commit
-// (broken or in-flight attempts) are truncated away or punched out, so their disk space is
-// reclaimed.
+// commit record lists it. Commit() has the CommitLog sync the data file (once per group-commit
+// batch, however many partitions it touched), then append the record and sync the log, and only
+// then reports success. For each mapper the first committed attempt wins; a later commit for the
+// same mapper is reported as a duplicate and its blocks discarded. Each partition keeps an index
+// of its committed blocks in memory (24 bytes a block). Open() rebuilds the state from the log:
+// a torn tail record is cut off, every committed block is read back and checksum-verified, and
+// all bytes not owned by a commit (broken or in-flight attempts) are truncated away or punched
+// out. A shuffle of the earlier layout (one file per partition) is moved into this one when
+// opened.
 //
 // Thread safety: Append, Commit, Discard and the readers may be called concurrently.
 #ifndef SLUICE_SERVER_SHUFFLE_STORE_H_
@@ -50,7 +53,8 @@ struct StoreOptions {
   /// Sync data files and the commit log before a commit is acknowledged.
   bool fsync = true;
   FrameLimits limits;
-  /// The fdatasync commits use (tests inject failures here); null = file::SyncData.
+  /// The fdatasync commits use on the data file (tests inject failures here); null =
+  /// file::SyncData.
   std::function<absl::Status(int fd, const std::string& path)> sync_data;
 };
 
@@ -70,7 +74,7 @@ inline constexpr size_t kBlockHeaderSize = 32;
 inline FrameLimits StoredFrameLimits(const FrameLimits& input) {
   return FrameLimits{kMaxFrameCapBytes, input.max_records};
 }
-/// Most partitions a shuffle may have (each costs a file and some memory).
+/// Most partitions a shuffle may have (a block header names its partition in 16 bits).
 inline constexpr uint32_t kMaxPartitions = 1u << 16;
 
 class ShuffleStore {
@@ -93,10 +97,20 @@ class ShuffleStore {
 
   const ShuffleParams& params() const { return params_; }
 
-  /// Appends one frame (already validated by the caller) of a mapper attempt to its partition
-  /// file. Not visible until Commit. RESOURCE_EXHAUSTED when the disk is full.
+  /// Appends one frame (already validated by the caller) of a mapper attempt to the data file.
+  /// Not visible until Commit. RESOURCE_EXHAUSTED when the disk is full.
   absl::StatusOr<BlockRef> Append(uint32_t mapper, uint64_t attempt, uint32_t partition,
                                   absl::Span<const uint8_t> frame, uint32_t records);
+  /// One frame of AppendAll.
+  struct FrameToAppend {
+    uint32_t partition = 0;
+    absl::Span<const uint8_t> frame;
+    uint32_t records = 0;
+  };
+  /// Appends several frames of one attempt with one write (a push message's worth); their
+  /// blocks are added to *blocks in order. On error nothing is added.
+  absl::Status AppendAll(uint32_t mapper, uint64_t attempt, absl::Span<const FrameToAppend> frames,
+                         std::vector<BlockRef>* blocks);
 
   /// Makes the attempt's blocks durable and visible, or reports kDuplicate when the mapper
   /// already has a committed attempt (the caller then Discards its blocks).
@@ -119,7 +133,7 @@ class ShuffleStore {
   /// Later Appends and Commits fail with NOT_FOUND; the caller removes the (renamed) directory.
   void MarkDeleted();
 
-  /// Descriptors the store holds now: its directory, its log, and each open partition file.
+  /// Descriptors the store holds: its log and its data file, whatever its partition count.
   size_t open_files() const;
 
   /// Push attempts writing to this store (the registry counts them, under its lock, to know
@@ -132,16 +146,25 @@ class ShuffleStore {
   bool wedged() const { return log_ != nullptr && log_->broken(); }
   absl::Status WedgedError() const { return log_->BrokenError(); }
 
-  /// Partitions whose state exists (written to, or with a data file at open): memory follows
-  /// them, not the declared count.
+  /// Partitions whose state exists (with committed blocks): memory follows them, not the
+  /// declared count.
   size_t partitions_made() const { return partitions_.made(); }
+  /// Index entries of committed blocks, over all partitions.
+  size_t indexed_blocks() const;
 
  private:
+  // One committed block of a partition (the partition is implied).
+  struct IndexEntry {
+    uint32_t mapper;
+    uint32_t frame_size;
+    uint64_t offset;
+    uint32_t records;
+  };
+  // A partition's committed data, guarded by the store's commit_mu_.
   struct Partition {
-    std::mutex mu;
-    file::Fd fd;
-    uint64_t end = 0;      // next append offset
-    PartitionStats stats;  // committed data (guarded by the store's commit_mu_)
+    PartitionStats stats;
+    std::vector<IndexEntry> index;  // in commit order; stable-sorted by mapper when read
+    bool sorted = true;
   };
   // Partition state, made on first use, in chunks of 256 behind a table of one pointer a chunk:
   // a 65,536-partition shuffle nobody wrote to takes 2 KiB, not a state for each partition.
@@ -178,40 +201,39 @@ class ShuffleStore {
     std::mutex make_mu_;  // making a chunk or a partition
     std::atomic<size_t> made_{0};
   };
-  struct CommittedAttempt {
-    uint64_t attempt;
-    std::vector<BlockRef> blocks;
-  };
-
   ShuffleStore(std::string dir, ShuffleParams params, StoreOptions options);
-  std::string PartitionPath(uint32_t partition) const;
+  std::string DataPath() const;
   CommitLog::Options LogOptions();
-  // fdatasync of the given partitions' files (the CommitLog's sync_partitions).
-  absl::Status SyncPartitions(const std::set<uint32_t>& partitions);
-  // Opens (creating if needed) a partition file; call with the partition's mu held.
-  absl::Status EnsureOpen(uint32_t partition, Partition& p);
-  absl::Status Recover(bool version1);
-  // The partitions whose data file exists, from one directory listing.
+  absl::Status SyncDataFile();
+  // Rebuilds the state from the log (docs/storage.md, Recovery); `version` is SHUFFLE's.
+  absl::Status Recover(int dir_fd, uint8_t version);
+  // The legacy layout's p<N>.data files there are, from one directory listing.
   absl::StatusOr<std::vector<uint32_t>> ListPartitionFiles() const;
-  absl::Status VerifyBlock(uint32_t mapper, uint64_t attempt, const BlockRef& block,
-                           bool check_frame) const;
+  // Copies the committed blocks of a legacy shuffle (one file per partition) into the data
+  // file, rewriting `commits`' offsets; nothing legacy is changed.
+  absl::Status MoveLegacyBlocks(int dir_fd, std::vector<CommitRecord>* commits);
+  absl::Status VerifyBlock(uint32_t mapper, uint64_t attempt, const BlockRef& block) const;
   absl::Status ReclaimUnowned();
   absl::Status DeletedError() const;
-  void AddCommitLocked(uint32_t mapper, CommittedAttempt commit);
+  // Punches the blocks' ranges out of the data file, adjacent ones together.
+  void PunchBlocks(absl::Span<const BlockRef> blocks);
+  void AddCommitLocked(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks);
 
   const std::string dir_;
-  file::Fd dir_fd_;
   std::atomic<bool> destroyed_{false};
   std::atomic<int> writers_{0};
   const ShuffleParams params_;
   const StoreOptions options_;
-  PartitionTable partitions_;
+  file::Fd data_fd_;
+  std::mutex data_mu_;     // guards data_end_
+  uint64_t data_end_ = 0;  // where the next append goes
 
   std::unique_ptr<CommitLog> log_;
-  mutable std::mutex commit_mu_;  // guards everything below (no I/O under it once open)
+  mutable std::mutex commit_mu_;  // guards everything below and the partitions' state
   std::condition_variable commit_cv_;
-  std::set<uint32_t> inflight_mappers_;  // between the duplicate check and the outcome
-  std::map<uint32_t, CommittedAttempt> committed_;
+  PartitionTable partitions_;
+  std::set<uint32_t> inflight_mappers_;     // between the duplicate check and the outcome
+  std::map<uint32_t, uint64_t> committed_;  // mapper -> its winning attempt
 };
 
 }  // namespace sluice

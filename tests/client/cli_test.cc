@@ -5,7 +5,9 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "tests/harness/mini_server.h"
@@ -131,6 +133,37 @@ TEST_F(CliTest, BenchWithoutAServerStartsItsOwnSluiceServer) {
   EXPECT_GT(std::atof(out.c_str() + at + 22), 1.0) << out;
   EXPECT_NE(Run("bench --shards 0"), 0);
   EXPECT_NE(Run("bench --no-such-flag 1"), 0);
+}
+
+// A server of this version started on a data directory an earlier version wrote (one file per
+// partition, tests/server/testdata/shuffle_v2) serves the same records, byte for byte as the
+// earlier server's `sluice fetch` printed them, after moving the shuffle into its layout.
+TEST_F(CliTest, AShuffleOfTheEarlierLayoutServesTheSameRecords) {
+  server_.reset();
+  const std::string fixture = std::string(SLUICE_TESTDATA_DIR) + "/shuffle_v2";
+  const std::string shuffle = dir_.path() + "/data/shuffles/legacy";
+  std::filesystem::create_directories(shuffle);
+  for (const char* name : {"SHUFFLE", "commits.log", "p0.data", "p1.data", "p2.data"}) {
+    std::filesystem::copy_file(fixture + "/" + name, shuffle + "/" + name,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  testing::MiniServerOptions opts;
+  opts.server.data_dir = dir_.path() + "/data";
+  ASSERT_OK_AND_ASSIGN(server_, testing::MiniServer::Start(opts));
+  address_ = server_->address();
+  for (int p = 0; p < 3; ++p) {
+    SCOPED_TRACE(p);
+    std::string out;
+    ASSERT_EQ(Run("fetch --server " + address_ + " --shuffle legacy --partition " +
+                      std::to_string(p) + " --order KEY --output -",
+                  &out),
+              0);
+    std::ifstream f(fixture + "/expect" + std::to_string(p) + ".jsonl");
+    const std::string expected{std::istreambuf_iterator<char>(f), {}};
+    EXPECT_EQ(out, expected);
+  }
+  EXPECT_FALSE(std::filesystem::exists(shuffle + "/p0.data"));
+  EXPECT_TRUE(std::filesystem::exists(shuffle + "/data"));
 }
 
 }  // namespace

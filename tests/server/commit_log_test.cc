@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <mutex>
@@ -16,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "codec/endian.h"
+#include "codec/frame_format.h"
 #include "server/file_util.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"
@@ -73,7 +76,7 @@ class CommitLogTest : public ::testing::Test {
   CommitLog::Options Options() {
     CommitLog::Options o;
     o.shuffle_id = "s";
-    o.sync_partitions = [this](const std::set<uint32_t>& parts) { return OnSync(parts); };
+    o.sync_data = [this] { return OnSync(); };
     return o;
   }
   absl::StatusOr<std::unique_ptr<CommitLog>> Reopen(std::vector<CommitRecord>* records) {
@@ -90,11 +93,9 @@ class CommitLogTest : public ::testing::Test {
     f << bytes;
   }
 
-  // What the data sync sees and does (set by the tests).
-  std::function<absl::Status(const std::set<uint32_t>&)> on_sync_;
-  absl::Status OnSync(const std::set<uint32_t>& parts) {
-    return on_sync_ ? on_sync_(parts) : absl::OkStatus();
-  }
+  // What the data sync does (set by the tests).
+  std::function<absl::Status()> on_sync_;
+  absl::Status OnSync() { return on_sync_ ? on_sync_() : absl::OkStatus(); }
 
   TempDir dir_;
   file::Fd dir_fd_;
@@ -120,15 +121,15 @@ TEST_F(CommitLogTest, AppendedRecordsAreThereAfterReopenInOrder) {
 
 TEST_F(CommitLogTest, DataIsSyncedBeforeTheRecordIsWritten) {
   ASSERT_OK_AND_ASSIGN(auto log, CommitLog::Create(dir_fd_.get(), dir_.path(), Options()));
-  std::set<uint32_t> synced;
+  int syncs = 0;
   uint64_t size_at_sync = 1;
-  on_sync_ = [&](const std::set<uint32_t>& parts) {
-    synced = parts;
+  on_sync_ = [&] {
+    ++syncs;
     size_at_sync = LogSize();
     return absl::OkStatus();
   };
-  ASSERT_OK(log->Append(1, 1, Blocks(1, 5)));  // partitions 0, 1, 2
-  EXPECT_EQ(synced, (std::set<uint32_t>{0, 1, 2}));
+  ASSERT_OK(log->Append(1, 1, Blocks(1, 5)));  // partitions 0, 1, 2: one sync of the data file
+  EXPECT_EQ(syncs, 1);
   EXPECT_EQ(size_at_sync, 1024u) << "the record was written before its data was synced";
   EXPECT_GT(LogSize(), 1024u);
 }
@@ -140,10 +141,10 @@ TEST_F(CommitLogTest, ConcurrentAppendsShareOneWriteAndSyncPerBatch) {
   std::mutex mu;
   std::condition_variable cv;
   bool release = false;
-  std::vector<std::set<uint32_t>> batches;
-  on_sync_ = [&](const std::set<uint32_t>& parts) {
+  std::vector<uint64_t> batches;  // the log's size at each data sync
+  on_sync_ = [&] {
     std::unique_lock<std::mutex> lock(mu);
-    batches.push_back(parts);
+    batches.push_back(LogSize());
     cv.notify_all();
     if (batches.size() == 1) cv.wait(lock, [&] { return release; });
     return absl::OkStatus();
@@ -165,9 +166,9 @@ TEST_F(CommitLogTest, ConcurrentAppendsShareOneWriteAndSyncPerBatch) {
   cv.notify_all();
   first.join();
   for (auto& t : others) t.join();
-  ASSERT_EQ(batches.size(), 2u);
-  EXPECT_EQ(batches[0], (std::set<uint32_t>{7}));
-  EXPECT_EQ(batches[1], (std::set<uint32_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  ASSERT_EQ(batches.size(), 2u) << "the 8 queued appends did not share one data sync";
+  EXPECT_EQ(batches[0], 1024u);
+  EXPECT_GT(batches[1], batches[0]);  // after the first batch's record, before theirs
   log.reset();
   std::vector<CommitRecord> records;
   ASSERT_OK_AND_ASSIGN(log, Reopen(&records));
@@ -178,7 +179,7 @@ TEST_F(CommitLogTest, AFailedSyncBreaksTheLogAndWritesNothing) {
   ASSERT_OK_AND_ASSIGN(auto log, CommitLog::Create(dir_fd_.get(), dir_.path(), Options()));
   ASSERT_OK(log->Append(0, 1, Blocks(0, 2)));
   const uint64_t before = LogSize();
-  on_sync_ = [](const std::set<uint32_t>&) { return absl::InternalError("fdatasync: EIO"); };
+  on_sync_ = [] { return absl::InternalError("fdatasync: EIO"); };
   EXPECT_THAT(log->Append(1, 1, Blocks(1, 2)), StatusIs(absl::StatusCode::kInternal, "EIO"));
   EXPECT_TRUE(log->broken());
   on_sync_ = nullptr;  // the disk is fine again: the log still refuses, the outcome was unknown
@@ -245,10 +246,13 @@ TEST_F(CommitLogTest, AHoleAfterTheDurableLengthIsATornBatchAndIsCut) {
               StatusIs(absl::StatusCode::kDataLoss, "acknowledged commits are missing"));
 }
 
-// Logs written before the header existed (version 1: records from byte 0) are read and
-// rewritten in the current format.
-TEST_F(CommitLogTest, AVersion1LogIsReadAndUpgraded) {
-  AppendRaw(EncodeCommitRecord(0, 1, Blocks(0, 2)) + EncodeCommitRecord(1, 1, Blocks(1, 2)));
+// Logs of the earlier layouts are read, never written: a version 1 log (no header, records
+// from byte 0) and a version 2 log (offsets into per-partition files) come back read-only, and
+// the store rewrites them (Rewrite) once it has moved their blocks.
+TEST_F(CommitLogTest, AVersion1LogIsReadOnlyUntilRewritten) {
+  const std::string bytes =
+      EncodeCommitRecord(0, 1, Blocks(0, 2)) + EncodeCommitRecord(1, 1, Blocks(1, 2));
+  AppendRaw(bytes + "torn");
   std::vector<CommitRecord> records;
   CommitLog::Recovery legacy;
   legacy.version1_allowed = true;
@@ -256,11 +260,53 @@ TEST_F(CommitLogTest, AVersion1LogIsReadAndUpgraded) {
   ASSERT_OK_AND_ASSIGN(auto log,
                        CommitLog::Open(dir_fd_.get(), dir_.path(), Options(), legacy, &records));
   ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(log->version(), 1u);
+  EXPECT_THAT(log->Append(2, 1, Blocks(2, 2)),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "read to be rewritten"));
+  EXPECT_EQ(LogSize(), bytes.size() + 4) << "reading a legacy log changed it";
+  ASSERT_OK_AND_ASSIGN(log, CommitLog::Rewrite(dir_fd_.get(), dir_.path(), Options(), records));
   ASSERT_OK(log->Append(2, 1, Blocks(2, 2)));
   log.reset();
-  ASSERT_OK_AND_ASSIGN(log, Reopen(&records));  // as a version 2 log now
+  ASSERT_OK_AND_ASSIGN(log, Reopen(&records));
+  EXPECT_EQ(log->version(), 3u);
   ASSERT_EQ(records.size(), 3u);
   EXPECT_TRUE(SameBlocks(records[1].blocks, Blocks(1, 2)));
+  // The rewritten records are all below the floor: losing one is refused.
+  log.reset();
+  ASSERT_EQ(::truncate(LogPath().c_str(), static_cast<off_t>(LogSize() - 10)), 0);
+  EXPECT_THAT(Reopen(&records), StatusIs(absl::StatusCode::kDataLoss, "acknowledged commits"));
+}
+
+TEST_F(CommitLogTest, AVersion2LogIsReadOnlyAndOnlyWhereAllowed) {
+  ASSERT_OK_AND_ASSIGN(auto log, CommitLog::Create(dir_fd_.get(), dir_.path(), Options()));
+  for (uint32_t m = 0; m < 2; ++m) ASSERT_OK(log->Append(m, 1, Blocks(m, 2)));
+  log.reset();
+  // Make it what a version 2 server wrote: the same slots with version 2.
+  {
+    std::fstream f(LogPath(), std::ios::binary | std::ios::in | std::ios::out);
+    for (int slot : {0, 1}) {
+      char raw[40];
+      f.seekg(slot * 512);
+      f.read(raw, sizeof raw);
+      if (std::memcmp(raw, "SLLG", 4) != 0) continue;
+      auto* u = reinterpret_cast<uint8_t*>(raw);
+      StoreLE32(u + 4, 2);
+      StoreLE64(u + 32, PayloadChecksum(u, 32));
+      f.seekp(slot * 512);
+      f.write(raw, sizeof raw);
+    }
+  }
+  const uint64_t size = LogSize();
+  std::vector<CommitRecord> records;
+  EXPECT_THAT(Reopen(&records),
+              StatusIs(absl::StatusCode::kDataLoss, "version 2 log in a shuffle of a later"));
+  CommitLog::Recovery legacy;
+  legacy.version2_allowed = true;
+  ASSERT_OK_AND_ASSIGN(log,
+                       CommitLog::Open(dir_fd_.get(), dir_.path(), Options(), legacy, &records));
+  EXPECT_EQ(log->version(), 2u);
+  EXPECT_EQ(records.size(), 2u);
+  EXPECT_EQ(LogSize(), size);
 }
 
 // The two header slots are written alternately: a slot torn by a crash leaves the other one,

@@ -53,10 +53,10 @@ class PushAttemptTest : public ::testing::Test {
     ASSERT_OK(registry_->Create(ShuffleParams{"s", 2, 4}).status());
   }
   std::shared_ptr<ShuffleStore> Store() { return *registry_->Get("s"); }
-  // Bytes of disk partition 0's file takes (punched-out blocks take none).
+  // Bytes of disk the data file takes (punched-out blocks take none).
   uint64_t DiskBytes() {
     struct stat st;
-    if (::stat((dir_.path() + "/shuffles/s/p0.data").c_str(), &st) != 0) return 0;
+    if (::stat((dir_.path() + "/shuffles/s/data").c_str(), &st) != 0) return 0;
     return static_cast<uint64_t>(st.st_blocks) * 512;
   }
   uint64_t CommittedRecords() { return Store()->Stats(0).records + Store()->Stats(1).records; }
@@ -186,7 +186,7 @@ TEST(WedgedShuffleTest, TheNextPushReopensAWedgedShuffleAndItsSpaceComesBack) {
   ASSERT_OK(registry->Create(ShuffleParams{"s", 1, 0}).status());
   auto disk_bytes = [&] {
     struct stat st;
-    if (::stat((dir.path() + "/shuffles/s/p0.data").c_str(), &st) != 0) return uint64_t{0};
+    if (::stat((dir.path() + "/shuffles/s/data").c_str(), &st) != 0) return uint64_t{0};
     return static_cast<uint64_t>(st.st_blocks) * 512;
   };
   auto push = [&](uint32_t mapper, const std::string& frame) -> absl::Status {

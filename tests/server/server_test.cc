@@ -727,7 +727,7 @@ TEST_F(ServerTest, AShuffleThatFailsRecoveryIsReportedDamagedAndCanBeDeleted) {
   ASSERT_OK(Push("bad", 0, 1, 2, 30, &resp));
   server_->Stop().IgnoreError();
   {  // flip a byte of the committed frame: its checksum no longer matches
-    const std::string path = server_->data_dir() + "/shuffles/bad/p1.data";
+    const std::string path = server_->data_dir() + "/shuffles/bad/data";
     std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
     ASSERT_TRUE(f.good()) << path;
     f.seekg(0, std::ios::end);
@@ -743,7 +743,7 @@ TEST_F(ServerTest, AShuffleThatFailsRecoveryIsReportedDamagedAndCanBeDeleted) {
   EXPECT_EQ(info.shuffle_id(), "bad");
   EXPECT_EQ(info.num_partitions(), 2u);
   EXPECT_NE(info.damage().find("corrupt"), std::string::npos) << info.damage();
-  EXPECT_NE(info.damage().find("shuffles/bad/p1.data"), std::string::npos) << info.damage();
+  EXPECT_NE(info.damage().find("shuffles/bad/data"), std::string::npos) << info.damage();
   EXPECT_EQ(info.damage().find(server_->data_dir()), std::string::npos) << info.damage();
   {
     grpc::ClientContext ctx;

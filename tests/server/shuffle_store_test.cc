@@ -152,8 +152,10 @@ TEST_F(ShuffleStoreTest, AFailedDataSyncCommitsNothingThatDependsOnIt) {
   auto created = ShuffleStore::Create(ShuffleDir(), ShuffleParams{"s1", 2, 8}, opts);
   ASSERT_OK(created);
   auto store = std::move(created).value();
-  const auto a = WriteAttempt(*store, 0, 1);  // syncs 1 and 2: both partitions
+  // One data sync per commit batch, however many partitions it wrote.
+  const auto a = WriteAttempt(*store, 0, 1);  // sync 1
   ASSERT_EQ(*store->Commit(0, 1, a), CommitOutcome::kCommitted);
+  ASSERT_EQ(*store->Commit(3, 1, WriteAttempt(*store, 3, 1)), CommitOutcome::kCommitted);
   const auto b = WriteAttempt(*store, 1, 1);  // sync 3 fails
   auto failed = store->Commit(1, 1, b);
   ASSERT_FALSE(failed.ok());
@@ -162,12 +164,13 @@ TEST_F(ShuffleStoreTest, AFailedDataSyncCommitsNothingThatDependsOnIt) {
   auto refused = store->Commit(2, 1, c);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
-  EXPECT_EQ(store->CommittedMappers(), (std::vector<uint32_t>{0}));
+  EXPECT_EQ(syncs.load(), 3);
+  EXPECT_EQ(store->CommittedMappers(), (std::vector<uint32_t>{0, 3}));
   store.reset();
   auto reopened = Reopen();
   ASSERT_NE(reopened, nullptr);
-  EXPECT_EQ(reopened->CommittedMappers(), (std::vector<uint32_t>{0}));
-  EXPECT_EQ(ReadPartition(*reopened, 1).size(), 5u);
+  EXPECT_EQ(reopened->CommittedMappers(), (std::vector<uint32_t>{0, 3}));
+  EXPECT_EQ(ReadPartition(*reopened, 1).size(), 10u);
 }
 
 TEST_F(ShuffleStoreTest, ReopenRecoversExactlyTheCommittedAttempts) {
@@ -175,7 +178,7 @@ TEST_F(ShuffleStoreTest, ReopenRecoversExactlyTheCommittedAttempts) {
   {
     auto store = CreateStore();
     ASSERT_EQ(*store->Commit(0, 1, WriteAttempt(*store, 0, 1)), CommitOutcome::kCommitted);
-    WriteAttempt(*store, 1, 1);  // never committed: a broken stream
+    WriteAttempt(*store, 1, 1, 500, 64);  // never committed: a broken stream (~4 x 32 KB)
     ASSERT_EQ(*store->Commit(5, 3, WriteAttempt(*store, 5, 3)), CommitOutcome::kCommitted);
     WriteAttempt(*store, 6, 1);  // in flight at the "crash"
     for (uint32_t p = 0; p < 4; ++p) before.push_back(ReadPartition(*store, p));
@@ -184,12 +187,15 @@ TEST_F(ShuffleStoreTest, ReopenRecoversExactlyTheCommittedAttempts) {
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->CommittedMappers(), (std::vector<uint32_t>{0, 5}));
   for (uint32_t p = 0; p < 4; ++p) EXPECT_EQ(ReadPartition(*store, p), before[p]);
-  // The uncommitted tail (mapper 6) was cut off: the file ends with mapper 5's block.
-  const auto blocks = store->CommittedBlocks(1);
+  // The uncommitted tail (mapper 6) was cut off: the data file ends with mapper 5's last block
+  // (its last partition's), and mapper 1's blocks in between were punched out.
+  const auto blocks = store->CommittedBlocks(3);
   struct stat st;
-  ASSERT_EQ(::stat((ShuffleDir() + "/p1.data").c_str(), &st), 0);
+  ASSERT_EQ(::stat((ShuffleDir() + "/data").c_str(), &st), 0);
   EXPECT_EQ(static_cast<uint64_t>(st.st_size),
             blocks.back().offset + kBlockHeaderSize + blocks.back().frame_size);
+  EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512 + (64u << 10),
+            static_cast<uint64_t>(st.st_size));
   // New attempts append after recovery and commit normally.
   ASSERT_EQ(*store->Commit(6, 2, WriteAttempt(*store, 6, 2)), CommitOutcome::kCommitted);
   EXPECT_EQ(ReadPartition(*store, 1).size(), 15u);
@@ -241,14 +247,17 @@ TEST_F(ShuffleStoreTest, DamagedCommittedDataIsReportedOnOpen) {
     ASSERT_EQ(*store->Commit(0, 1, blocks), CommitOutcome::kCommitted);
   }
   {
-    std::fstream f(ShuffleDir() + "/p3.data", std::ios::binary | std::ios::in | std::ios::out);
+    std::fstream f(ShuffleDir() + "/data", std::ios::binary | std::ios::in | std::ios::out);
     f.seekp(static_cast<std::streamoff>(blocks[3].offset + kBlockHeaderSize + 40));
     f.put('\x00');
   }
   auto store = ShuffleStore::Open(ShuffleDir(), StoreOptions{});
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(store.status().message().find("p3.data"), absl::string_view::npos) << store.status();
+  EXPECT_NE(store.status().message().find("partition 3 at " + ShuffleDir() +
+                                          "/data:" + std::to_string(blocks[3].offset)),
+            absl::string_view::npos)
+      << store.status();
 }
 
 TEST_F(ShuffleStoreTest, BadArgumentsAreNamed) {
@@ -364,9 +373,7 @@ TEST_F(ShuffleStoreTest, ALostOrShortenedCommitLogIsRefusedAndTheDataKept) {
     return std::string(std::istreambuf_iterator<char>(f), {});
   };
   const std::string whole_log = read(log);
-  std::vector<std::string> data;
-  for (int p = 0; p < 3; ++p)
-    data.push_back(read(ShuffleDir() + "/p" + std::to_string(p) + ".data"));
+  const std::string data = read(ShuffleDir() + "/data");
   const size_t last_record =
       EncodeCommitRecord(2, 1, std::vector<BlockRef>(3)).size();  // same size as mapper 2's
   struct Damage {
@@ -386,10 +393,7 @@ TEST_F(ShuffleStoreTest, ALostOrShortenedCommitLogIsRefusedAndTheDataKept) {
     d.apply();
     auto store = ShuffleStore::Open(ShuffleDir(), StoreOptions{});
     EXPECT_THAT(store, StatusIs(absl::StatusCode::kDataLoss, d.message));
-    for (int p = 0; p < 3; ++p) {
-      EXPECT_EQ(read(ShuffleDir() + "/p" + std::to_string(p) + ".data"), data[p])
-          << "partition " << p << " was changed";
-    }
+    EXPECT_EQ(read(ShuffleDir() + "/data"), data) << "the data file was changed";
     std::ofstream(log, std::ios::binary | std::ios::trunc) << whole_log;  // undo the damage
     auto healed = ShuffleStore::Open(ShuffleDir(), StoreOptions{});
     ASSERT_OK(healed);
@@ -413,50 +417,102 @@ TEST_F(ShuffleStoreTest, AnEmptyLogWithoutDataIsAFreshShuffle) {
     EXPECT_TRUE((*store)->CommittedMappers().empty());
     ASSERT_EQ(*(*store)->Commit(0, 1, WriteAttempt(**store, 0, 1)), CommitOutcome::kCommitted);
     store->reset();
-    ASSERT_EQ(::unlink((ShuffleDir() + "/p0.data").c_str()), 0);
-    ASSERT_EQ(::unlink((ShuffleDir() + "/p1.data").c_str()), 0);
-    ASSERT_EQ(::unlink((ShuffleDir() + "/p2.data").c_str()), 0);
+    const std::string data = ShuffleDir() + "/data";
+    ASSERT_EQ(remove ? ::unlink(data.c_str()) : ::truncate(data.c_str(), 0), 0);
   }
 }
 
-// A shuffle written before commits.log had its header (SHUFFLE version 1, bare records) opens
-// with every commit and is upgraded in place.
-TEST_F(ShuffleStoreTest, AVersion1ShuffleOpensAndIsUpgraded) {
-  {
-    auto store = CreateStore(2);
-    for (uint32_t m = 0; m < 2; ++m) {
-      ASSERT_EQ(*store->Commit(m, 1, WriteAttempt(*store, m, 1)), CommitOutcome::kCommitted);
-    }
-  }
-  auto read = [](const std::string& path) {
+// Shuffles of the earlier layouts open with every commit and are moved into the current one.
+// tests/server/testdata/shuffle_v2 is a real version 2 shuffle (one file per partition),
+// written by the server before the shared data file: 3 partitions, mappers 0 and 1 committed,
+// 20 records each. The version 1 case is the same shuffle as version 1 wrote it (SHUFFLE
+// version 1, no log header).
+class LegacyShuffleTest : public ShuffleStoreTest, public ::testing::WithParamInterface<int> {
+ protected:
+  static std::string Read(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(f), {});
-  };
-  auto write = [](const std::string& path, const std::string& bytes) {
+  }
+  static void Write(const std::string& path, const std::string& bytes) {
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-  };
-  // Version 1: SHUFFLE's version byte is 1 (checksum redone) and the log has no header.
-  const std::string params_path = ShuffleDir() + "/SHUFFLE";
-  std::string params = read(params_path);
-  params[4] = 1;
-  params.resize(params.size() - 8);
-  AppendLE64(&params,
-             PayloadChecksum(reinterpret_cast<const uint8_t*>(params.data()), params.size()));
-  write(params_path, params);
-  const std::string log = ShuffleDir() + "/commits.log";
-  write(log, read(log).substr(1024));
+  }
+  void CopyFixture() {
+    ASSERT_OK(file::MakeDirs(ShuffleDir()));
+    for (const char* name : {"SHUFFLE", "commits.log", "p0.data", "p1.data", "p2.data"}) {
+      Write(ShuffleDir() + "/" + name,
+            Read(std::string(SLUICE_TESTDATA_DIR) + "/shuffle_v2/" + name));
+    }
+    if (GetParam() == 1) {  // SHUFFLE's version byte 1 (checksum redone), the log headerless
+      const std::string params_path = ShuffleDir() + "/SHUFFLE";
+      std::string params = Read(params_path);
+      params[4] = 1;
+      params.resize(params.size() - 8);
+      AppendLE64(&params,
+                 PayloadChecksum(reinterpret_cast<const uint8_t*>(params.data()), params.size()));
+      Write(params_path, params);
+      const std::string log = ShuffleDir() + "/commits.log";
+      Write(log, Read(log).substr(1024));
+    }
+  }
+  void ExpectTheFixture(const ShuffleStore& store) {
+    EXPECT_EQ(store.CommittedMappers(), (std::vector<uint32_t>{0, 1}));
+    const uint64_t records[] = {15, 17, 8}, bytes[] = {173, 188, 140};
+    for (uint32_t p = 0; p < 3; ++p) {
+      EXPECT_EQ(store.Stats(p).records, records[p]) << p;
+      EXPECT_EQ(store.Stats(p).bytes, bytes[p]) << p;
+      EXPECT_EQ(store.Stats(p).frames, 2u) << p;
+      EXPECT_EQ(ReadPartition(store, p).size(), records[p]) << p;
+    }
+  }
+};
+
+TEST_P(LegacyShuffleTest, OpensWithEveryCommitAndMovesIntoTheDataFile) {
+  CopyFixture();
   {
     auto store = Reopen();
     ASSERT_NE(store, nullptr);
-    EXPECT_EQ(store->CommittedMappers(), (std::vector<uint32_t>{0, 1}));
-    EXPECT_EQ(ReadPartition(*store, 1).size(), 10u);
+    ExpectTheFixture(*store);
+    // It takes new commits in the current layout.
+    ASSERT_EQ(*store->Commit(2, 1, WriteAttempt(*store, 2, 1)), CommitOutcome::kCommitted);
   }
-  EXPECT_EQ(read(params_path)[4], 2);
-  EXPECT_EQ(read(log).substr(512, 4), "SLLG");
-  auto again = Reopen();  // as version 2, strictly
+  EXPECT_EQ(Read(ShuffleDir() + "/SHUFFLE")[4], 3);
+  EXPECT_EQ(Read(ShuffleDir() + "/commits.log").substr(0, 4), "SLLG");
+  for (const char* gone : {"p0.data", "p1.data", "p2.data"}) {
+    EXPECT_FALSE(file::Exists(ShuffleDir() + "/" + gone)) << gone;
+  }
+  auto again = Reopen();  // as a current shuffle, strictly
   ASSERT_NE(again, nullptr);
-  EXPECT_EQ(again->CommittedMappers(), (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(again->CommittedMappers(), (std::vector<uint32_t>{0, 1, 2}));
+  EXPECT_EQ(again->Stats(2).records, 8u + 5u);
 }
+
+// The move is one switch (the new log replacing the old): cut short anywhere before it, the
+// legacy shuffle is untouched and the next open moves it again; damage found while moving
+// leaves the legacy files as they were.
+TEST_P(LegacyShuffleTest, AMoveCutShortIsRedoneAndDamageLeavesTheLegacyFiles) {
+  CopyFixture();
+  Write(ShuffleDir() + "/data", std::string(5000, 'x'));  // a move a crash interrupted
+  {
+    auto store = Reopen();
+    ASSERT_NE(store, nullptr);
+    ExpectTheFixture(*store);
+  }
+  ASSERT_OK(file::RemoveTree(ShuffleDir()));
+  CopyFixture();
+  const std::string log_before = Read(ShuffleDir() + "/commits.log");
+  {
+    std::fstream f(ShuffleDir() + "/p1.data", std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(32 + 40);  // inside the first block's frame
+    f.put('\x00');
+  }
+  EXPECT_THAT(ShuffleStore::Open(ShuffleDir(), StoreOptions{}),
+              StatusIs(absl::StatusCode::kDataLoss, "is corrupt"));
+  EXPECT_EQ(Read(ShuffleDir() + "/commits.log"), log_before);
+  EXPECT_TRUE(file::Exists(ShuffleDir() + "/p1.data"));
+  EXPECT_EQ(Read(ShuffleDir() + "/SHUFFLE")[4], GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Versions, LegacyShuffleTest, ::testing::Values(1, 2));
 
 // Issue 15, finding 11: an empty 65,536-partition shuffle cost 6.2 MB (state for every
 // declared partition) and its restart a stat per partition. State is now made for the
@@ -505,9 +561,9 @@ TEST_F(ShuffleStoreTest, DiscardedBlocksGiveTheirSpaceBack) {
   ASSERT_EQ(*store->Commit(0, 1, keep), CommitOutcome::kCommitted);
   ASSERT_EQ(*store->Commit(2, 1, tail), CommitOutcome::kCommitted);
   struct stat before, after;
-  ASSERT_EQ(::stat((ShuffleDir() + "/p0.data").c_str(), &before), 0);
+  ASSERT_EQ(::stat((ShuffleDir() + "/data").c_str(), &before), 0);
   store->Discard(drop);
-  ASSERT_EQ(::stat((ShuffleDir() + "/p0.data").c_str(), &after), 0);
+  ASSERT_EQ(::stat((ShuffleDir() + "/data").c_str(), &after), 0);
   EXPECT_EQ(after.st_size, before.st_size);  // the size stays; the blocks are freed
   EXPECT_LT(after.st_blocks, before.st_blocks - 100 * 1024 / 512 / 2);
   EXPECT_EQ(ReadPartition(*store, 0).size(), 4000u);  // neighbours untouched
