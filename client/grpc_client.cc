@@ -18,6 +18,12 @@ namespace {
 
 namespace pb = sluice::v1;
 
+// What a push message holds before it is sent: small frames share one (a server takes messages
+// of its frame cap plus 1 MiB, so this always fits).
+constexpr size_t kPushMessageBytes = 1 << 20;
+// A frame's own bytes in a message, past its payload (field tags and lengths).
+constexpr size_t kFrameOverhead = 16;
+
 // The server's status, with UNAVAILABLE saying which server could not be reached.
 absl::Status FromGrpc(const grpc::Status& st, const std::string& server) {
   absl::Status s = rpc::FromGrpcStatus(st);
@@ -74,18 +80,29 @@ class GrpcPushStream final : public PushStream {
   }
 
   std::string* NewFrame(uint32_t partition) override {
-    msg_.Clear();
-    auto* f = msg_.mutable_frames()->add_frames();
-    f->set_partition_id(partition);
-    return f->mutable_frame();
+    next_.set_partition_id(partition);
+    next_.mutable_frame()->clear();
+    return next_.mutable_frame();
   }
 
+  // Small frames share a message (a wide writer's thousands of tiny frames cost a few
+  // messages, not a message each); a message is sent once it holds kPushMessageBytes, or
+  // before a frame that would take it past that, or at the commit.
   absl::Status SendFrame() override {
-    if (!stream_->Write(msg_)) return WriteFailed();
+    const size_t size = next_.frame().size() + kFrameOverhead;
+    if (pending_bytes_ > 0 && pending_bytes_ + size > kPushMessageBytes) {
+      if (absl::Status st = SendPending(); !st.ok()) return st;
+    }
+    msg_.mutable_frames()->add_frames()->Swap(&next_);  // (next_ gets a recycled element)
+    pending_bytes_ += size;
+    if (pending_bytes_ >= kPushMessageBytes) return SendPending();
     return absl::OkStatus();
   }
 
   absl::StatusOr<WriteResult> Commit(uint64_t frames, uint64_t records) override {
+    if (pending_bytes_ > 0) {
+      if (absl::Status st = SendPending(); !st.ok()) return st;
+    }
     pb::PushRequest commit;
     commit.mutable_commit()->set_frame_count(frames);
     commit.mutable_commit()->set_record_count(records);
@@ -108,6 +125,12 @@ class GrpcPushStream final : public PushStream {
     finished_ = true;
     return FromGrpc(stream_->Finish(), server_);
   }
+  absl::Status SendPending() {
+    const bool ok = stream_->Write(msg_);
+    msg_.mutable_frames()->mutable_frames()->Clear();  // keeps the elements for reuse
+    pending_bytes_ = 0;
+    return ok ? absl::OkStatus() : WriteFailed();
+  }
   // After a failed write: the server's reason for ending the stream (a rejected frame, say).
   absl::Status WriteFailed() {
     absl::Status st = Finish();
@@ -118,7 +141,9 @@ class GrpcPushStream final : public PushStream {
   const std::string server_;
   grpc::ClientContext ctx_;
   pb::PushResponse response_;
-  pb::PushRequest msg_;
+  pb::PushRequest msg_;       // the frames not sent yet
+  pb::PartitionFrame next_;   // the frame being encoded
+  size_t pending_bytes_ = 0;  // in msg_
   std::unique_ptr<grpc::ClientWriter<pb::PushRequest>> stream_;
   bool finished_ = false;
 };
