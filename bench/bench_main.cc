@@ -25,7 +25,7 @@ constexpr char kUsage[] =
     "usage: sluice bench [--server H:P] [--shards 8] [--items-per-shard 50000] [--item-bytes 200]\n"
     "         [--keys 10000] [--partitions 8] [--hot-shard-frac 0] [--heavy-tail]\n"
     "         [--layout auto|msgpack|columnar|opaque] [--zstd-level 3]\n"
-    "         [--order KEY|UNORDERED] [--repeat 1] [--buffer-mb 4]\n"
+    "         [--order KEY|UNORDERED] [--repeat 1] [--buffer-mb 4] [--parallel 256]\n"
     "         [--server-memory-mb 128] [--data-dir DIR] [--server-bin PATH]\n"
     "  (without --server: a sluice-server child process with the last three)\n";
 
@@ -76,12 +76,13 @@ void PrintResult(int r, const BenchConfig& c, const BenchResult& res, const OwnS
   // earlier versions reported held both).
   std::printf(
       "RESULT {\"repeat\": %d, \"shards\": %d, \"items_per_shard\": %lld, \"partitions\": %d, "
-      "\"order\": \"%s\", \"layout\": \"%s\", \"elapsed_s\": %.3f, \"items_per_sec\": %.0f, "
+      "\"parallel\": %d, \"order\": \"%s\", \"layout\": \"%s\", \"elapsed_s\": %.3f, "
+      "\"items_per_sec\": %.0f, "
       "\"mb_per_sec\": %.1f, \"expected_items\": %llu, \"counted_items\": %llu, "
       "\"counts_match\": %s, \"gen_s\": %.3f, \"scatter_s\": %.3f, \"reduce_s\": %.3f, "
       "\"stored_bytes\": %llu, \"peak_rss_mb\": %.1f, \"embedded_server\": %s, "
       "\"client_peak_rss_mb\": %.1f, \"server_peak_rss_mb\": %.1f}\n",
-      r, c.shards, c.items_per_shard, c.partitions, c.key_order ? "KEY" : "UNORDERED",
+      r, c.shards, c.items_per_shard, c.partitions, c.parallel, c.key_order ? "KEY" : "UNORDERED",
       LayoutChoiceName(c.layout), res.elapsed_s, items / res.elapsed_s,
       static_cast<double>(res.item_bytes) / res.elapsed_s / 1e6,
       static_cast<unsigned long long>(res.expected), static_cast<unsigned long long>(res.counted),
@@ -115,6 +116,7 @@ int Main(int argc, char** argv) {
   }
   c.key_order = order == "KEY";
   c.buffer_mb = static_cast<size_t>(flags.Int("buffer-mb", 4));
+  c.parallel = static_cast<int>(flags.Int("parallel", c.parallel));
   const int repeat = static_cast<int>(flags.Int("repeat", 1));
   std::string address = flags.Get("server", "");
   const auto server_memory_mb = static_cast<uint64_t>(flags.Int("server-memory-mb", 128));
@@ -122,7 +124,7 @@ int Main(int argc, char** argv) {
   OwnServer own;
   own.data_dir = flags.Get("data-dir", "");
   std::string why;
-  if (!flags.Check(&why) || c.shards < 1 || c.partitions < 1 || c.keys < 1) {
+  if (!flags.Check(&why) || c.shards < 1 || c.partitions < 1 || c.keys < 1 || c.parallel < 1) {
     std::fprintf(stderr, "sluice bench: %s\n%s", why.empty() ? "bad arguments" : why.c_str(),
                  kUsage);
     return 2;

@@ -2,7 +2,9 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -181,15 +183,17 @@ absl::Status ReducePartition(ShuffleClient& client, const std::string& id, const
   }
 }
 
-// Runs fn(i) for i in [0, n) on n threads named `name`; the first error, if any.
+// Runs fn(i) for i in [0, n) on at most `slots` threads named `name` (like a cluster's task
+// slots: each thread takes the next task when it is done with one); the first error, if any.
 template <typename Fn>
-absl::Status OnThreads(int n, const char* name, Fn fn) {
+absl::Status OnThreads(int n, int slots, const char* name, Fn fn) {
   std::vector<absl::Status> errors(n);
+  std::atomic<int> next{0};
   std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
+  for (int t = 0; t < std::min(n, std::max(slots, 1)); ++t) {
+    threads.emplace_back([&] {
       pthread_setname_np(pthread_self(), name);
-      errors[i] = fn(i);
+      for (int i = next.fetch_add(1); i < n; i = next.fetch_add(1)) errors[i] = fn(i);
     });
   }
   for (auto& t : threads) t.join();
@@ -206,17 +210,17 @@ absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string&
   BenchResult res;
   auto created = client.CreateShuffle(id, c.partitions, c.shards);
   if (!created.ok()) return created.status();
-  // Scatter: every shard a mapper, concurrently, generating its items on the fly.
+  // Scatter: every shard a mapper, `parallel` at a time, generating its items on the fly.
   std::vector<ShardTally> shards(c.shards);
   for (auto& t : shards) t.per_key.assign(c.keys, 0);
   const auto t0 = Clock::now();
-  absl::Status st = OnThreads(c.shards, "bench-map",
+  absl::Status st = OnThreads(c.shards, c.parallel, "bench-map",
                               [&](int s) { return MapShard(client, id, c, s, &shards[s]); });
   const auto t1 = Clock::now();
   if (!st.ok()) return st;
-  // Reduce: every partition a reducer, concurrently, grouping by key and counting.
+  // Reduce: every partition a reducer, `parallel` at a time, grouping by key and counting.
   std::vector<std::vector<uint64_t>> counted(c.partitions, std::vector<uint64_t>(c.keys, 0));
-  st = OnThreads(c.partitions, "bench-reduce",
+  st = OnThreads(c.partitions, c.parallel, "bench-reduce",
                  [&](int p) { return ReducePartition(client, id, c, p, &counted[p]); });
   const auto t2 = Clock::now();
   if (!st.ok()) return st;

@@ -27,6 +27,9 @@ struct BenchConfig {
   int zstd_level = 3;
   bool key_order = true;  ///< KEY-ordered fetches (and writers sort their frames)
   size_t buffer_mb = 4;   ///< each writer's buffer
+  /// Mappers (and then reducers) running at once, like a cluster's task slots: 256 keeps a
+  /// 2,048-partition reduce under the server's fetch stream limit.
+  int parallel = 256;
 };
 
 struct BenchResult {

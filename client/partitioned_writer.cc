@@ -97,9 +97,20 @@ struct PartitionedWriter::Buffers {
   std::vector<PartitionBuffer> parts;
 };
 
+// One hand-over to the sender: one partition's buffer, or many small ones together.
 struct PartitionedWriter::Job {
-  uint32_t partition = 0;
-  PartitionBuffer buffer;
+  struct Part {
+    uint32_t partition = 0;
+    PartitionBuffer buffer;
+  };
+  std::vector<Part> parts;  // parts[0, used) are this job's; the rest keep arrays for reuse
+  size_t used = 0;
+  void Add(uint32_t partition, PartitionBuffer& b) {
+    if (used == parts.size()) parts.emplace_back();
+    Part& part = parts[used++];
+    part.partition = partition;
+    std::swap(part.buffer, b);
+  }
 };
 
 absl::StatusOr<std::unique_ptr<PartitionedWriter>> PartitionedWriter::Make(
@@ -175,6 +186,10 @@ absl::Status PartitionedWriter::Add(std::string_view key, std::string_view value
       if (parts[i].data > parts[largest].data) largest = i;
     }
     if (parts[largest].records.empty()) return absl::OkStatus();
+    // A wide writer's partitions are all small: flushing them one by one would be a hand-over
+    // (and a scan for the largest) for every few records. When even the largest holds less
+    // than 1/16 of the budget, every partition goes, as one job.
+    if (parts[largest].data < options_.buffer_bytes / 16) return FlushAll();
     return Flush(static_cast<uint32_t>(largest));
   }
   return absl::OkStatus();
@@ -182,9 +197,7 @@ absl::Status PartitionedWriter::Add(std::string_view key, std::string_view value
 
 absl::StatusOr<WriteResult> PartitionedWriter::Close() {
   if (finished_) return absl::FailedPreconditionError("the writer is closed");
-  for (uint32_t p = 0; p < num_partitions_; ++p) {
-    if (!buffers_->parts[p].records.empty()) SLUICE_RETURN_IF_ERROR(Flush(p));
-  }
+  SLUICE_RETURN_IF_ERROR(FlushAll());
   StopSender();
   finished_ = true;
   absl::Status send_error;
@@ -224,22 +237,47 @@ void PartitionedWriter::CancelStreams() {
 
 // Hands partition p's buffer to the sender; waits while two flushes are already in flight.
 absl::Status PartitionedWriter::Flush(uint32_t p) {
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, NextJob());
+  PartitionBuffer& b = buffers_->parts[p];
+  buffered_ -= b.bytes();
+  job->Add(p, b);
+  buffered_ += b.bytes();
+  return Submit(std::move(job));
+}
+
+// Hands every non-empty partition's buffer to the sender, as one job.
+absl::Status PartitionedWriter::FlushAll() {
+  std::unique_ptr<Job> job;
+  for (uint32_t p = 0; p < num_partitions_; ++p) {
+    PartitionBuffer& b = buffers_->parts[p];
+    if (b.records.empty()) continue;
+    if (job == nullptr) {
+      SLUICE_ASSIGN_OR_RETURN(job, NextJob());
+    }
+    buffered_ -= b.bytes();
+    job->Add(p, b);
+    buffered_ += b.bytes();
+  }
+  return job == nullptr ? absl::OkStatus() : Submit(std::move(job));
+}
+
+absl::StatusOr<std::unique_ptr<PartitionedWriter::Job>> PartitionedWriter::NextJob() {
   std::unique_ptr<Job> job;
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return jobs_.size() < 2 || !send_error_.ok(); });
     if (!send_error_.ok()) return send_error_;
-    if (!spare_.empty()) {  // a sent job: its records array is reused
+    if (!spare_.empty()) {  // a sent job: its arrays are reused
       job = std::move(spare_.back());
       spare_.pop_back();
     }
   }
   if (job == nullptr) job = std::make_unique<Job>();
-  job->partition = p;
-  PartitionBuffer& b = buffers_->parts[p];
-  buffered_ -= b.bytes();
-  std::swap(job->buffer, b);
-  buffered_ += b.bytes();
+  job->used = 0;
+  return job;
+}
+
+absl::Status PartitionedWriter::Submit(std::unique_ptr<Job> job) {
   std::lock_guard<std::mutex> lock(mu_);
   jobs_.push_back(std::move(job));
   cv_.notify_all();
@@ -261,8 +299,11 @@ void PartitionedWriter::SendLoop() {
       if (jobs_.empty()) return;
       job = jobs_.front().get();
     }
-    absl::Status st = Send(*job, encoder);
-    job->buffer.Release(buffers_->pool);
+    absl::Status st;
+    for (size_t k = 0; k < job->used; ++k) {
+      if (st.ok()) st = Send(job->parts[k].partition, job->parts[k].buffer, encoder);
+      job->parts[k].buffer.Release(buffers_->pool);
+    }
     std::lock_guard<std::mutex> lock(mu_);
     spare_.push_back(std::move(jobs_.front()));
     jobs_.pop_front();
@@ -272,12 +313,13 @@ void PartitionedWriter::SendLoop() {
   }
 }
 
-absl::Status PartitionedWriter::Send(Job& job, FrameEncoder& encoder) {
-  std::vector<Record>& records = job.buffer.records;
+absl::Status PartitionedWriter::Send(uint32_t partition, PartitionBuffer& buffer,
+                                     FrameEncoder& encoder) {
+  std::vector<Record>& records = buffer.records;
   if (options_.sort_by_key) StableSortByKey(absl::MakeSpan(records), &sort_scratch_);
-  const uint32_t s = stream_of_[job.partition];
+  const uint32_t s = stream_of_[partition];
   PushStream& stream = *streams_[s];
-  // Frames of at most frame_bytes of records each; one message each.
+  // Frames of at most frame_bytes of records each (the stream packs small ones into messages).
   size_t i = 0;
   while (i < records.size()) {
     size_t j = i, bytes = 0;
@@ -287,7 +329,7 @@ absl::Status PartitionedWriter::Send(Job& job, FrameEncoder& encoder) {
       bytes += records[j].key.size() + records[j].value.size();
       ++j;
     }
-    std::string* frame = stream.NewFrame(job.partition);
+    std::string* frame = stream.NewFrame(partition);
     SLUICE_RETURN_IF_ERROR(encoder.Encode(absl::MakeConstSpan(records.data() + i, j - i), frame));
     SLUICE_RETURN_IF_ERROR(stream.SendFrame());
     ++frames_[s];

@@ -1,9 +1,11 @@
 // PartitionedWriter: the mapper side of the client, apart from the transport. Add() routes each
 // record to its partition's buffer (WriterOptions::partitioner); when all buffers together pass
-// the budget the largest is flushed: a sender thread sorts it (for KEY-ordered shuffles),
-// encodes it into frames of at most frame_bytes and sends them on the partition's PushStream,
-// while Add() goes on (at most two flushes in flight, then Add() waits). Close() flushes the
-// rest and commits every stream.
+// the budget the largest is flushed (or, when even the largest holds under 1/16 of the budget,
+// as in a writer of thousands of partitions, every partition at once, in one hand-over): a
+// sender thread sorts each (for KEY-ordered shuffles), encodes it into frames of at most
+// frame_bytes and sends them on the partition's PushStream, which packs small frames into
+// shared messages, while Add() goes on (at most two flushes in flight, then Add() waits).
+// Close() flushes the rest and commits every stream.
 //
 // One writer may feed several streams (a cluster client sends each partition to the server
 // that holds it): `stream_of_partition[p]` names partition p's stream. Each stream is committed
@@ -32,6 +34,9 @@
 #include "codec/frame_format.h"
 
 namespace sluice {
+namespace client_internal {
+struct PartitionBuffer;
+}  // namespace client_internal
 
 class PartitionedWriter final : public ShuffleWriter {
  public:
@@ -51,13 +56,18 @@ class PartitionedWriter final : public ShuffleWriter {
 
  private:
   struct Buffers;  // the chunk pool and the partitions' buffers
-  struct Job;      // one flushed partition, on its way to the sender
+  struct Job;      // flushed partitions, on their way to the sender
   PartitionedWriter(uint32_t num_partitions, std::vector<std::unique_ptr<PushStream>> streams,
                     std::vector<uint32_t> stream_of_partition, WriterOptions options,
                     FrameLimits limits);
   absl::Status Flush(uint32_t partition);
+  absl::Status FlushAll();
+  // A job to fill (a spare one when there is), once fewer than two are in flight.
+  absl::StatusOr<std::unique_ptr<Job>> NextJob();
+  absl::Status Submit(std::unique_ptr<Job> job);
   void SendLoop();
-  absl::Status Send(Job& job, FrameEncoder& encoder);
+  absl::Status Send(uint32_t partition, client_internal::PartitionBuffer& buffer,
+                    FrameEncoder& encoder);
   void StopSender();
   void CancelStreams();
 
