@@ -163,7 +163,7 @@ absl::Status MapShard(ShuffleClient& client, const std::string& id, const BenchC
 
 // Reads one partition (grouping as a reducer would) and counts every key it gets.
 absl::Status ReducePartition(ShuffleClient& client, const std::string& id, const BenchConfig& c,
-                             int p, std::vector<uint64_t>* counted) {
+                             int p, std::vector<std::atomic<uint64_t>>* counted) {
   ReaderOptions ropts;
   ropts.order = c.key_order ? FetchOrder::kKey : FetchOrder::kUnordered;
   ropts.require_complete = true;
@@ -179,7 +179,7 @@ absl::Status ReducePartition(ShuffleClient& client, const std::string& id, const
     if (mp::ReadCanonicalInt(kp, kp + r.key.size(), &k) == nullptr || k < 0 || k >= c.keys) {
       return absl::DataLossError("a record came back with a key that was never sent");
     }
-    ++(*counted)[k];
+    (*counted)[k].fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -219,9 +219,11 @@ absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string&
   const auto t1 = Clock::now();
   if (!st.ok()) return st;
   // Reduce: every partition a reducer, `parallel` at a time, grouping by key and counting.
-  std::vector<std::vector<uint64_t>> counted(c.partitions, std::vector<uint64_t>(c.keys, 0));
+  // One count a key, shared by the reducers (a count a key and partition would make the
+  // bench's own bookkeeping the largest thing in the client at thousands of partitions).
+  std::vector<std::atomic<uint64_t>> counted(c.keys);
   st = OnThreads(c.partitions, c.parallel, "bench-reduce",
-                 [&](int p) { return ReducePartition(client, id, c, p, &counted[p]); });
+                 [&](int p) { return ReducePartition(client, id, c, p, &counted); });
   const auto t2 = Clock::now();
   if (!st.ok()) return st;
 
@@ -229,7 +231,7 @@ absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string&
   for (int k = 0; k < c.keys; ++k) {
     uint64_t want = 0, got = 0;
     for (const ShardTally& s : shards) want += s.per_key[k];
-    for (int p = 0; p < c.partitions; ++p) got += counted[p][k];
+    got = counted[k].load();
     res.expected += want;
     res.counted += got;
     if (want != got) res.counts_match = false;

@@ -48,6 +48,9 @@ struct BlockRef {
   uint32_t frame_size = 0;  ///< bytes of the frame; the block adds a 32-byte header
   uint64_t offset = 0;      ///< of the block header in the shuffle's data file
   uint32_t records = 0;
+  /// The frame's uncompressed payload size (what decoding it takes; in memory only: not in
+  /// the commit record, filled from the frame when appended or recovered).
+  uint32_t uncompressed = 0;
 };
 
 /// One committed mapper attempt, as its log record lists it.

@@ -98,6 +98,10 @@ absl::Status FetchSession::StartMerge() {
       MergedStream::Make(
           blocks_.size(), [this](size_t i) { return uint64_t{blocks_[i].frame_size}; },
           [this](size_t i) -> absl::StatusOr<uint64_t> {
+            // The index knows what the frame decodes to: no read for planning.
+            if (blocks_[i].uncompressed != 0 || blocks_[i].records == 0) {
+              return DecodedCost(blocks_[i].uncompressed, blocks_[i].records);
+            }
             SLUICE_ASSIGN_OR_RETURN(FrameHeader h, store_->ReadFrameHeader(blocks_[i]));
             return DecodedCost(h);
           },

@@ -238,6 +238,7 @@ absl::Status ShuffleStore::AppendAll(uint32_t mapper, uint64_t attempt,
     }
     total += kBlockHeaderSize + f.frame.size();
   }
+  const size_t first = blocks->size();
   if (frames.empty()) return absl::OkStatus();
   uint64_t at = 0;
   {
@@ -249,7 +250,6 @@ absl::Status ShuffleStore::AppendAll(uint32_t mapper, uint64_t attempt,
   std::vector<uint8_t> headers(kBlockHeaderSize * frames.size());
   std::vector<absl::Span<const uint8_t>> pieces;
   pieces.reserve(2 * frames.size());
-  const size_t first = blocks->size();
   uint64_t offset = at;
   for (size_t i = 0; i < frames.size(); ++i) {
     const FrameToAppend& f = frames[i];
@@ -258,7 +258,9 @@ absl::Status ShuffleStore::AppendAll(uint32_t mapper, uint64_t attempt,
     WriteBlockHeader(f.partition, mapper, attempt, size, f.records, h);
     pieces.emplace_back(h, kBlockHeaderSize);
     pieces.push_back(f.frame);
-    blocks->push_back(BlockRef{f.partition, size, offset, f.records});
+    // (The header parsed above, again: a few loads, no allocation.)
+    const uint32_t uncompressed = ParseFrameHeader(f.frame, options_.limits)->uncompressed_size;
+    blocks->push_back(BlockRef{f.partition, size, offset, f.records, uncompressed});
     offset += kBlockHeaderSize + size;
   }
   absl::Status st = file::PwritevAll(data_fd_.get(), DataPath(), at, pieces);
@@ -310,7 +312,7 @@ void ShuffleStore::AddCommitLocked(uint32_t mapper, uint64_t attempt,
     p.stats.bytes += b.frame_size;
     p.stats.frames += 1;
     if (!p.index.empty() && p.index.back().mapper > mapper) p.sorted = false;
-    p.index.push_back(IndexEntry{mapper, b.frame_size, b.offset, b.records});
+    p.index.push_back(IndexEntry{mapper, b.frame_size, b.offset, b.records, b.uncompressed});
   }
   committed_.emplace(mapper, attempt);
 }
@@ -346,7 +348,7 @@ std::vector<BlockRef> ShuffleStore::CommittedBlocks(uint32_t partition) const {
   }
   out.reserve(p->index.size());
   for (const IndexEntry& e : p->index) {
-    out.push_back(BlockRef{partition, e.frame_size, e.offset, e.records});
+    out.push_back(BlockRef{partition, e.frame_size, e.offset, e.records, e.uncompressed});
   }
   return out;
 }
@@ -372,7 +374,8 @@ size_t ShuffleStore::indexed_blocks() const {
   return n;
 }
 
-absl::Status ShuffleStore::ReadFrame(const BlockRef& block, std::string* frame) const {
+absl::Status ShuffleStore::ReadFrame(const BlockRef& block, std::string* frame,
+                                     FrameHeader* header) const {
   if (block.partition >= params_.num_partitions) {
     return absl::InvalidArgumentError(
         absl::StrCat("partition ", block.partition, " is out of range"));
@@ -390,6 +393,7 @@ absl::Status ShuffleStore::ReadFrame(const BlockRef& block, std::string* frame) 
         "stored frame of partition ", block.partition, " at ", DataPath(), ":", block.offset,
         " is corrupt", h.ok() ? "" : absl::StrCat(": ", h.status().message())));
   }
+  if (header != nullptr) *header = *h;
   return absl::OkStatus();
 }
 
@@ -410,7 +414,8 @@ absl::StatusOr<FrameHeader> ShuffleStore::ReadFrameHeader(const BlockRef& block)
 }
 
 absl::Status ShuffleStore::VerifyBlock(uint32_t mapper, uint64_t attempt,
-                                       const BlockRef& block) const {
+                                       BlockRef* block_ref) const {
+  const BlockRef& block = *block_ref;
   uint8_t h[kBlockHeaderSize];
   SLUICE_RETURN_IF_ERROR(
       file::PreadAll(data_fd_.get(), DataPath(), block.offset, kBlockHeaderSize, h));
@@ -421,7 +426,10 @@ absl::Status ShuffleStore::VerifyBlock(uint32_t mapper, uint64_t attempt,
                                             " does not match its commit record"));
   }
   std::string frame;
-  return ReadFrame(block, &frame);
+  FrameHeader header;
+  SLUICE_RETURN_IF_ERROR(ReadFrame(block, &frame, &header));
+  block_ref->uncompressed = header.uncompressed_size;
+  return absl::OkStatus();
 }
 
 absl::Status ShuffleStore::Recover(int dir_fd, uint8_t version) {
@@ -485,8 +493,8 @@ absl::Status ShuffleStore::Recover(int dir_fd, uint8_t version) {
 
   // 4. Every committed block must be there and whole (before a legacy shuffle's log is
   //    replaced: until then the shuffle is exactly as it was).
-  for (const CommitRecord& c : commits) {
-    for (const BlockRef& b : c.blocks) SLUICE_RETURN_IF_ERROR(VerifyBlock(c.mapper, c.attempt, b));
+  for (CommitRecord& c : commits) {
+    for (BlockRef& b : c.blocks) SLUICE_RETURN_IF_ERROR(VerifyBlock(c.mapper, c.attempt, &b));
   }
   if (legacy || version < kParamsVersion) {
     // The new log is the switch to the current layout; SHUFFLE and the old files follow it (a

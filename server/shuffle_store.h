@@ -125,8 +125,10 @@ class ShuffleStore {
   std::vector<uint32_t> CommittedMappers() const;
   PartitionStats Stats(uint32_t partition) const;
 
-  /// Reads a committed block's frame, checking the block header and the frame's checksums.
-  absl::Status ReadFrame(const BlockRef& block, std::string* frame) const;
+  /// Reads a committed block's frame, checking the block header and the frame's checksums
+  /// (and sets *header, when given).
+  absl::Status ReadFrame(const BlockRef& block, std::string* frame,
+                         FrameHeader* header = nullptr) const;
   /// Just the frame header of a committed block (what its frame declares, for planning).
   absl::StatusOr<FrameHeader> ReadFrameHeader(const BlockRef& block) const;
 
@@ -159,6 +161,7 @@ class ShuffleStore {
     uint32_t frame_size;
     uint64_t offset;
     uint32_t records;
+    uint32_t uncompressed;
   };
   // A partition's committed data, guarded by the store's commit_mu_.
   struct Partition {
@@ -212,7 +215,8 @@ class ShuffleStore {
   // Copies the committed blocks of a legacy shuffle (one file per partition) into the data
   // file, rewriting `commits`' offsets; nothing legacy is changed.
   absl::Status MoveLegacyBlocks(int dir_fd, std::vector<CommitRecord>* commits);
-  absl::Status VerifyBlock(uint32_t mapper, uint64_t attempt, const BlockRef& block) const;
+  // Checks a committed block against its record and reads its frame; sets its uncompressed.
+  absl::Status VerifyBlock(uint32_t mapper, uint64_t attempt, BlockRef* block) const;
   absl::Status ReclaimUnowned();
   absl::Status DeletedError() const;
   // Punches the blocks' ranges out of the data file, adjacent ones together.
