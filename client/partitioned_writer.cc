@@ -188,8 +188,9 @@ absl::Status PartitionedWriter::Add(std::string_view key, std::string_view value
     if (parts[largest].records.empty()) return absl::OkStatus();
     // A wide writer's partitions are all small: flushing them one by one would be a hand-over
     // (and a scan for the largest) for every few records. When even the largest holds less
-    // than 1/16 of the budget, every partition goes, as one job.
-    if (parts[largest].data < options_.buffer_bytes / 16) return FlushAll();
+    // than 1/16 of the budget, the largest partitions go together, as one job, until half the
+    // budget is free: frames stay as large as the largest-first rule makes them.
+    if (parts[largest].data < options_.buffer_bytes / 16) return FlushLargest(buffered_ / 2);
     return Flush(static_cast<uint32_t>(largest));
   }
   return absl::OkStatus();
@@ -197,7 +198,7 @@ absl::Status PartitionedWriter::Add(std::string_view key, std::string_view value
 
 absl::StatusOr<WriteResult> PartitionedWriter::Close() {
   if (finished_) return absl::FailedPreconditionError("the writer is closed");
-  SLUICE_RETURN_IF_ERROR(FlushAll());
+  SLUICE_RETURN_IF_ERROR(FlushLargest(buffered_));
   StopSender();
   finished_ = true;
   absl::Status send_error;
@@ -245,12 +246,24 @@ absl::Status PartitionedWriter::Flush(uint32_t p) {
   return Submit(std::move(job));
 }
 
-// Hands every non-empty partition's buffer to the sender, as one job.
-absl::Status PartitionedWriter::FlushAll() {
-  std::unique_ptr<Job> job;
+// Hands the largest partitions' buffers to the sender, as one job, until at least `bytes` of
+// the budget are free; bytes = all: every non-empty partition.
+absl::Status PartitionedWriter::FlushLargest(size_t bytes) {
+  std::vector<uint32_t>& order = flush_order_;
+  order.clear();
   for (uint32_t p = 0; p < num_partitions_; ++p) {
+    if (!buffers_->parts[p].records.empty()) order.push_back(p);
+  }
+  if (bytes < buffered_) {
+    std::sort(order.begin(), order.end(), [this](uint32_t a, uint32_t b) {
+      return buffers_->parts[a].data > buffers_->parts[b].data;
+    });
+  }
+  std::unique_ptr<Job> job;
+  const size_t target = buffered_ > bytes ? buffered_ - bytes : 0;
+  for (uint32_t p : order) {
+    if (job != nullptr && buffered_ <= target) break;
     PartitionBuffer& b = buffers_->parts[p];
-    if (b.records.empty()) continue;
     if (job == nullptr) {
       SLUICE_ASSIGN_OR_RETURN(job, NextJob());
     }

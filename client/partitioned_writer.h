@@ -1,7 +1,8 @@
 // PartitionedWriter: the mapper side of the client, apart from the transport. Add() routes each
 // record to its partition's buffer (WriterOptions::partitioner); when all buffers together pass
 // the budget the largest is flushed (or, when even the largest holds under 1/16 of the budget,
-// as in a writer of thousands of partitions, every partition at once, in one hand-over): a
+// as in a writer of thousands of partitions, the largest ones together, in one hand-over,
+// until half the budget is free): a
 // sender thread sorts each (for KEY-ordered shuffles), encodes it into frames of at most
 // frame_bytes and sends them on the partition's PushStream, which packs small frames into
 // shared messages, while Add() goes on (at most two flushes in flight, then Add() waits).
@@ -61,7 +62,7 @@ class PartitionedWriter final : public ShuffleWriter {
                     std::vector<uint32_t> stream_of_partition, WriterOptions options,
                     FrameLimits limits);
   absl::Status Flush(uint32_t partition);
-  absl::Status FlushAll();
+  absl::Status FlushLargest(size_t bytes);
   // A job to fill (a spare one when there is), once fewer than two are in flight.
   absl::StatusOr<std::unique_ptr<Job>> NextJob();
   absl::Status Submit(std::unique_ptr<Job> job);
@@ -88,7 +89,8 @@ class PartitionedWriter final : public ShuffleWriter {
   std::vector<std::unique_ptr<Job>> spare_;  // sent jobs, their arrays kept for reuse
   bool stopping_ = false;
   absl::Status send_error_;
-  std::vector<Record> sort_scratch_;  // the sender's
+  std::vector<Record> sort_scratch_;   // the sender's
+  std::vector<uint32_t> flush_order_;  // FlushLargest's
   std::thread sender_;
 };
 
