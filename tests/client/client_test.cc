@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "client/shuffle_client.h"
+#include "server/file_util.h"
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"
 
@@ -122,6 +123,57 @@ TEST_F(ClientTest, ManyPartitionsStillFlushLargeFrames) {
   uint64_t total = 0;
   for (const auto& p : status->partitions) total += p.records;
   EXPECT_EQ(total, 200000u);
+}
+
+// Issue 20: a wide shuffle (thousands of partitions, each mapper a few records in each) costs
+// what its bytes cost. The server holds two descriptors for it, not one per partition written
+// (the earlier layout held 4,096 here), every record comes back in key order from the
+// partition its key hashes to, and a restart on the same directory recovers all of it.
+TEST_F(ClientTest, AWideShuffleCostsTwoDescriptorsAndComesBackWhole) {
+  constexpr uint32_t kPartitions = 4096, kMappers = 24;
+  constexpr int kRecords = 3000;  // per mapper: under one record per partition
+  const size_t fds_before = file::OpenFdCount();
+  ASSERT_TRUE(*client_->CreateShuffle("wide", kPartitions, kMappers));
+  for (uint32_t m = 0; m < kMappers; ++m) {
+    WriterOptions wopts;
+    wopts.sort_by_key = true;
+    wopts.buffer_bytes = 256 << 10;  // several flushes of many small partitions
+    auto writer = client_->OpenWriter("wide", m, 1, wopts);
+    ASSERT_OK(writer);
+    for (int i = 0; i < kRecords; ++i) {
+      ASSERT_OK((*writer)->Add("k" + std::to_string((i * 7919 + m * 104729) % 50000),
+                               "m" + std::to_string(m) + "-" + std::to_string(i)));
+    }
+    ASSERT_OK((*writer)->Close());
+  }
+  EXPECT_LE(file::OpenFdCount(), fds_before + 4) << "descriptors grew with the partitions";
+  auto check = [&](uint32_t step) {
+    size_t total = 0;
+    for (uint32_t p = 0; p < kPartitions; p += step) {
+      ReaderOptions ropts;
+      ropts.order = FetchOrder::kKey;
+      ropts.require_complete = true;
+      const auto records = ReadAll("wide", p, ropts);
+      for (size_t i = 0; i < records.size(); ++i) {
+        EXPECT_EQ(HashPartition(records[i].first, kPartitions), p);
+        if (i > 0) {
+          EXPECT_LE(records[i - 1].first, records[i].first) << "partition " << p;
+        }
+      }
+      total += records.size();
+    }
+    return total;
+  };
+  EXPECT_EQ(check(1), size_t{kMappers} * kRecords);
+  ASSERT_OK(server_->Restart());
+  ASSERT_OK_AND_ASSIGN(client_, server_->Client());
+  auto status = client_->GetShuffle("wide");
+  ASSERT_OK(status);
+  EXPECT_EQ(status->committed_mappers.size(), kMappers);
+  uint64_t stored = 0;
+  for (const auto& p : status->partitions) stored += p.records;
+  EXPECT_EQ(stored, uint64_t{kMappers} * kRecords);
+  EXPECT_GT(check(16), 0u);
 }
 
 TEST_F(ClientTest, KeyOrderAndGroupBy) {
