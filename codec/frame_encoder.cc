@@ -291,7 +291,8 @@ absl::Status FrameEncoder::Encode(absl::Span<const Record> records, std::string*
   const size_t frame_start = out->size();
   size_t stored = s.payload.size();
   h.compression = Compression::kNone;
-  bool try_zstd = options_.compression != Compression::kNone && !s.payload.empty();
+  bool try_zstd = options_.compression != Compression::kNone && !s.payload.empty() &&
+                  s.payload.size() >= options_.min_zstd_payload;
   if (try_zstd && s.zstd_skips_left > 0) {
     --s.zstd_skips_left;
     try_zstd = false;

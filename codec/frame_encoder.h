@@ -39,6 +39,11 @@ struct EncodeOptions {
   /// on every frame (a frame is still stored uncompressed when zstd would not shrink it).
   double min_zstd_saving = 0.05;
   int zstd_skip_frames = 7;
+  /// Payloads smaller than this are stored uncompressed without trying zstd: its fixed cost
+  /// per frame (tables set up to compress, and built again to decompress: ~6 us and ~4 us on a
+  /// 200-byte frame) is many times what a few hundred bytes cost to send or store, and a wide
+  /// shuffle is mostly such frames. 0 = try every payload.
+  size_t min_zstd_payload = 1024;
   /// COLUMNAR frames: byte ranges the layout finds too close to random for an entropy coder
   /// (random ids, float mantissas, dense codes) are compressed apart from the rest, at a fast
   /// zstd level without literal entropy coding, and the frame is stored as kZstdSections: much
