@@ -64,7 +64,7 @@ inline uint64_t DecodedCost(const FrameHeader& h) {
 }
 
 struct MergeOptions {
-  size_t fan_in = 64;
+  size_t fan_in = 4096;
   /// Decoded bytes the merge may hold at once (0 = no limit). Runs whose frames do not fit it
   /// together are merged in smaller groups first; a group of two that cannot fit fails the
   /// merge with RESOURCE_EXHAUSTED, before anything is decoded. `limit_name` names the knob.

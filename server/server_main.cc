@@ -21,7 +21,7 @@ ABSL_FLAG(uint64_t, memory_budget_mb, 256, "budget for buffered push data and fe
 ABSL_FLAG(bool, fsync, true, "sync data and commit log before acknowledging a commit");
 ABSL_FLAG(uint32_t, max_frame_mb, 64, "largest frame accepted, uncompressed (1 to 1024)");
 ABSL_FLAG(int32_t, worker_threads, 4, "threads for disk, validation and compression work");
-ABSL_FLAG(uint32_t, merge_fan_in, 64, "runs merged at once by a KEY-ordered fetch");
+ABSL_FLAG(uint32_t, merge_fan_in, 4096, "runs merged at once by a KEY-ordered fetch");
 ABSL_FLAG(uint64_t, max_frames_per_attempt, uint64_t{1} << 20,
           "frames one mapper attempt may push (bookkeeping: ~24 bytes each until it ends)");
 ABSL_FLAG(uint32_t, max_concurrent_merges, 0,

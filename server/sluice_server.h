@@ -27,7 +27,7 @@ struct ServerOptions {
   bool fsync = true;
   FrameLimits limits;  ///< max frame size and records per frame
   int worker_threads = 4;
-  size_t merge_fan_in = 64;  ///< runs merged at once; more go through temporary files first
+  size_t merge_fan_in = 4096;  ///< runs merged at once; more go through temporary files first
   /// KEY-ordered fetches merging at once (0 = worker_threads); others wait, holding nothing.
   size_t max_concurrent_merges = 0;
   /// Frames one mapper attempt may push (each costs ~24 bytes of bookkeeping until it ends).
