@@ -1,8 +1,9 @@
 // sluice-merge-bench: a KEY-ordered fetch over many tiny frames (issue 15, finding 8), against
 // a sluice-server child process on 127.0.0.1:0 with a temporary data directory. Mappers push
 // one-record frames into one partition, then one reducer reads it in key order. One RESULT
-// line of JSON: push and fetch seconds, the server's peak RSS and the most descriptors it held
-// during the fetch. docs/benchmarks.md has the figures.
+// line of JSON: push and fetch seconds, the server's peak RSS, the most descriptors it held
+// during the fetch, the server's CPU per frame pushed and fetched, and the bytes a stored frame
+// costs past itself (block header, commit log). docs/benchmarks.md has the figures.
 //
 //   sluice-merge-bench [--frames 1048576] [--mappers 4] [--server-bin PATH]
 #include <dirent.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -30,6 +32,33 @@ size_t OpenFds(pid_t pid) {
   DIR* d = ::opendir(dir.c_str());
   while (d != nullptr && ::readdir(d) != nullptr) ++n;
   if (d != nullptr) ::closedir(d);
+  return n;
+}
+
+// CPU seconds (user + system) the process has used so far, from /proc/<pid>/stat.
+double CpuSeconds(pid_t pid) {
+  FILE* f = std::fopen(absl::StrCat("/proc/", pid, "/stat").c_str(), "r");
+  if (f == nullptr) return 0;
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces
+  unsigned long long utime = 0, stime = 0;
+  if (p == nullptr || std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+                                  &utime, &stime) != 2) {
+    return 0;
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// Bytes of the regular files under `dir` (st_size: holes count, as a file's length).
+uint64_t FileBytes(const std::string& dir, const std::string& name) {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir, ec)) {
+    if (e.is_regular_file() && e.path().filename() == name) n += e.file_size();
+  }
   return n;
 }
 
@@ -82,6 +111,8 @@ int Run(int argc, char** argv) {
     auto client = ShuffleClient::Connect(copts);
     if (!client.ok() || !(*client)->CreateShuffle("tiny", 1, mappers).ok()) return 1;
 
+    const pid_t pid = (*server)->pid();
+    const double cpu_start = CpuSeconds(pid);
     const auto push_start = std::chrono::steady_clock::now();
     std::vector<std::thread> pushers;
     std::atomic<int> failed{0};
@@ -107,6 +138,7 @@ int Run(int argc, char** argv) {
     }
     for (auto& t : pushers) t.join();
     const double push_s = Since(push_start);
+    const double push_cpu = CpuSeconds(pid) - cpu_start;
     if (failed.load() != 0) {
       std::fprintf(stderr, "a push failed\n");
       return 1;
@@ -114,7 +146,6 @@ int Run(int argc, char** argv) {
 
     std::atomic<bool> fetching{true};
     std::atomic<size_t> max_fds{0};
-    const pid_t pid = (*server)->pid();
     std::thread sampler([&] {
       while (fetching.load()) {
         const size_t n = OpenFds(pid);
@@ -146,6 +177,15 @@ int Run(int argc, char** argv) {
       }
     }
     const double fetch_s = Since(fetch_start);
+    const double fetch_cpu = CpuSeconds(pid) - cpu_start - push_cpu;
+    // What storing a frame costs past the frame: its block header in the data file and its
+    // entry in the commit log.
+    uint64_t frame_bytes = 0;
+    if (auto info = (*client)->GetShuffle("tiny"); info.ok()) {
+      for (const auto& p : info->partitions) frame_bytes += p.bytes;
+    }
+    const uint64_t data_bytes = FileBytes(dir, "data");
+    const uint64_t log_bytes = FileBytes(dir, "commits.log");
     fetching = false;
     sampler.join();
     if (!st.ok()) {
@@ -155,10 +195,16 @@ int Run(int argc, char** argv) {
     std::printf(
         "RESULT {\"frames\": %llu, \"mappers\": %u, \"push_s\": %.2f, \"fetch_s\": %.2f, "
         "\"records\": %llu, \"ordered\": %s, \"server_peak_rss_mb\": %.1f, "
-        "\"server_fds_idle\": %zu, \"server_fds_max_during_fetch\": %zu}\n",
+        "\"server_fds_idle\": %zu, \"server_fds_max_during_fetch\": %zu, "
+        "\"server_push_cpu_us_per_frame\": %.2f, \"server_fetch_cpu_us_per_frame\": %.2f, "
+        "\"frame_bytes_per_frame\": %.1f, \"data_file_overhead_per_frame\": %.1f, "
+        "\"commit_log_bytes_per_frame\": %.1f}\n",
         static_cast<unsigned long long>(frames), mappers, push_s, fetch_s,
         static_cast<unsigned long long>(records), ordered ? "true" : "false",
-        (*server)->PeakRssBytes() / 1048576.0, fds_idle, max_fds.load());
+        (*server)->PeakRssBytes() / 1048576.0, fds_idle, max_fds.load(), push_cpu * 1e6 / frames,
+        fetch_cpu * 1e6 / frames, static_cast<double>(frame_bytes) / frames,
+        (static_cast<double>(data_bytes) - static_cast<double>(frame_bytes)) / frames,
+        static_cast<double>(log_bytes) / frames);
     rc = records == frames && ordered ? 0 : 1;
   }
   std::filesystem::remove_all(dir);
