@@ -36,8 +36,9 @@ absl::Status ErrnoStatus(int err, const std::string& what, const std::string& pa
 absl::StatusOr<Fd> OpenForAppend(const std::string& path);  // O_RDWR|O_CREAT
 absl::StatusOr<Fd> OpenReadOnly(const std::string& path);
 absl::StatusOr<Fd> OpenDirectory(const std::string& path);
-/// O_RDWR|O_CREAT of `name` inside the directory `dir_fd` (`path` is for messages). Opening
-/// through a directory descriptor keeps writers inside that directory even if it is renamed.
+/// O_RDWR|O_CREAT (and O_NOATIME where allowed) of `name` inside the directory `dir_fd`
+/// (`path` is for messages). Opening through a directory descriptor keeps writers inside that
+/// directory even if it is renamed.
 absl::StatusOr<Fd> OpenAt(int dir_fd, const std::string& name, const std::string& path);
 absl::Status SyncFd(int fd, const std::string& path);  // fsync (e.g. of a directory fd)
 absl::Status Rename(const std::string& from, const std::string& to);
