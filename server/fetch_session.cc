@@ -70,6 +70,11 @@ absl::StatusOr<bool> FetchSession::Next(std::string* frame) {
   return spec_.key_order ? NextMerged(frame) : NextStored(frame);
 }
 
+bool FetchSession::last() const {
+  if (spec_.key_order) return merged_ != nullptr && merged_->drained();
+  return next_ == blocks_.size();
+}
+
 absl::StatusOr<bool> FetchSession::NextStored(std::string* frame) {
   if (next_ == blocks_.size()) return false;
   const BlockRef& b = blocks_[next_++];

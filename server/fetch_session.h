@@ -75,6 +75,9 @@ class FetchSession {
 
   /// Puts the next frame in *frame, charged to the budget until Sent(); false once done.
   absl::StatusOr<bool> Next(std::string* frame);
+  /// Whether the frame the last Next gave is the last one (a small partition's only chunk):
+  /// the transport can send it with the end of the stream. False when not known.
+  bool last() const;
   /// The frame from the last Next is sent: its charge goes back.
   void Sent();
 

@@ -393,7 +393,10 @@ absl::StatusOr<bool> MergedStream::NextBatch(size_t max_bytes, std::vector<Recor
   Record rec;
   while (added < max_bytes && count < max_records_) {
     SLUICE_ASSIGN_OR_RETURN(bool has, NextRecord(&rec));
-    if (!has) break;
+    if (!has) {
+      drained_ = true;
+      break;
+    }
     const size_t size = rec.key.size() + rec.value.size() + per_record;  // empty ones count
     if (count > 0 && added + size > max_bytes) {
       // Would overshoot (frames must stay under the cap): leave it for the next batch.

@@ -106,6 +106,9 @@ class MergedStream {
   absl::StatusOr<bool> NextBatch(size_t max_bytes, std::vector<Record>* batch,
                                  size_t per_record = 1);
 
+  /// Whether the last NextBatch took everything that was left (the next would return false).
+  bool drained() const { return drained_; }
+
   size_t intermediate_passes() const { return passes_; }
   /// Bytes the runs hold in memory now, to count against the server's memory budget.
   size_t resident_bytes() const;
@@ -143,6 +146,7 @@ class MergedStream {
   std::vector<HeapEntry> heap_;  // min-heap by (key, run index)
   size_t passes_ = 0;
   bool top_taken_ = false;         // the top run's head was handed out: advance it first
+  bool drained_ = false;           // NextBatch found nothing left
   size_t max_records_ = 1u << 20;  // per batch
 };
 
