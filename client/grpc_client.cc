@@ -274,14 +274,31 @@ class GrpcClient final : public ShuffleClient {
   absl::StatusOr<std::unique_ptr<ShuffleWriter>> OpenWriter(const std::string& id, uint32_t mapper,
                                                             uint64_t attempt,
                                                             const WriterOptions& options) override {
-    auto status = GetShuffle(id);
-    if (!status.ok()) return status.status();
+    // Only the partition count: not every partition's details (a writer of a wide shuffle
+    // would fetch thousands of them).
+    uint32_t partitions = 0;
+    {
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx);
+      pb::GetShuffleRequest req;
+      req.set_shuffle_id(id);
+      req.set_max_partitions(1);
+      pb::ShuffleInfo info;
+      if (absl::Status st = FromGrpc(stub_->GetShuffle(&ctx, req, &info), options_.server);
+          !st.ok()) {
+        return st;
+      }
+      if (info.damaged()) {
+        return absl::DataLossError(absl::StrCat("shuffle ", id, " is damaged: ", info.damage()));
+      }
+      partitions = info.num_partitions();
+    }
     auto stream = std::make_unique<GrpcPushStream>(stub_.get(), options_);
     if (absl::Status st = stream->Open(id, mapper, attempt); !st.ok()) return st;
     std::vector<std::unique_ptr<PushStream>> streams;
     streams.push_back(std::move(stream));
-    auto writer = PartitionedWriter::Make(status->num_partitions, std::move(streams), {}, options,
-                                          options_.limits);
+    auto writer =
+        PartitionedWriter::Make(partitions, std::move(streams), {}, options, options_.limits);
     if (!writer.ok()) return writer.status();
     return std::unique_ptr<ShuffleWriter>(std::move(writer).value());
   }

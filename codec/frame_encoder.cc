@@ -252,7 +252,10 @@ absl::Status FrameEncoder::Encode(absl::Span<const Record> records, std::string*
   const LayoutChoice choice = options_.layout;
   bool decided = false;
   Layout layout = Layout::kOpaque;
-  if (choice == LayoutChoice::kAuto || choice == LayoutChoice::kColumnar) {
+  const bool try_columnar =
+      choice == LayoutChoice::kColumnar ||
+      (choice == LayoutChoice::kAuto && records.size() >= options_.min_columnar_records);
+  if (try_columnar) {
     if (s.columnar.Encode(records, &s.payload, &last_fallback_reason_)) {
       layout = Layout::kColumnar;
       decided = true;

@@ -44,6 +44,10 @@ struct EncodeOptions {
   /// 200-byte frame) is many times what a few hundred bytes cost to send or store, and a wide
   /// shuffle is mostly such frames. 0 = try every payload.
   size_t min_zstd_payload = 1024;
+  /// AUTO leaves batches of fewer records than this to MSGPACK: COLUMNAR's shape detection and
+  /// per-column headers cost more than they save on a few records (a wide shuffle's frames are
+  /// mostly such). 0 = COLUMNAR whenever the batch fits it.
+  size_t min_columnar_records = 4;
   /// COLUMNAR frames: byte ranges the layout finds too close to random for an entropy coder
   /// (random ids, float mantissas, dense codes) are compressed apart from the rest, at a fast
   /// zstd level without literal entropy coding, and the frame is stored as kZstdSections: much

@@ -17,6 +17,13 @@
 namespace sluice {
 namespace {
 
+// AUTO as these tests mean it: COLUMNAR whenever the batch fits it, however few its records.
+EncodeOptions Auto() {
+  EncodeOptions o;
+  o.min_columnar_records = 0;
+  return o;
+}
+
 using testing::Batch;
 using testing::Gen;
 
@@ -42,7 +49,7 @@ std::string S(const std::string& s) {
 
 // Encodes with AUTO, checks the round trip, returns (layout, fallback reason).
 std::pair<Layout, std::string> Auto(const Batch& b) {
-  FrameEncoder enc;
+  FrameEncoder enc(Auto());
   std::string frame;
   EXPECT_TRUE(enc.Encode(b.Records(), &frame).ok());
   FrameDecoder dec;
@@ -448,7 +455,7 @@ TEST(ColumnarTest, StrColumnsReportTheRecordThatDoesNotFitFromTheFastLoop) {
     return b;
   };
   for (const int bad : {1, 300, 777, 1199}) {
-    FrameEncoder enc;  // AUTO: falls back and says why
+    FrameEncoder enc(Auto());  // AUTO: falls back and says why
     const std::string at = "record " + std::to_string(bad) + ": ";
     const std::string want[] = {at + "value has bytes after the map like record 0's",
                                 at + "map shape differs from record 0 at field 1 ('city')",
@@ -493,7 +500,7 @@ TEST(ColumnarTest, IntFloatAndBoolColumnsReportTheRecordThatDoesNotFitFromTheFas
                        {"member", here && field == "member" ? c.value : (i % 3 ? t : f)}}) +
                       (here && field == "trail" ? std::string("\xc0") : std::string()));
       }
-      FrameEncoder enc;
+      FrameEncoder enc(Auto());
       std::string frame;
       ASSERT_TRUE(enc.Encode(b.Records(), &frame).ok());
       EXPECT_NE(enc.last_layout(), Layout::kColumnar);
@@ -662,7 +669,7 @@ TEST(ColumnarTest, LongDistinctValuesSkipTheDictionaryButRepeatsStillCompress) {
   for (int i = 0; i < 300; ++i) pool.push_back(RandomText(&st, alnum, 100));
   Batch b;
   for (int i = 0; i < 2000; ++i) b.Add(I(i % 50), Map({{"blob", S(pool[i % 300])}}));
-  FrameEncoder enc;  // AUTO, zstd 3
+  FrameEncoder enc(Auto());  // AUTO, zstd 3
   std::string frame;
   ASSERT_TRUE(enc.Encode(b.Records(), &frame).ok());
   EXPECT_LT(frame.size(), 300u * 100 * 6 / 8 + 2000u * 6);  // ~ the 300 values once, packed
