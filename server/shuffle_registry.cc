@@ -37,7 +37,8 @@ namespace {
 constexpr uint64_t kFdHeadroom = 64;
 
 // RESOURCE_EXHAUSTED when fewer than `need` + the headroom descriptors are left, `open` being
-// how many are open now.
+// how many are open now. A store needs 3 while it is made or opened (its directory, its data
+// file, its log) and keeps 2.
 absl::Status CheckFdHeadroom(uint64_t open, uint64_t need, const std::string& what) {
   const uint64_t limit = file::OpenFilesLimit();
   if (open + need + kFdHeadroom <= limit) return absl::OkStatus();
@@ -70,7 +71,7 @@ absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
     // (Counted as stores open, not listed each time: a start with 10,000 shuffles must not
     // list /proc/self/fd 10,000 times.)
     const absl::Status room =
-        CheckFdHeadroom(open_fds, 2, absl::StrCat("shuffle '", id, "' was not opened at start"));
+        CheckFdHeadroom(open_fds, 3, absl::StrCat("shuffle '", id, "' was not opened at start"));
     absl::StatusOr<std::unique_ptr<ShuffleStore>> store =
         room.ok() ? ShuffleStore::Open(entry.path().string(), options)
                   : absl::StatusOr<std::unique_ptr<ShuffleStore>>(room);
@@ -116,7 +117,7 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
                                                  " partitions and ", have.num_mappers, " mappers"));
   }
   SLUICE_RETURN_IF_ERROR(CheckFdHeadroom(
-      open_fds, 2, absl::StrCat("shuffle '", params.shuffle_id, "' was not created")));
+      open_fds, 3, absl::StrCat("shuffle '", params.shuffle_id, "' was not created")));
   const std::string dir = ShuffleDir(params.shuffle_id);
   auto store = ShuffleStore::Create(dir, params, options_);
   if (!store.ok()) {

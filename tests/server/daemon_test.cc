@@ -27,6 +27,7 @@
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/stub.h"
+#include "tests/harness/wait.h"
 
 namespace sluice {
 namespace {
@@ -46,6 +47,16 @@ std::unique_ptr<MiniServer> StartDaemon(const std::string& data_dir) {
   auto server = MiniServer::Start(opts);
   EXPECT_OK(server);
   return server.ok() ? std::move(server).value() : nullptr;
+}
+
+// A process's state letter from /proc/<pid>/stat ('T' once stopped), or '?'.
+char ProcessState(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  char buf[512] = {};
+  const size_t n = f != nullptr ? std::fread(buf, 1, sizeof(buf) - 1, f) : 0;
+  if (f != nullptr) std::fclose(f);
+  const char* p = n > 0 ? std::strrchr(buf, ')') : nullptr;
+  return p != nullptr && p[1] == ' ' ? p[2] : '?';
 }
 
 std::string Frame(uint32_t mapper, uint32_t partition, int n) {
@@ -242,6 +253,10 @@ TEST(DaemonTest, AStoppedServerIsUnavailableWithinTheKeepaliveBound) {
   small.buffer_bytes = 1 << 20;
   ASSERT_OK_AND_ASSIGN(auto writer, client->OpenWriter("h", 1, 1, small));
   ASSERT_EQ(::kill(d->pid(), SIGSTOP), 0);
+  // kill() returns before every thread of the server has stopped: a fetch sent at once could
+  // still be answered in full (a one-chunk fetch is two thread hand-overs). Wait for the stop.
+  ASSERT_TRUE(testing::Eventually([&] { return ProcessState(d->pid()) == 'T'; }))
+      << "the server did not stop";
   ASSERT_OK_AND_ASSIGN(auto reader, client->OpenReader("h", 0, ReaderOptions{}));
   const auto stopped = std::chrono::steady_clock::now();
   auto seconds_since_stop = [&] {
