@@ -202,8 +202,11 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
       Finish(st);
       return;
     }
-    // Setup reads the store under its locks: keep gRPC threads free of any lock wait.
-    deps_.pool->Submit([this] {
+    // Setup reads the store under its locks: keep gRPC threads free of any lock wait. A KEY
+    // fetch sets up on the merge pool, where its merge runs: with a slot free it goes on to
+    // its first chunk there without another hand-over.
+    WorkerPool* setup = spec_.key_order ? deps_.merge_pool : deps_.pool;
+    setup->Submit([this] {
       auto session = FetchSession::Make(spec_, deps_.fetch, &cancelled_);
       if (!session.ok()) {
         Finish(ToClient(deps_, session.status()));
@@ -250,12 +253,16 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
  private:
   void Next() {
     if (session_->key_order() && !admitted_) {
-      // Wait for a merge slot holding nothing; resume on the pool once admitted.
-      deps_.merge_gate->Enter([this] {
+      if (deps_.merge_gate->TryEnter()) {  // (we are on the merge pool: go on here)
         admitted_ = true;
-        Next();
-      });
-      return;
+      } else {
+        // Wait for a merge slot holding nothing; resume on the pool once admitted.
+        deps_.merge_gate->Enter([this] {
+          admitted_ = true;
+          Next();
+        });
+        return;
+      }
     }
     auto more = session_->Next(response_.mutable_frame());
     if (!more.ok()) {

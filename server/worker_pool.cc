@@ -98,6 +98,13 @@ void Gate::Enter(std::function<void()> admitted) {
   pool_->Submit(std::move(admitted));
 }
 
+bool Gate::TryEnter() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (inside_ >= limit_ || !waiters_.empty()) return false;
+  ++inside_;
+  return true;
+}
+
 void Gate::Leave() {
   std::function<void()> next;
   {

@@ -68,6 +68,9 @@ class Gate {
   Gate(size_t limit, WorkerPool* pool) : limit_(limit < 1 ? 1 : limit), pool_(pool) {}
   /// Runs `admitted` on the pool once a slot is free (at once if one is).
   void Enter(std::function<void()> admitted);
+  /// Takes a slot if one is free and nobody waits for one; the caller, already on the pool,
+  /// then goes on without a hand-over (and Leaves later, as after Enter).
+  bool TryEnter();
   void Leave();
 
  private:
