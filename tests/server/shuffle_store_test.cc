@@ -512,6 +512,31 @@ TEST_P(LegacyShuffleTest, AMoveCutShortIsRedoneAndDamageLeavesTheLegacyFiles) {
   EXPECT_EQ(Read(ShuffleDir() + "/SHUFFLE")[4], GetParam());
 }
 
+// A crash after the switch (the new log in place) but before SHUFFLE was rewritten and the old
+// files removed: the next open serves the moved shuffle and finishes the move.
+TEST_P(LegacyShuffleTest, AMoveCutShortAfterTheSwitchIsFinished) {
+  CopyFixture();
+  const std::string old_params = Read(ShuffleDir() + "/SHUFFLE");
+  ASSERT_NE(Reopen(), nullptr);
+  const std::string moved_log = Read(ShuffleDir() + "/commits.log");
+  // Back to the moment after the rename of the log: the old SHUFFLE and partition files.
+  Write(ShuffleDir() + "/SHUFFLE", old_params);
+  for (const char* name : {"p0.data", "p1.data", "p2.data"}) {
+    Write(ShuffleDir() + "/" + name,
+          Read(std::string(SLUICE_TESTDATA_DIR) + "/shuffle_v2/" + name));
+  }
+  {
+    auto store = Reopen();
+    ASSERT_NE(store, nullptr);
+    ExpectTheFixture(*store);
+  }
+  EXPECT_EQ(Read(ShuffleDir() + "/commits.log"), moved_log) << "the moved log was rewritten";
+  EXPECT_EQ(Read(ShuffleDir() + "/SHUFFLE")[4], 3);
+  for (const char* gone : {"p0.data", "p1.data", "p2.data"}) {
+    EXPECT_FALSE(file::Exists(ShuffleDir() + "/" + gone)) << gone;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Versions, LegacyShuffleTest, ::testing::Values(1, 2));
 
 // Issue 15, finding 11: an empty 65,536-partition shuffle cost 6.2 MB (state for every
