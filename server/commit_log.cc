@@ -164,7 +164,7 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(int dir_fd, const std
   if (!file::Exists(path)) {
     if (!recovery.data_files_exist) return Create(dir_fd, dir, std::move(options));
     return NothingTouched(path,
-                          "is missing while the shuffle has data files: which of them "
+                          "is missing while the shuffle has data: which of its blocks "
                           "are committed cannot be known");
   }
   SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenAt(dir_fd, kLogFile, path));
@@ -200,7 +200,7 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(int dir_fd, const std
     if (!recovery.data_files_exist) return Create(dir_fd, dir, std::move(options));
     return NothingTouched(
         path, absl::StrCat(size == 0 ? "is empty" : "has no valid header",
-                           " while the shuffle has data files: its commits were lost (emptied or "
+                           " while the shuffle has data: its commits were lost (emptied or "
                            "overwritten?)"));
   }
 

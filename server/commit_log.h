@@ -89,8 +89,9 @@ class CommitLog {
     /// files) is read too. Either legacy log is returned untouched and read-only (legacy());
     /// the store moves its blocks and calls Rewrite.
     bool version2_allowed = false;
-    /// The shuffle has data files. Without them a missing or headerless log lost nothing (a
-    /// crash inside Create) and starts afresh; with them it is DATA_LOSS.
+    /// The shuffle has data (its data file is not empty, or legacy partition files exist).
+    /// Without it a missing or headerless log lost nothing (a crash inside Create) and starts
+    /// afresh; with it, it is DATA_LOSS.
     bool data_files_exist = true;
   };
 

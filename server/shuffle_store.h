@@ -50,7 +50,7 @@ struct ShuffleParams {
 };
 
 struct StoreOptions {
-  /// Sync data files and the commit log before a commit is acknowledged.
+  /// Sync the data file and the commit log before a commit is acknowledged.
   bool fsync = true;
   FrameLimits limits;
   /// The fdatasync commits use on the data file (tests inject failures here); null =
