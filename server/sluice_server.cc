@@ -208,6 +208,7 @@ void SluiceServer::Shutdown() {
 }
 
 uint64_t SluiceServer::memory_parked_total() const { return impl_->budget->parked_total(); }
+MemoryBudget& SluiceServer::memory_budget() { return *impl_->budget; }
 size_t SluiceServer::open_push_streams() const { return impl_->service->counts().push.load(); }
 size_t SluiceServer::open_fetch_streams() const { return impl_->service->counts().fetch.load(); }
 

@@ -50,6 +50,8 @@ struct ServerOptions {
   std::chrono::milliseconds connection_idle_timeout{std::chrono::seconds(600)};
 };
 
+class MemoryBudget;
+
 class SluiceServer {
  public:
   /// Recovers the data directory and starts serving.
@@ -60,6 +62,9 @@ class SluiceServer {
   /// Stops accepting calls, lets in-flight ones finish until the grace period, then cancels them.
   void Shutdown();
   uint64_t memory_parked_total() const;
+  /// The server-wide memory budget, to count memory the server does not see (tests hold it
+  /// full to show that pushes wait for it).
+  MemoryBudget& memory_budget();
   /// Open push and fetch streams (for tests and status).
   size_t open_push_streams() const;
   size_t open_fetch_streams() const;

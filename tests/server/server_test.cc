@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <future>
@@ -19,6 +20,8 @@
 
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
+#include "server/sluice_server.h"
+#include "server/worker_pool.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"
@@ -504,6 +507,15 @@ TEST_F(ServerTest, AbsurdPartitionCountsAreRefused) {
 TEST_F(ServerTest, AFullMemoryBudgetSlowsPushesDownInsteadOfFailingThem) {
   RestartServer(/*budget=*/64 << 10);  // 64 KiB; each push message is ~100 KiB
   ASSERT_OK(Create("s", 4, 0));
+  // The budget starts full (as if other streams held it) and empties 300 ms later: the pushes
+  // must wait for it, whatever their timing, and then all go through. (Without this, whether
+  // two messages were ever in memory at once depended on how fast the server stored them.)
+  MemoryBudget& budget = server_->server()->memory_budget();
+  budget.Charge(1 << 20);
+  std::thread release([&budget] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    budget.Release(1 << 20);
+  });
   std::vector<std::thread> mappers;
   for (uint32_t m = 0; m < 4; ++m) {
     mappers.emplace_back([this, m] {
@@ -513,6 +525,7 @@ TEST_F(ServerTest, AFullMemoryBudgetSlowsPushesDownInsteadOfFailingThem) {
     });
   }
   for (auto& t : mappers) t.join();
+  release.join();
   EXPECT_GT(server_->server()->memory_parked_total(), 0u);
   std::vector<std::string> got;
   ASSERT_OK(FetchAll("s", 3, &got));
