@@ -103,12 +103,9 @@ absl::Status FetchSession::StartMerge() {
       MergedStream::Make(
           blocks_.size(), [this](size_t i) { return uint64_t{blocks_[i].frame_size}; },
           [this](size_t i) -> absl::StatusOr<uint64_t> {
-            // The index knows what the frame decodes to: no read for planning.
-            if (blocks_[i].uncompressed != 0 || blocks_[i].records == 0) {
-              return DecodedCost(blocks_[i].uncompressed, blocks_[i].records);
-            }
-            SLUICE_ASSIGN_OR_RETURN(FrameHeader h, store_->ReadFrameHeader(blocks_[i]));
-            return DecodedCost(h);
+            // The index knows what the frame decodes to (filled at append and at recovery):
+            // no read for planning.
+            return DecodedCost(blocks_[i].uncompressed, blocks_[i].records);
           },
           [this](size_t i) { return StoredFrameRun(store_, blocks_[i], &run_decoder_); }, mopts));
   encoder_ = std::make_unique<FrameEncoder>(encode_);

@@ -54,13 +54,11 @@ struct RunDecoder {
 std::unique_ptr<RunSource> StoredFrameRun(std::shared_ptr<ShuffleStore> store, BlockRef block,
                                           RunDecoder* decoder);
 
-/// What a frame takes in memory once decoded, from its header alone (its records' bytes, and a
-/// view and an order slot per record): what a merge plans with before it decodes anything.
+/// What a frame takes in memory once decoded, from what its header declares (its records'
+/// bytes, and a view and an order slot per record): what a merge plans with before it decodes
+/// anything.
 inline uint64_t DecodedCost(uint32_t uncompressed, uint32_t records) {
   return uint64_t{uncompressed} + uint64_t{records} * 40;
-}
-inline uint64_t DecodedCost(const FrameHeader& h) {
-  return DecodedCost(h.uncompressed_size, h.record_count);
 }
 
 struct MergeOptions {

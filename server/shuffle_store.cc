@@ -226,19 +226,26 @@ absl::Status ShuffleStore::AppendAll(uint32_t mapper, uint64_t attempt,
         absl::StrCat("mapper ", mapper, " is out of range [0, ", params_.num_mappers, ")"));
   }
   if (destroyed_.load()) return DeletedError();
+  // The blocks, with offsets from the start of this write until the range is reserved.
+  const size_t first = blocks->size();
   uint64_t total = 0;
   for (const FrameToAppend& f : frames) {
-    if (f.partition >= params_.num_partitions) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "partition ", f.partition, " is out of range [0, ", params_.num_partitions, ")"));
+    absl::StatusOr<FrameHeader> h =
+        f.partition < params_.num_partitions
+            ? ParseFrameHeader(f.frame, options_.limits)
+            : absl::InvalidArgumentError(absl::StrCat(
+                  "partition ", f.partition, " is out of range [0, ", params_.num_partitions, ")"));
+    if (h.ok() && h->frame_size() != f.frame.size()) {
+      h = absl::InvalidArgumentError("Append takes exactly one whole frame");
     }
-    SLUICE_ASSIGN_OR_RETURN(FrameHeader h, ParseFrameHeader(f.frame, options_.limits));
-    if (h.frame_size() != f.frame.size()) {
-      return absl::InvalidArgumentError("Append takes exactly one whole frame");
+    if (!h.ok()) {
+      blocks->resize(first);
+      return h.status();
     }
-    total += kBlockHeaderSize + f.frame.size();
+    const auto size = static_cast<uint32_t>(f.frame.size());
+    blocks->push_back(BlockRef{f.partition, size, total, f.records, h->uncompressed_size});
+    total += kBlockHeaderSize + size;
   }
-  const size_t first = blocks->size();
   if (frames.empty()) return absl::OkStatus();
   uint64_t at = 0;
   {
@@ -250,18 +257,13 @@ absl::Status ShuffleStore::AppendAll(uint32_t mapper, uint64_t attempt,
   std::vector<uint8_t> headers(kBlockHeaderSize * frames.size());
   std::vector<absl::Span<const uint8_t>> pieces;
   pieces.reserve(2 * frames.size());
-  uint64_t offset = at;
   for (size_t i = 0; i < frames.size(); ++i) {
-    const FrameToAppend& f = frames[i];
+    BlockRef& b = (*blocks)[first + i];
+    b.offset += at;
     uint8_t* h = headers.data() + i * kBlockHeaderSize;
-    const auto size = static_cast<uint32_t>(f.frame.size());
-    WriteBlockHeader(f.partition, mapper, attempt, size, f.records, h);
+    WriteBlockHeader(b.partition, mapper, attempt, b.frame_size, b.records, h);
     pieces.emplace_back(h, kBlockHeaderSize);
-    pieces.push_back(f.frame);
-    // (The header parsed above, again: a few loads, no allocation.)
-    const uint32_t uncompressed = ParseFrameHeader(f.frame, options_.limits)->uncompressed_size;
-    blocks->push_back(BlockRef{f.partition, size, offset, f.records, uncompressed});
-    offset += kBlockHeaderSize + size;
+    pieces.push_back(frames[i].frame);
   }
   absl::Status st = file::PwritevAll(data_fd_.get(), DataPath(), at, pieces);
   if (!st.ok()) {
@@ -395,22 +397,6 @@ absl::Status ShuffleStore::ReadFrame(const BlockRef& block, std::string* frame,
   }
   if (header != nullptr) *header = *h;
   return absl::OkStatus();
-}
-
-absl::StatusOr<FrameHeader> ShuffleStore::ReadFrameHeader(const BlockRef& block) const {
-  if (!data_fd_.valid() || block.frame_size < kFrameHeaderSize) {
-    return absl::InvalidArgumentError("not a committed block");
-  }
-  uint8_t h[kFrameHeaderSize];
-  SLUICE_RETURN_IF_ERROR(file::PreadAll(data_fd_.get(), DataPath(), block.offset + kBlockHeaderSize,
-                                        kFrameHeaderSize, h));
-  auto header = ParseFrameHeader(absl::MakeConstSpan(h, kFrameHeaderSize),
-                                 StoredFrameLimits(options_.limits));
-  if (!header.ok()) {
-    return absl::DataLossError(absl::StrCat("stored frame at ", DataPath(), ":", block.offset,
-                                            " is corrupt: ", header.status().message()));
-  }
-  return header;
 }
 
 absl::Status ShuffleStore::VerifyBlock(uint32_t mapper, uint64_t attempt,

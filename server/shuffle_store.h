@@ -129,8 +129,6 @@ class ShuffleStore {
   /// (and sets *header, when given).
   absl::Status ReadFrame(const BlockRef& block, std::string* frame,
                          FrameHeader* header = nullptr) const;
-  /// Just the frame header of a committed block (what its frame declares, for planning).
-  absl::StatusOr<FrameHeader> ReadFrameHeader(const BlockRef& block) const;
 
   /// Later Appends and Commits fail with NOT_FOUND; the caller removes the (renamed) directory.
   void MarkDeleted();
