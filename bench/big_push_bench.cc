@@ -5,6 +5,7 @@
 // finding 6, the part still open). One RESULT line of JSON. docs/benchmarks.md has the figures.
 //
 //   sluice-big-push-bench [--mappers 32] [--frame-mb 60] [--budget-mb 64] [--server-bin PATH]
+//                         [--server-arg --flag=value]...
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +27,7 @@ int Run(int argc, char** argv) {
   uint32_t mappers = 32;
   size_t frame_mb = 60, budget_mb = 64;
   std::string bin;
+  std::vector<std::string> server_args;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--mappers") {
@@ -36,10 +38,12 @@ int Run(int argc, char** argv) {
       budget_mb = std::strtoul(argv[i + 1], nullptr, 10);
     } else if (flag == "--server-bin") {
       bin = argv[i + 1];
+    } else if (flag == "--server-arg") {
+      server_args.push_back(argv[i + 1]);
     } else {
       std::fprintf(stderr,
                    "usage: sluice-big-push-bench [--mappers 32] [--frame-mb 60] [--budget-mb 64] "
-                   "[--server-bin PATH]\n");
+                   "[--server-bin PATH] [--server-arg --flag=value]...\n");
       return 2;
     }
   }
@@ -56,8 +60,10 @@ int Run(int argc, char** argv) {
       if (!found.ok()) return std::fprintf(stderr, "%s\n", found.status().ToString().c_str()), 1;
       bin = *found;
     }
-    auto server = ServerProcess::Start(bin, {"--data_dir=" + dir, "--log_level=warn",
-                                             absl::StrCat("--memory_budget_mb=", budget_mb)});
+    std::vector<std::string> args = {"--data_dir=" + dir, "--log_level=warn",
+                                     absl::StrCat("--memory_budget_mb=", budget_mb)};
+    args.insert(args.end(), server_args.begin(), server_args.end());
+    auto server = ServerProcess::Start(bin, args);
     if (!server.ok()) {
       std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
       return 1;

@@ -2,6 +2,7 @@
 // writer and reader run on (client/transport.h). The only client file that sees gRPC.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 
@@ -18,9 +19,9 @@ namespace {
 
 namespace pb = sluice::v1;
 
-// What a push message holds before it is sent: small frames share one (a server takes messages
-// of its frame cap plus 1 MiB, so this always fits).
-constexpr size_t kPushMessageBytes = 1 << 20;
+// What a push message holds before it is sent: small frames share one; a frame larger than
+// this goes alone, in pieces (a server reads no larger message).
+constexpr size_t kPushMessageBytes = rpc::kPushPayloadBytes;
 // A frame's own bytes in a message, past its payload (field tags and lengths).
 constexpr size_t kFrameOverhead = 16;
 
@@ -93,6 +94,7 @@ class GrpcPushStream final : public PushStream {
     if (pending_bytes_ > 0 && pending_bytes_ + size > kPushMessageBytes) {
       if (absl::Status st = SendPending(); !st.ok()) return st;
     }
+    if (size > kPushMessageBytes) return SendLargeFrame();
     msg_.mutable_frames()->add_frames()->Swap(&next_);  // (next_ gets a recycled element)
     pending_bytes_ += size;
     if (pending_bytes_ >= kPushMessageBytes) return SendPending();
@@ -130,6 +132,22 @@ class GrpcPushStream final : public PushStream {
     msg_.mutable_frames()->mutable_frames()->Clear();  // keeps the elements for reuse
     pending_bytes_ = 0;
     return ok ? absl::OkStatus() : WriteFailed();
+  }
+  // A frame over a message: its size first (the server reserves that much memory before it
+  // reads on), then its bytes in pieces of a message each.
+  absl::Status SendLargeFrame() {
+    const std::string& frame = next_.frame();
+    pb::PushRequest msg;
+    msg.mutable_large_frame()->set_partition_id(next_.partition_id());
+    msg.mutable_large_frame()->set_frame_size(frame.size());
+    if (!stream_->Write(msg)) return WriteFailed();
+    std::string* piece = msg.mutable_piece()->mutable_data();
+    for (size_t at = 0; at < frame.size(); at += kPushMessageBytes) {
+      piece->assign(frame, at, std::min(kPushMessageBytes, frame.size() - at));
+      if (!stream_->Write(msg)) return WriteFailed();
+    }
+    std::string().swap(*next_.mutable_frame());  // not kept for the small frames that follow
+    return absl::OkStatus();
   }
   // After a failed write: the server's reason for ending the stream (a rejected frame, say).
   absl::Status WriteFailed() {

@@ -82,6 +82,10 @@ class DecodedFrame {
     base_ = nullptr;
     header_ = FrameHeader{};
   }
+  /// Memory held for the records (Clear keeps it for the next decode).
+  size_t memory_bytes() const {
+    return payload_.capacity() + rows_.capacity() + index_.capacity() * sizeof(RecordRef);
+  }
 
  private:
   friend class FrameDecoder;

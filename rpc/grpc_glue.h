@@ -7,6 +7,8 @@
 
 #include <grpcpp/support/status.h>
 
+#include <cstddef>
+
 #include "absl/status/status.h"
 #include "codec/frame_format.h"
 #include "sluice/v1/shuffle.pb.h"
@@ -17,8 +19,15 @@ namespace sluice::rpc {
 grpc::Status ToGrpcStatus(const absl::Status& st);
 absl::Status FromGrpcStatus(const grpc::Status& st);
 
-/// The largest gRPC message either side sends or accepts: one frame at the cap, plus framing.
+/// The largest gRPC message a server sends (a fetch chunk): one frame at the cap, plus framing.
 int MaxMessageBytes(const FrameLimits& limits);
+
+/// What a push message carries: frames that share a message, or one piece of a larger frame
+/// (PushLargeFrame), at most this many bytes of them.
+inline constexpr size_t kPushPayloadBytes = size_t{1} << 20;
+/// The largest push message a server reads (the payload plus its framing): what a stream may
+/// make the server hold before the budget sees it is bounded by this, not by the frame cap.
+inline constexpr int kMaxPushMessageBytes = static_cast<int>(kPushPayloadBytes + (64 << 10));
 
 v1::FrameLayout LayoutToProto(LayoutChoice layout);
 /// Unknown values (a newer client) mean AUTO.

@@ -12,22 +12,33 @@ namespace {
 // Scratch a thread's validating decoder may keep between frames.
 constexpr size_t kKeptDecoderScratch = 8u << 20;
 
-// Every thread keeps one decoder for validating pushed frames, so that validation allocates
-// nothing per stream. Remade when asked for other limits (tests run servers with different
-// caps in one process).
-FrameDecoder& ValidatingDecoder(const FrameLimits& limits) {
-  thread_local std::unique_ptr<FrameDecoder> decoder;
-  thread_local FrameLimits decoder_limits;
-  if (decoder == nullptr ||
-      decoder_limits.max_uncompressed_bytes != limits.max_uncompressed_bytes ||
-      decoder_limits.max_records != limits.max_records) {
+// Every thread keeps one decoder and one decoded frame for validating pushed frames, so that
+// validation allocates nothing per stream and a stream holds no decoded memory between
+// messages. Remade when asked for other limits (tests run servers with different caps in one
+// process).
+struct Validator {
+  std::unique_ptr<FrameDecoder> decoder;
+  FrameLimits limits;
+  DecodedFrame decoded;
+  // Threads live as long as the server: after an unusually large frame, let its memory go
+  // rather than keep a cap's worth per thread.
+  void Trim() {
+    decoder->TrimScratch(kKeptDecoderScratch);
+    if (decoded.memory_bytes() > kKeptDecoderScratch) decoded = DecodedFrame();
+  }
+};
+
+Validator& ThreadValidator(const FrameLimits& limits) {
+  thread_local Validator v;
+  if (v.decoder == nullptr || v.limits.max_uncompressed_bytes != limits.max_uncompressed_bytes ||
+      v.limits.max_records != limits.max_records) {
     DecodeOptions opts;
     opts.limits = limits;
     opts.keys_only = true;  // every byte checked; values are not needed to accept a frame
-    decoder = std::make_unique<FrameDecoder>(opts);
-    decoder_limits = limits;
+    v.decoder = std::make_unique<FrameDecoder>(opts);
+    v.limits = limits;
   }
-  return *decoder;
+  return v;
 }
 
 }  // namespace
@@ -60,6 +71,7 @@ absl::Status PushAttempt::AddFrame(uint32_t partition, absl::Span<const uint8_t>
 
 absl::Status PushAttempt::AddFrames(absl::Span<const Frame> frames) {
   if (store_ == nullptr) return absl::InvalidArgumentError("frames before the open message");
+  SLUICE_RETURN_IF_ERROR(NoLargeFramePending("frames"));
   validated_.clear();
   uint64_t records = 0, bytes = 0;
   for (const Frame& f : frames) {
@@ -76,19 +88,14 @@ absl::Status PushAttempt::AddFrames(absl::Span<const Frame> frames) {
                                                      " is out of range [0, ",
                                                      store_->params().num_partitions, ")"));
     }
-    FrameDecoder& decoder = ValidatingDecoder(limits_.frame);
-    // Threads live as long as the server: after an unusually large frame, let its scratch go
-    // rather than keep a cap's worth per thread.
-    struct Trim {
-      FrameDecoder& d;
-      ~Trim() { d.TrimScratch(kKeptDecoderScratch); }
-    } trim{decoder};
-    absl::Status st = decoder.Decode(f.bytes, &decoded_);
+    Validator& v = ThreadValidator(limits_.frame);
+    absl::Status st = v.decoder->Decode(f.bytes, &v.decoded);
+    const auto count = static_cast<uint32_t>(v.decoded.size());
+    v.Trim();
     if (!st.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("frame ", n, " for partition ", f.partition, ": ", st.message()));
     }
-    const auto count = static_cast<uint32_t>(decoded_.size());
     validated_.push_back(ShuffleStore::FrameToAppend{f.partition, f.bytes, count});
     records += count;
     bytes += f.bytes.size();
@@ -100,8 +107,60 @@ absl::Status PushAttempt::AddFrames(absl::Span<const Frame> frames) {
   return absl::OkStatus();
 }
 
+absl::Status PushAttempt::NoLargeFramePending(const char* what) const {
+  if (large_size_ == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " before the last piece of the large frame for partition ", large_partition_, " (",
+      large_bytes_.size(), " of its announced ", large_size_, " bytes came)"));
+}
+
+absl::Status PushAttempt::BeginLargeFrame(uint32_t partition, uint64_t size) {
+  if (store_ == nullptr) return absl::InvalidArgumentError("a large frame before the open message");
+  SLUICE_RETURN_IF_ERROR(NoLargeFramePending("another large frame"));
+  if (partition >= store_->params().num_partitions) {
+    return absl::InvalidArgumentError(absl::StrCat("large frame: partition ", partition,
+                                                   " is out of range [0, ",
+                                                   store_->params().num_partitions, ")"));
+  }
+  // A frame is its header and at most the cap of stored payload (docs/frame-format.md).
+  const uint64_t cap = kFrameHeaderSize + uint64_t{limits_.frame.max_uncompressed_bytes};
+  if (size <= kFrameHeaderSize || size > cap) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "large frame for partition ", partition, " announced as ", size,
+        " bytes; a frame is more than its ", kFrameHeaderSize, "-byte header and at most ", cap,
+        " bytes with this server's cap (--max_frame_mb)"));
+  }
+  large_partition_ = partition;
+  large_size_ = size;
+  large_bytes_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status PushAttempt::AddPiece(absl::Span<const uint8_t> piece) {
+  if (large_size_ == 0) {
+    return absl::InvalidArgumentError("a frame piece with no large frame announced before it");
+  }
+  if (piece.empty()) return absl::InvalidArgumentError("an empty frame piece");
+  if (piece.size() > large_size_ - large_bytes_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the pieces of the large frame for partition ", large_partition_, " exceed its announced ",
+        large_size_, " bytes (", large_bytes_.size() + piece.size(), " came)"));
+  }
+  if (large_bytes_.empty()) large_bytes_.reserve(large_size_);
+  large_bytes_.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+  if (large_bytes_.size() < large_size_) return absl::OkStatus();
+  const Frame frame{large_partition_,
+                    absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(large_bytes_.data()),
+                                        large_bytes_.size())};
+  large_size_ = 0;  // complete: AddFrames takes it like any other frame
+  absl::Status st = AddFrames(absl::MakeConstSpan(&frame, 1));
+  std::string().swap(large_bytes_);  // a large frame's memory is not kept for the next
+  return st;
+}
+
 absl::StatusOr<PushSummary> PushAttempt::Commit(uint64_t frame_count, uint64_t record_count) {
   if (store_ == nullptr) return absl::InvalidArgumentError("commit before the open message");
+  SLUICE_RETURN_IF_ERROR(NoLargeFramePending("the commit"));
   if (frame_count != frames_ || record_count != records_) {
     return absl::InvalidArgumentError(absl::StrCat("commit says ", frame_count, " frames and ",
                                                    record_count, " records, the server received ",

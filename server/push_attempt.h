@@ -68,6 +68,18 @@ class PushAttempt {
   /// Validates every frame of a message, then appends them all with one write; the first
   /// invalid frame fails the call (as AddFrame would) before anything is written.
   absl::Status AddFrames(absl::Span<const Frame> frames);
+  /// Starts a frame that arrives in pieces (a frame larger than a push message): checks the
+  /// partition and that `size` is within the frame cap before any piece is taken, so that a
+  /// caller may reserve `size` bytes of memory first. Nothing but its pieces may follow until
+  /// the frame is complete.
+  absl::Status BeginLargeFrame(uint32_t partition, uint64_t size);
+  /// Takes the next piece of the frame begun; the last one (the announced size reached) has the
+  /// frame validated and appended as AddFrame would. INVALID_ARGUMENT for a piece with no frame
+  /// begun, an empty piece, or pieces past the announced size.
+  absl::Status AddPiece(absl::Span<const uint8_t> piece);
+  /// The announced size of the frame being assembled from pieces; 0 when none is.
+  uint64_t large_frame_size() const { return large_size_; }
+
   /// Commits the attempt; `frame_count` and `record_count` are what the pusher says it sent.
   absl::StatusOr<PushSummary> Commit(uint64_t frame_count, uint64_t record_count);
   /// Ends the attempt after an error (`why`, for the log): its blocks are discarded.
@@ -77,6 +89,9 @@ class PushAttempt {
 
  private:
   ShuffleRegistry* const registry_;
+  // INVALID_ARGUMENT naming `what` while a large frame still awaits pieces.
+  absl::Status NoLargeFramePending(const char* what) const;
+
   const PushLimits limits_;
   std::shared_ptr<ShuffleStore> store_;
   uint32_t mapper_ = 0;
@@ -86,7 +101,10 @@ class PushAttempt {
   uint64_t frames_ = 0, records_ = 0, bytes_ = 0;
   bool commit_tried_ = false;
   bool ended_ = false;  // committed or aborted
-  DecodedFrame decoded_;
+  // A frame arriving in pieces: its partition, announced size and the bytes so far.
+  uint32_t large_partition_ = 0;
+  uint64_t large_size_ = 0;
+  std::string large_bytes_;
 };
 
 }  // namespace sluice

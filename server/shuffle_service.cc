@@ -45,7 +45,10 @@ enum Phase : int { kBusy = 0, kWaiting = 1, kExpired = 2 };
 
 // One mapper attempt: open, frames..., commit. Reads one message at a time; each is handled on
 // the pool by the PushAttempt, and the next read starts only once it is done and the memory
-// budget has room (back-pressure is not reading).
+// budget has room (back-pressure is not reading). A message is at most kMaxPushMessageBytes; a
+// frame larger than that is announced with its size (PushLargeFrame), and the size is reserved
+// in the budget before its first piece is read, so that no number of streams pushing large
+// frames at once takes the server more than a message each past its budget.
 class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
  public:
   PushReactor(const ShuffleServiceImpl::Deps& deps, std::atomic<size_t>* open,
@@ -116,6 +119,7 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
     absl::Status st = cancelled_.load() ? absl::CancelledError("push stream cancelled") : Forward();
     deps_.budget->Release(charged_);
     charged_ = 0;
+    if (attempt_.large_frame_size() == 0) ReleaseReserved();  // a large frame is complete
     if (!st.ok()) {
       Fail(st);
       return;
@@ -124,7 +128,24 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
       Finish(grpc::Status::OK);
       return;
     }
+    if (const uint64_t n = attempt_.large_frame_size(); n > 0) {
+      if (reserved_ == 0) {
+        // Just announced: its whole size is reserved before any piece of it is read.
+        deps_.budget->Reserve(n, [this, n] {
+          reserved_ = n;
+          ReadNext();
+        });
+      } else {
+        ReadNext();  // its memory is reserved already: the next piece may come at once
+      }
+      return;
+    }
     deps_.budget->WhenAvailable([this] { ReadNext(); });
+  }
+
+  void ReleaseReserved() {
+    deps_.budget->Release(reserved_);
+    reserved_ = 0;
   }
 
   absl::Status Forward() {
@@ -142,6 +163,14 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
                                   pf.frame().size())});
         }
         return attempt_.AddFrames(frames_);
+      case PushRequest::kLargeFrame:
+        return attempt_.BeginLargeFrame(request_.large_frame().partition_id(),
+                                        request_.large_frame().frame_size());
+      case PushRequest::kPiece: {
+        const std::string& data = request_.piece().data();
+        return attempt_.AddPiece(
+            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
+      }
       case PushRequest::kCommit: {
         auto summary =
             attempt_.Commit(request_.commit().frame_count(), request_.commit().record_count());
@@ -159,6 +188,7 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   }
 
   void Fail(const absl::Status& st) {
+    ReleaseReserved();
     attempt_.Abort(st);
     Finish(ToClient(deps_, st));
   }
@@ -170,7 +200,8 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   PushRequest request_;
   PushAttempt attempt_;
   std::vector<PushAttempt::Frame> frames_;  // the current message's, for AddFrames
-  uint64_t charged_ = 0;
+  uint64_t charged_ = 0;                    // the budget the current message holds
+  uint64_t reserved_ = 0;  // the budget held for a large frame's pieces (its announced size)
   std::atomic<bool> cancelled_{false};
   bool committed_ = false;
   std::atomic<int> phase_{kBusy};

@@ -160,9 +160,9 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &impl->port);
   builder.RegisterService(impl->service.get());
-  // A push message carries whole frames: allow one maximal frame plus framing. What the
+  // A push message carries at most 1 MiB of frames or of one large frame's pieces. What the
   // server sends is committed data, which may have been pushed under a larger cap.
-  builder.SetMaxReceiveMessageSize(rpc::MaxMessageBytes(options.limits));
+  builder.SetMaxReceiveMessageSize(rpc::kMaxPushMessageBytes);
   builder.SetMaxSendMessageSize(rpc::MaxMessageBytes(StoredFrameLimits(options.limits)));
   // Clients ping to find a hung server (ClientOptions::keepalive_time): accept pings as often
   // as once a second, also between calls, instead of answering them with GOAWAY.

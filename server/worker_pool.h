@@ -48,6 +48,11 @@ class MemoryBudget {
   /// Only streams that hold none of the budget while waiting may wait (or they could wait on
   /// themselves): push streams release their message before they wait.
   void WhenAvailable(std::function<void()> resume);
+  /// Runs `granted` on the pool once `n` more bytes fit under the limit, or once nothing else
+  /// is charged (a reservation larger than the limit goes alone), with the `n` bytes charged:
+  /// the caller releases them. Waiters are served in order, so a large reservation is not
+  /// passed over by later small ones; the same rule as WhenAvailable on what a waiter may hold.
+  void Reserve(uint64_t n, std::function<void()> granted);
 
   uint64_t used() const;
   uint64_t parked_total() const;  ///< how many times a stream had to wait (for stats/tests)
@@ -58,7 +63,12 @@ class MemoryBudget {
   mutable std::mutex mu_;
   uint64_t used_ = 0;
   uint64_t parked_total_ = 0;
-  std::deque<std::function<void()>> waiters_;
+  struct Waiter {
+    uint64_t reserve = 0;  // bytes to charge when granted; 0: WhenAvailable
+    std::function<void()> resume;
+  };
+  bool Fits(const Waiter& w) const;  // under mu_
+  std::deque<Waiter> waiters_;
 };
 
 /// Admits at most `limit` holders at once (e.g. KEY merges, each of which may keep up to

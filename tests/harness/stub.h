@@ -19,6 +19,27 @@ inline std::unique_ptr<v1::ShuffleService::Stub> MakeStub(const MiniServer& serv
       grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
 }
 
+/// Writes one frame for `partition` to a push stream as a client does: in a frames message, or
+/// announced and in pieces when it is larger than a push message (docs/api.md).
+inline bool WriteFrame(grpc::ClientWriter<v1::PushRequest>* w, uint32_t partition,
+                       const std::string& frame, size_t piece_bytes = size_t{1} << 20) {
+  v1::PushRequest msg;
+  if (frame.size() + 16 <= piece_bytes) {
+    auto* f = msg.mutable_frames()->add_frames();
+    f->set_partition_id(partition);
+    f->set_frame(frame);
+    return w->Write(msg);
+  }
+  msg.mutable_large_frame()->set_partition_id(partition);
+  msg.mutable_large_frame()->set_frame_size(frame.size());
+  bool ok = w->Write(msg);
+  for (size_t at = 0; ok && at < frame.size(); at += piece_bytes) {
+    msg.mutable_piece()->set_data(frame.substr(at, piece_bytes));
+    ok = w->Write(msg);
+  }
+  return ok;
+}
+
 /// One committed push by `mapper` of `frames` one-record frames into partition 0 of `id` (keys a
 /// permutation of "k0".."k<frames-1>"), `per_message` frames to a push message: the many-tiny-
 /// frames shape of a wide shuffle's reducer.

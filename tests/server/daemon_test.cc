@@ -360,5 +360,59 @@ TEST(DaemonTest, OutOfDescriptorsIsResourceExhaustedAndTheServerStillStarts) {
   ASSERT_OK(server->Stop());
 }
 
+// Issue 15, finding 6: a push stream read its next message as soon as the budget had any room,
+// and a message held whole frames (twice while gRPC handed it over), so mappers that each push
+// one large frame at once took the server far past its budget. Large frames now travel in
+// pieces of at most a push message, announced with their size, and the server reserves that
+// size before it reads a piece.
+TEST(DaemonTest, LargeFramesPushedAtOnceStayWithinTheBudget) {
+  constexpr int kMappers = 8;
+  constexpr size_t kFrameBytes = size_t{12} << 20;
+  constexpr uint64_t kBudgetMb = 16;
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(
+      auto server,
+      ServerProcess::Start(SLUICE_SERVER_BIN, {"--data_dir=" + dir.path(), "--log_level=warn",
+                                               absl::StrCat("--memory_budget_mb=", kBudgetMb)}));
+  ClientOptions options;
+  options.server = "127.0.0.1:" + std::to_string(server->port());
+  ASSERT_OK_AND_ASSIGN(auto client, ShuffleClient::Connect(options));
+  ASSERT_OK(client->CreateShuffle("big", 1, kMappers).status());
+  std::string value(kFrameBytes / 2, '\0');  // incompressible: the frame stays ~12 MiB
+  uint64_t x = 88172645463325252ull;
+  for (size_t i = 0; i + 8 <= value.size(); i += 8) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    std::memcpy(&value[i], &x, 8);
+  }
+  std::vector<absl::Status> results(kMappers);
+  std::vector<std::thread> mappers;
+  for (int m = 0; m < kMappers; ++m) {
+    mappers.emplace_back([&, m] {
+      WriterOptions w;
+      w.buffer_bytes = w.frame_bytes = kFrameBytes + (1 << 20);  // both records in one frame
+      auto writer = client->OpenWriter("big", m, 1, w);
+      absl::Status st = writer.status();
+      if (st.ok()) st = (*writer)->Add(absl::StrCat("a", m), value);
+      if (st.ok()) st = (*writer)->Add(absl::StrCat("b", m), value);
+      if (st.ok()) st = (*writer)->Close().status();
+      results[m] = st;
+    });
+  }
+  for (auto& t : mappers) t.join();
+  for (const auto& st : results) EXPECT_OK(st);
+  ASSERT_OK_AND_ASSIGN(ShuffleStatus status, client->GetShuffle("big"));
+  EXPECT_EQ(status.committed_mappers.size(), static_cast<size_t>(kMappers));
+  ASSERT_EQ(status.partitions.size(), 1u);
+  EXPECT_EQ(status.partitions[0].records, 2u * kMappers);
+  EXPECT_EQ(status.partitions[0].frames, static_cast<uint64_t>(kMappers));
+  // The budget, one frame assembled past it (a frame may always go alone), gRPC's window of
+  // each stream (--stream_window_mb, 4) and the process's own ~30 MiB.
+  const double peak_mb = static_cast<double>(server->PeakRssBytes()) / (1 << 20);
+  std::printf("server peak RSS %.1f MiB, budget %llu MiB\n", peak_mb,
+              static_cast<unsigned long long>(kBudgetMb));
+  EXPECT_LT(peak_mb, kBudgetMb + 12 + kMappers * 4 + 40);
+  ASSERT_OK(server->Stop());
+}
+
 }  // namespace
 }  // namespace sluice

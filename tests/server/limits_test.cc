@@ -86,7 +86,7 @@ class LimitsTest : public ::testing::Test {
     pb::PushResponse resp;
     auto w = stub_->Push(&ctx, &resp);
     w->Write(Open(id, mapper));
-    for (const std::string& f : frames) w->Write(Frames(f));
+    for (const std::string& f : frames) testing::WriteFrame(w.get(), 0, f);
     pb::PushRequest commit;
     commit.mutable_commit()->set_frame_count(frames.size());
     commit.mutable_commit()->set_record_count(records);

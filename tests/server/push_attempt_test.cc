@@ -142,6 +142,60 @@ TEST_F(PushAttemptTest, FramesPastTheLimitAndOverTheCapAreRefused) {
               StatusIs(StatusCode::kResourceExhausted, "--max_frames_per_attempt"));
 }
 
+// A frame larger than a push message comes announced, then in pieces: it is checked when
+// announced (before the caller reserves its size), assembled, and validated and appended as a
+// whole; nothing else of the attempt may come in between.
+TEST_F(PushAttemptTest, ALargeFrameInPiecesIsCheckedWhenAnnouncedAndAppendedWhenWhole) {
+  const std::string frame = BigFrame();
+  PushAttempt a(registry_.get(), limits_);
+  EXPECT_THAT(a.BeginLargeFrame(0, frame.size()),
+              StatusIs(StatusCode::kInvalidArgument, "a large frame before the open message"));
+  ASSERT_OK(a.Open("s", 1, 1));
+  EXPECT_THAT(a.AddPiece(Bytes(frame.substr(0, 10))),
+              StatusIs(StatusCode::kInvalidArgument, "a frame piece with no large frame"));
+  EXPECT_THAT(a.BeginLargeFrame(2, frame.size()),
+              StatusIs(StatusCode::kInvalidArgument, "partition 2 is out of range [0, 2)"));
+  EXPECT_THAT(a.BeginLargeFrame(0, 32),
+              StatusIs(StatusCode::kInvalidArgument, "announced as 32 bytes"));
+  EXPECT_THAT(a.BeginLargeFrame(0, (uint64_t{64} << 20) + 33),
+              StatusIs(StatusCode::kInvalidArgument, "at most 67108896 bytes"));
+  EXPECT_EQ(a.large_frame_size(), 0u);
+
+  ASSERT_OK(a.BeginLargeFrame(1, frame.size()));
+  EXPECT_EQ(a.large_frame_size(), frame.size());
+  ASSERT_OK(a.AddPiece(Bytes(frame.substr(0, 1000))));
+  EXPECT_THAT(a.AddFrame(0, Bytes(EncodeRows(MakeRows(1, 1)))),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "frames before the last piece of the large frame for partition 1 (1000 of"));
+  EXPECT_THAT(a.Commit(0, 0), StatusIs(StatusCode::kInvalidArgument, "the commit before the last"));
+  EXPECT_THAT(a.BeginLargeFrame(0, frame.size()),
+              StatusIs(StatusCode::kInvalidArgument, "another large frame before the last"));
+  EXPECT_THAT(a.AddPiece({}), StatusIs(StatusCode::kInvalidArgument, "an empty frame piece"));
+  ASSERT_OK(a.AddPiece(Bytes(frame.substr(1000, 30000))));
+  EXPECT_EQ(Store()->Stats(1).frames, 0u);
+  ASSERT_OK(a.AddPiece(Bytes(frame.substr(31000))));
+  EXPECT_EQ(a.large_frame_size(), 0u);
+  ASSERT_OK_AND_ASSIGN(PushSummary summary, a.Commit(1, 1));
+  EXPECT_EQ(summary.bytes, frame.size());
+  EXPECT_EQ(Store()->Stats(1).records, 1u);
+
+  // Pieces past the announced size, and a frame whose pieces are whole but corrupt.
+  PushAttempt b(registry_.get(), limits_);
+  ASSERT_OK(b.Open("s", 2, 1));
+  ASSERT_OK(b.BeginLargeFrame(0, frame.size()));
+  EXPECT_THAT(b.AddPiece(Bytes(frame + "x")),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "exceed its announced " + std::to_string(frame.size()) + " bytes"));
+  PushAttempt c(registry_.get(), limits_);
+  ASSERT_OK(c.Open("s", 3, 1));
+  std::string corrupt = frame;
+  corrupt.back() ^= 1;
+  ASSERT_OK(c.BeginLargeFrame(0, corrupt.size()));
+  EXPECT_THAT(c.AddPiece(Bytes(corrupt)),
+              StatusIs(StatusCode::kInvalidArgument, "frame 0 for partition 0: "));
+  EXPECT_EQ(c.large_frame_size(), 0u);
+}
+
 TEST_F(PushAttemptTest, ALaterAttemptIsADuplicateAndItsBlocksGo) {
   for (uint64_t attempt : {1, 2}) {
     PushAttempt a(registry_.get(), limits_);

@@ -26,6 +26,7 @@
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/stub.h"
+#include "tests/harness/wait.h"
 
 namespace sluice {
 namespace {
@@ -530,6 +531,75 @@ TEST_F(ServerTest, AFullMemoryBudgetSlowsPushesDownInsteadOfFailingThem) {
   std::vector<std::string> got;
   ASSERT_OK(FetchAll("s", 3, &got));
   EXPECT_EQ(got.size(), 4000u);
+}
+
+// Issue 15, finding 6, on the wire: a push message is at most 1 MiB of frames (a larger one is
+// refused by its size before the server holds it); a larger frame is announced, and no piece
+// of it is read until its whole size fits in the budget; a stream that ends in the middle of
+// one gives its reservation back.
+TEST_F(ServerTest, LargeFramesWaitForTheirWholeSizeAndGiveItBackWhenTheStreamEnds) {
+  RestartServer(/*budget=*/8 << 20);
+  ASSERT_OK(Create("s", 1, 0));
+  uint64_t x = 0x9e3779b97f4a7c15ULL;
+  std::string value(3 << 20, '\0');
+  for (char& c : value) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    c = static_cast<char>(x);
+  }
+  const std::string frame = Frame({{"big", value}});
+  ASSERT_GT(frame.size(), 3u << 20);
+  MemoryBudget& budget = server_->server()->memory_budget();
+  {  // In one message, as a client of the earlier protocol sent it: refused by its size.
+    grpc::ClientContext ctx;
+    pb::PushResponse resp;
+    auto w = stub_->Push(&ctx, &resp);
+    w->Write(OpenMsg("s", 0));
+    w->Write(FramesMsg(0, frame));
+    w->WritesDone();
+    const grpc::Status st = w->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  }
+  {  // Announced while 6 of the 8 MiB are taken: it waits, holding nothing, then goes through.
+    budget.Charge(6 << 20);
+    const uint64_t parked = budget.parked_total();
+    grpc::ClientContext ctx;
+    pb::PushResponse resp;
+    auto w = stub_->Push(&ctx, &resp);
+    ASSERT_TRUE(w->Write(OpenMsg("s", 1)));
+    std::thread pusher([&] { EXPECT_TRUE(testing::WriteFrame(w.get(), 0, frame)); });
+    ASSERT_TRUE(testing::Eventually([&] { return budget.parked_total() > parked; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(budget.used(), uint64_t{6} << 20) << "a piece was read before the frame fitted";
+    budget.Release(6 << 20);
+    pusher.join();
+    pb::PushRequest commit;
+    commit.mutable_commit()->set_frame_count(1);
+    commit.mutable_commit()->set_record_count(1);
+    ASSERT_TRUE(w->Write(commit));
+    w->WritesDone();
+    ASSERT_OK(w->Finish());
+    EXPECT_FALSE(resp.duplicate());
+  }
+  {  // Cancelled after its first piece: the reservation comes back.
+    grpc::ClientContext ctx;
+    pb::PushResponse resp;
+    auto w = stub_->Push(&ctx, &resp);
+    ASSERT_TRUE(w->Write(OpenMsg("s", 2)));
+    pb::PushRequest msg;
+    msg.mutable_large_frame()->set_partition_id(0);
+    msg.mutable_large_frame()->set_frame_size(frame.size());
+    ASSERT_TRUE(w->Write(msg));
+    msg.mutable_piece()->set_data(frame.substr(0, 1 << 20));
+    ASSERT_TRUE(w->Write(msg));
+    ASSERT_TRUE(testing::Eventually([&] { return budget.used() >= frame.size(); }));
+    ctx.TryCancel();
+    (void)w->Finish();
+    ASSERT_TRUE(testing::Eventually([&] { return budget.used() == 0; }))
+        << budget.used() << " bytes still charged";
+  }
+  std::vector<std::string> got;
+  ASSERT_OK(FetchAll("s", 0, &got));
+  EXPECT_EQ(got.size(), 1u);
 }
 
 // Mapper m's frames: `frames` frames of `n` records, keys drawn from a small range (so keys

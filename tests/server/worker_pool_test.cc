@@ -69,6 +69,37 @@ TEST(WorkerPoolTest, ThreadsRunConcurrently) {
   EXPECT_TRUE(ok2.get_future().get());
 }
 
+// A push stream reserves a large frame's announced size before it reads a piece of it: the
+// bytes are charged when granted, waiters go in order (a later small one does not pass a
+// large one that waits), and a reservation over the whole limit goes once nothing else is
+// charged.
+TEST(MemoryBudgetTest, ReservationsAreChargedWhenGrantedAndServedInOrder) {
+  WorkerPool pool(2);
+  MemoryBudget budget(100, &pool);
+  std::atomic<int> order{0}, big_at{-1}, small_at{-1}, huge_at{-1};
+  budget.Reserve(60, [&] { order++; });
+  ASSERT_TRUE(Eventually([&] { return order.load() == 1; }));
+  EXPECT_EQ(budget.used(), 60u);
+  budget.Reserve(70, [&] { big_at = order++; });      // 130 > 100: waits
+  budget.WhenAvailable([&] { small_at = order++; });  // 60 < 100, but behind the big one
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(order.load(), 1) << "a waiter passed a reservation that waits before it";
+  EXPECT_EQ(budget.parked_total(), 2u);
+  budget.Release(60);  // 0: the 70 is charged, and 70 < 100 lets the small one go too
+  ASSERT_TRUE(Eventually([&] { return order.load() == 3; }));
+  EXPECT_EQ(big_at.load(), 1);
+  EXPECT_EQ(small_at.load(), 2);
+  EXPECT_EQ(budget.used(), 70u);
+  budget.Reserve(250, [&] { huge_at = order++; });  // over the limit: alone, once used is 0
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(huge_at.load(), -1);
+  budget.Release(70);
+  ASSERT_TRUE(Eventually([&] { return huge_at.load() == 3; }));
+  EXPECT_EQ(budget.used(), 250u);
+  budget.Release(250);
+  EXPECT_EQ(budget.used(), 0u);
+}
+
 TEST(MemoryBudgetTest, WaitersParkWhileFullAndResumeOnThePoolWhenMemoryIsReleased) {
   WorkerPool pool(2);
   MemoryBudget budget(100, &pool);
