@@ -19,7 +19,8 @@ BUILD_PACKAGES=(build-essential cmake ninja-build ccache pkg-config
   libmsgpack-cxx-dev libzstd-dev libabsl-dev libspdlog-dev libxxhash-dev libjemalloc-dev
   nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev)
-TEST_PACKAGES=(python3 python3-msgpack python3-zstandard)
+# etcd-server: cluster mode's coordination service, run for real by the cluster tests.
+TEST_PACKAGES=(python3 python3-msgpack python3-zstandard etcd-server)
 FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
 log() { printf '==> %s\n' "$*" >&2; }
@@ -69,7 +70,7 @@ case ${1:-} in
     ctest --test-dir "$ROOT/build" --output-on-failure -j "$JOBS" -LE "soak|stress"
     ;;
   asan)
-    install_missing "${BUILD_PACKAGES[@]}"
+    install_missing "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
     configure_and_build "$ROOT/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_SANITIZE=ON \
       -DSLUICE_BUILD_TESTS=ON
     log "every test under ASan+UBSan"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The layering rule (docs/architecture.md), checked: no project file includes one from a layer
 # above it, codec/ sees no gRPC, and the client's headers expose no gRPC types.
-#   codec < proto < rpc < server, client < bench < tests
+#   codec < proto < rpc < cluster < server, client < bench < tests
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -9,8 +9,9 @@ status=0
 declare -A allowed=(
   [codec]="codec/ absl/"
   [rpc]="rpc/ codec/ absl/ sluice/v1/"
-  [server]="server/ rpc/ codec/ absl/ sluice/v1/ spdlog/"
-  [client]="client/ rpc/ codec/ absl/ sluice/v1/ nlohmann/"
+  [cluster]="cluster/ rpc/ codec/ absl/ etcd/"
+  [server]="server/ cluster/ rpc/ codec/ absl/ sluice/v1/ spdlog/"
+  [client]="client/ cluster/ rpc/ codec/ absl/ sluice/v1/ nlohmann/"
   [bench]="bench/ client/ codec/ absl/"
 )
 for dir in "${!allowed[@]}"; do
@@ -28,7 +29,7 @@ for dir in "${!allowed[@]}"; do
 done
 # gRPC stays out of codec/ entirely, and out of the client's and server's headers except the
 # service's own (included only by sluice_server.cc) and rpc/'s.
-if grep -Hn -E '#include [<"](grpc|grpcpp|sluice/v1)' codec/*.h codec/*.cc client/*.h \
+if grep -Hn -E '#include [<"](grpc|grpcpp|sluice/v1|etcd/)' codec/*.h codec/*.cc client/*.h cluster/*.h \
     $(ls server/*.h | grep -v shuffle_service.h); then
   echo "the lines above include gRPC or generated code where no gRPC may be seen"
   status=1

@@ -1,0 +1,92 @@
+// EtcdClient: the few etcd v3 calls cluster mode needs, as values: keys read, written,
+// created only if absent (the first writer wins, atomically, whoever asks), and leases that
+// keep a key alive only while its owner does. Every call has a deadline; an etcd that cannot
+// be reached is UNAVAILABLE naming the endpoints, within that deadline.
+//
+//   SLUICE_ASSIGN_OR_RETURN(auto etcd, EtcdClient::Connect({"127.0.0.1:2379"}));
+//   SLUICE_ASSIGN_OR_RETURN(EtcdCreate c, etcd->CreateIfAbsent("/sluice/x/winner", "7"));
+//   // c.created: ours won; else c.value is the winner's
+//
+// No gRPC type is visible here (the generated etcd code stays in etcd_client.cc). Thread-safe.
+#ifndef SLUICE_CLUSTER_ETCD_CLIENT_H_
+#define SLUICE_CLUSTER_ETCD_CLIENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace sluice {
+
+struct EtcdOptions {
+  /// "host:port" or several, comma-separated (IP literals then: one channel picks a live one).
+  std::string endpoints;
+  /// Each call's deadline.
+  std::chrono::milliseconds deadline{5000};
+};
+
+/// One key's value and the revision that last changed it.
+struct EtcdKeyValue {
+  std::string key;
+  std::string value;
+  int64_t mod_revision = 0;
+  int64_t lease = 0;
+};
+
+/// What CreateIfAbsent found: `created` if the call created the key; the key's value either way.
+struct EtcdCreate {
+  bool created = false;
+  EtcdKeyValue kv;
+};
+
+class EtcdClient {
+ public:
+  /// Makes the channel (no call yet: an unreachable etcd shows on the first call).
+  static absl::StatusOr<std::unique_ptr<EtcdClient>> Connect(EtcdOptions options);
+  ~EtcdClient();
+  EtcdClient(const EtcdClient&) = delete;
+  EtcdClient& operator=(const EtcdClient&) = delete;
+
+  /// The key's value, or nullopt if it does not exist.
+  absl::StatusOr<std::optional<EtcdKeyValue>> Get(std::string_view key);
+  /// Every key that starts with `prefix`, in key order.
+  absl::StatusOr<std::vector<EtcdKeyValue>> GetPrefix(std::string_view prefix);
+  /// Sets `key` (attached to `lease` if not 0: it goes when the lease does).
+  absl::Status Put(std::string_view key, std::string_view value, int64_t lease = 0);
+  /// Creates `key` = `value` unless the key exists, in one transaction: of any number of
+  /// concurrent callers exactly one creates it, and all of them get the value that won.
+  absl::StatusOr<EtcdCreate> CreateIfAbsent(std::string_view key, std::string_view value,
+                                            int64_t lease = 0);
+  /// Deletes every key that starts with `prefix`; returns how many there were.
+  absl::StatusOr<int64_t> DeletePrefix(std::string_view prefix);
+
+  /// A new lease that ends `ttl` after its last keep-alive; its id.
+  absl::StatusOr<int64_t> GrantLease(std::chrono::seconds ttl);
+  /// Refreshes the lease once; NOT_FOUND if it has already expired (its keys are gone).
+  absl::Status KeepAlive(int64_t lease);
+  /// Ends the lease now, and its keys with it.
+  absl::Status RevokeLease(int64_t lease);
+
+  const std::string& endpoints() const;
+
+ private:
+  struct Impl;
+  explicit EtcdClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The end of the key range that holds exactly the keys starting with `prefix` (etcd's
+/// range_end: the prefix with its last byte below 0xff incremented, the rest dropped; "\0",
+/// every key, for a prefix of only 0xff bytes).
+std::string PrefixRangeEnd(std::string_view prefix);
+
+}  // namespace sluice
+
+#endif  // SLUICE_CLUSTER_ETCD_CLIENT_H_

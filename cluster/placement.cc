@@ -1,0 +1,83 @@
+#include "cluster/placement.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+
+namespace sluice {
+
+uint64_t RendezvousScore(std::string_view shuffle_id, uint32_t partition, std::string_view node) {
+  // Length-prefixed, so that ("ab", "c") and ("a", "bc") hash apart.
+  std::string buf;
+  buf.reserve(shuffle_id.size() + node.size() + 12);
+  const auto put32 = [&buf](uint32_t v) {
+    for (int i = 0; i < 4; ++i) buf.push_back(static_cast<char>(v >> (8 * i)));
+  };
+  put32(static_cast<uint32_t>(shuffle_id.size()));
+  buf.append(shuffle_id);
+  put32(partition);
+  put32(static_cast<uint32_t>(node.size()));
+  buf.append(node);
+  return XXH3_64bits(buf.data(), buf.size());
+}
+
+absl::StatusOr<std::vector<std::vector<uint32_t>>> PlaceReplicas(
+    std::string_view shuffle_id, uint32_t partitions, absl::Span<const std::string> nodes,
+    uint32_t replicas) {
+  if (nodes.empty()) return absl::InvalidArgumentError("no servers to place partitions on");
+  if (std::set<std::string>(nodes.begin(), nodes.end()).size() != nodes.size()) {
+    return absl::InvalidArgumentError("two servers have the same node id");
+  }
+  if (replicas < 1 || replicas > nodes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("replication ", replicas, " needs 1 to ",
+                                                   nodes.size(), " servers (there are ",
+                                                   nodes.size(), ")"));
+  }
+  const uint64_t n = nodes.size();
+  const uint64_t cap = (uint64_t{partitions} * replicas + n - 1) / n;  // replicas a node takes
+  const uint64_t floor = uint64_t{partitions} * replicas / n;          // at most, and at least
+  std::vector<uint64_t> load(n, 0);
+  std::vector<std::vector<uint32_t>> out(partitions);
+  std::vector<uint32_t> order(n);
+  std::vector<uint64_t> score(n);
+  for (uint32_t p = 0; p < partitions; ++p) {
+    for (uint32_t i = 0; i < n; ++i) score[i] = RendezvousScore(shuffle_id, p, nodes[i]);
+    std::iota(order.begin(), order.end(), 0u);
+    // Best first; equal scores (practically never) by node id, so every caller agrees.
+    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+      return score[a] != score[b] ? score[a] > score[b] : nodes[a] < nodes[b];
+    });
+    std::vector<uint32_t>& chosen = out[p];
+    // As the partitions run out, a node still below the fair share (floor) or with room up
+    // to the cap as large as the partitions left (this one included) must take this one: a
+    // partition uses a node once, so later ones could not make it up. Then the best with room;
+    // should even those be too few for R distinct nodes, the best of the rest (a node over
+    // the cap beats two replicas on one node).
+    const uint64_t left = partitions - p;
+    const auto take = [&](auto&& eligible) {
+      for (uint32_t i : order) {
+        if (chosen.size() == replicas) return;
+        if (eligible(i) && std::find(chosen.begin(), chosen.end(), i) == chosen.end()) {
+          chosen.push_back(i);
+        }
+      }
+    };
+    take([&](uint32_t i) { return load[i] < floor && floor - load[i] >= left; });
+    take([&](uint32_t i) { return cap - load[i] >= left; });
+    take([&](uint32_t i) { return load[i] < cap; });
+    take([](uint32_t) { return true; });
+    std::vector<uint32_t> rank(n);
+    for (uint32_t r = 0; r < n; ++r) rank[order[r]] = r;
+    std::sort(chosen.begin(), chosen.end(),
+              [&](uint32_t a, uint32_t b) { return rank[a] < rank[b]; });
+    for (uint32_t i : chosen) ++load[i];
+  }
+  return out;
+}
+
+}  // namespace sluice

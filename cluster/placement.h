@@ -1,0 +1,37 @@
+// Placement: which servers hold each partition of a shuffle. Decided once, when the shuffle is
+// created, from the servers live then, and recorded with the shuffle (docs/cluster.md), so
+// that servers joining or leaving later do not move committed data.
+//
+// Rendezvous (highest-random-weight) hashing: every (shuffle, partition, node) gets a score,
+// xxh3 of the three, and a partition's replicas are its highest-scoring nodes, best first
+// (the first is its primary). Plain rendezvous hashing leaves some nodes with more partitions
+// than others at small partition counts (8 partitions on 3 nodes can split 5/2/1); so, going
+// through the partitions in order, a node takes at most ceil(partitions x replicas / nodes)
+// replicas (and, as the partitions run out, one still below the fair share is taken first),
+// and a partition whose best nodes are full goes to its next best. The result
+// depends only on the arguments: anyone who computes it gets the same placement.
+#ifndef SLUICE_CLUSTER_PLACEMENT_H_
+#define SLUICE_CLUSTER_PLACEMENT_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace sluice {
+
+/// For each partition, the indexes into `nodes` of its `replicas` nodes, best first.
+/// INVALID_ARGUMENT for no nodes, duplicate node ids, or replicas outside [1, nodes].
+absl::StatusOr<std::vector<std::vector<uint32_t>>> PlaceReplicas(
+    std::string_view shuffle_id, uint32_t partitions, absl::Span<const std::string> nodes,
+    uint32_t replicas);
+
+/// The rendezvous score of `node` for one partition of a shuffle.
+uint64_t RendezvousScore(std::string_view shuffle_id, uint32_t partition, std::string_view node);
+
+}  // namespace sluice
+
+#endif  // SLUICE_CLUSTER_PLACEMENT_H_

@@ -1,0 +1,146 @@
+// EtcdClient against a real etcd (Debian's etcd-server) on loopback: keys, prefixes, the
+// first-writer-wins create under a race, leases that take their keys with them, and a
+// stopped etcd costing a bounded wait.
+#include "cluster/etcd_client.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/harness/etcd_process.h"
+#include "tests/harness/status_matchers.h"
+#include "tests/harness/wait.h"
+
+namespace sluice {
+namespace {
+
+using testing::EtcdProcess;
+using testing::StatusIs;
+
+class EtcdClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(etcd_, EtcdProcess::Start());
+    EtcdOptions options;
+    options.endpoints = etcd_->endpoint();
+    options.deadline = std::chrono::seconds(2);
+    ASSERT_OK_AND_ASSIGN(client_, EtcdClient::Connect(options));
+  }
+  std::unique_ptr<EtcdProcess> etcd_;
+  std::unique_ptr<EtcdClient> client_;
+};
+
+TEST_F(EtcdClientTest, KeysAndPrefixes) {
+  ASSERT_OK_AND_ASSIGN(auto missing, client_->Get("/t/a"));
+  EXPECT_FALSE(missing.has_value());
+  ASSERT_OK(client_->Put("/t/a", "1"));
+  ASSERT_OK(client_->Put("/t/b", std::string("two\0bytes", 9)));
+  ASSERT_OK(client_->Put("/u/c", "3"));
+  ASSERT_OK_AND_ASSIGN(auto a, client_->Get("/t/a"));
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->value, "1");
+  EXPECT_GT(a->mod_revision, 0);
+  ASSERT_OK_AND_ASSIGN(auto t, client_->GetPrefix("/t/"));
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].key, "/t/a");
+  EXPECT_EQ(t[1].value, std::string("two\0bytes", 9));
+  ASSERT_OK_AND_ASSIGN(int64_t deleted, client_->DeletePrefix("/t/"));
+  EXPECT_EQ(deleted, 2);
+  ASSERT_OK_AND_ASSIGN(auto after, client_->GetPrefix("/t/"));
+  EXPECT_TRUE(after.empty());
+  ASSERT_OK_AND_ASSIGN(auto u, client_->Get("/u/c"));
+  EXPECT_TRUE(u.has_value());
+}
+
+TEST_F(EtcdClientTest, OfManyRacingCreatesExactlyOneWinsAndAllSeeIt) {
+  constexpr int kRacers = 16;
+  std::vector<std::thread> racers;
+  std::vector<EtcdCreate> results(kRacers);
+  std::vector<absl::Status> errors(kRacers);
+  std::atomic<bool> go{false};
+  for (int i = 0; i < kRacers; ++i) {
+    racers.emplace_back([&, i] {
+      while (!go.load()) std::this_thread::yield();
+      auto r = client_->CreateIfAbsent("/shuffle/job/mapper/3", "attempt-" + std::to_string(i));
+      errors[i] = r.status();
+      if (r.ok()) results[i] = *r;
+    });
+  }
+  go = true;
+  for (auto& t : racers) t.join();
+  int created = 0;
+  std::set<std::string> seen;
+  for (int i = 0; i < kRacers; ++i) {
+    ASSERT_OK(errors[i]);
+    created += results[i].created ? 1 : 0;
+    seen.insert(results[i].kv.value);
+  }
+  EXPECT_EQ(created, 1);
+  ASSERT_EQ(seen.size(), 1u) << "racers saw different winners";
+  ASSERT_OK_AND_ASSIGN(auto stored, client_->Get("/shuffle/job/mapper/3"));
+  EXPECT_EQ(stored->value, *seen.begin());
+}
+
+TEST_F(EtcdClientTest, ALeaseTakesItsKeysWhenItEndsOrExpires) {
+  ASSERT_OK_AND_ASSIGN(int64_t lease, client_->GrantLease(std::chrono::seconds(2)));
+  ASSERT_OK(client_->Put("/nodes/a", "127.0.0.2:7070", lease));
+  ASSERT_OK_AND_ASSIGN(auto c, client_->CreateIfAbsent("/nodes/b", "x", lease));
+  EXPECT_TRUE(c.created);
+  // Kept alive past its TTL, it stays.
+  for (int i = 0; i < 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    ASSERT_OK(client_->KeepAlive(lease));
+  }
+  ASSERT_OK_AND_ASSIGN(auto a, client_->Get("/nodes/a"));
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->lease, lease);
+  // Not kept alive, it expires and its keys go.
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        auto k = client_->Get("/nodes/a");
+        return k.ok() && !k->has_value();
+      },
+      std::chrono::seconds(10)));
+  EXPECT_THAT(client_->KeepAlive(lease), StatusIs(absl::StatusCode::kNotFound, "has expired"));
+  // Revoked, at once.
+  ASSERT_OK_AND_ASSIGN(int64_t lease2, client_->GrantLease(std::chrono::seconds(60)));
+  ASSERT_OK(client_->Put("/nodes/c", "y", lease2));
+  ASSERT_OK(client_->RevokeLease(lease2));
+  ASSERT_OK_AND_ASSIGN(auto gone, client_->Get("/nodes/c"));
+  EXPECT_FALSE(gone.has_value());
+}
+
+TEST_F(EtcdClientTest, AStoppedOrDeadEtcdCostsABoundedWait) {
+  etcd_->Signal(SIGSTOP);
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT(client_->Put("/k", "v"),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, "etcd put at"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  etcd_->Signal(SIGCONT);
+  ASSERT_OK(client_->Put("/k", "v"));
+  etcd_->Signal(SIGKILL);
+  start = std::chrono::steady_clock::now();
+  const absl::Status st = client_->Get("/k").status();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find(etcd_->endpoint()), std::string::npos) << st;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+}
+
+TEST(EtcdClientArgsTest, EndpointsAreChecked) {
+  EXPECT_THAT(EtcdClient::Connect({""}), StatusIs(absl::StatusCode::kInvalidArgument, "no etcd"));
+  EXPECT_THAT(EtcdClient::Connect({"127.0.0.1:2379,etcd-1:2379"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "'etcd-1:2379'"));
+  EXPECT_OK(EtcdClient::Connect({"127.0.0.1:2379,127.0.0.2:2379"}).status());
+  EXPECT_EQ(PrefixRangeEnd("/a/"), "/a0");
+  EXPECT_EQ(PrefixRangeEnd(std::string("a\xff", 2)), "b");
+  EXPECT_EQ(PrefixRangeEnd("\xff"), std::string(1, '\0'));
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,44 @@
+// A real etcd (Debian's etcd-server) as a child process for cluster tests: one member on a
+// loopback address, free client and peer ports, its data in a fresh temporary directory that
+// goes with it. Its log is in <dir>/etcd.log.
+//
+//   ASSERT_OK_AND_ASSIGN(auto etcd, EtcdProcess::Start());
+//   EtcdClient::Connect({etcd->endpoint()});
+#ifndef SLUICE_TESTS_HARNESS_ETCD_PROCESS_H_
+#define SLUICE_TESTS_HARNESS_ETCD_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tests/harness/temp_dir.h"
+
+namespace sluice::testing {
+
+class EtcdProcess {
+ public:
+  /// Starts etcd ($SLUICE_ETCD_BIN, else /usr/bin/etcd) on `host` and waits until it answers.
+  /// NOT_FOUND if etcd is not installed (deploy/dev.sh installs it).
+  static absl::StatusOr<std::unique_ptr<EtcdProcess>> Start(const std::string& host = "127.0.0.1");
+  ~EtcdProcess();  // SIGKILL, wait, and its directory removed
+  EtcdProcess(const EtcdProcess&) = delete;
+  EtcdProcess& operator=(const EtcdProcess&) = delete;
+
+  /// host:port of its client URL.
+  const std::string& endpoint() const { return endpoint_; }
+  pid_t pid() const { return pid_; }
+  /// Sends `sig` (SIGSTOP and SIGCONT too); after a signal that ends it, waits for it.
+  void Signal(int sig);
+
+ private:
+  EtcdProcess() = default;
+  TempDir dir_;
+  std::string endpoint_;
+  pid_t pid_ = 0;
+};
+
+}  // namespace sluice::testing
+
+#endif  // SLUICE_TESTS_HARNESS_ETCD_PROCESS_H_
