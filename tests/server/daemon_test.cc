@@ -410,7 +410,9 @@ TEST(DaemonTest, LargeFramesPushedAtOnceStayWithinTheBudget) {
   const double peak_mb = static_cast<double>(server->PeakRssBytes()) / (1 << 20);
   std::printf("server peak RSS %.1f MiB, budget %llu MiB\n", peak_mb,
               static_cast<unsigned long long>(kBudgetMb));
+#ifndef __SANITIZE_ADDRESS__  // ASan's quarantine keeps freed memory resident on purpose
   EXPECT_LT(peak_mb, kBudgetMb + 12 + kMappers * 4 + 40);
+#endif
   ASSERT_OK(server->Stop());
 }
 
