@@ -280,6 +280,43 @@ class GrpcClient final : public ShuffleClient {
     return out;
   }
 
+  absl::StatusOr<NodeStatus> GetNode() override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    pb::NodeInfo info;
+    absl::Status st = FromGrpc(stub_->GetNode(&ctx, pb::GetNodeRequest(), &info), options_.server);
+    if (!st.ok()) return st;
+    NodeStatus n;
+    n.node_id = info.node_id();
+    n.address = info.address();
+    n.serving = info.serving();
+    n.disk_free_bytes = info.disk_free_bytes();
+    n.disk_total_bytes = info.disk_total_bytes();
+    n.memory_budget_bytes = info.memory_budget_bytes();
+    n.memory_used_bytes = info.memory_used_bytes();
+    n.shuffles = info.shuffles();
+    n.push_streams = info.push_streams();
+    n.fetch_streams = info.fetch_streams();
+    n.clustered = info.clustered();
+    n.registered = info.registered();
+    n.started_unix_ms = info.started_unix_ms();
+    return n;
+  }
+
+  absl::StatusOr<std::vector<NodeAddress>> ListNodes() override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    pb::ListNodesResponse resp;
+    absl::Status st =
+        FromGrpc(stub_->ListNodes(&ctx, pb::ListNodesRequest(), &resp), options_.server);
+    if (!st.ok()) return st;
+    std::vector<NodeAddress> out;
+    for (const auto& e : resp.nodes()) {
+      out.push_back(NodeAddress{e.node_id(), e.address(), e.started_unix_ms()});
+    }
+    return out;
+  }
+
   absl::Status DeleteShuffle(const std::string& id) override {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);

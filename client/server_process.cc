@@ -56,10 +56,12 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   }
   // --listen last, so that `binary` may be a wrapper (prlimit, say) whose own options come
-  // first in `flags`.
+  // first in `flags`; unless `flags` has one (a fixed port, to restart at the same address).
   std::vector<std::string> args = {binary};
   args.insert(args.end(), flags.begin(), flags.end());
-  args.push_back(absl::StrCat("--listen=", host, ":0"));
+  bool listen_given = false;
+  for (const std::string& f : flags) listen_given = listen_given || f.rfind("--listen=", 0) == 0;
+  if (!listen_given) args.push_back(absl::StrCat("--listen=", host, ":0"));
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -21,8 +21,9 @@ namespace sluice {
 
 class ServerProcess {
  public:
-  /// Starts `binary` with `flags`, then --listen=<host>:0, and waits (up to `timeout`) for the
-  /// "listening on port N" line it prints once it serves. The child's stderr is ours.
+  /// Starts `binary` with `flags`, then --listen=<host>:0 (unless `flags` has a --listen), and
+  /// waits (up to `timeout`) for the "listening on port N" line it prints once it serves. The
+  /// child's stderr is ours.
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
       const std::string& binary, const std::vector<std::string>& flags,
       const std::string& host = "127.0.0.1",

@@ -62,6 +62,24 @@ struct ShuffleStatus {
   std::string wedge;
 };
 
+/// A server of the cluster (ListNodes).
+struct NodeAddress {
+  std::string node_id;
+  std::string address;
+  uint64_t started_unix_ms = 0;
+};
+/// One server's view of itself (GetNode).
+struct NodeStatus {
+  std::string node_id, address;
+  bool serving = false;
+  uint64_t disk_free_bytes = 0, disk_total_bytes = 0;
+  uint64_t memory_budget_bytes = 0, memory_used_bytes = 0;
+  uint32_t shuffles = 0, push_streams = 0, fetch_streams = 0;
+  bool clustered = false;   ///< runs with --etcd
+  bool registered = false;  ///< and its registration in etcd is live
+  uint64_t started_unix_ms = 0;
+};
+
 /// Maps a key to a partition in [0, num_partitions).
 using Partitioner = std::function<uint32_t(std::string_view key, uint32_t num_partitions)>;
 /// xxh3_64(key) % num_partitions: the default, the way zephyr routes its key bytes.
@@ -132,6 +150,10 @@ class ShuffleClient {
   virtual absl::StatusOr<ShuffleStatus> GetShuffle(const std::string& id) = 0;
   virtual absl::StatusOr<std::vector<ShuffleStatus>> ListShuffles() = 0;
   virtual absl::Status DeleteShuffle(const std::string& id) = 0;
+  /// The server's node id, address, health and free resources.
+  virtual absl::StatusOr<NodeStatus> GetNode() = 0;
+  /// The servers of its cluster (itself alone when it runs without etcd), by node id.
+  virtual absl::StatusOr<std::vector<NodeAddress>> ListNodes() = 0;
   /// Asks the server for the partition count, then opens the attempt's push stream.
   virtual absl::StatusOr<std::unique_ptr<ShuffleWriter>> OpenWriter(
       const std::string& id, uint32_t mapper, uint64_t attempt,

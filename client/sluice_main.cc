@@ -66,6 +66,29 @@ void PrintStatus(const sluice::ShuffleStatus& s) {
   }
 }
 
+// One server of `sluice nodes`: asked itself for its health and space (unreachable ones say so).
+void PrintNode(const sluice::NodeAddress& n) {
+  sluice::ClientOptions options;
+  options.server = n.address;
+  options.call_deadline = std::chrono::seconds(5);
+  auto client = sluice::ShuffleClient::Connect(options);
+  absl::StatusOr<sluice::NodeStatus> st =
+      client.ok() ? (*client)->GetNode() : absl::StatusOr<sluice::NodeStatus>(client.status());
+  if (!st.ok()) {
+    std::printf("node %s at %s: UNREACHABLE: %s\n", n.node_id.c_str(), n.address.c_str(),
+                std::string(st.status().message()).c_str());
+    return;
+  }
+  const auto mib = [](uint64_t b) { return static_cast<unsigned long long>(b >> 20); };
+  std::printf(
+      "node %s at %s: %s%s, disk %llu of %llu MiB free, memory %llu of %llu MiB used, %u "
+      "shuffles, %u push and %u fetch streams\n",
+      n.node_id.c_str(), n.address.c_str(), st->serving ? "serving" : "NOT SERVING",
+      st->clustered && !st->registered ? " (NOT REGISTERED)" : "", mib(st->disk_free_bytes),
+      mib(st->disk_total_bytes), mib(st->memory_used_bytes), mib(st->memory_budget_bytes),
+      st->shuffles, st->push_streams, st->fetch_streams);
+}
+
 // bench: the benchmark is a program of its own (sluice-bench, beside this one), so that this
 // CLI links the client library alone. Its flags and output are its own.
 int Bench(int argc, char** argv) {
@@ -226,6 +249,7 @@ void Usage() {
       "  status --server H:P --shuffle ID\n"
       "  list   --server H:P\n"
       "  delete --server H:P --shuffle ID\n"
+      "  nodes  --server H:P   the servers of its cluster, each one's health and free space\n"
       "  push   --server H:P --shuffle ID --mapper M [--attempt A] --input FILE\n"
       "         --key-field NAME [--format jsonl|msgpack] [--sort]\n"
       "  fetch  --server H:P --shuffle ID --partition P [--order KEY|UNORDERED]\n"
@@ -275,6 +299,14 @@ int main(int argc, char** argv) {
     auto all = Connect(server)->ListShuffles();
     if (!all.ok()) return Fail(all.status());
     for (const auto& s : *all) PrintStatus(s);
+    return 0;
+  }
+  if (cmd == "nodes") {
+    std::string why;
+    if (!flags.Check(&why)) return Fail(absl::InvalidArgumentError(why));
+    auto nodes = Connect(server)->ListNodes();
+    if (!nodes.ok()) return Fail(nodes.status());
+    for (const auto& n : *nodes) PrintNode(n);
     return 0;
   }
   if (cmd == "delete") {

@@ -36,6 +36,14 @@ ABSL_FLAG(uint32_t, push_idle_timeout_s, 300,
 ABSL_FLAG(uint32_t, fetch_stall_timeout_s, 120,
           "a fetch whose reader takes no chunk for this long is cancelled");
 ABSL_FLAG(uint32_t, connection_idle_timeout_s, 600, "a connection with no call this long closes");
+ABSL_FLAG(std::string, node_id, "",
+          "this server's id in its cluster, stable across restarts (default: the host name)");
+ABSL_FLAG(std::string, etcd, "",
+          "etcd endpoints (host:port, or IPv4 host:port,host:port...): join that cluster");
+ABSL_FLAG(std::string, etcd_prefix, "/sluice/v1/", "the cluster's keys in etcd");
+ABSL_FLAG(std::string, advertise_address, "",
+          "host:port clients and servers reach this one at (default: the listen address)");
+ABSL_FLAG(uint32_t, node_lease_s, 10, "a server that stops renewing leaves the cluster after it");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical, off");
 
 namespace {
@@ -73,6 +81,11 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.push_idle_timeout = seconds(absl::GetFlag(FLAGS_push_idle_timeout_s));
   opts.fetch_stall_timeout = seconds(absl::GetFlag(FLAGS_fetch_stall_timeout_s));
   opts.connection_idle_timeout = seconds(absl::GetFlag(FLAGS_connection_idle_timeout_s));
+  opts.node_id = absl::GetFlag(FLAGS_node_id);
+  opts.etcd_endpoints = absl::GetFlag(FLAGS_etcd);
+  opts.etcd_prefix = absl::GetFlag(FLAGS_etcd_prefix);
+  opts.advertise_address = absl::GetFlag(FLAGS_advertise_address);
+  opts.node_lease_ttl = std::chrono::seconds(absl::GetFlag(FLAGS_node_lease_s));
   return opts;
 }
 

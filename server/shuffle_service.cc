@@ -1,5 +1,7 @@
 #include "server/shuffle_service.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <atomic>
 #include <map>
@@ -498,6 +500,72 @@ grpc::ServerReadReactor<PushRequest>* ShuffleServiceImpl::Push(grpc::CallbackSer
 grpc::ServerWriteReactor<FetchResponse>* ShuffleServiceImpl::Fetch(grpc::CallbackServerContext* ctx,
                                                                    const FetchRequest* req) {
   return new FetchReactor(deps_, &counts_.fetch, ctx, req);
+}
+
+grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContext* ctx,
+                                                      const v1::GetNodeRequest*,
+                                                      v1::NodeInfo* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  deps_.meta_pool->Submit([this, reactor, resp] {  // statvfs: off-thread
+    std::string data_dir;
+    {
+      std::lock_guard<std::mutex> lock(deps_.node->mu);
+      resp->set_node_id(deps_.node->node_id);
+      resp->set_address(deps_.node->address);
+      resp->set_started_unix_ms(deps_.node->started_unix_ms);
+      resp->set_clustered(deps_.node->membership != nullptr);
+      resp->set_registered(deps_.node->membership != nullptr &&
+                           deps_.node->membership->registered());
+      data_dir = deps_.node->data_dir;
+    }
+    resp->set_serving(true);
+    struct statvfs fs {};
+    if (::statvfs(data_dir.c_str(), &fs) == 0) {
+      resp->set_disk_free_bytes(uint64_t{fs.f_bavail} * fs.f_frsize);
+      resp->set_disk_total_bytes(uint64_t{fs.f_blocks} * fs.f_frsize);
+    }
+    resp->set_memory_budget_bytes(deps_.budget->limit());
+    resp->set_memory_used_bytes(deps_.budget->used());
+    resp->set_shuffles(static_cast<uint32_t>(deps_.registry->List().size()));
+    resp->set_push_streams(static_cast<uint32_t>(counts_.push.load()));
+    resp->set_fetch_streams(static_cast<uint32_t>(counts_.fetch.load()));
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ShuffleServiceImpl::ListNodes(grpc::CallbackServerContext* ctx,
+                                                        const v1::ListNodesRequest*,
+                                                        v1::ListNodesResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  deps_.meta_pool->Submit([this, reactor, resp] {  // asks etcd: off-thread
+    Membership* membership;
+    {
+      std::lock_guard<std::mutex> lock(deps_.node->mu);
+      membership = deps_.node->membership;
+      if (membership == nullptr) {  // on its own: itself
+        v1::NodeEntry* e = resp->add_nodes();
+        e->set_node_id(deps_.node->node_id);
+        e->set_address(deps_.node->address);
+        e->set_started_unix_ms(deps_.node->started_unix_ms);
+      }
+    }
+    if (membership != nullptr) {
+      auto nodes = membership->Nodes();
+      if (!nodes.ok()) {
+        reactor->Finish(rpc::ToGrpcStatus(nodes.status()));
+        return;
+      }
+      for (const NodeEntry& n : *nodes) {
+        v1::NodeEntry* e = resp->add_nodes();
+        e->set_node_id(n.node_id);
+        e->set_address(n.address);
+        e->set_started_unix_ms(n.started_unix_ms);
+      }
+    }
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
 }
 
 }  // namespace sluice

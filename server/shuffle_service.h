@@ -8,7 +8,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <string>
 
+#include "cluster/membership.h"
 #include "server/fetch_session.h"
 #include "server/push_attempt.h"
 #include "server/shuffle_registry.h"
@@ -30,6 +33,16 @@ struct StreamLimits {
   std::chrono::milliseconds fetch_stall_timeout{std::chrono::seconds(120)};
 };
 
+/// Who this server is, for GetNode and ListNodes: filled in once the server listens.
+struct NodeState {
+  mutable std::mutex mu;
+  std::string node_id;
+  std::string address;
+  std::string data_dir;
+  uint64_t started_unix_ms = 0;
+  Membership* membership = nullptr;  ///< with --etcd
+};
+
 class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
  public:
   struct Deps {
@@ -43,6 +56,7 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
     Gate* merge_gate;  ///< bounds concurrent KEY merges (each holds up to fan-in frames)
     Watchdog* watchdog;
     StreamLimits streams;
+    const NodeState* node;
   };
   explicit ShuffleServiceImpl(Deps deps) : deps_(std::move(deps)) {}
 
@@ -69,6 +83,11 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
                                                  v1::PushResponse* resp) override;
   grpc::ServerWriteReactor<v1::FetchResponse>* Fetch(grpc::CallbackServerContext* ctx,
                                                      const v1::FetchRequest* req) override;
+  grpc::ServerUnaryReactor* GetNode(grpc::CallbackServerContext* ctx, const v1::GetNodeRequest* req,
+                                    v1::NodeInfo* resp) override;
+  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx,
+                                      const v1::ListNodesRequest* req,
+                                      v1::ListNodesResponse* resp) override;
 
  private:
   const Deps deps_;

@@ -3,6 +3,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -24,6 +25,8 @@ struct SluiceServer::Impl {
   std::unique_ptr<Gate> merge_gate;
   std::unique_ptr<Watchdog> watchdog;  // outlives the service's streams
   std::unique_ptr<ShuffleServiceImpl> service;
+  NodeState node;
+  std::unique_ptr<Membership> membership;  // with --etcd
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   bool stopped = false;
@@ -44,6 +47,26 @@ constexpr int kServerKeepaliveTimeoutMs = 20000;
 constexpr int kMetaThreads = 2;
 
 int Millis(std::chrono::milliseconds d) { return static_cast<int>(d.count()); }
+
+std::string HostName() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "localhost";
+  return buf;
+}
+
+uint64_t NowUnixMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// host:port of the listen address with the port bound; a wildcard host becomes the host name.
+std::string AdvertisedAddress(const std::string& listen, int port) {
+  const size_t colon = listen.rfind(':');
+  std::string host = colon == std::string::npos ? listen : listen.substr(0, colon);
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") host = HostName();
+  return absl::StrCat(host, ":", port);
+}
 
 // A duration option in whole seconds within [1 s, 1 day], named by its flag.
 absl::Status CheckSeconds(std::chrono::milliseconds d, const char* flag) {
@@ -99,6 +122,18 @@ absl::Status ValidateOptions(const ServerOptions& o) {
   if (auto st = CheckSeconds(o.connection_idle_timeout, "--connection_idle_timeout_s"); !st.ok()) {
     return st;
   }
+  if (!o.node_id.empty()) {
+    if (auto st = ValidateNodeId(o.node_id); !st.ok()) return st;
+  }
+  if (o.node_lease_ttl < std::chrono::seconds(1) || o.node_lease_ttl > std::chrono::hours(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--node_lease_s=", o.node_lease_ttl.count(), " is out of range [1, 3600]"));
+  }
+  if (!o.etcd_endpoints.empty() &&
+      (o.etcd_prefix.empty() || o.etcd_prefix.front() != '/' || o.etcd_prefix.back() != '/')) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--etcd_prefix='", o.etcd_prefix, "' must start and end with '/'"));
+  }
   return absl::OkStatus();
 }
 
@@ -151,9 +186,10 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   streams.max_fetch_streams = options.max_fetch_streams;
   streams.push_idle_timeout = options.push_idle_timeout;
   streams.fetch_stall_timeout = options.fetch_stall_timeout;
-  impl->service = std::make_unique<ShuffleServiceImpl>(ShuffleServiceImpl::Deps{
-      impl->registry.get(), impl->pool.get(), impl->meta_pool.get(), impl->merge_pool.get(),
-      impl->budget.get(), push, fetch, impl->merge_gate.get(), impl->watchdog.get(), streams});
+  impl->service = std::make_unique<ShuffleServiceImpl>(
+      ShuffleServiceImpl::Deps{impl->registry.get(), impl->pool.get(), impl->meta_pool.get(),
+                               impl->merge_pool.get(), impl->budget.get(), push, fetch,
+                               impl->merge_gate.get(), impl->watchdog.get(), streams, &impl->node});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -188,17 +224,61 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   if (impl->server == nullptr || impl->port == 0) {
     return absl::UnavailableError(absl::StrCat("could not listen on ", options.listen_address));
   }
-  spdlog::info("event=started listen={} port={} data_dir={} shuffles={} memory_budget_mb={}",
-               options.listen_address, impl->port, options.data_dir, impl->registry->List().size(),
-               options.memory_budget_bytes >> 20);
-  return std::unique_ptr<SluiceServer>(new SluiceServer(std::move(impl)));
+  auto server = std::unique_ptr<SluiceServer>(new SluiceServer(std::move(impl)));
+  if (absl::Status st = server->JoinCluster(); !st.ok()) return st;  // (shuts down on error)
+  Impl& i = *server->impl_;
+  spdlog::info(
+      "event=started listen={} port={} data_dir={} shuffles={} memory_budget_mb={} node_id={} "
+      "address={} cluster={}",
+      options.listen_address, i.port, options.data_dir, i.registry->List().size(),
+      options.memory_budget_bytes >> 20, i.node.node_id, i.node.address,
+      i.membership != nullptr ? options.etcd_endpoints : std::string("none"));
+  return server;
+}
+
+absl::Status SluiceServer::JoinCluster() {
+  const ServerOptions& o = impl_->options;
+  std::lock_guard<std::mutex> lock(impl_->node.mu);
+  impl_->node.node_id = o.node_id.empty() ? HostName() : o.node_id;
+  impl_->node.address = o.advertise_address.empty()
+                            ? AdvertisedAddress(o.listen_address, impl_->port)
+                            : o.advertise_address;
+  impl_->node.data_dir = o.data_dir;
+  impl_->node.started_unix_ms = NowUnixMs();
+  if (o.etcd_endpoints.empty()) return absl::OkStatus();
+  EtcdOptions eo;
+  eo.endpoints = o.etcd_endpoints;
+  MembershipOptions mo;
+  mo.prefix = o.etcd_prefix;
+  mo.node_id = impl_->node.node_id;
+  mo.address = impl_->node.address;
+  mo.lease_ttl = o.node_lease_ttl;
+  auto etcd = EtcdClient::Connect(eo);
+  absl::StatusOr<std::unique_ptr<Membership>> member =
+      etcd.ok() ? Membership::Join(std::shared_ptr<EtcdClient>(std::move(etcd).value()), mo)
+                : absl::StatusOr<std::unique_ptr<Membership>>(etcd.status());
+  if (!member.ok()) {
+    impl_->stopped = true;  // never served as a member: stop at once
+    impl_->server->Shutdown(std::chrono::system_clock::now());
+    impl_->server->Wait();
+    return absl::Status(member.status().code(),
+                        absl::StrCat("could not join the cluster: ", member.status().message()));
+  }
+  impl_->membership = std::move(member).value();
+  impl_->node.membership = impl_->membership.get();
+  impl_->node.started_unix_ms = impl_->membership->started_unix_ms();  // the one registered
+  return absl::OkStatus();
 }
 
 int SluiceServer::port() const { return impl_->port; }
+const std::string& SluiceServer::node_id() const { return impl_->node.node_id; }
+const std::string& SluiceServer::address() const { return impl_->node.address; }
 
 void SluiceServer::Shutdown() {
   if (impl_ == nullptr || impl_->stopped) return;
   impl_->stopped = true;
+  // Out of the cluster first, so that no one is sent here while the calls in flight finish.
+  if (impl_->membership != nullptr) impl_->membership->Leave();
   impl_->server->Shutdown(std::chrono::system_clock::now() + impl_->options.shutdown_grace);
   impl_->server->Wait();
   impl_->merge_pool.reset();  // each runs what is queued, then joins

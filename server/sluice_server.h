@@ -48,6 +48,18 @@ struct ServerOptions {
   std::chrono::milliseconds fetch_stall_timeout{std::chrono::seconds(120)};
   /// A connection with no call for this long is closed (the client reconnects when it needs to).
   std::chrono::milliseconds connection_idle_timeout{std::chrono::seconds(600)};
+
+  // Cluster mode (docs/cluster.md).
+  /// This server's id, stable across restarts and address changes (empty = the host name).
+  std::string node_id;
+  /// etcd's endpoints ("host:port", or several IPv4 ones comma-separated); empty = one server
+  /// on its own, registered nowhere.
+  std::string etcd_endpoints;
+  std::string etcd_prefix = "/sluice/v1/";  ///< the cluster's keys in etcd
+  /// Where clients and other servers reach this server (empty = the listen address, with the
+  /// host name for a wildcard host and the port actually bound).
+  std::string advertise_address;
+  std::chrono::seconds node_lease_ttl{10};  ///< a dead server leaves the cluster after this
 };
 
 class MemoryBudget;
@@ -68,10 +80,15 @@ class SluiceServer {
   /// Open push and fetch streams (for tests and status).
   size_t open_push_streams() const;
   size_t open_fetch_streams() const;
+  /// Its node id and the address it registered (or would register).
+  const std::string& node_id() const;
+  const std::string& address() const;
 
  private:
   struct Impl;
   explicit SluiceServer(std::unique_ptr<Impl> impl);
+  // Names the server and, with --etcd, registers it; on error the server is shut down.
+  absl::Status JoinCluster();
   std::unique_ptr<Impl> impl_;
 };
 

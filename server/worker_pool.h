@@ -55,6 +55,7 @@ class MemoryBudget {
   void Reserve(uint64_t n, std::function<void()> granted);
 
   uint64_t used() const;
+  uint64_t limit() const { return limit_; }
   uint64_t parked_total() const;  ///< how many times a stream had to wait (for stats/tests)
 
  private:

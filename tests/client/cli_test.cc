@@ -108,6 +108,15 @@ TEST_F(CliTest, BadInputFailsWithAMessageAndNothingCommits) {
   EXPECT_NE(Run("frobnicate"), 0);
 }
 
+TEST_F(CliTest, NodesListsTheServerWithItsHealthAndSpace) {
+  ASSERT_EQ(Run("create --server " + address_ + " --shuffle n --partitions 2"), 0);
+  std::string out;
+  ASSERT_EQ(Run("nodes --server " + address_, &out), 0);
+  // Without --etcd a server is a cluster of one, its id the host name.
+  EXPECT_NE(out.find(" at " + address_ + ": serving, disk "), std::string::npos) << out;
+  EXPECT_NE(out.find("MiB free, memory 0 of 256 MiB used, 1 shuffles"), std::string::npos) << out;
+}
+
 TEST_F(CliTest, SmallBenchCountsEveryKey) {
   std::string out;
   ASSERT_EQ(Run("bench --server " + address_ +

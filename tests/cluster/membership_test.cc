@@ -1,0 +1,198 @@
+// Membership against a real etcd: sluice-server processes, each on its own loopback address
+// (127.0.0.2, 127.0.0.3, ...), register with --etcd and list each other; a stopped server
+// leaves at once, a killed one when its lease expires, a restarted one takes its id back at
+// once, and a second server with a taken id is refused, naming the first.
+#include "cluster/membership.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "client/server_process.h"
+#include "client/shuffle_client.h"
+#include "server/sluice_server.h"
+#include "tests/harness/etcd_process.h"
+#include "tests/harness/status_matchers.h"
+#include "tests/harness/temp_dir.h"
+#include "tests/harness/wait.h"
+
+namespace sluice {
+namespace {
+
+using testing::EtcdProcess;
+using testing::StatusIs;
+using testing::TempDir;
+
+std::unique_ptr<ShuffleClient> ClientOf(const std::string& address) {
+  ClientOptions options;
+  options.server = address;
+  options.call_deadline = std::chrono::seconds(10);
+  auto c = ShuffleClient::Connect(options);
+  EXPECT_OK(c);
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+
+std::vector<std::string> Ids(const std::vector<NodeAddress>& nodes) {
+  std::vector<std::string> out;
+  for (const auto& n : nodes) out.push_back(n.node_id);
+  return out;
+}
+
+// A port free on `host` a moment ago.
+int FreePort(const std::string& host) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+class MembershipTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_OK_AND_ASSIGN(etcd_, EtcdProcess::Start()); }
+
+  // sluice-server `id` on 127.0.0.<host>, in the cluster, its lease `lease_s`.
+  absl::StatusOr<std::unique_ptr<ServerProcess>> StartServer(const std::string& id, int host,
+                                                             const TempDir& dir, int lease_s,
+                                                             std::vector<std::string> extra = {}) {
+    std::vector<std::string> flags = {"--data_dir=" + dir.path(), "--log_level=warn",
+                                      "--etcd=" + etcd_->endpoint(), "--node_id=" + id,
+                                      "--node_lease_s=" + std::to_string(lease_s)};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return ServerProcess::Start(SLUICE_SERVER_BIN, flags, "127.0.0." + std::to_string(host));
+  }
+
+  std::unique_ptr<EtcdProcess> etcd_;
+};
+
+TEST_F(MembershipTest, ServersListEachOtherAndLeaveWhenStoppedOrDead) {
+  TempDir d0, d1, d2;
+  ASSERT_OK_AND_ASSIGN(auto s0, StartServer("n0", 2, d0, 2));
+  ASSERT_OK_AND_ASSIGN(auto s1, StartServer("n1", 3, d1, 2));
+  ASSERT_OK_AND_ASSIGN(auto s2, StartServer("n2", 4, d2, 2));
+  const std::vector<std::string> addresses = {"127.0.0.2:" + std::to_string(s0->port()),
+                                              "127.0.0.3:" + std::to_string(s1->port()),
+                                              "127.0.0.4:" + std::to_string(s2->port())};
+  for (size_t i = 0; i < 3; ++i) {
+    auto client = ClientOf(addresses[i]);
+    ASSERT_OK_AND_ASSIGN(std::vector<NodeAddress> nodes, client->ListNodes());
+    ASSERT_EQ(Ids(nodes), (std::vector<std::string>{"n0", "n1", "n2"})) << "asked " << i;
+    for (size_t j = 0; j < 3; ++j) {
+      EXPECT_EQ(nodes[j].address, addresses[j]);
+      EXPECT_GT(nodes[j].started_unix_ms, 0u);
+    }
+    ASSERT_OK_AND_ASSIGN(NodeStatus self, client->GetNode());
+    EXPECT_EQ(self.node_id, "n" + std::to_string(i));
+    EXPECT_EQ(self.address, addresses[i]);
+    EXPECT_TRUE(self.serving);
+    EXPECT_TRUE(self.clustered);
+    EXPECT_TRUE(self.registered);
+    EXPECT_GT(self.disk_free_bytes, 0u);
+    EXPECT_GE(self.disk_total_bytes, self.disk_free_bytes);
+    EXPECT_EQ(self.memory_budget_bytes, uint64_t{256} << 20);
+  }
+  auto c0 = ClientOf(addresses[0]);
+  // Stopped (SIGTERM): it revokes its lease and is gone at once.
+  ASSERT_OK(s1->Stop());
+  ASSERT_OK_AND_ASSIGN(auto after_stop, c0->ListNodes());
+  EXPECT_EQ(Ids(after_stop), (std::vector<std::string>{"n0", "n2"}));
+  // Killed: listed until its 2 s lease expires, then gone.
+  s2->Signal(SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        auto nodes = c0->ListNodes();
+        return nodes.ok() && Ids(*nodes) == std::vector<std::string>{"n0"};
+      },
+      std::chrono::seconds(8)));
+  EXPECT_GE(std::chrono::steady_clock::now() - killed, std::chrono::milliseconds(500))
+      << "a dead server should stay listed until its lease expires";
+}
+
+TEST_F(MembershipTest, ARestartAtTheSameAddressTakesItsIdBackAtOnce) {
+  TempDir dir;
+  const int port = FreePort("127.0.0.2");
+  const std::string listen = "--listen=127.0.0.2:" + std::to_string(port);
+  // A 30 s lease: waiting for the dead one's registration to expire would take that long.
+  ASSERT_OK_AND_ASSIGN(auto first, StartServer("n0", 2, dir, 30, {listen}));
+  ASSERT_EQ(first->port(), port);
+  first->Signal(SIGKILL);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_OK_AND_ASSIGN(auto second, StartServer("n0", 2, dir, 30, {listen}));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  auto client = ClientOf("127.0.0.2:" + std::to_string(port));
+  ASSERT_OK_AND_ASSIGN(auto nodes, client->ListNodes());
+  ASSERT_EQ(Ids(nodes), std::vector<std::string>{"n0"});
+  ASSERT_OK_AND_ASSIGN(NodeStatus self, client->GetNode());
+  EXPECT_EQ(nodes[0].started_unix_ms, self.started_unix_ms) << "the old registration is listed";
+  ASSERT_OK(second->Stop());
+}
+
+TEST_F(MembershipTest, ATakenIdIsRefusedNamingItsServerAndAnUnreachableEtcdIsNamed) {
+  TempDir d0, d1, d2;
+  ASSERT_OK_AND_ASSIGN(auto s0, StartServer("n0", 2, d0, 2));
+  ServerOptions o;
+  o.data_dir = d1.path();
+  o.listen_address = "127.0.0.3:0";
+  o.worker_threads = 2;
+  o.etcd_endpoints = etcd_->endpoint();
+  o.node_id = "n0";
+  o.node_lease_ttl = std::chrono::seconds(2);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT(SluiceServer::Start(o),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "node id 'n0' is registered by a live server at 127.0.0.2:" +
+                           std::to_string(s0->port())));
+  // It waited for the registration to expire (one TTL and a second), not longer.
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8));
+  // The first one was not disturbed.
+  auto client = ClientOf("127.0.0.2:" + std::to_string(s0->port()));
+  ASSERT_OK_AND_ASSIGN(NodeStatus self, client->GetNode());
+  EXPECT_TRUE(self.registered);
+
+  o.data_dir = d2.path();
+  o.node_id = "n9";
+  o.etcd_endpoints = "127.0.0.1:" + std::to_string(FreePort("127.0.0.1"));  // nobody there
+  EXPECT_THAT(SluiceServer::Start(o),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       "could not join the cluster: etcd lease grant at " + o.etcd_endpoints));
+  o.node_id = "bad id!";
+  EXPECT_THAT(SluiceServer::Start(o),
+              StatusIs(absl::StatusCode::kInvalidArgument, "node id 'bad id!' must be"));
+}
+
+TEST(MembershipAloneTest, AServerWithoutEtcdListsItself) {
+  TempDir dir;
+  ServerOptions o;
+  o.data_dir = dir.path();
+  o.listen_address = "127.0.0.1:0";
+  o.worker_threads = 2;
+  o.node_id = "solo";
+  ASSERT_OK_AND_ASSIGN(auto server, SluiceServer::Start(o));
+  const std::string address = "127.0.0.1:" + std::to_string(server->port());
+  EXPECT_EQ(server->address(), address);
+  auto client = ClientOf(address);
+  ASSERT_OK_AND_ASSIGN(auto nodes, client->ListNodes());
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].node_id, "solo");
+  EXPECT_EQ(nodes[0].address, address);
+  ASSERT_OK_AND_ASSIGN(NodeStatus self, client->GetNode());
+  EXPECT_FALSE(self.clustered);
+  EXPECT_FALSE(self.registered);
+  EXPECT_EQ(self.shuffles, 0u);
+}
+
+}  // namespace
+}  // namespace sluice
