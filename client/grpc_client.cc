@@ -224,13 +224,14 @@ class GrpcClient final : public ShuffleClient {
   }
 
   absl::StatusOr<bool> CreateShuffle(const std::string& id, uint32_t num_partitions,
-                                     uint32_t num_mappers) override {
+                                     uint32_t num_mappers, uint32_t replication) override {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     pb::CreateShuffleRequest req;
     req.set_shuffle_id(id);
     req.set_num_partitions(num_partitions);
     req.set_num_mappers(num_mappers);
+    req.set_replication(replication);
     pb::CreateShuffleResponse resp;
     absl::Status st = FromGrpc(stub_->CreateShuffle(&ctx, req, &resp), options_.server);
     if (!st.ok()) return st;
@@ -315,6 +316,27 @@ class GrpcClient final : public ShuffleClient {
       out.push_back(NodeAddress{e.node_id(), e.address(), e.started_unix_ms()});
     }
     return out;
+  }
+
+  absl::StatusOr<PlacementInfo> GetPlacement(const std::string& id) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    pb::GetPlacementRequest req;
+    req.set_shuffle_id(id);
+    pb::Placement resp;
+    absl::Status st = FromGrpc(stub_->GetPlacement(&ctx, req, &resp), options_.server);
+    if (!st.ok()) return st;
+    PlacementInfo p;
+    p.shuffle_id = resp.shuffle_id();
+    p.num_partitions = resp.num_partitions();
+    p.num_mappers = resp.num_mappers();
+    p.replication = resp.replication();
+    for (const auto& e : resp.nodes()) {
+      p.nodes.push_back(NodeAddress{e.node_id(), e.address(), e.started_unix_ms()});
+    }
+    for (const auto& r : resp.partitions())
+      p.replicas.emplace_back(r.nodes().begin(), r.nodes().end());
+    return p;
   }
 
   absl::Status DeleteShuffle(const std::string& id) override {

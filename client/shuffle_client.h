@@ -80,6 +80,16 @@ struct NodeStatus {
   uint64_t started_unix_ms = 0;
 };
 
+/// Where a shuffle's partitions live (GetPlacement).
+struct PlacementInfo {
+  std::string shuffle_id;
+  uint32_t num_partitions = 0, num_mappers = 0, replication = 1;
+  /// The servers placement chose from; `address` is empty for one not registered now.
+  std::vector<NodeAddress> nodes;
+  /// Per partition, indexes into `nodes`, primary first.
+  std::vector<std::vector<uint32_t>> replicas;
+};
+
 /// Maps a key to a partition in [0, num_partitions).
 using Partitioner = std::function<uint32_t(std::string_view key, uint32_t num_partitions)>;
 /// xxh3_64(key) % num_partitions: the default, the way zephyr routes its key bytes.
@@ -144,9 +154,10 @@ class ShuffleClient {
   static absl::StatusOr<std::unique_ptr<ShuffleClient>> Connect(const ClientOptions& options);
   virtual ~ShuffleClient() = default;
 
-  /// true if created, false if it already existed with the same arguments.
+  /// true if created, false if it already existed with the same arguments. `replication`: in
+  /// a cluster, the servers that keep each partition (0 = 2 with two or more servers).
   virtual absl::StatusOr<bool> CreateShuffle(const std::string& id, uint32_t num_partitions,
-                                             uint32_t num_mappers) = 0;
+                                             uint32_t num_mappers, uint32_t replication = 0) = 0;
   virtual absl::StatusOr<ShuffleStatus> GetShuffle(const std::string& id) = 0;
   virtual absl::StatusOr<std::vector<ShuffleStatus>> ListShuffles() = 0;
   virtual absl::Status DeleteShuffle(const std::string& id) = 0;
@@ -154,6 +165,8 @@ class ShuffleClient {
   virtual absl::StatusOr<NodeStatus> GetNode() = 0;
   /// The servers of its cluster (itself alone when it runs without etcd), by node id.
   virtual absl::StatusOr<std::vector<NodeAddress>> ListNodes() = 0;
+  /// Where each partition of the shuffle lives (the same from every server of a cluster).
+  virtual absl::StatusOr<PlacementInfo> GetPlacement(const std::string& id) = 0;
   /// Asks the server for the partition count, then opens the attempt's push stream.
   virtual absl::StatusOr<std::unique_ptr<ShuffleWriter>> OpenWriter(
       const std::string& id, uint32_t mapper, uint64_t attempt,

@@ -92,12 +92,17 @@ absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
   return reg;
 }
 
-absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
+absl::Status ShuffleRegistry::ValidateParams(const ShuffleParams& params) {
   SLUICE_RETURN_IF_ERROR(ValidateId(params.shuffle_id));
   if (params.num_partitions == 0 || params.num_partitions > kMaxPartitions) {
     return absl::InvalidArgumentError(absl::StrCat("num_partitions must be 1 to ", kMaxPartitions,
                                                    ", not ", params.num_partitions));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
+  SLUICE_RETURN_IF_ERROR(ValidateParams(params));
   // Counted before the lock: listing /proc/self/fd of a busy server takes milliseconds.
   const uint64_t open_fds = file::OpenFdCount();
   std::lock_guard<std::mutex> lock(mu_);

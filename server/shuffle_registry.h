@@ -54,6 +54,8 @@ class ShuffleRegistry {
 
   /// Shuffle ids name directories: 1-128 of [A-Za-z0-9._-], not starting with '.'.
   static absl::Status ValidateId(const std::string& id);
+  /// The id and the partition count within their limits (what Create checks first).
+  static absl::Status ValidateParams(const ShuffleParams& params);
 
   /// `st` with the data directory taken out of its paths: what clients are told (they see
   /// names relative to the data directory; the server's log keeps the full paths).

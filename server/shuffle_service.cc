@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "codec/status_macros.h"
 #include "rpc/grpc_glue.h"
 #include "spdlog/spdlog.h"
 
@@ -19,6 +20,50 @@ namespace {
 grpc::Status ToClient(const ShuffleServiceImpl::Deps& deps, const absl::Status& st) {
   return st.ok() ? grpc::Status::OK : rpc::ToGrpcStatus(deps.registry->WithRelativePaths(st));
 }
+// The cluster as one call sees it. A clustered server serves before it has joined (the
+// port comes first): cluster calls then say so instead of acting as a server on its own.
+struct ClusterView {
+  bool clustered = false;
+  Membership* membership = nullptr;
+  PlacementStore* placements = nullptr;
+  std::string node_id;
+
+  absl::Status Joined() const {
+    if (placements != nullptr) return absl::OkStatus();
+    return absl::UnavailableError("the server is still joining its cluster; retry");
+  }
+};
+ClusterView Cluster(const NodeState& node) {
+  std::lock_guard<std::mutex> lock(node.mu);
+  return ClusterView{node.clustered, node.membership, node.placements, node.node_id};
+}
+
+// In a cluster, a server learns of a shuffle from etcd: the first push or fetch of a shuffle
+// it has no store for creates the store, if the shuffle is recorded and this server holds any
+// of its partitions. On its own, or for a shuffle it has, nothing to do.
+absl::Status EnsureLocal(const ShuffleServiceImpl::Deps& deps, const std::string& id) {
+  const ClusterView c = Cluster(*deps.node);
+  if (!c.clustered || deps.registry->Get(id).ok() || deps.registry->FindDamaged(id)) {
+    return absl::OkStatus();
+  }
+  SLUICE_RETURN_IF_ERROR(c.Joined());
+  auto placed = c.placements->Get(id);
+  if (!placed.ok()) return placed.status();
+  if (!placed->has_value()) return absl::OkStatus();  // the store's own NOT_FOUND says it
+  const ShufflePlacement& p = **placed;
+  if (!p.Holds(c.node_id)) {
+    return absl::FailedPreconditionError(absl::StrCat("server ", c.node_id,
+                                                      " holds no partition of shuffle '", id,
+                                                      "' (GetPlacement says which do)"));
+  }
+  auto created = deps.registry->Create(ShuffleParams{id, p.num_partitions, p.num_mappers});
+  if (created.ok() && *created) {
+    spdlog::info("event=create shuffle={} partitions={} mappers={} from=etcd", id, p.num_partitions,
+                 p.num_mappers);
+  }
+  return created.status();
+}
+
 using v1::FetchRequest;
 using v1::FetchResponse;
 using v1::PushRequest;
@@ -154,6 +199,9 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
     switch (request_.kind_case()) {
       case PushRequest::kOpen: {
         const auto& open = request_.open();
+        if (!attempt_.opened()) {
+          if (absl::Status st = EnsureLocal(deps_, open.shuffle_id()); !st.ok()) return st;
+        }
         return attempt_.Open(open.shuffle_id(), open.mapper_id(), open.attempt_id());
       }
       case PushRequest::kFrames:
@@ -240,6 +288,10 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     // its first chunk there without another hand-over.
     WorkerPool* setup = spec_.key_order ? deps_.merge_pool : deps_.pool;
     setup->Submit([this] {
+      if (absl::Status st = EnsureLocal(deps_, spec_.shuffle_id); !st.ok()) {
+        Finish(ToClient(deps_, st));
+        return;
+      }
       auto session = FetchSession::Make(spec_, deps_.fetch, &cancelled_);
       if (!session.ok()) {
         Finish(ToClient(deps_, session.status()));
@@ -399,6 +451,12 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::CreateShuffle(grpc::CallbackServer
   auto* reactor = ctx->DefaultReactor();
   deps_.meta_pool->Submit([this, reactor, req, resp] {  // creates directories and syncs: off-thread
     ShuffleParams params{req->shuffle_id(), req->num_partitions(), req->num_mappers()};
+    if (Cluster(*deps_.node).clustered) {
+      auto created = CreateInCluster(params, req->replication());
+      if (created.ok()) resp->set_created(*created);
+      reactor->Finish(ToClient(deps_, created.status()));
+      return;
+    }
     auto created = deps_.registry->Create(params);
     if (created.ok()) {
       resp->set_created(*created);
@@ -417,6 +475,10 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
                                                          v1::ShuffleInfo* resp) {
   auto* reactor = ctx->DefaultReactor();
   deps_.meta_pool->Submit([this, reactor, req, resp] {  // store locks may wait on an fsync
+    if (absl::Status st = EnsureLocal(deps_, req->shuffle_id()); !st.ok()) {
+      reactor->Finish(ToClient(deps_, st));
+      return;
+    }
     if (auto damaged = deps_.registry->FindDamaged(req->shuffle_id())) {
       FillDamaged(*damaged, resp);
       reactor->Finish(grpc::Status::OK);
@@ -539,10 +601,14 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::ListNodes(grpc::CallbackServerCont
                                                         v1::ListNodesResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
   deps_.meta_pool->Submit([this, reactor, resp] {  // asks etcd: off-thread
-    Membership* membership;
+    const ClusterView c = Cluster(*deps_.node);
+    Membership* membership = c.membership;
+    if (c.clustered && membership == nullptr) {
+      reactor->Finish(rpc::ToGrpcStatus(c.Joined()));
+      return;
+    }
     {
       std::lock_guard<std::mutex> lock(deps_.node->mu);
-      membership = deps_.node->membership;
       if (membership == nullptr) {  // on its own: itself
         v1::NodeEntry* e = resp->add_nodes();
         e->set_node_id(deps_.node->node_id);
@@ -566,6 +632,92 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::ListNodes(grpc::CallbackServerCont
     reactor->Finish(grpc::Status::OK);
   });
   return reactor;
+}
+
+absl::StatusOr<bool> ShuffleServiceImpl::CreateInCluster(const ShuffleParams& params,
+                                                         uint32_t replication) {
+  SLUICE_RETURN_IF_ERROR(ShuffleRegistry::ValidateParams(params));
+  const ClusterView c = Cluster(*deps_.node);
+  SLUICE_RETURN_IF_ERROR(c.Joined());
+  auto nodes = c.membership->Nodes();
+  if (!nodes.ok()) return nodes.status();
+  std::vector<std::string> ids;
+  for (const NodeEntry& n : *nodes) ids.push_back(n.node_id);
+  auto placed = c.placements->Create(params.shuffle_id, params.num_partitions, params.num_mappers,
+                                     replication, ids);
+  if (!placed.ok()) return placed.status();
+  const ShufflePlacement& p = placed->placement;
+  if (!placed->created &&
+      (p.num_partitions != params.num_partitions || p.num_mappers != params.num_mappers ||
+       (replication != 0 && replication != p.replication))) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("shuffle '", params.shuffle_id, "' already exists with ", p.num_partitions,
+                     " partitions, ", p.num_mappers, " mappers and replication ", p.replication));
+  }
+  if (placed->created) {
+    spdlog::info("event=create shuffle={} partitions={} mappers={} replication={} servers={}",
+                 params.shuffle_id, params.num_partitions, params.num_mappers, p.replication,
+                 ids.size());
+  }
+  if (p.Holds(c.node_id)) {
+    SLUICE_RETURN_IF_ERROR(deps_.registry->Create(params).status());
+  }
+  return placed->created;
+}
+
+grpc::ServerUnaryReactor* ShuffleServiceImpl::GetPlacement(grpc::CallbackServerContext* ctx,
+                                                           const v1::GetPlacementRequest* req,
+                                                           v1::Placement* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  deps_.meta_pool->Submit([this, reactor, req, resp] {  // asks etcd: off-thread
+    absl::Status st = FillPlacement(req->shuffle_id(), resp);
+    reactor->Finish(ToClient(deps_, st));
+  });
+  return reactor;
+}
+
+absl::Status ShuffleServiceImpl::FillPlacement(const std::string& id, v1::Placement* resp) {
+  resp->set_shuffle_id(id);
+  const ClusterView c = Cluster(*deps_.node);
+  if (!c.clustered) {  // on its own: every partition here
+    SLUICE_ASSIGN_OR_RETURN(auto store, deps_.registry->Get(id));
+    resp->set_num_partitions(store->params().num_partitions);
+    resp->set_num_mappers(store->params().num_mappers);
+    resp->set_replication(1);
+    v1::NodeEntry* self = resp->add_nodes();
+    std::lock_guard<std::mutex> lock(deps_.node->mu);
+    self->set_node_id(deps_.node->node_id);
+    self->set_address(deps_.node->address);
+    self->set_started_unix_ms(deps_.node->started_unix_ms);
+    for (uint32_t p = 0; p < store->params().num_partitions; ++p) {
+      resp->add_partitions()->add_nodes(0);
+    }
+    return absl::OkStatus();
+  }
+  SLUICE_RETURN_IF_ERROR(c.Joined());
+  SLUICE_ASSIGN_OR_RETURN(auto placed, c.placements->Get(id));
+  if (!placed.has_value()) {
+    return absl::NotFoundError(absl::StrCat("shuffle '", id, "' not found in the cluster"));
+  }
+  SLUICE_ASSIGN_OR_RETURN(auto live, c.membership->Nodes());
+  resp->set_num_partitions(placed->num_partitions);
+  resp->set_num_mappers(placed->num_mappers);
+  resp->set_replication(placed->replication);
+  for (const std::string& node_id : placed->nodes) {
+    v1::NodeEntry* e = resp->add_nodes();
+    e->set_node_id(node_id);
+    for (const NodeEntry& n : live) {  // its address now, if it is registered
+      if (n.node_id == node_id) {
+        e->set_address(n.address);
+        e->set_started_unix_ms(n.started_unix_ms);
+      }
+    }
+  }
+  for (const auto& replicas : placed->replicas) {
+    auto* r = resp->add_partitions();
+    for (uint32_t i : replicas) r->add_nodes(i);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace sluice

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cluster/membership.h"
+#include "cluster/placement_store.h"
 #include "server/fetch_session.h"
 #include "server/push_attempt.h"
 #include "server/shuffle_registry.h"
@@ -40,7 +41,9 @@ struct NodeState {
   std::string address;
   std::string data_dir;
   uint64_t started_unix_ms = 0;
-  Membership* membership = nullptr;  ///< with --etcd
+  bool clustered = false;                ///< runs with --etcd (set before it serves)
+  Membership* membership = nullptr;      ///< with --etcd, once joined
+  PlacementStore* placements = nullptr;  ///< with --etcd: the cluster's shuffles
 };
 
 class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
@@ -88,8 +91,16 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
   grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx,
                                       const v1::ListNodesRequest* req,
                                       v1::ListNodesResponse* resp) override;
+  grpc::ServerUnaryReactor* GetPlacement(grpc::CallbackServerContext* ctx,
+                                         const v1::GetPlacementRequest* req,
+                                         v1::Placement* resp) override;
 
  private:
+  // CreateShuffle in a cluster: placed and recorded in etcd, and made here if this server
+  // holds any of its partitions.
+  absl::StatusOr<bool> CreateInCluster(const ShuffleParams& params, uint32_t replication);
+  absl::Status FillPlacement(const std::string& id, v1::Placement* resp);
+
   const Deps deps_;
   Counts counts_;
 };

@@ -26,7 +26,9 @@ struct SluiceServer::Impl {
   std::unique_ptr<Watchdog> watchdog;  // outlives the service's streams
   std::unique_ptr<ShuffleServiceImpl> service;
   NodeState node;
-  std::unique_ptr<Membership> membership;  // with --etcd
+  std::shared_ptr<EtcdClient> etcd;  // with --etcd
+  std::unique_ptr<Membership> membership;
+  std::unique_ptr<PlacementStore> placements;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   bool stopped = false;
@@ -191,6 +193,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
                                impl->merge_pool.get(), impl->budget.get(), push, fetch,
                                impl->merge_gate.get(), impl->watchdog.get(), streams, &impl->node});
 
+  impl->node.clustered = !options.etcd_endpoints.empty();  // before it serves
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -254,8 +257,9 @@ absl::Status SluiceServer::JoinCluster() {
   mo.address = impl_->node.address;
   mo.lease_ttl = o.node_lease_ttl;
   auto etcd = EtcdClient::Connect(eo);
+  if (etcd.ok()) impl_->etcd = std::move(etcd).value();
   absl::StatusOr<std::unique_ptr<Membership>> member =
-      etcd.ok() ? Membership::Join(std::shared_ptr<EtcdClient>(std::move(etcd).value()), mo)
+      etcd.ok() ? Membership::Join(impl_->etcd, mo)
                 : absl::StatusOr<std::unique_ptr<Membership>>(etcd.status());
   if (!member.ok()) {
     impl_->stopped = true;  // never served as a member: stop at once
@@ -266,6 +270,8 @@ absl::Status SluiceServer::JoinCluster() {
   }
   impl_->membership = std::move(member).value();
   impl_->node.membership = impl_->membership.get();
+  impl_->placements = std::make_unique<PlacementStore>(impl_->etcd, o.etcd_prefix);
+  impl_->node.placements = impl_->placements.get();
   impl_->node.started_unix_ms = impl_->membership->started_unix_ms();  // the one registered
   return absl::OkStatus();
 }

@@ -1,7 +1,8 @@
-// Membership against a real etcd: sluice-server processes, each on its own loopback address
-// (127.0.0.2, 127.0.0.3, ...), register with --etcd and list each other; a stopped server
-// leaves at once, a killed one when its lease expires, a restarted one takes its id back at
-// once, and a second server with a taken id is refused, naming the first.
+// Membership and placement against a real etcd: sluice-server processes, each on its own
+// loopback address (127.0.0.2, 127.0.0.3, ...), register with --etcd and list each other; a
+// stopped server leaves at once, a killed one when its lease expires, a restarted one takes
+// its id back at once, and a second server with a taken id is refused, naming the first. A
+// shuffle is placed once and every server gives the same placement.
 #include "cluster/membership.h"
 
 #include <arpa/inet.h>
@@ -13,6 +14,8 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "client/server_process.h"
@@ -173,6 +176,80 @@ TEST_F(MembershipTest, ATakenIdIsRefusedNamingItsServerAndAnUnreachableEtcdIsNam
               StatusIs(absl::StatusCode::kInvalidArgument, "node id 'bad id!' must be"));
 }
 
+// A shuffle is placed once, by the first CreateShuffle on any server, and recorded in etcd:
+// every server then gives the same placement, a server that joins later changes nothing, and
+// a server holding some of its partitions makes its store on first use.
+TEST_F(MembershipTest, AShuffleIsPlacedOnceAndEveryServerGivesThePlacement) {
+  TempDir d0, d1, d2, d3;
+  ASSERT_OK_AND_ASSIGN(auto s0, StartServer("n0", 2, d0, 5));
+  ASSERT_OK_AND_ASSIGN(auto s1, StartServer("n1", 3, d1, 5));
+  ASSERT_OK_AND_ASSIGN(auto s2, StartServer("n2", 4, d2, 5));
+  std::vector<std::unique_ptr<ShuffleClient>> clients;
+  for (const auto& [s, host] : {std::pair{s0.get(), 2}, {s1.get(), 3}, {s2.get(), 4}}) {
+    clients.push_back(
+        ClientOf("127.0.0." + std::to_string(host) + ":" + std::to_string(s->port())));
+  }
+  // Two servers create it at once: both succeed, one of them created it.
+  absl::StatusOr<bool> a, b;
+  std::thread ta([&] { a = clients[0]->CreateShuffle("job", 12, 4, 2); });
+  std::thread tb([&] { b = clients[1]->CreateShuffle("job", 12, 4, 2); });
+  ta.join();
+  tb.join();
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  EXPECT_NE(*a, *b) << "exactly one of two racing creates creates";
+  ASSERT_OK_AND_ASSIGN(PlacementInfo p, clients[2]->GetPlacement("job"));
+  EXPECT_EQ(p.num_partitions, 12u);
+  EXPECT_EQ(p.num_mappers, 4u);
+  EXPECT_EQ(p.replication, 2u);
+  ASSERT_EQ(p.nodes.size(), 3u);
+  ASSERT_EQ(p.replicas.size(), 12u);
+  std::vector<int> load(3, 0);
+  for (const auto& r : p.replicas) {
+    ASSERT_EQ(r.size(), 2u);
+    EXPECT_NE(r[0], r[1]);
+    for (uint32_t i : r) ++load[i];
+  }
+  EXPECT_EQ(load, (std::vector<int>{8, 8, 8}));
+  for (auto& c : clients) {
+    ASSERT_OK_AND_ASSIGN(PlacementInfo q, c->GetPlacement("job"));
+    EXPECT_EQ(q.replicas, p.replicas);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(q.nodes[i].address, p.nodes[i].address);
+  }
+  // The same again is not created again; other arguments are refused, naming the recorded ones.
+  ASSERT_OK_AND_ASSIGN(bool again, clients[2]->CreateShuffle("job", 12, 4));
+  EXPECT_FALSE(again);
+  EXPECT_THAT(clients[2]->CreateShuffle("job", 13, 4),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       "already exists with 12 partitions, 4 mappers and replication 2"));
+  EXPECT_THAT(clients[0]->CreateShuffle("job", 12, 4, 3),
+              StatusIs(absl::StatusCode::kAlreadyExists, "replication 2"));
+  // Every server holds some of it: each makes its store on first use.
+  for (auto& c : clients) {
+    ASSERT_OK_AND_ASSIGN(ShuffleStatus st, c->GetShuffle("job"));
+    EXPECT_EQ(st.num_partitions, 12u);
+  }
+  // A fourth server joins: the recorded placement does not change.
+  ASSERT_OK_AND_ASSIGN(auto s3, StartServer("n3", 5, d3, 5));
+  ASSERT_OK_AND_ASSIGN(PlacementInfo after, clients[1]->GetPlacement("job"));
+  EXPECT_EQ(after.replicas, p.replicas);
+  EXPECT_EQ(after.nodes.size(), 3u);
+  // A shuffle of one partition on one server: the others hold none of it, and say so.
+  ASSERT_OK(clients[0]->CreateShuffle("one", 1, 0, 1).status());
+  ASSERT_OK_AND_ASSIGN(PlacementInfo one, clients[0]->GetPlacement("one"));
+  ASSERT_EQ(one.nodes.size(), 4u);
+  const uint32_t owner = one.replicas[0][0];
+  auto other = ClientOf(one.nodes[(owner + 1) % 4].address);
+  EXPECT_THAT(other->GetShuffle("one"), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                 "holds no partition of shuffle 'one'"));
+  auto holder = ClientOf(one.nodes[owner].address);
+  EXPECT_OK(holder->GetShuffle("one").status());
+  EXPECT_THAT(clients[0]->GetPlacement("none"),
+              StatusIs(absl::StatusCode::kNotFound, "'none' not found in the cluster"));
+  EXPECT_THAT(clients[0]->CreateShuffle("four", 2, 0, 5),
+              StatusIs(absl::StatusCode::kInvalidArgument, "replication 5"));
+}
+
 TEST(MembershipAloneTest, AServerWithoutEtcdListsItself) {
   TempDir dir;
   ServerOptions o;
@@ -192,6 +269,13 @@ TEST(MembershipAloneTest, AServerWithoutEtcdListsItself) {
   EXPECT_FALSE(self.clustered);
   EXPECT_FALSE(self.registered);
   EXPECT_EQ(self.shuffles, 0u);
+  // On its own, every partition is here.
+  ASSERT_OK(client->CreateShuffle("s", 3, 0).status());
+  ASSERT_OK_AND_ASSIGN(PlacementInfo p, client->GetPlacement("s"));
+  EXPECT_EQ(p.replication, 1u);
+  ASSERT_EQ(p.nodes.size(), 1u);
+  EXPECT_EQ(p.nodes[0].address, address);
+  EXPECT_EQ(p.replicas, (std::vector<std::vector<uint32_t>>{{0}, {0}, {0}}));
 }
 
 }  // namespace

@@ -1,0 +1,112 @@
+#include "cluster/placement_store.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "cluster/placement.h"
+#include "nlohmann/json.hpp"
+
+namespace sluice {
+
+bool ShufflePlacement::Holds(const std::string& node_id) const {
+  const auto it = std::find(nodes.begin(), nodes.end(), node_id);
+  if (it == nodes.end()) return false;
+  const auto index = static_cast<uint32_t>(it - nodes.begin());
+  for (const auto& r : replicas) {
+    if (std::find(r.begin(), r.end(), index) != r.end()) return true;
+  }
+  return false;
+}
+
+uint32_t DefaultReplication(size_t servers) { return servers >= 2 ? 2 : 1; }
+
+std::string EncodePlacement(const ShufflePlacement& p) {
+  return nlohmann::json{{"partitions", p.num_partitions},
+                        {"mappers", p.num_mappers},
+                        {"replication", p.replication},
+                        {"nodes", p.nodes},
+                        {"replicas", p.replicas}}
+      .dump();
+}
+
+absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
+                                                 const std::string& json) {
+  const auto bad = [&](const std::string& why) {
+    return absl::DataLossError(
+        absl::StrCat("the placement record of shuffle '", shuffle_id, "' in etcd is ", why));
+  };
+  const nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return bad("not a JSON object");
+  for (const char* field : {"partitions", "mappers", "replication"}) {
+    if (!j.contains(field) || !j[field].is_number_unsigned() ||
+        j[field].get<uint64_t>() > 1u << 30) {
+      return bad(absl::StrCat("missing a valid '", field, "'"));
+    }
+  }
+  ShufflePlacement p;
+  p.shuffle_id = shuffle_id;
+  p.num_partitions = j["partitions"].get<uint32_t>();
+  p.num_mappers = j["mappers"].get<uint32_t>();
+  p.replication = j["replication"].get<uint32_t>();
+  if (!j.contains("nodes") || !j["nodes"].is_array() || !j.contains("replicas") ||
+      !j["replicas"].is_array() || j["replicas"].size() != p.num_partitions) {
+    return bad("missing its nodes, or not one replica list per partition");
+  }
+  for (const auto& n : j["nodes"]) {
+    if (!n.is_string()) return bad("naming a node with something other than a string");
+    p.nodes.push_back(n.get<std::string>());
+  }
+  for (const auto& r : j["replicas"]) {
+    if (!r.is_array() || r.size() != p.replication) return bad("holding a wrong replica list");
+    std::vector<uint32_t> list;
+    for (const auto& i : r) {
+      if (!i.is_number_unsigned() || i.get<uint64_t>() >= p.nodes.size()) {
+        return bad("naming a node that is not in its list");
+      }
+      list.push_back(i.get<uint32_t>());
+    }
+    p.replicas.push_back(std::move(list));
+  }
+  return p;
+}
+
+absl::StatusOr<PlacementStore::Created> PlacementStore::Create(
+    const std::string& shuffle_id, uint32_t num_partitions, uint32_t num_mappers,
+    uint32_t replication, const std::vector<std::string>& nodes) {
+  // Recorded already (the usual case for a retried or concurrent create): no placing needed.
+  auto existing = Get(shuffle_id);
+  if (!existing.ok()) return existing.status();
+  if (existing->has_value()) return Created{false, std::move(**existing)};
+  ShufflePlacement p;
+  p.shuffle_id = shuffle_id;
+  p.num_partitions = num_partitions;
+  p.num_mappers = num_mappers;
+  p.replication = replication != 0 ? replication : DefaultReplication(nodes.size());
+  if (p.replication > 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replication ", p.replication, " is out of range [1, 3]"));
+  }
+  p.nodes = nodes;
+  auto placed = PlaceReplicas(shuffle_id, num_partitions, nodes, p.replication);
+  if (!placed.ok()) return placed.status();
+  p.replicas = std::move(placed).value();
+  auto created = etcd_->CreateIfAbsent(Key(shuffle_id), EncodePlacement(p));
+  if (!created.ok()) return created.status();
+  if (created->created) return Created{true, std::move(p)};
+  // Another server placed it in between: theirs is the one.
+  auto theirs = DecodePlacement(shuffle_id, created->kv.value);
+  if (!theirs.ok()) return theirs.status();
+  return Created{false, std::move(theirs).value()};
+}
+
+absl::StatusOr<std::optional<ShufflePlacement>> PlacementStore::Get(const std::string& shuffle_id) {
+  auto kv = etcd_->Get(Key(shuffle_id));
+  if (!kv.ok()) return kv.status();
+  if (!kv->has_value()) return std::optional<ShufflePlacement>();
+  auto p = DecodePlacement(shuffle_id, (*kv)->value);
+  if (!p.ok()) return p.status();
+  return std::optional<ShufflePlacement>(std::move(p).value());
+}
+
+}  // namespace sluice

@@ -1,0 +1,73 @@
+// PlacementStore: a cluster's shuffles in etcd, each with its placement (docs/cluster.md).
+// The first CreateShuffle of an id places its partitions on the servers registered then and
+// records the result with create-if-absent, so that concurrent creates on different servers
+// agree on one placement, and every later reader (any server, any worker) gets that one.
+//
+//   PlacementStore store(etcd, "/sluice/v1/");
+//   SLUICE_ASSIGN_OR_RETURN(auto placed, store.Create({"job", 64, 8}, 2, {"n0", "n1", "n2"}));
+//   // placed.created: this call placed it; placed.placement: the recorded one either way
+#ifndef SLUICE_CLUSTER_PLACEMENT_STORE_H_
+#define SLUICE_CLUSTER_PLACEMENT_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cluster/etcd_client.h"
+
+namespace sluice {
+
+/// A shuffle's parameters and where its partitions live.
+struct ShufflePlacement {
+  std::string shuffle_id;
+  uint32_t num_partitions = 0;
+  uint32_t num_mappers = 0;  ///< 0 = not known in advance
+  uint32_t replication = 1;
+  std::vector<std::string> nodes;  ///< the node ids placement chose from
+  /// Per partition, indexes into `nodes` of its replicas, primary first.
+  std::vector<std::vector<uint32_t>> replicas;
+
+  /// Whether `node_id` holds a replica of any partition.
+  bool Holds(const std::string& node_id) const;
+};
+
+/// The record's JSON, and back (DATA_LOSS naming what is wrong with a malformed record).
+std::string EncodePlacement(const ShufflePlacement& p);
+absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
+                                                 const std::string& json);
+
+/// The replication a shuffle gets when its creator does not say: 2 with two or more servers.
+uint32_t DefaultReplication(size_t servers);
+
+class PlacementStore {
+ public:
+  PlacementStore(std::shared_ptr<EtcdClient> etcd, std::string prefix)
+      : etcd_(std::move(etcd)), prefix_(std::move(prefix)) {}
+
+  struct Created {
+    bool created = false;  ///< false: it was recorded before (with what `placement` says)
+    ShufflePlacement placement;
+  };
+  /// Places a new shuffle on `nodes` with `replication` (0 = DefaultReplication) and records
+  /// it, unless it is recorded already: then the recorded one, whatever its parameters (the
+  /// caller compares). INVALID_ARGUMENT for a replication the nodes cannot give.
+  absl::StatusOr<Created> Create(const std::string& shuffle_id, uint32_t num_partitions,
+                                 uint32_t num_mappers, uint32_t replication,
+                                 const std::vector<std::string>& nodes);
+  /// The recorded placement, or nullopt if the shuffle is not recorded.
+  absl::StatusOr<std::optional<ShufflePlacement>> Get(const std::string& shuffle_id);
+
+ private:
+  std::string Key(const std::string& shuffle_id) const {
+    return prefix_ + "shuffles/" + shuffle_id;
+  }
+  const std::shared_ptr<EtcdClient> etcd_;
+  const std::string prefix_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_CLUSTER_PLACEMENT_STORE_H_
