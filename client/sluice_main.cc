@@ -66,6 +66,34 @@ void PrintStatus(const sluice::ShuffleStatus& s) {
   }
 }
 
+// Where the shuffle lives: each server with how many partitions it keeps (and is primary of)
+// and its health, then the partitions' replicas (the first 16 of a wide shuffle).
+void PrintPlacement(const sluice::PlacementInfo& p) {
+  std::printf("placement: replication %u over %zu servers\n", p.replication, p.nodes.size());
+  std::vector<uint32_t> kept(p.nodes.size(), 0), primary(p.nodes.size(), 0);
+  for (const auto& r : p.replicas) {
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (r[i] >= p.nodes.size()) continue;  // (a server's answer is not trusted blindly)
+      ++kept[r[i]];
+      if (i == 0) ++primary[r[i]];
+    }
+  }
+  for (size_t n = 0; n < p.nodes.size(); ++n) {
+    std::printf("  server %s at %s: %u partitions (%u as primary)\n", p.nodes[n].node_id.c_str(),
+                p.nodes[n].address.empty() ? "(not registered)" : p.nodes[n].address.c_str(),
+                kept[n], primary[n]);
+  }
+  for (size_t q = 0; q < p.replicas.size() && q < 16; ++q) {
+    std::string names;
+    for (uint32_t i : p.replicas[q]) {
+      if (!names.empty()) names += ", ";
+      names += i < p.nodes.size() ? p.nodes[i].node_id : "?";
+    }
+    std::printf("  partition %zu on %s\n", q, names.c_str());
+  }
+  if (p.replicas.size() > 16) std::printf("  ... (%zu partitions)\n", p.replicas.size());
+}
+
 // One server of `sluice nodes`: asked itself for its health and space (unreachable ones say so).
 void PrintNode(const sluice::NodeAddress& n) {
   sluice::ClientOptions options;
@@ -288,9 +316,13 @@ int main(int argc, char** argv) {
   if (cmd == "status") {
     std::string why;
     if (!flags.Check(&why)) return Fail(absl::InvalidArgumentError(why));
-    auto st = Connect(server)->GetShuffle(id);
+    auto client = Connect(server);
+    auto st = client->GetShuffle(id);
     if (!st.ok()) return Fail(st.status());
     PrintStatus(*st);
+    auto placement = client->GetPlacement(id);
+    if (!placement.ok()) return Fail(placement.status());
+    PrintPlacement(*placement);
     return 0;
   }
   if (cmd == "list") {

@@ -72,6 +72,12 @@ TEST_F(CliTest, JsonLinesRoundTripInKeyOrder) {
             "{\"n\":2,\"word\":\"apple\"}\n{\"n\":4,\"word\":\"apple\"}\n");
   ASSERT_EQ(Run("status --server " + address_ + " --shuffle j", &out), 0);
   EXPECT_NE(out.find("(2 committed)"), std::string::npos) << out;
+  // A server on its own keeps every partition.
+  EXPECT_NE(out.find("placement: replication 1 over 1 servers\n  server "), std::string::npos)
+      << out;
+  EXPECT_NE(out.find(" at " + address_ + ": 1 partitions (1 as primary)\n  partition 0 on "),
+            std::string::npos)
+      << out;
 }
 
 TEST_F(CliTest, MsgpackFilesRoundTripByteForByte) {
