@@ -390,6 +390,7 @@ class GrpcClient final : public ShuffleClient {
     req.set_require_complete(options.require_complete);
     req.set_layout(rpc::LayoutToProto(options.layout));
     req.set_target_chunk_bytes(static_cast<uint32_t>(options.chunk_bytes));
+    req.set_skip_records(options.skip_records);
     return std::unique_ptr<ShuffleReader>(
         new FrameStreamReader(std::make_unique<GrpcFetchStream>(stub_.get(), options_, req),
                               options_.limits, options_.server));

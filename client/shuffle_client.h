@@ -133,6 +133,8 @@ struct ReaderOptions {
   bool require_complete = false;
   LayoutChoice layout = LayoutChoice::kAuto;  ///< of frames a KEY fetch builds
   size_t chunk_bytes = 1u << 20;
+  /// Leave out the partition's first records in this order (to resume on another replica).
+  uint64_t skip_records = 0;
 };
 
 /// One partition's records. Views stay valid until the next call.

@@ -53,6 +53,17 @@ struct EtcdClient::Impl {
   void Prepare(grpc::ClientContext* ctx) const {
     ctx->set_deadline(std::chrono::system_clock::now() + options.deadline);
   }
+  // Deletes [key, range_end) (just `key` if range_end is empty); how many keys went.
+  absl::StatusOr<int64_t> DeleteRange(std::string_view key, const std::string& range_end) const {
+    epb::DeleteRangeRequest req;
+    req.set_key(std::string(key));
+    req.set_range_end(range_end);
+    epb::DeleteRangeResponse resp;
+    absl::Status st =
+        Unary("delete", [&](grpc::ClientContext* ctx) { return kv->DeleteRange(ctx, req, &resp); });
+    if (!st.ok()) return st;
+    return resp.deleted();
+  }
   // One unary call, `rpc(context)`, with the deadline set.
   template <typename Rpc>
   absl::Status Unary(const char* call, Rpc&& rpc) const {
@@ -169,18 +180,14 @@ absl::StatusOr<EtcdCreate> EtcdClient::CreateIfAbsent(std::string_view key, std:
   return out;
 }
 
+absl::StatusOr<bool> EtcdClient::Delete(std::string_view key) {
+  auto deleted = impl_->DeleteRange(key, "");
+  if (!deleted.ok()) return deleted.status();
+  return *deleted > 0;
+}
+
 absl::StatusOr<int64_t> EtcdClient::DeletePrefix(std::string_view prefix) {
-  epb::DeleteRangeRequest req;
-  req.set_key(std::string(prefix));
-  req.set_range_end(PrefixRangeEnd(prefix));
-  epb::DeleteRangeResponse resp;
-  if (absl::Status st = impl_->Unary(
-          "delete",
-          [&](grpc::ClientContext* ctx) { return impl_->kv->DeleteRange(ctx, req, &resp); });
-      !st.ok()) {
-    return st;
-  }
-  return resp.deleted();
+  return impl_->DeleteRange(prefix, PrefixRangeEnd(prefix));
 }
 
 absl::StatusOr<int64_t> EtcdClient::GrantLease(std::chrono::seconds ttl) {

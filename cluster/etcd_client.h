@@ -64,6 +64,8 @@ class EtcdClient {
   /// concurrent callers exactly one creates it, and all of them get the value that won.
   absl::StatusOr<EtcdCreate> CreateIfAbsent(std::string_view key, std::string_view value,
                                             int64_t lease = 0);
+  /// Deletes `key`; returns whether it existed.
+  absl::StatusOr<bool> Delete(std::string_view key);
   /// Deletes every key that starts with `prefix`; returns how many there were.
   absl::StatusOr<int64_t> DeletePrefix(std::string_view prefix);
 

@@ -83,7 +83,10 @@ absl::Status Membership::Register(std::chrono::steady_clock::time_point give_up)
       // Ours now; at the same address, this is the same server restarted: the key moves to the
       // new lease at once instead of after the old one's TTL.
       if (same_address) {
-        if (absl::Status st = etcd_->Put(Key(), value, *lease); !st.ok()) return st;
+        if (absl::Status st = etcd_->Put(Key(), value, *lease); !st.ok()) {
+          (void)etcd_->RevokeLease(*lease);
+          return st;
+        }
       }
       lease_ = *lease;
       registered_.store(true);
@@ -103,7 +106,11 @@ absl::Status Membership::Register(std::chrono::steady_clock::time_point give_up)
                    other.address, options_.lease_ttl.count() + 1);
       waited = true;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cv_.wait_for(lock, std::chrono::milliseconds(250), [this] { return leaving_; })) {
+      (void)etcd_->RevokeLease(*lease);
+      return absl::CancelledError("the server is leaving");
+    }
   }
 }
 

@@ -68,7 +68,7 @@ absl::StatusOr<std::vector<std::vector<uint32_t>>> PlaceReplicas(
       }
     };
     take([&](uint32_t i) { return load[i] < floor && floor - load[i] >= left; });
-    take([&](uint32_t i) { return cap - load[i] >= left; });
+    take([&](uint32_t i) { return load[i] <= cap && cap - load[i] >= left; });
     take([&](uint32_t i) { return load[i] < cap; });
     take([](uint32_t) { return true; });
     std::vector<uint32_t> rank(n);

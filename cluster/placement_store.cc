@@ -53,6 +53,10 @@ absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
       !j["replicas"].is_array() || j["replicas"].size() != p.num_partitions) {
     return bad("missing its nodes, or not one replica list per partition");
   }
+  if (p.replication < 1 || p.replication > 3 || j["nodes"].size() < p.replication) {
+    return bad(absl::StrCat("holding replication ", p.replication, " over ", j["nodes"].size(),
+                            " servers"));
+  }
   for (const auto& n : j["nodes"]) {
     if (!n.is_string()) return bad("naming a node with something other than a string");
     p.nodes.push_back(n.get<std::string>());
@@ -63,6 +67,9 @@ absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
     for (const auto& i : r) {
       if (!i.is_number_unsigned() || i.get<uint64_t>() >= p.nodes.size()) {
         return bad("naming a node that is not in its list");
+      }
+      if (std::find(list.begin(), list.end(), i.get<uint32_t>()) != list.end()) {
+        return bad("placing a partition twice on one node");
       }
       list.push_back(i.get<uint32_t>());
     }
@@ -98,6 +105,12 @@ absl::StatusOr<PlacementStore::Created> PlacementStore::Create(
   auto theirs = DecodePlacement(shuffle_id, created->kv.value);
   if (!theirs.ok()) return theirs.status();
   return Created{false, std::move(theirs).value()};
+}
+
+absl::StatusOr<bool> PlacementStore::Delete(const std::string& shuffle_id) {
+  auto below = etcd_->DeletePrefix(Key(shuffle_id) + "/");  // (not "<id>x": the slash)
+  if (!below.ok()) return below.status();
+  return etcd_->Delete(Key(shuffle_id));
 }
 
 absl::StatusOr<std::optional<ShufflePlacement>> PlacementStore::Get(const std::string& shuffle_id) {

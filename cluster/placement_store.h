@@ -57,6 +57,8 @@ class PlacementStore {
   absl::StatusOr<Created> Create(const std::string& shuffle_id, uint32_t num_partitions,
                                  uint32_t num_mappers, uint32_t replication,
                                  const std::vector<std::string>& nodes);
+  /// Removes the shuffle's record and its mappers' decisions; whether it was recorded.
+  absl::StatusOr<bool> Delete(const std::string& shuffle_id);
   /// The recorded placement, or nullopt if the shuffle is not recorded.
   absl::StatusOr<std::optional<ShufflePlacement>> Get(const std::string& shuffle_id);
 

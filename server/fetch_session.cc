@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "codec/frame_decoder.h"
+#include "codec/frame_encoder.h"
 #include "codec/status_macros.h"
 
 namespace sluice {
@@ -52,6 +54,17 @@ absl::Status FetchSession::Setup() {
   chunk_bytes_ = spec_.target_chunk_bytes == 0 ? (1u << 20) : spec_.target_chunk_bytes;
   chunk_bytes_ = std::min(chunk_bytes_, cap);
   blocks_ = store_->CommittedBlocks(spec_.partition);
+  uint64_t records = 0;
+  for (const BlockRef& b : blocks_) records += b.records;
+  if (spec_.skip_records > records) {
+    return absl::OutOfRangeError(absl::StrCat("skip_records ", spec_.skip_records,
+                                              " is past the partition's ", records, " records"));
+  }
+  skip_ = spec_.skip_records;
+  // UNORDERED: whole stored frames left out without reading them.
+  while (!spec_.key_order && next_ < blocks_.size() && blocks_[next_].records <= skip_) {
+    skip_ -= blocks_[next_++].records;
+  }
   return absl::OkStatus();
 }
 
@@ -79,8 +92,28 @@ absl::StatusOr<bool> FetchSession::NextStored(std::string* frame) {
   if (next_ == blocks_.size()) return false;
   const BlockRef& b = blocks_[next_++];
   Charge(b.frame_size);
+  if (skip_ > 0) {
+    SLUICE_RETURN_IF_ERROR(SkipInto(b, frame));
+    return true;
+  }
   SLUICE_RETURN_IF_ERROR(store_->ReadFrame(b, frame));
   return true;
+}
+
+absl::Status FetchSession::SkipInto(const BlockRef& b, std::string* frame) {
+  std::string stored;
+  SLUICE_RETURN_IF_ERROR(store_->ReadFrame(b, &stored));
+  DecodeOptions dopts;
+  dopts.limits = StoredFrameLimits(deps_.limits);
+  FrameDecoder decoder(dopts);
+  DecodedFrame decoded;
+  SLUICE_RETURN_IF_ERROR(decoder.Decode(stored, &decoded));
+  std::vector<Record> rest;
+  for (size_t i = skip_; i < decoded.size(); ++i) rest.push_back(decoded[i]);
+  skip_ = 0;
+  frame->clear();
+  FrameEncoder encoder(encode_);
+  return encoder.Encode(rest, frame);
 }
 
 absl::Status FetchSession::StartMerge() {
@@ -116,6 +149,13 @@ absl::StatusOr<bool> FetchSession::NextMerged(std::string* frame) {
   if (merged_ == nullptr) SLUICE_RETURN_IF_ERROR(StartMerge());
   batch_.clear();
   SLUICE_ASSIGN_OR_RETURN(bool more, merged_->NextBatch(chunk_bytes_, &batch_));
+  while (more && skip_ > 0) {  // records to leave out: whole batches, then part of one
+    const size_t drop = static_cast<size_t>(std::min<uint64_t>(skip_, batch_.size()));
+    batch_.erase(batch_.begin(), batch_.begin() + static_cast<std::ptrdiff_t>(drop));
+    skip_ -= drop;
+    if (!batch_.empty()) break;
+    SLUICE_ASSIGN_OR_RETURN(more, merged_->NextBatch(chunk_bytes_, &batch_));
+  }
   if (!more) return false;
   frame->clear();
   SLUICE_RETURN_IF_ERROR(encoder_->Encode(batch_, frame));

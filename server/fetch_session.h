@@ -48,6 +48,8 @@ struct FetchSpec {
   bool uncompressed = false;
   uint32_t zstd_level = 0;          ///< 0 = 3; at most kMaxFetchZstdLevel
   uint32_t target_chunk_bytes = 0;  ///< 0 = 1 MiB of records per frame (KEY)
+  /// The first records of the partition, in this fetch's order, that are not returned.
+  uint64_t skip_records = 0;
 };
 
 /// Fetches compress at most at this zstd level: the server compresses for every reducer.
@@ -86,6 +88,8 @@ class FetchSession {
       : spec_(spec), deps_(deps), cancelled_(cancelled) {}
   absl::Status Setup();
   absl::StatusOr<bool> NextStored(std::string* frame);
+  // The stored frame `b` without its first skip_ records, re-encoded.
+  absl::Status SkipInto(const BlockRef& b, std::string* frame);
   absl::StatusOr<bool> NextMerged(std::string* frame);
   absl::Status StartMerge();
   void Charge(uint64_t n);
@@ -98,6 +102,7 @@ class FetchSession {
   size_t chunk_bytes_ = 1 << 20;
   std::vector<BlockRef> blocks_;
   size_t next_ = 0;
+  uint64_t skip_ = 0;     // records still to leave out (FetchSpec::skip_records)
   uint64_t charged_ = 0;  // the frame handed out, until Sent()
   // KEY order only.
   std::unique_ptr<FrameDecoder> decoder_;

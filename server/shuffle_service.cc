@@ -180,6 +180,7 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
         // Just announced: its whole size is reserved before any piece of it is read.
         deps_.budget->Reserve(n, [this, n] {
           reserved_ = n;
+          large_since_ = std::chrono::steady_clock::now();
           ReadNext();
         });
       } else {
@@ -217,6 +218,13 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
         return attempt_.BeginLargeFrame(request_.large_frame().partition_id(),
                                         request_.large_frame().frame_size());
       case PushRequest::kPiece: {
+        // Its reserved memory is held for at most the idle timeout, however the pieces trickle.
+        if (reserved_ > 0 &&
+            std::chrono::steady_clock::now() - large_since_ > deps_.streams.push_idle_timeout) {
+          return absl::DeadlineExceededError(
+              absl::StrCat("a large frame took over ", Seconds(deps_.streams.push_idle_timeout),
+                           " s to arrive (--push_idle_timeout_s); the attempt was discarded"));
+        }
         const std::string& data = request_.piece().data();
         return attempt_.AddPiece(
             absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
@@ -252,6 +260,7 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   std::vector<PushAttempt::Frame> frames_;  // the current message's, for AddFrames
   uint64_t charged_ = 0;                    // the budget the current message holds
   uint64_t reserved_ = 0;  // the budget held for a large frame's pieces (its announced size)
+  std::chrono::steady_clock::time_point large_since_;  // when that budget was granted
   std::atomic<bool> cancelled_{false};
   bool committed_ = false;
   std::atomic<int> phase_{kBusy};
@@ -268,6 +277,7 @@ FetchSpec SpecFromRequest(const FetchRequest& req) {
   spec.uncompressed = req.uncompressed();
   spec.zstd_level = req.zstd_level();
   spec.target_chunk_bytes = req.target_chunk_bytes();
+  spec.skip_records = req.skip_records();
   return spec;
 }
 
@@ -283,9 +293,20 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
       Finish(st);
       return;
     }
-    // Setup reads the store under its locks: keep gRPC threads free of any lock wait. A KEY
-    // fetch sets up on the merge pool, where its merge runs: with a slot free it goes on to
-    // its first chunk there without another hand-over.
+    if (spec_.key_order && deps_.budget->MustWait()) {
+      // A merge charges the budget as it goes and never waits once it runs (it would wait on
+      // memory it holds): one that has not started yet waits its turn, holding nothing, so
+      // that a push waiting for a large frame's room is not passed over by merge after merge.
+      deps_.budget->WhenAvailable([this] { SetUp(); });
+      return;
+    }
+    SetUp();
+  }
+
+  // Setup reads the store under its locks: keep gRPC threads free of any lock wait. A KEY
+  // fetch sets up on the merge pool, where its merge runs: with a slot free it goes on to
+  // its first chunk there without another hand-over.
+  void SetUp() {
     WorkerPool* setup = spec_.key_order ? deps_.merge_pool : deps_.pool;
     setup->Submit([this] {
       if (absl::Status st = EnsureLocal(deps_, spec_.shuffle_id); !st.ok()) {
@@ -547,7 +568,19 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::DeleteShuffle(grpc::CallbackServer
                                                             v1::DeleteShuffleResponse*) {
   auto* reactor = ctx->DefaultReactor();
   deps_.meta_pool->Submit([this, reactor, req] {  // removes files: off-thread
+    const ClusterView c = Cluster(*deps_.node);
+    bool recorded = false;
+    if (c.clustered) {  // its record first: no server makes its store again from etcd
+      absl::StatusOr<bool> deleted =
+          c.Joined().ok() ? c.placements->Delete(req->shuffle_id()) : c.Joined();
+      if (!deleted.ok()) {
+        reactor->Finish(ToClient(deps_, deleted.status()));
+        return;
+      }
+      recorded = *deleted;
+    }
     absl::Status st = deps_.registry->Delete(req->shuffle_id());
+    if (recorded && absl::IsNotFound(st)) st = absl::OkStatus();  // held elsewhere only
     if (st.ok()) spdlog::info("event=delete shuffle={}", req->shuffle_id());
     reactor->Finish(ToClient(deps_, st));
   });

@@ -241,20 +241,23 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
 
 absl::Status SluiceServer::JoinCluster() {
   const ServerOptions& o = impl_->options;
-  std::lock_guard<std::mutex> lock(impl_->node.mu);
-  impl_->node.node_id = o.node_id.empty() ? HostName() : o.node_id;
-  impl_->node.address = o.advertise_address.empty()
-                            ? AdvertisedAddress(o.listen_address, impl_->port)
-                            : o.advertise_address;
-  impl_->node.data_dir = o.data_dir;
-  impl_->node.started_unix_ms = NowUnixMs();
+  MembershipOptions mo;
+  {
+    std::lock_guard<std::mutex> lock(impl_->node.mu);
+    impl_->node.node_id = o.node_id.empty() ? HostName() : o.node_id;
+    impl_->node.address = o.advertise_address.empty()
+                              ? AdvertisedAddress(o.listen_address, impl_->port)
+                              : o.advertise_address;
+    impl_->node.data_dir = o.data_dir;
+    impl_->node.started_unix_ms = NowUnixMs();
+    mo.node_id = impl_->node.node_id;
+    mo.address = impl_->node.address;
+  }
   if (o.etcd_endpoints.empty()) return absl::OkStatus();
+  // Without the lock: calls that come in meanwhile hear "still joining" instead of waiting.
   EtcdOptions eo;
   eo.endpoints = o.etcd_endpoints;
-  MembershipOptions mo;
   mo.prefix = o.etcd_prefix;
-  mo.node_id = impl_->node.node_id;
-  mo.address = impl_->node.address;
   mo.lease_ttl = o.node_lease_ttl;
   auto etcd = EtcdClient::Connect(eo);
   if (etcd.ok()) impl_->etcd = std::move(etcd).value();
@@ -262,15 +265,14 @@ absl::Status SluiceServer::JoinCluster() {
       etcd.ok() ? Membership::Join(impl_->etcd, mo)
                 : absl::StatusOr<std::unique_ptr<Membership>>(etcd.status());
   if (!member.ok()) {
-    impl_->stopped = true;  // never served as a member: stop at once
-    impl_->server->Shutdown(std::chrono::system_clock::now());
-    impl_->server->Wait();
+    Shutdown();  // never served as a member: stop
     return absl::Status(member.status().code(),
                         absl::StrCat("could not join the cluster: ", member.status().message()));
   }
   impl_->membership = std::move(member).value();
-  impl_->node.membership = impl_->membership.get();
   impl_->placements = std::make_unique<PlacementStore>(impl_->etcd, o.etcd_prefix);
+  std::lock_guard<std::mutex> lock(impl_->node.mu);
+  impl_->node.membership = impl_->membership.get();
   impl_->node.placements = impl_->placements.get();
   impl_->node.started_unix_ms = impl_->membership->started_unix_ms();  // the one registered
   return absl::OkStatus();

@@ -88,6 +88,11 @@ void MemoryBudget::Reserve(uint64_t n, std::function<void()> granted) {
   pool_->Submit(std::move(granted));  // never on the caller's (possibly gRPC) thread
 }
 
+bool MemoryBudget::MustWait() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return used_ >= limit_ || !waiters_.empty();
+}
+
 uint64_t MemoryBudget::used() const {
   std::lock_guard<std::mutex> lock(mu_);
   return used_;

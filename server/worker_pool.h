@@ -54,6 +54,8 @@ class MemoryBudget {
   /// passed over by later small ones; the same rule as WhenAvailable on what a waiter may hold.
   void Reserve(uint64_t n, std::function<void()> granted);
 
+  /// Whether a newcomer would wait now (the budget full, or others waiting before it).
+  bool MustWait() const;
   uint64_t used() const;
   uint64_t limit() const { return limit_; }
   uint64_t parked_total() const;  ///< how many times a stream had to wait (for stats/tests)

@@ -176,6 +176,42 @@ TEST_F(ClientTest, AWideShuffleCostsTwoDescriptorsAndComesBackWhole) {
   EXPECT_GT(check(16), 0u);
 }
 
+// A reader that lost its replica resumes on another with skip_records: a partition's order is
+// the same wherever it is read (KEY: key, mapper, arrival; UNORDERED: mapper, arrival), so the
+// rest comes back once, whether the skip ends between stored frames or inside one.
+TEST_F(ClientTest, SkipRecordsResumesAPartitionWhereAReaderLeftOff) {
+  ASSERT_OK(client_->CreateShuffle("r", 1, 3).status());
+  for (uint32_t m = 0; m < 3; ++m) {
+    WriterOptions w;
+    w.buffer_bytes = w.frame_bytes = 4 << 10;  // many small frames per mapper
+    ASSERT_OK_AND_ASSIGN(auto writer, client_->OpenWriter("r", m, 1, w));
+    for (int i = 0; i < 500; ++i) {
+      const int k = (i * 7919 + static_cast<int>(m) * 13) % 611;
+      ASSERT_OK(
+          writer->Add("k" + std::to_string(k), "m" + std::to_string(m) + "-" + std::to_string(i)));
+    }
+    ASSERT_OK(writer->Close().status());
+  }
+  for (FetchOrder order : {FetchOrder::kUnordered, FetchOrder::kKey}) {
+    ReaderOptions opts;
+    opts.order = order;
+    const auto all = ReadAll("r", 0, opts);
+    ASSERT_EQ(all.size(), 1500u);
+    for (uint64_t skip : {1u, 7u, 499u, 500u, 750u, 1499u, 1500u}) {
+      opts.skip_records = skip;
+      const auto rest = ReadAll("r", 0, opts);
+      EXPECT_EQ(rest, decltype(all)(all.begin() + static_cast<std::ptrdiff_t>(skip), all.end()))
+          << "skip " << skip << (order == FetchOrder::kKey ? " KEY" : " UNORDERED");
+    }
+    opts.skip_records = 1501;
+    ASSERT_OK_AND_ASSIGN(auto reader, client_->OpenReader("r", 0, opts));
+    Record r;
+    EXPECT_THAT(reader->Next(&r),
+                testing::StatusIs(absl::StatusCode::kOutOfRange,
+                                  "skip_records 1501 is past the partition's 1500"));
+  }
+}
+
 TEST_F(ClientTest, KeyOrderAndGroupBy) {
   ASSERT_TRUE(*client_->CreateShuffle("g", 2, 3));
   for (uint32_t m = 0; m < 3; ++m) {

@@ -248,6 +248,12 @@ TEST_F(MembershipTest, AShuffleIsPlacedOnceAndEveryServerGivesThePlacement) {
               StatusIs(absl::StatusCode::kNotFound, "'none' not found in the cluster"));
   EXPECT_THAT(clients[0]->CreateShuffle("four", 2, 0, 5),
               StatusIs(absl::StatusCode::kInvalidArgument, "replication 5"));
+  // Deleted: its record goes first, so no server makes its store again from etcd.
+  ASSERT_OK(clients[1]->DeleteShuffle("job"));
+  EXPECT_THAT(clients[2]->GetPlacement("job"), StatusIs(absl::StatusCode::kNotFound, ""));
+  EXPECT_THAT(clients[1]->GetShuffle("job"), StatusIs(absl::StatusCode::kNotFound, ""));
+  ASSERT_OK(other->DeleteShuffle("one"));  // recorded, held elsewhere: deleted all the same
+  EXPECT_THAT(other->DeleteShuffle("one"), StatusIs(absl::StatusCode::kNotFound, ""));
 }
 
 TEST(MembershipAloneTest, AServerWithoutEtcdListsItself) {

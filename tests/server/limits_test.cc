@@ -17,6 +17,7 @@
 
 #include "codec/frame_encoder.h"
 #include "server/file_util.h"
+#include "server/worker_pool.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
@@ -195,6 +196,35 @@ TEST_F(LimitsTest, AnIdlePushStreamIsEndedAndItsAttemptDiscarded) {
   w2->Write(commit);
   w2->WritesDone();
   ASSERT_TRUE(w2->Finish().ok());
+}
+
+// A large frame's reserved memory is held for at most the idle timeout in all: a client that
+// trickles its pieces (each in time for the idle timeout) is cut off, and the memory returns.
+TEST_F(LimitsTest, ALargeFrameTricklingInIsCutOffAfterTheIdleTimeout) {
+  Start([](ServerOptions& o) { o.push_idle_timeout = seconds(1); });
+  ASSERT_TRUE(Create("s").ok());
+  const std::string frame = BigFrame("t", 4, 1 << 20);  // ~4 MiB: announced, then in pieces
+  grpc::ClientContext ctx;
+  pb::PushResponse resp;
+  auto w = stub_->Push(&ctx, &resp);
+  ASSERT_TRUE(w->Write(Open("s", 0)));
+  pb::PushRequest msg;
+  msg.mutable_large_frame()->set_partition_id(0);
+  msg.mutable_large_frame()->set_frame_size(frame.size());
+  ASSERT_TRUE(w->Write(msg));
+  bool ok = true;
+  for (size_t at = 0; ok && at < frame.size(); at += 1000) {
+    std::this_thread::sleep_for(milliseconds(300));
+    msg.mutable_piece()->set_data(frame.substr(at, 1000));
+    ok = w->Write(msg);
+  }
+  w->WritesDone();
+  const grpc::Status st = w->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_NE(st.error_message().find("a large frame took over 1 s"), std::string::npos)
+      << st.error_message();
+  EXPECT_TRUE(Eventually([&] { return server_->server()->memory_budget().used() == 0; }));
+  EXPECT_EQ(Info("s").committed_mappers_size(), 0);
 }
 
 // Finding 7: a KEY fetch never read held its merge slot (and budget) forever, so every other
