@@ -41,7 +41,7 @@ absl::StatusOr<std::vector<std::vector<uint32_t>>> PlaceReplicas(
   const uint64_t n = nodes.size();
   const uint64_t cap = (uint64_t{partitions} * replicas + n - 1) / n;  // replicas a node takes
   const uint64_t floor = uint64_t{partitions} * replicas / n;          // at most, and at least
-  std::vector<uint64_t> load(n, 0);
+  std::vector<uint64_t> load(n, 0), primaries(n, 0);
   std::vector<std::vector<uint32_t>> out(partitions);
   std::vector<uint32_t> order(n);
   std::vector<uint64_t> score(n);
@@ -75,6 +75,16 @@ absl::StatusOr<std::vector<std::vector<uint32_t>>> PlaceReplicas(
     for (uint32_t r = 0; r < n; ++r) rank[order[r]] = r;
     std::sort(chosen.begin(), chosen.end(),
               [&](uint32_t a, uint32_t b) { return rank[a] < rank[b]; });
+    // Reads go to the primary: of the chosen, the one primary of the fewest partitions so far
+    // leads (the best scoring of those), so that primaries spread as evenly as replicas do;
+    // the rest follow by score.
+    size_t lead = 0;
+    for (size_t c = 1; c < chosen.size(); ++c) {
+      if (primaries[chosen[c]] < primaries[chosen[lead]]) lead = c;
+    }
+    std::rotate(chosen.begin(), chosen.begin() + static_cast<std::ptrdiff_t>(lead),
+                chosen.begin() + static_cast<std::ptrdiff_t>(lead) + 1);
+    ++primaries[chosen[0]];
     for (uint32_t i : chosen) ++load[i];
   }
   return out;

@@ -8,8 +8,9 @@
 // than others at small partition counts (8 partitions on 3 nodes can split 5/2/1); so, going
 // through the partitions in order, a node takes at most ceil(partitions x replicas / nodes)
 // replicas (and, as the partitions run out, one still below the fair share is taken first),
-// and a partition whose best nodes are full goes to its next best. The result
-// depends only on the arguments: anyone who computes it gets the same placement.
+// and a partition whose best nodes are full goes to its next best. Of a partition's
+// replicas, the one that is primary of the fewest partitions so far leads (reads go to the
+// primary). The result depends only on the arguments: anyone who computes it gets the same.
 #ifndef SLUICE_CLUSTER_PLACEMENT_H_
 #define SLUICE_CLUSTER_PLACEMENT_H_
 

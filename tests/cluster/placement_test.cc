@@ -46,10 +46,16 @@ TEST(PlacementTest, LoadIsEvenAtSmallAndLargePartitionCounts) {
                                   std::to_string(replicas) + " on " + std::to_string(n);
         ASSERT_OK_AND_ASSIGN(auto placed, PlaceReplicas("s" + std::to_string(partitions * 7 + n),
                                                         partitions, Nodes(n), replicas));
-        std::vector<uint32_t> load(n, 0);
+        std::vector<uint32_t> load(n, 0), primaries(n, 0);
         for (const auto& r : placed) {
           ASSERT_EQ(std::set<uint32_t>(r.begin(), r.end()).size(), replicas) << where;
           for (uint32_t i : r) ++load[i];
+          ++primaries[r[0]];
+        }
+        // Primaries (where reads go) spread nearly as evenly: within 10% (or 2) of the share.
+        const uint32_t share = (partitions + n - 1) / n;
+        for (uint32_t pr : primaries) {
+          EXPECT_LE(pr, share + std::max(2u, share / 10)) << where << ": primaries";
         }
         const uint32_t lo = partitions * replicas / n, hi = (partitions * replicas + n - 1) / n;
         for (uint32_t l : load) {
