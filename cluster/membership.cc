@@ -12,12 +12,6 @@
 namespace sluice {
 namespace {
 
-uint64_t NowUnixMs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
-}
-
 std::string EncodeNode(const std::string& address, uint64_t started_unix_ms) {
   return nlohmann::json{{"address", address}, {"started_unix_ms", started_unix_ms}}.dump();
 }
@@ -47,7 +41,7 @@ absl::Status ValidateNodeId(const std::string& id) {
 }
 
 Membership::Membership(std::shared_ptr<EtcdClient> etcd, MembershipOptions options)
-    : etcd_(std::move(etcd)), options_(std::move(options)), started_unix_ms_(NowUnixMs()) {}
+    : etcd_(std::move(etcd)), options_(std::move(options)) {}
 
 absl::StatusOr<std::unique_ptr<Membership>> Membership::Join(std::shared_ptr<EtcdClient> etcd,
                                                              MembershipOptions options) {
@@ -68,7 +62,7 @@ absl::StatusOr<std::unique_ptr<Membership>> Membership::Join(std::shared_ptr<Etc
 absl::Status Membership::Register(std::chrono::steady_clock::time_point give_up) {
   auto lease = etcd_->GrantLease(options_.lease_ttl);
   if (!lease.ok()) return lease.status();
-  const std::string value = EncodeNode(options_.address, started_unix_ms_);
+  const std::string value = EncodeNode(options_.address, options_.started_unix_ms);
   bool waited = false;
   for (;;) {
     auto created = etcd_->CreateIfAbsent(Key(), value, *lease);

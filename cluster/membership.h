@@ -35,6 +35,7 @@ struct MembershipOptions {
   std::string node_id;
   std::string address;  ///< host:port where clients and other servers reach this server
   std::chrono::seconds lease_ttl{10};
+  uint64_t started_unix_ms = 0;  ///< when the server started, as registered
 };
 
 /// A registered server.
@@ -61,7 +62,6 @@ class Membership {
   absl::StatusOr<std::vector<NodeEntry>> Nodes() const;
   /// Whether the registration is live (false after its lease was lost, until re-registered).
   bool registered() const { return registered_.load(); }
-  uint64_t started_unix_ms() const { return started_unix_ms_; }
   /// Stops renewing and revokes the lease: the server is no longer listed. Idempotent.
   void Leave();
 
@@ -73,7 +73,6 @@ class Membership {
 
   const std::shared_ptr<EtcdClient> etcd_;
   const MembershipOptions options_;
-  const uint64_t started_unix_ms_;
   std::atomic<bool> registered_{false};
   int64_t lease_ = 0;  // the renewal thread's, after Join
   std::mutex mu_;

@@ -252,6 +252,7 @@ absl::Status SluiceServer::JoinCluster() {
     impl_->node.started_unix_ms = NowUnixMs();
     mo.node_id = impl_->node.node_id;
     mo.address = impl_->node.address;
+    mo.started_unix_ms = impl_->node.started_unix_ms;
   }
   if (o.etcd_endpoints.empty()) return absl::OkStatus();
   // Without the lock: calls that come in meanwhile hear "still joining" instead of waiting.
@@ -274,7 +275,6 @@ absl::Status SluiceServer::JoinCluster() {
   std::lock_guard<std::mutex> lock(impl_->node.mu);
   impl_->node.membership = impl_->membership.get();
   impl_->node.placements = impl_->placements.get();
-  impl_->node.started_unix_ms = impl_->membership->started_unix_ms();  // the one registered
   return absl::OkStatus();
 }
 

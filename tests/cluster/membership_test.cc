@@ -5,12 +5,8 @@
 // shuffle is placed once and every server gives the same placement.
 #include "cluster/membership.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <string>
@@ -46,19 +42,6 @@ std::vector<std::string> Ids(const std::vector<NodeAddress>& nodes) {
   std::vector<std::string> out;
   for (const auto& n : nodes) out.push_back(n.node_id);
   return out;
-}
-
-// A port free on `host` a moment ago.
-int FreePort(const std::string& host) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 class MembershipTest : public ::testing::Test {
@@ -125,7 +108,7 @@ TEST_F(MembershipTest, ServersListEachOtherAndLeaveWhenStoppedOrDead) {
 
 TEST_F(MembershipTest, ARestartAtTheSameAddressTakesItsIdBackAtOnce) {
   TempDir dir;
-  const int port = FreePort("127.0.0.2");
+  const int port = *testing::FreePort("127.0.0.2");
   const std::string listen = "--listen=127.0.0.2:" + std::to_string(port);
   // A 30 s lease: waiting for the dead one's registration to expire would take that long.
   ASSERT_OK_AND_ASSIGN(auto first, StartServer("n0", 2, dir, 30, {listen}));
@@ -167,7 +150,8 @@ TEST_F(MembershipTest, ATakenIdIsRefusedNamingItsServerAndAnUnreachableEtcdIsNam
 
   o.data_dir = d2.path();
   o.node_id = "n9";
-  o.etcd_endpoints = "127.0.0.1:" + std::to_string(FreePort("127.0.0.1"));  // nobody there
+  o.etcd_endpoints =
+      "127.0.0.1:" + std::to_string(*testing::FreePort("127.0.0.1"));  // nobody there
   EXPECT_THAT(SluiceServer::Start(o),
               StatusIs(absl::StatusCode::kUnavailable,
                        "could not join the cluster: etcd lease grant at " + o.etcd_endpoints));

@@ -17,9 +17,7 @@
 #include "cluster/etcd_client.h"
 
 namespace sluice::testing {
-namespace {
 
-// A port that was free on `host` a moment ago (the kernel's pick for port 0).
 absl::StatusOr<int> FreePort(const std::string& host) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return absl::InternalError("socket failed");
@@ -36,6 +34,8 @@ absl::StatusOr<int> FreePort(const std::string& host) {
   ::close(fd);
   return ntohs(addr.sin_port);
 }
+
+namespace {
 
 // Whether etcd's HTTP /health on host:port says it is healthy. (A gRPC connection made before
 // etcd serves is held until a connect timeout, ~10 s; this asks first.)

@@ -17,6 +17,9 @@
 
 namespace sluice::testing {
 
+/// A port that was free on `host` (an IPv4 address) a moment ago: the kernel's pick for port 0.
+absl::StatusOr<int> FreePort(const std::string& host);
+
 class EtcdProcess {
  public:
   /// Starts etcd ($SLUICE_ETCD_BIN, else /usr/bin/etcd) on `host` and waits until it answers.
