@@ -59,8 +59,8 @@ void SetStreamDeadline(const ClientOptions& options, grpc::ClientContext* ctx) {
 
 class GrpcPushStream final : public PushStream {
  public:
-  GrpcPushStream(pb::ShuffleService::Stub* stub, const ClientOptions& options)
-      : server_(options.server) {
+  GrpcPushStream(pb::ShuffleService::Stub* stub, const ClientOptions& options, bool prepare)
+      : server_(options.server), prepare_(prepare) {
     SetStreamDeadline(options, &ctx_);
     stream_ = stub->Push(&ctx_, &response_);
   }
@@ -101,15 +101,20 @@ class GrpcPushStream final : public PushStream {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<WriteResult> Commit(uint64_t frames, uint64_t records) override {
+  absl::Status SendCommit(uint64_t frames, uint64_t records) override {
     if (pending_bytes_ > 0) {
       if (absl::Status st = SendPending(); !st.ok()) return st;
     }
     pb::PushRequest commit;
     commit.mutable_commit()->set_frame_count(frames);
     commit.mutable_commit()->set_record_count(records);
+    commit.mutable_commit()->set_prepare(prepare_);
     if (!stream_->Write(commit)) return WriteFailed();
     stream_->WritesDone();
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<WriteResult> FinishCommit() override {
     if (absl::Status st = Finish(); !st.ok()) return st;
     WriteResult r;
     r.duplicate = response_.duplicate();
@@ -157,6 +162,7 @@ class GrpcPushStream final : public PushStream {
   }
 
   const std::string server_;
+  const bool prepare_;
   grpc::ClientContext ctx_;
   pb::PushResponse response_;
   pb::PushRequest msg_;       // the frames not sent yet
@@ -203,7 +209,7 @@ class GrpcFetchStream final : public FetchStream {
   bool done_ = false;
 };
 
-class GrpcClient final : public ShuffleClient {
+class GrpcClient final : public ShuffleClient, public ServerLink {
  public:
   explicit GrpcClient(const ClientOptions& options) : options_(options) {
     grpc::ChannelArguments args;
@@ -331,6 +337,7 @@ class GrpcClient final : public ShuffleClient {
     p.num_partitions = resp.num_partitions();
     p.num_mappers = resp.num_mappers();
     p.replication = resp.replication();
+    p.clustered = resp.clustered();
     for (const auto& e : resp.nodes()) {
       p.nodes.push_back(NodeAddress{e.node_id(), e.address(), e.started_unix_ms()});
     }
@@ -370,10 +377,10 @@ class GrpcClient final : public ShuffleClient {
       }
       partitions = info.num_partitions();
     }
-    auto stream = std::make_unique<GrpcPushStream>(stub_.get(), options_);
-    if (absl::Status st = stream->Open(id, mapper, attempt); !st.ok()) return st;
+    auto stream = OpenPush(id, mapper, attempt, /*prepare=*/false);
+    if (!stream.ok()) return stream.status();
     std::vector<std::unique_ptr<PushStream>> streams;
-    streams.push_back(std::move(stream));
+    streams.push_back(std::move(stream).value());
     auto writer =
         PartitionedWriter::Make(partitions, std::move(streams), {}, options, options_.limits);
     if (!writer.ok()) return writer.status();
@@ -383,6 +390,37 @@ class GrpcClient final : public ShuffleClient {
   absl::StatusOr<std::unique_ptr<ShuffleReader>> OpenReader(const std::string& id,
                                                             uint32_t partition,
                                                             const ReaderOptions& options) override {
+    return std::unique_ptr<ShuffleReader>(
+        new FrameStreamReader(OpenFetch(id, partition, options), options_.limits, options_.server));
+  }
+
+  // ServerLink: what the cluster client needs of one server.
+  ShuffleClient& client() override { return *this; }
+  const std::string& address() const override { return options_.server; }
+
+  absl::StatusOr<std::unique_ptr<PushStream>> OpenPush(const std::string& id, uint32_t mapper,
+                                                       uint64_t attempt, bool prepare) override {
+    auto stream = std::make_unique<GrpcPushStream>(stub_.get(), options_, prepare);
+    if (absl::Status st = stream->Open(id, mapper, attempt); !st.ok()) return st;
+    return std::unique_ptr<PushStream>(std::move(stream));
+  }
+
+  absl::StatusOr<bool> CommitMapper(const std::string& id, uint32_t mapper,
+                                    uint64_t attempt) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    pb::CommitMapperRequest req;
+    req.set_shuffle_id(id);
+    req.set_mapper_id(mapper);
+    req.set_attempt_id(attempt);
+    pb::CommitMapperResponse resp;
+    absl::Status st = FromGrpc(stub_->CommitMapper(&ctx, req, &resp), options_.server);
+    if (!st.ok()) return st;
+    return resp.duplicate();
+  }
+
+  std::unique_ptr<FetchStream> OpenFetch(const std::string& id, uint32_t partition,
+                                         const ReaderOptions& options) override {
     pb::FetchRequest req;
     req.set_shuffle_id(id);
     req.set_partition_id(partition);
@@ -391,9 +429,7 @@ class GrpcClient final : public ShuffleClient {
     req.set_layout(rpc::LayoutToProto(options.layout));
     req.set_target_chunk_bytes(static_cast<uint32_t>(options.chunk_bytes));
     req.set_skip_records(options.skip_records);
-    return std::unique_ptr<ShuffleReader>(
-        new FrameStreamReader(std::make_unique<GrpcFetchStream>(stub_.get(), options_, req),
-                              options_.limits, options_.server));
+    return std::make_unique<GrpcFetchStream>(stub_.get(), options_, req);
   }
 
  private:
@@ -410,10 +446,8 @@ class GrpcClient final : public ShuffleClient {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ShuffleClient>> ShuffleClient::Connect(
-    const ClientOptions& options) {
-  if (options.server.empty()) return absl::InvalidArgumentError("no server address");
-  return std::unique_ptr<ShuffleClient>(new GrpcClient(options));
+std::unique_ptr<ServerLink> ConnectServer(const ClientOptions& options) {
+  return std::make_unique<GrpcClient>(options);
 }
 
 }  // namespace sluice

@@ -115,35 +115,41 @@ struct PartitionedWriter::Job {
 
 absl::StatusOr<std::unique_ptr<PartitionedWriter>> PartitionedWriter::Make(
     uint32_t num_partitions, std::vector<std::unique_ptr<PushStream>> streams,
-    std::vector<uint32_t> stream_of_partition, WriterOptions options, FrameLimits limits) {
+    std::vector<std::vector<uint32_t>> routes, WriterOptions options, FrameLimits limits,
+    Decider decide) {
   if (num_partitions == 0) return absl::InvalidArgumentError("a writer needs partitions");
   if (streams.empty()) return absl::InvalidArgumentError("a writer needs a push stream");
-  if (stream_of_partition.empty()) stream_of_partition.assign(num_partitions, 0);
-  if (stream_of_partition.size() != num_partitions) {
-    return absl::InvalidArgumentError(absl::StrCat("routes for ", stream_of_partition.size(),
-                                                   " partitions, the shuffle has ",
-                                                   num_partitions));
+  if (routes.empty()) routes.assign(num_partitions, {0});
+  if (routes.size() != num_partitions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "routes for ", routes.size(), " partitions, the shuffle has ", num_partitions));
   }
-  for (uint32_t s : stream_of_partition) {
-    if (s >= streams.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a partition is routed to stream ", s, " of ", streams.size()));
+  for (size_t p = 0; p < routes.size(); ++p) {
+    if (routes[p].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("partition ", p, " has no stream"));
+    }
+    for (uint32_t s : routes[p]) {
+      if (s >= streams.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("a partition is routed to stream ", s, " of ", streams.size()));
+      }
     }
   }
   return std::unique_ptr<PartitionedWriter>(
-      new PartitionedWriter(num_partitions, std::move(streams), std::move(stream_of_partition),
-                            std::move(options), limits));
+      new PartitionedWriter(num_partitions, std::move(streams), std::move(routes),
+                            std::move(options), limits, std::move(decide)));
 }
 
 PartitionedWriter::PartitionedWriter(uint32_t num_partitions,
                                      std::vector<std::unique_ptr<PushStream>> streams,
-                                     std::vector<uint32_t> stream_of_partition,
-                                     WriterOptions options, FrameLimits limits)
+                                     std::vector<std::vector<uint32_t>> routes,
+                                     WriterOptions options, FrameLimits limits, Decider decide)
     : limits_(limits),
       options_(std::move(options)),
       num_partitions_(num_partitions),
       streams_(std::move(streams)),
-      stream_of_(std::move(stream_of_partition)),
+      routes_(std::move(routes)),
+      decide_(std::move(decide)),
       // Chunks of 1/8 of a partition's even share of the budget (256 B to 1 MiB): the partly
       // filled last chunks of all partitions hold at most 1/8 of the budget (unless there are
       // more than budget / 2 KiB partitions), so flushes stay large.
@@ -210,9 +216,16 @@ absl::StatusOr<WriteResult> PartitionedWriter::Close() {
     CancelStreams();
     return send_error;
   }
+  // Every stream's commit first, then the answers: the servers sync at once, not in turn.
+  for (size_t s = 0; s < streams_.size(); ++s) {
+    if (absl::Status st = streams_[s]->SendCommit(frames_[s], records_[s]); !st.ok()) {
+      CancelStreams();
+      return st;
+    }
+  }
   WriteResult total;
   for (size_t s = 0; s < streams_.size(); ++s) {
-    auto r = streams_[s]->Commit(frames_[s], records_[s]);
+    auto r = streams_[s]->FinishCommit();
     if (!r.ok()) {
       CancelStreams();
       return r.status();
@@ -222,7 +235,12 @@ absl::StatusOr<WriteResult> PartitionedWriter::Close() {
     total.records += r->records;
     total.bytes += r->bytes;
   }
-  return total;
+  if (!decide_) return total;
+  // Prepared everywhere: one decision makes it the mapper's commit, or a duplicate.
+  SLUICE_ASSIGN_OR_RETURN(const bool duplicate, decide_());
+  WriteResult out = sent_;
+  out.duplicate = duplicate;
+  return out;
 }
 
 void PartitionedWriter::Abort() {
@@ -330,9 +348,10 @@ absl::Status PartitionedWriter::Send(uint32_t partition, PartitionBuffer& buffer
                                      FrameEncoder& encoder) {
   std::vector<Record>& records = buffer.records;
   if (options_.sort_by_key) StableSortByKey(absl::MakeSpan(records), &sort_scratch_);
-  const uint32_t s = stream_of_[partition];
-  PushStream& stream = *streams_[s];
-  // Frames of at most frame_bytes of records each (the stream packs small ones into messages).
+  const std::vector<uint32_t>& route = routes_[partition];
+  PushStream& first = *streams_[route[0]];
+  // Frames of at most frame_bytes of records each (the stream packs small ones into messages),
+  // encoded once and sent on each of the partition's streams.
   size_t i = 0;
   while (i < records.size()) {
     size_t j = i, bytes = 0;
@@ -342,11 +361,20 @@ absl::Status PartitionedWriter::Send(uint32_t partition, PartitionBuffer& buffer
       bytes += records[j].key.size() + records[j].value.size();
       ++j;
     }
-    std::string* frame = stream.NewFrame(partition);
+    std::string* frame = first.NewFrame(partition);
     SLUICE_RETURN_IF_ERROR(encoder.Encode(absl::MakeConstSpan(records.data() + i, j - i), frame));
-    SLUICE_RETURN_IF_ERROR(stream.SendFrame());
-    ++frames_[s];
-    records_[s] += j - i;
+    sent_.frames += 1;
+    sent_.records += j - i;
+    sent_.bytes += frame->size();
+    for (size_t r = 1; r < route.size(); ++r) {  // copies first: sending may take the buffer
+      *streams_[route[r]]->NewFrame(partition) = *frame;
+      SLUICE_RETURN_IF_ERROR(streams_[route[r]]->SendFrame());
+    }
+    SLUICE_RETURN_IF_ERROR(first.SendFrame());
+    for (uint32_t s : route) {
+      ++frames_[s];
+      records_[s] += j - i;
+    }
     i = j;
   }
   return absl::OkStatus();

@@ -8,10 +8,12 @@
 // shared messages, while Add() goes on (at most two flushes in flight, then Add() waits).
 // Close() flushes the rest and commits every stream.
 //
-// One writer may feed several streams (a cluster client sends each partition to the server
-// that holds it): `stream_of_partition[p]` names partition p's stream. Each stream is committed
-// with the frames and records it carried, in stream order; the first failure stops the rest and
-// cancels them (a stream committed before it stays committed).
+// One writer may feed several streams (a cluster client sends each partition to every server
+// that holds a replica of it): `routes[p]` names partition p's streams; each of its frames is
+// encoded once and sent on all of them. Close() sends every stream its commit, then waits for
+// every answer; the first failure cancels the rest (a stream committed before it stays
+// committed). With a `decide` step (cluster mode: the streams only prepared), Close() then
+// calls it, and its answer says whether the attempt won.
 //
 // Memory: buffers grow in fixed-size chunks from a pool the partitions share and give them back
 // once sent, so what a writer holds follows the budget, not every partition's largest size so
@@ -22,6 +24,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string_view>
@@ -41,11 +44,14 @@ struct PartitionBuffer;
 
 class PartitionedWriter final : public ShuffleWriter {
  public:
-  /// `stream_of_partition` empty: every partition goes to streams[0]. INVALID_ARGUMENT for no
-  /// streams, a route to a stream that does not exist, or zero partitions.
+  /// Decides the attempt once every stream prepared; true if another attempt won.
+  using Decider = std::function<absl::StatusOr<bool>()>;
+  /// `routes` empty: every partition goes to streams[0]. INVALID_ARGUMENT for no streams, a
+  /// partition without a route, a route to a stream that does not exist, or zero partitions.
   static absl::StatusOr<std::unique_ptr<PartitionedWriter>> Make(
       uint32_t num_partitions, std::vector<std::unique_ptr<PushStream>> streams,
-      std::vector<uint32_t> stream_of_partition, WriterOptions options, FrameLimits limits);
+      std::vector<std::vector<uint32_t>> routes, WriterOptions options, FrameLimits limits,
+      Decider decide = nullptr);
   ~PartitionedWriter() override;  // without Close(): the attempt is discarded
 
   absl::Status Add(std::string_view key, std::string_view value) override;
@@ -59,8 +65,8 @@ class PartitionedWriter final : public ShuffleWriter {
   struct Buffers;  // the chunk pool and the partitions' buffers
   struct Job;      // flushed partitions, on their way to the sender
   PartitionedWriter(uint32_t num_partitions, std::vector<std::unique_ptr<PushStream>> streams,
-                    std::vector<uint32_t> stream_of_partition, WriterOptions options,
-                    FrameLimits limits);
+                    std::vector<std::vector<uint32_t>> routes, WriterOptions options,
+                    FrameLimits limits, Decider decide);
   absl::Status Flush(uint32_t partition);
   absl::Status FlushLargest(size_t bytes);
   // A job to fill (a spare one when there is), once fewer than two are in flight.
@@ -76,12 +82,14 @@ class PartitionedWriter final : public ShuffleWriter {
   WriterOptions options_;
   const uint32_t num_partitions_;
   std::vector<std::unique_ptr<PushStream>> streams_;
-  const std::vector<uint32_t> stream_of_;  // per partition
+  const std::vector<std::vector<uint32_t>> routes_;  // per partition
+  const Decider decide_;
   std::unique_ptr<Buffers> buffers_;
   size_t buffered_ = 0;
   bool finished_ = false;
   // Per stream: written by the sender, read after it stopped.
   std::vector<uint64_t> frames_, records_;
+  WriteResult sent_;  // the attempt's frames, records and frame bytes (each replica's copy once)
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -1,5 +1,12 @@
-// The Sluice C++ client: one ShuffleClient per server (it owns the channel, reuse it), a
-// ShuffleWriter per mapper attempt, a ShuffleReader per partition. No gRPC types here.
+// The Sluice C++ client: one ShuffleClient per server or cluster (it owns the channels, reuse
+// it), a ShuffleWriter per mapper attempt, a ShuffleReader per partition. No gRPC types here.
+//
+// In a cluster (docs/cluster.md) the client routes by the shuffle's placement: a writer sends
+// each partition to every server that keeps a replica of it, prepares the attempt on all of
+// them and has one server decide it; a reader reads a partition's primary and, when it fails,
+// goes on from the next replica where it left off (nothing twice, nothing skipped). A writer
+// does not fail over: its attempt fails with UNAVAILABLE naming the server, for the engine to
+// retry with a new attempt id (as `sluice bench` does).
 //
 //   SLUICE_ASSIGN_OR_RETURN(auto client, sluice::ShuffleClient::Connect({.server = "host:7070"}));
 //   SLUICE_RETURN_IF_ERROR(client->CreateShuffle("job", /*partitions=*/8, /*mappers=*/4).status());
@@ -29,7 +36,14 @@
 namespace sluice {
 
 struct ClientOptions {
+  /// The server, or the servers of a cluster: "host:port", "h1:p1,h2:p2,...", or one DNS name
+  /// whose address records are the servers (a Kubernetes headless Service). Any one that
+  /// answers is enough: the client learns the rest from it (GetPlacement, ListNodes).
   std::string server = "127.0.0.1:7070";
+  /// How long a shuffle's placement (and whether it lives in a cluster) is reused before it is
+  /// asked for again; also dropped when a server of it fails. A shuffle deleted and created
+  /// again under the same id within this time may be routed by the old one: use fresh ids.
+  std::chrono::milliseconds placement_ttl{10000};
   /// Deadline of unary calls; streams use `stream_deadline` (0 = none: a push or fetch may
   /// take as long as it makes progress).
   std::chrono::milliseconds call_deadline{30000};
@@ -88,6 +102,8 @@ struct PlacementInfo {
   std::vector<NodeAddress> nodes;
   /// Per partition, indexes into `nodes`, primary first.
   std::vector<std::vector<uint32_t>> replicas;
+  /// The shuffle lives in a cluster (prepare, then CommitMapper); false: on one server alone.
+  bool clustered = false;
 };
 
 /// Maps a key to a partition in [0, num_partitions).

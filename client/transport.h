@@ -3,10 +3,14 @@
 // small stream interfaces, and the gRPC client implements them (grpc_client.cc). A cluster
 // client routes partitions to several servers' PushStreams behind one PartitionedWriter; tests
 // drive the logic over in-memory streams. No gRPC types here.
+//
+// ServerLink is one server as the cluster client (cluster_client.h) uses it: the plain
+// ShuffleClient calls, and the streams and the decision of one attempt.
 #ifndef SLUICE_CLIENT_TRANSPORT_H_
 #define SLUICE_CLIENT_TRANSPORT_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -25,8 +29,12 @@ class PushStream {
   /// Sends the frame NewFrame handed out. An error is the stream's end: the server's reason
   /// when it gave one (a rejected frame, say), else why the stream broke.
   virtual absl::Status SendFrame() = 0;
-  /// Commits: says how many frames and records were sent, waits for the server's answer.
-  virtual absl::StatusOr<WriteResult> Commit(uint64_t frames, uint64_t records) = 0;
+  /// Sends the commit (for an attempt of a cluster shuffle, the prepare: docs/cluster.md),
+  /// saying how many frames and records were sent, without waiting for the server's answer;
+  /// FinishCommit waits for it. A writer of several streams sends every commit before it waits
+  /// for any, so that the servers sync at the same time.
+  virtual absl::Status SendCommit(uint64_t frames, uint64_t records) = 0;
+  virtual absl::StatusOr<WriteResult> FinishCommit() = 0;
   /// Ends the stream without a commit: nothing it sent becomes visible. Idempotent.
   virtual void Cancel() = 0;
 };
@@ -40,6 +48,28 @@ class FetchStream {
   /// Stops the fetch early. Idempotent.
   virtual void Cancel() = 0;
 };
+
+/// One server of a cluster, for the cluster client. Thread-safe.
+class ServerLink {
+ public:
+  virtual ~ServerLink() = default;
+  /// The server's own calls (create, status, placement...).
+  virtual ShuffleClient& client() = 0;
+  /// Opens a push stream of the attempt; `prepare`: its commit prepares (cluster mode).
+  virtual absl::StatusOr<std::unique_ptr<PushStream>> OpenPush(const std::string& id,
+                                                               uint32_t mapper, uint64_t attempt,
+                                                               bool prepare) = 0;
+  /// Decides the prepared attempt (CommitMapper): true if another attempt of the mapper won.
+  virtual absl::StatusOr<bool> CommitMapper(const std::string& id, uint32_t mapper,
+                                            uint64_t attempt) = 0;
+  /// Opens a fetch of one partition (the reader's options, skip_records included).
+  virtual std::unique_ptr<FetchStream> OpenFetch(const std::string& id, uint32_t partition,
+                                                 const ReaderOptions& options) = 0;
+  virtual const std::string& address() const = 0;
+};
+
+/// A gRPC link to the one server `options.server` (grpc_client.cc).
+std::unique_ptr<ServerLink> ConnectServer(const ClientOptions& options);
 
 }  // namespace sluice
 

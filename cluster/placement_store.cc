@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cluster/placement.h"
 #include "nlohmann/json.hpp"
@@ -120,6 +121,39 @@ absl::StatusOr<std::optional<ShufflePlacement>> PlacementStore::Get(const std::s
   auto p = DecodePlacement(shuffle_id, (*kv)->value);
   if (!p.ok()) return p.status();
   return std::optional<ShufflePlacement>(std::move(p).value());
+}
+
+absl::StatusOr<uint64_t> PlacementStore::DecideMapper(const std::string& shuffle_id,
+                                                      uint32_t mapper, uint64_t attempt) {
+  auto created =
+      etcd_->CreateIfAbsent(absl::StrCat(MappersPrefix(shuffle_id), mapper), absl::StrCat(attempt));
+  if (!created.ok()) return created.status();
+  uint64_t winner = 0;
+  if (!absl::SimpleAtoi(absl::string_view(created->kv.value), &winner)) {
+    return absl::DataLossError(absl::StrCat("etcd's decision for mapper ", mapper, " of shuffle ",
+                                            shuffle_id, " is not an attempt id: '",
+                                            created->kv.value, "'"));
+  }
+  return winner;
+}
+
+absl::StatusOr<std::map<uint32_t, uint64_t>> PlacementStore::Decisions(
+    const std::string& shuffle_id) {
+  const std::string prefix = MappersPrefix(shuffle_id);
+  auto kvs = etcd_->GetPrefix(prefix);
+  if (!kvs.ok()) return kvs.status();
+  std::map<uint32_t, uint64_t> out;
+  for (const EtcdKeyValue& kv : *kvs) {
+    uint32_t mapper = 0;
+    uint64_t attempt = 0;
+    if (!absl::SimpleAtoi(absl::string_view(kv.key).substr(prefix.size()), &mapper) ||
+        !absl::SimpleAtoi(absl::string_view(kv.value), &attempt)) {
+      return absl::DataLossError(
+          absl::StrCat("malformed decision in etcd: ", kv.key, " = '", kv.value, "'"));
+    }
+    out.emplace(mapper, attempt);
+  }
+  return out;
 }
 
 }  // namespace sluice

@@ -10,6 +10,7 @@
 #define SLUICE_CLUSTER_PLACEMENT_STORE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -62,9 +63,19 @@ class PlacementStore {
   /// The recorded placement, or nullopt if the shuffle is not recorded.
   absl::StatusOr<std::optional<ShufflePlacement>> Get(const std::string& shuffle_id);
 
+  /// Decides mapper `mapper`'s winning attempt: the first attempt decided (create-if-absent of
+  /// shuffles/<id>/mappers/<m>), which this call returns, whoever set it.
+  absl::StatusOr<uint64_t> DecideMapper(const std::string& shuffle_id, uint32_t mapper,
+                                        uint64_t attempt);
+  /// Every decided mapper of the shuffle and its winning attempt.
+  absl::StatusOr<std::map<uint32_t, uint64_t>> Decisions(const std::string& shuffle_id);
+
  private:
   std::string Key(const std::string& shuffle_id) const {
     return prefix_ + "shuffles/" + shuffle_id;
+  }
+  std::string MappersPrefix(const std::string& shuffle_id) const {
+    return Key(shuffle_id) + "/mappers/";
   }
   const std::shared_ptr<EtcdClient> etcd_;
   const std::string prefix_;

@@ -12,6 +12,7 @@ namespace sluice {
 namespace {
 
 constexpr char kCommitMagic[4] = {'S', 'L', 'C', 'M'};
+constexpr char kPreparedMagic[4] = {'S', 'L', 'P', 'R'};
 constexpr char kHeaderMagic[4] = {'S', 'L', 'L', 'G'};
 // 3 since the shuffle's blocks live in one shared data file; a version 2 log's offsets name
 // per-partition files (read for an upgrade only).
@@ -48,8 +49,8 @@ absl::Status NothingTouched(const std::string& path, absl::string_view why) {
 
 }  // namespace
 
-std::string EncodeCommitRecord(uint32_t mapper, uint64_t attempt,
-                               absl::Span<const BlockRef> blocks) {
+std::string EncodeCommitRecord(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks,
+                               bool prepared) {
   std::string body;
   body.reserve(kCommitFixed + kCommitBlock * blocks.size() + 8);
   AppendLE32(&body, mapper);
@@ -62,7 +63,7 @@ std::string EncodeCommitRecord(uint32_t mapper, uint64_t attempt,
     AppendLE32(&body, b.records);
   }
   AppendLE64(&body, PayloadChecksum(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
-  std::string record(kCommitMagic, 4);
+  std::string record(prepared ? kPreparedMagic : kCommitMagic, 4);
   AppendLE32(&record, static_cast<uint32_t>(body.size()));
   record += body;
   return record;
@@ -70,7 +71,9 @@ std::string EncodeCommitRecord(uint32_t mapper, uint64_t attempt,
 
 size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out) {
   const auto avail = static_cast<size_t>(end - p);
-  if (avail < 8 || std::memcmp(p, kCommitMagic, 4) != 0) return 0;
+  if (avail < 8) return 0;
+  const bool prepared = std::memcmp(p, kPreparedMagic, 4) == 0;
+  if (!prepared && std::memcmp(p, kCommitMagic, 4) != 0) return 0;
   const uint32_t body = LoadLE32(p + 4);
   if (body < kCommitFixed + 8 || body > avail - 8) return 0;
   const uint8_t* b = p + 8;
@@ -79,6 +82,7 @@ size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out
   if (static_cast<uint64_t>(count) * kCommitBlock + kCommitFixed + 8 != body) return 0;
   out->mapper = LoadLE32(b);
   out->attempt = LoadLE64(b + 4);
+  out->prepared = prepared;
   out->blocks.clear();
   out->blocks.reserve(count);
   for (uint32_t i = 0; i < count; ++i) {
@@ -94,7 +98,8 @@ size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out
 }
 
 struct CommitLog::Pending {
-  std::string record;
+  std::string record;  // one or more encoded records
+  uint64_t count = 1;  // how many
   bool done = false;
   absl::Status result;
 };
@@ -143,7 +148,7 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Rewrite(
   const std::string path = absl::StrCat(dir, "/", kLogFile);
   std::string bytes(kRecordsStart, '\0');
   for (const CommitRecord& r : records) {
-    bytes += EncodeCommitRecord(r.mapper, r.attempt, r.blocks);
+    bytes += EncodeCommitRecord(r.mapper, r.attempt, r.blocks, r.prepared);
   }
   const Checkpoint durable{1, bytes.size(), records.size()};
   bytes.replace(SlotOffset(durable.generation), kSlotSize, EncodeCheckpoint(durable));
@@ -277,14 +282,32 @@ absl::Status CommitLog::BrokenError() const {
       "takes pushes again once its running pushes have ended: retry the attempt"));
 }
 
-absl::Status CommitLog::Append(uint32_t mapper, uint64_t attempt,
-                               absl::Span<const BlockRef> blocks) {
+absl::Status CommitLog::Append(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks,
+                               bool prepared) {
   if (legacy()) {
     return absl::FailedPreconditionError(
         absl::StrCat(path_, " is a version ", version_, " log, read to be rewritten"));
   }
   Pending me;
-  me.record = EncodeCommitRecord(mapper, attempt, blocks);  // built outside the lock
+  me.record = EncodeCommitRecord(mapper, attempt, blocks, prepared);  // built outside the lock
+  return Write(me);
+}
+
+absl::Status CommitLog::AppendAll(absl::Span<const CommitRecord> records) {
+  if (legacy()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, " is a version ", version_, " log, read to be rewritten"));
+  }
+  if (records.empty()) return absl::OkStatus();
+  Pending me;
+  for (const CommitRecord& r : records) {
+    me.record += EncodeCommitRecord(r.mapper, r.attempt, r.blocks, r.prepared);
+  }
+  me.count = records.size();
+  return Write(me);
+}
+
+absl::Status CommitLog::Write(Pending& me) {
   std::unique_lock<std::mutex> lock(mu_);
   queue_.push_back(&me);
   while (!me.done) {
@@ -310,7 +333,7 @@ absl::Status CommitLog::Append(uint32_t mapper, uint64_t attempt,
       lock.lock();
       if (result.ok()) {
         end_ = at + records.size();
-        records_ += batch.size();
+        for (const Pending* c : batch) records_ += c->count;
         if (raise.generation != 0) durable_ = raise;
       } else {
         broken_ = true;

@@ -53,18 +53,21 @@ struct BlockRef {
   uint32_t uncompressed = 0;
 };
 
-/// One committed mapper attempt, as its log record lists it.
+/// One committed (or, in a cluster, prepared) mapper attempt, as its log record lists it.
 struct CommitRecord {
   uint32_t mapper = 0;
   uint64_t attempt = 0;
   std::vector<BlockRef> blocks;
+  /// A PREPARED record: the blocks are durable but not visible until a commit record of the
+  /// same attempt follows (docs/cluster.md, the commit protocol).
+  bool prepared = false;
 };
 
-/// The record's bytes: "SLCM", u32 body size, then the body: u32 mapper, u64 attempt, u32 block
-/// count, 20 bytes a block (u32 partition, u64 offset, u32 frame size, u32 records), u64 XXH3 of
-/// the body before it. All little-endian.
-std::string EncodeCommitRecord(uint32_t mapper, uint64_t attempt,
-                               absl::Span<const BlockRef> blocks);
+/// The record's bytes: "SLCM" (a commit; "SLPR" for a prepared attempt), u32 body size, then
+/// the body: u32 mapper, u64 attempt, u32 block count, 20 bytes a block (u32 partition, u64
+/// offset, u32 frame size, u32 records), u64 XXH3 of the body before it. All little-endian.
+std::string EncodeCommitRecord(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks,
+                               bool prepared = false);
 /// Parses one record at [p, end). Returns its size, or 0 if the bytes are not a whole valid
 /// record.
 size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out);
@@ -117,8 +120,12 @@ class CommitLog {
   uint32_t version() const { return version_; }
   bool legacy() const { return version_ < 3; }
 
-  /// Appends one record and makes it durable together with the data it lists (see above).
-  absl::Status Append(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks);
+  /// Appends one record (a commit, or a PREPARED record) and makes it durable together with the
+  /// data it lists (see above).
+  absl::Status Append(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks,
+                      bool prepared = false);
+  /// Appends several records with one write: all durable when it returns OK.
+  absl::Status AppendAll(absl::Span<const CommitRecord> records);
 
   /// Whether a failed write or sync stopped the log (see above).
   bool broken() const;
@@ -147,6 +154,8 @@ class CommitLog {
       file::Fd fd, const std::string& path, Options options, const std::string& bytes,
       std::vector<CommitRecord>* records);
   static std::string EncodeCheckpoint(const Checkpoint& c);
+  // Queues `me` and waits until a batch has written it (leading the batch if none is).
+  absl::Status Write(Pending& me);
   // 40 bytes at p; *version is the slot's log version (2 or 3).
   static bool ParseCheckpoint(const uint8_t* p, Checkpoint* out, uint32_t* version);
   // Writes a checkpoint into the slot its generation picks (no sync).

@@ -158,7 +158,8 @@ absl::Status PushAttempt::AddPiece(absl::Span<const uint8_t> piece) {
   return st;
 }
 
-absl::StatusOr<PushSummary> PushAttempt::Commit(uint64_t frame_count, uint64_t record_count) {
+absl::StatusOr<PushSummary> PushAttempt::Commit(uint64_t frame_count, uint64_t record_count,
+                                                bool prepare) {
   if (store_ == nullptr) return absl::InvalidArgumentError("commit before the open message");
   SLUICE_RETURN_IF_ERROR(NoLargeFramePending("the commit"));
   if (frame_count != frames_ || record_count != records_) {
@@ -167,10 +168,16 @@ absl::StatusOr<PushSummary> PushAttempt::Commit(uint64_t frame_count, uint64_t r
                                                    frames_, " frames and ", records_, " records"));
   }
   commit_tried_ = true;
-  auto outcome = store_->Commit(mapper_, attempt_, blocks_);
-  if (!outcome.ok()) return outcome.status();
+  auto outcome = prepare ? store_->Prepare(mapper_, attempt_, blocks_)
+                         : store_->Commit(mapper_, attempt_, blocks_);
+  if (!outcome.ok()) {
+    // Refused before anything was written: the blocks are ours to discard.
+    if (absl::IsAlreadyExists(outcome.status())) commit_tried_ = false;
+    return outcome.status();
+  }
   PushSummary summary;
   summary.duplicate = *outcome == CommitOutcome::kDuplicate;
+  summary.prepared = prepare && !summary.duplicate;
   if (summary.duplicate) store_->Discard(blocks_);
   summary.frames = frames_;
   summary.records = records_;
@@ -178,8 +185,9 @@ absl::StatusOr<PushSummary> PushAttempt::Commit(uint64_t frame_count, uint64_t r
   ended_ = true;
   store_->EndWriter();
   spdlog::info(
-      "event=commit shuffle={} mapper={} attempt={} frames={} records={} bytes={} duplicate={}",
-      store_->params().shuffle_id, mapper_, attempt_, frames_, records_, bytes_, summary.duplicate);
+      "event={} shuffle={} mapper={} attempt={} frames={} records={} bytes={} duplicate={}",
+      prepare ? "prepare" : "commit", store_->params().shuffle_id, mapper_, attempt_, frames_,
+      records_, bytes_, summary.duplicate);
   return summary;
 }
 

@@ -43,6 +43,7 @@ struct PushLimits {
 /// What a committed attempt amounted to.
 struct PushSummary {
   bool duplicate = false;  ///< another attempt of the mapper had committed; this one discarded
+  bool prepared = false;   ///< prepared (Commit with `prepare`): durable, for Resolve to decide
   uint64_t frames = 0, records = 0, bytes = 0;
 };
 
@@ -81,7 +82,10 @@ class PushAttempt {
   uint64_t large_frame_size() const { return large_size_; }
 
   /// Commits the attempt; `frame_count` and `record_count` are what the pusher says it sent.
-  absl::StatusOr<PushSummary> Commit(uint64_t frame_count, uint64_t record_count);
+  /// With `prepare` (cluster mode), prepares it instead (ShuffleStore::Prepare): durable, not
+  /// visible until the mapper's winner is resolved.
+  absl::StatusOr<PushSummary> Commit(uint64_t frame_count, uint64_t record_count,
+                                     bool prepare = false);
   /// Ends the attempt after an error (`why`, for the log): its blocks are discarded.
   void Abort(const absl::Status& why);
 

@@ -64,6 +64,35 @@ absl::Status EnsureLocal(const ShuffleServiceImpl::Deps& deps, const std::string
   return created.status();
 }
 
+// In a cluster a prepared attempt becomes visible once its mapper's winner is decided in etcd.
+// The decider applies it on its own server; every other server learns the decisions here,
+// before it serves the shuffle's data or status (also after a restart: etcd is the truth, the
+// servers' logs follow it). One etcd read while anything is pending, none after.
+absl::Status ResolvePending(const ShuffleServiceImpl::Deps& deps, const std::string& id) {
+  const ClusterView c = Cluster(*deps.node);
+  if (!c.clustered) return absl::OkStatus();
+  auto store = deps.registry->Get(id);
+  if (!store.ok()) return absl::OkStatus();  // the caller's own lookup says why
+  const std::vector<uint32_t> pending = (*store)->PendingMappers();
+  if (pending.empty()) return absl::OkStatus();
+  SLUICE_RETURN_IF_ERROR(c.Joined());
+  SLUICE_ASSIGN_OR_RETURN(auto decided, c.placements->Decisions(id));
+  std::vector<std::pair<uint32_t, uint64_t>> winners;
+  for (uint32_t m : pending) {
+    auto d = decided.find(m);
+    if (d == decided.end()) continue;  // not decided yet: stays invisible
+    winners.emplace_back(m, d->second);
+    if (!(*store)->IsPrepared(m, d->second)) {
+      // The client decides only once every server of the shuffle prepared the attempt.
+      spdlog::error(
+          "event=resolve_failed shuffle={} mapper={} winner={} error=\"the winning "
+          "attempt was never prepared on this server\"",
+          id, m, d->second);
+    }
+  }
+  return (*store)->ResolveAll(winners);
+}
+
 using v1::FetchRequest;
 using v1::FetchResponse;
 using v1::PushRequest;
@@ -230,10 +259,18 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
             absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
       }
       case PushRequest::kCommit: {
-        auto summary =
-            attempt_.Commit(request_.commit().frame_count(), request_.commit().record_count());
+        const bool prepare = request_.commit().prepare();
+        if (!prepare && Cluster(*deps_.node).clustered) {
+          return absl::FailedPreconditionError(
+              "this server is part of a cluster: an attempt is prepared on every server of its "
+              "shuffle (a commit message with prepare) and then decided with CommitMapper; use "
+              "a client that takes the server list");
+        }
+        auto summary = attempt_.Commit(request_.commit().frame_count(),
+                                       request_.commit().record_count(), prepare);
         if (!summary.ok()) return summary.status();
         response_->set_duplicate(summary->duplicate);
+        response_->set_prepared(summary->prepared);
         response_->set_frames(summary->frames);
         response_->set_records(summary->records);
         response_->set_bytes(summary->bytes);
@@ -309,7 +346,9 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   void SetUp() {
     WorkerPool* setup = spec_.key_order ? deps_.merge_pool : deps_.pool;
     setup->Submit([this] {
-      if (absl::Status st = EnsureLocal(deps_, spec_.shuffle_id); !st.ok()) {
+      absl::Status st = EnsureLocal(deps_, spec_.shuffle_id);
+      if (st.ok()) st = ResolvePending(deps_, spec_.shuffle_id);
+      if (!st.ok()) {
         Finish(ToClient(deps_, st));
         return;
       }
@@ -496,7 +535,9 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
                                                          v1::ShuffleInfo* resp) {
   auto* reactor = ctx->DefaultReactor();
   deps_.meta_pool->Submit([this, reactor, req, resp] {  // store locks may wait on an fsync
-    if (absl::Status st = EnsureLocal(deps_, req->shuffle_id()); !st.ok()) {
+    absl::Status st = EnsureLocal(deps_, req->shuffle_id());
+    if (st.ok()) st = ResolvePending(deps_, req->shuffle_id());
+    if (!st.ok()) {
       reactor->Finish(ToClient(deps_, st));
       return;
     }
@@ -733,6 +774,7 @@ absl::Status ShuffleServiceImpl::FillPlacement(const std::string& id, v1::Placem
     return absl::NotFoundError(absl::StrCat("shuffle '", id, "' not found in the cluster"));
   }
   SLUICE_ASSIGN_OR_RETURN(auto live, c.membership->Nodes());
+  resp->set_clustered(true);
   resp->set_num_partitions(placed->num_partitions);
   resp->set_num_mappers(placed->num_mappers);
   resp->set_replication(placed->replication);
@@ -751,6 +793,60 @@ absl::Status ShuffleServiceImpl::FillPlacement(const std::string& id, v1::Placem
     for (uint32_t i : replicas) r->add_nodes(i);
   }
   return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* ShuffleServiceImpl::CommitMapper(grpc::CallbackServerContext* ctx,
+                                                           const v1::CommitMapperRequest* req,
+                                                           v1::CommitMapperResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  deps_.meta_pool->Submit([this, reactor, req, resp] {  // asks etcd, syncs: off-thread
+    auto winner = DecideMapper(req->shuffle_id(), req->mapper_id(), req->attempt_id());
+    if (winner.ok()) {
+      resp->set_winning_attempt(*winner);
+      resp->set_duplicate(*winner != req->attempt_id());
+    }
+    reactor->Finish(ToClient(deps_, winner.status()));
+  });
+  return reactor;
+}
+
+absl::StatusOr<uint64_t> ShuffleServiceImpl::DecideMapper(const std::string& id, uint32_t mapper,
+                                                          uint64_t attempt) {
+  SLUICE_RETURN_IF_ERROR(EnsureLocal(deps_, id));
+  SLUICE_ASSIGN_OR_RETURN(auto store, deps_.registry->Get(id));
+  if (auto committed = store->CommittedAttempt(mapper)) return *committed;  // decided before
+  if (!store->IsPrepared(mapper, attempt)) {
+    std::string node;
+    {
+      std::lock_guard<std::mutex> lock(deps_.node->mu);
+      node = deps_.node->node_id;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "attempt ", attempt, " of mapper ", mapper, " of shuffle '", id,
+        "' is not prepared on server ", node, ": prepare it on every server of the shuffle first"));
+  }
+  const ClusterView c = Cluster(*deps_.node);
+  uint64_t winner = attempt;  // on its own, the first attempt resolved here wins
+  if (c.clustered) {
+    SLUICE_RETURN_IF_ERROR(c.Joined());
+    SLUICE_ASSIGN_OR_RETURN(winner, c.placements->DecideMapper(id, mapper, attempt));
+  }
+  auto outcome = store->Resolve(mapper, winner);
+  if (!outcome.ok()) {
+    if (c.clustered) {
+      // Decided all the same: the other servers apply it; this one reports what it could not.
+      spdlog::error("event=resolve_failed shuffle={} mapper={} winner={} error=\"{}\"", id, mapper,
+                    winner, std::string(outcome.status().message()));
+      return winner;
+    }
+    return outcome.status();
+  }
+  if (!c.clustered && *outcome == CommitOutcome::kDuplicate) {
+    return store->CommittedAttempt(mapper).value_or(winner);
+  }
+  spdlog::info("event=decide shuffle={} mapper={} attempt={} winner={}", id, mapper, attempt,
+               winner);
+  return winner;
 }
 
 }  // namespace sluice

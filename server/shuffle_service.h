@@ -94,12 +94,18 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
   grpc::ServerUnaryReactor* GetPlacement(grpc::CallbackServerContext* ctx,
                                          const v1::GetPlacementRequest* req,
                                          v1::Placement* resp) override;
+  grpc::ServerUnaryReactor* CommitMapper(grpc::CallbackServerContext* ctx,
+                                         const v1::CommitMapperRequest* req,
+                                         v1::CommitMapperResponse* resp) override;
 
  private:
   // CreateShuffle in a cluster: placed and recorded in etcd, and made here if this server
   // holds any of its partitions.
   absl::StatusOr<bool> CreateInCluster(const ShuffleParams& params, uint32_t replication);
   absl::Status FillPlacement(const std::string& id, v1::Placement* resp);
+  // CommitMapper: the winning attempt of the mapper (decided in etcd in a cluster, by this
+  // server's own store on its own), applied to this server's store.
+  absl::StatusOr<uint64_t> DecideMapper(const std::string& id, uint32_t mapper, uint64_t attempt);
 
   const Deps deps_;
   Counts counts_;

@@ -284,16 +284,23 @@ absl::Status ShuffleStore::AppendAll(uint32_t mapper, uint64_t attempt,
   return absl::OkStatus();
 }
 
+absl::Status ShuffleStore::ClaimMapperLocked(std::unique_lock<std::mutex>& lock, uint32_t mapper) {
+  // Another outcome of this mapper on its way: it decides what ours is.
+  commit_cv_.wait(lock, [&] { return inflight_mappers_.count(mapper) == 0; });
+  if (destroyed_.load()) return DeletedError();
+  if (log_->broken()) return log_->BrokenError();
+  inflight_mappers_.insert(mapper);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t attempt,
                                                    absl::Span<const BlockRef> blocks) {
   {
     std::unique_lock<std::mutex> lock(commit_mu_);
-    // Another attempt of this mapper on its way: its outcome decides whether ours is a duplicate.
     commit_cv_.wait(lock, [&] { return inflight_mappers_.count(mapper) == 0; });
     if (destroyed_.load()) return DeletedError();
     if (committed_.count(mapper) != 0) return CommitOutcome::kDuplicate;
-    if (log_->broken()) return log_->BrokenError();
-    inflight_mappers_.insert(mapper);
+    SLUICE_RETURN_IF_ERROR(ClaimMapperLocked(lock, mapper));
   }
   // Durable once Append returns OK (it syncs the data first); visible once recorded below.
   const absl::Status written = log_->Append(mapper, attempt, blocks);
@@ -304,6 +311,124 @@ absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t att
   if (destroyed_.load()) return DeletedError();
   AddCommitLocked(mapper, attempt, blocks);
   return CommitOutcome::kCommitted;
+}
+
+absl::StatusOr<CommitOutcome> ShuffleStore::Prepare(uint32_t mapper, uint64_t attempt,
+                                                    absl::Span<const BlockRef> blocks) {
+  {
+    std::unique_lock<std::mutex> lock(commit_mu_);
+    SLUICE_RETURN_IF_ERROR(ClaimMapperLocked(lock, mapper));
+    absl::Status refused;
+    if (auto c = committed_.find(mapper); c != committed_.end() && c->second == attempt) {
+      refused = absl::AlreadyExistsError(
+          absl::StrCat("attempt ", attempt, " of mapper ", mapper, " is committed already"));
+    } else if (IsPreparedLocked(mapper, attempt)) {
+      refused = absl::AlreadyExistsError(
+          absl::StrCat("attempt ", attempt, " of mapper ", mapper,
+                       " is prepared already; push a retry with a new attempt id"));
+    }
+    const bool decided = committed_.count(mapper) != 0;
+    if (!refused.ok() || decided) {
+      inflight_mappers_.erase(mapper);
+      commit_cv_.notify_all();
+      if (!refused.ok()) return refused;
+      return CommitOutcome::kDuplicate;
+    }
+  }
+  // Durable once Append returns OK; visible only once Resolve commits it.
+  const absl::Status written = log_->Append(mapper, attempt, blocks, /*prepared=*/true);
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  inflight_mappers_.erase(mapper);
+  commit_cv_.notify_all();
+  if (!written.ok()) return written;
+  if (destroyed_.load()) return DeletedError();
+  prepared_[mapper][attempt].assign(blocks.begin(), blocks.end());
+  return CommitOutcome::kCommitted;
+}
+
+absl::StatusOr<CommitOutcome> ShuffleStore::Resolve(uint32_t mapper, uint64_t attempt) {
+  {
+    std::unique_lock<std::mutex> lock(commit_mu_);
+    commit_cv_.wait(lock, [&] { return inflight_mappers_.count(mapper) == 0; });
+    if (destroyed_.load()) return DeletedError();
+    if (auto c = committed_.find(mapper); c != committed_.end()) {
+      return c->second == attempt ? CommitOutcome::kCommitted : CommitOutcome::kDuplicate;
+    }
+    if (!IsPreparedLocked(mapper, attempt)) {
+      return absl::FailedPreconditionError(absl::StrCat("attempt ", attempt, " of mapper ", mapper,
+                                                        " of shuffle ", params_.shuffle_id,
+                                                        " is not prepared on this server"));
+    }
+  }
+  const std::pair<uint32_t, uint64_t> winner(mapper, attempt);
+  SLUICE_RETURN_IF_ERROR(ResolveAll(absl::MakeConstSpan(&winner, 1)));
+  return Resolve(mapper, attempt);  // what it is now (a concurrent resolve may have come first)
+}
+
+absl::Status ShuffleStore::ResolveAll(absl::Span<const std::pair<uint32_t, uint64_t>> winners) {
+  std::vector<CommitRecord> records;
+  {
+    std::unique_lock<std::mutex> lock(commit_mu_);
+    // All of them claimed at once (never some held while waiting for others: no deadlock
+    // between two callers).
+    commit_cv_.wait(lock, [&] {
+      return std::none_of(winners.begin(), winners.end(),
+                          [&](const auto& w) { return inflight_mappers_.count(w.first) != 0; });
+    });
+    if (destroyed_.load()) return DeletedError();
+    if (log_->broken()) return log_->BrokenError();
+    for (const auto& [mapper, attempt] : winners) {
+      if (committed_.count(mapper) != 0 || !IsPreparedLocked(mapper, attempt)) continue;
+      if (!inflight_mappers_.insert(mapper).second) continue;  // named twice
+      records.push_back(CommitRecord{mapper, attempt, prepared_[mapper][attempt], false});
+    }
+  }
+  if (records.empty()) return absl::OkStatus();
+  // The blocks are durable since their prepare: these records make them visible.
+  const absl::Status written = log_->AppendAll(records);
+  std::vector<BlockRef> losers;
+  {
+    std::lock_guard<std::mutex> lock(commit_mu_);
+    for (const CommitRecord& r : records) inflight_mappers_.erase(r.mapper);
+    commit_cv_.notify_all();
+    if (!written.ok()) return written;
+    if (destroyed_.load()) return DeletedError();
+    for (const CommitRecord& r : records) {
+      AddCommitLocked(r.mapper, r.attempt, r.blocks);
+      for (auto& [other, other_blocks] : prepared_[r.mapper]) {
+        if (other != r.attempt)
+          losers.insert(losers.end(), other_blocks.begin(), other_blocks.end());
+      }
+      prepared_.erase(r.mapper);
+    }
+  }
+  PunchBlocks(losers);
+  return absl::OkStatus();
+}
+
+std::optional<uint64_t> ShuffleStore::CommittedAttempt(uint32_t mapper) const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  auto c = committed_.find(mapper);
+  if (c == committed_.end()) return std::nullopt;
+  return c->second;
+}
+
+bool ShuffleStore::IsPreparedLocked(uint32_t mapper, uint64_t attempt) const {
+  auto m = prepared_.find(mapper);
+  return m != prepared_.end() && m->second.count(attempt) != 0;
+}
+
+bool ShuffleStore::IsPrepared(uint32_t mapper, uint64_t attempt) const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  return IsPreparedLocked(mapper, attempt);
+}
+
+std::vector<uint32_t> ShuffleStore::PendingMappers() const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  std::vector<uint32_t> out;
+  out.reserve(prepared_.size());
+  for (const auto& [mapper, attempts] : prepared_) out.push_back(mapper);
+  return out;
 }
 
 void ShuffleStore::AddCommitLocked(uint32_t mapper, uint64_t attempt,
@@ -439,34 +564,12 @@ absl::Status ShuffleStore::Recover(int dir_fd, uint8_t version) {
   SLUICE_ASSIGN_OR_RETURN(log_, CommitLog::Open(dir_fd, dir_, LogOptions(), recovery, &records));
   const std::string log_path = log_->path();
 
-  // 3. The first record of each mapper is its commit; check what the records claim.
-  std::vector<CommitRecord> commits;
-  {
-    std::set<uint32_t> seen;
-    for (CommitRecord& r : records) {
-      if (!seen.insert(r.mapper).second) continue;  // a later record for a mapper: never visible
-      if (params_.num_mappers != 0 && r.mapper >= params_.num_mappers) {
-        return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", r.mapper,
-                                                ", beyond the ", params_.num_mappers,
-                                                " mappers of the shuffle"));
-      }
-      for (const BlockRef& b : r.blocks) {
-        if (b.partition >= params_.num_partitions) {
-          return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", r.mapper,
-                                                  " to partition ", b.partition, ", beyond the ",
-                                                  params_.num_partitions, " of the shuffle"));
-        }
-        // Not the cap in force now: it may have been lowered since (StoredFrameLimits).
-        if (b.frame_size > kFrameHeaderSize + uint64_t{kMaxFrameCapBytes}) {
-          return absl::DataLossError(absl::StrCat(log_path, " lists a frame of ", b.frame_size,
-                                                  " bytes, beyond any frame cap"));
-        }
-      }
-      commits.push_back(std::move(r));
-    }
-  }
+  // 3. The first commit record of each mapper is its commit; prepared attempts of mappers
+  //    without one wait for their decision.
+  std::vector<CommitRecord> commits, prepared;
+  SLUICE_RETURN_IF_ERROR(SortRecords(std::move(records), &commits, &prepared));
   const bool legacy = log_->legacy();
-  if (!data_existed && !legacy && !commits.empty()) {
+  if (!data_existed && !legacy && !(commits.empty() && prepared.empty())) {
     return absl::DataLossError(absl::StrCat(log_path, " commits ", commits.size(),
                                             " mappers but the data file ", DataPath(),
                                             " is missing"));
@@ -479,8 +582,10 @@ absl::Status ShuffleStore::Recover(int dir_fd, uint8_t version) {
 
   // 4. Every committed block must be there and whole (before a legacy shuffle's log is
   //    replaced: until then the shuffle is exactly as it was).
-  for (CommitRecord& c : commits) {
-    for (BlockRef& b : c.blocks) SLUICE_RETURN_IF_ERROR(VerifyBlock(c.mapper, c.attempt, &b));
+  for (auto* list : {&commits, &prepared}) {
+    for (CommitRecord& c : *list) {
+      for (BlockRef& b : c.blocks) SLUICE_RETURN_IF_ERROR(VerifyBlock(c.mapper, c.attempt, &b));
+    }
   }
   if (legacy || version < kParamsVersion) {
     // The new log is the switch to the current layout; SHUFFLE and the old files follow it (a
@@ -502,7 +607,48 @@ absl::Status ShuffleStore::Recover(int dir_fd, uint8_t version) {
 
   std::lock_guard<std::mutex> lock(commit_mu_);
   for (const CommitRecord& c : commits) AddCommitLocked(c.mapper, c.attempt, c.blocks);
+  for (CommitRecord& c : prepared) prepared_[c.mapper][c.attempt] = std::move(c.blocks);
   return ReclaimUnowned();
+}
+
+absl::Status ShuffleStore::SortRecords(std::vector<CommitRecord> records,
+                                       std::vector<CommitRecord>* commits,
+                                       std::vector<CommitRecord>* prepared) const {
+  const std::string& log_path = log_->path();
+  std::set<uint32_t> committed, taken;
+  std::set<std::pair<uint32_t, uint64_t>> seen_prepared;
+  for (const CommitRecord& r : records) {
+    if (!r.prepared) committed.insert(r.mapper);
+  }
+  for (CommitRecord& r : records) {
+    if (params_.num_mappers != 0 && r.mapper >= params_.num_mappers) {
+      return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", r.mapper,
+                                              ", beyond the ", params_.num_mappers,
+                                              " mappers of the shuffle"));
+    }
+    for (const BlockRef& b : r.blocks) {
+      if (b.partition >= params_.num_partitions) {
+        return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", r.mapper,
+                                                " to partition ", b.partition, ", beyond the ",
+                                                params_.num_partitions, " of the shuffle"));
+      }
+      // Not the cap in force now: it may have been lowered since (StoredFrameLimits).
+      if (b.frame_size > kFrameHeaderSize + uint64_t{kMaxFrameCapBytes}) {
+        return absl::DataLossError(absl::StrCat(log_path, " lists a frame of ", b.frame_size,
+                                                " bytes, beyond any frame cap"));
+      }
+    }
+    if (r.prepared) {
+      // Decided already (its blocks, if it won, are the commit's), or a repeat: not pending.
+      if (committed.count(r.mapper) != 0 || !seen_prepared.emplace(r.mapper, r.attempt).second) {
+        continue;
+      }
+      prepared->push_back(std::move(r));
+    } else if (taken.insert(r.mapper).second) {
+      commits->push_back(std::move(r));  // a later record for a mapper is never visible
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ShuffleStore::MoveLegacyBlocks(int dir_fd, std::vector<CommitRecord>* commits) {
@@ -587,6 +733,13 @@ absl::Status ShuffleStore::ReclaimUnowned() {
       owned.emplace_back(e.offset, e.offset + kBlockHeaderSize + e.frame_size);
     }
   });
+  for (const auto& [mapper, attempts] : prepared_) {  // waiting for their decision
+    for (const auto& [attempt, blocks] : attempts) {
+      for (const BlockRef& b : blocks) {
+        owned.emplace_back(b.offset, b.offset + kBlockHeaderSize + b.frame_size);
+      }
+    }
+  }
   std::sort(owned.begin(), owned.end());
   const std::string path = DataPath();
   SLUICE_ASSIGN_OR_RETURN(const uint64_t size, file::FileSize(data_fd_.get(), path));
@@ -613,6 +766,7 @@ void ShuffleStore::MarkDeleted() {
   std::lock_guard<std::mutex> lock(commit_mu_);
   destroyed_.store(true);
   committed_.clear();
+  prepared_.clear();
   partitions_.ForEach([](uint32_t, Partition& p) {
     p.stats = PartitionStats{};
     p.index = {};

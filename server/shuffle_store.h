@@ -30,8 +30,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -116,6 +118,28 @@ class ShuffleStore {
   /// already has a committed attempt (the caller then Discards its blocks).
   absl::StatusOr<CommitOutcome> Commit(uint32_t mapper, uint64_t attempt,
                                        absl::Span<const BlockRef> blocks);
+
+  /// Cluster mode (docs/cluster.md, the commit protocol): makes the attempt's blocks durable but
+  /// not visible, with a PREPARED record, until Resolve names the mapper's winner. kDuplicate
+  /// when the mapper has a committed attempt here already (the caller then Discards its
+  /// blocks); ALREADY_EXISTS when this attempt is prepared or committed here already.
+  absl::StatusOr<CommitOutcome> Prepare(uint32_t mapper, uint64_t attempt,
+                                        absl::Span<const BlockRef> blocks);
+  /// The mapper's winner is `attempt`: commits its prepared blocks (a commit record) and
+  /// discards the mapper's other prepared attempts. kCommitted when `attempt` is now the
+  /// mapper's commit here (also when it was already); kDuplicate when another attempt is;
+  /// FAILED_PRECONDITION when `attempt` is neither prepared nor committed here.
+  absl::StatusOr<CommitOutcome> Resolve(uint32_t mapper, uint64_t attempt);
+  /// Resolve for many mappers at once, with one log write: each (mapper, winning attempt) whose
+  /// attempt is prepared here and whose mapper has no commit here is committed; the others are
+  /// left as they are.
+  absl::Status ResolveAll(absl::Span<const std::pair<uint32_t, uint64_t>> winners);
+  /// The mapper's committed attempt here, if it has one.
+  std::optional<uint64_t> CommittedAttempt(uint32_t mapper) const;
+  /// Mappers with prepared attempts that are not resolved yet, in order.
+  std::vector<uint32_t> PendingMappers() const;
+  /// Whether `attempt` of `mapper` is prepared here, not resolved yet.
+  bool IsPrepared(uint32_t mapper, uint64_t attempt) const;
 
   /// Gives the space of blocks that will never be committed back to the file system.
   void Discard(absl::Span<const BlockRef> blocks);
@@ -220,6 +244,14 @@ class ShuffleStore {
   // Punches the blocks' ranges out of the data file, adjacent ones together.
   void PunchBlocks(absl::Span<const BlockRef> blocks);
   void AddCommitLocked(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks);
+  // Waits until no outcome of the mapper is being written, then claims it (inflight_mappers_);
+  // the error when the store is deleted or its log is broken.
+  bool IsPreparedLocked(uint32_t mapper, uint64_t attempt) const;
+  absl::Status ClaimMapperLocked(std::unique_lock<std::mutex>& lock, uint32_t mapper);
+  // Recovery's step 3: the commits (the first commit record of each mapper) and the prepared
+  // attempts of mappers with none, checked against the shuffle's parameters.
+  absl::Status SortRecords(std::vector<CommitRecord> records, std::vector<CommitRecord>* commits,
+                           std::vector<CommitRecord>* prepared) const;
 
   const std::string dir_;
   std::atomic<bool> destroyed_{false};
@@ -236,6 +268,8 @@ class ShuffleStore {
   PartitionTable partitions_;
   std::set<uint32_t> inflight_mappers_;     // between the duplicate check and the outcome
   std::map<uint32_t, uint64_t> committed_;  // mapper -> its winning attempt
+  // Cluster mode: mapper -> attempt -> its blocks, prepared and not resolved yet.
+  std::map<uint32_t, std::map<uint64_t, std::vector<BlockRef>>> prepared_;
 };
 
 }  // namespace sluice

@@ -51,14 +51,18 @@ class FakePushStream final : public PushStream {
     s_->frames.emplace_back(partition_, pending_);
     return absl::OkStatus();
   }
-  absl::StatusOr<WriteResult> Commit(uint64_t frames, uint64_t records) override {
+  absl::Status SendCommit(uint64_t frames, uint64_t records) override {
     std::lock_guard<std::mutex> lock(s_->mu);
-    s_->committed = true;
     s_->commit_frames = frames;
     s_->commit_records = records;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<WriteResult> FinishCommit() override {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    s_->committed = true;
     WriteResult r;
-    r.frames = frames;
-    r.records = records;
+    r.frames = s_->commit_frames;
+    r.records = s_->commit_records;
     return r;
   }
   void Cancel() override {
@@ -83,8 +87,9 @@ TEST(PartitionedWriterTest, PartitionsGoToTheirStreamsAndEachCommitsWhatItCarrie
   // 6 partitions: p -> stream p % 3.
   WriterOptions opts;
   opts.buffer_bytes = 8 << 10;  // many flushes
-  ASSERT_OK_AND_ASSIGN(auto writer, PartitionedWriter::Make(6, Streams(states), {0, 1, 2, 0, 1, 2},
-                                                            opts, FrameLimits{}));
+  ASSERT_OK_AND_ASSIGN(
+      auto writer, PartitionedWriter::Make(6, Streams(states), {{0}, {1}, {2}, {0}, {1}, {2}}, opts,
+                                           FrameLimits{}));
   std::map<std::string, std::string> sent;
   for (int i = 0; i < 5000; ++i) {
     const std::string key = "key" + std::to_string(i);
@@ -146,8 +151,8 @@ TEST(PartitionedWriterTest, AStreamErrorIsTheWritersAndNothingCommits) {
   states[1].fail_at = 3;
   WriterOptions opts;
   opts.buffer_bytes = 4 << 10;
-  ASSERT_OK_AND_ASSIGN(auto writer,
-                       PartitionedWriter::Make(2, Streams(states), {0, 1}, opts, FrameLimits{}));
+  ASSERT_OK_AND_ASSIGN(
+      auto writer, PartitionedWriter::Make(2, Streams(states), {{0}, {1}}, opts, FrameLimits{}));
   absl::Status st;
   for (int i = 0; i < 20000 && st.ok(); ++i) st = writer->Add("k" + std::to_string(i), "value");
   if (st.ok()) st = writer->Close().status();
@@ -163,8 +168,8 @@ TEST(PartitionedWriterTest, AbortAndDestructionCancelEveryStream) {
   for (bool abort : {true, false}) {
     std::vector<FakePush> states(2);
     {
-      ASSERT_OK_AND_ASSIGN(auto writer,
-                           PartitionedWriter::Make(2, Streams(states), {0, 1}, {}, FrameLimits{}));
+      ASSERT_OK_AND_ASSIGN(
+          auto writer, PartitionedWriter::Make(2, Streams(states), {{0}, {1}}, {}, FrameLimits{}));
       ASSERT_OK(writer->Add("a", "b"));
       if (abort) {
         writer->Abort();
@@ -180,9 +185,9 @@ TEST(PartitionedWriterTest, AbortAndDestructionCancelEveryStream) {
 
 TEST(PartitionedWriterTest, BadRoutesAndRecordsAreRefused) {
   std::vector<FakePush> states(2);
-  EXPECT_THAT(PartitionedWriter::Make(3, Streams(states), {0, 1, 2}, {}, FrameLimits{}),
+  EXPECT_THAT(PartitionedWriter::Make(3, Streams(states), {{0}, {1}, {2}}, {}, FrameLimits{}),
               StatusIs(StatusCode::kInvalidArgument, "routed to stream 2 of 2"));
-  EXPECT_THAT(PartitionedWriter::Make(3, Streams(states), {0, 1}, {}, FrameLimits{}),
+  EXPECT_THAT(PartitionedWriter::Make(3, Streams(states), {{0}, {1}}, {}, FrameLimits{}),
               StatusIs(StatusCode::kInvalidArgument, "routes for 2 partitions"));
   EXPECT_THAT(PartitionedWriter::Make(3, {}, {}, {}, FrameLimits{}),
               StatusIs(StatusCode::kInvalidArgument, "push stream"));

@@ -1,0 +1,323 @@
+// The client of a server list or a cluster (docs/cluster.md): ShuffleClient::Connect. The plain
+// calls go to the first given server that answers; writers and readers follow the shuffle's
+// placement. Transport-free: each server is a ServerLink (client/transport.h).
+//
+//   writer: one push stream to every server that keeps a replica of any partition (an empty
+//           one too: each must know the attempt is whole for its partitions); each frame goes
+//           to every replica of its partition; Close() prepares on every stream, then asks one
+//           of the servers (the next on UNAVAILABLE) to decide. No failover: a failed server
+//           fails the attempt, and the engine retries it with a new attempt id.
+//   reader: the partition's primary; on a failure another replica could avoid (unreachable,
+//           hung, damaged, overloaded) the next replica, told to skip the records already
+//           returned. Replicas order a partition alike, so nothing comes twice or is skipped.
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "client/frame_stream_reader.h"
+#include "client/partitioned_writer.h"
+#include "client/shuffle_client.h"
+#include "client/transport.h"
+#include "codec/status_macros.h"
+
+namespace sluice {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A failure the next server (a seed, a replica, a decider) may not have.
+bool TryAnother(const absl::Status& st) {
+  switch (st.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kResourceExhausted:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A reader of one partition over its replicas, in order.
+class FailoverReader final : public ShuffleReader {
+ public:
+  // `replicas`: the links of the partition's servers, primary first (null: not registered
+  // now, named in `missing`).
+  FailoverReader(std::vector<ServerLink*> replicas, std::vector<std::string> names, std::string id,
+                 uint32_t partition, ReaderOptions options, FrameLimits limits,
+                 std::function<void()> on_failover)
+      : replicas_(std::move(replicas)),
+        names_(std::move(names)),
+        id_(std::move(id)),
+        partition_(partition),
+        options_(options),
+        limits_(limits),
+        on_failover_(std::move(on_failover)) {}
+
+  absl::StatusOr<bool> Next(Record* out) override {
+    for (;;) {
+      if (reader_ == nullptr) {
+        while (current_ < replicas_.size() && replicas_[current_] == nullptr) {
+          errors_.push_back(absl::StrCat(names_[current_], ": not registered now"));
+          ++current_;
+        }
+        if (current_ >= replicas_.size()) {
+          return absl::UnavailableError(absl::StrCat(
+              "no replica of partition ", partition_, " of shuffle '", id_, "' could serve it (",
+              returned_, " records returned): ", absl::StrJoin(errors_, "; ")));
+        }
+        ReaderOptions o = options_;
+        o.skip_records = options_.skip_records + returned_;  // where the last one left off
+        ServerLink* link = replicas_[current_];
+        reader_ = std::make_unique<FrameStreamReader>(link->OpenFetch(id_, partition_, o), limits_,
+                                                      link->address());
+      }
+      absl::StatusOr<bool> more = reader_->Next(out);
+      if (more.ok()) {
+        if (*more) ++returned_;
+        return more;
+      }
+      if (!TryAnother(more.status())) return more.status();
+      errors_.push_back(absl::StrCat(names_[current_], ": ", more.status().ToString()));
+      reader_.reset();
+      ++current_;
+      if (on_failover_) on_failover_();
+    }
+  }
+
+ private:
+  const std::vector<ServerLink*> replicas_;
+  const std::vector<std::string> names_;
+  const std::string id_;
+  const uint32_t partition_;
+  const ReaderOptions options_;
+  const FrameLimits limits_;
+  const std::function<void()> on_failover_;
+  std::unique_ptr<ShuffleReader> reader_;
+  size_t current_ = 0;
+  uint64_t returned_ = 0;
+  std::vector<std::string> errors_;
+};
+
+class ClusterClient final : public ShuffleClient {
+ public:
+  ClusterClient(ClientOptions options, std::vector<std::string> seeds)
+      : options_(std::move(options)), seeds_(std::move(seeds)) {}
+
+  absl::StatusOr<bool> CreateShuffle(const std::string& id, uint32_t num_partitions,
+                                     uint32_t num_mappers, uint32_t replication) override {
+    Forget(id);
+    return OnSeed<bool>([&](ShuffleClient& c) {
+      return c.CreateShuffle(id, num_partitions, num_mappers, replication);
+    });
+  }
+  absl::StatusOr<ShuffleStatus> GetShuffle(const std::string& id) override {
+    return OnSeed<ShuffleStatus>([&](ShuffleClient& c) { return c.GetShuffle(id); });
+  }
+  absl::StatusOr<std::vector<ShuffleStatus>> ListShuffles() override {
+    return OnSeed<std::vector<ShuffleStatus>>([&](ShuffleClient& c) { return c.ListShuffles(); });
+  }
+  absl::Status DeleteShuffle(const std::string& id) override {
+    Forget(id);
+    return OnSeed<bool>([&](ShuffleClient& c) -> absl::StatusOr<bool> {
+             SLUICE_RETURN_IF_ERROR(c.DeleteShuffle(id));
+             return true;
+           })
+        .status();
+  }
+  absl::StatusOr<NodeStatus> GetNode() override {
+    return OnSeed<NodeStatus>([&](ShuffleClient& c) { return c.GetNode(); });
+  }
+  absl::StatusOr<std::vector<NodeAddress>> ListNodes() override {
+    return OnSeed<std::vector<NodeAddress>>([&](ShuffleClient& c) { return c.ListNodes(); });
+  }
+  absl::StatusOr<PlacementInfo> GetPlacement(const std::string& id) override {
+    return OnSeed<PlacementInfo>([&](ShuffleClient& c) { return c.GetPlacement(id); });
+  }
+
+  absl::StatusOr<std::unique_ptr<ShuffleWriter>> OpenWriter(const std::string& id, uint32_t mapper,
+                                                            uint64_t attempt,
+                                                            const WriterOptions& options) override {
+    auto placed = Placed(id);
+    if (!placed.ok() || !placed->info.clustered) {
+      // On one server (or a placement it could not give: its own call says why).
+      return Seed(placed.ok() ? placed->seed : 0).client().OpenWriter(id, mapper, attempt, options);
+    }
+    const PlacementInfo& p = placed->info;
+    // One stream per server that keeps any replica, in node order.
+    std::vector<int> stream_of_node(p.nodes.size(), -1);
+    std::vector<std::unique_ptr<PushStream>> streams;
+    std::vector<ServerLink*> links;
+    std::vector<std::vector<uint32_t>> routes(p.num_partitions);
+    for (uint32_t part = 0; part < p.num_partitions; ++part) {
+      for (uint32_t n : p.replicas[part]) {
+        if (stream_of_node[n] < 0) {
+          SLUICE_ASSIGN_OR_RETURN(ServerLink * link, NodeLink(id, p, n));
+          auto stream = link->OpenPush(id, mapper, attempt, /*prepare=*/true);
+          if (!stream.ok()) {
+            Forget(id);
+            return stream.status();
+          }
+          stream_of_node[n] = static_cast<int>(streams.size());
+          streams.push_back(std::move(stream).value());
+          links.push_back(link);
+        }
+        routes[part].push_back(static_cast<uint32_t>(stream_of_node[n]));
+      }
+    }
+    // Any server of the attempt may decide it; the next one if it cannot be reached.
+    auto decide = [this, links, id, mapper, attempt]() -> absl::StatusOr<bool> {
+      absl::Status last;
+      for (ServerLink* link : links) {
+        auto duplicate = link->CommitMapper(id, mapper, attempt);
+        if (duplicate.ok() || !TryAnother(duplicate.status())) return duplicate;
+        last = duplicate.status();
+        Forget(id);
+      }
+      return last;
+    };
+    auto writer = PartitionedWriter::Make(p.num_partitions, std::move(streams), std::move(routes),
+                                          options, options_.limits, decide);
+    if (!writer.ok()) return writer.status();
+    return std::unique_ptr<ShuffleWriter>(std::move(writer).value());
+  }
+
+  absl::StatusOr<std::unique_ptr<ShuffleReader>> OpenReader(const std::string& id,
+                                                            uint32_t partition,
+                                                            const ReaderOptions& options) override {
+    auto placed = Placed(id);
+    if (!placed.ok() || !placed->info.clustered) {
+      return Seed(placed.ok() ? placed->seed : 0).client().OpenReader(id, partition, options);
+    }
+    const PlacementInfo& p = placed->info;
+    if (partition >= p.num_partitions) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("partition ", partition, " is out of range [0, ", p.num_partitions, ")"));
+    }
+    std::vector<ServerLink*> replicas;
+    std::vector<std::string> names;
+    for (uint32_t n : p.replicas[partition]) {
+      const NodeAddress& node = p.nodes[n];
+      replicas.push_back(node.address.empty() ? nullptr : Link(node.address));
+      names.push_back(node.address.empty() ? node.node_id
+                                           : absl::StrCat(node.node_id, " at ", node.address));
+    }
+    return std::unique_ptr<ShuffleReader>(
+        new FailoverReader(std::move(replicas), std::move(names), id, partition, options,
+                           options_.limits, [this, id] { Forget(id); }));
+  }
+
+ private:
+  struct CachedPlacement {
+    PlacementInfo info;
+    size_t seed = 0;  // the seed that gave it
+    Clock::time_point at;
+  };
+
+  // The link to `address`, made on first use and kept (each owns a channel).
+  ServerLink* Link(const std::string& address) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& link = links_[address];
+    if (link == nullptr) {
+      ClientOptions o = options_;
+      o.server = address;
+      link = ConnectServer(o);
+    }
+    return link.get();
+  }
+  ServerLink& Seed(size_t i) { return *Link(seeds_[i]); }
+
+  absl::StatusOr<ServerLink*> NodeLink(const std::string& id, const PlacementInfo& p, uint32_t n) {
+    const NodeAddress& node = p.nodes[n];
+    if (node.address.empty()) {
+      Forget(id);
+      return absl::UnavailableError(absl::StrCat("server ", node.node_id, " of shuffle '", id,
+                                                 "' is not registered now (down or restarting); "
+                                                 "retry the attempt later"));
+    }
+    return Link(node.address);
+  }
+
+  // Calls fn on the seeds in turn until one answers (anything but a failure another server
+  // might not have).
+  template <typename T, typename Fn>
+  absl::StatusOr<T> OnSeed(Fn fn, size_t* which = nullptr) {
+    for (size_t i = 0;; ++i) {  // (there is at least one seed)
+      absl::StatusOr<T> r = fn(Seed(i).client());
+      if (r.ok() || !TryAnother(r.status()) || i + 1 == seeds_.size()) {
+        if (which != nullptr) *which = i;
+        return r;
+      }
+    }
+  }
+
+  // The shuffle's placement, from the cache while fresh.
+  absl::StatusOr<CachedPlacement> Placed(const std::string& id) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = placements_.find(id);
+      if (it != placements_.end() && Clock::now() - it->second.at < options_.placement_ttl) {
+        return it->second;
+      }
+    }
+    CachedPlacement out;
+    auto info =
+        OnSeed<PlacementInfo>([&](ShuffleClient& c) { return c.GetPlacement(id); }, &out.seed);
+    if (!info.ok()) return info.status();
+    out.info = std::move(info).value();
+    if (out.info.replicas.size() != out.info.num_partitions) {
+      return absl::InternalError(absl::StrCat("the placement of shuffle '", id, "' lists ",
+                                              out.info.replicas.size(), " partitions of ",
+                                              out.info.num_partitions));
+    }
+    for (const auto& r : out.info.replicas) {
+      if (r.empty() ||
+          std::any_of(r.begin(), r.end(), [&](uint32_t n) { return n >= out.info.nodes.size(); })) {
+        return absl::InternalError(
+            absl::StrCat("the placement of shuffle '", id, "' names a server it does not list"));
+      }
+    }
+    out.at = Clock::now();
+    std::lock_guard<std::mutex> lock(mu_);
+    placements_[id] = out;
+    return out;
+  }
+  void Forget(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    placements_.erase(id);
+  }
+
+  const ClientOptions options_;
+  const std::vector<std::string> seeds_;
+  std::mutex mu_;  // guards the maps
+  std::map<std::string, std::unique_ptr<ServerLink>> links_;
+  std::map<std::string, CachedPlacement> placements_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShuffleClient>> ShuffleClient::Connect(
+    const ClientOptions& options) {
+  std::vector<std::string> seeds;
+  for (absl::string_view s : absl::StrSplit(options.server, ',')) {
+    s = absl::StripAsciiWhitespace(s);
+    if (!s.empty()) seeds.emplace_back(s);
+  }
+  if (seeds.empty()) return absl::InvalidArgumentError("no server address");
+  return std::unique_ptr<ShuffleClient>(new ClusterClient(options, std::move(seeds)));
+}
+
+}  // namespace sluice
