@@ -22,12 +22,16 @@ namespace sluice::shuffle_bench {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: sluice bench [--server H:P] [--shards 8] [--items-per-shard 50000] [--item-bytes 200]\n"
+    "usage: sluice bench [--server H:P | --servers H:P,H:P,...] [--replication 0] [--retries 3]\n"
+    "         [--shards 8] [--items-per-shard 50000] [--item-bytes 200]\n"
     "         [--keys 10000] [--partitions 8] [--hot-shard-frac 0] [--heavy-tail]\n"
     "         [--layout auto|msgpack|columnar|opaque] [--zstd-level 3]\n"
     "         [--order KEY|UNORDERED] [--repeat 1] [--buffer-mb 4] [--parallel 256]\n"
     "         [--server-memory-mb 128] [--data-dir DIR] [--server-bin PATH]\n"
-    "  (without --server: a sluice-server child process with the last three)\n";
+    "  (without --server: a sluice-server child process with the last three)\n"
+    "  --servers: a cluster (or any server list); --replication: each partition's replicas\n"
+    "  (0 = the cluster's default); a failed mapper attempt is retried with a new attempt id\n"
+    "  up to --retries times, a second apart\n";
 
 int Fail(const absl::Status& st) {
   std::fprintf(stderr, "sluice bench: %s\n", st.ToString().c_str());
@@ -81,14 +85,16 @@ void PrintResult(int r, const BenchConfig& c, const BenchResult& res, const OwnS
       "\"mb_per_sec\": %.1f, \"expected_items\": %llu, \"counted_items\": %llu, "
       "\"counts_match\": %s, \"gen_s\": %.3f, \"scatter_s\": %.3f, \"reduce_s\": %.3f, "
       "\"stored_bytes\": %llu, \"peak_rss_mb\": %.1f, \"embedded_server\": %s, "
-      "\"client_peak_rss_mb\": %.1f, \"server_peak_rss_mb\": %.1f}\n",
+      "\"client_peak_rss_mb\": %.1f, \"server_peak_rss_mb\": %.1f, \"servers\": %zu, "
+      "\"replication\": %u, \"retried_attempts\": %d, \"pushed_bytes_per_item\": %.1f}\n",
       r, c.shards, c.items_per_shard, c.partitions, c.parallel, c.key_order ? "KEY" : "UNORDERED",
       LayoutChoiceName(c.layout), res.elapsed_s, items / res.elapsed_s,
       static_cast<double>(res.item_bytes) / res.elapsed_s / 1e6,
       static_cast<unsigned long long>(res.expected), static_cast<unsigned long long>(res.counted),
       res.counts_match ? "true" : "false", res.gen_s, res.scatter_s, res.reduce_s,
       static_cast<unsigned long long>(res.disk_bytes), client_mb + server_mb,
-      own.process != nullptr ? "true" : "false", client_mb, server_mb);
+      own.process != nullptr ? "true" : "false", client_mb, server_mb, res.servers, res.replication,
+      res.retried_attempts, items > 0 ? static_cast<double>(res.pushed_bytes) / items : 0.0);
   std::fflush(stdout);
 }
 
@@ -119,12 +125,16 @@ int Main(int argc, char** argv) {
   c.parallel = static_cast<int>(flags.Int("parallel", c.parallel));
   const int repeat = static_cast<int>(flags.Int("repeat", 1));
   std::string address = flags.Get("server", "");
+  if (const std::string list = flags.Get("servers", ""); !list.empty()) address = list;
+  c.replication = static_cast<uint32_t>(flags.Int("replication", 0));
+  c.retries = static_cast<int>(flags.Int("retries", c.retries));
   const auto server_memory_mb = static_cast<uint64_t>(flags.Int("server-memory-mb", 128));
   const std::string server_bin = flags.Get("server-bin", "");
   OwnServer own;
   own.data_dir = flags.Get("data-dir", "");
   std::string why;
-  if (!flags.Check(&why) || c.shards < 1 || c.partitions < 1 || c.keys < 1 || c.parallel < 1) {
+  if (!flags.Check(&why) || c.shards < 1 || c.partitions < 1 || c.keys < 1 || c.parallel < 1 ||
+      c.replication > 3 || c.retries < 0) {
     std::fprintf(stderr, "sluice bench: %s\n%s", why.empty() ? "bad arguments" : why.c_str(),
                  kUsage);
     return 2;

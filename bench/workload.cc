@@ -99,14 +99,14 @@ struct ShardTally {
 
 // Generates one shard's items in small batches (timed per batch, so the clock is not read per
 // item) and hands each batch to the writer before the next: never more than kBatch at once.
-absl::Status MapShard(ShuffleClient& client, const std::string& id, const BenchConfig& c, int s,
-                      ShardTally* tally) {
+absl::Status MapShardAttempt(ShuffleClient& client, const std::string& id, const BenchConfig& c,
+                             int s, uint64_t attempt, ShardTally* tally) {
   WriterOptions wopts;
   wopts.layout = c.layout;
   wopts.zstd_level = c.zstd_level;
   wopts.sort_by_key = c.key_order;
   wopts.buffer_bytes = c.buffer_mb << 20;
-  auto writer = client.OpenWriter(id, static_cast<uint32_t>(s), 1, wopts);
+  auto writer = client.OpenWriter(id, static_cast<uint32_t>(s), attempt, wopts);
   if (!writer.ok()) return writer.status();
   Rng rng(static_cast<uint64_t>(s) + 1);
   static constexpr int kBatch = 256;
@@ -161,6 +161,26 @@ absl::Status MapShard(ShuffleClient& client, const std::string& id, const BenchC
   return result.status();
 }
 
+// One shard's mapper as an engine runs it: a failed attempt (a server lost, say) is run again
+// with a new attempt id, up to c.retries times; the tally is the winning attempt's.
+absl::Status MapShard(ShuffleClient& client, const std::string& id, const BenchConfig& c, int s,
+                      ShardTally* tally, std::atomic<int>* retried) {
+  absl::Status st;
+  for (int attempt = 1; attempt <= 1 + c.retries; ++attempt) {
+    std::fill(tally->per_key.begin(), tally->per_key.end(), 0);
+    tally->bytes = 0;
+    st = MapShardAttempt(client, id, c, s, static_cast<uint64_t>(attempt), tally);
+    if (st.ok() || absl::IsInvalidArgument(st) || absl::IsNotFound(st)) return st;
+    if (attempt <= c.retries) {
+      retried->fetch_add(1);
+      std::fprintf(stderr, "sluice bench: mapper %d attempt %d failed, retrying: %s\n", s, attempt,
+                   st.ToString().c_str());
+      std::this_thread::sleep_for(std::chrono::milliseconds(c.retry_delay_ms));
+    }
+  }
+  return st;
+}
+
 // Reads one partition (grouping as a reducer would) and counts every key it gets.
 absl::Status ReducePartition(ShuffleClient& client, const std::string& id, const BenchConfig& c,
                              int p, std::vector<std::atomic<uint64_t>>* counted) {
@@ -208,14 +228,19 @@ absl::Status OnThreads(int n, int slots, const char* name, Fn fn) {
 absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string& id,
                                        const BenchConfig& c) {
   BenchResult res;
-  auto created = client.CreateShuffle(id, c.partitions, c.shards);
+  auto created = client.CreateShuffle(id, c.partitions, c.shards, c.replication);
   if (!created.ok()) return created.status();
+  auto placed = client.GetPlacement(id);
+  if (!placed.ok()) return placed.status();
+  res.replication = placed->replication;
+  res.servers = placed->nodes.size();
+  std::atomic<int> retried{0};
   // Scatter: every shard a mapper, `parallel` at a time, generating its items on the fly.
   std::vector<ShardTally> shards(c.shards);
   for (auto& t : shards) t.per_key.assign(c.keys, 0);
   const auto t0 = Clock::now();
   absl::Status st = OnThreads(c.shards, c.parallel, "bench-map",
-                              [&](int s) { return MapShard(client, id, c, s, &shards[s]); });
+                              [&](int s) { return MapShard(client, id, c, s, &shards[s], &retried); });
   const auto t1 = Clock::now();
   if (!st.ok()) return st;
   // Reduce: every partition a reducer, `parallel` at a time, grouping by key and counting.
@@ -240,9 +265,32 @@ absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string&
     res.gen_s += s.gen_s;
     res.item_bytes += s.bytes;
   }
-  auto status = client.GetShuffle(id);
-  if (status.ok()) {
-    for (const auto& p : status->partitions) res.disk_bytes += p.bytes;
+  res.retried_attempts = retried.load();
+  // Stored bytes: each partition once (its primary's count); pushed: every replica's copy.
+  std::vector<std::vector<uint64_t>> per_node(placed->nodes.size());
+  for (size_t n = 0; n < placed->nodes.size(); ++n) {
+    if (!placed->clustered) {
+      auto status = client.GetShuffle(id);
+      if (status.ok()) {
+        for (const auto& p : status->partitions) per_node[n].push_back(p.bytes);
+      }
+      continue;
+    }
+    ClientOptions one;
+    one.server = placed->nodes[n].address;
+    auto node = ShuffleClient::Connect(one);
+    if (!node.ok() || one.server.empty()) continue;
+    auto status = (*node)->GetShuffle(id);
+    if (!status.ok()) continue;
+    for (const auto& p : status->partitions) per_node[n].push_back(p.bytes);
+  }
+  for (uint32_t p = 0; p < placed->num_partitions; ++p) {
+    for (size_t r = 0; r < placed->replicas[p].size(); ++r) {
+      const std::vector<uint64_t>& bytes = per_node[placed->replicas[p][r]];
+      if (p >= bytes.size()) continue;
+      if (r == 0) res.disk_bytes += bytes[p];
+      res.pushed_bytes += bytes[p];
+    }
   }
   res.scatter_s = std::chrono::duration<double>(t1 - t0).count();
   res.reduce_s = std::chrono::duration<double>(t2 - t1).count();

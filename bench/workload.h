@@ -30,12 +30,24 @@ struct BenchConfig {
   /// Mappers (and then reducers) running at once, like a cluster's task slots: 256 keeps a
   /// 2,048-partition reduce under the server's fetch stream limit.
   int parallel = 256;
+  /// In a cluster: the replicas of each partition (0 = the cluster's default).
+  uint32_t replication = 0;
+  /// A failed mapper attempt is retried with a new attempt id this many times (as an engine
+  /// does), `retry_delay_ms` apart.
+  int retries = 3;
+  int retry_delay_ms = 1000;
 };
 
 struct BenchResult {
   double elapsed_s = 0, scatter_s = 0, reduce_s = 0, gen_s = 0;
   uint64_t expected = 0, counted = 0, item_bytes = 0, disk_bytes = 0;
   bool counts_match = false;
+  int retried_attempts = 0;  ///< mapper attempts that failed and were retried
+  uint32_t replication = 1;
+  size_t servers = 1;  ///< servers of the shuffle
+  /// Frame bytes stored over all the shuffle's servers (every replica's copy): what the pushes
+  /// carried over the network.
+  uint64_t pushed_bytes = 0;
 };
 
 /// Creates shuffle `id`, scatters and reduces it through `client`, checks the counts and

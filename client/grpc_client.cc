@@ -405,8 +405,8 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     return std::unique_ptr<PushStream>(std::move(stream));
   }
 
-  absl::StatusOr<bool> CommitMapper(const std::string& id, uint32_t mapper,
-                                    uint64_t attempt) override {
+  absl::StatusOr<uint64_t> CommitMapper(const std::string& id, uint32_t mapper,
+                                        uint64_t attempt) override {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     pb::CommitMapperRequest req;
@@ -416,7 +416,7 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     pb::CommitMapperResponse resp;
     absl::Status st = FromGrpc(stub_->CommitMapper(&ctx, req, &resp), options_.server);
     if (!st.ok()) return st;
-    return resp.duplicate();
+    return resp.winning_attempt();
   }
 
   std::unique_ptr<FetchStream> OpenFetch(const std::string& id, uint32_t partition,

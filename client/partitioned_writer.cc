@@ -116,7 +116,7 @@ struct PartitionedWriter::Job {
 absl::StatusOr<std::unique_ptr<PartitionedWriter>> PartitionedWriter::Make(
     uint32_t num_partitions, std::vector<std::unique_ptr<PushStream>> streams,
     std::vector<std::vector<uint32_t>> routes, WriterOptions options, FrameLimits limits,
-    Decider decide) {
+    Decider decide, uint64_t attempt) {
   if (num_partitions == 0) return absl::InvalidArgumentError("a writer needs partitions");
   if (streams.empty()) return absl::InvalidArgumentError("a writer needs a push stream");
   if (routes.empty()) routes.assign(num_partitions, {0});
@@ -137,19 +137,21 @@ absl::StatusOr<std::unique_ptr<PartitionedWriter>> PartitionedWriter::Make(
   }
   return std::unique_ptr<PartitionedWriter>(
       new PartitionedWriter(num_partitions, std::move(streams), std::move(routes),
-                            std::move(options), limits, std::move(decide)));
+                            std::move(options), limits, std::move(decide), attempt));
 }
 
 PartitionedWriter::PartitionedWriter(uint32_t num_partitions,
                                      std::vector<std::unique_ptr<PushStream>> streams,
                                      std::vector<std::vector<uint32_t>> routes,
-                                     WriterOptions options, FrameLimits limits, Decider decide)
+                                     WriterOptions options, FrameLimits limits, Decider decide,
+                                     uint64_t attempt)
     : limits_(limits),
       options_(std::move(options)),
       num_partitions_(num_partitions),
       streams_(std::move(streams)),
       routes_(std::move(routes)),
       decide_(std::move(decide)),
+      attempt_(attempt),
       // Chunks of 1/8 of a partition's even share of the budget (256 B to 1 MiB): the partly
       // filled last chunks of all partitions hold at most 1/8 of the budget (unless there are
       // more than budget / 2 KiB partitions), so flushes stay large.
@@ -237,9 +239,10 @@ absl::StatusOr<WriteResult> PartitionedWriter::Close() {
   }
   if (!decide_) return total;
   // Prepared everywhere: one decision makes it the mapper's commit, or a duplicate.
-  SLUICE_ASSIGN_OR_RETURN(const bool duplicate, decide_());
+  SLUICE_ASSIGN_OR_RETURN(const uint64_t winner, decide_());
   WriteResult out = sent_;
-  out.duplicate = duplicate;
+  out.duplicate = winner != attempt_;
+  out.winning_attempt = winner;
   return out;
 }
 

@@ -44,14 +44,14 @@ struct PartitionBuffer;
 
 class PartitionedWriter final : public ShuffleWriter {
  public:
-  /// Decides the attempt once every stream prepared; true if another attempt won.
-  using Decider = std::function<absl::StatusOr<bool>()>;
+  /// Decides the attempt once every stream prepared: the mapper's winning attempt.
+  using Decider = std::function<absl::StatusOr<uint64_t>()>;
   /// `routes` empty: every partition goes to streams[0]. INVALID_ARGUMENT for no streams, a
   /// partition without a route, a route to a stream that does not exist, or zero partitions.
   static absl::StatusOr<std::unique_ptr<PartitionedWriter>> Make(
       uint32_t num_partitions, std::vector<std::unique_ptr<PushStream>> streams,
       std::vector<std::vector<uint32_t>> routes, WriterOptions options, FrameLimits limits,
-      Decider decide = nullptr);
+      Decider decide = nullptr, uint64_t attempt = 0);
   ~PartitionedWriter() override;  // without Close(): the attempt is discarded
 
   absl::Status Add(std::string_view key, std::string_view value) override;
@@ -66,7 +66,7 @@ class PartitionedWriter final : public ShuffleWriter {
   struct Job;      // flushed partitions, on their way to the sender
   PartitionedWriter(uint32_t num_partitions, std::vector<std::unique_ptr<PushStream>> streams,
                     std::vector<std::vector<uint32_t>> routes, WriterOptions options,
-                    FrameLimits limits, Decider decide);
+                    FrameLimits limits, Decider decide, uint64_t attempt);
   absl::Status Flush(uint32_t partition);
   absl::Status FlushLargest(size_t bytes);
   // A job to fill (a spare one when there is), once fewer than two are in flight.
@@ -84,6 +84,7 @@ class PartitionedWriter final : public ShuffleWriter {
   std::vector<std::unique_ptr<PushStream>> streams_;
   const std::vector<std::vector<uint32_t>> routes_;  // per partition
   const Decider decide_;
+  const uint64_t attempt_;  // (with decide_: what the decision is compared with)
   std::unique_ptr<Buffers> buffers_;
   size_t buffered_ = 0;
   bool finished_ = false;

@@ -128,6 +128,9 @@ struct WriterOptions {
 
 struct WriteResult {
   bool duplicate = false;  ///< another attempt of this mapper had committed first
+  /// In a cluster: the mapper's winning attempt (this one unless `duplicate`); 0 when the
+  /// server does not say (one server on its own).
+  uint64_t winning_attempt = 0;
   uint64_t frames = 0, records = 0, bytes = 0;
 };
 

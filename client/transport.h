@@ -59,8 +59,8 @@ class ServerLink {
   virtual absl::StatusOr<std::unique_ptr<PushStream>> OpenPush(const std::string& id,
                                                                uint32_t mapper, uint64_t attempt,
                                                                bool prepare) = 0;
-  /// Decides the prepared attempt (CommitMapper): true if another attempt of the mapper won.
-  virtual absl::StatusOr<bool> CommitMapper(const std::string& id, uint32_t mapper,
+  /// Decides the prepared attempt (CommitMapper): the mapper's winning attempt.
+  virtual absl::StatusOr<uint64_t> CommitMapper(const std::string& id, uint32_t mapper,
                                             uint64_t attempt) = 0;
   /// Opens a fetch of one partition (the reader's options, skip_records included).
   virtual std::unique_ptr<FetchStream> OpenFetch(const std::string& id, uint32_t partition,

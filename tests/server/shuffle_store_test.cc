@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -199,6 +200,64 @@ TEST_F(ShuffleStoreTest, ReopenRecoversExactlyTheCommittedAttempts) {
   // New attempts append after recovery and commit normally.
   ASSERT_EQ(*store->Commit(6, 2, WriteAttempt(*store, 6, 2)), CommitOutcome::kCommitted);
   EXPECT_EQ(ReadPartition(*store, 1).size(), 15u);
+}
+
+// Cluster mode's commit protocol on one store: a prepared attempt is durable but invisible; the
+// decided winner becomes visible, the other prepared attempts of its mapper are dropped; and a
+// restart keeps an undecided prepared attempt (it may still win) and reclaims a decided loser.
+TEST_F(ShuffleStoreTest, PreparedAttemptsAreInvisibleUntilResolvedAndSurviveARestart) {
+  std::vector<std::string> winner_rows;
+  {
+    auto store = CreateStore();
+    const auto a = WriteAttempt(*store, 2, 1);
+    const auto b = WriteAttempt(*store, 2, 2, 300, 64);  // a speculative twin (~4 x 20 KB)
+    const auto c = WriteAttempt(*store, 4, 1);
+    ASSERT_EQ(*store->Prepare(2, 1, a), CommitOutcome::kCommitted);
+    ASSERT_EQ(*store->Prepare(2, 2, b), CommitOutcome::kCommitted);
+    ASSERT_EQ(*store->Prepare(4, 1, c), CommitOutcome::kCommitted);
+    EXPECT_THAT(store->Prepare(4, 1, c), StatusIs(absl::StatusCode::kAlreadyExists, "prepared"));
+    EXPECT_TRUE(store->CommittedBlocks(0).empty());
+    EXPECT_TRUE(store->CommittedMappers().empty());
+    EXPECT_EQ(store->PendingMappers(), (std::vector<uint32_t>{2, 4}));
+    EXPECT_TRUE(store->IsPrepared(2, 2));
+    EXPECT_THAT(store->Resolve(2, 9), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                               "attempt 9 of mapper 2 of shuffle s1 is not "
+                                               "prepared"));
+    // Attempt 1 of mapper 2 won (decided elsewhere): visible, attempt 2 dropped.
+    ASSERT_EQ(*store->Resolve(2, 1), CommitOutcome::kCommitted);
+    ASSERT_EQ(*store->Resolve(2, 1), CommitOutcome::kCommitted);  // idempotent
+    EXPECT_EQ(*store->Resolve(2, 2), CommitOutcome::kDuplicate);
+    EXPECT_FALSE(store->IsPrepared(2, 2));
+    EXPECT_EQ(store->CommittedAttempt(2), std::optional<uint64_t>(1));
+    EXPECT_EQ(store->PendingMappers(), (std::vector<uint32_t>{4}));
+    winner_rows = ReadPartition(*store, 0);
+    ASSERT_EQ(winner_rows.size(), 5u);
+    EXPECT_EQ(winner_rows[0], "k2-0-0=v1-0");
+    // A later prepare of a decided mapper is a duplicate at once.
+    EXPECT_EQ(*store->Prepare(2, 3, WriteAttempt(*store, 2, 3)), CommitOutcome::kDuplicate);
+  }
+  auto store = Reopen();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->CommittedMappers(), (std::vector<uint32_t>{2}));
+  EXPECT_EQ(ReadPartition(*store, 0), winner_rows);
+  EXPECT_EQ(store->PendingMappers(), (std::vector<uint32_t>{4}));  // undecided: kept
+  EXPECT_TRUE(store->IsPrepared(4, 1));
+  EXPECT_FALSE(store->IsPrepared(2, 2));
+  // The loser's ~80 KB were given back: the file holds little more than the kept blocks.
+  struct stat st;
+  ASSERT_EQ(::stat((ShuffleDir() + "/data").c_str(), &st), 0);
+  EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, 64u << 10);
+  // Decided after the restart: several at once, with one log write.
+  const std::vector<std::pair<uint32_t, uint64_t>> winners = {{4, 1}, {2, 1}, {7, 1}};
+  ASSERT_OK(store->ResolveAll(winners));
+  EXPECT_EQ(store->CommittedMappers(), (std::vector<uint32_t>{2, 4}));
+  EXPECT_TRUE(store->PendingMappers().empty());
+  EXPECT_EQ(ReadPartition(*store, 3).size(), 10u);
+  store.reset();
+  auto again = Reopen();
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->CommittedMappers(), (std::vector<uint32_t>{2, 4}));
+  EXPECT_EQ(ReadPartition(*again, 3).size(), 10u);
 }
 
 TEST_F(ShuffleStoreTest, TornCommitLogTailIsCutOff) {

@@ -1,0 +1,384 @@
+// Replicated shuffles on a real cluster: a real etcd and three sluice-server processes, each on
+// its own loopback address (127.0.0.2-4) with its own data directory, driven by the client
+// given the server list. Round trips at R = 1 and 2 in both orders; kill -9 of each server in
+// turn (during pushes, between the last commit and the fetches, in the middle of a KEY fetch);
+// a SIGSTOPped server; speculative attempts racing across replicas with a server killed in
+// between. Every time: each acknowledged commit is read back exactly once, one winning attempt
+// per mapper everywhere, nothing twice.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/server_process.h"
+#include "client/shuffle_client.h"
+#include "codec/frame_format.h"
+#include "tests/harness/etcd_process.h"
+#include "tests/harness/status_matchers.h"
+#include "tests/harness/temp_dir.h"
+
+namespace sluice {
+namespace {
+
+using testing::EtcdProcess;
+using testing::TempDir;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kServers = 3;
+
+// A shuffle of the test: `mappers` x `items` records, value "m<m>-i<i>-a<attempt>".
+struct Job {
+  std::string id;
+  uint32_t partitions = 6;
+  uint32_t mappers = 4;
+  int items = 3000;
+  size_t filler = 40;  // bytes added to each value; incompressible past 40
+};
+
+// The value's filler: x's, or for large fillers pseudo-random letters (zstd cannot shrink
+// them, so the fetch stream really carries that much).
+std::string Filler(uint32_t m, int i, size_t n) {
+  if (n <= 40) return std::string(n, 'x');
+  std::string out(n, 'a');
+  uint64_t x = 0x9e3779b97f4a7c15ULL * (m + 1) + static_cast<uint64_t>(i);
+  for (char& c : out) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c = static_cast<char>('a' + x % 26);
+  }
+  return out;
+}
+
+std::string Key(uint32_t m, int i) { return absl::StrCat("key", (m * 7919 + i * 31) % 500); }
+
+absl::StatusOr<WriteResult> WriteMapper(ShuffleClient& client, const Job& job, uint32_t m,
+                                        uint64_t attempt, int items,
+                                        const std::function<void(int)>& each = nullptr) {
+  WriterOptions options;
+  options.sort_by_key = true;
+  options.buffer_bytes = 64 << 10;  // many frames, so a kill lands in the middle
+  auto writer = client.OpenWriter(job.id, m, attempt, options);
+  if (!writer.ok()) return writer.status();
+  for (int i = 0; i < items; ++i) {
+    if (each) each(i);
+    const std::string value = absl::StrCat("m", m, "-i", i, "-a", attempt, "-", Filler(m, i, job.filler));
+    if (absl::Status st = (*writer)->Add(Key(m, i), value); !st.ok()) return st;
+  }
+  return (*writer)->Close();
+}
+
+// An engine's mapper: a failed attempt is retried with a new attempt id, 600 ms apart. Returns
+// the attempt that won.
+absl::StatusOr<uint64_t> WriteWithRetries(ShuffleClient& client, const Job& job, uint32_t m,
+                                          const std::function<void(int)>& each = nullptr) {
+  absl::Status last;
+  for (uint64_t attempt = 1; attempt <= 12; ++attempt) {
+    auto r = WriteMapper(client, job, m, attempt, job.items, attempt == 1 ? each : nullptr);
+    if (r.ok()) {
+      // A duplicate: an earlier attempt won after all (its answer was lost with its server).
+      if (r->duplicate) return r->winning_attempt;
+      return attempt;
+    }
+    last = r.status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  }
+  return last;
+}
+
+// Reads every partition; checks each (mapper, item) comes exactly once, from the mapper's
+// winning attempt, and KEY order holds.
+void ExpectExactlyTheWinners(ShuffleClient& client, const Job& job, FetchOrder order,
+                             const std::map<uint32_t, uint64_t>& winners, int items) {
+  std::set<std::pair<uint32_t, int>> seen;
+  for (uint32_t p = 0; p < job.partitions; ++p) {
+    ReaderOptions options;
+    options.order = order;
+    options.require_complete = true;
+    options.chunk_bytes = 16 << 10;
+    ASSERT_OK_AND_ASSIGN(auto reader, client.OpenReader(job.id, p, options));
+    std::string previous;
+    Record r;
+    for (;;) {
+      absl::StatusOr<bool> more = reader->Next(&r);
+      ASSERT_OK(more) << "partition " << p;
+      if (!*more) break;
+      if (order == FetchOrder::kKey) {
+        ASSERT_FALSE(KeyLess(r.key, previous)) << "partition " << p << " out of key order";
+        previous.assign(r.key);
+      }
+      std::vector<std::string> parts =
+          absl::StrSplit(absl::string_view(r.value.data(), r.value.size()), '-');
+      ASSERT_GE(parts.size(), 3u) << r.value;
+      uint32_t m = 0;
+      int i = 0;
+      uint64_t a = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(parts[0].substr(1), &m) &&
+                  absl::SimpleAtoi(parts[1].substr(1), &i) &&
+                  absl::SimpleAtoi(parts[2].substr(1), &a))
+          << r.value;
+      ASSERT_EQ(std::string(r.key), Key(m, i));
+      ASSERT_TRUE(winners.count(m)) << "mapper " << m << " never committed";
+      ASSERT_EQ(a, winners.at(m)) << "mapper " << m << ": a record of a losing attempt";
+      ASSERT_TRUE(seen.emplace(m, i).second) << "mapper " << m << " item " << i << " twice";
+    }
+  }
+  EXPECT_EQ(seen.size(), winners.size() * static_cast<size_t>(items));
+}
+
+class ReplicationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(etcd_, EtcdProcess::Start());
+    for (int i = 0; i < kServers; ++i) {
+      const std::string host = absl::StrCat("127.0.0.", i + 2);
+      ASSERT_OK_AND_ASSIGN(const int port, testing::FreePort(host));
+      addresses_.push_back(absl::StrCat(host, ":", port));
+      dirs_.push_back(std::make_unique<TempDir>());
+      servers_.emplace_back();
+      ASSERT_OK(Start(i));
+    }
+    client_ = Connect(absl::StrJoin(addresses_, ","));
+  }
+
+  absl::Status Start(int i) {
+    auto s = ServerProcess::Start(
+        SLUICE_SERVER_BIN,
+        {"--data_dir=" + dirs_[i]->path(), "--log_level=warn", "--etcd=" + etcd_->endpoint(),
+         absl::StrCat("--node_id=n", i), "--node_lease_s=2", "--listen=" + addresses_[i],
+         "--worker_threads=2", "--memory_budget_mb=64"},
+        absl::StrCat("127.0.0.", i + 2));
+    if (!s.ok()) return s.status();
+    servers_[i] = std::move(s).value();
+    return absl::OkStatus();
+  }
+
+  static std::unique_ptr<ShuffleClient> Connect(const std::string& servers) {
+    ClientOptions options;
+    options.server = servers;
+    options.call_deadline = std::chrono::seconds(5);
+    // A hung server is found within about 2 s.
+    options.keepalive_time = std::chrono::seconds(1);
+    options.keepalive_timeout = std::chrono::seconds(1);
+    auto c = ShuffleClient::Connect(options);
+    EXPECT_OK(c);
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+
+  // The server (index) that is primary of `partition`.
+  int PrimaryOf(const std::string& id, uint32_t partition) {
+    auto p = client_->GetPlacement(id);
+    EXPECT_OK(p);
+    if (!p.ok()) return 0;
+    const std::string& node = p->nodes[p->replicas[partition][0]].node_id;
+    return node.back() - '0';
+  }
+
+  // Writes every mapper of `job` once, concurrently; their winning attempts.
+  std::map<uint32_t, uint64_t> WriteAll(const Job& job) {
+    std::map<uint32_t, uint64_t> winners;
+    std::mutex mu;
+    std::vector<std::thread> threads;
+    for (uint32_t m = 0; m < job.mappers; ++m) {
+      threads.emplace_back([&, m] {
+        auto won = WriteWithRetries(*client_, job, m);
+        EXPECT_OK(won) << "mapper " << m;
+        std::lock_guard<std::mutex> lock(mu);
+        if (won.ok()) winners[m] = *won;
+      });
+    }
+    for (auto& t : threads) t.join();
+    return winners;
+  }
+
+  std::unique_ptr<EtcdProcess> etcd_;
+  std::vector<std::string> addresses_;
+  std::vector<std::unique_ptr<TempDir>> dirs_;
+  std::vector<std::unique_ptr<ServerProcess>> servers_;
+  std::unique_ptr<ShuffleClient> client_;
+};
+
+TEST_F(ReplicationTest, RoundTripsAtOneAndTwoReplicasInBothOrders) {
+  for (uint32_t r : {1u, 2u}) {
+    Job job;
+    job.id = absl::StrCat("rt", r);
+    ASSERT_OK_AND_ASSIGN(bool created,
+                         client_->CreateShuffle(job.id, job.partitions, job.mappers, r));
+    ASSERT_TRUE(created);
+    ASSERT_OK_AND_ASSIGN(PlacementInfo placed, client_->GetPlacement(job.id));
+    EXPECT_TRUE(placed.clustered);
+    EXPECT_EQ(placed.replication, r);
+    const auto winners = WriteAll(job);
+    ASSERT_EQ(winners.size(), job.mappers);
+    ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
+    ExpectExactlyTheWinners(*client_, job, FetchOrder::kUnordered, winners, job.items);
+    // Every replica of a partition holds the same: each server's own count of it agrees.
+    std::vector<ShuffleStatus> per_server;
+    for (const std::string& a : addresses_) {
+      auto one = Connect(a);
+      ASSERT_OK_AND_ASSIGN(ShuffleStatus st, one->GetShuffle(job.id));
+      EXPECT_EQ(st.committed_mappers.size(), job.mappers) << a;
+      per_server.push_back(st);
+    }
+    uint64_t stored = 0;
+    for (uint32_t p = 0; p < job.partitions; ++p) {
+      std::set<uint64_t> counts;
+      for (uint32_t n : placed.replicas[p]) {
+        const int server = placed.nodes[n].node_id.back() - '0';
+        counts.insert(per_server[server].partitions[p].records);
+      }
+      EXPECT_EQ(counts.size(), 1u) << "replicas of partition " << p << " differ";
+      stored += *counts.begin();
+    }
+    EXPECT_EQ(stored, uint64_t{job.mappers} * job.items);
+  }
+}
+
+TEST_F(ReplicationTest, KillingEachServerInTurnLosesAndRepeatsNothing) {
+  // (1) n0 killed during the pushes, back 1.5 s later at its address: the attempts that failed
+  // are retried and the shuffle completes.
+  Job job;
+  job.id = "kill";
+  ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
+  std::atomic<bool> killed{false};
+  Clock::time_point kill_time;
+  std::map<uint32_t, uint64_t> winners;
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  for (uint32_t m = 0; m < job.mappers; ++m) {
+    threads.emplace_back([&, m] {
+      auto won = WriteWithRetries(*client_, job, m, [&](int i) {
+        if (m == 0 && i == job.items / 2 && !killed.exchange(true)) {
+          kill_time = Clock::now();
+          servers_[0]->Signal(SIGKILL);
+        }
+      });
+      EXPECT_OK(won) << "mapper " << m;
+      std::lock_guard<std::mutex> lock(mu);
+      if (won.ok()) winners[m] = *won;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  while (!killed.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_OK(Start(0));
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(winners.size(), job.mappers);
+  EXPECT_GT(winners.at(0), 1u) << "mapper 0's first attempt should have failed with its server";
+  const double recovered_s = std::chrono::duration<double>(Clock::now() - kill_time).count();
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
+  std::printf("kill -9 during pushes: every mapper committed %.1f s after the kill\n",
+              recovered_s);
+
+  // (2) n1 killed after the last commit, before the fetches: its partitions come from their
+  // other replicas.
+  servers_[1]->Signal(SIGKILL);
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kUnordered, winners, job.items);
+  ASSERT_OK(Start(1));
+
+  // (3) n2 killed in the middle of a KEY fetch of a partition it is primary of: the reader goes
+  // on from the other replica where it left off. 8 MB of incompressible values a partition, so
+  // that half of it is far more than the stream's windows hold: the rest must come from the
+  // replica.
+  job.id = "kill-key";
+  job.partitions = 2;
+  job.mappers = 2;
+  job.items = 2000;
+  job.filler = 4000;
+  ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
+  winners = WriteAll(job);
+  ASSERT_EQ(winners.size(), job.mappers);
+  uint32_t p = 0;
+  while (p < job.partitions && PrimaryOf(job.id, p) != 2) ++p;
+  if (p == job.partitions) {  // placement gave n2 no primary here: use the one that has p 0
+    p = 0;
+  }
+  const int primary = PrimaryOf(job.id, p);
+  ReaderOptions options;
+  options.order = FetchOrder::kKey;
+  options.require_complete = true;
+  options.chunk_bytes = 4 << 10;
+  std::vector<std::string> whole;  // the partition read in one go first
+  {
+    ASSERT_OK_AND_ASSIGN(auto reader, client_->OpenReader(job.id, p, options));
+    Record r;
+    while (*reader->Next(&r)) whole.push_back(std::string(r.key) + "=" + std::string(r.value));
+  }
+  ASSERT_GT(whole.size(), 1000u);
+  std::vector<std::string> got;
+  ASSERT_OK_AND_ASSIGN(auto reader, client_->OpenReader(job.id, p, options));
+  Record r;
+  for (;;) {
+    if (got.size() == whole.size() / 2) servers_[primary]->Signal(SIGKILL);
+    ASSERT_OK_AND_ASSIGN(bool more, reader->Next(&r));
+    if (!more) break;
+    got.push_back(std::string(r.key) + "=" + std::string(r.value));
+  }
+  ASSERT_EQ(got.size(), whole.size()) << "records lost or repeated across the failover";
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i] == whole[i]) << "record " << i << " differs after the failover";
+  }
+}
+
+TEST_F(ReplicationTest, AStoppedServerCostsABoundedWaitThenAReplicaServes) {
+  Job job;
+  job.id = "stop";
+  ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
+  const auto winners = WriteAll(job);
+  ASSERT_EQ(winners.size(), job.mappers);
+  const int stopped = PrimaryOf(job.id, 0);
+  ::kill(servers_[stopped]->pid(), SIGSTOP);
+  const auto start = Clock::now();
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
+  const auto waited = Clock::now() - start;
+  ::kill(servers_[stopped]->pid(), SIGCONT);
+  // Keepalive (1 s + 1 s here) ends the calls to it; each partition it is primary of costs
+  // about that once.
+  EXPECT_LT(waited, std::chrono::seconds(30));
+}
+
+TEST_F(ReplicationTest, SpeculativeAttemptsRaceAndOneWinsEverywhere) {
+  Job job;
+  job.id = "race";
+  job.mappers = 2;
+  ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
+  // Mapper 0's attempts 1 and 2 race, with different data (attempt 2 writes more items); a
+  // second client stands for a second worker.
+  auto other = Connect(absl::StrJoin(addresses_, ","));
+  absl::StatusOr<WriteResult> r1, r2;
+  std::thread t1([&] { r1 = WriteMapper(*client_, job, 0, 1, job.items); });
+  std::thread t2([&] { r2 = WriteMapper(*other, job, 0, 2, job.items + 500); });
+  t1.join();
+  t2.join();
+  ASSERT_OK(r1);
+  ASSERT_OK(r2);
+  ASSERT_NE(r1->duplicate, r2->duplicate) << "exactly one attempt wins";
+  const uint64_t winner = r1->duplicate ? 2 : 1;
+  const int winner_items = winner == 1 ? job.items : job.items + 500;
+  // A late third attempt is a duplicate.
+  ASSERT_OK_AND_ASSIGN(WriteResult late, WriteMapper(*client_, job, 0, 3, 10));
+  EXPECT_TRUE(late.duplicate);
+  ASSERT_OK_AND_ASSIGN(WriteResult m1, WriteMapper(*client_, job, 1, 1, winner_items));
+  EXPECT_FALSE(m1.duplicate);
+  // A server killed in between: the survivors agree on the winner in every partition.
+  servers_[PrimaryOf(job.id, 1)]->Signal(SIGKILL);
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, {{0, winner}, {1, 1}}, winner_items);
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kUnordered, {{0, winner}, {1, 1}},
+                          winner_items);
+}
+
+}  // namespace
+}  // namespace sluice
