@@ -239,8 +239,9 @@ absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string&
   std::vector<ShardTally> shards(c.shards);
   for (auto& t : shards) t.per_key.assign(c.keys, 0);
   const auto t0 = Clock::now();
-  absl::Status st = OnThreads(c.shards, c.parallel, "bench-map",
-                              [&](int s) { return MapShard(client, id, c, s, &shards[s], &retried); });
+  absl::Status st = OnThreads(c.shards, c.parallel, "bench-map", [&](int s) {
+    return MapShard(client, id, c, s, &shards[s], &retried);
+  });
   const auto t1 = Clock::now();
   if (!st.ok()) return st;
   // Reduce: every partition a reducer, `parallel` at a time, grouping by key and counting.
@@ -266,30 +267,14 @@ absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string&
     res.item_bytes += s.bytes;
   }
   res.retried_attempts = retried.load();
-  // Stored bytes: each partition once (its primary's count); pushed: every replica's copy.
-  std::vector<std::vector<uint64_t>> per_node(placed->nodes.size());
-  for (size_t n = 0; n < placed->nodes.size(); ++n) {
-    if (!placed->clustered) {
-      auto status = client.GetShuffle(id);
-      if (status.ok()) {
-        for (const auto& p : status->partitions) per_node[n].push_back(p.bytes);
-      }
-      continue;
-    }
-    ClientOptions one;
-    one.server = placed->nodes[n].address;
-    auto node = ShuffleClient::Connect(one);
-    if (!node.ok() || one.server.empty()) continue;
-    auto status = (*node)->GetShuffle(id);
-    if (!status.ok()) continue;
-    for (const auto& p : status->partitions) per_node[n].push_back(p.bytes);
-  }
-  for (uint32_t p = 0; p < placed->num_partitions; ++p) {
-    for (size_t r = 0; r < placed->replicas[p].size(); ++r) {
-      const std::vector<uint64_t>& bytes = per_node[placed->replicas[p][r]];
-      if (p >= bytes.size()) continue;
-      if (r == 0) res.disk_bytes += bytes[p];
-      res.pushed_bytes += bytes[p];
+  // Stored bytes: each partition once; pushed: every replica's copy (replicas hold the same
+  // frames).
+  auto status = client.GetShuffle(id);
+  if (status.ok()) {
+    for (size_t p = 0; p < status->partitions.size(); ++p) {
+      const uint64_t bytes = status->partitions[p].bytes;
+      res.disk_bytes += bytes;
+      res.pushed_bytes += bytes * (p < placed->replicas.size() ? placed->replicas[p].size() : 1);
     }
   }
   res.scatter_s = std::chrono::duration<double>(t1 - t0).count();

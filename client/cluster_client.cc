@@ -124,19 +124,112 @@ class ClusterClient final : public ShuffleClient {
       return c.CreateShuffle(id, num_partitions, num_mappers, replication);
     });
   }
+  // In a cluster: each partition's counts from the first of its replicas that answers.
   absl::StatusOr<ShuffleStatus> GetShuffle(const std::string& id) override {
-    return OnSeed<ShuffleStatus>([&](ShuffleClient& c) { return c.GetShuffle(id); });
+    auto placed = Placed(id);
+    if (!placed.ok() || !placed->info.clustered) {
+      return OnSeed<ShuffleStatus>([&](ShuffleClient& c) { return c.GetShuffle(id); });
+    }
+    const PlacementInfo& p = placed->info;
+    std::vector<absl::StatusOr<ShuffleStatus>> per_node(
+        p.nodes.size(), absl::UnavailableError("not registered now"));
+    const std::vector<bool> keeps = KeepsAny(p);
+    bool any = false;
+    absl::Status last =
+        absl::UnavailableError(absl::StrCat("no server of shuffle '", id, "' is registered now"));
+    for (size_t n = 0; n < p.nodes.size(); ++n) {
+      if (!keeps[n] || p.nodes[n].address.empty()) continue;
+      per_node[n] = Link(p.nodes[n].address)->client().GetShuffle(id);
+      if (per_node[n].ok()) {
+        any = true;
+      } else {
+        last = per_node[n].status();
+      }
+    }
+    if (!any) return last;
+    ShuffleStatus out;
+    out.shuffle_id = id;
+    out.num_partitions = p.num_partitions;
+    out.num_mappers = p.num_mappers;
+    out.partitions.resize(p.num_partitions);
+    bool mappers_taken = false;
+    for (size_t n = 0; n < p.nodes.size(); ++n) {
+      if (!per_node[n].ok()) continue;
+      const ShuffleStatus& s = *per_node[n];
+      if (!mappers_taken) {
+        out.committed_mappers = s.committed_mappers;
+        mappers_taken = true;
+      }
+      const std::string who = absl::StrCat(p.nodes[n].node_id, ": ");
+      if (s.damaged) out.damage += (out.damaged ? "; " : "") + who + s.damage;
+      if (s.wedged) out.wedge += (out.wedged ? "; " : "") + who + s.wedge;
+      out.damaged = out.damaged || s.damaged;
+      out.wedged = out.wedged || s.wedged;
+    }
+    for (uint32_t part = 0; part < p.num_partitions; ++part) {
+      bool found = false;
+      for (uint32_t n : p.replicas[part]) {
+        if (per_node[n].ok() && part < per_node[n]->partitions.size()) {
+          out.partitions[part] = per_node[n]->partitions[part];
+          found = true;
+          break;
+        }
+      }
+      if (!found) out.unavailable_partitions.push_back(part);
+    }
+    return out;
   }
+
+  // In a cluster: every server's shuffles, each once (servers that cannot be reached are left
+  // out; with R >= 2 another server lists their shuffles).
   absl::StatusOr<std::vector<ShuffleStatus>> ListShuffles() override {
-    return OnSeed<std::vector<ShuffleStatus>>([&](ShuffleClient& c) { return c.ListShuffles(); });
+    auto nodes = ListNodes();
+    if (!nodes.ok() || nodes->size() <= 1) {
+      return OnSeed<std::vector<ShuffleStatus>>([&](ShuffleClient& c) { return c.ListShuffles(); });
+    }
+    std::map<std::string, ShuffleStatus> all;
+    absl::Status last;
+    bool any = false;
+    for (const NodeAddress& n : *nodes) {
+      auto list = Link(n.address)->client().ListShuffles();
+      if (!list.ok()) {
+        last = list.status();
+        continue;
+      }
+      any = true;
+      for (ShuffleStatus& s : *list) all.emplace(s.shuffle_id, std::move(s));
+    }
+    if (!any) return last;
+    std::vector<ShuffleStatus> out;
+    for (auto& [id, s] : all) out.push_back(std::move(s));
+    return out;
   }
+
+  // In a cluster: the record goes first (the seed removes it from etcd), then each server's copy.
   absl::Status DeleteShuffle(const std::string& id) override {
+    auto placed = Placed(id);
     Forget(id);
-    return OnSeed<bool>([&](ShuffleClient& c) -> absl::StatusOr<bool> {
-             SLUICE_RETURN_IF_ERROR(c.DeleteShuffle(id));
-             return true;
-           })
-        .status();
+    SLUICE_RETURN_IF_ERROR(OnSeed<bool>([&](ShuffleClient& c) -> absl::StatusOr<bool> {
+                             SLUICE_RETURN_IF_ERROR(c.DeleteShuffle(id));
+                             return true;
+                           }).status());
+    if (!placed.ok() || !placed->info.clustered) return absl::OkStatus();
+    std::vector<std::string> left;
+    for (const NodeAddress& n : placed->info.nodes) {
+      if (n.address.empty()) {
+        left.push_back(absl::StrCat(n.node_id, " (not registered)"));
+        continue;
+      }
+      absl::Status st = Link(n.address)->client().DeleteShuffle(id);
+      if (!st.ok() && !absl::IsNotFound(st) && !absl::IsFailedPrecondition(st)) {
+        left.push_back(absl::StrCat(n.node_id, " at ", n.address, " (", st.message(), ")"));
+      }
+    }
+    if (left.empty()) return absl::OkStatus();
+    return absl::UnavailableError(
+        absl::StrCat("shuffle '", id, "' is deleted from the cluster, but its copies on ",
+                     absl::StrJoin(left, ", "),
+                     " remain until deleted there (sluice delete --server ADDRESS --shuffle ID)"));
   }
   absl::StatusOr<NodeStatus> GetNode() override {
     return OnSeed<NodeStatus>([&](ShuffleClient& c) { return c.GetNode(); });
@@ -179,18 +272,18 @@ class ClusterClient final : public ShuffleClient {
       }
     }
     // Any server of the attempt may decide it; the next one if it cannot be reached.
-    auto decide = [this, links, id, mapper, attempt]() -> absl::StatusOr<bool> {
+    auto decide = [this, links, id, mapper, attempt]() -> absl::StatusOr<uint64_t> {
       absl::Status last;
       for (ServerLink* link : links) {
-        auto duplicate = link->CommitMapper(id, mapper, attempt);
-        if (duplicate.ok() || !TryAnother(duplicate.status())) return duplicate;
-        last = duplicate.status();
+        auto winner = link->CommitMapper(id, mapper, attempt);
+        if (winner.ok() || !TryAnother(winner.status())) return winner;
+        last = winner.status();
         Forget(id);
       }
       return last;
     };
     auto writer = PartitionedWriter::Make(p.num_partitions, std::move(streams), std::move(routes),
-                                          options, options_.limits, decide);
+                                          options, options_.limits, decide, attempt);
     if (!writer.ok()) return writer.status();
     return std::unique_ptr<ShuffleWriter>(std::move(writer).value());
   }
@@ -239,6 +332,15 @@ class ClusterClient final : public ShuffleClient {
     return link.get();
   }
   ServerLink& Seed(size_t i) { return *Link(seeds_[i]); }
+
+  // Per node of the placement: whether it keeps any partition.
+  static std::vector<bool> KeepsAny(const PlacementInfo& p) {
+    std::vector<bool> keeps(p.nodes.size(), false);
+    for (const auto& r : p.replicas) {
+      for (uint32_t n : r) keeps[n] = true;
+    }
+    return keeps;
+  }
 
   absl::StatusOr<ServerLink*> NodeLink(const std::string& id, const PlacementInfo& p, uint32_t n) {
     const NodeAddress& node = p.nodes[n];

@@ -74,6 +74,10 @@ struct ShuffleStatus {
   /// A failed disk write stopped its commits; it reopens itself on a later push (`wedge` says).
   bool wedged = false;
   std::string wedge;
+  /// In a cluster: partitions none of whose servers answered (each listed with zero counts).
+  /// While they are gone their data cannot be read; if they do not come back, the job must
+  /// write the shuffle again under a new id (its mappers' decisions stay with this one).
+  std::vector<uint32_t> unavailable_partitions;
 };
 
 /// A server of the cluster (ListNodes).

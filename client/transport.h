@@ -61,7 +61,7 @@ class ServerLink {
                                                                bool prepare) = 0;
   /// Decides the prepared attempt (CommitMapper): the mapper's winning attempt.
   virtual absl::StatusOr<uint64_t> CommitMapper(const std::string& id, uint32_t mapper,
-                                            uint64_t attempt) = 0;
+                                                uint64_t attempt) = 0;
   /// Opens a fetch of one partition (the reader's options, skip_records included).
   virtual std::unique_ptr<FetchStream> OpenFetch(const std::string& id, uint32_t partition,
                                                  const ReaderOptions& options) = 0;

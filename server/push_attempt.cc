@@ -47,7 +47,8 @@ PushAttempt::~PushAttempt() {
   if (!ended_) Abort(absl::CancelledError("push attempt dropped before its commit"));
 }
 
-absl::Status PushAttempt::Open(std::string_view shuffle_id, uint32_t mapper, uint64_t attempt) {
+absl::Status PushAttempt::Open(std::string_view shuffle_id, uint32_t mapper, uint64_t attempt,
+                               std::shared_ptr<const std::vector<bool>> kept) {
   if (store_ != nullptr)
     return absl::InvalidArgumentError("second open message in one push stream");
   auto store = registry_->GetForWriting(std::string(shuffle_id));
@@ -59,6 +60,7 @@ absl::Status PushAttempt::Open(std::string_view shuffle_id, uint32_t mapper, uin
         absl::StrCat("mapper ", mapper, " is out of range [0, ", params.num_mappers, ")"));
   }
   store_ = std::move(store).value();
+  kept_ = std::move(kept);
   mapper_ = mapper;
   attempt_ = attempt;
   return absl::OkStatus();
@@ -88,6 +90,7 @@ absl::Status PushAttempt::AddFrames(absl::Span<const Frame> frames) {
                                                      " is out of range [0, ",
                                                      store_->params().num_partitions, ")"));
     }
+    SLUICE_RETURN_IF_ERROR(Kept(f.partition));
     Validator& v = ThreadValidator(limits_.frame);
     absl::Status st = v.decoder->Decode(f.bytes, &v.decoded);
     const auto count = static_cast<uint32_t>(v.decoded.size());
@@ -114,6 +117,16 @@ absl::Status PushAttempt::NoLargeFramePending(const char* what) const {
       large_bytes_.size(), " of its announced ", large_size_, " bytes came)"));
 }
 
+absl::Status PushAttempt::Kept(uint32_t partition) const {
+  if (kept_ == nullptr || partition >= kept_->size() || (*kept_)[partition]) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("partition ", partition, " of shuffle '", store_->params().shuffle_id,
+                   "' is kept on other servers of the cluster, not this one (GetPlacement says "
+                   "which)"));
+}
+
 absl::Status PushAttempt::BeginLargeFrame(uint32_t partition, uint64_t size) {
   if (store_ == nullptr) return absl::InvalidArgumentError("a large frame before the open message");
   SLUICE_RETURN_IF_ERROR(NoLargeFramePending("another large frame"));
@@ -122,6 +135,7 @@ absl::Status PushAttempt::BeginLargeFrame(uint32_t partition, uint64_t size) {
                                                    " is out of range [0, ",
                                                    store_->params().num_partitions, ")"));
   }
+  SLUICE_RETURN_IF_ERROR(Kept(partition));
   // A frame is its header and at most the cap of stored payload (docs/frame-format.md).
   const uint64_t cap = kFrameHeaderSize + uint64_t{limits_.frame.max_uncompressed_bytes};
   if (size <= kFrameHeaderSize || size > cap) {

@@ -56,8 +56,10 @@ class PushAttempt {
   PushAttempt& operator=(const PushAttempt&) = delete;
 
   /// NOT_FOUND for an unknown shuffle, INVALID_ARGUMENT for a mapper out of range or a second
-  /// open.
-  absl::Status Open(std::string_view shuffle_id, uint32_t mapper, uint64_t attempt);
+  /// open. `kept` (in a cluster): the partitions this server keeps; a frame for another one is
+  /// refused with FAILED_PRECONDITION.
+  absl::Status Open(std::string_view shuffle_id, uint32_t mapper, uint64_t attempt,
+                    std::shared_ptr<const std::vector<bool>> kept = nullptr);
   /// Validates and appends one frame. INVALID_ARGUMENT names the frame, its partition and what
   /// is wrong; RESOURCE_EXHAUSTED past the frame limit or when the disk is full.
   absl::Status AddFrame(uint32_t partition, absl::Span<const uint8_t> frame);
@@ -95,9 +97,12 @@ class PushAttempt {
   ShuffleRegistry* const registry_;
   // INVALID_ARGUMENT naming `what` while a large frame still awaits pieces.
   absl::Status NoLargeFramePending(const char* what) const;
+  // FAILED_PRECONDITION for a partition kept on other servers of the cluster.
+  absl::Status Kept(uint32_t partition) const;
 
   const PushLimits limits_;
   std::shared_ptr<ShuffleStore> store_;
+  std::shared_ptr<const std::vector<bool>> kept_;
   uint32_t mapper_ = 0;
   uint64_t attempt_ = 0;
   std::vector<BlockRef> blocks_;

@@ -38,6 +38,57 @@ ClusterView Cluster(const NodeState& node) {
   return ClusterView{node.clustered, node.membership, node.placements, node.node_id};
 }
 
+using Kept = std::shared_ptr<const NodeState::Kept>;
+
+Kept KeptOf(const ShufflePlacement& p, const std::string& node_id) {
+  auto k = std::make_shared<NodeState::Kept>();
+  k->partitions = p.num_partitions;
+  k->mappers = p.num_mappers;
+  k->partition.assign(p.num_partitions, false);
+  for (size_t q = 0; q < p.replicas.size() && q < p.num_partitions; ++q) {
+    for (uint32_t i : p.replicas[q]) {
+      if (i < p.nodes.size() && p.nodes[i] == node_id) k->partition[q] = k->any = true;
+    }
+  }
+  return k;
+}
+
+void Remember(const NodeState& node, const std::string& id, Kept kept) {
+  std::lock_guard<std::mutex> lock(node.mu);
+  node.kept[id] = std::move(kept);
+}
+
+// What this server keeps of shuffle `id`: null on its own (it keeps everything) or for a
+// shuffle the cluster has no record of. From memory after the first etcd read.
+absl::StatusOr<Kept> KeptPartitions(const ShuffleServiceImpl::Deps& deps, const std::string& id) {
+  const ClusterView c = Cluster(*deps.node);
+  if (!c.clustered) return Kept();
+  {
+    std::lock_guard<std::mutex> lock(deps.node->mu);
+    if (auto it = deps.node->kept.find(id); it != deps.node->kept.end()) return it->second;
+  }
+  SLUICE_RETURN_IF_ERROR(c.Joined());
+  SLUICE_ASSIGN_OR_RETURN(auto placed, c.placements->Get(id));
+  if (!placed.has_value()) return Kept();  // (not remembered: it may be created later)
+  Kept kept = KeptOf(*placed, c.node_id);
+  Remember(*deps.node, id, kept);
+  return kept;
+}
+
+// FAILED_PRECONDITION for a partition a cluster placed on other servers: its data is not here,
+// and pushing or reading it here would go unnoticed by every reader and writer that follows
+// the placement.
+absl::Status CheckKept(const ShuffleServiceImpl::Deps& deps, const Kept& kept,
+                       const std::string& id, uint32_t partition) {
+  if (kept == nullptr || partition >= kept->partition.size() || kept->partition[partition]) {
+    return absl::OkStatus();
+  }
+  std::lock_guard<std::mutex> lock(deps.node->mu);
+  return absl::FailedPreconditionError(
+      absl::StrCat("server ", deps.node->node_id, " keeps no replica of partition ", partition,
+                   " of shuffle '", id, "' (GetPlacement says which servers do)"));
+}
+
 // In a cluster, a server learns of a shuffle from etcd: the first push or fetch of a shuffle
 // it has no store for creates the store, if the shuffle is recorded and this server holds any
 // of its partitions. On its own, or for a shuffle it has, nothing to do.
@@ -47,19 +98,17 @@ absl::Status EnsureLocal(const ShuffleServiceImpl::Deps& deps, const std::string
     return absl::OkStatus();
   }
   SLUICE_RETURN_IF_ERROR(c.Joined());
-  auto placed = c.placements->Get(id);
-  if (!placed.ok()) return placed.status();
-  if (!placed->has_value()) return absl::OkStatus();  // the store's own NOT_FOUND says it
-  const ShufflePlacement& p = **placed;
-  if (!p.Holds(c.node_id)) {
+  SLUICE_ASSIGN_OR_RETURN(Kept kept, KeptPartitions(deps, id));
+  if (kept == nullptr) return absl::OkStatus();  // the store's own NOT_FOUND says it
+  if (!kept->any) {
     return absl::FailedPreconditionError(absl::StrCat("server ", c.node_id,
                                                       " holds no partition of shuffle '", id,
                                                       "' (GetPlacement says which do)"));
   }
-  auto created = deps.registry->Create(ShuffleParams{id, p.num_partitions, p.num_mappers});
+  auto created = deps.registry->Create(ShuffleParams{id, kept->partitions, kept->mappers});
   if (created.ok() && *created) {
-    spdlog::info("event=create shuffle={} partitions={} mappers={} from=etcd", id, p.num_partitions,
-                 p.num_mappers);
+    spdlog::info("event=create shuffle={} partitions={} mappers={} from=etcd", id, kept->partitions,
+                 kept->mappers);
   }
   return created.status();
 }
@@ -229,10 +278,15 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
     switch (request_.kind_case()) {
       case PushRequest::kOpen: {
         const auto& open = request_.open();
+        Kept kept;
         if (!attempt_.opened()) {
-          if (absl::Status st = EnsureLocal(deps_, open.shuffle_id()); !st.ok()) return st;
+          SLUICE_RETURN_IF_ERROR(EnsureLocal(deps_, open.shuffle_id()));
+          SLUICE_ASSIGN_OR_RETURN(kept, KeptPartitions(deps_, open.shuffle_id()));
         }
-        return attempt_.Open(open.shuffle_id(), open.mapper_id(), open.attempt_id());
+        return attempt_.Open(
+            open.shuffle_id(), open.mapper_id(), open.attempt_id(),
+            kept == nullptr ? nullptr
+                            : std::shared_ptr<const std::vector<bool>>(kept, &kept->partition));
       }
       case PushRequest::kFrames:
         frames_.clear();
@@ -347,6 +401,10 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     WorkerPool* setup = spec_.key_order ? deps_.merge_pool : deps_.pool;
     setup->Submit([this] {
       absl::Status st = EnsureLocal(deps_, spec_.shuffle_id);
+      if (st.ok()) {
+        auto kept = KeptPartitions(deps_, spec_.shuffle_id);
+        st = kept.ok() ? CheckKept(deps_, *kept, spec_.shuffle_id, spec_.partition) : kept.status();
+      }
       if (st.ok()) st = ResolvePending(deps_, spec_.shuffle_id);
       if (!st.ok()) {
         Finish(ToClient(deps_, st));
@@ -620,6 +678,10 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::DeleteShuffle(grpc::CallbackServer
       }
       recorded = *deleted;
     }
+    if (c.clustered) {
+      std::lock_guard<std::mutex> lock(deps_.node->mu);
+      deps_.node->kept.erase(req->shuffle_id());
+    }
     absl::Status st = deps_.registry->Delete(req->shuffle_id());
     if (recorded && absl::IsNotFound(st)) st = absl::OkStatus();  // held elsewhere only
     if (st.ok()) spdlog::info("event=delete shuffle={}", req->shuffle_id());
@@ -733,9 +795,9 @@ absl::StatusOr<bool> ShuffleServiceImpl::CreateInCluster(const ShuffleParams& pa
                  params.shuffle_id, params.num_partitions, params.num_mappers, p.replication,
                  ids.size());
   }
-  if (p.Holds(c.node_id)) {
-    SLUICE_RETURN_IF_ERROR(deps_.registry->Create(params).status());
-  }
+  Kept kept = KeptOf(p, c.node_id);
+  Remember(*deps_.node, params.shuffle_id, kept);
+  if (kept->any) SLUICE_RETURN_IF_ERROR(deps_.registry->Create(params).status());
   return placed->created;
 }
 

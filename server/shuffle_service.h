@@ -8,8 +8,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "cluster/membership.h"
 #include "cluster/placement_store.h"
@@ -44,6 +47,15 @@ struct NodeState {
   bool clustered = false;                ///< runs with --etcd (set before it serves)
   Membership* membership = nullptr;      ///< with --etcd, once joined
   PlacementStore* placements = nullptr;  ///< with --etcd: the cluster's shuffles
+  /// With --etcd: per shuffle, its shape and which of its partitions this server keeps. A
+  /// placement never changes, so it is read from etcd once; dropped when the shuffle is deleted
+  /// here.
+  struct Kept {
+    uint32_t partitions = 0, mappers = 0;
+    std::vector<bool> partition;  ///< kept here
+    bool any = false;
+  };
+  mutable std::map<std::string, std::shared_ptr<const Kept>> kept;
 };
 
 class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {

@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -16,6 +17,7 @@
 
 #include "client/server_process.h"
 #include "client/shuffle_client.h"
+#include "client/transport.h"
 #include "server/sluice_server.h"
 #include "tests/harness/etcd_process.h"
 #include "tests/harness/status_matchers.h"
@@ -29,13 +31,14 @@ using testing::EtcdProcess;
 using testing::StatusIs;
 using testing::TempDir;
 
-std::unique_ptr<ShuffleClient> ClientOf(const std::string& address) {
+// That server alone (the client of a server list would route by placement and gather a
+// shuffle's status from all its servers).
+std::shared_ptr<ShuffleClient> ClientOf(const std::string& address) {
   ClientOptions options;
   options.server = address;
   options.call_deadline = std::chrono::seconds(10);
-  auto c = ShuffleClient::Connect(options);
-  EXPECT_OK(c);
-  return c.ok() ? std::move(c).value() : nullptr;
+  std::shared_ptr<ServerLink> link = ConnectServer(options);
+  return std::shared_ptr<ShuffleClient>(link, &link->client());
 }
 
 std::vector<std::string> Ids(const std::vector<NodeAddress>& nodes) {
@@ -168,7 +171,7 @@ TEST_F(MembershipTest, AShuffleIsPlacedOnceAndEveryServerGivesThePlacement) {
   ASSERT_OK_AND_ASSIGN(auto s0, StartServer("n0", 2, d0, 5));
   ASSERT_OK_AND_ASSIGN(auto s1, StartServer("n1", 3, d1, 5));
   ASSERT_OK_AND_ASSIGN(auto s2, StartServer("n2", 4, d2, 5));
-  std::vector<std::unique_ptr<ShuffleClient>> clients;
+  std::vector<std::shared_ptr<ShuffleClient>> clients;
   for (const auto& [s, host] : {std::pair{s0.get(), 2}, {s1.get(), 3}, {s2.get(), 4}}) {
     clients.push_back(
         ClientOf("127.0.0." + std::to_string(host) + ":" + std::to_string(s->port())));

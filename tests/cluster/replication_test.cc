@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "client/server_process.h"
 #include "client/shuffle_client.h"
+#include "client/transport.h"
 #include "codec/frame_format.h"
 #include "tests/harness/etcd_process.h"
 #include "tests/harness/status_matchers.h"
@@ -74,7 +75,8 @@ absl::StatusOr<WriteResult> WriteMapper(ShuffleClient& client, const Job& job, u
   if (!writer.ok()) return writer.status();
   for (int i = 0; i < items; ++i) {
     if (each) each(i);
-    const std::string value = absl::StrCat("m", m, "-i", i, "-a", attempt, "-", Filler(m, i, job.filler));
+    const std::string value =
+        absl::StrCat("m", m, "-i", i, "-a", attempt, "-", Filler(m, i, job.filler));
     if (absl::Status st = (*writer)->Add(Key(m, i), value); !st.ok()) return st;
   }
   return (*writer)->Close();
@@ -227,8 +229,10 @@ TEST_F(ReplicationTest, RoundTripsAtOneAndTwoReplicasInBothOrders) {
     // Every replica of a partition holds the same: each server's own count of it agrees.
     std::vector<ShuffleStatus> per_server;
     for (const std::string& a : addresses_) {
-      auto one = Connect(a);
-      ASSERT_OK_AND_ASSIGN(ShuffleStatus st, one->GetShuffle(job.id));
+      ClientOptions options;
+      options.server = a;
+      std::unique_ptr<ServerLink> one = ConnectServer(options);  // that server alone
+      ASSERT_OK_AND_ASSIGN(ShuffleStatus st, one->client().GetShuffle(job.id));
       EXPECT_EQ(st.committed_mappers.size(), job.mappers) << a;
       per_server.push_back(st);
     }
@@ -279,8 +283,7 @@ TEST_F(ReplicationTest, KillingEachServerInTurnLosesAndRepeatsNothing) {
   EXPECT_GT(winners.at(0), 1u) << "mapper 0's first attempt should have failed with its server";
   const double recovered_s = std::chrono::duration<double>(Clock::now() - kill_time).count();
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
-  std::printf("kill -9 during pushes: every mapper committed %.1f s after the kill\n",
-              recovered_s);
+  std::printf("kill -9 during pushes: every mapper committed %.1f s after the kill\n", recovered_s);
 
   // (2) n1 killed after the last commit, before the fetches: its partitions come from their
   // other replicas.
@@ -365,7 +368,9 @@ TEST_F(ReplicationTest, SpeculativeAttemptsRaceAndOneWinsEverywhere) {
   t2.join();
   ASSERT_OK(r1);
   ASSERT_OK(r2);
-  ASSERT_NE(r1->duplicate, r2->duplicate) << "exactly one attempt wins";
+  ASSERT_NE(r1->duplicate, r2->duplicate)
+      << "exactly one attempt wins; winners said: " << r1->winning_attempt << ", "
+      << r2->winning_attempt;
   const uint64_t winner = r1->duplicate ? 2 : 1;
   const int winner_items = winner == 1 ? job.items : job.items + 500;
   // A late third attempt is a duplicate.
@@ -378,6 +383,89 @@ TEST_F(ReplicationTest, SpeculativeAttemptsRaceAndOneWinsEverywhere) {
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, {{0, winner}, {1, 1}}, winner_items);
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kUnordered, {{0, winner}, {1, 1}},
                           winner_items);
+}
+
+// What a client that ignores the placement (or an old one) meets: a server refuses frames and
+// fetches of partitions it does not keep, and a commit that skips the protocol.
+TEST_F(ReplicationTest, AServerRefusesPartitionsItDoesNotKeepAndPlainCommits) {
+  Job job;
+  job.id = "direct";
+  ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 1).status());
+  ASSERT_OK_AND_ASSIGN(PlacementInfo placed, client_->GetPlacement(job.id));
+  // n0 and a partition it does not keep, and one it does.
+  int other = -1, own = -1;
+  for (uint32_t p = 0; p < job.partitions; ++p) {
+    const bool on_n0 = placed.nodes[placed.replicas[p][0]].node_id == "n0";
+    if (on_n0 && own < 0) own = static_cast<int>(p);
+    if (!on_n0 && other < 0) other = static_cast<int>(p);
+  }
+  ASSERT_GE(own, 0);
+  ASSERT_GE(other, 0);
+  ClientOptions options;
+  options.server = addresses_[0];
+  std::unique_ptr<ServerLink> n0 = ConnectServer(options);
+  ReaderOptions read;
+  ASSERT_OK_AND_ASSIGN(auto reader, n0->client().OpenReader(job.id, other, read));
+  Record r;
+  EXPECT_THAT(reader->Next(&r).status(),
+              testing::StatusIs(absl::StatusCode::kFailedPrecondition,
+                                absl::StrCat("keeps no replica of partition ", other)));
+  // A frame of a partition kept elsewhere is refused; so is a plain commit of an attempt.
+  {
+    ASSERT_OK_AND_ASSIGN(auto stream, n0->OpenPush(job.id, 0, 1, /*prepare=*/true));
+    *stream->NewFrame(static_cast<uint32_t>(other)) = "not even a frame";  // (placement first)
+    absl::Status st = stream->SendFrame();
+    if (st.ok()) st = stream->SendCommit(1, 1);
+    if (st.ok()) st = stream->FinishCommit().status();
+    EXPECT_THAT(st, testing::StatusIs(absl::StatusCode::kFailedPrecondition,
+                                      absl::StrCat("partition ", other,
+                                                   " of shuffle 'direct' is "
+                                                   "kept on other servers")));
+  }
+  ASSERT_OK_AND_ASSIGN(auto plain, n0->OpenPush(job.id, 1, 1, /*prepare=*/false));
+  ASSERT_OK(plain->SendCommit(0, 0));
+  EXPECT_THAT(plain->FinishCommit().status(),
+              testing::StatusIs(absl::StatusCode::kFailedPrecondition, "part of a cluster"));
+  // A decision for an attempt the server never prepared.
+  EXPECT_THAT(
+      n0->CommitMapper(job.id, 1, 7).status(),
+      testing::StatusIs(absl::StatusCode::kFailedPrecondition, "is not prepared on server n0"));
+
+  // The cluster's view of the shuffle: each partition counted from its server; with n1 gone
+  // (and R = 1), its partitions are named unavailable and cannot be read.
+  const auto winners = WriteAll(job);
+  ASSERT_EQ(winners.size(), job.mappers);
+  ASSERT_OK_AND_ASSIGN(ShuffleStatus all, client_->GetShuffle(job.id));
+  EXPECT_EQ(all.committed_mappers.size(), job.mappers);
+  uint64_t records = 0;
+  for (const auto& part : all.partitions) records += part.records;
+  EXPECT_EQ(records, uint64_t{job.mappers} * job.items);
+  EXPECT_TRUE(all.unavailable_partitions.empty());
+  servers_[1]->Signal(SIGKILL);
+  std::vector<uint32_t> on_n1;
+  for (uint32_t p = 0; p < job.partitions; ++p) {
+    if (placed.nodes[placed.replicas[p][0]].node_id == "n1") on_n1.push_back(p);
+  }
+  ASSERT_FALSE(on_n1.empty());
+  ASSERT_OK_AND_ASSIGN(ShuffleStatus degraded, client_->GetShuffle(job.id));
+  EXPECT_EQ(degraded.unavailable_partitions, on_n1);
+  ASSERT_OK_AND_ASSIGN(auto lost, client_->OpenReader(job.id, on_n1[0], read));
+  EXPECT_THAT(lost->Next(&r).status(),
+              testing::StatusIs(absl::StatusCode::kUnavailable, "no replica of partition"));
+  // Deleted from the cluster; n1's copy stays until it is deleted there, and the error says so.
+  EXPECT_THAT(client_->DeleteShuffle(job.id),
+              testing::StatusIs(absl::StatusCode::kUnavailable, "remain until deleted there"));
+  EXPECT_THAT(client_->GetShuffle(job.id).status(),
+              testing::StatusIs(absl::StatusCode::kNotFound, ""));
+  ASSERT_OK(Start(1));
+  ClientOptions n1_options;
+  n1_options.server = addresses_[1];
+  std::unique_ptr<ServerLink> n1 = ConnectServer(n1_options);
+  ASSERT_OK_AND_ASSIGN(auto listed, n1->client().ListShuffles());
+  ASSERT_EQ(listed.size(), 1u);
+  ASSERT_OK(n1->client().DeleteShuffle(job.id));
+  ASSERT_OK_AND_ASSIGN(listed, n1->client().ListShuffles());
+  EXPECT_TRUE(listed.empty());
 }
 
 }  // namespace
