@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -126,11 +127,12 @@ class ClusterClient final : public ShuffleClient {
   }
   // In a cluster: each partition's counts from the first of its replicas that answers.
   absl::StatusOr<ShuffleStatus> GetShuffle(const std::string& id) override {
-    auto placed = Placed(id);
-    if (!placed.ok() || !placed->info.clustered) {
+    SLUICE_ASSIGN_OR_RETURN(const bool clustered, Clustered());
+    if (!clustered) {
       return OnSeed<ShuffleStatus>([&](ShuffleClient& c) { return c.GetShuffle(id); });
     }
-    const PlacementInfo& p = placed->info;
+    SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, Placed(id));
+    const PlacementInfo& p = placed.info;
     std::vector<absl::StatusOr<ShuffleStatus>> per_node(
         p.nodes.size(), absl::UnavailableError("not registered now"));
     const std::vector<bool> keeps = KeepsAny(p);
@@ -183,14 +185,15 @@ class ClusterClient final : public ShuffleClient {
   // In a cluster: every server's shuffles, each once (servers that cannot be reached are left
   // out; with R >= 2 another server lists their shuffles).
   absl::StatusOr<std::vector<ShuffleStatus>> ListShuffles() override {
-    auto nodes = ListNodes();
-    if (!nodes.ok() || nodes->size() <= 1) {
+    SLUICE_ASSIGN_OR_RETURN(const bool clustered, Clustered());
+    if (!clustered) {
       return OnSeed<std::vector<ShuffleStatus>>([&](ShuffleClient& c) { return c.ListShuffles(); });
     }
+    SLUICE_ASSIGN_OR_RETURN(const std::vector<NodeAddress> nodes, ListNodes());
     std::map<std::string, ShuffleStatus> all;
     absl::Status last;
     bool any = false;
-    for (const NodeAddress& n : *nodes) {
+    for (const NodeAddress& n : nodes) {
       auto list = Link(n.address)->client().ListShuffles();
       if (!list.ok()) {
         last = list.status();
@@ -207,13 +210,17 @@ class ClusterClient final : public ShuffleClient {
 
   // In a cluster: the record goes first (the seed removes it from etcd), then each server's copy.
   absl::Status DeleteShuffle(const std::string& id) override {
-    auto placed = Placed(id);
+    SLUICE_ASSIGN_OR_RETURN(const bool clustered, Clustered());
+    // (In a cluster, where it lives, asked before its record goes; none if it is not recorded:
+    // then the seed's own answer says so.)
+    absl::StatusOr<CachedPlacement> placed = absl::NotFoundError("");
+    if (clustered) placed = Placed(id);
     Forget(id);
     SLUICE_RETURN_IF_ERROR(OnSeed<bool>([&](ShuffleClient& c) -> absl::StatusOr<bool> {
                              SLUICE_RETURN_IF_ERROR(c.DeleteShuffle(id));
                              return true;
                            }).status());
-    if (!placed.ok() || !placed->info.clustered) return absl::OkStatus();
+    if (!placed.ok()) return absl::OkStatus();
     std::vector<std::string> left;
     for (const NodeAddress& n : placed->info.nodes) {
       if (n.address.empty()) {
@@ -244,12 +251,10 @@ class ClusterClient final : public ShuffleClient {
   absl::StatusOr<std::unique_ptr<ShuffleWriter>> OpenWriter(const std::string& id, uint32_t mapper,
                                                             uint64_t attempt,
                                                             const WriterOptions& options) override {
-    auto placed = Placed(id);
-    if (!placed.ok() || !placed->info.clustered) {
-      // On one server (or a placement it could not give: its own call says why).
-      return Seed(placed.ok() ? placed->seed : 0).client().OpenWriter(id, mapper, attempt, options);
-    }
-    const PlacementInfo& p = placed->info;
+    SLUICE_ASSIGN_OR_RETURN(const bool clustered, Clustered());
+    if (!clustered) return Seed(0).client().OpenWriter(id, mapper, attempt, options);
+    SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, Placed(id));
+    const PlacementInfo& p = placed.info;
     // One stream per server that keeps any replica, in node order.
     std::vector<int> stream_of_node(p.nodes.size(), -1);
     std::vector<std::unique_ptr<PushStream>> streams;
@@ -291,11 +296,10 @@ class ClusterClient final : public ShuffleClient {
   absl::StatusOr<std::unique_ptr<ShuffleReader>> OpenReader(const std::string& id,
                                                             uint32_t partition,
                                                             const ReaderOptions& options) override {
-    auto placed = Placed(id);
-    if (!placed.ok() || !placed->info.clustered) {
-      return Seed(placed.ok() ? placed->seed : 0).client().OpenReader(id, partition, options);
-    }
-    const PlacementInfo& p = placed->info;
+    SLUICE_ASSIGN_OR_RETURN(const bool clustered, Clustered());
+    if (!clustered) return Seed(0).client().OpenReader(id, partition, options);
+    SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, Placed(id));
+    const PlacementInfo& p = placed.info;
     if (partition >= p.num_partitions) {
       return absl::InvalidArgumentError(
           absl::StrCat("partition ", partition, " is out of range [0, ", p.num_partitions, ")"));
@@ -332,6 +336,27 @@ class ClusterClient final : public ShuffleClient {
     return link.get();
   }
   ServerLink& Seed(size_t i) { return *Link(seeds_[i]); }
+
+  // Whether the servers form a cluster (their placements route writers and readers), asked of
+  // the first seed that answers, once: a server does not change that without a restart, and
+  // the servers of one list are all in one cluster or one server alone. A server too old to
+  // answer is on its own.
+  absl::StatusOr<bool> Clustered() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (clustered_.has_value()) return *clustered_;
+    }
+    auto node = OnSeed<NodeStatus>([&](ShuffleClient& c) { return c.GetNode(); });
+    bool clustered = false;
+    if (node.ok()) {
+      clustered = node->clustered;
+    } else if (!absl::IsUnimplemented(node.status())) {
+      return node.status();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    clustered_ = clustered;
+    return clustered;
+  }
 
   // Per node of the placement: whether it keeps any partition.
   static std::vector<bool> KeepsAny(const PlacementInfo& p) {
@@ -407,6 +432,7 @@ class ClusterClient final : public ShuffleClient {
   std::mutex mu_;  // guards the maps
   std::map<std::string, std::unique_ptr<ServerLink>> links_;
   std::map<std::string, CachedPlacement> placements_;
+  std::optional<bool> clustered_;
 };
 
 }  // namespace

@@ -116,6 +116,14 @@ class GrpcPushStream final : public PushStream {
 
   absl::StatusOr<WriteResult> FinishCommit() override {
     if (absl::Status st = Finish(); !st.ok()) return st;
+    if (prepare_ && !response_.prepared() && !response_.duplicate()) {
+      // A server that does not know the prepare (an earlier version) committed the attempt
+      // outright: its replicas could now disagree on the mapper's winner.
+      return absl::FailedPreconditionError(
+          absl::StrCat("server ", server_,
+                       " committed the attempt instead of preparing it: it predates "
+                       "cluster mode's commit protocol; upgrade it"));
+    }
     WriteResult r;
     r.duplicate = response_.duplicate();
     r.frames = response_.frames();

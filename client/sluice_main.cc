@@ -59,11 +59,31 @@ void PrintStatus(const sluice::ShuffleStatus& s) {
   std::printf("shuffle %s: %u partitions, %u mappers (%zu committed)\n", s.shuffle_id.c_str(),
               s.num_partitions, s.num_mappers, s.committed_mappers.size());
   if (s.wedged) std::printf("  WEDGED: %s\n", s.wedge.c_str());
+  if (!s.unavailable_partitions.empty()) {
+    std::string list;
+    for (uint32_t p : s.unavailable_partitions) absl::StrAppend(&list, list.empty() ? "" : ", ", p);
+    std::printf("  UNAVAILABLE (no server of theirs answers): partitions %s\n", list.c_str());
+  }
   for (size_t p = 0; p < s.partitions.size(); ++p) {
     std::printf("  partition %zu: %llu records, %llu bytes, %u frames\n", p,
                 static_cast<unsigned long long>(s.partitions[p].records),
                 static_cast<unsigned long long>(s.partitions[p].bytes), s.partitions[p].frames);
   }
+}
+
+// A server's health in a few words, asked of the server itself (5 s at most).
+std::string Health(const sluice::NodeAddress& n) {
+  if (n.address.empty()) return "DOWN (not registered)";
+  sluice::ClientOptions options;
+  options.server = n.address;
+  options.call_deadline = std::chrono::seconds(5);
+  auto client = sluice::ShuffleClient::Connect(options);
+  absl::StatusOr<sluice::NodeStatus> st =
+      client.ok() ? (*client)->GetNode() : absl::StatusOr<sluice::NodeStatus>(client.status());
+  if (!st.ok()) return "UNREACHABLE: " + std::string(st.status().message());
+  if (!st->serving) return "NOT SERVING";
+  return absl::StrCat("serving, disk ", st->disk_free_bytes >> 20, " MiB free",
+                      st->clustered && !st->registered ? ", NOT REGISTERED" : "");
 }
 
 // Where the shuffle lives: each server with how many partitions it keeps (and is primary of)
@@ -79,9 +99,10 @@ void PrintPlacement(const sluice::PlacementInfo& p) {
     }
   }
   for (size_t n = 0; n < p.nodes.size(); ++n) {
-    std::printf("  server %s at %s: %u partitions (%u as primary)\n", p.nodes[n].node_id.c_str(),
+    std::printf("  server %s at %s: %u partitions (%u as primary), %s\n",
+                p.nodes[n].node_id.c_str(),
                 p.nodes[n].address.empty() ? "(not registered)" : p.nodes[n].address.c_str(),
-                kept[n], primary[n]);
+                kept[n], primary[n], Health(p.nodes[n]).c_str());
   }
   for (size_t q = 0; q < p.replicas.size() && q < 16; ++q) {
     std::string names;
@@ -272,8 +293,8 @@ int Fetch(Flags& flags) {
 void Usage() {
   std::fprintf(
       stderr,
-      "usage: sluice <command> [flags]\n"
-      "  create --server H:P --shuffle ID --partitions N [--mappers M]\n"
+      "usage: sluice <command> [flags]   (--server: H:P, a list H:P,H:P,... or a DNS name)\n"
+      "  create --server H:P --shuffle ID --partitions N [--mappers M] [--replication R]\n"
       "  status --server H:P --shuffle ID\n"
       "  list   --server H:P\n"
       "  delete --server H:P --shuffle ID\n"
@@ -306,9 +327,11 @@ int main(int argc, char** argv) {
   if (cmd == "create") {
     const auto partitions = static_cast<uint32_t>(flags.Int("partitions", 0));
     const auto mappers = static_cast<uint32_t>(flags.Int("mappers", 0));
+    // In a cluster: the servers that keep each partition (0 = 2 with two or more servers).
+    const auto replication = static_cast<uint32_t>(flags.Int("replication", 0));
     std::string why;
     if (!flags.Check(&why)) return Fail(absl::InvalidArgumentError(why));
-    auto created = Connect(server)->CreateShuffle(id, partitions, mappers);
+    auto created = Connect(server)->CreateShuffle(id, partitions, mappers, replication);
     if (!created.ok()) return Fail(created.status());
     std::printf("%s %s\n", *created ? "created" : "exists", id.c_str());
     return 0;

@@ -144,8 +144,15 @@ absl::Status EtcdClient::Put(std::string_view key, std::string_view value, int64
 }
 
 absl::StatusOr<EtcdCreate> EtcdClient::CreateIfAbsent(std::string_view key, std::string_view value,
-                                                      int64_t lease) {
+                                                      int64_t lease, std::string_view guard) {
   epb::TxnRequest req;
+  if (!guard.empty()) {  // the guard exists: its creation revision is above 0
+    epb::Compare* exists = req.add_compare();
+    exists->set_result(epb::Compare::GREATER);
+    exists->set_target(epb::Compare::CREATE);
+    exists->set_key(std::string(guard));
+    exists->set_create_revision(0);
+  }
   // The key's creation revision is 0 only while it does not exist.
   epb::Compare* absent = req.add_compare();
   absent->set_result(epb::Compare::EQUAL);
@@ -169,6 +176,12 @@ absl::StatusOr<EtcdCreate> EtcdClient::CreateIfAbsent(std::string_view key, std:
     out.kv = EtcdKeyValue{std::string(key), std::string(value), resp.header().revision(), lease};
     return out;
   }
+  if (!guard.empty() && resp.responses_size() == 1 &&
+      resp.responses(0).response_range().kvs_size() == 0) {
+    return absl::NotFoundError(absl::StrCat("etcd create of '", std::string(key), "' at ",
+                                            impl_->options.endpoints, ": '", std::string(guard),
+                                            "' does not exist"));
+  }
   if (resp.responses_size() != 1 || resp.responses(0).response_range().kvs_size() != 1) {
     // The key existed when compared, and was deleted before it could be read: cannot be, in
     // one transaction; say so rather than guess.
@@ -188,6 +201,23 @@ absl::StatusOr<bool> EtcdClient::Delete(std::string_view key) {
 
 absl::StatusOr<int64_t> EtcdClient::DeletePrefix(std::string_view prefix) {
   return impl_->DeleteRange(prefix, PrefixRangeEnd(prefix));
+}
+
+absl::StatusOr<bool> EtcdClient::DeleteWithChildren(std::string_view key) {
+  epb::TxnRequest req;  // no compare: both deletes always run, together
+  epb::DeleteRangeRequest* self = req.add_success()->mutable_request_delete_range();
+  self->set_key(std::string(key));
+  const std::string children = std::string(key) + "/";
+  epb::DeleteRangeRequest* below = req.add_success()->mutable_request_delete_range();
+  below->set_key(children);
+  below->set_range_end(PrefixRangeEnd(children));
+  epb::TxnResponse resp;
+  if (absl::Status st = impl_->Unary(
+          "delete", [&](grpc::ClientContext* ctx) { return impl_->kv->Txn(ctx, req, &resp); });
+      !st.ok()) {
+    return st;
+  }
+  return resp.responses_size() > 0 && resp.responses(0).response_delete_range().deleted() > 0;
 }
 
 absl::StatusOr<int64_t> EtcdClient::GrantLease(std::chrono::seconds ttl) {

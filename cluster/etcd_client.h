@@ -62,12 +62,16 @@ class EtcdClient {
   absl::Status Put(std::string_view key, std::string_view value, int64_t lease = 0);
   /// Creates `key` = `value` unless the key exists, in one transaction: of any number of
   /// concurrent callers exactly one creates it, and all of them get the value that won.
+  /// With a `guard` key, only while that key exists: NOT_FOUND naming it if it does not.
   absl::StatusOr<EtcdCreate> CreateIfAbsent(std::string_view key, std::string_view value,
-                                            int64_t lease = 0);
+                                            int64_t lease = 0, std::string_view guard = {});
   /// Deletes `key`; returns whether it existed.
   absl::StatusOr<bool> Delete(std::string_view key);
   /// Deletes every key that starts with `prefix`; returns how many there were.
   absl::StatusOr<int64_t> DeletePrefix(std::string_view prefix);
+  /// Deletes `key` and every key that starts with `key` + "/", in one transaction; returns
+  /// whether `key` existed.
+  absl::StatusOr<bool> DeleteWithChildren(std::string_view key);
 
   /// A new lease that ends `ttl` after its last keep-alive; its id.
   absl::StatusOr<int64_t> GrantLease(std::chrono::seconds ttl);

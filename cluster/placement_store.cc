@@ -109,9 +109,8 @@ absl::StatusOr<PlacementStore::Created> PlacementStore::Create(
 }
 
 absl::StatusOr<bool> PlacementStore::Delete(const std::string& shuffle_id) {
-  auto below = etcd_->DeletePrefix(Key(shuffle_id) + "/");  // (not "<id>x": the slash)
-  if (!below.ok()) return below.status();
-  return etcd_->Delete(Key(shuffle_id));
+  // Together: a decision never outlives its record, nor a record its decisions.
+  return etcd_->DeleteWithChildren(Key(shuffle_id));  // (not "<id>x": the slash)
 }
 
 absl::StatusOr<std::optional<ShufflePlacement>> PlacementStore::Get(const std::string& shuffle_id) {
@@ -125,8 +124,14 @@ absl::StatusOr<std::optional<ShufflePlacement>> PlacementStore::Get(const std::s
 
 absl::StatusOr<uint64_t> PlacementStore::DecideMapper(const std::string& shuffle_id,
                                                       uint32_t mapper, uint64_t attempt) {
-  auto created =
-      etcd_->CreateIfAbsent(absl::StrCat(MappersPrefix(shuffle_id), mapper), absl::StrCat(attempt));
+  // Only while the shuffle is recorded: a late decision of a deleted shuffle must not be left
+  // for a new one of the same id to find.
+  auto created = etcd_->CreateIfAbsent(absl::StrCat(MappersPrefix(shuffle_id), mapper),
+                                       absl::StrCat(attempt), 0, Key(shuffle_id));
+  if (absl::IsNotFound(created.status())) {
+    return absl::NotFoundError(
+        absl::StrCat("shuffle '", shuffle_id, "' is not recorded in the cluster (deleted?)"));
+  }
   if (!created.ok()) return created.status();
   uint64_t winner = 0;
   if (!absl::SimpleAtoi(absl::string_view(created->kv.value), &winner)) {

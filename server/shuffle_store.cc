@@ -310,6 +310,15 @@ absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t att
   if (!written.ok()) return written;
   if (destroyed_.load()) return DeletedError();
   AddCommitLocked(mapper, attempt, blocks);
+  // (On a server of its own a caller may mix both ways: prepared attempts of the mapper lost.)
+  std::vector<BlockRef> losers;
+  if (auto m = prepared_.find(mapper); m != prepared_.end()) {
+    for (auto& [other, other_blocks] : m->second) {
+      losers.insert(losers.end(), other_blocks.begin(), other_blocks.end());
+    }
+    prepared_.erase(m);
+  }
+  PunchBlocks(losers);
   return CommitOutcome::kCommitted;
 }
 
@@ -376,9 +385,10 @@ absl::Status ShuffleStore::ResolveAll(absl::Span<const std::pair<uint32_t, uint6
                           [&](const auto& w) { return inflight_mappers_.count(w.first) != 0; });
     });
     if (destroyed_.load()) return DeletedError();
-    if (log_->broken()) return log_->BrokenError();
+    const bool broken = log_->broken();  // (nothing to write is no error even then)
     for (const auto& [mapper, attempt] : winners) {
       if (committed_.count(mapper) != 0 || !IsPreparedLocked(mapper, attempt)) continue;
+      if (broken) return log_->BrokenError();
       if (!inflight_mappers_.insert(mapper).second) continue;  // named twice
       records.push_back(CommitRecord{mapper, attempt, prepared_[mapper][attempt], false});
     }
@@ -570,9 +580,9 @@ absl::Status ShuffleStore::Recover(int dir_fd, uint8_t version) {
   SLUICE_RETURN_IF_ERROR(SortRecords(std::move(records), &commits, &prepared));
   const bool legacy = log_->legacy();
   if (!data_existed && !legacy && !(commits.empty() && prepared.empty())) {
-    return absl::DataLossError(absl::StrCat(log_path, " commits ", commits.size(),
-                                            " mappers but the data file ", DataPath(),
-                                            " is missing"));
+    return absl::DataLossError(
+        absl::StrCat(log_path, " commits ", commits.size(), " mappers and prepares ",
+                     prepared.size(), " attempts but the data file ", DataPath(), " is missing"));
   }
   if (!data_existed) {
     SLUICE_ASSIGN_OR_RETURN(data_fd_, file::OpenAt(dir_fd, kDataFile, DataPath()));

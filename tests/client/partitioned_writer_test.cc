@@ -183,12 +183,71 @@ TEST(PartitionedWriterTest, AbortAndDestructionCancelEveryStream) {
   }
 }
 
+// Cluster mode: each partition on two streams (its replicas), every frame sent to both, every
+// stream prepared before the one decision, whose answer says whether the attempt won.
+TEST(PartitionedWriterTest, ReplicatedPartitionsGoToEveryReplicaAndOneDecisionCommits) {
+  for (uint64_t winner : {7u, 3u}) {
+    std::vector<FakePush> states(3);
+    int decisions = 0;
+    bool all_prepared = false;
+    auto decide = [&]() -> absl::StatusOr<uint64_t> {
+      ++decisions;
+      all_prepared = true;
+      for (FakePush& s : states) all_prepared = all_prepared && s.committed;
+      return winner;
+    };
+    WriterOptions opts;
+    opts.buffer_bytes = 8 << 10;
+    // 3 partitions: p on streams p and (p + 1) % 3.
+    ASSERT_OK_AND_ASSIGN(auto writer,
+                         PartitionedWriter::Make(3, Streams(states), {{0, 1}, {1, 2}, {2, 0}}, opts,
+                                                 FrameLimits{}, decide, /*attempt=*/7));
+    for (int i = 0; i < 3000; ++i) {
+      ASSERT_OK(writer->Add("key" + std::to_string(i), "value" + std::to_string(i)));
+    }
+    ASSERT_OK_AND_ASSIGN(WriteResult result, writer->Close());
+    EXPECT_EQ(decisions, 1);
+    EXPECT_TRUE(all_prepared) << "decided before every stream had prepared";
+    EXPECT_EQ(result.duplicate, winner != 7);
+    EXPECT_EQ(result.winning_attempt, winner);
+    EXPECT_EQ(result.records, 3000u);  // each record once, not once per replica
+    // Each partition's frames, identical and in the same order, on both of its streams.
+    for (uint32_t p = 0; p < 3; ++p) {
+      std::vector<std::string> a, b;
+      for (const auto& [partition, frame] : states[p].frames) {
+        if (partition == p) a.push_back(frame);
+      }
+      for (const auto& [partition, frame] : states[(p + 1) % 3].frames) {
+        if (partition == p) b.push_back(frame);
+      }
+      EXPECT_FALSE(a.empty());
+      EXPECT_EQ(a, b) << "partition " << p;
+    }
+    uint64_t frames = 0;
+    for (const FakePush& s : states) frames += s.frames.size();
+    EXPECT_EQ(frames, 2 * result.frames);
+  }
+}
+
+TEST(PartitionedWriterTest, AFailedDecisionFailsTheClose) {
+  std::vector<FakePush> states(2);
+  auto decide = []() -> absl::StatusOr<uint64_t> {
+    return absl::UnavailableError("server unreachable at 127.0.0.9:1: etcd is down");
+  };
+  ASSERT_OK_AND_ASSIGN(auto writer, PartitionedWriter::Make(2, Streams(states), {{0, 1}, {1, 0}},
+                                                            {}, FrameLimits{}, decide, 1));
+  ASSERT_OK(writer->Add("k", "v"));
+  EXPECT_THAT(writer->Close(), StatusIs(StatusCode::kUnavailable, "etcd is down"));
+}
+
 TEST(PartitionedWriterTest, BadRoutesAndRecordsAreRefused) {
   std::vector<FakePush> states(2);
   EXPECT_THAT(PartitionedWriter::Make(3, Streams(states), {{0}, {1}, {2}}, {}, FrameLimits{}),
               StatusIs(StatusCode::kInvalidArgument, "routed to stream 2 of 2"));
   EXPECT_THAT(PartitionedWriter::Make(3, Streams(states), {{0}, {1}}, {}, FrameLimits{}),
               StatusIs(StatusCode::kInvalidArgument, "routes for 2 partitions"));
+  EXPECT_THAT(PartitionedWriter::Make(3, Streams(states), {{0}, {}, {1}}, {}, FrameLimits{}),
+              StatusIs(StatusCode::kInvalidArgument, "partition 1 has no stream"));
   EXPECT_THAT(PartitionedWriter::Make(3, {}, {}, {}, FrameLimits{}),
               StatusIs(StatusCode::kInvalidArgument, "push stream"));
   WriterOptions opts;

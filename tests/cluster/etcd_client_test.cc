@@ -58,6 +58,27 @@ TEST_F(EtcdClientTest, KeysAndPrefixes) {
   EXPECT_TRUE(u.has_value());
 }
 
+// What a mapper's decision needs: a create that holds only while its shuffle's record exists,
+// and a delete of a record with everything under it at once.
+TEST_F(EtcdClientTest, GuardedCreatesAndDeletesWithChildren) {
+  EXPECT_THAT(client_->CreateIfAbsent("/s/job/mappers/0", "1", 0, "/s/job"),
+              StatusIs(absl::StatusCode::kNotFound, "'/s/job' does not exist"));
+  ASSERT_OK(client_->Put("/s/job", "record"));
+  ASSERT_OK(client_->Put("/s/job2", "another"));
+  ASSERT_OK_AND_ASSIGN(EtcdCreate c, client_->CreateIfAbsent("/s/job/mappers/0", "1", 0, "/s/job"));
+  EXPECT_TRUE(c.created);
+  ASSERT_OK_AND_ASSIGN(c, client_->CreateIfAbsent("/s/job/mappers/0", "2", 0, "/s/job"));
+  EXPECT_FALSE(c.created);
+  EXPECT_EQ(c.kv.value, "1");
+  ASSERT_OK_AND_ASSIGN(bool existed, client_->DeleteWithChildren("/s/job"));
+  EXPECT_TRUE(existed);
+  ASSERT_OK_AND_ASSIGN(auto left, client_->GetPrefix("/s/"));
+  ASSERT_EQ(left.size(), 1u);  // not "/s/job2": only "/s/job" and what is under "/s/job/"
+  EXPECT_EQ(left[0].key, "/s/job2");
+  ASSERT_OK_AND_ASSIGN(existed, client_->DeleteWithChildren("/s/job"));
+  EXPECT_FALSE(existed);
+}
+
 TEST_F(EtcdClientTest, OfManyRacingCreatesExactlyOneWinsAndAllSeeIt) {
   constexpr int kRacers = 16;
   std::vector<std::thread> racers;

@@ -2,9 +2,10 @@
 // its own loopback address (127.0.0.2-4) with its own data directory, driven by the client
 // given the server list. Round trips at R = 1 and 2 in both orders; kill -9 of each server in
 // turn (during pushes, between the last commit and the fetches, in the middle of a KEY fetch);
-// a SIGSTOPped server; speculative attempts racing across replicas with a server killed in
-// between. Every time: each acknowledged commit is read back exactly once, one winning attempt
-// per mapper everywhere, nothing twice.
+// a SIGSTOPped server (reads and pushes); speculative attempts racing across replicas with a
+// server killed in between; a fourth server joining mid-shuffle; a server refusing what it
+// does not keep. Every time: each acknowledged commit is read back exactly once, one winning
+// attempt per mapper everywhere, nothing twice.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -29,6 +30,7 @@
 #include "tests/harness/etcd_process.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"
+#include "tests/harness/wait.h"
 
 namespace sluice {
 namespace {
@@ -210,6 +212,8 @@ class ReplicationTest : public ::testing::Test {
   std::vector<std::unique_ptr<TempDir>> dirs_;
   std::vector<std::unique_ptr<ServerProcess>> servers_;
   std::unique_ptr<ShuffleClient> client_;
+  std::unique_ptr<TempDir> fourth_dir_;
+  std::unique_ptr<ServerProcess> fourth_;
 };
 
 TEST_F(ReplicationTest, RoundTripsAtOneAndTwoReplicasInBothOrders) {
@@ -222,8 +226,24 @@ TEST_F(ReplicationTest, RoundTripsAtOneAndTwoReplicasInBothOrders) {
     ASSERT_OK_AND_ASSIGN(PlacementInfo placed, client_->GetPlacement(job.id));
     EXPECT_TRUE(placed.clustered);
     EXPECT_EQ(placed.replication, r);
-    const auto winners = WriteAll(job);
-    ASSERT_EQ(winners.size(), job.mappers);
+    std::map<uint32_t, uint64_t> winners;
+    for (uint32_t m = 0; m < job.mappers; ++m) {
+      if (r == 2 && m == job.mappers / 2) {
+        // A fourth server joins mid-shuffle: the shuffle's placement stays as it was.
+        fourth_dir_ = std::make_unique<TempDir>();
+        ASSERT_OK_AND_ASSIGN(
+            fourth_, ServerProcess::Start(SLUICE_SERVER_BIN,
+                                          {"--data_dir=" + fourth_dir_->path(), "--log_level=warn",
+                                           "--etcd=" + etcd_->endpoint(), "--node_id=n3"},
+                                          "127.0.0.5"));
+        ASSERT_OK_AND_ASSIGN(std::vector<NodeAddress> nodes, client_->ListNodes());
+        EXPECT_EQ(nodes.size(), 4u);
+      }
+      ASSERT_OK_AND_ASSIGN(winners[m], WriteWithRetries(*client_, job, m));
+    }
+    ASSERT_OK_AND_ASSIGN(PlacementInfo after, client_->GetPlacement(job.id));
+    EXPECT_EQ(after.replicas, placed.replicas);
+    EXPECT_EQ(after.nodes.size(), 3u);
     ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
     ExpectExactlyTheWinners(*client_, job, FetchOrder::kUnordered, winners, job.items);
     // Every replica of a partition holds the same: each server's own count of it agrees.
@@ -351,6 +371,35 @@ TEST_F(ReplicationTest, AStoppedServerCostsABoundedWaitThenAReplicaServes) {
   // Keepalive (1 s + 1 s here) ends the calls to it; each partition it is primary of costs
   // about that once.
   EXPECT_LT(waited, std::chrono::seconds(30));
+
+  // A push to a stopped server: the attempt fails within the same bound, naming it; once the
+  // server runs again, a retry with a new attempt id commits.
+  // (Its registration lapsed while it was stopped: placement takes the servers registered
+  // when a shuffle is created, so wait for it to be back.)
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        auto nodes = client_->ListNodes();
+        return nodes.ok() && nodes->size() == kServers;
+      },
+      std::chrono::seconds(10)));
+  Job pushed;
+  pushed.id = "stop-push";
+  pushed.mappers = 1;
+  ASSERT_OK(client_->CreateShuffle(pushed.id, pushed.partitions, pushed.mappers, 2).status());
+  ASSERT_OK_AND_ASSIGN(PlacementInfo placed, client_->GetPlacement(pushed.id));
+  ASSERT_EQ(placed.nodes.size(), static_cast<size_t>(kServers));
+  ::kill(servers_[stopped]->pid(), SIGSTOP);
+  const auto push_start = Clock::now();
+  auto failed = WriteMapper(*client_, pushed, 0, 1, pushed.items);
+  const auto push_waited = Clock::now() - push_start;
+  ::kill(servers_[stopped]->pid(), SIGCONT);
+  EXPECT_FALSE(failed.ok());
+  EXPECT_TRUE(absl::IsUnavailable(failed.status()) || absl::IsDeadlineExceeded(failed.status()))
+      << failed.status();
+  EXPECT_LT(push_waited, std::chrono::seconds(15));
+  std::map<uint32_t, uint64_t> pushed_winners;
+  ASSERT_OK_AND_ASSIGN(pushed_winners[0], WriteWithRetries(*client_, pushed, 0));
+  ExpectExactlyTheWinners(*client_, pushed, FetchOrder::kUnordered, pushed_winners, pushed.items);
 }
 
 TEST_F(ReplicationTest, SpeculativeAttemptsRaceAndOneWinsEverywhere) {
