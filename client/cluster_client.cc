@@ -81,12 +81,18 @@ class FailoverReader final : public ShuffleReader {
               returned_, " records returned): ", absl::StrJoin(errors_, "; ")));
         }
         ReaderOptions o = options_;
-        o.skip_records = options_.skip_records + returned_;  // where the last one left off
+        // Where the last one left off, over the same mappers (a replica may have learned of a
+        // mapper committed since: counting records over another set would skip or repeat).
+        o.skip_records = options_.skip_records + returned_;
+        if (returned_ > 0 && o.only_mappers.empty()) o.only_mappers = served_;
         ServerLink* link = replicas_[current_];
-        reader_ = std::make_unique<FrameStreamReader>(link->OpenFetch(id_, partition_, o), limits_,
-                                                      link->address());
+        std::unique_ptr<FetchStream> fetch =
+            link->OpenFetch(id_, partition_, o, /*report_mappers=*/served_.empty());
+        stream_ = fetch.get();
+        reader_ = std::make_unique<FrameStreamReader>(std::move(fetch), limits_, link->address());
       }
       absl::StatusOr<bool> more = reader_->Next(out);
+      if (served_.empty()) served_ = stream_->mappers();
       if (more.ok()) {
         if (*more) ++returned_;
         return more;
@@ -108,6 +114,8 @@ class FailoverReader final : public ShuffleReader {
   const FrameLimits limits_;
   const std::function<void()> on_failover_;
   std::unique_ptr<ShuffleReader> reader_;
+  FetchStream* stream_ = nullptr;  // reader_'s
+  std::vector<uint32_t> served_;   // the mappers the first replica served
   size_t current_ = 0;
   uint64_t returned_ = 0;
   std::vector<std::string> errors_;

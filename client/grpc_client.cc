@@ -204,8 +204,13 @@ class GrpcFetchStream final : public FetchStream {
       return false;
     }
     *frame = &response_.frame();
+    if (response_.mappers_size() > 0) {
+      mappers_.assign(response_.mappers().begin(), response_.mappers().end());
+    }
     return true;
   }
+
+  const std::vector<uint32_t>& mappers() const override { return mappers_; }
 
   void Cancel() override { ctx_.TryCancel(); }
 
@@ -214,6 +219,7 @@ class GrpcFetchStream final : public FetchStream {
   grpc::ClientContext ctx_;
   std::unique_ptr<grpc::ClientReader<pb::FetchResponse>> stream_;
   pb::FetchResponse response_;
+  std::vector<uint32_t> mappers_;
   bool done_ = false;
 };
 
@@ -399,7 +405,8 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
                                                             uint32_t partition,
                                                             const ReaderOptions& options) override {
     return std::unique_ptr<ShuffleReader>(
-        new FrameStreamReader(OpenFetch(id, partition, options), options_.limits, options_.server));
+        new FrameStreamReader(OpenFetch(id, partition, options, /*report_mappers=*/false),
+                              options_.limits, options_.server));
   }
 
   // ServerLink: what the cluster client needs of one server.
@@ -428,7 +435,8 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
   }
 
   std::unique_ptr<FetchStream> OpenFetch(const std::string& id, uint32_t partition,
-                                         const ReaderOptions& options) override {
+                                         const ReaderOptions& options,
+                                         bool report_mappers) override {
     pb::FetchRequest req;
     req.set_shuffle_id(id);
     req.set_partition_id(partition);
@@ -437,6 +445,8 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     req.set_layout(rpc::LayoutToProto(options.layout));
     req.set_target_chunk_bytes(static_cast<uint32_t>(options.chunk_bytes));
     req.set_skip_records(options.skip_records);
+    req.mutable_only_mappers()->Add(options.only_mappers.begin(), options.only_mappers.end());
+    req.set_report_mappers(report_mappers);
     return std::make_unique<GrpcFetchStream>(stub_.get(), options_, req);
   }
 

@@ -158,6 +158,10 @@ struct ReaderOptions {
   size_t chunk_bytes = 1u << 20;
   /// Leave out the partition's first records in this order (to resume on another replica).
   uint64_t skip_records = 0;
+  /// Only these mappers' records, in increasing order (empty: every committed mapper); a server
+  /// that has not committed one of them refuses with ABORTED. The cluster client sets it when
+  /// it resumes on another replica, to read exactly the mappers the first one served.
+  std::vector<uint32_t> only_mappers;
 };
 
 /// One partition's records. Views stay valid until the next call.

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -47,6 +48,9 @@ class FetchStream {
   virtual absl::StatusOr<bool> Next(const std::string** frame) = 0;
   /// Stops the fetch early. Idempotent.
   virtual void Cancel() = 0;
+  /// The committed mappers the server serves, when the fetch asked it to say (report_mappers),
+  /// once the first frame came; empty before or otherwise.
+  virtual const std::vector<uint32_t>& mappers() const = 0;
 };
 
 /// One server of a cluster, for the cluster client. Thread-safe.
@@ -62,9 +66,11 @@ class ServerLink {
   /// Decides the prepared attempt (CommitMapper): the mapper's winning attempt.
   virtual absl::StatusOr<uint64_t> CommitMapper(const std::string& id, uint32_t mapper,
                                                 uint64_t attempt) = 0;
-  /// Opens a fetch of one partition (the reader's options, skip_records included).
+  /// Opens a fetch of one partition (the reader's options, skip_records included); with
+  /// `report_mappers`, the stream's mappers() says which mappers the server serves.
   virtual std::unique_ptr<FetchStream> OpenFetch(const std::string& id, uint32_t partition,
-                                                 const ReaderOptions& options) = 0;
+                                                 const ReaderOptions& options,
+                                                 bool report_mappers) = 0;
   virtual const std::string& address() const = 0;
 };
 

@@ -53,7 +53,13 @@ absl::Status FetchSession::Setup() {
   const size_t cap = deps_.limits.max_uncompressed_bytes / 2;
   chunk_bytes_ = spec_.target_chunk_bytes == 0 ? (1u << 20) : spec_.target_chunk_bytes;
   chunk_bytes_ = std::min(chunk_bytes_, cap);
-  blocks_ = store_->CommittedBlocks(spec_.partition);
+  if (!std::is_sorted(spec_.only_mappers.begin(), spec_.only_mappers.end()) ||
+      std::adjacent_find(spec_.only_mappers.begin(), spec_.only_mappers.end()) !=
+          spec_.only_mappers.end()) {
+    return absl::InvalidArgumentError("only_mappers must be in increasing order, without repeats");
+  }
+  SLUICE_ASSIGN_OR_RETURN(
+      blocks_, store_->CommittedBlocksOf(spec_.partition, spec_.only_mappers, &mappers_));
   uint64_t records = 0;
   for (const BlockRef& b : blocks_) records += b.records;
   if (spec_.skip_records > records) {

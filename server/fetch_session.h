@@ -50,6 +50,9 @@ struct FetchSpec {
   uint32_t target_chunk_bytes = 0;  ///< 0 = 1 MiB of records per frame (KEY)
   /// The first records of the partition, in this fetch's order, that are not returned.
   uint64_t skip_records = 0;
+  /// Only these mappers' records (sorted, no repeats; empty: every committed mapper). ABORTED
+  /// if one of them is not committed here.
+  std::vector<uint32_t> only_mappers;
 };
 
 /// Fetches compress at most at this zstd level: the server compresses for every reducer.
@@ -82,6 +85,9 @@ class FetchSession {
   bool last() const;
   /// The frame from the last Next is sent: its charge goes back.
   void Sent();
+  /// The committed mappers this fetch serves (only_mappers, or every one committed when it
+  /// started), in order.
+  const std::vector<uint32_t>& mappers() const { return mappers_; }
 
  private:
   FetchSession(const FetchSpec& spec, const FetchDeps& deps, const std::atomic<bool>* cancelled)
@@ -101,6 +107,7 @@ class FetchSession {
   EncodeOptions encode_;
   size_t chunk_bytes_ = 1 << 20;
   std::vector<BlockRef> blocks_;
+  std::vector<uint32_t> mappers_;
   size_t next_ = 0;
   uint64_t skip_ = 0;     // records still to leave out (FetchSpec::skip_records)
   uint64_t charged_ = 0;  // the frame handed out, until Sent()

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -123,7 +124,12 @@ absl::Status ResolvePending(const ShuffleServiceImpl::Deps& deps, const std::str
   auto store = deps.registry->Get(id);
   if (!store.ok()) return absl::OkStatus();  // the caller's own lookup says why
   const std::vector<uint32_t> pending = (*store)->PendingMappers();
-  if (pending.empty()) return absl::OkStatus();
+  bool checked = false;
+  {
+    std::lock_guard<std::mutex> lock(deps.node->mu);
+    checked = deps.node->checked.count(id) != 0;
+  }
+  if (pending.empty() && checked) return absl::OkStatus();
   SLUICE_RETURN_IF_ERROR(c.Joined());
   SLUICE_ASSIGN_OR_RETURN(auto decided, c.placements->Decisions(id));
   std::vector<std::pair<uint32_t, uint64_t>> winners;
@@ -131,15 +137,33 @@ absl::Status ResolvePending(const ShuffleServiceImpl::Deps& deps, const std::str
     auto d = decided.find(m);
     if (d == decided.end()) continue;  // not decided yet: stays invisible
     winners.emplace_back(m, d->second);
-    if (!(*store)->IsPrepared(m, d->second)) {
-      // The client decides only once every server of the shuffle prepared the attempt.
-      spdlog::error(
-          "event=resolve_failed shuffle={} mapper={} winner={} error=\"the winning "
-          "attempt was never prepared on this server\"",
-          id, m, d->second);
-    }
   }
-  return (*store)->ResolveAll(winners);
+  SLUICE_RETURN_IF_ERROR((*store)->ResolveAll(winners));
+  // Every decided mapper is here now, unless this server lost what it had prepared (its data
+  // directory lost or replaced): then it must not serve the shuffle as if it were whole. Once
+  // whole, later decisions all come through prepares here (a client decides only once every
+  // server of the shuffle prepared), so this is checked once per shuffle and server start.
+  std::vector<uint32_t> missing;
+  for (const auto& [m, attempt] : decided) {
+    if ((*store)->CommittedAttempt(m) != std::optional<uint64_t>(attempt)) missing.push_back(m);
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (size_t i = 0; i < missing.size() && i < 8; ++i) {
+      absl::StrAppend(&list, i == 0 ? "" : ", ", missing[i]);
+    }
+    if (missing.size() > 8) absl::StrAppend(&list, ", ...");
+    spdlog::error("event=shuffle_incomplete shuffle={} missing_mappers={} first=\"{}\"", id,
+                  missing.size(), list);
+    return absl::DataLossError(absl::StrCat(
+        "server ", c.node_id, " lacks ", missing.size(), " mappers of shuffle '", id,
+        "' that the cluster committed (", list,
+        "): what it had prepared is gone (its data directory lost or replaced?); read another "
+        "replica"));
+  }
+  std::lock_guard<std::mutex> lock(deps.node->mu);
+  deps.node->checked.insert(id);
+  return absl::OkStatus();
 }
 
 using v1::FetchRequest;
@@ -369,6 +393,7 @@ FetchSpec SpecFromRequest(const FetchRequest& req) {
   spec.zstd_level = req.zstd_level();
   spec.target_chunk_bytes = req.target_chunk_bytes();
   spec.skip_records = req.skip_records();
+  spec.only_mappers.assign(req.only_mappers().begin(), req.only_mappers().end());
   return spec;
 }
 
@@ -378,7 +403,11 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
  public:
   FetchReactor(const ShuffleServiceImpl::Deps& deps, std::atomic<size_t>* open,
                grpc::CallbackServerContext* ctx, const FetchRequest* request)
-      : deps_(deps), open_(open), ctx_(ctx), spec_(SpecFromRequest(*request)) {
+      : deps_(deps),
+        open_(open),
+        ctx_(ctx),
+        spec_(SpecFromRequest(*request)),
+        report_mappers_(request->report_mappers()) {
     if (grpc::Status st = Admit(open_, deps_.streams.max_fetch_streams, "fetch"); !st.ok()) {
       open_ = nullptr;  // not counted
       Finish(st);
@@ -478,6 +507,12 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
       Finish(grpc::Status::OK);
       return;
     }
+    if (report_mappers_) {  // with the first chunk only
+      report_mappers_ = false;
+      response_.mutable_mappers()->Add(session_->mappers().begin(), session_->mappers().end());
+    } else if (response_.mappers_size() > 0) {
+      response_.clear_mappers();
+    }
     // The reader must take the chunk within the stall timeout, or the fetch is cancelled (a
     // stalled write cannot be finished with a status: it never leaves the server).
     phase_.store(kWaiting);
@@ -511,6 +546,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   std::atomic<bool> cancelled_{false};
   std::unique_ptr<FetchSession> session_;
   FetchResponse response_;
+  bool report_mappers_;    // the first chunk still to carry the session's mappers
   bool admitted_ = false;  // holds a merge slot
   std::atomic<int> phase_{kBusy};
   uint64_t watch_ = 0;  // the watchdog entry of the current write
@@ -681,6 +717,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::DeleteShuffle(grpc::CallbackServer
     if (c.clustered) {
       std::lock_guard<std::mutex> lock(deps_.node->mu);
       deps_.node->kept.erase(req->shuffle_id());
+      deps_.node->checked.erase(req->shuffle_id());
     }
     absl::Status st = deps_.registry->Delete(req->shuffle_id());
     if (recorded && absl::IsNotFound(st)) st = absl::OkStatus();  // held elsewhere only

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,8 @@ struct NodeState {
     bool any = false;
   };
   mutable std::map<std::string, std::shared_ptr<const Kept>> kept;
+  /// With --etcd: shuffles found holding every mapper the cluster decided (ResolvePending).
+  mutable std::set<std::string> checked;
 };
 
 class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {

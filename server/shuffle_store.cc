@@ -490,6 +490,37 @@ std::vector<BlockRef> ShuffleStore::CommittedBlocks(uint32_t partition) const {
   return out;
 }
 
+absl::StatusOr<std::vector<BlockRef>> ShuffleStore::CommittedBlocksOf(
+    uint32_t partition, const std::vector<uint32_t>& only, std::vector<uint32_t>* mappers) const {
+  std::vector<BlockRef> out;
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  mappers->clear();
+  if (only.empty()) {
+    for (const auto& [mapper, attempt] : committed_) mappers->push_back(mapper);
+  } else {
+    for (uint32_t m : only) {
+      if (committed_.count(m) == 0) {
+        return absl::AbortedError(absl::StrCat("mapper ", m, " of shuffle ", params_.shuffle_id,
+                                               " is not committed on this server"));
+      }
+    }
+    *mappers = only;
+  }
+  Partition* p = partitions_.Find(partition);
+  if (p == nullptr) return out;
+  if (!p->sorted) {  // ordered by mapper id, each mapper's blocks in arrival order
+    std::stable_sort(p->index.begin(), p->index.end(),
+                     [](const IndexEntry& a, const IndexEntry& b) { return a.mapper < b.mapper; });
+    p->sorted = true;
+  }
+  out.reserve(p->index.size());
+  for (const IndexEntry& e : p->index) {
+    if (!only.empty() && !std::binary_search(only.begin(), only.end(), e.mapper)) continue;
+    out.push_back(BlockRef{partition, e.frame_size, e.offset, e.records, e.uncompressed});
+  }
+  return out;
+}
+
 std::vector<uint32_t> ShuffleStore::CommittedMappers() const {
   std::lock_guard<std::mutex> lock(commit_mu_);
   std::vector<uint32_t> out;

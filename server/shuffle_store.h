@@ -147,6 +147,12 @@ class ShuffleStore {
   /// Committed blocks of a partition, ordered by mapper id, then arrival.
   std::vector<BlockRef> CommittedBlocks(uint32_t partition) const;
   std::vector<uint32_t> CommittedMappers() const;
+  /// CommittedBlocks, with the committed mappers in the same instant (*mappers); with `only`
+  /// (sorted; empty: all), only those mappers' blocks, and ABORTED naming one that is not
+  /// committed here.
+  absl::StatusOr<std::vector<BlockRef>> CommittedBlocksOf(uint32_t partition,
+                                                          const std::vector<uint32_t>& only,
+                                                          std::vector<uint32_t>* mappers) const;
   PartitionStats Stats(uint32_t partition) const;
 
   /// Reads a committed block's frame, checking the block header and the frame's checksums

@@ -276,8 +276,10 @@ class FakeFetchStream final : public FetchStream {
     return true;
   }
   void Cancel() override { *cancelled_ = true; }
+  const std::vector<uint32_t>& mappers() const override { return mappers_; }
 
  private:
+  std::vector<uint32_t> mappers_;
   std::vector<std::string> frames_;
   absl::Status end_;
   std::atomic<bool>* cancelled_;

@@ -345,7 +345,7 @@ TEST_F(ReplicationTest, KillingEachServerInTurnLosesAndRepeatsNothing) {
   ASSERT_OK_AND_ASSIGN(auto reader, client_->OpenReader(job.id, p, options));
   Record r;
   for (;;) {
-    if (got.size() == whole.size() / 2) servers_[primary]->Signal(SIGKILL);
+    if (got.size() == whole.size() / 4) servers_[primary]->Signal(SIGKILL);
     ASSERT_OK_AND_ASSIGN(bool more, reader->Next(&r));
     if (!more) break;
     got.push_back(std::string(r.key) + "=" + std::string(r.value));
@@ -515,6 +515,79 @@ TEST_F(ReplicationTest, AServerRefusesPartitionsItDoesNotKeepAndPlainCommits) {
   ASSERT_OK(n1->client().DeleteShuffle(job.id));
   ASSERT_OK_AND_ASSIGN(listed, n1->client().ListShuffles());
   EXPECT_TRUE(listed.empty());
+}
+
+// A server that lost its data directory comes back empty: it must not serve the shuffle as if
+// it were whole (the reader goes to the other replica), nor count it in the shuffle's status.
+TEST_F(ReplicationTest, AServerThatLostItsDataIsNotReadFrom) {
+  Job job;
+  job.id = "lost";
+  ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
+  const auto winners = WriteAll(job);
+  ASSERT_EQ(winners.size(), job.mappers);
+  const int victim = PrimaryOf(job.id, 0);
+  servers_[victim]->Signal(SIGKILL);
+  const std::string dir = dirs_[victim]->path();
+  dirs_[victim] = std::make_unique<TempDir>();  // a new, empty disk
+  ASSERT_OK(Start(victim));
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
+  ASSERT_OK_AND_ASSIGN(ShuffleStatus all, client_->GetShuffle(job.id));
+  uint64_t records = 0;
+  for (const auto& part : all.partitions) records += part.records;
+  EXPECT_EQ(records, uint64_t{job.mappers} * job.items);
+  ClientOptions options;
+  options.server = addresses_[victim];
+  std::unique_ptr<ServerLink> alone = ConnectServer(options);
+  EXPECT_THAT(alone->client().GetShuffle(job.id).status(),
+              testing::StatusIs(absl::StatusCode::kDataLoss, "what it had prepared is gone"));
+}
+
+// A mapper committed while a reader is half-way through a partition: a replica that takes
+// over serves exactly the mappers the first one did, so nothing is skipped or repeated.
+TEST_F(ReplicationTest, AReaderResumesOverTheSameMappersWhenMoreCommitMeanwhile) {
+  Job job;
+  job.id = "late";
+  job.partitions = 2;
+  job.mappers = 3;
+  job.items = 1500;
+  job.filler = 8000;  // ~12 MB a partition: far more than the stream's windows hold
+  ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
+  std::map<uint32_t, uint64_t> first;
+  for (uint32_t m : {0u, 2u}) {
+    ASSERT_OK_AND_ASSIGN(first[m], WriteWithRetries(*client_, job, m));
+  }
+  const int primary = PrimaryOf(job.id, 0);
+  ReaderOptions options;  // not require_complete: mappers 0 and 2 as they are
+  options.order = FetchOrder::kUnordered;
+  options.chunk_bytes = 4 << 10;
+  ASSERT_OK_AND_ASSIGN(auto reader, client_->OpenReader(job.id, 0, options));
+  std::set<std::pair<uint32_t, int>> seen;
+  Record r;
+  bool killed = false;
+  for (;;) {
+    if (!killed && seen.size() == 300) {
+      ASSERT_OK(WriteWithRetries(*client_, job, 1).status());  // committed on both replicas
+      servers_[primary]->Signal(SIGKILL);
+      killed = true;
+    }
+    ASSERT_OK_AND_ASSIGN(bool more, reader->Next(&r));
+    if (!more) break;
+    std::vector<std::string> parts =
+        absl::StrSplit(absl::string_view(r.value.data(), r.value.size()), '-');
+    uint32_t m = 0;
+    int i = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(parts[0].substr(1), &m) &&
+                absl::SimpleAtoi(parts[1].substr(1), &i));
+    ASSERT_NE(m, 1u) << "a mapper committed after the read began";
+    ASSERT_TRUE(seen.emplace(m, i).second) << "mapper " << m << " item " << i << " twice";
+  }
+  ASSERT_TRUE(killed);
+  // Exactly partition 0's records of mappers 0 and 2.
+  size_t expected = 0;
+  for (uint32_t m : {0u, 2u}) {
+    for (int i = 0; i < job.items; ++i) expected += HashPartition(Key(m, i), job.partitions) == 0;
+  }
+  EXPECT_EQ(seen.size(), expected);
 }
 
 }  // namespace
