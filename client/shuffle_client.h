@@ -8,6 +8,8 @@
 // does not fail over: its attempt fails with UNAVAILABLE naming the server, for the engine to
 // retry with a new attempt id (as `sluice bench` does).
 //
+// Writers and readers use their client's connections: they must not outlive it.
+//
 //   SLUICE_ASSIGN_OR_RETURN(auto client, sluice::ShuffleClient::Connect({.server = "host:7070"}));
 //   SLUICE_RETURN_IF_ERROR(client->CreateShuffle("job", /*partitions=*/8, /*mappers=*/4).status());
 //   SLUICE_ASSIGN_OR_RETURN(auto writer, client->OpenWriter("job", /*mapper=*/0, /*attempt=*/1));

@@ -71,15 +71,20 @@ void PrintStatus(const sluice::ShuffleStatus& s) {
   }
 }
 
-// A server's health in a few words, asked of the server itself (5 s at most).
-std::string Health(const sluice::NodeAddress& n) {
-  if (n.address.empty()) return "DOWN (not registered)";
+// What the server at `address` says of itself (GetNode), within 5 s.
+absl::StatusOr<sluice::NodeStatus> AskNode(const std::string& address) {
   sluice::ClientOptions options;
-  options.server = n.address;
+  options.server = address;
   options.call_deadline = std::chrono::seconds(5);
   auto client = sluice::ShuffleClient::Connect(options);
-  absl::StatusOr<sluice::NodeStatus> st =
-      client.ok() ? (*client)->GetNode() : absl::StatusOr<sluice::NodeStatus>(client.status());
+  if (!client.ok()) return client.status();
+  return (*client)->GetNode();
+}
+
+// A server's health in a few words.
+std::string Health(const sluice::NodeAddress& n) {
+  if (n.address.empty()) return "DOWN (not registered)";
+  absl::StatusOr<sluice::NodeStatus> st = AskNode(n.address);
   if (!st.ok()) return "UNREACHABLE: " + std::string(st.status().message());
   if (!st->serving) return "NOT SERVING";
   return absl::StrCat("serving, disk ", st->disk_free_bytes >> 20, " MiB free",
@@ -117,12 +122,7 @@ void PrintPlacement(const sluice::PlacementInfo& p) {
 
 // One server of `sluice nodes`: asked itself for its health and space (unreachable ones say so).
 void PrintNode(const sluice::NodeAddress& n) {
-  sluice::ClientOptions options;
-  options.server = n.address;
-  options.call_deadline = std::chrono::seconds(5);
-  auto client = sluice::ShuffleClient::Connect(options);
-  absl::StatusOr<sluice::NodeStatus> st =
-      client.ok() ? (*client)->GetNode() : absl::StatusOr<sluice::NodeStatus>(client.status());
+  absl::StatusOr<sluice::NodeStatus> st = AskNode(n.address);
   if (!st.ok()) {
     std::printf("node %s at %s: UNREACHABLE: %s\n", n.node_id.c_str(), n.address.c_str(),
                 std::string(st.status().message()).c_str());

@@ -474,20 +474,8 @@ void ShuffleStore::PunchBlocks(absl::Span<const BlockRef> blocks) {
 }
 
 std::vector<BlockRef> ShuffleStore::CommittedBlocks(uint32_t partition) const {
-  std::vector<BlockRef> out;
-  std::lock_guard<std::mutex> lock(commit_mu_);
-  Partition* p = partitions_.Find(partition);
-  if (p == nullptr) return out;
-  if (!p->sorted) {  // ordered by mapper id, each mapper's blocks in arrival order
-    std::stable_sort(p->index.begin(), p->index.end(),
-                     [](const IndexEntry& a, const IndexEntry& b) { return a.mapper < b.mapper; });
-    p->sorted = true;
-  }
-  out.reserve(p->index.size());
-  for (const IndexEntry& e : p->index) {
-    out.push_back(BlockRef{partition, e.frame_size, e.offset, e.records, e.uncompressed});
-  }
-  return out;
+  std::vector<uint32_t> mappers;
+  return *CommittedBlocksOf(partition, {}, &mappers);  // (all mappers: it cannot fail)
 }
 
 absl::StatusOr<std::vector<BlockRef>> ShuffleStore::CommittedBlocksOf(

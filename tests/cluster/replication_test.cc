@@ -190,6 +190,14 @@ class ReplicationTest : public ::testing::Test {
     return node.back() - '0';
   }
 
+  // Creates `job` with `replication` and writes all its mappers; their winning attempts.
+  std::map<uint32_t, uint64_t> CreateAndWriteAll(const Job& job, uint32_t replication) {
+    EXPECT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, replication).status());
+    auto winners = WriteAll(job);
+    EXPECT_EQ(winners.size(), job.mappers);
+    return winners;
+  }
+
   // Writes every mapper of `job` once, concurrently; their winning attempts.
   std::map<uint32_t, uint64_t> WriteAll(const Job& job) {
     std::map<uint32_t, uint64_t> winners;
@@ -359,8 +367,7 @@ TEST_F(ReplicationTest, KillingEachServerInTurnLosesAndRepeatsNothing) {
 TEST_F(ReplicationTest, AStoppedServerCostsABoundedWaitThenAReplicaServes) {
   Job job;
   job.id = "stop";
-  ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
-  const auto winners = WriteAll(job);
+  const auto winners = CreateAndWriteAll(job, 2);
   ASSERT_EQ(winners.size(), job.mappers);
   const int stopped = PrimaryOf(job.id, 0);
   ::kill(servers_[stopped]->pid(), SIGSTOP);
@@ -522,8 +529,7 @@ TEST_F(ReplicationTest, AServerRefusesPartitionsItDoesNotKeepAndPlainCommits) {
 TEST_F(ReplicationTest, AServerThatLostItsDataIsNotReadFrom) {
   Job job;
   job.id = "lost";
-  ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
-  const auto winners = WriteAll(job);
+  const auto winners = CreateAndWriteAll(job, 2);
   ASSERT_EQ(winners.size(), job.mappers);
   const int victim = PrimaryOf(job.id, 0);
   servers_[victim]->Signal(SIGKILL);
