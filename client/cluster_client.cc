@@ -252,6 +252,13 @@ class ClusterClient final : public ShuffleClient {
   absl::StatusOr<std::vector<NodeAddress>> ListNodes() override {
     return OnSeed<std::vector<NodeAddress>>([&](ShuffleClient& c) { return c.ListNodes(); });
   }
+  absl::Status Drain(uint32_t grace_seconds) override {
+    return OnSeed<bool>([&](ShuffleClient& c) -> absl::StatusOr<bool> {
+             SLUICE_RETURN_IF_ERROR(c.Drain(grace_seconds));
+             return true;
+           })
+        .status();
+  }
   absl::StatusOr<PlacementInfo> GetPlacement(const std::string& id) override {
     return OnSeed<PlacementInfo>([&](ShuffleClient& c) { return c.GetPlacement(id); });
   }

@@ -360,6 +360,15 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     return p;
   }
 
+  absl::Status Drain(uint32_t grace_seconds) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    pb::DrainRequest req;
+    req.set_grace_seconds(grace_seconds);
+    pb::DrainResponse resp;
+    return FromGrpc(stub_->Drain(&ctx, req, &resp), options_.server);
+  }
+
   absl::Status DeleteShuffle(const std::string& id) override {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);

@@ -299,6 +299,7 @@ void Usage() {
       "  list   --server H:P\n"
       "  delete --server H:P --shuffle ID\n"
       "  nodes  --server H:P   the servers of its cluster, each one's health and free space\n"
+      "  drain  --server H:P [--grace-s N]   stop taking pushes, finish what runs, exit\n"
       "  push   --server H:P --shuffle ID --mapper M [--attempt A] --input FILE\n"
       "         --key-field NAME [--format jsonl|msgpack] [--sort]\n"
       "  fetch  --server H:P --shuffle ID --partition P [--order KEY|UNORDERED]\n"
@@ -362,6 +363,15 @@ int main(int argc, char** argv) {
     auto nodes = Connect(server)->ListNodes();
     if (!nodes.ok()) return Fail(nodes.status());
     for (const auto& n : *nodes) PrintNode(n);
+    return 0;
+  }
+  if (cmd == "drain") {
+    const auto grace = static_cast<uint32_t>(flags.Int("grace-s", 0));
+    std::string why;
+    if (!flags.Check(&why)) return Fail(absl::InvalidArgumentError(why));
+    absl::Status st = Connect(server)->Drain(grace);
+    if (!st.ok()) return Fail(st);
+    std::printf("draining %s\n", server.c_str());
     return 0;
   }
   if (cmd == "delete") {

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -45,6 +46,9 @@ ABSL_FLAG(std::string, advertise_address, "",
           "host:port clients and servers reach this one at (default: the listen address)");
 ABSL_FLAG(uint32_t, node_lease_s, 10, "a server that stops renewing leaves the cluster after it");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical, off");
+ABSL_FLAG(uint32_t, drain_grace_s, 30,
+          "on SIGTERM (or the Drain RPC): how long pushes and fetches in flight may run on");
+ABSL_FLAG(bool, allow_remote_admin, false, "take the Drain RPC from other hosts than this one");
 
 namespace {
 
@@ -86,6 +90,8 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.etcd_prefix = absl::GetFlag(FLAGS_etcd_prefix);
   opts.advertise_address = absl::GetFlag(FLAGS_advertise_address);
   opts.node_lease_ttl = std::chrono::seconds(absl::GetFlag(FLAGS_node_lease_s));
+  opts.drain_grace = seconds(absl::GetFlag(FLAGS_drain_grace_s));
+  opts.allow_remote_admin = absl::GetFlag(FLAGS_allow_remote_admin);
   return opts;
 }
 
@@ -130,9 +136,17 @@ int main(int argc, char** argv) {
   }
   // The port on stdout, for scripts and tests that start the server with port 0.
   std::cout << "listening on port " << (*server)->port() << std::endl;
-  int sig = 0;
-  sigwait(&signals, &sig);
-  spdlog::info("event=signal signal={}", sig);
+  // A signal drains (a second one ends the grace at once); so does the Drain RPC. Once
+  // drained, the server stops and the process exits 0.
+  std::thread([&signals, &server, grace = opts->drain_grace] {
+    for (int n = 0;; ++n) {
+      int sig = 0;
+      sigwait(&signals, &sig);
+      spdlog::info("event=signal signal={}", sig);
+      (*server)->Drain(n == 0 ? grace : std::chrono::milliseconds(0));
+    }
+  }).detach();
+  (*server)->WaitDrained();
   (*server)->Shutdown();
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "codec/status_macros.h"
 #include "rpc/grpc_glue.h"
@@ -207,6 +208,13 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
         ctx_(ctx),
         response_(response),
         attempt_(deps.registry, deps.push) {
+    if (deps_.node->draining.load()) {
+      open_ = nullptr;  // not counted
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the server is draining (shutting down): it takes no new push "
+                          "streams; retry the attempt once it is back"));
+      return;
+    }
     if (grpc::Status st = Admit(open_, deps_.streams.max_push_streams, "push"); !st.ok()) {
       open_ = nullptr;  // not counted
       Finish(st);
@@ -753,7 +761,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
                            deps_.node->membership->registered());
       data_dir = deps_.node->data_dir;
     }
-    resp->set_serving(true);
+    resp->set_serving(!deps_.node->draining.load());
     struct statvfs fs {};
     if (::statvfs(data_dir.c_str(), &fs) == 0) {
       resp->set_disk_free_bytes(uint64_t{fs.f_bavail} * fs.f_frsize);
@@ -946,6 +954,35 @@ absl::StatusOr<uint64_t> ShuffleServiceImpl::DecideMapper(const std::string& id,
   spdlog::info("event=decide shuffle={} mapper={} attempt={} winner={}", id, mapper, attempt,
                winner);
   return winner;
+}
+
+// Whether a call comes from the server's own host: a loopback or Unix-socket peer.
+bool FromLoopback(const std::string& peer) {
+  return absl::StartsWith(peer, "ipv4:127.") || absl::StartsWith(peer, "ipv6:[::1]") ||
+         absl::StartsWith(peer, "ipv6:%5B::1%5D") || absl::StartsWith(peer, "unix:");
+}
+
+grpc::ServerUnaryReactor* ShuffleServiceImpl::Drain(grpc::CallbackServerContext* ctx,
+                                                    const v1::DrainRequest* req,
+                                                    v1::DrainResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  if (!deps_.admin.allow_remote && !FromLoopback(ctx->peer())) {
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::PERMISSION_DENIED,
+        "Drain is taken only from the server's own host (loopback) unless the server runs with "
+        "--allow_remote_admin"));
+    return reactor;
+  }
+  const std::chrono::milliseconds grace = req->grace_seconds() == 0
+                                              ? deps_.admin.drain_grace
+                                              : std::chrono::seconds(req->grace_seconds());
+  resp->set_push_streams(static_cast<uint32_t>(counts_.push.load()));
+  resp->set_fetch_streams(static_cast<uint32_t>(counts_.fetch.load()));
+  deps_.meta_pool->Submit([this, reactor, grace] {  // leaves the cluster: asks etcd
+    deps_.admin.drain(grace);
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
 }
 
 }  // namespace sluice

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,6 +47,7 @@ struct NodeState {
   std::string data_dir;
   uint64_t started_unix_ms = 0;
   bool clustered = false;                ///< runs with --etcd (set before it serves)
+  std::atomic<bool> draining{false};     ///< new push streams are refused
   Membership* membership = nullptr;      ///< with --etcd, once joined
   PlacementStore* placements = nullptr;  ///< with --etcd: the cluster's shuffles
   /// With --etcd: per shuffle, its shape and which of its partitions this server keeps. A
@@ -59,6 +61,13 @@ struct NodeState {
   mutable std::map<std::string, std::shared_ptr<const Kept>> kept;
   /// With --etcd: shuffles found holding every mapper the cluster decided (ResolvePending).
   mutable std::set<std::string> checked;
+};
+
+/// The admin calls' part of the server.
+struct AdminDeps {
+  std::function<void(std::chrono::milliseconds grace)> drain;  ///< SluiceServer::Drain
+  std::chrono::milliseconds drain_grace{30000};                ///< --drain_grace_s
+  bool allow_remote = false;                                   ///< --allow_remote_admin
 };
 
 class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
@@ -75,6 +84,7 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
     Watchdog* watchdog;
     StreamLimits streams;
     const NodeState* node;
+    AdminDeps admin;
   };
   explicit ShuffleServiceImpl(Deps deps) : deps_(std::move(deps)) {}
 
@@ -112,6 +122,8 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
   grpc::ServerUnaryReactor* CommitMapper(grpc::CallbackServerContext* ctx,
                                          const v1::CommitMapperRequest* req,
                                          v1::CommitMapperResponse* resp) override;
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx, const v1::DrainRequest* req,
+                                  v1::DrainResponse* resp) override;
 
  private:
   // CreateShuffle in a cluster: placed and recorded in etcd, and made here if this server

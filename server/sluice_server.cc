@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "rpc/grpc_glue.h"
@@ -32,9 +34,60 @@ struct SluiceServer::Impl {
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   bool stopped = false;
+
+  // The drain: asked for once, its deadline only ever brought forward.
+  std::mutex drain_mu;
+  std::condition_variable drain_cv;
+  bool drain_asked = false;
+  std::chrono::steady_clock::time_point drain_deadline;
+
+  void Drain(std::chrono::milliseconds grace);
 };
 
 SluiceServer::SluiceServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+// The health service's name for readiness: NOT_SERVING while draining ("" stays SERVING while
+// the process lives: liveness).
+constexpr char kReadinessService[] = "sluice.v1.ShuffleService";
+
+void SluiceServer::Impl::Drain(std::chrono::milliseconds grace) {
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(drain_mu);
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    first = !drain_asked;
+    if (first || deadline < drain_deadline) drain_deadline = deadline;
+    drain_asked = true;
+  }
+  drain_cv.notify_all();
+  if (!first) return;
+  node.draining.store(true);  // new push streams are refused from now on
+  if (server != nullptr)
+    server->GetHealthCheckService()->SetServingStatus(kReadinessService, false);
+  spdlog::info("event=drain grace_ms={} push_streams={} fetch_streams={}", grace.count(),
+               service->counts().push.load(), service->counts().fetch.load());
+  // Out of the cluster's list: readers go to other replicas, writers are told it is down.
+  if (membership != nullptr) membership->Leave();
+}
+
+void SluiceServer::Drain(std::chrono::milliseconds grace) { impl_->Drain(grace); }
+
+void SluiceServer::WaitDrained() {
+  Impl& i = *impl_;
+  std::unique_lock<std::mutex> lock(i.drain_mu);
+  i.drain_cv.wait(lock, [&] { return i.drain_asked; });
+  const auto start = std::chrono::steady_clock::now();
+  // Until nothing is open, or the grace has passed (polled: streams end on other threads).
+  while (i.service->counts().push.load() + i.service->counts().fetch.load() > 0 &&
+         std::chrono::steady_clock::now() < i.drain_deadline) {
+    i.drain_cv.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  spdlog::info("event=drained waited_ms={} push_streams={} fetch_streams={}",
+               std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - start)
+                   .count(),
+               i.service->counts().push.load(), i.service->counts().fetch.load());
+}
 SluiceServer::~SluiceServer() { Shutdown(); }
 
 namespace {
@@ -124,6 +177,10 @@ absl::Status ValidateOptions(const ServerOptions& o) {
   if (auto st = CheckSeconds(o.connection_idle_timeout, "--connection_idle_timeout_s"); !st.ok()) {
     return st;
   }
+  if (o.drain_grace > std::chrono::hours(24)) {
+    return absl::InvalidArgumentError(absl::StrCat("--drain_grace_s=", o.drain_grace.count() / 1000,
+                                                   " is out of range [0, 86400]"));
+  }
   if (!o.node_id.empty()) {
     if (auto st = ValidateNodeId(o.node_id); !st.ok()) return st;
   }
@@ -188,10 +245,13 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   streams.max_fetch_streams = options.max_fetch_streams;
   streams.push_idle_timeout = options.push_idle_timeout;
   streams.fetch_stall_timeout = options.fetch_stall_timeout;
-  impl->service = std::make_unique<ShuffleServiceImpl>(
-      ShuffleServiceImpl::Deps{impl->registry.get(), impl->pool.get(), impl->meta_pool.get(),
-                               impl->merge_pool.get(), impl->budget.get(), push, fetch,
-                               impl->merge_gate.get(), impl->watchdog.get(), streams, &impl->node});
+  Impl* self = impl.get();
+  AdminDeps admin{[self](std::chrono::milliseconds grace) { self->Drain(grace); },
+                  options.drain_grace, options.allow_remote_admin};
+  impl->service = std::make_unique<ShuffleServiceImpl>(ShuffleServiceImpl::Deps{
+      impl->registry.get(), impl->pool.get(), impl->meta_pool.get(), impl->merge_pool.get(),
+      impl->budget.get(), push, fetch, impl->merge_gate.get(), impl->watchdog.get(), streams,
+      &impl->node, admin});
 
   impl->node.clustered = !options.etcd_endpoints.empty();  // before it serves
   grpc::EnableDefaultHealthCheckService(true);
@@ -227,6 +287,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   if (impl->server == nullptr || impl->port == 0) {
     return absl::UnavailableError(absl::StrCat("could not listen on ", options.listen_address));
   }
+  impl->server->GetHealthCheckService()->SetServingStatus(kReadinessService, true);
   auto server = std::unique_ptr<SluiceServer>(new SluiceServer(std::move(impl)));
   if (absl::Status st = server->JoinCluster(); !st.ok()) return st;  // (shuts down on error)
   Impl& i = *server->impl_;

@@ -33,6 +33,10 @@ struct ServerOptions {
   /// Frames one mapper attempt may push (each costs ~24 bytes of bookkeeping until it ends).
   uint64_t max_frames_per_attempt = uint64_t{1} << 20;
   std::chrono::milliseconds shutdown_grace{5000};
+  /// How long a drain (SIGTERM, the Drain RPC) lets pushes and fetches in flight run on.
+  std::chrono::milliseconds drain_grace{30000};
+  /// The Drain RPC from other hosts than the server's own (loopback) too.
+  bool allow_remote_admin = false;
 
   // Streams and connections (docs/operations.md, "Limits"): what one client may hold, and for
   // how long without progress.
@@ -73,6 +77,14 @@ class SluiceServer {
   int port() const;
   /// Stops accepting calls, lets in-flight ones finish until the grace period, then cancels them.
   void Shutdown();
+  /// Starts a drain (docs/operations.md): readiness (the health service's
+  /// "sluice.v1.ShuffleService") goes NOT_SERVING, the server leaves its cluster's list, new
+  /// push streams are refused with UNAVAILABLE; pushes in flight finish, their commits
+  /// included, and fetches are served until no stream is open or `grace` has passed. Returns
+  /// at once; a later call may shorten the grace.
+  void Drain(std::chrono::milliseconds grace);
+  /// Blocks until a drain has been asked for (Drain, the Drain RPC) and has ended.
+  void WaitDrained();
   uint64_t memory_parked_total() const;
   /// The server-wide memory budget, to count memory the server does not see (tests hold it
   /// full to show that pushes wait for it).

@@ -43,6 +43,7 @@ absl::StatusOr<std::vector<std::string>> ChildFlags(const ServerOptions& o) {
       absl::StrCat("--push_idle_timeout_s=", o.push_idle_timeout.count() / 1000),
       absl::StrCat("--fetch_stall_timeout_s=", o.fetch_stall_timeout.count() / 1000),
       absl::StrCat("--connection_idle_timeout_s=", o.connection_idle_timeout.count() / 1000),
+      absl::StrCat("--drain_grace_s=", o.drain_grace.count() / 1000),
       "--log_level=warn"};
 }
 

@@ -3,16 +3,62 @@
 #ifndef SLUICE_TESTS_HARNESS_STUB_H_
 #define SLUICE_TESTS_HARNESS_STUB_H_
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
+#include "absl/status/statusor.h"
 #include "codec/frame_encoder.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 #include "tests/harness/mini_server.h"
 
 namespace sluice::testing {
+
+/// The standard health service's answer (grpc.health.v1.Health/Check) for `service` at
+/// `address`: 1 SERVING, 2 NOT_SERVING, or the call's error. The request and response are
+/// encoded by hand (Debian packages no health.proto): field 1 of each, a string and an enum.
+inline absl::StatusOr<int> HealthCheck(const std::string& address, const std::string& service) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  std::string request;
+  if (!service.empty()) {
+    request.push_back('\x0a');
+    request.push_back(static_cast<char>(service.size()));  // (names under 128 bytes)
+    request += service;
+  }
+  grpc::Slice slice(request);
+  grpc::ByteBuffer in(&slice, 1), out;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &in, &out,
+                 [&](grpc::Status st) {
+                   std::lock_guard<std::mutex> lock(mu);
+                   status = std::move(st);
+                   done = true;
+                   cv.notify_all();
+                 });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  }
+  std::vector<grpc::Slice> slices;
+  (void)out.Dump(&slices);
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  if (bytes.size() >= 2 && bytes[0] == '\x08') return static_cast<int>(bytes[1]);
+  return 0;  // UNKNOWN (the default value is not sent)
+}
 
 inline std::unique_ptr<v1::ShuffleService::Stub> MakeStub(const MiniServer& server) {
   return v1::ShuffleService::NewStub(

@@ -158,6 +158,89 @@ TEST(DaemonTest, SigtermShutsDownCleanly) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+// SIGTERM drains: readiness goes NOT_SERVING (liveness stays SERVING), a new push stream is
+// refused with UNAVAILABLE, a push in flight still commits, a fetch in flight is served to its
+// end, and then the process exits 0 by itself, well before the grace period.
+TEST(DaemonTest, SigtermDrainsWhatIsInFlightThenExitsZero) {
+  testing::TempDir dir;
+  MiniServerOptions opts;
+  opts.child_process = true;
+  opts.server.data_dir = dir.path();
+  opts.server.drain_grace = std::chrono::seconds(60);
+  ASSERT_OK_AND_ASSIGN(auto d, MiniServer::Start(opts));
+  ClientOptions copts;
+  copts.server = d->address();
+  ASSERT_OK_AND_ASSIGN(auto client, ShuffleClient::Connect(copts));
+  ASSERT_OK(client->CreateShuffle("d", 1, 3).status());
+  const std::string value(1000, 'v');
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, client->OpenWriter("d", 0, 1));
+    for (int i = 0; i < 5000; ++i) ASSERT_OK(w->Add("k" + std::to_string(i), value));
+    ASSERT_OK(w->Close().status());
+  }
+  ASSERT_OK_AND_ASSIGN(int ready, testing::HealthCheck(d->address(), "sluice.v1.ShuffleService"));
+  EXPECT_EQ(ready, 1);  // SERVING
+  // In flight when the signal comes: a fetch that has read one record, and a push.
+  ReaderOptions ropts;
+  ropts.chunk_bytes = 16 << 10;
+  ASSERT_OK_AND_ASSIGN(auto reader, client->OpenReader("d", 0, ropts));
+  Record r;
+  ASSERT_OK_AND_ASSIGN(bool more, reader->Next(&r));
+  ASSERT_TRUE(more);
+  WriterOptions wopts;
+  wopts.buffer_bytes = 64 << 10;  // (its frames go out as it writes)
+  ASSERT_OK_AND_ASSIGN(auto pushing, client->OpenWriter("d", 1, 1, wopts));
+  for (int i = 0; i < 1000; ++i) ASSERT_OK(pushing->Add("p" + std::to_string(i), value));
+  const auto signalled = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(d->pid(), SIGTERM), 0);
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        auto h = testing::HealthCheck(d->address(), "sluice.v1.ShuffleService");
+        return h.ok() && *h == 2;
+      },
+      std::chrono::seconds(5)));
+  ASSERT_OK_AND_ASSIGN(int alive, testing::HealthCheck(d->address(), ""));
+  EXPECT_EQ(alive, 1);  // liveness: SERVING while the process lives
+  ASSERT_OK_AND_ASSIGN(NodeStatus node, client->GetNode());
+  EXPECT_FALSE(node.serving);
+  // A new attempt is refused; the one in flight commits.
+  ASSERT_OK_AND_ASSIGN(auto late, client->OpenWriter("d", 2, 1));
+  absl::Status refused = late->Add("x", "y");
+  if (refused.ok()) refused = late->Close().status();
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kUnavailable, "draining"));
+  for (int i = 1000; i < 2000; ++i) ASSERT_OK(pushing->Add("p" + std::to_string(i), value));
+  ASSERT_OK_AND_ASSIGN(WriteResult committed, pushing->Close());
+  EXPECT_EQ(committed.records, 2000u);
+  // The fetch goes on to its end.
+  int records = 1;
+  for (;;) {
+    ASSERT_OK_AND_ASSIGN(more, reader->Next(&r));
+    if (!more) break;
+    ++records;
+  }
+  EXPECT_EQ(records, 5000);
+  reader.reset();
+  // Nothing open any more: it exits 0 on its own, long before its 60 s grace.
+  ASSERT_TRUE(
+      testing::Eventually([&] { return ::kill(d->pid(), 0) != 0 || ProcessState(d->pid()) == 'Z'; },
+                          std::chrono::seconds(20)));
+  EXPECT_LT(std::chrono::steady_clock::now() - signalled, std::chrono::seconds(30));
+  const int status = d->Kill(0);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// The Drain RPC, from the server's own host only (unless --allow_remote_admin).
+TEST(DaemonTest, TheDrainCallIsTakenFromLoopbackOnly) {
+  ASSERT_OK_AND_ASSIGN(auto d, MiniServer::Start());
+  ClientOptions copts;
+  copts.server = d->address();
+  ASSERT_OK_AND_ASSIGN(auto client, ShuffleClient::Connect(copts));
+  ASSERT_OK(client->Drain(0));
+  ASSERT_OK_AND_ASSIGN(NodeStatus node, client->GetNode());
+  EXPECT_FALSE(node.serving);
+}
+
 TEST(DaemonTest, KillDashNineMidPushKeepsExactlyTheAcknowledgedCommits) {
   testing::TempDir dir;
   std::set<uint32_t> acked;
