@@ -9,6 +9,7 @@
 #   bash deploy/dev.sh stress      # the heavy campaigns (ctest label stress)
 #   bash deploy/dev.sh soak [SEC]  # the codec soak (random frames, reused decoders) under ASan+UBSan
 #   bash deploy/dev.sh compare     # codec benchmark beside Python pickle/msgpack (+zstd)
+#   bash deploy/dev.sh image       # the container image (podman), then a smoke test and its size
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -20,7 +21,8 @@ BUILD_PACKAGES=(build-essential cmake ninja-build ccache pkg-config
   nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev)
 # etcd-server: cluster mode's coordination service, run for real by the cluster tests.
-TEST_PACKAGES=(python3 python3-msgpack python3-zstandard etcd-server)
+# python3-yaml: the deploy/ manifests' check.
+TEST_PACKAGES=(python3 python3-msgpack python3-zstandard python3-yaml etcd-server)
 FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
 log() { printf '==> %s\n' "$*" >&2; }
@@ -118,8 +120,44 @@ case ${1:-} in
     build_main
     /usr/bin/python3 "$ROOT/tests/py/seed_compare.py" --bench "$ROOT/build/codec/sluice-codec-bench"
     ;;
+  image)
+    # No registry here: the Dockerfile's Debian base is made locally (debootstrap + podman
+    # import) and tagged with the names its FROM lines use. podman builds with chroot
+    # isolation; it cannot start containers on these machines, so the smoke test runs the
+    # image's own binaries with chroot in its mounted filesystem.
+    install_missing podman debootstrap
+    IMAGE=${IMAGE:-localhost/sluice:dev}
+    PODMAN=(podman --cgroup-manager=cgroupfs)
+    if ! "${PODMAN[@]}" image exists docker.io/library/debian:bookworm; then
+      base=$(mktemp -d /tmp/sluice-base.XXXXXX)
+      log "making the Debian 12 base image (debootstrap --variant=minbase bookworm)"
+      debootstrap --variant=minbase bookworm "$base" http://deb.debian.org/debian >/dev/null
+      tar -C "$base" -c . | "${PODMAN[@]}" import - docker.io/library/debian:bookworm >/dev/null
+      "${PODMAN[@]}" tag docker.io/library/debian:bookworm docker.io/library/debian:bookworm-slim
+      rm -rf "$base"
+    fi
+    log "building $IMAGE"
+    "${PODMAN[@]}" build --isolation=chroot --network=host --pull=never \
+      -f deploy/Dockerfile -t "$IMAGE" .
+    log "smoke test: the image's sluice-server, and sluice bench against it"
+    cid=$("${PODMAN[@]}" create "$IMAGE")
+    mnt=$("${PODMAN[@]}" mount "$cid")
+    trap 'umount "$mnt/proc" "$mnt/dev" 2>/dev/null; "${PODMAN[@]}" umount "$cid" >/dev/null; "${PODMAN[@]}" rm "$cid" >/dev/null' EXIT
+    mount --bind /dev "$mnt/dev"
+    mount -t proc proc "$mnt/proc"
+    mkdir -p "$mnt/tmp/smoke" && chown 10001:10001 "$mnt/tmp/smoke"
+    chroot --userspec=10001:10001 "$mnt" /usr/local/bin/sluice-server --data_dir=/tmp/smoke \
+      --listen=127.0.0.1:0 --log_level=warn >"$mnt/tmp/smoke.out" 2>&1 &
+    server=$!
+    for _ in $(seq 1 100); do grep -q "listening on port" "$mnt/tmp/smoke.out" && break; sleep 0.1; done
+    port=$(sed -n 's/^listening on port //p' "$mnt/tmp/smoke.out")
+    chroot --userspec=10001:10001 "$mnt" /usr/local/bin/sluice bench --server "127.0.0.1:$port"
+    kill -TERM "$server" && wait "$server"
+    log "image size: $("${PODMAN[@]}" image inspect --format '{{.Size}}' "$IMAGE") bytes"
+    "${PODMAN[@]}" images "$IMAGE"
+    ;;
   *)
-    sed -n '2,11p' "$0"
+    sed -n '2,12p' "$0"
     exit 2
     ;;
 esac
