@@ -167,6 +167,38 @@ absl::Status ResolvePending(const ShuffleServiceImpl::Deps& deps, const std::str
   return absl::OkStatus();
 }
 
+// New pushes stop at the disk high-water mark (--disk_high_water_pct), before the disk is
+// full: committed data and the pushes already running keep the room left. statvfs at most
+// every 250 ms.
+absl::Status CheckDiskRoom(const ShuffleServiceImpl::Deps& deps) {
+  const uint32_t mark = deps.streams.disk_high_water_pct;
+  if (mark == 0 || mark >= 100) return absl::OkStatus();
+  const NodeState& node = *deps.node;
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  if (now - node.disk_checked_ms.load() > 250) {
+    std::string dir;
+    {
+      std::lock_guard<std::mutex> lock(node.mu);
+      dir = node.data_dir;
+    }
+    struct statvfs vfs {};
+    if (!dir.empty() && ::statvfs(dir.c_str(), &vfs) == 0 && vfs.f_blocks > 0) {
+      const double avail = static_cast<double>(vfs.f_bavail) / static_cast<double>(vfs.f_blocks);
+      node.disk_used_ppm.store(static_cast<uint32_t>((1.0 - avail) * 1e6));
+      node.disk_checked_ms.store(now);
+    }
+  }
+  const double used_pct = node.disk_used_ppm.load() / 1e4;
+  if (used_pct <= mark) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the data directory's file system is ", static_cast<int>(used_pct * 10) / 10.0,
+      "% full, past the high-water mark of ", mark,
+      "% (--disk_high_water_pct): new pushes are refused until space is freed (delete finished "
+      "shuffles); committed data is untouched"));
+}
+
 using v1::FetchRequest;
 using v1::FetchResponse;
 using v1::PushRequest;
@@ -312,6 +344,7 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
         const auto& open = request_.open();
         Kept kept;
         if (!attempt_.opened()) {
+          SLUICE_RETURN_IF_ERROR(CheckDiskRoom(deps_));
           SLUICE_RETURN_IF_ERROR(EnsureLocal(deps_, open.shuffle_id()));
           SLUICE_ASSIGN_OR_RETURN(kept, KeptPartitions(deps_, open.shuffle_id()));
         }

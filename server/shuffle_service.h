@@ -37,6 +37,9 @@ struct StreamLimits {
   /// A fetch whose reader takes no chunk for this long is cancelled, giving back its memory
   /// and merge slot (--fetch_stall_timeout_s).
   std::chrono::milliseconds fetch_stall_timeout{std::chrono::seconds(120)};
+  /// New push streams are refused past this fill of the data directory's file system, in
+  /// percent (--disk_high_water_pct; 0 = never).
+  uint32_t disk_high_water_pct = 95;
 };
 
 /// Who this server is, for GetNode and ListNodes: filled in once the server listens.
@@ -46,8 +49,11 @@ struct NodeState {
   std::string address;
   std::string data_dir;
   uint64_t started_unix_ms = 0;
-  bool clustered = false;                ///< runs with --etcd (set before it serves)
-  std::atomic<bool> draining{false};     ///< new push streams are refused
+  bool clustered = false;             ///< runs with --etcd (set before it serves)
+  std::atomic<bool> draining{false};  ///< new push streams are refused
+  /// The data directory's file system: how full (parts per million) when last looked at.
+  mutable std::atomic<uint32_t> disk_used_ppm{0};
+  mutable std::atomic<int64_t> disk_checked_ms{-1000000};
   Membership* membership = nullptr;      ///< with --etcd, once joined
   PlacementStore* placements = nullptr;  ///< with --etcd: the cluster's shuffles
   /// With --etcd: per shuffle, its shape and which of its partitions this server keeps. A

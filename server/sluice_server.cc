@@ -177,6 +177,10 @@ absl::Status ValidateOptions(const ServerOptions& o) {
   if (auto st = CheckSeconds(o.connection_idle_timeout, "--connection_idle_timeout_s"); !st.ok()) {
     return st;
   }
+  if (o.disk_high_water_pct > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--disk_high_water_pct=", o.disk_high_water_pct, " is out of range [0, 100]"));
+  }
   if (o.drain_grace > std::chrono::hours(24)) {
     return absl::InvalidArgumentError(absl::StrCat("--drain_grace_s=", o.drain_grace.count() / 1000,
                                                    " is out of range [0, 86400]"));
@@ -245,6 +249,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   streams.max_fetch_streams = options.max_fetch_streams;
   streams.push_idle_timeout = options.push_idle_timeout;
   streams.fetch_stall_timeout = options.fetch_stall_timeout;
+  streams.disk_high_water_pct = options.disk_high_water_pct;
   Impl* self = impl.get();
   AdminDeps admin{[self](std::chrono::milliseconds grace) { self->Drain(grace); },
                   options.drain_grace, options.allow_remote_admin};

@@ -32,6 +32,9 @@ struct ServerOptions {
   size_t max_concurrent_merges = 0;
   /// Frames one mapper attempt may push (each costs ~24 bytes of bookkeeping until it ends).
   uint64_t max_frames_per_attempt = uint64_t{1} << 20;
+  /// New push streams are refused while the data directory's file system is fuller than this
+  /// percentage (0 = never).
+  uint32_t disk_high_water_pct = 95;
   std::chrono::milliseconds shutdown_grace{5000};
   /// How long a drain (SIGTERM, the Drain RPC) lets pushes and fetches in flight run on.
   std::chrono::milliseconds drain_grace{30000};

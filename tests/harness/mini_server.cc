@@ -44,6 +44,7 @@ absl::StatusOr<std::vector<std::string>> ChildFlags(const ServerOptions& o) {
       absl::StrCat("--fetch_stall_timeout_s=", o.fetch_stall_timeout.count() / 1000),
       absl::StrCat("--connection_idle_timeout_s=", o.connection_idle_timeout.count() / 1000),
       absl::StrCat("--drain_grace_s=", o.drain_grace.count() / 1000),
+      absl::StrCat("--disk_high_water_pct=", o.disk_high_water_pct),
       "--log_level=warn"};
 }
 

@@ -4,6 +4,7 @@
 // cancelled and gives back its merge slot, and idle connections are closed.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/statvfs.h>
 
 #include <chrono>
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/stub.h"
+#include "tests/harness/temp_dir.h"
 #include "tests/harness/wait.h"
 
 namespace sluice {
@@ -36,6 +38,7 @@ using testing::Eventually;
 using testing::MakeStub;
 using testing::MiniServer;
 using testing::MiniServerOptions;
+using testing::StatusIs;
 
 // A frame of `n` records of ~`value_bytes` incompressible bytes each, keys "<tag>-<i>".
 std::string BigFrame(const std::string& tag, int n, size_t value_bytes) {
@@ -157,6 +160,44 @@ class LimitsTest : public ::testing::Test {
   std::unique_ptr<MiniServer> server_;
   std::unique_ptr<pb::ShuffleService::Stub> stub_;
 };
+
+// Past the disk high-water mark (--disk_high_water_pct) new pushes are refused, naming the mark,
+// before the disk is full; committed data still serves; below the mark pushes go on.
+TEST(DiskHighWaterTest, NewPushesAreRefusedPastTheMarkAndCommittedDataStillServes) {
+  testing::TempDir dir;
+  struct statvfs vfs {};
+  ASSERT_EQ(::statvfs(dir.path().c_str(), &vfs), 0);
+  const double used = 100.0 * (1.0 - static_cast<double>(vfs.f_bavail) / vfs.f_blocks);
+  if (used < 2) GTEST_SKIP() << "the test's file system is " << used << "% full: under any mark";
+  MiniServerOptions opts;
+  opts.server.data_dir = dir.path();
+  opts.server.disk_high_water_pct = 0;  // never
+  ASSERT_OK_AND_ASSIGN(auto server, MiniServer::Start(opts));
+  auto write = [&](uint32_t mapper) -> absl::Status {
+    SLUICE_ASSIGN_OR_RETURN(auto client, server->Client());
+    SLUICE_ASSIGN_OR_RETURN(auto w, client->OpenWriter("d", mapper, 1));
+    SLUICE_RETURN_IF_ERROR(w->Add("k" + std::to_string(mapper), "v"));
+    return w->Close().status();
+  };
+  {
+    ASSERT_OK_AND_ASSIGN(auto client, server->Client());
+    ASSERT_OK(client->CreateShuffle("d", 1, 3).status());
+  }
+  ASSERT_OK(write(0));
+  opts.server.disk_high_water_pct = 1;  // the disk is fuller than that
+  ASSERT_OK(server->Restart(opts));
+  EXPECT_THAT(write(1), StatusIs(absl::StatusCode::kResourceExhausted,
+                                 "past the high-water mark of 1% (--disk_high_water_pct)"));
+  ASSERT_OK_AND_ASSIGN(auto client, server->Client());
+  ASSERT_OK_AND_ASSIGN(auto reader, client->OpenReader("d", 0));
+  Record r;
+  ASSERT_OK_AND_ASSIGN(bool more, reader->Next(&r));
+  ASSERT_TRUE(more);
+  EXPECT_EQ(r.key, "k0");
+  opts.server.disk_high_water_pct = 100;  // never
+  ASSERT_OK(server->Restart(opts));
+  EXPECT_OK(write(1));
+}
 
 // Finding 9: an idle push stream (and its uncommitted attempt) lived forever.
 TEST_F(LimitsTest, AnIdlePushStreamIsEndedAndItsAttemptDiscarded) {
