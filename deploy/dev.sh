@@ -132,6 +132,9 @@ case ${1:-} in
       base=$(mktemp -d /tmp/sluice-base.XXXXXX)
       log "making the Debian 12 base image (debootstrap --variant=minbase bookworm)"
       debootstrap --variant=minbase bookworm "$base" http://deb.debian.org/debian >/dev/null
+      # What Docker Hub's slim image leaves out too: the downloaded packages and the lists.
+      rm -rf "$base"/var/cache/apt/archives/*.deb "$base"/var/lib/apt/lists/* \
+        "$base"/usr/share/doc/* "$base"/usr/share/man/* "$base"/usr/share/locale/*
       tar -C "$base" -c . | "${PODMAN[@]}" import - docker.io/library/debian:bookworm >/dev/null
       "${PODMAN[@]}" tag docker.io/library/debian:bookworm docker.io/library/debian:bookworm-slim
       rm -rf "$base"

@@ -21,6 +21,7 @@ FetchSession::~FetchSession() { deps_.budget->Release(charged_ + merge_charged_)
 
 absl::Status FetchSession::Setup() {
   SLUICE_ASSIGN_OR_RETURN(store_, deps_.registry->Get(spec_.shuffle_id));
+  store_->Touch();
   const ShuffleParams& params = store_->params();
   if (spec_.partition >= params.num_partitions) {
     return absl::InvalidArgumentError(absl::StrCat(

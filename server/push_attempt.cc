@@ -60,6 +60,7 @@ absl::Status PushAttempt::Open(std::string_view shuffle_id, uint32_t mapper, uin
         absl::StrCat("mapper ", mapper, " is out of range [0, ", params.num_mappers, ")"));
   }
   store_ = std::move(store).value();
+  store_->Touch();
   kept_ = std::move(kept);
   mapper_ = mapper;
   attempt_ = attempt;
@@ -104,6 +105,7 @@ absl::Status PushAttempt::AddFrames(absl::Span<const Frame> frames) {
     bytes += f.bytes.size();
   }
   SLUICE_RETURN_IF_ERROR(store_->AppendAll(mapper_, attempt_, validated_, &blocks_));
+  store_->Touch();
   frames_ += validated_.size();
   records_ += records;
   bytes_ += bytes;

@@ -49,6 +49,8 @@ ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, crit
 ABSL_FLAG(uint32_t, drain_grace_s, 30,
           "on SIGTERM (or the Drain RPC): how long pushes and fetches in flight may run on");
 ABSL_FLAG(bool, allow_remote_admin, false, "take the Drain RPC from other hosts than this one");
+ABSL_FLAG(uint32_t, shuffle_ttl_s, 0,
+          "delete a shuffle nobody used for this long (0 = never; servers on their own only)");
 ABSL_FLAG(uint32_t, disk_high_water_pct, 95,
           "refuse new pushes while the data directory's file system is fuller (0 = never)");
 
@@ -95,6 +97,7 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.drain_grace = seconds(absl::GetFlag(FLAGS_drain_grace_s));
   opts.allow_remote_admin = absl::GetFlag(FLAGS_allow_remote_admin);
   opts.disk_high_water_pct = absl::GetFlag(FLAGS_disk_high_water_pct);
+  opts.shuffle_ttl = std::chrono::seconds(absl::GetFlag(FLAGS_shuffle_ttl_s));
   return opts;
 }
 

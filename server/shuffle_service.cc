@@ -696,6 +696,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
     const uint32_t page = req->max_partitions() == 0
                               ? kMaxPartitionsPerPage
                               : std::min(req->max_partitions(), kMaxPartitionsPerPage);
+    (*store)->Touch();
     FillInfo(**store, req->first_partition(), page, resp);
     reactor->Finish(grpc::Status::OK);
   });

@@ -146,7 +146,9 @@ ShuffleStore::ShuffleStore(std::string dir, ShuffleParams params, StoreOptions o
     : dir_(std::move(dir)),
       params_(std::move(params)),
       options_(std::move(options)),
-      partitions_(params_.num_partitions) {}
+      partitions_(params_.num_partitions) {
+  Touch();
+}
 
 ShuffleStore::~ShuffleStore() = default;
 

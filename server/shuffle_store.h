@@ -24,6 +24,7 @@
 #define SLUICE_SERVER_SHUFFLE_STORE_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -166,6 +167,21 @@ class ShuffleStore {
   /// Descriptors the store holds: its log and its data file, whatever its partition count.
   size_t open_files() const;
 
+  /// Marks the shuffle used now (a push, a fetch, a status call): --shuffle_ttl_s counts from
+  /// its last use. Opening or creating the store counts as a use.
+  void Touch() {
+    last_used_ms_.store(std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count());
+  }
+  /// How long since its last use.
+  std::chrono::milliseconds idle() const {
+    return std::chrono::milliseconds(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::steady_clock::now().time_since_epoch())
+                                         .count() -
+                                     last_used_ms_.load());
+  }
+
   /// Push attempts writing to this store (the registry counts them, under its lock, to know
   /// when a wedged store may be reopened).
   void BeginWriter() { writers_.fetch_add(1); }
@@ -262,6 +278,7 @@ class ShuffleStore {
   const std::string dir_;
   std::atomic<bool> destroyed_{false};
   std::atomic<int> writers_{0};
+  std::atomic<int64_t> last_used_ms_{0};
   const ShuffleParams params_;
   const StoreOptions options_;
   file::Fd data_fd_;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "rpc/grpc_glue.h"
@@ -42,7 +43,38 @@ struct SluiceServer::Impl {
   std::chrono::steady_clock::time_point drain_deadline;
 
   void Drain(std::chrono::milliseconds grace);
+
+  // --shuffle_ttl_s: deletes shuffles idle that long, until stopped.
+  std::mutex ttl_mu;
+  std::condition_variable ttl_cv;
+  bool ttl_stop = false;
+  std::thread ttl_thread;
+  void ExpireLoop();
 };
+
+void SluiceServer::Impl::ExpireLoop() {
+  const auto period = std::clamp<std::chrono::milliseconds>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(options.shuffle_ttl) / 4,
+      std::chrono::milliseconds(100), std::chrono::seconds(60));
+  std::unique_lock<std::mutex> lock(ttl_mu);
+  while (!ttl_cv.wait_for(lock, period, [&] { return ttl_stop; })) {
+    lock.unlock();
+    for (const auto& store : registry->List()) {
+      // (An explicit DeleteShuffle may come first: then this one finds nothing.)
+      if (store->writers() > 0 || store->idle() < options.shuffle_ttl) continue;
+      const std::string id = store->params().shuffle_id;
+      const absl::Status st = registry->Delete(id);
+      if (st.ok()) {
+        spdlog::info("event=expire shuffle={} idle_s={} ttl_s={}", id,
+                     std::chrono::duration_cast<std::chrono::seconds>(store->idle()).count(),
+                     options.shuffle_ttl.count());
+      } else if (!absl::IsNotFound(st)) {
+        spdlog::warn("event=expire_failed shuffle={} error=\"{}\"", id, std::string(st.message()));
+      }
+    }
+    lock.lock();
+  }
+}
 
 SluiceServer::SluiceServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -181,6 +213,15 @@ absl::Status ValidateOptions(const ServerOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--disk_high_water_pct=", o.disk_high_water_pct, " is out of range [0, 100]"));
   }
+  if (o.shuffle_ttl > std::chrono::hours(24 * 365)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shuffle_ttl_s=", o.shuffle_ttl.count(), " is out of range [0, 31536000]"));
+  }
+  if (o.shuffle_ttl.count() > 0 && !o.etcd_endpoints.empty()) {
+    return absl::InvalidArgumentError(
+        "--shuffle_ttl_s is for a server on its own: in a cluster, a shuffle idle on one server "
+        "may be in use on another; engines delete their shuffles (DeleteShuffle)");
+  }
   if (o.drain_grace > std::chrono::hours(24)) {
     return absl::InvalidArgumentError(absl::StrCat("--drain_grace_s=", o.drain_grace.count() / 1000,
                                                    " is out of range [0, 86400]"));
@@ -296,6 +337,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   auto server = std::unique_ptr<SluiceServer>(new SluiceServer(std::move(impl)));
   if (absl::Status st = server->JoinCluster(); !st.ok()) return st;  // (shuts down on error)
   Impl& i = *server->impl_;
+  if (options.shuffle_ttl.count() > 0) i.ttl_thread = std::thread([&i] { i.ExpireLoop(); });
   spdlog::info(
       "event=started listen={} port={} data_dir={} shuffles={} memory_budget_mb={} node_id={} "
       "address={} cluster={}",
@@ -351,6 +393,12 @@ const std::string& SluiceServer::address() const { return impl_->node.address; }
 void SluiceServer::Shutdown() {
   if (impl_ == nullptr || impl_->stopped) return;
   impl_->stopped = true;
+  {
+    std::lock_guard<std::mutex> lock(impl_->ttl_mu);
+    impl_->ttl_stop = true;
+  }
+  impl_->ttl_cv.notify_all();
+  if (impl_->ttl_thread.joinable()) impl_->ttl_thread.join();
   // Out of the cluster first, so that no one is sent here while the calls in flight finish.
   if (impl_->membership != nullptr) impl_->membership->Leave();
   impl_->server->Shutdown(std::chrono::system_clock::now() + impl_->options.shutdown_grace);

@@ -35,6 +35,9 @@ struct ServerOptions {
   /// New push streams are refused while the data directory's file system is fuller than this
   /// percentage (0 = never).
   uint32_t disk_high_water_pct = 95;
+  /// A shuffle nobody pushed to, fetched from or asked about for this long is deleted (0 =
+  /// never). Servers on their own only: in a cluster, engines delete their shuffles.
+  std::chrono::seconds shuffle_ttl{0};
   std::chrono::milliseconds shutdown_grace{5000};
   /// How long a drain (SIGTERM, the Drain RPC) lets pushes and fetches in flight run on.
   std::chrono::milliseconds drain_grace{30000};

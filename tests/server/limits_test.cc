@@ -199,6 +199,35 @@ TEST(DiskHighWaterTest, NewPushesAreRefusedPastTheMarkAndCommittedDataStillServe
   EXPECT_OK(write(1));
 }
 
+// --shuffle_ttl_s: a shuffle nobody uses is deleted once idle that long; one in use stays (each
+// push, fetch and status call counts); an explicit delete still works first.
+TEST(ShuffleTtlTest, IdleShufflesAreDeletedAndUsedOnesStay) {
+  MiniServerOptions opts;
+  opts.server.shuffle_ttl = std::chrono::seconds(2);
+  ASSERT_OK_AND_ASSIGN(auto server, MiniServer::Start(opts));
+  ASSERT_OK_AND_ASSIGN(auto client, server->Client());
+  for (const char* id : {"idle", "used", "deleted"}) {
+    ASSERT_OK(client->CreateShuffle(id, 1, 0).status());
+  }
+  ASSERT_OK(client->DeleteShuffle("deleted"));
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(3500)) {
+    ASSERT_OK(client->GetShuffle("used").status());  // in use all along
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  EXPECT_THAT(client->GetShuffle("idle").status(), StatusIs(absl::StatusCode::kNotFound, "idle"));
+  EXPECT_OK(client->GetShuffle("used").status());
+  // Left alone, it goes too.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  EXPECT_THAT(client->GetShuffle("used").status(), StatusIs(absl::StatusCode::kNotFound, "used"));
+  testing::TempDir other;
+  opts.server.data_dir = other.path();
+  opts.server.listen_address = "127.0.0.1:0";
+  opts.server.etcd_endpoints = "127.0.0.1:1";
+  EXPECT_THAT(SluiceServer::Start(opts.server),
+              StatusIs(absl::StatusCode::kInvalidArgument, "--shuffle_ttl_s is for a server"));
+}
+
 // Finding 9: an idle push stream (and its uncommitted attempt) lived forever.
 TEST_F(LimitsTest, AnIdlePushStreamIsEndedAndItsAttemptDiscarded) {
   Start([](ServerOptions& o) { o.push_idle_timeout = seconds(1); });
