@@ -109,9 +109,15 @@ void SluiceServer::WaitDrained() {
   std::unique_lock<std::mutex> lock(i.drain_mu);
   i.drain_cv.wait(lock, [&] { return i.drain_asked; });
   const auto start = std::chrono::steady_clock::now();
-  // Until nothing is open, or the grace has passed (polled: streams end on other threads).
-  while (i.service->counts().push.load() + i.service->counts().fetch.load() > 0 &&
-         std::chrono::steady_clock::now() < i.drain_deadline) {
+  // Until nothing has been open for a quiet second (a job's reducers often start a moment
+  // after its last commit: they are served), or the grace has passed. Polled: streams end on
+  // other threads.
+  constexpr auto kQuiet = std::chrono::seconds(1);
+  auto idle_since = std::chrono::steady_clock::now();
+  for (;;) {
+    const auto now = std::chrono::steady_clock::now();
+    if (i.service->counts().push.load() + i.service->counts().fetch.load() > 0) idle_since = now;
+    if (now - idle_since >= kQuiet || now >= i.drain_deadline) break;
     i.drain_cv.wait_for(lock, std::chrono::milliseconds(50));
   }
   spdlog::info("event=drained waited_ms={} push_streams={} fetch_streams={}",

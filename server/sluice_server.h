@@ -86,7 +86,8 @@ class SluiceServer {
   /// Starts a drain (docs/operations.md): readiness (the health service's
   /// "sluice.v1.ShuffleService") goes NOT_SERVING, the server leaves its cluster's list, new
   /// push streams are refused with UNAVAILABLE; pushes in flight finish, their commits
-  /// included, and fetches are served until no stream is open or `grace` has passed. Returns
+  /// included, and fetches (new ones too) are served until no stream has been open for a second
+  /// or `grace` has passed. Returns
   /// at once; a later call may shorten the grace.
   void Drain(std::chrono::milliseconds grace);
   /// Blocks until a drain has been asked for (Drain, the Drain RPC) and has ended.
