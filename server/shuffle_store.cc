@@ -306,22 +306,29 @@ absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t att
   }
   // Durable once Append returns OK (it syncs the data first); visible once recorded below.
   const absl::Status written = log_->Append(mapper, attempt, blocks);
-  std::lock_guard<std::mutex> lock(commit_mu_);
-  inflight_mappers_.erase(mapper);
-  commit_cv_.notify_all();
-  if (!written.ok()) return written;
-  if (destroyed_.load()) return DeletedError();
-  AddCommitLocked(mapper, attempt, blocks);
-  // (On a server of its own a caller may mix both ways: prepared attempts of the mapper lost.)
   std::vector<BlockRef> losers;
-  if (auto m = prepared_.find(mapper); m != prepared_.end()) {
-    for (auto& [other, other_blocks] : m->second) {
-      losers.insert(losers.end(), other_blocks.begin(), other_blocks.end());
-    }
-    prepared_.erase(m);
+  {
+    std::lock_guard<std::mutex> lock(commit_mu_);
+    inflight_mappers_.erase(mapper);
+    commit_cv_.notify_all();
+    if (!written.ok()) return written;
+    if (destroyed_.load()) return DeletedError();
+    AddCommitLocked(mapper, attempt, blocks);
+    // (On a server of its own a caller may mix both ways: prepared attempts of the mapper lost.)
+    DropPreparedLocked(mapper, attempt, &losers);
   }
   PunchBlocks(losers);
   return CommitOutcome::kCommitted;
+}
+
+void ShuffleStore::DropPreparedLocked(uint32_t mapper, uint64_t winner,
+                                      std::vector<BlockRef>* losers) {
+  auto m = prepared_.find(mapper);
+  if (m == prepared_.end()) return;
+  for (const auto& [attempt, blocks] : m->second) {
+    if (attempt != winner) losers->insert(losers->end(), blocks.begin(), blocks.end());
+  }
+  prepared_.erase(m);
 }
 
 absl::StatusOr<CommitOutcome> ShuffleStore::Prepare(uint32_t mapper, uint64_t attempt,
@@ -407,11 +414,7 @@ absl::Status ShuffleStore::ResolveAll(absl::Span<const std::pair<uint32_t, uint6
     if (destroyed_.load()) return DeletedError();
     for (const CommitRecord& r : records) {
       AddCommitLocked(r.mapper, r.attempt, r.blocks);
-      for (auto& [other, other_blocks] : prepared_[r.mapper]) {
-        if (other != r.attempt)
-          losers.insert(losers.end(), other_blocks.begin(), other_blocks.end());
-      }
-      prepared_.erase(r.mapper);
+      DropPreparedLocked(r.mapper, r.attempt, &losers);
     }
   }
   PunchBlocks(losers);

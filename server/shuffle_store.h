@@ -269,6 +269,9 @@ class ShuffleStore {
   // Waits until no outcome of the mapper is being written, then claims it (inflight_mappers_);
   // the error when the store is deleted or its log is broken.
   bool IsPreparedLocked(uint32_t mapper, uint64_t attempt) const;
+  // Forgets the mapper's prepared attempts, adding all but `winner`'s blocks to *losers (for
+  // PunchBlocks, outside the lock, once the winner's commit record is durable).
+  void DropPreparedLocked(uint32_t mapper, uint64_t winner, std::vector<BlockRef>* losers);
   absl::Status ClaimMapperLocked(std::unique_lock<std::mutex>& lock, uint32_t mapper);
   // Recovery's step 3: the commits (the first commit record of each mapper) and the prepared
   // attempts of mappers with none, checked against the shuffle's parameters.
