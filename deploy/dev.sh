@@ -21,8 +21,8 @@ BUILD_PACKAGES=(build-essential cmake ninja-build ccache pkg-config
   nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev)
 # etcd-server: cluster mode's coordination service, run for real by the cluster tests.
-# python3-yaml: the deploy/ manifests' check.
-TEST_PACKAGES=(python3 python3-msgpack python3-zstandard python3-yaml etcd-server)
+# python3-yaml: the deploy/ manifests' check. prometheus: scrapes a server in the metrics test.
+TEST_PACKAGES=(python3 python3-msgpack python3-zstandard python3-yaml etcd-server prometheus)
 FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
 log() { printf '==> %s\n' "$*" >&2; }

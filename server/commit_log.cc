@@ -1,5 +1,6 @@
 #include "server/commit_log.h"
 
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -329,7 +330,12 @@ absl::Status CommitLog::Write(Pending& me) {
       Checkpoint raise;  // generation 0: the floor is already at `at`
       if (durable_.floor < at) raise = Checkpoint{durable_.generation + 1, at, records_};
       lock.unlock();
+      const auto started = std::chrono::steady_clock::now();
       result = WriteBatch(at, records, raise);
+      if (options_.observe_batch) {
+        options_.observe_batch(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      }
       lock.lock();
       if (result.ok()) {
         end_ = at + records.size();

@@ -81,6 +81,8 @@ class CommitLog {
     /// Makes the shuffle's data durable; called once by a batch's leader, outside every lock,
     /// before the batch's records are written (only when fsync is on).
     std::function<absl::Status()> sync_data;
+    /// Told how long each batch's writes and syncs took, in seconds (metrics; may be null).
+    std::function<void(double)> observe_batch;
   };
 
   /// What Open may assume about the shuffle whose log it reads.

@@ -88,6 +88,9 @@ class FetchSession {
   /// The committed mappers this fetch serves (only_mappers, or every one committed when it
   /// started), in order.
   const std::vector<uint32_t>& mappers() const { return mappers_; }
+  /// A KEY session's intermediate merge passes so far, and the bytes they spilled.
+  size_t merge_passes() const { return merged_ == nullptr ? 0 : merged_->intermediate_passes(); }
+  uint64_t spill_bytes() const { return merged_ == nullptr ? 0 : merged_->spill_bytes(); }
 
  private:
   FetchSession(const FetchSpec& spec, const FetchDeps& deps, const std::atomic<bool>* cancelled)

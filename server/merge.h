@@ -108,6 +108,8 @@ class MergedStream {
   bool drained() const { return drained_; }
 
   size_t intermediate_passes() const { return passes_; }
+  /// Bytes the intermediate passes wrote to the scratch file.
+  uint64_t spill_bytes() const { return scratch_end_; }
   /// Bytes the runs hold in memory now, to count against the server's memory budget.
   size_t resident_bytes() const;
 

@@ -92,6 +92,10 @@ class PushAttempt {
   void Abort(const absl::Status& why);
 
   bool opened() const { return store_ != nullptr; }
+  /// Frames, records and frame bytes taken so far (validated and appended).
+  uint64_t frames() const { return frames_; }
+  uint64_t records() const { return records_; }
+  uint64_t bytes() const { return bytes_; }
 
  private:
   ShuffleRegistry* const registry_;

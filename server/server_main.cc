@@ -51,6 +51,8 @@ ABSL_FLAG(uint32_t, drain_grace_s, 30,
 ABSL_FLAG(bool, allow_remote_admin, false, "take the Drain RPC from other hosts than this one");
 ABSL_FLAG(uint32_t, shuffle_ttl_s, 0,
           "delete a shuffle nobody used for this long (0 = never; servers on their own only)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port for Prometheus metrics over HTTP (GET /metrics); empty = none");
 ABSL_FLAG(uint32_t, disk_high_water_pct, 95,
           "refuse new pushes while the data directory's file system is fuller (0 = never)");
 
@@ -97,6 +99,7 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.drain_grace = seconds(absl::GetFlag(FLAGS_drain_grace_s));
   opts.allow_remote_admin = absl::GetFlag(FLAGS_allow_remote_admin);
   opts.disk_high_water_pct = absl::GetFlag(FLAGS_disk_high_water_pct);
+  opts.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   opts.shuffle_ttl = std::chrono::seconds(absl::GetFlag(FLAGS_shuffle_ttl_s));
   return opts;
 }

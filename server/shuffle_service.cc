@@ -306,6 +306,7 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
 
   void Handle() {
     absl::Status st = cancelled_.load() ? absl::CancelledError("push stream cancelled") : Forward();
+    CountTaken();
     deps_.budget->Release(charged_);
     charged_ = 0;
     if (attempt_.large_frame_size() == 0) ReleaseReserved();  // a large frame is complete
@@ -336,6 +337,17 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   void ReleaseReserved() {
     deps_.budget->Release(reserved_);
     reserved_ = 0;
+  }
+
+  // What the attempt took since the last message, into the server's counters.
+  void CountTaken() {
+    ServerMetrics& m = *deps_.metrics;
+    ServerMetrics::Add(m.push_frames, attempt_.frames() - counted_frames_);
+    ServerMetrics::Add(m.push_records, attempt_.records() - counted_records_);
+    ServerMetrics::Add(m.push_bytes, attempt_.bytes() - counted_bytes_);
+    counted_frames_ = attempt_.frames();
+    counted_records_ = attempt_.records();
+    counted_bytes_ = attempt_.bytes();
   }
 
   absl::Status Forward() {
@@ -385,9 +397,14 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
               "shuffle (a commit message with prepare) and then decided with CommitMapper; use "
               "a client that takes the server list");
         }
+        const auto started = std::chrono::steady_clock::now();
         auto summary = attempt_.Commit(request_.commit().frame_count(),
                                        request_.commit().record_count(), prepare);
         if (!summary.ok()) return summary.status();
+        deps_.metrics->commit_seconds.Observe(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+        ServerMetrics::Add(
+            summary->duplicate ? deps_.metrics->duplicate_commits : deps_.metrics->commits, 1);
         response_->set_duplicate(summary->duplicate);
         response_->set_prepared(summary->prepared);
         response_->set_frames(summary->frames);
@@ -403,6 +420,7 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
 
   void Fail(const absl::Status& st) {
     ReleaseReserved();
+    if (attempt_.opened()) ServerMetrics::Add(deps_.metrics->aborted_attempts, 1);
     attempt_.Abort(st);
     Finish(ToClient(deps_, st));
   }
@@ -421,6 +439,7 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   bool committed_ = false;
   std::atomic<int> phase_{kBusy};
   uint64_t watch_ = 0;  // the watchdog entry of the current wait
+  uint64_t counted_frames_ = 0, counted_records_ = 0, counted_bytes_ = 0;  // CountTaken
 };
 
 FetchSpec SpecFromRequest(const FetchRequest& req) {
@@ -517,6 +536,10 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   void OnCancel() override { cancelled_.store(true); }
   void OnDone() override {
     deps_.watchdog->Disarm(watch_);
+    if (session_ != nullptr) {
+      ServerMetrics::Add(deps_.metrics->merge_passes, session_->merge_passes());
+      ServerMetrics::Add(deps_.metrics->merge_spill_bytes, session_->spill_bytes());
+    }
     session_.reset();  // returns its budget charges
     if (admitted_) deps_.merge_gate->Leave();
     if (open_ != nullptr) open_->fetch_sub(1);
@@ -548,6 +571,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
       Finish(grpc::Status::OK);
       return;
     }
+    CountChunk(response_.frame());
     if (report_mappers_) {  // with the first chunk only
       report_mappers_ = false;
       response_.mutable_mappers()->Add(session_->mappers().begin(), session_->mappers().end());
@@ -567,6 +591,16 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
       return;
     }
     StartWrite(&response_);
+  }
+
+  void CountChunk(const std::string& frame) {
+    ServerMetrics& m = *deps_.metrics;
+    ServerMetrics::Add(m.fetch_chunks, 1);
+    ServerMetrics::Add(m.fetch_bytes, frame.size());
+    const auto header = ParseFrameHeader(
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size()),
+        FrameLimits{kMaxFrameCapBytes, ~uint32_t{0}});
+    if (header.ok()) ServerMetrics::Add(m.fetch_records, header->record_count);
   }
 
   // On the watchdog's thread: the write is still pending. Cancelling completes it (ok=false).

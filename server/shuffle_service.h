@@ -19,6 +19,7 @@
 #include "cluster/membership.h"
 #include "cluster/placement_store.h"
 #include "server/fetch_session.h"
+#include "server/metrics.h"
 #include "server/push_attempt.h"
 #include "server/shuffle_registry.h"
 #include "server/watchdog.h"
@@ -91,6 +92,7 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
     StreamLimits streams;
     const NodeState* node;
     AdminDeps admin;
+    ServerMetrics* metrics;
   };
   explicit ShuffleServiceImpl(Deps deps) : deps_(std::move(deps)) {}
 

@@ -163,6 +163,9 @@ CommitLog::Options ShuffleStore::LogOptions() {
   o.fsync = options_.fsync;
   o.shuffle_id = params_.shuffle_id;
   o.sync_data = [this] { return SyncDataFile(); };
+  if (Histogram* h = options_.commit_sync_seconds; h != nullptr) {
+    o.observe_batch = [h](double s) { h->Observe(s); };
+  }
   return o;
 }
 

@@ -43,6 +43,7 @@
 #include "codec/frame_format.h"
 #include "server/commit_log.h"
 #include "server/file_util.h"
+#include "server/metrics.h"
 
 namespace sluice {
 
@@ -59,6 +60,8 @@ struct StoreOptions {
   /// The fdatasync commits use on the data file (tests inject failures here); null =
   /// file::SyncData.
   std::function<absl::Status(int fd, const std::string& path)> sync_data;
+  /// Where commit batches' latencies are counted (may be null).
+  Histogram* commit_sync_seconds = nullptr;
 };
 
 enum class CommitOutcome { kCommitted, kDuplicate };

@@ -3,16 +3,20 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/support/server_interceptor.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "rpc/grpc_glue.h"
 #include "server/file_util.h"
+#include "server/metrics_http.h"
+#include "server/server_metrics.h"
 #include "server/shuffle_service.h"
 #include "spdlog/spdlog.h"
 
@@ -20,6 +24,7 @@ namespace sluice {
 
 struct SluiceServer::Impl {
   ServerOptions options;
+  ServerMetrics metrics;  // first in, last out: the service and the stores count into it
   std::unique_ptr<ShuffleRegistry> registry;
   std::unique_ptr<WorkerPool> pool;        // pushes, fetch setup, UNORDERED fetches
   std::unique_ptr<WorkerPool> meta_pool;   // the small calls
@@ -33,6 +38,7 @@ struct SluiceServer::Impl {
   std::unique_ptr<Membership> membership;
   std::unique_ptr<PlacementStore> placements;
   std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<MetricsEndpoint> metrics_endpoint;  // with --metrics_listen
   int port = 0;
   bool stopped = false;
 
@@ -50,6 +56,8 @@ struct SluiceServer::Impl {
   bool ttl_stop = false;
   std::thread ttl_thread;
   void ExpireLoop();
+
+  std::string RenderMetrics() const;
 };
 
 void SluiceServer::Impl::ExpireLoop() {
@@ -129,6 +137,45 @@ void SluiceServer::WaitDrained() {
 SluiceServer::~SluiceServer() { Shutdown(); }
 
 namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+
+// "/sluice.v1.ShuffleService/Push" -> "Push"; other services keep "service/method".
+std::string MethodLabel(const char* full) {
+  std::string_view m = full == nullptr ? std::string_view("unknown") : std::string_view(full);
+  if (!m.empty() && m.front() == '/') m.remove_prefix(1);
+  constexpr std::string_view kOurs = "sluice.v1.ShuffleService/";
+  if (m.substr(0, kOurs.size()) == kOurs) m.remove_prefix(kOurs.size());
+  return std::string(m);
+}
+
+// Counts every finished call by method and the status it ends with (sluice_rpc_handled_total).
+class CallCounter final : public grpc::experimental::Interceptor {
+ public:
+  CallCounter(std::string method, CallCounts* calls) : method_(std::move(method)), calls_(calls) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      calls_->Add(method_, static_cast<int>(methods->GetSendStatus().error_code()));
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string method_;
+  CallCounts* const calls_;
+};
+
+class CallCounterFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit CallCounterFactory(CallCounts* calls) : calls_(calls) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new CallCounter(MethodLabel(info->method()), calls_);
+  }
+
+ private:
+  CallCounts* const calls_;
+};
 
 // The most often a client may ping (ClientOptions::keepalive_time must not be shorter).
 constexpr int kMinClientPingIntervalMs = 1000;
@@ -256,6 +303,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   StoreOptions store_options;
   store_options.fsync = options.fsync;
   store_options.limits = options.limits;
+  store_options.commit_sync_seconds = &impl->metrics.commit_sync_seconds;
   std::map<std::string, absl::Status> failed;
   auto registry = ShuffleRegistry::Open(options.data_dir, store_options, &failed);
   if (!registry.ok()) return registry.status();
@@ -303,7 +351,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   impl->service = std::make_unique<ShuffleServiceImpl>(ShuffleServiceImpl::Deps{
       impl->registry.get(), impl->pool.get(), impl->meta_pool.get(), impl->merge_pool.get(),
       impl->budget.get(), push, fetch, impl->merge_gate.get(), impl->watchdog.get(), streams,
-      &impl->node, admin});
+      &impl->node, admin, &impl->metrics});
 
   impl->node.clustered = !options.etcd_endpoints.empty();  // before it serves
   grpc::EnableDefaultHealthCheckService(true);
@@ -311,6 +359,11 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &impl->port);
   builder.RegisterService(impl->service.get());
+  {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counters;
+    counters.push_back(std::make_unique<CallCounterFactory>(&impl->metrics.calls));
+    builder.experimental().SetInterceptorCreators(std::move(counters));
+  }
   // A push message carries at most 1 MiB of frames or of one large frame's pieces. What the
   // server sends is committed data, which may have been pushed under a larger cap.
   builder.SetMaxReceiveMessageSize(rpc::kMaxPushMessageBytes);
@@ -344,12 +397,22 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   if (absl::Status st = server->JoinCluster(); !st.ok()) return st;  // (shuts down on error)
   Impl& i = *server->impl_;
   if (options.shuffle_ttl.count() > 0) i.ttl_thread = std::thread([&i] { i.ExpireLoop(); });
+  if (!options.metrics_listen.empty()) {
+    auto endpoint =
+        MetricsEndpoint::Start(options.metrics_listen, [&i] { return i.RenderMetrics(); });
+    if (!endpoint.ok()) {
+      server->Shutdown();
+      return endpoint.status();
+    }
+    i.metrics_endpoint = std::move(endpoint).value();
+  }
   spdlog::info(
       "event=started listen={} port={} data_dir={} shuffles={} memory_budget_mb={} node_id={} "
-      "address={} cluster={}",
+      "address={} cluster={} metrics_port={}",
       options.listen_address, i.port, options.data_dir, i.registry->List().size(),
       options.memory_budget_bytes >> 20, i.node.node_id, i.node.address,
-      i.membership != nullptr ? options.etcd_endpoints : std::string("none"));
+      i.membership != nullptr ? options.etcd_endpoints : std::string("none"),
+      i.metrics_endpoint == nullptr ? 0 : i.metrics_endpoint->port());
   return server;
 }
 
@@ -405,6 +468,7 @@ void SluiceServer::Shutdown() {
   }
   impl_->ttl_cv.notify_all();
   if (impl_->ttl_thread.joinable()) impl_->ttl_thread.join();
+  impl_->metrics_endpoint.reset();  // (scrapes read the pools and the service)
   // Out of the cluster first, so that no one is sent here while the calls in flight finish.
   if (impl_->membership != nullptr) impl_->membership->Leave();
   impl_->server->Shutdown(std::chrono::system_clock::now() + impl_->options.shutdown_grace);
@@ -413,6 +477,27 @@ void SluiceServer::Shutdown() {
   impl_->meta_pool.reset();
   impl_->pool.reset();
   spdlog::info("event=stopped port={}", impl_->port);
+}
+
+int SluiceServer::metrics_port() const {
+  return impl_->metrics_endpoint == nullptr ? 0 : impl_->metrics_endpoint->port();
+}
+std::string SluiceServer::RenderMetrics() const { return impl_->RenderMetrics(); }
+
+std::string SluiceServer::Impl::RenderMetrics() const {
+  MetricsSources s;
+  s.metrics = &metrics;
+  s.registry = registry.get();
+  s.budget = budget.get();
+  s.push_streams = &service->counts().push;
+  s.fetch_streams = &service->counts().fetch;
+  s.draining = node.draining.load();
+  {
+    std::lock_guard<std::mutex> lock(node.mu);
+    s.started_unix_ms = node.started_unix_ms;
+  }
+  s.data_dirs = {options.data_dir};
+  return sluice::RenderMetrics(s);
 }
 
 uint64_t SluiceServer::memory_parked_total() const { return impl_->budget->parked_total(); }

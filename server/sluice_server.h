@@ -43,6 +43,8 @@ struct ServerOptions {
   std::chrono::milliseconds drain_grace{30000};
   /// The Drain RPC from other hosts than the server's own (loopback) too.
   bool allow_remote_admin = false;
+  /// host:port of the Prometheus metrics endpoint (HTTP, GET /metrics); empty = none.
+  std::string metrics_listen;
 
   // Streams and connections (docs/operations.md, "Limits"): what one client may hold, and for
   // how long without progress.
@@ -99,6 +101,9 @@ class SluiceServer {
   /// Open push and fetch streams (for tests and status).
   size_t open_push_streams() const;
   size_t open_fetch_streams() const;
+  /// The metrics endpoint's port (0 without --metrics_listen), and what it would answer now.
+  int metrics_port() const;
+  std::string RenderMetrics() const;
   /// Its node id and the address it registered (or would register).
   const std::string& node_id() const;
   const std::string& address() const;

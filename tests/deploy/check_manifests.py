@@ -5,6 +5,7 @@ the StatefulSet's headless Service, volume, ports, probes (the health service na
 sets), preStop drain, non-root read-only security context and grace period are consistent;
 every SLUICE_FLAG_* variable and flag argument names a flag sluice-server defines.
 Exits 1 naming each problem. Usage: check_manifests.py REPO_ROOT"""
+import json
 import os
 import re
 import sys
@@ -135,6 +136,13 @@ for name in cm_names:
     check(etcd.split(":")[0].split(".")[-1] in [d["metadata"]["name"] for d in docs
                                                  if d["kind"] == "Service"],
           f"SLUICE_FLAG_ETCD {etcd} names no Service")
+    metrics = cm.get("data", {}).get("SLUICE_FLAG_METRICS_LISTEN", "")
+    ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
+    check(metrics.endswith(":" + str(ports.get("metrics"))),
+          f"the ConfigMap's --metrics_listen ({metrics}) is not the container's metrics port")
+    annotations = sts["spec"]["template"]["metadata"].get("annotations", {})
+    check(annotations.get("prometheus.io/port") == str(ports.get("metrics")),
+          "the prometheus.io/port annotation is not the metrics port")
 check(spec.get("enableServiceLinks") is False, "service links would put SLUICE_* variables in the pod")
 job = one("Job", "sluice-bench")
 jargs = job.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [{}])[0].get("args", [])
@@ -156,6 +164,24 @@ check(ids == set(servers), "compose: each server's node id is its service name")
 check(os.path.exists(os.path.join(ROOT, "deploy", compose["x-sluice"]["build"]["context"],
                                   compose["x-sluice"]["build"]["dockerfile"])),
       "compose: the build's Dockerfile is missing")
+
+# Metrics: the dashboard and the docs name only what the server exports, and the docs all of it.
+with open(os.path.join(ROOT, "server/server_metrics.cc")) as f:
+    source = f.read()
+METRICS = set(re.findall(r'"(sluice_\w+)"', source))
+HISTOGRAMS = set(re.findall(r'Histo\(\s*"(sluice_\w+)"', source))
+check(len(METRICS) > 20, "could not read the metric names from server/server_metrics.cc")
+exported = METRICS | {h + s for h in HISTOGRAMS for s in ("_bucket", "_sum", "_count")}
+with open(os.path.join(ROOT, "deploy/grafana/sluice-dashboard.json")) as f:
+    dashboard = json.load(f)
+for panel in dashboard["panels"]:
+    for t in panel.get("targets", []):
+        for name in re.findall(r"\b(sluice_\w+)", t["expr"]):
+            check(name in exported, f"dashboard panel '{panel['title']}': {name} is not exported")
+with open(os.path.join(ROOT, "docs/operations.md")) as f:
+    ops = f.read()
+for name in sorted(METRICS):
+    check(f"`{name}`" in ops, f"docs/operations.md does not describe the metric {name}")
 
 for p in problems:
     print("deploy check:", p)

@@ -46,6 +46,7 @@ absl::StatusOr<std::vector<std::string>> ChildFlags(const ServerOptions& o) {
       absl::StrCat("--drain_grace_s=", o.drain_grace.count() / 1000),
       absl::StrCat("--disk_high_water_pct=", o.disk_high_water_pct),
       absl::StrCat("--shuffle_ttl_s=", o.shuffle_ttl.count()),
+      absl::StrCat("--metrics_listen=", o.metrics_listen),
       "--log_level=warn"};
 }
 

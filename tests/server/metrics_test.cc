@@ -1,0 +1,230 @@
+// Metrics: the text format on its own, the HTTP endpoint over real sockets (what it answers,
+// and that a silent or oversized client costs it nothing), and a real in-process server whose
+// counters follow what a client did: pushes, commits, a duplicate, a refused push, fetches.
+#include "server/metrics.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "server/metrics_http.h"
+#include "tests/harness/mini_server.h"
+#include "tests/harness/status_matchers.h"
+
+namespace sluice {
+namespace {
+
+// A connected socket to 127.0.0.1:port (-1 on failure).
+int Connect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{10, 0};  // a test never hangs on a server that does not answer
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+// Sends `request` and reads the whole response (the endpoint closes every connection).
+std::string Exchange(int port, const std::string& request) {
+  const int fd = Connect(port);
+  if (fd < 0) return "connect failed";
+  (void)!::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) out.append(buf, n);
+  ::close(fd);
+  return out;
+}
+
+std::string Get(int port, const std::string& path) {
+  return Exchange(port, "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n");
+}
+
+// "name{labels}" -> value, from a scrape's samples.
+std::map<std::string, double> Samples(const std::string& text) {
+  std::map<std::string, double> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.rfind(' ');
+    double v = 0;
+    if (sp != absl::string_view::npos && absl::SimpleAtod(line.substr(sp + 1), &v)) {
+      out[std::string(line.substr(0, sp))] = v;
+    }
+  }
+  return out;
+}
+
+TEST(MetricsTextTest, CountersStayExactLabelsAreEscapedAndHistogramsAccumulate) {
+  MetricsText t;
+  t.Counter("big_total", "a \\ help\nline", 1234567890123.0);
+  t.Family("calls_total", "counter", "by label", {{{{"m", "a\"b\\c\nd"}}, 3}});
+  Histogram h({0.1, 1});
+  h.Observe(0.05);
+  h.Observe(0.1);  // le: on the bound counts in it
+  h.Observe(0.5);
+  h.Observe(7);
+  t.Histo("lat_seconds", "latency", h.Read());
+  const std::string& s = t.str();
+  EXPECT_NE(s.find("# HELP big_total a \\\\ help\\nline\n# TYPE big_total counter\n"
+                   "big_total 1234567890123\n"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("calls_total{m=\"a\\\"b\\\\c\\nd\"} 3\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("lat_seconds_bucket{le=\"0.1\"} 2\n"
+                   "lat_seconds_bucket{le=\"1\"} 3\n"
+                   "lat_seconds_bucket{le=\"+Inf\"} 4\n"
+                   "lat_seconds_sum 7.65\n"
+                   "lat_seconds_count 4\n"),
+            std::string::npos)
+      << s;
+}
+
+TEST(MetricsEndpointTest, ServesMetricsAndRefusesEverythingElseClearly) {
+  int renders = 0;
+  ASSERT_OK_AND_ASSIGN(auto endpoint, MetricsEndpoint::Start("127.0.0.1:0", [&] {
+                         ++renders;
+                         return std::string("up 1\n");
+                       }));
+  const int port = endpoint->port();
+  ASSERT_GT(port, 0);
+  std::string r = Get(port, "/metrics?x=1");
+  EXPECT_EQ(r.substr(0, 15), "HTTP/1.1 200 OK") << r;
+  EXPECT_NE(r.find("Content-Type: text/plain; version=0.0.4"), std::string::npos) << r;
+  EXPECT_NE(r.find("Content-Length: 5\r\n"), std::string::npos) << r;
+  EXPECT_EQ(r.substr(r.size() - 5), "up 1\n");
+  r = Exchange(port, "HEAD /metrics HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(r.substr(r.size() - 4), "\r\n\r\n") << "HEAD has no body: " << r;
+  EXPECT_EQ(Get(port, "/other").substr(0, 22), "HTTP/1.1 404 Not Found");
+  r = Exchange(port, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+  EXPECT_EQ(r.substr(0, 31), "HTTP/1.1 405 Method Not Allowed") << r;
+  EXPECT_NE(r.find("Allow: GET, HEAD"), std::string::npos);
+  r = Exchange(port, "GET /metrics HTTP/1.1\r\nX-Junk: " + std::string(20000, 'a'));
+  EXPECT_EQ(r.substr(0, 12), "HTTP/1.1 431") << r;
+  EXPECT_EQ(Exchange(port, "garbage\r\n\r\n").substr(0, 12), "HTTP/1.1 400");
+  EXPECT_EQ(renders, 2);  // the GET and the HEAD
+}
+
+TEST(MetricsEndpointTest, SilentClientsDoNotHoldUpScrapesAndAreClosed) {
+  ASSERT_OK_AND_ASSIGN(auto endpoint,
+                       MetricsEndpoint::Start("127.0.0.1:0", [] { return std::string("up 1\n"); }));
+  // Half a request, then nothing: others are served meanwhile.
+  std::vector<int> silent;
+  for (int i = 0; i < 4; ++i) {
+    silent.push_back(Connect(endpoint->port()));
+    ASSERT_GE(silent.back(), 0);
+    (void)!::send(silent.back(), "GET /met", 8, MSG_NOSIGNAL);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(Get(endpoint->port(), "/metrics").substr(0, 15), "HTTP/1.1 200 OK");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  // They are closed once their time is up (EOF, not a response).
+  char c;
+  EXPECT_EQ(::recv(silent[0], &c, 1, 0), 0);
+  EXPECT_GE(std::chrono::steady_clock::now() - start,
+            MetricsEndpoint::kRequestTimeout - std::chrono::milliseconds(500));
+  for (int fd : silent) ::close(fd);
+}
+
+TEST(MetricsEndpointTest, BadAddressesAreNamed) {
+  auto bad = MetricsEndpoint::Start("127.0.0.1", [] { return std::string(); });
+  EXPECT_THAT(bad.status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "--metrics_listen"));
+  ASSERT_OK_AND_ASSIGN(auto first,
+                       MetricsEndpoint::Start("127.0.0.1:0", [] { return std::string(); }));
+  auto taken = MetricsEndpoint::Start("127.0.0.1:" + std::to_string(first->port()),
+                                      [] { return std::string(); });
+  EXPECT_THAT(taken.status(), testing::StatusIs(absl::StatusCode::kUnavailable, "bind"));
+}
+
+TEST(ServerMetricsTest, CountersFollowWhatClientsDid) {
+  testing::MiniServerOptions opts;
+  opts.server.metrics_listen = "127.0.0.1:0";
+  ASSERT_OK_AND_ASSIGN(auto server, testing::MiniServer::Start(opts));
+  const int port = server->server()->metrics_port();
+  ASSERT_GT(port, 0);
+  ASSERT_OK_AND_ASSIGN(auto client, server->Client());
+  ASSERT_OK(client->CreateShuffle("m", 4, 1).status());
+  constexpr int kRecords = 5000;
+  for (uint64_t attempt : {1, 2}) {  // the second is a duplicate
+    WriterOptions w;
+    w.sort_by_key = true;
+    ASSERT_OK_AND_ASSIGN(auto writer, client->OpenWriter("m", 0, attempt, w));
+    for (int i = 0; i < kRecords; ++i) {
+      ASSERT_OK(writer->Add("k" + std::to_string(i), std::string(100, 'v')));
+    }
+    ASSERT_OK_AND_ASSIGN(auto result, writer->Close());
+    EXPECT_EQ(result.duplicate, attempt == 2);
+  }
+  // Refused: a mapper out of range (the shuffle has one).
+  auto refused = client->OpenWriter("m", 3, 1);
+  if (refused.ok()) {
+    ASSERT_OK((*refused)->Add("k", "v"));
+    EXPECT_FALSE((*refused)->Close().ok());
+  }
+  uint64_t fetched = 0;
+  for (uint32_t p = 0; p < 4; ++p) {
+    ReaderOptions r;
+    r.order = FetchOrder::kKey;
+    ASSERT_OK_AND_ASSIGN(auto reader, client->OpenReader("m", p, r));
+    Record rec;
+    for (;;) {
+      ASSERT_OK_AND_ASSIGN(bool more, reader->Next(&rec));
+      if (!more) break;
+      ++fetched;
+    }
+  }
+  ASSERT_EQ(fetched, uint64_t{kRecords});
+
+  const std::string r = Get(port, "/metrics");
+  ASSERT_EQ(r.substr(0, 15), "HTTP/1.1 200 OK") << r;
+  auto s = Samples(r.substr(r.find("\r\n\r\n") + 4));
+  EXPECT_EQ(s["sluice_push_records_total"], 2 * kRecords);  // both attempts were received
+  EXPECT_GE(s["sluice_push_frames_total"], 8);
+  EXPECT_GT(s["sluice_push_bytes_total"], 1000);
+  EXPECT_EQ(s["sluice_commits_total"], 1);
+  EXPECT_EQ(s["sluice_duplicate_commits_total"], 1);
+  EXPECT_EQ(s["sluice_fetch_records_total"], kRecords);
+  EXPECT_GE(s["sluice_fetch_chunks_total"], 4);
+  EXPECT_EQ(s["sluice_rpc_handled_total{method=\"Push\",code=\"OK\"}"], 2);
+  EXPECT_EQ(s["sluice_rpc_handled_total{method=\"Push\",code=\"INVALID_ARGUMENT\"}"], 1) << r;
+  EXPECT_EQ(s["sluice_rpc_handled_total{method=\"Fetch\",code=\"OK\"}"], 4);
+  EXPECT_EQ(s["sluice_commit_seconds_count"], 2);
+  EXPECT_GE(s["sluice_commit_sync_seconds_count"], 1);
+  EXPECT_EQ(s["sluice_commit_sync_seconds_bucket{le=\"+Inf\"}"],
+            s["sluice_commit_sync_seconds_count"]);
+  EXPECT_EQ(s["sluice_shuffles"], 1);
+  EXPECT_EQ(s["sluice_partitions"], 4);
+  EXPECT_EQ(s["sluice_push_streams"], 0);
+  EXPECT_EQ(s["sluice_memory_budget_bytes"], 256.0 * (1 << 20));
+  EXPECT_GT(s["sluice_disk_free_bytes{dir=\"" + server->data_dir() + "\"}"], 0) << r;
+  EXPECT_EQ(s["sluice_draining"], 0);
+  EXPECT_GT(s["sluice_start_time_seconds"], 1.7e9);
+  // The same text in process.
+  EXPECT_NE(server->server()->RenderMetrics().find("sluice_commits_total 1\n"), std::string::npos);
+}
+
+TEST(ServerMetricsTest, ATakenMetricsPortFailsTheStartAndNamesTheFlag) {
+  ASSERT_OK_AND_ASSIGN(auto first,
+                       MetricsEndpoint::Start("127.0.0.1:0", [] { return std::string(); }));
+  testing::MiniServerOptions opts;
+  opts.server.metrics_listen = "127.0.0.1:" + std::to_string(first->port());
+  EXPECT_THAT(testing::MiniServer::Start(opts).status(),
+              testing::StatusIs(absl::StatusCode::kUnavailable, "--metrics_listen"));
+}
+
+}  // namespace
+}  // namespace sluice
