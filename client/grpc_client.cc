@@ -321,6 +321,11 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     n.clustered = info.clustered();
     n.registered = info.registered();
     n.started_unix_ms = info.started_unix_ms();
+    for (const auto& d : info.data_dirs()) {
+      n.data_dirs.push_back(NodeStatus::DataDir{d.index(), d.failed(), d.error(), d.shuffles(),
+                                                d.partitions(), d.disk_free_bytes(),
+                                                d.disk_total_bytes()});
+    }
     return n;
   }
 

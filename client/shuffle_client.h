@@ -98,6 +98,15 @@ struct NodeStatus {
   bool clustered = false;   ///< runs with --etcd
   bool registered = false;  ///< and its registration in etcd is live
   uint64_t started_unix_ms = 0;
+  /// Its data directories (--data_dir, one per disk), in order.
+  struct DataDir {
+    uint32_t index = 0;  ///< 1-based
+    bool failed = false;
+    std::string error;  ///< why it failed
+    uint32_t shuffles = 0;
+    uint64_t partitions = 0, disk_free_bytes = 0, disk_total_bytes = 0;
+  };
+  std::vector<DataDir> data_dirs;
 };
 
 /// Where a shuffle's partitions live (GetPlacement).

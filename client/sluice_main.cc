@@ -87,8 +87,12 @@ std::string Health(const sluice::NodeAddress& n) {
   absl::StatusOr<sluice::NodeStatus> st = AskNode(n.address);
   if (!st.ok()) return "UNREACHABLE: " + std::string(st.status().message());
   if (!st->serving) return "NOT SERVING";
+  std::string failed;
+  for (const auto& d : st->data_dirs) {
+    if (d.failed) absl::StrAppend(&failed, ", DATA DIRECTORY ", d.index, " FAILED");
+  }
   return absl::StrCat("serving, disk ", st->disk_free_bytes >> 20, " MiB free",
-                      st->clustered && !st->registered ? ", NOT REGISTERED" : "");
+                      st->clustered && !st->registered ? ", NOT REGISTERED" : "", failed);
 }
 
 // Where the shuffle lives: each server with how many partitions it keeps (and is primary of)
@@ -136,6 +140,17 @@ void PrintNode(const sluice::NodeAddress& n) {
       st->clustered && !st->registered ? " (NOT REGISTERED)" : "", mib(st->disk_free_bytes),
       mib(st->disk_total_bytes), mib(st->memory_used_bytes), mib(st->memory_budget_bytes),
       st->shuffles, st->push_streams, st->fetch_streams);
+  // Data directories: listed when there are several, or when one failed.
+  for (const auto& d : st->data_dirs) {
+    if (st->data_dirs.size() < 2 && !d.failed) break;
+    if (d.failed) {
+      std::printf("  data directory %u: FAILED: %s\n", d.index, d.error.c_str());
+    } else {
+      std::printf("  data directory %u: %u shuffles, %llu partitions, %llu of %llu MiB free\n",
+                  d.index, d.shuffles, static_cast<unsigned long long>(d.partitions),
+                  mib(d.disk_free_bytes), mib(d.disk_total_bytes));
+    }
+  }
 }
 
 // bench: the benchmark is a program of its own (sluice-bench, beside this one), so that this

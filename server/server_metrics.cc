@@ -58,16 +58,22 @@ std::string RenderMetrics(const MetricsSources& s) {
   t.Counter("sluice_backpressure_waits_total",
             "Times a stream waited for the memory budget before reading on",
             D(s.budget->parked_total()));
-  std::vector<std::pair<MetricsText::Labels, double>> free, size;
-  for (const std::string& dir : s.data_dirs) {
+  std::vector<std::pair<MetricsText::Labels, double>> free, size, failed;
+  for (const auto& dir : s.registry->DataDirs()) {
+    const MetricsText::Labels labels = {{"dir", dir.path}};
+    failed.push_back({labels, dir.failed.ok() ? 0 : 1});
     struct statvfs vfs {};
-    if (::statvfs(dir.c_str(), &vfs) != 0) continue;
-    free.push_back({{{"dir", dir}}, D(uint64_t{vfs.f_bavail} * vfs.f_frsize)});
-    size.push_back({{{"dir", dir}}, D(uint64_t{vfs.f_blocks} * vfs.f_frsize)});
+    if (::statvfs(dir.path.c_str(), &vfs) != 0) continue;
+    free.push_back({labels, D(uint64_t{vfs.f_bavail} * vfs.f_frsize)});
+    size.push_back({labels, D(uint64_t{vfs.f_blocks} * vfs.f_frsize)});
   }
   t.Family("sluice_disk_free_bytes", "gauge",
            "Bytes free for the server on each data directory's file system", free);
   t.Family("sluice_disk_size_bytes", "gauge", "Size of each data directory's file system", size);
+  t.Family("sluice_data_dir_failed", "gauge",
+           "1 for a data directory that failed (it takes no new shuffles; its shuffles are "
+           "unavailable until it is repaired and the server restarted)",
+           failed);
   const auto stores = s.registry->List();
   uint64_t partitions = 0;
   for (const auto& store : stores) partitions += store->params().num_partitions;

@@ -25,7 +25,6 @@ struct MetricsSources {
   const std::atomic<size_t>* fetch_streams = nullptr;
   bool draining = false;
   uint64_t started_unix_ms = 0;
-  std::vector<std::string> data_dirs;  ///< disk free and size, one sample each
 };
 
 /// The Prometheus text of everything in `sources`.

@@ -1,5 +1,11 @@
 #include "server/shuffle_registry.h"
 
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -26,8 +32,10 @@ absl::Status ShuffleRegistry::ValidateId(const std::string& id) {
   return absl::OkStatus();
 }
 
-std::string ShuffleRegistry::ShuffleDir(const std::string& id) const {
-  return absl::StrCat(data_dir_, "/shuffles/", id);
+std::string ShuffleRegistry::ShuffleDirLocked(const std::string& id) const {
+  auto it = home_.find(id);
+  const size_t index = it == home_.end() ? 0 : it->second;
+  return absl::StrCat(dirs_[index]->path, "/shuffles/", id);
 }
 
 namespace {
@@ -51,13 +59,51 @@ absl::Status CheckFdHeadroom(uint64_t open, uint64_t need, const std::string& wh
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
-    const std::string& data_dir, const StoreOptions& options,
+    const std::vector<std::string>& data_dirs, const StoreOptions& options,
     std::map<std::string, absl::Status>* failed) {
-  std::unique_ptr<ShuffleRegistry> reg(new ShuffleRegistry(data_dir, options));
-  const std::string root = absl::StrCat(data_dir, "/shuffles");
-  SLUICE_RETURN_IF_ERROR(file::MakeDirs(root));
-  std::error_code ec;
+  if (data_dirs.empty()) return absl::InvalidArgumentError("no data directory");
+  std::unique_ptr<ShuffleRegistry> reg(new ShuffleRegistry(options));
+  for (const std::string& path : data_dirs) {
+    reg->dirs_.push_back(std::make_unique<Dir>());
+    reg->dirs_.back()->path = path;
+  }
   uint64_t open_fds = file::OpenFdCount();
+  size_t healthy = 0;
+  for (size_t i = 0; i < reg->dirs_.size(); ++i) {
+    const absl::Status st = reg->OpenDir(i, failed, &open_fds);
+    if (st.ok()) {
+      ++healthy;
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(reg->mu_);
+    reg->FailDirLocked(i, st);
+  }
+  if (healthy == 0) {
+    // One directory: its own error, as before. Several: each named.
+    if (reg->dirs_.size() == 1) return reg->dirs_[0]->failed;
+    std::string why;
+    for (const auto& d : reg->dirs_)
+      absl::StrAppend(&why, why.empty() ? "" : "; ", d->failed.message());
+    return absl::UnavailableError(absl::StrCat("no data directory can be used: ", why));
+  }
+  return reg;
+}
+
+absl::Status ShuffleRegistry::OpenDir(size_t index, std::map<std::string, absl::Status>* failed,
+                                      uint64_t* open_fds) {
+  const std::string root = absl::StrCat(dirs_[index]->path, "/shuffles");
+  SLUICE_RETURN_IF_ERROR(file::MakeDirs(root));
+  // A directory that cannot be written (a read-only or failing disk) fails now, not at the
+  // first commit of a job placed on it.
+  {
+    const std::string probe = absl::StrCat(root, "/.write-probe");
+    SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenForAppend(probe));
+    const uint8_t byte = 0;
+    SLUICE_RETURN_IF_ERROR(file::PwriteAll(fd.get(), probe, 0, absl::MakeConstSpan(&byte, 1)));
+    SLUICE_RETURN_IF_ERROR(file::SyncData(fd.get(), probe));
+    if (::unlink(probe.c_str()) != 0) return file::ErrnoStatus(errno, "remove", probe);
+  }
+  std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
     if (!entry.is_directory()) continue;
     const std::string id = entry.path().filename().string();
@@ -66,30 +112,151 @@ absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
       continue;
     }
     if (!ValidateId(id).ok()) continue;  // not ours (or a leftover temp directory)
+    if (auto other = home_.find(id); other != home_.end()) {
+      // Two copies (directories moved by hand?): the first found serves; this one is left
+      // alone, as found, and logged.
+      spdlog::error(
+          "event=duplicate_shuffle shuffle={} serving={} ignored={} error=\"the shuffle is in two "
+          "data directories; move one copy away\"",
+          id, dirs_[other->second]->path, entry.path().string());
+      continue;
+    }
     // A start must come up whatever the limit: past it, shuffles are left unopened (and say
     // so) rather than taking the descriptors connections need.
     // (Counted as stores open, not listed each time: a start with 10,000 shuffles must not
     // list /proc/self/fd 10,000 times.)
     const absl::Status room =
-        CheckFdHeadroom(open_fds, 3, absl::StrCat("shuffle '", id, "' was not opened at start"));
+        CheckFdHeadroom(*open_fds, 3, absl::StrCat("shuffle '", id, "' was not opened at start"));
     absl::StatusOr<std::unique_ptr<ShuffleStore>> store =
-        room.ok() ? ShuffleStore::Open(entry.path().string(), options)
+        room.ok() ? ShuffleStore::Open(entry.path().string(), options_)
                   : absl::StatusOr<std::unique_ptr<ShuffleStore>>(room);
-    if (store.ok()) open_fds += (*store)->open_files();
+    home_[id] = index;
+    if (store.ok()) *open_fds += (*store)->open_files();
     if (!store.ok()) {
       DamagedShuffle damaged;
       damaged.params =
           ShuffleStore::ReadParams(entry.path().string()).value_or(ShuffleParams{id, 0, 0});
       damaged.params.shuffle_id = id;
-      damaged.reason = reg->WithRelativePaths(store.status());
+      damaged.reason = WithRelativePaths(store.status());
       if (failed != nullptr) (*failed)[id] = store.status();  // for the log: full paths
-      reg->damaged_.emplace(id, std::move(damaged));
+      damaged_.emplace(id, std::move(damaged));
       continue;
     }
-    reg->shuffles_.emplace(id, std::shared_ptr<ShuffleStore>(std::move(store).value()));
+    shuffles_.emplace(id, std::shared_ptr<ShuffleStore>(std::move(store).value()));
   }
   if (ec) return file::ErrnoStatus(ec.value(), "list", root);
-  return reg;
+  return absl::OkStatus();
+}
+
+void ShuffleRegistry::FailDirLocked(size_t index, const absl::Status& why) {
+  Dir& d = *dirs_[index];
+  if (!d.failed.ok()) return;
+  d.failed = why.ok() ? absl::UnknownError("failed") : why;
+  spdlog::error(
+      "event=data_dir_failed dir={} index={} error=\"{}\" note=\"it takes no new shuffles until "
+      "the "
+      "server restarts; the other data directories serve on\"",
+      d.path, index + 1, std::string(d.failed.message()));
+}
+
+absl::Status ShuffleRegistry::NotFoundLocked(const std::string& id) const {
+  std::string failed;
+  for (size_t i = 0; i < dirs_.size(); ++i) {
+    if (!dirs_[i]->failed.ok()) absl::StrAppend(&failed, failed.empty() ? "" : ", ", i + 1);
+  }
+  if (failed.empty()) return absl::NotFoundError(absl::StrCat("shuffle '", id, "' not found"));
+  return absl::NotFoundError(absl::StrCat(
+      "shuffle '", id, "' not found (data directory ", failed, " of ", dirs_.size(),
+      " failed: shuffles on it are unavailable until it is repaired and the server restarted)"));
+}
+
+std::vector<ShuffleRegistry::DataDir> ShuffleRegistry::DataDirs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<DataDir> out;
+  for (const auto& d : dirs_) out.push_back(DataDir{d->path, d->failed, 0, 0});
+  for (const auto& [id, index] : home_) {
+    auto it = shuffles_.find(id);
+    ++out[index].shuffles;
+    if (it != shuffles_.end()) out[index].partitions += it->second->params().num_partitions;
+  }
+  return out;
+}
+
+std::string ShuffleRegistry::TmpDir() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& d : dirs_) {
+    if (d->failed.ok()) return d->path + "/tmp";
+  }
+  return dirs_[0]->path + "/tmp";
+}
+
+uint32_t ShuffleRegistry::UsedPpm(const Dir& dir) const {
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  if (now - dir.checked_ms.load() > 250) {
+    struct statvfs vfs {};
+    if (::statvfs(dir.path.c_str(), &vfs) == 0 && vfs.f_blocks > 0) {
+      const double avail = static_cast<double>(vfs.f_bavail) / static_cast<double>(vfs.f_blocks);
+      dir.used_ppm.store(static_cast<uint32_t>((1.0 - avail) * 1e6));
+      dir.checked_ms.store(now);
+    }
+  }
+  return dir.used_ppm.load();
+}
+
+absl::Status ShuffleRegistry::CheckRoom(const std::string& id, uint32_t mark) const {
+  if (mark == 0 || mark >= 100) return absl::OkStatus();
+  size_t index = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = home_.find(id);
+    if (it == home_.end()) return absl::OkStatus();
+    index = it->second;
+  }
+  const double used_pct = UsedPpm(*dirs_[index]) / 1e4;
+  if (used_pct <= mark) return absl::OkStatus();
+  const std::string which = dirs_.size() == 1
+                                ? std::string("the data directory's")
+                                : absl::StrCat("data directory ", index + 1, "'s (of ",
+                                               dirs_.size(), ", where this shuffle lives)");
+  return absl::ResourceExhaustedError(absl::StrCat(
+      which, " file system is ", static_cast<int>(used_pct * 10) / 10.0,
+      "% full, past the high-water mark of ", mark,
+      "% (--disk_high_water_pct): new pushes are refused until space is freed (delete finished "
+      "shuffles); committed data is untouched"));
+}
+
+std::vector<size_t> ShuffleRegistry::CreationOrderLocked() const {
+  struct Candidate {
+    size_t index;
+    bool past_mark;
+    uint64_t partitions;
+    uint32_t used_ppm;
+  };
+  std::vector<Candidate> c;
+  for (size_t i = 0; i < dirs_.size(); ++i) {
+    if (!dirs_[i]->failed.ok()) continue;
+    const uint32_t used = dirs_.size() == 1 ? 0 : UsedPpm(*dirs_[i]);
+    const uint32_t mark = high_water_pct_.load();
+    c.push_back({i, mark > 0 && mark < 100 && used / 1e4 > mark, 0, used});
+  }
+  if (c.size() > 1) {
+    for (const auto& [id, store] : shuffles_) {
+      const size_t home = home_.at(id);
+      for (Candidate& x : c) {
+        if (x.index == home) x.partitions += store->params().num_partitions;
+      }
+    }
+  }
+  std::stable_sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.past_mark != b.past_mark) return !a.past_mark;
+    if (a.partitions != b.partitions) return a.partitions < b.partitions;
+    return a.used_ppm < b.used_ppm;
+  });
+  std::vector<size_t> order;
+  for (const Candidate& x : c) order.push_back(x.index);
+  return order;
 }
 
 absl::Status ShuffleRegistry::ValidateParams(const ShuffleParams& params) {
@@ -123,15 +290,26 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
   }
   SLUICE_RETURN_IF_ERROR(CheckFdHeadroom(
       open_fds, 3, absl::StrCat("shuffle '", params.shuffle_id, "' was not created")));
-  const std::string dir = ShuffleDir(params.shuffle_id);
-  auto store = ShuffleStore::Create(dir, params, options_);
-  if (!store.ok()) {
+  // In the best data directory that works: one whose disk fails is marked failed (and
+  // logged), and the next is tried; a full one is passed over.
+  absl::Status last = absl::UnavailableError("every data directory has failed");
+  for (size_t index : CreationOrderLocked()) {
+    const std::string dir = absl::StrCat(dirs_[index]->path, "/shuffles/", params.shuffle_id);
+    auto store = ShuffleStore::Create(dir, params, options_);
+    if (store.ok()) {
+      home_[params.shuffle_id] = index;
+      shuffles_.emplace(params.shuffle_id, std::shared_ptr<ShuffleStore>(std::move(store).value()));
+      return true;
+    }
     // Nothing half-made stays behind (a directory a restart would find damaged).
-    if (store.status().code() != absl::StatusCode::kAlreadyExists) (void)file::RemoveTree(dir);
-    return WithRelativePaths(store.status());
+    if (store.status().code() == absl::StatusCode::kAlreadyExists) {
+      return WithRelativePaths(store.status());
+    }
+    (void)file::RemoveTree(dir);
+    last = store.status();
+    if (!absl::IsResourceExhausted(last)) FailDirLocked(index, last);
   }
-  shuffles_.emplace(params.shuffle_id, std::shared_ptr<ShuffleStore>(std::move(store).value()));
-  return true;
+  return WithRelativePaths(last);
 }
 
 absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::Get(const std::string& id) const {
@@ -148,7 +326,7 @@ absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::Get(const std::st
                                             d->second.reason.message(),
                                             "); DeleteShuffle removes it"));
   }
-  return absl::NotFoundError(absl::StrCat("shuffle '", id, "' not found"));
+  return NotFoundLocked(id);
 }
 
 absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::GetForWriting(
@@ -170,8 +348,9 @@ absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::GetForWriting(
     }
     // Nobody writes to it: reopen it, outside the lock (it reads the whole shuffle back).
     reopening_.insert(id);
+    const std::string dir = ShuffleDirLocked(id);
     lock.unlock();
-    auto reopened = ShuffleStore::Open(ShuffleDir(id), options_);
+    auto reopened = ShuffleStore::Open(dir, options_);
     lock.lock();
     reopening_.erase(id);
     it = shuffles_.find(id);
@@ -214,16 +393,20 @@ std::vector<DamagedShuffle> ShuffleRegistry::ListDamaged() const {
 }
 
 absl::Status ShuffleRegistry::WithRelativePaths(const absl::Status& st) const {
-  const std::string prefix = data_dir_ + "/";
-  return absl::Status(st.code(), absl::StrReplaceAll(st.message(), {{prefix, ""}}));
+  std::string message(st.message());
+  for (const auto& d : dirs_) message = absl::StrReplaceAll(message, {{d->path + "/", ""}});
+  return absl::Status(st.code(), message);
 }
 
 absl::StatusOr<std::string> ShuffleRegistry::MoveToTrash(const std::string& id) {
   // One durable rename makes the delete atomic: after a crash the shuffle is either there
   // whole or gone (its trash is removed at the next start), and the id is free at once.
-  std::string trash = absl::StrCat(data_dir_, "/shuffles/.trash-", id, "-", ++trash_counter_);
-  SLUICE_RETURN_IF_ERROR(file::Rename(ShuffleDir(id), trash));
-  SLUICE_RETURN_IF_ERROR(file::SyncDir(absl::StrCat(data_dir_, "/shuffles")));
+  auto home = home_.find(id);
+  const std::string root =
+      absl::StrCat(dirs_[home == home_.end() ? 0 : home->second]->path, "/shuffles");
+  std::string trash = absl::StrCat(root, "/.trash-", id, "-", ++trash_counter_);
+  SLUICE_RETURN_IF_ERROR(file::Rename(ShuffleDirLocked(id), trash));
+  SLUICE_RETURN_IF_ERROR(file::SyncDir(root));
   return trash;
 }
 
@@ -240,10 +423,9 @@ absl::Status ShuffleRegistry::Delete(const std::string& id) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = shuffles_.find(id);
     auto d = damaged_.find(id);
-    if (it == shuffles_.end() && d == damaged_.end()) {
-      return absl::NotFoundError(absl::StrCat("shuffle '", id, "' not found"));
-    }
+    if (it == shuffles_.end() && d == damaged_.end()) return NotFoundLocked(id);
     SLUICE_ASSIGN_OR_RETURN(trash, MoveToTrash(id));
+    home_.erase(id);
     if (it != shuffles_.end()) {
       it->second->MarkDeleted();  // streams still holding it fail; their fds point into trash
       shuffles_.erase(it);

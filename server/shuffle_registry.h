@@ -1,11 +1,17 @@
 // ShuffleRegistry: the server's shuffles, by id, each backed by a ShuffleStore directory under
-// <data_dir>/shuffles/. On start it opens every shuffle directory it finds (recovering each).
+// <data_dir>/shuffles/ of one of the server's data directories (one per disk). On start it
+// opens every shuffle directory it finds in each (recovering each). A data directory that cannot
+// be opened or listed, or where creating a shuffle fails for a reason other than a full disk, is
+// *failed*: logged, reported (DataDirs), given no new shuffles; the others serve on. New
+// shuffles go to the healthy directory with the fewest partitions (ties: the most free space),
+// skipping those past the disk high-water mark while any other is below it.
 // A shuffle that fails recovery is kept as *damaged*: its files stay as they are, it is listed
 // with the reason, its data calls fail with DATA_LOSS, its id stays taken, and Delete removes
 // it. The others keep serving.
 #ifndef SLUICE_SERVER_SHUFFLE_REGISTRY_H_
 #define SLUICE_SERVER_SHUFFLE_REGISTRY_H_
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,9 +37,33 @@ class ShuffleRegistry {
   /// Opens `data_dir` (creating it if needed) and recovers every shuffle in it. Recovery
   /// failures are returned in `*failed` (id -> status, for the log) and those shuffles are kept
   /// as damaged.
+  /// Fails only when no data directory can be used; `data_dirs` must not be empty.
+  static absl::StatusOr<std::unique_ptr<ShuffleRegistry>> Open(
+      const std::vector<std::string>& data_dirs, const StoreOptions& options,
+      std::map<std::string, absl::Status>* failed);
   static absl::StatusOr<std::unique_ptr<ShuffleRegistry>> Open(
       const std::string& data_dir, const StoreOptions& options,
-      std::map<std::string, absl::Status>* failed);
+      std::map<std::string, absl::Status>* failed) {
+    return Open(std::vector<std::string>{data_dir}, options, failed);
+  }
+
+  /// A data directory as the registry sees it.
+  struct DataDir {
+    std::string path;
+    absl::Status failed;  ///< OK while it serves; the reason once failed (full paths: logs only)
+    size_t shuffles = 0;
+    uint64_t partitions = 0;
+  };
+  std::vector<DataDir> DataDirs() const;
+  /// Where KEY merges spill: `tmp` of the first healthy data directory (emptied by the server
+  /// at start).
+  std::string TmpDir() const;
+  /// New pushes to shuffle `id` stop while its data directory's file system is fuller than
+  /// `mark` percent (0 or 100 = never): RESOURCE_EXHAUSTED naming the mark. statvfs at most
+  /// every 250 ms per directory. A shuffle not held here: OK (its push fails on its own).
+  absl::Status CheckRoom(const std::string& id, uint32_t mark) const;
+  /// The mark new shuffles' placement avoids (see above).
+  void set_high_water_pct(uint32_t pct) { high_water_pct_ = pct; }
 
   /// Creates a shuffle, or returns created=false when one with the same parameters exists.
   absl::StatusOr<bool> Create(const ShuffleParams& params);
@@ -62,15 +92,34 @@ class ShuffleRegistry {
   absl::Status WithRelativePaths(const absl::Status& st) const;
 
  private:
-  ShuffleRegistry(std::string data_dir, StoreOptions options)
-      : data_dir_(std::move(data_dir)), options_(options) {}
-  std::string ShuffleDir(const std::string& id) const;
+  struct Dir {
+    std::string path;
+    absl::Status failed;
+    // How full its file system was when last looked at (parts per million), and when.
+    mutable std::atomic<uint32_t> used_ppm{0};
+    mutable std::atomic<int64_t> checked_ms{-1000000};
+  };
+  explicit ShuffleRegistry(StoreOptions options) : options_(options) {}
+  // Opens one data directory's shuffles into the maps; an error fails the directory.
+  absl::Status OpenDir(size_t index, std::map<std::string, absl::Status>* failed,
+                       uint64_t* open_fds);
+  // Under mu_: the shuffle's directory in its data directory.
+  std::string ShuffleDirLocked(const std::string& id) const;
+  // Under mu_: data directories to create a shuffle in, best first.
+  std::vector<size_t> CreationOrderLocked() const;
+  void FailDirLocked(size_t index, const absl::Status& why);
+  // Parts per million of `dir`'s file system in use (cached 250 ms).
+  uint32_t UsedPpm(const Dir& dir) const;
   // Renames the shuffle's directory away durably (the delete's one atomic step); returns where.
   absl::StatusOr<std::string> MoveToTrash(const std::string& id);
+  // NOT_FOUND for `id`, saying which data directories failed (their shuffles are unknown).
+  absl::Status NotFoundLocked(const std::string& id) const;
 
-  const std::string data_dir_;
   const StoreOptions options_;
+  std::atomic<uint32_t> high_water_pct_{0};
   mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Dir>> dirs_;  // fixed after Open; `failed` under mu_
+  std::map<std::string, size_t> home_;      // id -> its data directory (shuffles and damaged)
   std::map<std::string, std::shared_ptr<ShuffleStore>> shuffles_;
   std::map<std::string, DamagedShuffle> damaged_;
   std::set<std::string> reopening_;  // wedged stores being reopened

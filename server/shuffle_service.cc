@@ -167,38 +167,6 @@ absl::Status ResolvePending(const ShuffleServiceImpl::Deps& deps, const std::str
   return absl::OkStatus();
 }
 
-// New pushes stop at the disk high-water mark (--disk_high_water_pct), before the disk is
-// full: committed data and the pushes already running keep the room left. statvfs at most
-// every 250 ms.
-absl::Status CheckDiskRoom(const ShuffleServiceImpl::Deps& deps) {
-  const uint32_t mark = deps.streams.disk_high_water_pct;
-  if (mark == 0 || mark >= 100) return absl::OkStatus();
-  const NodeState& node = *deps.node;
-  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch())
-                          .count();
-  if (now - node.disk_checked_ms.load() > 250) {
-    std::string dir;
-    {
-      std::lock_guard<std::mutex> lock(node.mu);
-      dir = node.data_dir;
-    }
-    struct statvfs vfs {};
-    if (!dir.empty() && ::statvfs(dir.c_str(), &vfs) == 0 && vfs.f_blocks > 0) {
-      const double avail = static_cast<double>(vfs.f_bavail) / static_cast<double>(vfs.f_blocks);
-      node.disk_used_ppm.store(static_cast<uint32_t>((1.0 - avail) * 1e6));
-      node.disk_checked_ms.store(now);
-    }
-  }
-  const double used_pct = node.disk_used_ppm.load() / 1e4;
-  if (used_pct <= mark) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "the data directory's file system is ", static_cast<int>(used_pct * 10) / 10.0,
-      "% full, past the high-water mark of ", mark,
-      "% (--disk_high_water_pct): new pushes are refused until space is freed (delete finished "
-      "shuffles); committed data is untouched"));
-}
-
 using v1::FetchRequest;
 using v1::FetchResponse;
 using v1::PushRequest;
@@ -356,8 +324,11 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
         const auto& open = request_.open();
         Kept kept;
         if (!attempt_.opened()) {
-          SLUICE_RETURN_IF_ERROR(CheckDiskRoom(deps_));
           SLUICE_RETURN_IF_ERROR(EnsureLocal(deps_, open.shuffle_id()));
+          // New pushes stop at the disk high-water mark, before the disk is full: committed
+          // data and the pushes already running keep the room left.
+          SLUICE_RETURN_IF_ERROR(
+              deps_.registry->CheckRoom(open.shuffle_id(), deps_.streams.disk_high_water_pct));
           SLUICE_ASSIGN_OR_RETURN(kept, KeptPartitions(deps_, open.shuffle_id()));
         }
         return attempt_.Open(
@@ -813,12 +784,39 @@ grpc::ServerWriteReactor<FetchResponse>* ShuffleServiceImpl::Fetch(grpc::Callbac
   return new FetchReactor(deps_, &counts_.fetch, ctx, req);
 }
 
+namespace {
+
+// Each data directory's state and space; the node's totals over the healthy ones, each file
+// system once.
+void FillDataDirs(const ShuffleRegistry& registry, v1::NodeInfo* resp) {
+  std::set<unsigned long> counted;  // file system ids
+  const auto dirs = registry.DataDirs();
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    v1::DataDirStatus* d = resp->add_data_dirs();
+    d->set_index(static_cast<uint32_t>(i + 1));
+    d->set_failed(!dirs[i].failed.ok());
+    if (!dirs[i].failed.ok()) {
+      d->set_error(std::string(registry.WithRelativePaths(dirs[i].failed).message()));
+    }
+    d->set_shuffles(static_cast<uint32_t>(dirs[i].shuffles));
+    d->set_partitions(dirs[i].partitions);
+    struct statvfs fs {};
+    if (::statvfs(dirs[i].path.c_str(), &fs) != 0) continue;
+    d->set_disk_free_bytes(uint64_t{fs.f_bavail} * fs.f_frsize);
+    d->set_disk_total_bytes(uint64_t{fs.f_blocks} * fs.f_frsize);
+    if (d->failed() || !counted.insert(fs.f_fsid).second) continue;
+    resp->set_disk_free_bytes(resp->disk_free_bytes() + d->disk_free_bytes());
+    resp->set_disk_total_bytes(resp->disk_total_bytes() + d->disk_total_bytes());
+  }
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContext* ctx,
                                                       const v1::GetNodeRequest*,
                                                       v1::NodeInfo* resp) {
   auto* reactor = ctx->DefaultReactor();
   deps_.meta_pool->Submit([this, reactor, resp] {  // statvfs: off-thread
-    std::string data_dir;
     {
       std::lock_guard<std::mutex> lock(deps_.node->mu);
       resp->set_node_id(deps_.node->node_id);
@@ -827,14 +825,9 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
       resp->set_clustered(deps_.node->membership != nullptr);
       resp->set_registered(deps_.node->membership != nullptr &&
                            deps_.node->membership->registered());
-      data_dir = deps_.node->data_dir;
     }
     resp->set_serving(!deps_.node->draining.load());
-    struct statvfs fs {};
-    if (::statvfs(data_dir.c_str(), &fs) == 0) {
-      resp->set_disk_free_bytes(uint64_t{fs.f_bavail} * fs.f_frsize);
-      resp->set_disk_total_bytes(uint64_t{fs.f_blocks} * fs.f_frsize);
-    }
+    FillDataDirs(*deps_.registry, resp);
     resp->set_memory_budget_bytes(deps_.budget->limit());
     resp->set_memory_used_bytes(deps_.budget->used());
     resp->set_shuffles(static_cast<uint32_t>(deps_.registry->List().size()));

@@ -50,11 +50,8 @@ struct NodeState {
   std::string address;
   std::string data_dir;
   uint64_t started_unix_ms = 0;
-  bool clustered = false;             ///< runs with --etcd (set before it serves)
-  std::atomic<bool> draining{false};  ///< new push streams are refused
-  /// The data directory's file system: how full (parts per million) when last looked at.
-  mutable std::atomic<uint32_t> disk_used_ppm{0};
-  mutable std::atomic<int64_t> disk_checked_ms{-1000000};
+  bool clustered = false;                ///< runs with --etcd (set before it serves)
+  std::atomic<bool> draining{false};     ///< new push streams are refused
   Membership* membership = nullptr;      ///< with --etcd, once joined
   PlacementStore* placements = nullptr;  ///< with --etcd: the cluster's shuffles
   /// With --etcd: per shuffle, its shape and which of its partitions this server keeps. A

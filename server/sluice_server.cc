@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <set>
 #include <string_view>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "rpc/grpc_glue.h"
 #include "server/file_util.h"
 #include "server/metrics_http.h"
@@ -208,6 +210,17 @@ std::string AdvertisedAddress(const std::string& listen, int port) {
   return absl::StrCat(host, ":", port);
 }
 
+// --data_dir's list: one directory per disk, comma-separated.
+std::vector<std::string> SplitDataDirs(const std::string& list) {
+  std::vector<std::string> out;
+  for (absl::string_view d : absl::StrSplit(list, ',')) {
+    std::string dir(d);
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    out.push_back(std::move(dir));
+  }
+  return out;
+}
+
 // A duration option in whole seconds within [1 s, 1 day], named by its flag.
 absl::Status CheckSeconds(std::chrono::milliseconds d, const char* flag) {
   if (d < std::chrono::seconds(1) || d > std::chrono::hours(24)) {
@@ -221,6 +234,17 @@ absl::Status CheckSeconds(std::chrono::milliseconds d, const char* flag) {
 absl::Status ValidateOptions(const ServerOptions& o) {
   if (o.data_dir.empty())
     return absl::InvalidArgumentError("a data directory is required (--data_dir)");
+  std::set<std::string> seen;
+  for (const std::string& dir : SplitDataDirs(o.data_dir)) {
+    if (dir.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--data_dir=", o.data_dir, " has an empty directory in its list"));
+    }
+    if (!seen.insert(dir).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--data_dir=", o.data_dir, " names ", dir, " twice"));
+    }
+  }
   if (o.limits.max_uncompressed_bytes == 0 || o.limits.max_uncompressed_bytes > kMaxFrameCapBytes) {
     return absl::InvalidArgumentError(absl::StrCat("the frame cap (--max_frame_mb) is ",
                                                    o.limits.max_uncompressed_bytes,
@@ -305,7 +329,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   store_options.limits = options.limits;
   store_options.commit_sync_seconds = &impl->metrics.commit_sync_seconds;
   std::map<std::string, absl::Status> failed;
-  auto registry = ShuffleRegistry::Open(options.data_dir, store_options, &failed);
+  auto registry = ShuffleRegistry::Open(SplitDataDirs(options.data_dir), store_options, &failed);
   if (!registry.ok()) return registry.status();
   impl->registry = std::move(registry).value();
   for (const auto& [id, st] : failed) {
@@ -313,8 +337,13 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   }
   impl->pool = std::make_unique<WorkerPool>(options.worker_threads);
   impl->budget = std::make_unique<MemoryBudget>(options.memory_budget_bytes, impl->pool.get());
-  // Intermediate merge runs live in <data_dir>/tmp, emptied at every start.
-  const std::string tmp_dir = options.data_dir + "/tmp";
+  impl->registry->set_high_water_pct(options.disk_high_water_pct);
+  // Intermediate merge runs live in <data_dir>/tmp of the first healthy data directory; every
+  // one is emptied at start.
+  for (const auto& d : impl->registry->DataDirs()) {
+    if (d.failed.ok()) (void)file::RemoveTree(d.path + "/tmp");
+  }
+  const std::string tmp_dir = impl->registry->TmpDir();
   if (auto st = file::RemoveTree(tmp_dir); !st.ok()) return st;
   if (auto st = file::MakeDirs(tmp_dir); !st.ok()) return st;
   MergeOptions merge;
@@ -496,7 +525,6 @@ std::string SluiceServer::Impl::RenderMetrics() const {
     std::lock_guard<std::mutex> lock(node.mu);
     s.started_unix_ms = node.started_unix_ms;
   }
-  s.data_dirs = {options.data_dir};
   return sluice::RenderMetrics(s);
 }
 
