@@ -18,7 +18,7 @@ JOBS=${JOBS:-2}
 BUILD_PACKAGES=(build-essential cmake ninja-build ccache pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libmsgpack-cxx-dev libzstd-dev libabsl-dev libspdlog-dev libxxhash-dev libjemalloc-dev
-  nlohmann-json3-dev
+  nlohmann-json3-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev)
 # etcd-server: cluster mode's coordination service, run for real by the cluster tests.
 # python3-yaml: the deploy/ manifests' check. prometheus: scrapes a server in the metrics test.

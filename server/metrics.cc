@@ -1,9 +1,9 @@
 #include "server/metrics.h"
 
+#include <prometheus/text_serializer.h>
+
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
@@ -42,88 +42,61 @@ std::vector<double> ServerMetrics::DefaultLatencyBounds() {
 
 namespace {
 
-// Counters stay exact as integers (StrCat's 6 digits would round 1234567890); others get
-// enough digits to round-trip.
-std::string Number(double v) {
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  if (std::isnan(v)) return "NaN";
-  if (v == std::floor(v) && std::fabs(v) < 9.007199254740992e15) {
-    return absl::StrCat(static_cast<int64_t>(v));
-  }
-  char buf[32];
-  for (int digits = 15; digits <= 17; ++digits) {  // the shortest that reads back exactly
-    std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
+prometheus::ClientMetric Sample(const MetricFamilies::Labels& labels) {
+  prometheus::ClientMetric m;
+  for (const auto& [name, value] : labels) m.label.push_back({name, value});
+  return m;
 }
 
-// Label values: backslash, double quote and newline escaped. HELP text: backslash and newline.
-std::string Escape(const std::string& s, bool quote) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '"' && quote) {
-      out += "\\\"";
-    } else {
-      out += c;
-    }
+void Set(prometheus::ClientMetric& m, prometheus::MetricType type, double value) {
+  if (type == prometheus::MetricType::Counter) {
+    m.counter.value = value;
+  } else if (type == prometheus::MetricType::Gauge) {
+    m.gauge.value = value;
+  } else {
+    m.untyped.value = value;
   }
-  return out;
 }
 
 }  // namespace
 
-void MetricsText::Header(const std::string& name, const std::string& type,
-                         const std::string& help) {
-  absl::StrAppend(&out_, "# HELP ", name, " ", Escape(help, false), "\n# TYPE ", name, " ", type,
-                  "\n");
-}
-
-void MetricsText::Sample(const std::string& name, const Labels& labels, double value) {
-  out_ += name;
-  if (!labels.empty()) {
-    out_ += '{';
-    for (size_t i = 0; i < labels.size(); ++i) {
-      absl::StrAppend(&out_, i == 0 ? "" : ",", labels[i].first, "=\"",
-                      Escape(labels[i].second, true), "\"");
-    }
-    out_ += '}';
+void MetricFamilies::Family(const std::string& name, prometheus::MetricType type,
+                            const std::string& help,
+                            const std::vector<std::pair<Labels, double>>& samples) {
+  prometheus::MetricFamily f{name, help, type, {}};
+  for (const auto& [labels, value] : samples) {
+    f.metric.push_back(Sample(labels));
+    Set(f.metric.back(), type, value);
   }
-  absl::StrAppend(&out_, " ", Number(value), "\n");
+  families_.push_back(std::move(f));
 }
 
-void MetricsText::Counter(const std::string& name, const std::string& help, double value) {
-  Header(name, "counter", help);
-  Sample(name, {}, value);
+void MetricFamilies::Counter(const std::string& name, const std::string& help, double value) {
+  Family(name, prometheus::MetricType::Counter, help, {{{}, value}});
 }
 
-void MetricsText::Gauge(const std::string& name, const std::string& help, double value) {
-  Header(name, "gauge", help);
-  Sample(name, {}, value);
+void MetricFamilies::Gauge(const std::string& name, const std::string& help, double value) {
+  Family(name, prometheus::MetricType::Gauge, help, {{{}, value}});
 }
 
-void MetricsText::Family(const std::string& name, const std::string& type, const std::string& help,
-                         const std::vector<std::pair<Labels, double>>& samples) {
-  Header(name, type, help);
-  for (const auto& [labels, value] : samples) Sample(name, labels, value);
-}
-
-void MetricsText::Histo(const std::string& name, const std::string& help,
-                        const sluice::Histogram::Snapshot& h) {
-  Header(name, "histogram", help);
+void MetricFamilies::Histo(const std::string& name, const std::string& help,
+                           const sluice::Histogram::Snapshot& h) {
+  prometheus::MetricFamily f{name, help, prometheus::MetricType::Histogram, {}};
+  prometheus::ClientMetric m;
   uint64_t cumulative = 0;
   for (size_t i = 0; i < h.counts.size(); ++i) {
     cumulative += h.counts[i];
-    const std::string le = i < h.bounds.size() ? Number(h.bounds[i]) : "+Inf";
-    Sample(name + "_bucket", {{"le", le}}, static_cast<double>(cumulative));
+    m.histogram.bucket.push_back(
+        {cumulative, i < h.bounds.size() ? h.bounds[i] : std::numeric_limits<double>::infinity()});
   }
-  Sample(name + "_sum", {}, h.sum);
-  Sample(name + "_count", {}, static_cast<double>(h.count));
+  m.histogram.sample_count = h.count;
+  m.histogram.sample_sum = h.sum;
+  f.metric.push_back(std::move(m));
+  families_.push_back(std::move(f));
+}
+
+std::string MetricsText(const std::vector<prometheus::MetricFamily>& families) {
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 std::string StatusCodeName(int code) {

@@ -1,38 +1,43 @@
-// MetricsEndpoint: the HTTP port Prometheus scrapes (--metrics_listen). It answers
-// `GET /metrics` with the text `render` returns (the Prometheus text format, MetricsText) and
-// nothing else of use: `/` names the path, other paths get 404, other methods 405.
+// MetricsEndpoint: the HTTP port Prometheus scrapes (--metrics_listen). prometheus-cpp's Exposer
+// (civetweb inside) answers `GET /metrics` with the families `collect` returns, in the text
+// format; other paths get 404.
 //
-// Its own budget, as every resource a client can make the server spend: one thread with
-// poll(), at most kMaxConnections connections at once (more wait in the kernel's backlog), a
-// request of at most kMaxRequestBytes whose headers must arrive within kRequestTimeout, and
-// every response closes its connection. A slow or hostile scraper costs this thread a few
-// seconds, never a gRPC thread.
+// Its own budget, as every resource a client can make the server spend: kThreads threads (one
+// connection each at a time; more wait in the kernel's backlog), requests of at most
+// kMaxRequestBytes, and kRequestTimeoutMs for a request to arrive and its answer to be taken. A
+// slow or hostile scraper costs these threads, never a gRPC thread.
 //
-//   auto endpoint = MetricsEndpoint::Start("0.0.0.0:9090", [&] { return RenderMetrics(); });
+//   auto endpoint = MetricsEndpoint::Start("0.0.0.0:9090", [&] { return Collect(); });
 //   ... (*endpoint)->port() ...
 #ifndef SLUICE_SERVER_METRICS_HTTP_H_
 #define SLUICE_SERVER_METRICS_HTTP_H_
 
-#include <chrono>
+#include <prometheus/metric_family.h>
+
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
+
+namespace prometheus {
+class Exposer;
+}
 
 namespace sluice {
 
 class MetricsEndpoint {
  public:
-  static constexpr size_t kMaxConnections = 16;
-  static constexpr size_t kMaxRequestBytes = 8192;
-  static constexpr std::chrono::seconds kRequestTimeout{5};
+  static constexpr int kThreads = 2;
+  static constexpr int kMaxRequestBytes = 8192;
+  static constexpr int kRequestTimeoutMs = 5000;
+  using Collector = std::function<std::vector<prometheus::MetricFamily>()>;
 
-  /// Listens on `address` ("host:port", "[v6]:port", ":port" for every address; port 0 picks
-  /// a free one) and serves until destroyed.
-  static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(
-      const std::string& address, std::function<std::string()> render);
+  /// Listens on `address` ("host:port", "[v6]:port"; port 0 picks a free one) and serves until
+  /// destroyed. UNAVAILABLE naming --metrics_listen when it cannot listen.
+  static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(const std::string& address,
+                                                                Collector collect);
   ~MetricsEndpoint();
   MetricsEndpoint(const MetricsEndpoint&) = delete;
   MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
@@ -40,15 +45,11 @@ class MetricsEndpoint {
   int port() const { return port_; }
 
  private:
-  MetricsEndpoint(int listen_fd, int port, int wake_read, int wake_write,
-                  std::function<std::string()> render);
-  void Run();
-
-  const int listen_fd_;
-  const int port_;
-  const int wake_read_, wake_write_;  // a pipe: one byte written stops Run
-  const std::function<std::string()> render_;
-  std::thread thread_;
+  class Source;
+  MetricsEndpoint() = default;
+  std::shared_ptr<Source> source_;  // what the exposer asks (it keeps a weak pointer)
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
 };
 
 }  // namespace sluice

@@ -10,9 +10,9 @@ double D(uint64_t v) { return static_cast<double>(v); }
 
 }  // namespace
 
-std::string RenderMetrics(const MetricsSources& s) {
+std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
   const ServerMetrics& m = *s.metrics;
-  MetricsText t;
+  MetricFamilies t;
   t.Counter("sluice_push_frames_total", "Frames pushed: validated and appended to disk",
             D(m.push_frames.load()));
   t.Counter("sluice_push_records_total", "Records in the frames pushed", D(m.push_records.load()));
@@ -42,11 +42,11 @@ std::string RenderMetrics(const MetricsSources& s) {
   t.Histo("sluice_commit_seconds",
           "A commit message's handling, from its arrival to its answer (its batch included)",
           m.commit_seconds.Read());
-  std::vector<std::pair<MetricsText::Labels, double>> calls;
+  std::vector<std::pair<MetricFamilies::Labels, double>> calls;
   for (const auto& [key, n] : m.calls.Read()) {
     calls.push_back({{{"method", key.first}, {"code", StatusCodeName(key.second)}}, D(n)});
   }
-  t.Family("sluice_rpc_handled_total", "counter",
+  t.Family("sluice_rpc_handled_total", prometheus::MetricType::Counter,
            "Calls finished, by method and status code (failures: code != \"OK\")", calls);
 
   t.Gauge("sluice_push_streams", "Push streams open", D(s.push_streams->load()));
@@ -58,19 +58,20 @@ std::string RenderMetrics(const MetricsSources& s) {
   t.Counter("sluice_backpressure_waits_total",
             "Times a stream waited for the memory budget before reading on",
             D(s.budget->parked_total()));
-  std::vector<std::pair<MetricsText::Labels, double>> free, size, failed;
+  std::vector<std::pair<MetricFamilies::Labels, double>> free, size, failed;
   for (const auto& dir : s.registry->DataDirs()) {
-    const MetricsText::Labels labels = {{"dir", dir.path}};
+    const MetricFamilies::Labels labels = {{"dir", dir.path}};
     failed.push_back({labels, dir.failed.ok() ? 0 : 1});
     struct statvfs vfs {};
     if (::statvfs(dir.path.c_str(), &vfs) != 0) continue;
     free.push_back({labels, D(uint64_t{vfs.f_bavail} * vfs.f_frsize)});
     size.push_back({labels, D(uint64_t{vfs.f_blocks} * vfs.f_frsize)});
   }
-  t.Family("sluice_disk_free_bytes", "gauge",
+  t.Family("sluice_disk_free_bytes", prometheus::MetricType::Gauge,
            "Bytes free for the server on each data directory's file system", free);
-  t.Family("sluice_disk_size_bytes", "gauge", "Size of each data directory's file system", size);
-  t.Family("sluice_data_dir_failed", "gauge",
+  t.Family("sluice_disk_size_bytes", prometheus::MetricType::Gauge,
+           "Size of each data directory's file system", size);
+  t.Family("sluice_data_dir_failed", prometheus::MetricType::Gauge,
            "1 for a data directory that failed (it takes no new shuffles; its shuffles are "
            "unavailable until it is repaired and the server restarted)",
            failed);
@@ -85,7 +86,7 @@ std::string RenderMetrics(const MetricsSources& s) {
           s.draining ? 1 : 0);
   t.Gauge("sluice_start_time_seconds", "When the server started, in Unix seconds",
           D(s.started_unix_ms) / 1000.0);
-  return t.str();
+  return std::move(t.families());
 }
 
 }  // namespace sluice

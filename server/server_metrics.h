@@ -27,8 +27,8 @@ struct MetricsSources {
   uint64_t started_unix_ms = 0;
 };
 
-/// The Prometheus text of everything in `sources`.
-std::string RenderMetrics(const MetricsSources& sources);
+/// Everything in `sources`, as metric families (MetricsText turns them into the text format).
+std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& sources);
 
 }  // namespace sluice
 

@@ -59,7 +59,7 @@ struct SluiceServer::Impl {
   std::thread ttl_thread;
   void ExpireLoop();
 
-  std::string RenderMetrics() const;
+  std::vector<prometheus::MetricFamily> CollectMetrics() const;
 };
 
 void SluiceServer::Impl::ExpireLoop() {
@@ -428,7 +428,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   if (options.shuffle_ttl.count() > 0) i.ttl_thread = std::thread([&i] { i.ExpireLoop(); });
   if (!options.metrics_listen.empty()) {
     auto endpoint =
-        MetricsEndpoint::Start(options.metrics_listen, [&i] { return i.RenderMetrics(); });
+        MetricsEndpoint::Start(options.metrics_listen, [&i] { return i.CollectMetrics(); });
     if (!endpoint.ok()) {
       server->Shutdown();
       return endpoint.status();
@@ -511,9 +511,9 @@ void SluiceServer::Shutdown() {
 int SluiceServer::metrics_port() const {
   return impl_->metrics_endpoint == nullptr ? 0 : impl_->metrics_endpoint->port();
 }
-std::string SluiceServer::RenderMetrics() const { return impl_->RenderMetrics(); }
+std::string SluiceServer::RenderMetrics() const { return MetricsText(impl_->CollectMetrics()); }
 
-std::string SluiceServer::Impl::RenderMetrics() const {
+std::vector<prometheus::MetricFamily> SluiceServer::Impl::CollectMetrics() const {
   MetricsSources s;
   s.metrics = &metrics;
   s.registry = registry.get();
@@ -525,7 +525,7 @@ std::string SluiceServer::Impl::RenderMetrics() const {
     std::lock_guard<std::mutex> lock(node.mu);
     s.started_unix_ms = node.started_unix_ms;
   }
-  return sluice::RenderMetrics(s);
+  return sluice::CollectMetrics(s);
 }
 
 uint64_t SluiceServer::memory_parked_total() const { return impl_->budget->parked_total(); }

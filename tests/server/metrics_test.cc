@@ -69,85 +69,83 @@ std::map<std::string, double> Samples(const std::string& text) {
 }
 
 TEST(MetricsTextTest, CountersStayExactLabelsAreEscapedAndHistogramsAccumulate) {
-  MetricsText t;
-  t.Counter("big_total", "a \\ help\nline", 1234567890123.0);
-  t.Family("calls_total", "counter", "by label", {{{{"m", "a\"b\\c\nd"}}, 3}});
+  MetricFamilies f;
+  f.Counter("big_total", "a help", 1234567890123.0);
+  f.Family("calls_total", prometheus::MetricType::Counter, "by label",
+           {{{{"m", "a\"b\\c\nd"}}, 3}});
   Histogram h({0.1, 1});
   h.Observe(0.05);
   h.Observe(0.1);  // le: on the bound counts in it
   h.Observe(0.5);
   h.Observe(7);
-  t.Histo("lat_seconds", "latency", h.Read());
-  const std::string& s = t.str();
-  EXPECT_NE(s.find("# HELP big_total a \\\\ help\\nline\n# TYPE big_total counter\n"
-                   "big_total 1234567890123\n"),
-            std::string::npos)
-      << s;
-  EXPECT_NE(s.find("calls_total{m=\"a\\\"b\\\\c\\nd\"} 3\n"), std::string::npos) << s;
-  EXPECT_NE(s.find("lat_seconds_bucket{le=\"0.1\"} 2\n"
-                   "lat_seconds_bucket{le=\"1\"} 3\n"
-                   "lat_seconds_bucket{le=\"+Inf\"} 4\n"
-                   "lat_seconds_sum 7.65\n"
-                   "lat_seconds_count 4\n"),
-            std::string::npos)
-      << s;
+  f.Histo("lat_seconds", "latency", h.Read());
+  const std::string s = MetricsText(f.families());
+  auto v = Samples(s);
+  EXPECT_EQ(v["big_total"], 1234567890123.0) << s;
+  EXPECT_NE(s.find("# TYPE big_total counter\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("calls_total{m=\"a\\\"b\\\\c\\nd\"} 3"), std::string::npos) << s;
+  EXPECT_NE(s.find("# TYPE lat_seconds histogram\n"), std::string::npos) << s;
+  EXPECT_EQ(v["lat_seconds_bucket{le=\"0.1\"}"], 2) << s;
+  EXPECT_EQ(v["lat_seconds_bucket{le=\"1\"}"], 3) << s;
+  EXPECT_EQ(v["lat_seconds_bucket{le=\"+Inf\"}"], 4) << s;
+  EXPECT_DOUBLE_EQ(v["lat_seconds_sum"], 7.65) << s;
+  EXPECT_EQ(v["lat_seconds_count"], 4) << s;
 }
 
-TEST(MetricsEndpointTest, ServesMetricsAndRefusesEverythingElseClearly) {
+std::vector<prometheus::MetricFamily> Up(int* calls = nullptr) {
+  if (calls != nullptr) ++*calls;
+  MetricFamilies f;
+  f.Gauge("up", "up", 1);
+  return std::move(f.families());
+}
+
+TEST(MetricsEndpointTest, ServesMetricsAndNothingElse) {
   int renders = 0;
-  ASSERT_OK_AND_ASSIGN(auto endpoint, MetricsEndpoint::Start("127.0.0.1:0", [&] {
-                         ++renders;
-                         return std::string("up 1\n");
-                       }));
+  ASSERT_OK_AND_ASSIGN(auto endpoint,
+                       MetricsEndpoint::Start("127.0.0.1:0", [&] { return Up(&renders); }));
   const int port = endpoint->port();
   ASSERT_GT(port, 0);
-  std::string r = Get(port, "/metrics?x=1");
+  std::string r = Get(port, "/metrics");
   EXPECT_EQ(r.substr(0, 15), "HTTP/1.1 200 OK") << r;
-  EXPECT_NE(r.find("Content-Type: text/plain; version=0.0.4"), std::string::npos) << r;
-  EXPECT_NE(r.find("Content-Length: 5\r\n"), std::string::npos) << r;
-  EXPECT_EQ(r.substr(r.size() - 5), "up 1\n");
-  r = Exchange(port, "HEAD /metrics HTTP/1.1\r\n\r\n");
-  EXPECT_EQ(r.substr(r.size() - 4), "\r\n\r\n") << "HEAD has no body: " << r;
-  EXPECT_EQ(Get(port, "/other").substr(0, 22), "HTTP/1.1 404 Not Found");
-  r = Exchange(port, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
-  EXPECT_EQ(r.substr(0, 31), "HTTP/1.1 405 Method Not Allowed") << r;
-  EXPECT_NE(r.find("Allow: GET, HEAD"), std::string::npos);
-  r = Exchange(port, "GET /metrics HTTP/1.1\r\nX-Junk: " + std::string(20000, 'a'));
-  EXPECT_EQ(r.substr(0, 12), "HTTP/1.1 431") << r;
-  EXPECT_EQ(Exchange(port, "garbage\r\n\r\n").substr(0, 12), "HTTP/1.1 400");
-  EXPECT_EQ(renders, 2);  // the GET and the HEAD
+  EXPECT_NE(r.find("Content-Type: text/plain"), std::string::npos) << r;
+  EXPECT_EQ(Samples(r.substr(r.find("\r\n\r\n") + 4))["up"], 1) << r;
+  EXPECT_EQ(Get(port, "/other").substr(0, 12), "HTTP/1.1 404");
+  r = Exchange(port, "GET /metrics HTTP/1.1\r\nX-Junk: " + std::string(20000, 'a') + "\r\n\r\n");
+  EXPECT_EQ(r.find("200 OK"), std::string::npos) << "an oversized request is not served: " << r;
+  EXPECT_EQ(renders, 1);
 }
 
-TEST(MetricsEndpointTest, SilentClientsDoNotHoldUpScrapesAndAreClosed) {
-  ASSERT_OK_AND_ASSIGN(auto endpoint,
-                       MetricsEndpoint::Start("127.0.0.1:0", [] { return std::string("up 1\n"); }));
-  // Half a request, then nothing: others are served meanwhile.
+TEST(MetricsEndpointTest, SilentClientsDoNotHoldUpScrapesForever) {
+  ASSERT_OK_AND_ASSIGN(auto endpoint, MetricsEndpoint::Start("127.0.0.1:0", [] { return Up(); }));
+  // As many silent clients as the endpoint has threads, each with half a request: a scrape
+  // waits for one of them to time out at most, and they are closed.
   std::vector<int> silent;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < MetricsEndpoint::kThreads; ++i) {
     silent.push_back(Connect(endpoint->port()));
     ASSERT_GE(silent.back(), 0);
     (void)!::send(silent.back(), "GET /met", 8, MSG_NOSIGNAL);
   }
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(Get(endpoint->port(), "/metrics").substr(0, 15), "HTTP/1.1 200 OK");
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
-  // They are closed once their time is up (EOF, not a response).
-  char c;
-  EXPECT_EQ(::recv(silent[0], &c, 1, 0), 0);
-  EXPECT_GE(std::chrono::steady_clock::now() - start,
-            MetricsEndpoint::kRequestTimeout - std::chrono::milliseconds(500));
+  EXPECT_LT(std::chrono::steady_clock::now() - start,
+            std::chrono::milliseconds(MetricsEndpoint::kRequestTimeoutMs + 2000));
+  // Closed, with a 4xx answer or without one.
+  std::string left;
+  char buf[512];
+  for (ssize_t n; (n = ::recv(silent[0], buf, sizeof(buf), 0)) > 0;) left.append(buf, n);
+  EXPECT_TRUE(left.empty() || (left.substr(0, 7) == "HTTP/1." && left[9] == '4')) << left;
   for (int fd : silent) ::close(fd);
 }
 
 TEST(MetricsEndpointTest, BadAddressesAreNamed) {
-  auto bad = MetricsEndpoint::Start("127.0.0.1", [] { return std::string(); });
+  auto bad = MetricsEndpoint::Start("127.0.0.1", [] { return Up(); });
   EXPECT_THAT(bad.status(),
               testing::StatusIs(absl::StatusCode::kInvalidArgument, "--metrics_listen"));
-  ASSERT_OK_AND_ASSIGN(auto first,
-                       MetricsEndpoint::Start("127.0.0.1:0", [] { return std::string(); }));
-  auto taken = MetricsEndpoint::Start("127.0.0.1:" + std::to_string(first->port()),
-                                      [] { return std::string(); });
-  EXPECT_THAT(taken.status(), testing::StatusIs(absl::StatusCode::kUnavailable, "bind"));
+  ASSERT_OK_AND_ASSIGN(auto first, MetricsEndpoint::Start("127.0.0.1:0", [] { return Up(); }));
+  auto taken =
+      MetricsEndpoint::Start("127.0.0.1:" + std::to_string(first->port()), [] { return Up(); });
+  EXPECT_THAT(taken.status(),
+              testing::StatusIs(absl::StatusCode::kUnavailable, "--metrics_listen"));
 }
 
 TEST(ServerMetricsTest, CountersFollowWhatClientsDid) {
@@ -218,8 +216,8 @@ TEST(ServerMetricsTest, CountersFollowWhatClientsDid) {
 }
 
 TEST(ServerMetricsTest, ATakenMetricsPortFailsTheStartAndNamesTheFlag) {
-  ASSERT_OK_AND_ASSIGN(auto first,
-                       MetricsEndpoint::Start("127.0.0.1:0", [] { return std::string(); }));
+  ASSERT_OK_AND_ASSIGN(auto first, MetricsEndpoint::Start("127.0.0.1:0", [] { return Up(); }));
+
   testing::MiniServerOptions opts;
   opts.server.metrics_listen = "127.0.0.1:" + std::to_string(first->port());
   EXPECT_THAT(testing::MiniServer::Start(opts).status(),
