@@ -22,7 +22,8 @@ BUILD_PACKAGES=(build-essential cmake ninja-build ccache pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev)
 # etcd-server: cluster mode's coordination service, run for real by the cluster tests.
 # python3-yaml: the deploy/ manifests' check. prometheus: scrapes a server in the metrics test.
-TEST_PACKAGES=(python3 python3-msgpack python3-zstandard python3-yaml etcd-server prometheus)
+# iproute2: network namespaces (another host for the remote admin test).
+TEST_PACKAGES=(python3 python3-msgpack python3-zstandard python3-yaml etcd-server prometheus iproute2)
 FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
 log() { printf '==> %s\n' "$*" >&2; }
