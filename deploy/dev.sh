@@ -126,7 +126,7 @@ case ${1:-} in
     # import) and tagged with the names its FROM lines use. podman builds with chroot
     # isolation; it cannot start containers on these machines, so the smoke test runs the
     # image's own binaries with chroot in its mounted filesystem.
-    install_missing podman debootstrap
+    install_missing podman debootstrap curl
     IMAGE=${IMAGE:-localhost/sluice:dev}
     PODMAN=(podman --cgroup-manager=cgroupfs)
     if ! "${PODMAN[@]}" image exists docker.io/library/debian:bookworm; then
@@ -143,19 +143,23 @@ case ${1:-} in
     log "building $IMAGE"
     "${PODMAN[@]}" build --isolation=chroot --network=host --pull=never \
       -f deploy/Dockerfile -t "$IMAGE" .
-    log "smoke test: the image's sluice-server, and sluice bench against it"
+    log "smoke test: the image's sluice-server, sluice bench against it, its metrics"
     cid=$("${PODMAN[@]}" create "$IMAGE")
     mnt=$("${PODMAN[@]}" mount "$cid")
     trap 'umount "$mnt/proc" "$mnt/dev" 2>/dev/null; "${PODMAN[@]}" umount "$cid" >/dev/null; "${PODMAN[@]}" rm "$cid" >/dev/null' EXIT
     mount --bind /dev "$mnt/dev"
     mount -t proc proc "$mnt/proc"
     mkdir -p "$mnt/tmp/smoke" && chown 10001:10001 "$mnt/tmp/smoke"
+    mport=$((20000 + RANDOM % 20000))
     chroot --userspec=10001:10001 "$mnt" /usr/local/bin/sluice-server --data_dir=/tmp/smoke \
-      --listen=127.0.0.1:0 --log_level=warn >"$mnt/tmp/smoke.out" 2>&1 &
+      --listen=127.0.0.1:0 --metrics_listen="127.0.0.1:$mport" --log_level=warn \
+      >"$mnt/tmp/smoke.out" 2>&1 &
     server=$!
     for _ in $(seq 1 100); do grep -q "listening on port" "$mnt/tmp/smoke.out" && break; sleep 0.1; done
     port=$(sed -n 's/^listening on port //p' "$mnt/tmp/smoke.out")
     chroot --userspec=10001:10001 "$mnt" /usr/local/bin/sluice bench --server "127.0.0.1:$port"
+    # The metrics endpoint answers from the image too (its runtime libraries included).
+    curl -sf "http://127.0.0.1:$mport/metrics" | grep -E '^sluice_(commits|fetch_records)_total'
     kill -TERM "$server" && wait "$server"
     log "image size: $("${PODMAN[@]}" image inspect --format '{{.Size}}' "$IMAGE") bytes"
     "${PODMAN[@]}" images "$IMAGE"
