@@ -18,12 +18,14 @@ JOBS=${JOBS:-2}
 BUILD_PACKAGES=(build-essential cmake ninja-build ccache pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libmsgpack-cxx-dev libzstd-dev libabsl-dev libspdlog-dev libxxhash-dev libjemalloc-dev
-  nlohmann-json3-dev prometheus-cpp-dev
+  nlohmann-json3-dev prometheus-cpp-dev pybind11-dev python3-dev
   libgtest-dev libgmock-dev libbenchmark-dev)
 # etcd-server: cluster mode's coordination service, run for real by the cluster tests.
 # python3-yaml: the deploy/ manifests' check. prometheus: scrapes a server in the metrics test.
-# iproute2: network namespaces (another host for the remote admin test).
-TEST_PACKAGES=(python3 python3-msgpack python3-zstandard python3-yaml etcd-server prometheus iproute2)
+# iproute2: network namespaces (another host for the remote admin test). python3-pytest: the
+# Python client's tests.
+TEST_PACKAGES=(python3 python3-msgpack python3-zstandard python3-yaml etcd-server prometheus iproute2
+  python3-pytest)
 FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
 log() { printf '==> %s\n' "$*" >&2; }
@@ -55,6 +57,15 @@ configure_and_build() {  # DIR [cmake args...]
 build_main() {
   install_missing "${BUILD_PACKAGES[@]}"
   configure_and_build "$ROOT/build" -DCMAKE_BUILD_TYPE=Release -DSLUICE_BUILD_TESTS=ON
+  # The Python client: Debian's /usr/bin/python3 imports `sluice` from the build (a .pth file in
+  # its site-packages; docs/python.md).
+  if [[ -d $ROOT/build/python/sluice ]]; then
+    local site
+    site=$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])')
+    if ! { mkdir -p "$site" && echo "$ROOT/build/python" >"$site/sluice.pth"; } 2>/dev/null; then
+      log "could not write $site/sluice.pth: use PYTHONPATH=$ROOT/build/python"
+    fi
+  fi
 }
 
 case ${1:-} in

@@ -12,6 +12,7 @@ declare -A allowed=(
   [cluster]="cluster/ rpc/ codec/ absl/ etcd/ spdlog/ nlohmann/"
   [server]="server/ cluster/ rpc/ codec/ absl/ sluice/v1/ spdlog/"
   [client]="client/ cluster/ rpc/ codec/ absl/ sluice/v1/ nlohmann/"
+  [client/python]="client/ absl/"
   [bench]="bench/ client/ codec/ absl/"
 )
 for dir in "${!allowed[@]}"; do
@@ -30,6 +31,7 @@ done
 # gRPC stays out of codec/ entirely, and out of the client's and server's headers except the
 # service's own (included only by sluice_server.cc) and rpc/'s.
 if grep -Hn -E '#include [<"](grpc|grpcpp|sluice/v1|etcd/)' codec/*.h codec/*.cc client/*.h cluster/*.h \
+    client/python/*.h client/python/*.cc \
     $(ls server/*.h | grep -v shuffle_service.h); then
   echo "the lines above include gRPC or generated code where no gRPC may be seen"
   status=1

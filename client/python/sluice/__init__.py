@@ -1,0 +1,142 @@
+"""Sluice's Python client: mappers write items, reducers read partitions, through a Sluice
+server or cluster. Encoding (msgpack of your objects), compression and gRPC run in C++ without
+the GIL (the native module `sluice._sluice`).
+
+    import sluice
+    client = sluice.connect("127.0.0.1:7070")          # or "h1:p1,h2:p2,..." for a cluster
+    client.create_shuffle("job", partitions=8, mappers=4)
+    with client.writer("job", mapper=0, attempt=1, sort_by_key=True) as w:
+        for item in items:
+            w.write(item["key"], item)                  # any msgpack-able key and value
+    for key, values in client.reader("job", partition=3, order="key").groups():
+        ...
+
+Keys route as zephyr routes them: xxh3-64 of the key's msgpack bytes, modulo the partition
+count (`partition_of`), and a KEY-ordered read orders them by those bytes. Objects msgpack
+cannot carry (set, frozenset, custom classes) raise TypeError, unless the writer has
+`pickle_fallback=True` (and the reader `allow_pickle=True`). Every failure raises
+`sluice.Error`, whose `code` is the gRPC status name ("NOT_FOUND", "UNAVAILABLE", ...).
+docs/python.md is the reference.
+"""
+from . import _sluice
+from ._sluice import Error, packb, partition_of, unpackb
+
+__all__ = ["Client", "Error", "Reader", "Writer", "connect", "packb", "partition_of", "unpackb"]
+
+
+def connect(servers="127.0.0.1:7070", *, call_timeout=30.0):
+    """A client of one server or a cluster ("h1:p1,h2:p2,..." or a DNS name listing them)."""
+    return Client(_sluice.Client(servers, float(call_timeout)))
+
+
+class Client:
+    """Reuse one client: it owns the connections its writers and readers use."""
+
+    def __init__(self, native):
+        self._c = native
+
+    def create_shuffle(self, shuffle_id, partitions, mappers=0):
+        """Creates the shuffle; False if it exists already with the same shape."""
+        return self._c.create_shuffle(shuffle_id, partitions, mappers)
+
+    def delete_shuffle(self, shuffle_id):
+        self._c.delete_shuffle(shuffle_id)
+
+    def shuffle_status(self, shuffle_id):
+        """A dict: num_partitions, num_mappers, committed_mappers, partitions (counts)..."""
+        return self._c.get_shuffle(shuffle_id)
+
+    def writer(self, shuffle_id, mapper, attempt=1, *, sort_by_key=False, buffer_mb=64,
+               zstd_level=3, pickle_fallback=False):
+        """One mapper attempt. As a context manager it commits on a clean exit and discards the
+        attempt on an exception (Ctrl-C included)."""
+        native = self._c.open_writer(shuffle_id, mapper, attempt, sort_by_key,
+                                     int(buffer_mb) << 20, zstd_level, pickle_fallback)
+        return Writer(native)
+
+    def reader(self, shuffle_id, partition, *, order="unordered", require_complete=False,
+               raw=False, allow_pickle=False, batch=1024):
+        """One partition's (key, value) pairs. order="key" merges every mapper's sorted runs;
+        raw=True gives values as their msgpack bytes."""
+        if order not in ("unordered", "key"):
+            raise ValueError(f"order must be 'unordered' or 'key', not {order!r}")
+        native = self._c.open_reader(shuffle_id, partition, order == "key", require_complete,
+                                     raw, allow_pickle)
+        return Reader(native, batch)
+
+
+class Writer:
+    def __init__(self, native):
+        self._w = native
+        self.result = None
+
+    def write(self, key, value):
+        self._w.write(key, value)
+
+    def write_many(self, items):
+        """(key, value) pairs from any iterable; returns how many were written."""
+        return self._w.write_many(items)
+
+    def close(self):
+        """Commits; returns a dict: duplicate (another attempt had committed), frames, records,
+        bytes, winning_attempt."""
+        self.result = self._w.close()
+        return self.result
+
+    def abort(self):
+        self._w.abort()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+
+class Reader:
+    def __init__(self, native, batch):
+        self._r = native
+        self._batch = batch
+
+    def batches(self):
+        """Lists of (key, value) pairs, as they come."""
+        while True:
+            b = self._r.next_batch(self._batch)
+            if not b:
+                return
+            yield b
+
+    def __iter__(self):
+        for b in self.batches():
+            yield from b
+
+    def groups(self):
+        """(key, [values]) for each key, for a reader with order="key"."""
+        it = iter(self)
+        try:
+            key, value = next(it)
+        except StopIteration:
+            return
+        values = [value]
+        for k, v in it:
+            if k == key and type(k) is type(key):
+                values.append(v)
+                continue
+            yield key, values
+            key, values = k, [v]
+        yield key, values
+
+    def close(self):
+        """Ends the read early (the server stops sending)."""
+        self._r.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

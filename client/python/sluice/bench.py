@@ -1,0 +1,154 @@
+"""The seed workload from Python: `python3 -m sluice.bench`.
+
+Mappers each write items of ~200 bytes (dicts {key, seq, src, payload}, keyed by an int out
+of --keys) through `Writer.write_many`, sorted for a KEY-ordered read; then reducers read every
+partition in key order with `Reader.groups()` and count each key's items, which must match what
+was sent. Mappers and reducers are tasks of a pool of worker processes (--workers, one per core
+by default: Python workers are processes, as in zephyr, Ray or Dask), or of threads
+(--threads). Against --server, or a sluice-server child on 127.0.0.1 with a temporary
+data directory (durable commits). Prints a RESULT line of JSON, like `sluice bench`.
+"""
+import argparse
+import json
+import os
+import random
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import multiprocessing
+import multiprocessing.pool
+import time
+from collections import Counter
+
+import sluice
+
+
+def find_server():
+    env = os.environ.get("SLUICE_SERVER_BIN")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))  # <build>/python/sluice
+    built = os.path.join(here, "..", "..", "server", "sluice-server")
+    if os.access(built, os.X_OK):
+        return os.path.normpath(built)
+    found = shutil.which("sluice-server")
+    if found:
+        return found
+    sys.exit("sluice.bench: no sluice-server (set SLUICE_SERVER_BIN, or pass --server)")
+
+
+def start_server(memory_mb):
+    data = tempfile.mkdtemp(prefix="sluice-pybench-")
+    p = subprocess.Popen([find_server(), f"--data_dir={data}", "--listen=127.0.0.1:0",
+                          f"--memory_budget_mb={memory_mb}", "--log_level=warn"],
+                         stdout=subprocess.PIPE, text=True)
+    port = int(re.search(r"listening on port (\d+)", p.stdout.readline()).group(1))
+    return p, data, f"127.0.0.1:{port}"
+
+
+def items(shard, n, keys, item_bytes, counts):
+    rng = random.Random(shard)
+    pad = "x" * max(0, item_bytes - 60)
+    for seq in range(n):
+        key = rng.randrange(keys)
+        counts[key] += 1
+        yield key, {"key": key, "seq": seq, "src": shard, "payload": pad}
+
+
+_clients = {}
+
+
+def _client(server):
+    """One client per worker (process or thread pool) and server: connections are reused."""
+    c = _clients.get(server)
+    if c is None:
+        c = _clients[server] = sluice.connect(server)
+    return c
+
+
+def mapper(args):
+    server, sid, m, n, keys, item_bytes, buffer_mb = args
+    sent = Counter()
+    with _client(server).writer(sid, mapper=m, sort_by_key=True, buffer_mb=buffer_mb) as w:
+        w.write_many(items(m, n, keys, item_bytes, sent))
+    return sent
+
+
+def reducer(args):
+    server, sid, p = args
+    got = Counter()
+    for key, values in _client(server).reader(sid, p, order="key",
+                                              require_complete=True).groups():
+        got[key] += len(values)
+    return got
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python3 -m sluice.bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--server", help="host:port (or a server list); default: a child server")
+    ap.add_argument("--shards", type=int, default=8)
+    ap.add_argument("--items-per-shard", type=int, default=50000)
+    ap.add_argument("--item-bytes", type=int, default=200)
+    ap.add_argument("--keys", type=int, default=10000)
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--buffer-mb", type=int, default=4)
+    ap.add_argument("--server-memory-mb", type=int, default=128)
+    ap.add_argument("--workers", type=int, default=os.cpu_count(),
+                    help="worker processes (or threads) running the mappers, then the reducers")
+    ap.add_argument("--threads", action="store_true", help="threads instead of processes")
+    a = ap.parse_args(argv)
+
+    child = None
+    if a.server is None:
+        child, data, a.server = start_server(a.server_memory_mb)
+    # The worker processes are forked before this process makes a gRPC client (gRPC's threads
+    # do not survive a fork); each worker makes its own.
+    pool = (multiprocessing.pool.ThreadPool(a.workers) if a.threads else
+            multiprocessing.get_context("fork").Pool(a.workers))
+    try:
+        client = sluice.connect(a.server)
+        sid = f"pybench-{os.getpid()}-{int(time.time() * 1000)}"
+        client.create_shuffle(sid, partitions=a.partitions, mappers=a.shards)
+        with pool:
+            start = time.perf_counter()
+            sent = pool.map(mapper, [(a.server, sid, m, a.items_per_shard, a.keys, a.item_bytes,
+                                      a.buffer_mb) for m in range(a.shards)], chunksize=1)
+            scattered = time.perf_counter()
+            got = pool.map(reducer, [(a.server, sid, p) for p in range(a.partitions)],
+                           chunksize=1)
+            end = time.perf_counter()
+        client.delete_shuffle(sid)
+        expected, counted = Counter(), Counter()
+        for c in sent:
+            expected.update(c)
+        for c in got:
+            counted.update(c)
+        total = a.shards * a.items_per_shard
+        result = {
+            "shards": a.shards, "items_per_shard": a.items_per_shard, "partitions": a.partitions,
+            "order": "KEY", "elapsed_s": round(end - start, 3),
+            "items_per_sec": round(total / (end - start)),
+            "scatter_s": round(scattered - start, 3), "reduce_s": round(end - scattered, 3),
+            "expected_items": total, "counted_items": sum(counted.values()),
+            "counts_match": expected == counted,
+            "workers": a.workers, "worker_kind": "threads" if a.threads else "processes",
+            "peak_rss_mb": round(max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                                     resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+                                 / 1024, 1),
+            "embedded_server": child is not None,
+        }
+        print("RESULT " + json.dumps(result), flush=True)
+        return 0 if result["counts_match"] else 1
+    finally:
+        pool.terminate()
+        if child is not None:
+            child.terminate()
+            child.wait(timeout=60)
+            shutil.rmtree(data, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,358 @@
+// _sluice: the Python client's native part (the package `sluice`, client/python/sluice/, wraps
+// it). Encoding, compression and gRPC run in C++ with the GIL released; Python objects are
+// turned into msgpack and back in C++ (py_msgpack.h). Errors are raised as sluice.Error with
+// `code` (the gRPC status name, "NOT_FOUND", ...) and `message`.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/python/py_msgpack.h"
+#include "client/shuffle_client.h"
+
+namespace sluice::py {
+namespace {
+
+namespace pb = pybind11;
+
+PyObject* g_error = nullptr;  // sluice._sluice.Error
+
+[[noreturn]] void Throw(const absl::Status& st) {
+  pb::object err = pb::reinterpret_borrow<pb::object>(g_error)(std::string(st.message()));
+  err.attr("code") = absl::StatusCodeToString(st.code());
+  err.attr("message") = std::string(st.message());
+  PyErr_SetObject(g_error, err.ptr());
+  throw pb::error_already_set();
+}
+
+template <typename T>
+T Check(absl::StatusOr<T> v) {
+  if (!v.ok()) Throw(v.status());
+  return std::move(v).value();
+}
+void Check(const absl::Status& st) {
+  if (!st.ok()) Throw(st);
+}
+
+// Takes `mu` with the GIL let go while it waits: a thread holding the GIL must never wait for a
+// lock whose holder needs the GIL back (writers and readers let it go around their calls).
+std::unique_lock<std::mutex> LockWithoutGil(std::mutex& mu) {
+  std::unique_lock<std::mutex> lock(mu, std::defer_lock);
+  if (!lock.try_lock()) {
+    pb::gil_scoped_release release;
+    lock.lock();
+  }
+  return lock;
+}
+
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+class Writer {
+ public:
+  Writer(std::unique_ptr<ShuffleWriter> w, bool pickle_fallback)
+      : writer_(std::move(w)), pickle_fallback_(pickle_fallback) {}
+
+  void Write(pb::handle key, pb::handle value) {
+    auto lock = LockWithoutGil(mu_);  // one thread at a time
+    Live();
+    key_.clear();
+    value_.clear();
+    Pack(key, false, &key_);
+    Pack(value, pickle_fallback_, &value_);
+    absl::Status st;
+    {
+      pb::gil_scoped_release release;
+      st = writer_->Add(key_, value_);
+    }
+    Check(st);
+  }
+
+  // (key, value) pairs from any iterable; encoded in batches with the GIL, added without it.
+  uint64_t WriteMany(pb::iterable items) {
+    auto lock = LockWithoutGil(mu_);
+    Live();
+    constexpr size_t kBatchBytes = 1 << 20;
+    std::vector<std::pair<size_t, size_t>> cuts;  // key end, value end in buf_
+    uint64_t n = 0;
+    auto flush = [&] {
+      absl::Status st;
+      {
+        pb::gil_scoped_release release;
+        size_t at = 0;
+        for (const auto& [kend, vend] : cuts) {
+          st = writer_->Add(std::string_view(buf_).substr(at, kend - at),
+                            std::string_view(buf_).substr(kend, vend - kend));
+          if (!st.ok()) break;
+          at = vend;
+        }
+      }
+      buf_.clear();
+      cuts.clear();
+      Check(st);
+    };
+    buf_.clear();
+    for (pb::handle item : items) {
+      if (!PyTuple_Check(item.ptr()) || PyTuple_GET_SIZE(item.ptr()) != 2) {
+        PyErr_SetString(PyExc_TypeError, "write_many takes (key, value) pairs");
+        throw pb::error_already_set();
+      }
+      Pack(PyTuple_GET_ITEM(item.ptr(), 0), false, &buf_);
+      const size_t kend = buf_.size();
+      Pack(PyTuple_GET_ITEM(item.ptr(), 1), pickle_fallback_, &buf_);
+      cuts.emplace_back(kend, buf_.size());
+      ++n;
+      if (buf_.size() >= kBatchBytes) flush();
+    }
+    flush();
+    return n;
+  }
+
+  pb::dict Close() {
+    auto lock = LockWithoutGil(mu_);
+    Live();
+    absl::StatusOr<WriteResult> r;
+    {
+      pb::gil_scoped_release release;
+      r = writer_->Close();
+    }
+    writer_.reset();
+    WriteResult res = Check(std::move(r));
+    pb::dict d;
+    d["duplicate"] = res.duplicate;
+    d["winning_attempt"] = res.winning_attempt;
+    d["frames"] = res.frames;
+    d["records"] = res.records;
+    d["bytes"] = res.bytes;
+    return d;
+  }
+
+  void Abort() {
+    auto lock = LockWithoutGil(mu_);
+    if (writer_ == nullptr) return;
+    pb::gil_scoped_release release;
+    writer_->Abort();
+    writer_.reset();
+  }
+
+ private:
+  void Live() const {
+    if (writer_ == nullptr) Throw(absl::FailedPreconditionError("the writer is closed"));
+  }
+  std::mutex mu_;
+  std::unique_ptr<ShuffleWriter> writer_;
+  const bool pickle_fallback_;
+  std::string key_, value_, buf_;
+};
+
+class Reader {
+ public:
+  Reader(std::unique_ptr<ShuffleReader> r, bool raw, bool allow_pickle)
+      : reader_(std::move(r)), raw_(raw), allow_pickle_(allow_pickle) {}
+
+  // Up to `max_records` (key, value) pairs, decoded; an empty list at the end. The fetch runs
+  // without the GIL; records are copied out (the reader's views end at its next call).
+  pb::list NextBatch(size_t max_records) {
+    auto lock = LockWithoutGil(mu_);
+    pb::list out;
+    if (reader_ == nullptr) return out;
+    keys_.clear();
+    values_.clear();
+    absl::Status failed;
+    {
+      pb::gil_scoped_release release;
+      Record r;
+      size_t bytes = 0;
+      while (keys_.size() < max_records && bytes < (4u << 20)) {
+        absl::StatusOr<bool> more = reader_->Next(&r);
+        if (!more.ok()) {
+          failed = more.status();
+          break;
+        }
+        if (!*more) {
+          reader_.reset();
+          break;
+        }
+        keys_.emplace_back(r.key);
+        values_.emplace_back(r.value);
+        bytes += r.key.size() + r.value.size();
+      }
+    }
+    if (!failed.ok()) {
+      reader_.reset();
+      Throw(failed);
+    }
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      pb::object k = Unpack(keys_[i], allow_pickle_, /*as_key=*/true);
+      pb::object v = raw_ ? pb::bytes(values_[i]) : Unpack(values_[i], allow_pickle_);
+      out.append(pb::make_tuple(std::move(k), std::move(v)));
+    }
+    return out;
+  }
+
+  void Close() {
+    auto lock = LockWithoutGil(mu_);
+    pb::gil_scoped_release release;
+    reader_.reset();  // cancels the fetch
+  }
+
+ private:
+  std::mutex mu_;
+  std::unique_ptr<ShuffleReader> reader_;
+  const bool raw_, allow_pickle_;
+  std::vector<std::string> keys_, values_;
+};
+
+class Client {
+ public:
+  Client(const std::string& servers, double call_timeout_s) {
+    ClientOptions o;
+    o.server = servers;
+    o.call_deadline = Millis(call_timeout_s);
+    absl::StatusOr<std::unique_ptr<ShuffleClient>> c;
+    {
+      pb::gil_scoped_release release;
+      c = ShuffleClient::Connect(o);
+    }
+    client_ = Check(std::move(c));
+  }
+
+  bool CreateShuffle(const std::string& id, uint32_t partitions, uint32_t mappers) {
+    absl::StatusOr<bool> r;
+    {
+      pb::gil_scoped_release release;
+      r = client_->CreateShuffle(id, partitions, mappers);
+    }
+    return Check(std::move(r));
+  }
+
+  void DeleteShuffle(const std::string& id) {
+    absl::Status st;
+    {
+      pb::gil_scoped_release release;
+      st = client_->DeleteShuffle(id);
+    }
+    Check(st);
+  }
+
+  pb::dict GetShuffle(const std::string& id) {
+    absl::StatusOr<ShuffleStatus> r;
+    {
+      pb::gil_scoped_release release;
+      r = client_->GetShuffle(id);
+    }
+    ShuffleStatus s = Check(std::move(r));
+    pb::dict d;
+    d["shuffle_id"] = s.shuffle_id;
+    d["num_partitions"] = s.num_partitions;
+    d["num_mappers"] = s.num_mappers;
+    d["committed_mappers"] = s.committed_mappers;
+    pb::list parts;
+    for (const auto& p : s.partitions) {
+      pb::dict pd;
+      pd["records"] = p.records;
+      pd["bytes"] = p.bytes;
+      pd["frames"] = p.frames;
+      parts.append(pd);
+    }
+    d["partitions"] = parts;
+    d["damaged"] = s.damaged;
+    d["unavailable_partitions"] = s.unavailable_partitions;
+    return d;
+  }
+
+  std::unique_ptr<Writer> OpenWriter(const std::string& id, uint32_t mapper, uint64_t attempt,
+                                     bool sort_by_key, size_t buffer_bytes, int zstd_level,
+                                     bool pickle_fallback) {
+    WriterOptions o;
+    o.sort_by_key = sort_by_key;
+    o.buffer_bytes = buffer_bytes;
+    o.zstd_level = zstd_level;
+    absl::StatusOr<std::unique_ptr<ShuffleWriter>> w;
+    {
+      pb::gil_scoped_release release;
+      w = client_->OpenWriter(id, mapper, attempt, o);
+    }
+    return std::make_unique<Writer>(Check(std::move(w)), pickle_fallback);
+  }
+
+  std::unique_ptr<Reader> OpenReader(const std::string& id, uint32_t partition, bool key_order,
+                                     bool require_complete, bool raw, bool allow_pickle) {
+    ReaderOptions o;
+    o.order = key_order ? FetchOrder::kKey : FetchOrder::kUnordered;
+    o.require_complete = require_complete;
+    absl::StatusOr<std::unique_ptr<ShuffleReader>> r;
+    {
+      pb::gil_scoped_release release;
+      r = client_->OpenReader(id, partition, o);
+    }
+    return std::make_unique<Reader>(Check(std::move(r)), raw, allow_pickle);
+  }
+
+ private:
+  std::unique_ptr<ShuffleClient> client_;
+};
+
+}  // namespace
+}  // namespace sluice::py
+
+PYBIND11_MODULE(_sluice, m) {
+  namespace pb = pybind11;
+  using namespace sluice::py;
+  m.doc() = "Sluice's native client (use the `sluice` package)";
+  g_error = PyErr_NewExceptionWithDoc(
+      "sluice.Error",
+      "A Sluice call failed: `code` is the gRPC status name (NOT_FOUND, UNAVAILABLE, ...), "
+      "`message` what happened.",
+      nullptr, nullptr);
+  m.attr("Error") = pb::handle(g_error);
+
+  pb::class_<Client>(m, "Client")
+      .def(pb::init<const std::string&, double>(), pb::arg("servers"),
+           pb::arg("call_timeout_s") = 30.0)
+      .def("create_shuffle", &Client::CreateShuffle, pb::arg("shuffle_id"), pb::arg("partitions"),
+           pb::arg("mappers") = 0)
+      .def("delete_shuffle", &Client::DeleteShuffle, pb::arg("shuffle_id"))
+      .def("get_shuffle", &Client::GetShuffle, pb::arg("shuffle_id"))
+      .def("open_writer", &Client::OpenWriter, pb::keep_alive<0, 1>(), pb::arg("shuffle_id"),
+           pb::arg("mapper"), pb::arg("attempt"), pb::arg("sort_by_key"), pb::arg("buffer_bytes"),
+           pb::arg("zstd_level"), pb::arg("pickle_fallback"))
+      .def("open_reader", &Client::OpenReader, pb::keep_alive<0, 1>(), pb::arg("shuffle_id"),
+           pb::arg("partition"), pb::arg("key_order"), pb::arg("require_complete"), pb::arg("raw"),
+           pb::arg("allow_pickle"));
+  pb::class_<Writer>(m, "Writer")
+      .def("write", &Writer::Write, pb::arg("key"), pb::arg("value"))
+      .def("write_many", &Writer::WriteMany, pb::arg("items"))
+      .def("close", &Writer::Close)
+      .def("abort", &Writer::Abort);
+  pb::class_<Reader>(m, "Reader")
+      .def("next_batch", &Reader::NextBatch, pb::arg("max_records") = 1024)
+      .def("close", &Reader::Close);
+  m.def(
+      "packb",
+      [](pb::handle o, bool pickle_fallback) {
+        std::string out;
+        Pack(o, pickle_fallback, &out);
+        return pb::bytes(out);
+      },
+      pb::arg("obj"), pb::arg("pickle_fallback") = false, "msgpack bytes of obj (as keys route)");
+  m.def(
+      "unpackb",
+      [](pb::bytes b, bool allow_pickle) { return Unpack(std::string_view(b), allow_pickle); },
+      pb::arg("data"), pb::arg("allow_pickle") = false);
+  m.def(
+      "partition_of",
+      [](pb::handle key, uint32_t partitions) {
+        std::string k;
+        Pack(key, false, &k);
+        return sluice::HashPartition(k, partitions);
+      },
+      pb::arg("key"), pb::arg("partitions"),
+      "the partition a key goes to: xxh3-64 of its msgpack bytes, modulo the partition count");
+}

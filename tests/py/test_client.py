@@ -1,0 +1,215 @@
+"""The Python client against a real sluice-server (a child process on 127.0.0.1 with a real
+data directory): round trips of every msgpack type, key order and groups, routing, duplicate
+attempts, the set/frozenset case, errors, aborted writes and abandoned reads.
+
+Run by ctest `python_client` (PYTHONPATH=<build>/python, SLUICE_SERVER_BIN set)."""
+import math
+import os
+import re
+import subprocess
+
+import pytest
+
+import sluice
+
+SERVER = os.environ.get("SLUICE_SERVER_BIN", "build/server/sluice-server")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    data = tmp_path_factory.mktemp("data")
+    p = subprocess.Popen([SERVER, f"--data_dir={data}", "--listen=127.0.0.1:0",
+                          "--worker_threads=2", "--log_level=warn"],
+                         stdout=subprocess.PIPE, text=True)
+    port = int(re.search(r"listening on port (\d+)", p.stdout.readline()).group(1))
+    yield f"127.0.0.1:{port}"
+    p.terminate()
+    p.wait(timeout=30)
+
+
+@pytest.fixture
+def client(server):
+    return sluice.connect(server)
+
+
+_ids = iter(range(1_000_000))
+
+
+def fresh(client, partitions=4, mappers=1):
+    sid = f"py{next(_ids)}"
+    assert client.create_shuffle(sid, partitions=partitions, mappers=mappers)
+    return sid
+
+
+def read_all(client, sid, partitions, **kw):
+    out = []
+    for p in range(partitions):
+        out.extend(client.reader(sid, p, **kw))
+    return out
+
+
+VALUES = [
+    None, True, False, 0, 1, -1, 127, 128, -33, 2**31, 2**63 - 1, -2**63, 2**64 - 1,
+    1.5, -0.0, 1e300, float("inf"), "", "héllo wörld ✓ 🚀", "x" * 70000, b"", b"\x00\xff" * 40000,
+    [], [1, [2, [3, [4]]]], {}, {"a": 1, "nested": {"list": [1, "two", 3.0, None, b"b"]}},
+    {1: "int key", "s": "str key"}, [{"k": [{"deep": True}]}],
+]
+
+
+@pytest.mark.parametrize("order", ["unordered", "key"])
+def test_every_msgpack_type_round_trips(client, order):
+    sid = fresh(client)
+    with client.writer(sid, mapper=0, sort_by_key=order == "key") as w:
+        for i, v in enumerate(VALUES):
+            w.write(i, v)
+    assert w.result["records"] == len(VALUES) and not w.result["duplicate"]
+    got = dict(read_all(client, sid, 4, order=order))
+    assert got == dict(enumerate(VALUES))
+    # Equal is not enough (True == 1 == 1.0): the types come back too.
+    assert [type(got[i]) for i in range(len(VALUES))] == [type(v) for v in VALUES]
+    neg_zero = next(i for i, v in enumerate(VALUES) if isinstance(v, float) and v == 0)
+    assert math.copysign(1, got[neg_zero]) == -1.0
+
+
+def test_nan_and_tuples_come_back_as_documented(client):
+    sid = fresh(client, partitions=1)
+    with client.writer(sid, mapper=0) as w:
+        w.write("nan", float("nan"))
+        w.write(("tuple", 1), (1, 2))  # a tuple key comes back a tuple, a tuple value a list
+    got = dict(client.reader(sid, 0))
+    assert math.isnan(got["nan"])
+    assert got[("tuple", 1)] == [1, 2]
+
+
+def test_keys_route_like_zephyr_and_come_back_in_msgpack_order(client):
+    sid = fresh(client, partitions=8, mappers=2)
+    keys = [f"user{i % 500}" for i in range(5000)]
+    for m in range(2):
+        with client.writer(sid, mapper=m, sort_by_key=True) as w:
+            w.write_many((k, {"m": m, "i": i}) for i, k in enumerate(keys))
+    total = 0
+    for p in range(8):
+        seen = []
+        for key, values in client.reader(sid, p, order="key").groups():
+            assert sluice.partition_of(key, 8) == p
+            assert len(values) == 2 * keys.count(key)
+            seen.append(key)
+            total += len(values)
+        assert [sluice.packb(k) for k in seen] == sorted(sluice.packb(k) for k in seen)
+        assert len(seen) == len(set(seen))
+    assert total == 2 * len(keys)
+
+
+def test_a_second_attempt_of_a_mapper_is_a_duplicate_and_counted_once(client):
+    sid = fresh(client, partitions=2)
+    for attempt in (1, 2):
+        with client.writer(sid, mapper=0, attempt=attempt) as w:
+            w.write_many((i, "v") for i in range(100))
+        assert w.result["duplicate"] == (attempt == 2)
+    assert len(read_all(client, sid, 2)) == 100
+
+
+def test_sets_and_custom_objects_are_never_silently_changed(client):
+    sid = fresh(client, partitions=1)
+    with client.writer(sid, mapper=0) as w:
+        for bad in (frozenset({1, 2}), {3}, object()):
+            with pytest.raises(TypeError, match="pickle_fallback"):
+                w.write("k", bad)
+            with pytest.raises(TypeError):
+                w.write(bad, "v")
+        w.write("ok", [1])  # the writer goes on
+    assert list(client.reader(sid, 0)) == [("ok", [1])]
+    # Asked for: pickled, and unpickled only by a reader that allows it.
+    sid = fresh(client, partitions=1)
+    with client.writer(sid, mapper=0, pickle_fallback=True) as w:
+        w.write("fs", {"tags": frozenset({"a", "b"})})
+    with pytest.raises(ValueError, match="allow_pickle"):
+        list(client.reader(sid, 0))
+    assert list(client.reader(sid, 0, allow_pickle=True)) == [("fs", {"tags": frozenset("ab")})]
+
+
+def test_ints_past_64_bits_raise(client):
+    sid = fresh(client, partitions=1)
+    with client.writer(sid, mapper=0) as w:
+        with pytest.raises(OverflowError, match="64 bits"):
+            w.write("k", 2**64)
+        with pytest.raises(OverflowError):
+            w.write("k", -2**63 - 1)
+
+
+def test_raw_values_are_their_msgpack_bytes(client):
+    sid = fresh(client, partitions=1)
+    with client.writer(sid, mapper=0) as w:
+        w.write("k", {"a": [1, 2]})
+    [(k, v)] = list(client.reader(sid, 0, raw=True))
+    assert k == "k" and v == sluice.packb({"a": [1, 2]})
+    assert sluice.unpackb(v) == {"a": [1, 2]}
+
+
+def test_errors_say_what_happened(client):
+    with pytest.raises(sluice.Error) as e:
+        list(client.reader("no-such-shuffle", 0))
+    assert e.value.code == "NOT_FOUND" and "no-such-shuffle" in e.value.message
+    sid = fresh(client, partitions=2, mappers=3)
+    with client.writer(sid, mapper=0) as w:
+        w.write(1, 1)
+    with pytest.raises(sluice.Error) as e:
+        list(client.reader(sid, 0, require_complete=True))
+    assert e.value.code == "FAILED_PRECONDITION"
+    with pytest.raises(sluice.Error) as e:
+        with client.writer(sid, mapper=7) as w:
+            w.write(1, 1)
+    assert e.value.code == "INVALID_ARGUMENT" and "mapper 7" in e.value.message
+    with pytest.raises(ValueError):
+        client.reader(sid, 0, order="sorted")
+    dead = sluice.connect("127.0.0.1:1", call_timeout=2)
+    with pytest.raises(sluice.Error) as e:
+        dead.create_shuffle("x", 1)
+    assert e.value.code == "UNAVAILABLE"
+
+
+def test_an_exception_inside_the_writer_discards_the_attempt(client):
+    sid = fresh(client, partitions=2)
+    with pytest.raises(KeyboardInterrupt):
+        with client.writer(sid, mapper=0) as w:
+            w.write_many((i, i) for i in range(1000))
+            raise KeyboardInterrupt  # Ctrl-C mid-write
+    assert client.shuffle_status(sid)["committed_mappers"] == []
+    assert read_all(client, sid, 2) == []
+    with client.writer(sid, mapper=0, attempt=2) as w:  # a retry commits
+        w.write(1, 1)
+    assert client.shuffle_status(sid)["committed_mappers"] == [0]
+
+
+def test_a_reader_abandoned_half_way_leaves_the_server_serving(client):
+    sid = fresh(client, partitions=1)
+    with client.writer(sid, mapper=0, sort_by_key=True) as w:
+        w.write_many((i, "x" * 200) for i in range(50000))
+    r = client.reader(sid, 0, order="key", batch=100)
+    it = iter(r)
+    first = [next(it) for _ in range(10)]
+    assert [k for k, _ in first] == list(range(10))
+    r.close()
+    del it, r
+    assert len(list(client.reader(sid, 0, order="key"))) == 50000
+    with client.reader(sid, 0) as r2:  # the context manager closes it too
+        next(iter(r2))
+    assert client.shuffle_status(sid)["partitions"][0]["records"] == 50000
+
+
+def test_threads_share_a_client_and_even_a_writer(client):
+    import threading
+    sid = fresh(client, partitions=4, mappers=1)
+    with client.writer(sid, mapper=0, buffer_mb=1) as w:
+        def go(t):
+            for i in range(3000):
+                w.write((t, i), "v" * 100)
+
+        threads = [threading.Thread(target=go, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads), "writers deadlocked"
+    got = read_all(client, sid, 4)
+    assert sorted(k for k, _ in got) == sorted((t, i) for t in range(4) for i in range(3000))
