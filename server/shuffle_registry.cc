@@ -92,16 +92,13 @@ absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
 absl::Status ShuffleRegistry::OpenDir(size_t index, std::map<std::string, absl::Status>* failed,
                                       uint64_t* open_fds) {
   const std::string root = absl::StrCat(dirs_[index]->path, "/shuffles");
-  SLUICE_RETURN_IF_ERROR(file::MakeDirs(root));
   // A directory that cannot be written (a read-only or failing disk) fails now, not at the
   // first commit of a job placed on it.
-  {
-    const std::string probe = absl::StrCat(root, "/.write-probe");
-    SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenForAppend(probe));
-    const uint8_t byte = 0;
-    SLUICE_RETURN_IF_ERROR(file::PwriteAll(fd.get(), probe, 0, absl::MakeConstSpan(&byte, 1)));
-    SLUICE_RETURN_IF_ERROR(file::SyncData(fd.get(), probe));
-    if (::unlink(probe.c_str()) != 0) return file::ErrnoStatus(errno, "remove", probe);
+  absl::Status writable = file::MakeDirs(root);
+  if (writable.ok()) writable = ProbeWrite(root);
+  if (!writable.ok()) {
+    ReserveIds(index, root, writable);
+    return writable;
   }
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
@@ -113,12 +110,7 @@ absl::Status ShuffleRegistry::OpenDir(size_t index, std::map<std::string, absl::
     }
     if (!ValidateId(id).ok()) continue;  // not ours (or a leftover temp directory)
     if (auto other = home_.find(id); other != home_.end()) {
-      // Two copies (directories moved by hand?): the first found serves; this one is left
-      // alone, as found, and logged.
-      spdlog::error(
-          "event=duplicate_shuffle shuffle={} serving={} ignored={} error=\"the shuffle is in two "
-          "data directories; move one copy away\"",
-          id, dirs_[other->second]->path, entry.path().string());
+      Duplicate(id, other->second, index);
       continue;
     }
     // A start must come up whatever the limit: past it, shuffles are left unopened (and say
@@ -146,6 +138,54 @@ absl::Status ShuffleRegistry::OpenDir(size_t index, std::map<std::string, absl::
   }
   if (ec) return file::ErrnoStatus(ec.value(), "list", root);
   return absl::OkStatus();
+}
+
+absl::Status ShuffleRegistry::ProbeWrite(const std::string& root) {
+  const std::string probe = absl::StrCat(root, "/.write-probe");
+  SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenForAppend(probe));
+  const uint8_t byte = 0;
+  SLUICE_RETURN_IF_ERROR(file::PwriteAll(fd.get(), probe, 0, absl::MakeConstSpan(&byte, 1)));
+  SLUICE_RETURN_IF_ERROR(file::SyncData(fd.get(), probe));
+  if (::unlink(probe.c_str()) != 0) return file::ErrnoStatus(errno, "remove", probe);
+  return absl::OkStatus();
+}
+
+void ShuffleRegistry::ReserveIds(size_t index, const std::string& root, const absl::Status& why) {
+  // Its shuffles cannot be opened, but their ids stay taken (if it can be listed at all): a
+  // job must not create its shuffle again on another disk, only to find two copies once this
+  // one is repaired.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    const std::string id = entry.path().filename().string();
+    if (!entry.is_directory(ec) || !ValidateId(id).ok() || home_.count(id) != 0) continue;
+    home_[id] = index;
+    DamagedShuffle d;
+    d.params = ShuffleParams{id, 0, 0};
+    d.reason = absl::UnavailableError(absl::StrCat(
+        "it is on data directory ", index + 1, " of ", dirs_.size(), ", which failed at start (",
+        WithRelativePaths(why).message(), "); repair the disk and restart the server"));
+    damaged_.emplace(id, std::move(d));
+  }
+}
+
+void ShuffleRegistry::Duplicate(const std::string& id, size_t first, size_t second) {
+  // Two copies (directories moved by hand?): which one is right is not known, so neither
+  // serves; both are kept as found, and a delete removes both.
+  spdlog::error(
+      "event=duplicate_shuffle shuffle={} dirs={},{} error=\"the shuffle is in two data "
+      "directories; move one copy away and restart, or delete the shuffle\"",
+      id, dirs_[first]->path, dirs_[second]->path);
+  extra_homes_.emplace(id, second);
+  if (auto it = shuffles_.find(id); it != shuffles_.end()) {
+    DamagedShuffle d{it->second->params(), absl::OkStatus()};
+    shuffles_.erase(it);
+    damaged_.emplace(id, std::move(d));
+  }
+  auto& d = damaged_[id];
+  d.params.shuffle_id = id;
+  d.reason = absl::FailedPreconditionError(
+      absl::StrCat("it is in data directories ", first + 1, " and ", second + 1,
+                   "; move one copy away and restart the server, or delete the shuffle"));
 }
 
 void ShuffleRegistry::FailDirLocked(size_t index, const absl::Status& why) {
@@ -274,6 +314,10 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
   const uint64_t open_fds = file::OpenFdCount();
   std::lock_guard<std::mutex> lock(mu_);
   if (auto d = damaged_.find(params.shuffle_id); d != damaged_.end()) {
+    if (absl::IsUnavailable(d->second.reason)) {
+      return absl::UnavailableError(
+          absl::StrCat("shuffle '", params.shuffle_id, "' ", d->second.reason.message()));
+    }
     return absl::AlreadyExistsError(
         absl::StrCat("shuffle '", params.shuffle_id, "' exists but is damaged (",
                      d->second.reason.message(), "); delete it to reuse the id"));
@@ -398,15 +442,41 @@ absl::Status ShuffleRegistry::WithRelativePaths(const absl::Status& st) const {
   return absl::Status(st.code(), message);
 }
 
-absl::StatusOr<std::string> ShuffleRegistry::MoveToTrash(const std::string& id) {
-  // One durable rename makes the delete atomic: after a crash the shuffle is either there
+absl::StatusOr<std::vector<std::string>> ShuffleRegistry::MoveToTrash(const std::string& id) {
+  // One rename per copy makes the delete atomic: after a crash the shuffle is either there
   // whole or gone (its trash is removed at the next start), and the id is free at once.
-  auto home = home_.find(id);
-  const std::string root =
-      absl::StrCat(dirs_[home == home_.end() ? 0 : home->second]->path, "/shuffles");
-  std::string trash = absl::StrCat(root, "/.trash-", id, "-", ++trash_counter_);
-  SLUICE_RETURN_IF_ERROR(file::Rename(ShuffleDirLocked(id), trash));
-  SLUICE_RETURN_IF_ERROR(file::SyncDir(root));
+  std::vector<size_t> homes;
+  if (auto home = home_.find(id); home != home_.end()) homes.push_back(home->second);
+  for (auto [it, end] = extra_homes_.equal_range(id); it != end; ++it) {
+    homes.push_back(it->second);
+  }
+  if (homes.empty()) homes.push_back(0);
+  for (size_t index : homes) {
+    if (!dirs_[index]->failed.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("shuffle '", id, "' is on data directory ", index + 1, " of ", dirs_.size(),
+                       ", which has failed: it cannot be deleted until the disk is repaired"));
+    }
+  }
+  std::vector<std::string> trash;
+  for (size_t index : homes) {
+    const std::string root = absl::StrCat(dirs_[index]->path, "/shuffles");
+    std::string to = absl::StrCat(root, "/.trash-", id, "-", ++trash_counter_);
+    absl::Status st = file::Rename(absl::StrCat(root, "/", id), to);
+    if (!st.ok()) {
+      if (trash.empty()) return WithRelativePaths(st);
+      // A copy is gone already: the delete has happened; what is left is cleaned at a start.
+      spdlog::error("event=delete_incomplete shuffle={} error=\"{}\"", id,
+                    std::string(st.message()));
+      continue;
+    }
+    trash.push_back(std::move(to));
+    // Renamed: the delete is done; a failed directory sync only makes it less durable.
+    if (st = file::SyncDir(root); !st.ok()) {
+      spdlog::warn("event=delete_sync_failed shuffle={} error=\"{}\"", id,
+                   std::string(st.message()));
+    }
+  }
   return trash;
 }
 
@@ -418,7 +488,7 @@ std::vector<std::shared_ptr<ShuffleStore>> ShuffleRegistry::List() const {
 }
 
 absl::Status ShuffleRegistry::Delete(const std::string& id) {
-  std::string trash;
+  std::vector<std::string> trash;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = shuffles_.find(id);
@@ -426,6 +496,7 @@ absl::Status ShuffleRegistry::Delete(const std::string& id) {
     if (it == shuffles_.end() && d == damaged_.end()) return NotFoundLocked(id);
     SLUICE_ASSIGN_OR_RETURN(trash, MoveToTrash(id));
     home_.erase(id);
+    extra_homes_.erase(id);
     if (it != shuffles_.end()) {
       it->second->MarkDeleted();  // streams still holding it fail; their fds point into trash
       shuffles_.erase(it);
@@ -433,7 +504,8 @@ absl::Status ShuffleRegistry::Delete(const std::string& id) {
       damaged_.erase(d);  // nothing holds a damaged shuffle's files
     }
   }
-  return file::RemoveTree(trash);
+  for (const std::string& t : trash) SLUICE_RETURN_IF_ERROR(file::RemoveTree(t));
+  return absl::OkStatus();
 }
 
 }  // namespace sluice

@@ -110,8 +110,16 @@ class ShuffleRegistry {
   void FailDirLocked(size_t index, const absl::Status& why);
   // Parts per million of `dir`'s file system in use (cached 250 ms).
   uint32_t UsedPpm(const Dir& dir) const;
-  // Renames the shuffle's directory away durably (the delete's one atomic step); returns where.
-  absl::StatusOr<std::string> MoveToTrash(const std::string& id);
+  // Renames the shuffle's directory (each copy's) away (the delete's atomic step); returns
+  // where. UNAVAILABLE for a shuffle on a failed data directory.
+  absl::StatusOr<std::vector<std::string>> MoveToTrash(const std::string& id);
+  // A write, sync and remove of a probe file in `root`.
+  static absl::Status ProbeWrite(const std::string& root);
+  // For a data directory that failed at start: its shuffles' ids, if it can be listed, are
+  // kept taken (UNAVAILABLE) so that they are not created again elsewhere.
+  void ReserveIds(size_t index, const std::string& root, const absl::Status& why);
+  // Shuffle `id` found in data directories `first` and `second`: neither copy serves.
+  void Duplicate(const std::string& id, size_t first, size_t second);
   // NOT_FOUND for `id`, saying which data directories failed (their shuffles are unknown).
   absl::Status NotFoundLocked(const std::string& id) const;
 
@@ -120,6 +128,7 @@ class ShuffleRegistry {
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Dir>> dirs_;  // fixed after Open; `failed` under mu_
   std::map<std::string, size_t> home_;      // id -> its data directory (shuffles and damaged)
+  std::multimap<std::string, size_t> extra_homes_;  // more copies of an id (Duplicate)
   std::map<std::string, std::shared_ptr<ShuffleStore>> shuffles_;
   std::map<std::string, DamagedShuffle> damaged_;
   std::set<std::string> reopening_;  // wedged stores being reopened

@@ -1,5 +1,6 @@
 #include "server/shuffle_service.h"
 
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include <algorithm>
@@ -789,7 +790,7 @@ namespace {
 // Each data directory's state and space; the node's totals over the healthy ones, each file
 // system once.
 void FillDataDirs(const ShuffleRegistry& registry, v1::NodeInfo* resp) {
-  std::set<unsigned long> counted;  // file system ids
+  std::set<dev_t> counted;  // file systems (devices)
   const auto dirs = registry.DataDirs();
   for (size_t i = 0; i < dirs.size(); ++i) {
     v1::DataDirStatus* d = resp->add_data_dirs();
@@ -804,7 +805,11 @@ void FillDataDirs(const ShuffleRegistry& registry, v1::NodeInfo* resp) {
     if (::statvfs(dirs[i].path.c_str(), &fs) != 0) continue;
     d->set_disk_free_bytes(uint64_t{fs.f_bavail} * fs.f_frsize);
     d->set_disk_total_bytes(uint64_t{fs.f_blocks} * fs.f_frsize);
-    if (d->failed() || !counted.insert(fs.f_fsid).second) continue;
+    struct stat st {};
+    if (d->failed() || ::stat(dirs[i].path.c_str(), &st) != 0 ||
+        !counted.insert(st.st_dev).second) {
+      continue;
+    }
     resp->set_disk_free_bytes(resp->disk_free_bytes() + d->disk_free_bytes());
     resp->set_disk_total_bytes(resp->disk_total_bytes() + d->disk_total_bytes());
   }

@@ -1,5 +1,6 @@
 #include "server/sluice_server.h"
 
+#include <google/protobuf/descriptor.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string_view>
@@ -142,14 +144,34 @@ namespace {
 
 using grpc::experimental::InterceptionHookPoints;
 
-// "/sluice.v1.ShuffleService/Push" -> "Push"; other services keep "service/method".
-std::string MethodLabel(const char* full) {
-  std::string_view m = full == nullptr ? std::string_view("unknown") : std::string_view(full);
-  if (!m.empty() && m.front() == '/') m.remove_prefix(1);
-  constexpr std::string_view kOurs = "sluice.v1.ShuffleService/";
-  if (m.substr(0, kOurs.size()) == kOurs) m.remove_prefix(kOurs.size());
-  return std::string(m);
-}
+// The methods calls are counted under: the service's own ("Push"), the health and reflection
+// services' ("grpc.health.v1.Health/Check"), and "unknown" for anything else a client sends
+// (gRPC hands unknown paths to the interceptor as they came: counting each under its own name
+// would let a client grow the server's memory and every scrape without end).
+class MethodLabels {
+ public:
+  MethodLabels() {
+    const auto* service = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+        "sluice.v1.ShuffleService");
+    for (int i = 0; service != nullptr && i < service->method_count(); ++i) {
+      const std::string& name = service->method(i)->name();
+      labels_.emplace("/sluice.v1.ShuffleService/" + name, name);
+    }
+    for (const char* other : {"grpc.health.v1.Health/Check", "grpc.health.v1.Health/Watch",
+                              "grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"}) {
+      labels_.emplace(absl::StrCat("/", other), other);
+    }
+  }
+  const std::string& Of(const char* full) const {
+    static const std::string kUnknown = "unknown";
+    if (full == nullptr) return kUnknown;
+    auto it = labels_.find(full);
+    return it == labels_.end() ? kUnknown : it->second;
+  }
+
+ private:
+  std::map<std::string, std::string, std::less<>> labels_;
+};
 
 // Counts every finished call by method and the status it ends with (sluice_rpc_handled_total).
 class CallCounter final : public grpc::experimental::Interceptor {
@@ -172,11 +194,12 @@ class CallCounterFactory final : public grpc::experimental::ServerInterceptorFac
   explicit CallCounterFactory(CallCounts* calls) : calls_(calls) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    return new CallCounter(MethodLabel(info->method()), calls_);
+    return new CallCounter(labels_.Of(info->method()), calls_);
   }
 
  private:
   CallCounts* const calls_;
+  const MethodLabels labels_;
 };
 
 // The most often a client may ping (ClientOptions::keepalive_time must not be shorter).

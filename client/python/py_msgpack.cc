@@ -43,7 +43,16 @@ void PackInt(Packer& pk, pb::handle o) {
             " does not fit msgpack's 64 bits; pass it as a str, or enable pickle_fallback");
 }
 
-// `pk` appends to `*out` as it goes: both may be written to.
+uint32_t Length(Py_ssize_t n, const char* what) {
+  if (n < 0 || static_cast<uint64_t>(n) > 0xffffffffu) {
+    Raise(PyExc_ValueError, std::string(what) + " longer than msgpack's 4 GiB - 1 limit");
+  }
+  return static_cast<uint32_t>(n);
+}
+
+// `pk` appends to `*out` as it goes: both may be written to. Only exact built-in types are
+// encoded: a subclass (IntEnum, a namedtuple, numpy.float64) would come back as its base type,
+// so it goes the way of any other object msgpack cannot carry.
 void PackImpl(Packer& pk, std::string* out, pb::handle o, bool pickle_fallback, int depth) {
   if (depth > kMaxDepth) {
     Raise(PyExc_ValueError, "object nested deeper than 512 levels (a cycle?)");
@@ -51,11 +60,11 @@ void PackImpl(Packer& pk, std::string* out, pb::handle o, bool pickle_fallback, 
   PyObject* p = o.ptr();
   if (p == Py_None) {
     pk.pack_nil();
-  } else if (PyBool_Check(p)) {
+  } else if (p == Py_True || p == Py_False) {
     p == Py_True ? pk.pack_true() : pk.pack_false();
-  } else if (PyLong_Check(p)) {
+  } else if (PyLong_CheckExact(p)) {
     PackInt(pk, o);
-  } else if (PyFloat_Check(p)) {
+  } else if (PyFloat_CheckExact(p)) {
     // float 64 always: msgpack-cxx's pack_double writes whole numbers (2.0, -0.0) as ints,
     // which would come back as a different type.
     const double d = PyFloat_AS_DOUBLE(p);
@@ -63,47 +72,56 @@ void PackImpl(Packer& pk, std::string* out, pb::handle o, bool pickle_fallback, 
     std::memcpy(&bits, &d, 8);
     out->push_back(static_cast<char>(0xcb));
     for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(bits >> (56 - 8 * i)));
-  } else if (PyUnicode_Check(p)) {
+  } else if (PyUnicode_CheckExact(p)) {
     Py_ssize_t n = 0;
     const char* s = PyUnicode_AsUTF8AndSize(p, &n);
     if (s == nullptr) throw pb::error_already_set();  // e.g. a lone surrogate
-    pk.pack_str(static_cast<uint32_t>(n));
+    pk.pack_str(Length(n, "a str"));
     pk.pack_str_body(s, static_cast<uint32_t>(n));
-  } else if (PyBytes_Check(p)) {
-    const auto n = static_cast<uint32_t>(PyBytes_GET_SIZE(p));
+  } else if (PyBytes_CheckExact(p)) {
+    const uint32_t n = Length(PyBytes_GET_SIZE(p), "a bytes");
     pk.pack_bin(n);
     pk.pack_bin_body(PyBytes_AS_STRING(p), n);
-  } else if (PyByteArray_Check(p) || PyMemoryView_Check(p)) {
+  } else if (PyByteArray_CheckExact(p) || PyMemoryView_Check(p)) {
     Py_buffer view;
     if (PyObject_GetBuffer(p, &view, PyBUF_SIMPLE) != 0) throw pb::error_already_set();
-    const auto n = static_cast<uint32_t>(view.len);
+    const Py_ssize_t len = view.len;
+    if (len < 0 || static_cast<uint64_t>(len) > 0xffffffffu) PyBuffer_Release(&view);
+    const uint32_t n = Length(len, "a buffer");
     pk.pack_bin(n);
     pk.pack_bin_body(static_cast<const char*>(view.buf), n);
     PyBuffer_Release(&view);
-  } else if (PyDict_Check(p)) {
-    pk.pack_map(static_cast<uint32_t>(PyDict_GET_SIZE(p)));
-    PyObject *k = nullptr, *v = nullptr;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(p, &pos, &k, &v)) {
-      PackImpl(pk, out, k, pickle_fallback, depth + 1);
-      PackImpl(pk, out, v, pickle_fallback, depth + 1);
+  } else if (PyDict_CheckExact(p)) {
+    // Pickling an element (the fallback) runs Python code, which may change this dict: encode
+    // a snapshot of its items, holding references.
+    pb::list items = pb::reinterpret_steal<pb::list>(PyDict_Items(p));
+    if (!items) throw pb::error_already_set();
+    pk.pack_map(Length(PyList_GET_SIZE(items.ptr()), "a dict"));
+    for (pb::handle kv : items) {
+      PackImpl(pk, out, PyTuple_GET_ITEM(kv.ptr(), 0), pickle_fallback, depth + 1);
+      PackImpl(pk, out, PyTuple_GET_ITEM(kv.ptr(), 1), pickle_fallback, depth + 1);
     }
-  } else if (PyList_Check(p) || PyTuple_Check(p)) {
-    const Py_ssize_t n = PySequence_Fast_GET_SIZE(p);
-    pk.pack_array(static_cast<uint32_t>(n));
-    PyObject** items = PySequence_Fast_ITEMS(p);
-    for (Py_ssize_t i = 0; i < n; ++i) PackImpl(pk, out, items[i], pickle_fallback, depth + 1);
+  } else if (PyList_CheckExact(p) || PyTuple_CheckExact(p)) {
+    // A list may change while an element is pickled: a tuple snapshot holds its elements.
+    pb::tuple items = PyTuple_CheckExact(p) ? pb::reinterpret_borrow<pb::tuple>(o)
+                                            : pb::reinterpret_steal<pb::tuple>(PyList_AsTuple(p));
+    if (!items) throw pb::error_already_set();
+    const Py_ssize_t n = PyTuple_GET_SIZE(items.ptr());
+    pk.pack_array(Length(n, "a list"));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PackImpl(pk, out, PyTuple_GET_ITEM(items.ptr(), i), pickle_fallback, depth + 1);
+    }
   } else if (pickle_fallback) {
     pb::bytes pickled = pb::module_::import("pickle").attr("dumps")(o, 5);
     const std::string_view b = pickled;
-    pk.pack_ext(static_cast<uint32_t>(b.size()), kPickleExt);
+    pk.pack_ext(Length(static_cast<Py_ssize_t>(b.size()), "a pickled object"), kPickleExt);
     pk.pack_ext_body(b.data(), static_cast<uint32_t>(b.size()));
   } else {
     Raise(PyExc_TypeError,
           "cannot encode an object of type '" + TypeName(o) +
-              "' as msgpack: msgpack has no form for it, and any other would come back as a "
-              "different object; convert it (a set to a sorted list, say) or open the writer "
-              "with pickle_fallback=True");
+              "' as msgpack: msgpack has no form for it (or only its base type's), and any "
+              "other would come back as a different object; convert it (a set to a sorted "
+              "list, an enum to its value, say) or open the writer with pickle_fallback=True");
   }
 }
 
@@ -224,8 +242,14 @@ class Decoder {
     const char* p = Take(n);
     return pb::bytes(p, n);
   }
+  // Every element takes a byte at least: all the elements claimed so far, at every level,
+  // must fit the input, or a few bytes could make the decoder allocate gigabytes.
+  void Claim(uint64_t n) {
+    claimed_ += n;
+    if (n > in_.size() || claimed_ > in_.size()) Fail("more elements claimed than bytes");
+  }
   pb::object Array(uint64_t n, bool as_key, int depth) {
-    if (n > in_.size() - pos_) Fail("array longer than its bytes");
+    Claim(n);
     if (as_key) {
       pb::tuple t(n);
       for (uint64_t i = 0; i < n; ++i) t[i] = Value(true, depth + 1);
@@ -236,7 +260,7 @@ class Decoder {
     return std::move(l);
   }
   pb::object Map(uint64_t n, int depth) {
-    if (n > in_.size() - pos_) Fail("map longer than its bytes");
+    Claim(2 * n);
     pb::dict d;
     for (uint64_t i = 0; i < n; ++i) {
       pb::object k = Value(true, depth + 1);
@@ -258,6 +282,7 @@ class Decoder {
 
   std::string_view in_;
   size_t pos_ = 0;
+  uint64_t claimed_ = 0;  // elements claimed by every array and map so far
   const bool allow_pickle_;
 };
 

@@ -51,6 +51,10 @@ std::unique_lock<std::mutex> LockWithoutGil(std::mutex& mu) {
 }
 
 std::chrono::milliseconds Millis(double seconds) {
+  if (!(seconds > 0) || seconds > 86400.0 * 365) {
+    PyErr_SetString(PyExc_ValueError, "a timeout must be more than 0 and at most a year");
+    throw pb::error_already_set();
+  }
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
@@ -98,19 +102,31 @@ class Writer {
       Check(st);
     };
     buf_.clear();
-    for (pb::handle item : items) {
-      if (!PyTuple_Check(item.ptr()) || PyTuple_GET_SIZE(item.ptr()) != 2) {
-        PyErr_SetString(PyExc_TypeError, "write_many takes (key, value) pairs");
-        throw pb::error_already_set();
+    try {
+      for (pb::handle item : items) {
+        if (!PyTuple_Check(item.ptr()) || PyTuple_GET_SIZE(item.ptr()) != 2) {
+          PyErr_SetString(PyExc_TypeError, "write_many takes (key, value) pairs");
+          throw pb::error_already_set();
+        }
+        Pack(PyTuple_GET_ITEM(item.ptr(), 0), false, &buf_);
+        const size_t kend = buf_.size();
+        Pack(PyTuple_GET_ITEM(item.ptr(), 1), pickle_fallback_, &buf_);
+        cuts.emplace_back(kend, buf_.size());
+        ++n;
+        if (buf_.size() >= kBatchBytes) flush();
       }
-      Pack(PyTuple_GET_ITEM(item.ptr(), 0), false, &buf_);
-      const size_t kend = buf_.size();
-      Pack(PyTuple_GET_ITEM(item.ptr(), 1), pickle_fallback_, &buf_);
-      cuts.emplace_back(kend, buf_.size());
-      ++n;
-      if (buf_.size() >= kBatchBytes) flush();
+      flush();
+    } catch (...) {
+      // Some pairs were added and some not: a commit now would have a hole. The attempt is
+      // discarded; close() says so, and a new attempt starts over.
+      {
+        pb::gil_scoped_release release;
+        writer_->Abort();
+      }
+      writer_.reset();
+      failed_ = true;
+      throw;
     }
-    flush();
     return n;
   }
 
@@ -143,11 +159,17 @@ class Writer {
 
  private:
   void Live() const {
+    if (failed_) {
+      Throw(absl::FailedPreconditionError(
+          "write_many failed part-way, so the attempt was discarded; write it again with a new "
+          "writer"));
+    }
     if (writer_ == nullptr) Throw(absl::FailedPreconditionError("the writer is closed"));
   }
   std::mutex mu_;
   std::unique_ptr<ShuffleWriter> writer_;
   const bool pickle_fallback_;
+  bool failed_ = false;  // write_many failed part-way: the attempt was discarded
   std::string key_, value_, buf_;
 };
 
@@ -161,9 +183,62 @@ class Reader {
   pb::list NextBatch(size_t max_records) {
     auto lock = LockWithoutGil(mu_);
     pb::list out;
-    if (reader_ == nullptr) return out;
+    Fetch(max_records);
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      out.append(pb::make_tuple(Unpack(keys_[i], allow_pickle_, /*as_key=*/true), Value(i)));
+    }
+    return out;
+  }
+
+  // Whole groups: (key, [values]) for runs of equal key bytes (the order and the routing are
+  // by those bytes, so grouping is too: 1 and True, or 1 and 1.0, are different keys). A group
+  // may span batches: it is returned once it is complete. An empty list at the end.
+  pb::list NextGroups(size_t max_records) {
+    auto lock = LockWithoutGil(mu_);
+    pb::list out;
+    while (out.empty() && (reader_ != nullptr || group_open_)) {
+      Fetch(max_records);
+      for (size_t i = 0; i < keys_.size(); ++i) {
+        if (group_open_ && keys_[i] == group_key_) {
+          group_values_.append(Value(i));
+          continue;
+        }
+        if (group_open_) out.append(pb::make_tuple(group_decoded_, group_values_));
+        group_key_ = keys_[i];
+        group_decoded_ = Unpack(keys_[i], allow_pickle_, /*as_key=*/true);
+        group_values_ = pb::list();
+        group_values_.append(Value(i));
+        group_open_ = true;
+      }
+      if (reader_ == nullptr && group_open_) {  // the end: the last group is complete
+        out.append(pb::make_tuple(group_decoded_, group_values_));
+        group_open_ = false;
+      }
+    }
+    return out;
+  }
+
+  void Close() {
+    auto lock = LockWithoutGil(mu_);
+    pb::gil_scoped_release release;
+    reader_.reset();  // cancels the fetch
+  }
+
+ private:
+  pb::object Value(size_t i) {
+    return raw_ ? pb::bytes(values_[i]) : Unpack(values_[i], allow_pickle_);
+  }
+
+  // Up to `max_records` records into keys_ and values_ (copies: the reader's views end at its
+  // next call), without the GIL; reader_ is reset at the end. Raises the reader's error.
+  void Fetch(size_t max_records) {
+    if (max_records == 0) {
+      PyErr_SetString(PyExc_ValueError, "a batch is at least 1 record");
+      throw pb::error_already_set();
+    }
     keys_.clear();
     values_.clear();
+    if (reader_ == nullptr) return;
     absl::Status failed;
     {
       pb::gil_scoped_release release;
@@ -186,27 +261,20 @@ class Reader {
     }
     if (!failed.ok()) {
       reader_.reset();
+      group_open_ = false;
       Throw(failed);
     }
-    for (size_t i = 0; i < keys_.size(); ++i) {
-      pb::object k = Unpack(keys_[i], allow_pickle_, /*as_key=*/true);
-      pb::object v = raw_ ? pb::bytes(values_[i]) : Unpack(values_[i], allow_pickle_);
-      out.append(pb::make_tuple(std::move(k), std::move(v)));
-    }
-    return out;
   }
 
-  void Close() {
-    auto lock = LockWithoutGil(mu_);
-    pb::gil_scoped_release release;
-    reader_.reset();  // cancels the fetch
-  }
-
- private:
   std::mutex mu_;
   std::unique_ptr<ShuffleReader> reader_;
   const bool raw_, allow_pickle_;
   std::vector<std::string> keys_, values_;
+  // NextGroups: the group still open at the end of the last batch.
+  bool group_open_ = false;
+  std::string group_key_;
+  pb::object group_decoded_;
+  pb::list group_values_;
 };
 
 class Client {
@@ -333,6 +401,7 @@ PYBIND11_MODULE(_sluice, m) {
       .def("abort", &Writer::Abort);
   pb::class_<Reader>(m, "Reader")
       .def("next_batch", &Reader::NextBatch, pb::arg("max_records") = 1024)
+      .def("next_groups", &Reader::NextGroups, pb::arg("max_records") = 1024)
       .def("close", &Reader::Close);
   m.def(
       "packb",

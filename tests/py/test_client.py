@@ -213,3 +213,51 @@ def test_threads_share_a_client_and_even_a_writer(client):
         assert not any(t.is_alive() for t in threads), "writers deadlocked"
     got = read_all(client, sid, 4)
     assert sorted(k for k, _ in got) == sorted((t, i) for t in range(4) for i in range(3000))
+
+
+def test_groups_follow_key_bytes_and_span_batches(client):
+    sid = fresh(client, partitions=1)
+    with client.writer(sid, mapper=0, sort_by_key=True) as w:
+        for k in (1, 1.0, True, (1, 1), (1, True)):
+            w.write_many((k, i) for i in range(3))
+        w.write_many(("big", i) for i in range(2500))  # one group over several batches
+    groups = list(client.reader(sid, 0, order="key", batch=100).groups())
+    assert len(groups) == 6
+    assert sorted(len(v) for _, v in groups) == [3, 3, 3, 3, 3, 2500]
+    assert {type(k) for k, _ in groups} == {int, float, bool, tuple, str}
+
+
+def test_subclasses_and_oversized_claims_are_refused(client):
+    import enum
+    from collections import namedtuple
+
+    class Color(enum.IntEnum):
+        RED = 1
+
+    Point = namedtuple("Point", "x y")
+    sid = fresh(client, partitions=1)
+    with client.writer(sid, mapper=0) as w:
+        for bad in (Color.RED, Point(1, 2), type("MyStr", (str,), {})("s")):
+            with pytest.raises(TypeError, match="pickle_fallback"):
+                w.write("k", bad)
+    # A few bytes that claim billions of elements are refused before anything is allocated.
+    with pytest.raises(ValueError, match="claimed"):
+        sluice.unpackb(b"\xdd\xff\xff\xff\xff" * 4)
+    with pytest.raises(ValueError):
+        sluice.unpackb(b"\xdd\x00\x10\x00\x00" + b"\xdd\x00\x10\x00\x00" * 100)
+
+
+def test_a_failed_write_many_discards_the_attempt(client):
+    sid = fresh(client, partitions=2)
+
+    def items():
+        yield from ((i, i) for i in range(5000))
+        raise RuntimeError("the mapper's own bug")
+
+    w = client.writer(sid, mapper=0)
+    with pytest.raises(RuntimeError):
+        w.write_many(items())
+    with pytest.raises(sluice.Error) as e:
+        w.close()  # no commit with a hole in it
+    assert e.value.code == "FAILED_PRECONDITION" and "discarded" in e.value.message
+    assert client.shuffle_status(sid)["committed_mappers"] == []

@@ -104,9 +104,10 @@ TEST(DataDirsTest, BadListsAreRefusedNamingTheFlag) {
               StatusIs(absl::StatusCode::kInvalidArgument, "twice"));
 }
 
-// Data directory 1 "fails": a read-only file system mounted over its shuffles/ (root only, as
-// in CI; skipped otherwise). New files there fail with EROFS, as on a disk the kernel turned
-// read-only after errors; files the server holds open stay usable. Directory 2 is healthy.
+// Data directory 1 "fails": its shuffles/ bind-mounted read-only over itself (root only, as in
+// CI; skipped otherwise). New files there fail with EROFS, as on a disk the kernel turned
+// read-only after errors, while its contents can still be listed and read, and files the
+// server holds open stay usable. Directory 2 is healthy.
 class FailingDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -127,9 +128,12 @@ class FailingDirTest : public ::testing::Test {
   void Fail(bool failed, const std::string& dir = "") {
     const std::string target = (dir.empty() ? disk_ : dir) + "/shuffles";
     if (failed) {
-      ASSERT_EQ(::mount("tmpfs", target.c_str(), "tmpfs", MS_RDONLY, "size=1m"), 0)
+      ASSERT_EQ(::mount(target.c_str(), target.c_str(), nullptr, MS_BIND, nullptr), 0)
           << std::strerror(errno);
       mounted_.push_back(target);
+      ASSERT_EQ(
+          ::mount(nullptr, target.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr), 0)
+          << std::strerror(errno);
       return;
     }
     for (const std::string& m : mounted_) ::umount2(m.c_str(), MNT_DETACH);
@@ -143,7 +147,6 @@ class FailingDirTest : public ::testing::Test {
 TEST_F(FailingDirTest, AFailedDiskIsReportedTakesNothingNewAndTheOtherServes) {
   MiniServerOptions opts;
   opts.server.data_dir = disk_ + "," + other_;
-  opts.server.metrics_listen = "127.0.0.1:0";
   ASSERT_OK_AND_ASSIGN(auto server, MiniServer::Start(opts));
   ASSERT_OK_AND_ASSIGN(auto client, server->Client());
   for (const char* id : {"x1", "x2"}) {
@@ -186,8 +189,17 @@ TEST_F(FailingDirTest, AFailedDiskIsReportedTakesNothingNewAndTheOtherServes) {
   ASSERT_OK_AND_ASSIGN(client, server->Client());
   ASSERT_OK_AND_ASSIGN(node, client->GetNode());
   EXPECT_TRUE(node.data_dirs[0].failed);
-  EXPECT_THAT(client->GetShuffle(on_disk).status(),
-              StatusIs(absl::StatusCode::kNotFound, "data directory 1 of 2 failed"));
+  // Its shuffles' ids stay taken: not created again elsewhere, not deleted, but named.
+  ASSERT_OK_AND_ASSIGN(ShuffleStatus status, client->GetShuffle(on_disk));
+  EXPECT_TRUE(status.wedged);  // listed, not open
+  EXPECT_NE(status.wedge.find("data directory 1 of 2, which failed at start"), std::string::npos)
+      << status.wedge;
+  EXPECT_THAT(Count(*client, on_disk, 2).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "data directory 1 of 2, which failed"));
+  EXPECT_THAT(client->CreateShuffle(on_disk, 2, 2).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "which failed at start"));
+  EXPECT_THAT(client->DeleteShuffle(on_disk),
+              StatusIs(absl::StatusCode::kUnavailable, "cannot be deleted"));
   for (const std::string& id : {on_other, std::string("x3"), std::string("x5")}) {
     ASSERT_OK_AND_ASSIGN(n, Count(*client, id, 2));
     EXPECT_EQ(n, id == on_other ? 1000u : 500u) << id;
@@ -200,6 +212,37 @@ TEST_F(FailingDirTest, AFailedDiskIsReportedTakesNothingNewAndTheOtherServes) {
   EXPECT_EQ(n, 500u);
   ASSERT_OK_AND_ASSIGN(node, client->GetNode());
   EXPECT_FALSE(node.data_dirs[0].failed);
+}
+
+TEST(DataDirsTest, AShuffleFoundInTwoDirectoriesServesFromNeitherAndDeletesBoth) {
+  testing::TempDir root;
+  const std::string a = root.path() + "/a", b = root.path() + "/b";
+  MiniServerOptions opts;
+  opts.server.data_dir = a + "," + b;
+  ASSERT_OK_AND_ASSIGN(auto server, MiniServer::Start(opts));
+  {
+    ASSERT_OK_AND_ASSIGN(auto client, server->Client());
+    ASSERT_OK(client->CreateShuffle("dup", 2, 1).status());
+    ASSERT_OK(Write(*client, "dup", 0, 100));
+  }
+  ASSERT_OK(server->Stop());
+  const std::string from = (Holds(a, "dup") ? a : b) + "/shuffles/dup";
+  const std::string to = (Holds(a, "dup") ? b : a) + "/shuffles/dup";
+  std::filesystem::copy(from, to, std::filesystem::copy_options::recursive);
+  ASSERT_OK(server->Restart());
+  ASSERT_OK_AND_ASSIGN(auto client, server->Client());
+  ASSERT_OK_AND_ASSIGN(ShuffleStatus status, client->GetShuffle("dup"));
+  EXPECT_TRUE(status.wedged);
+  EXPECT_NE(status.wedge.find("in data directories 1 and 2"), std::string::npos) << status.wedge;
+  EXPECT_THAT(Count(*client, "dup", 2).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "in data directories 1 and 2"));
+  ASSERT_OK(client->DeleteShuffle("dup"));
+  EXPECT_FALSE(Holds(a, "dup"));
+  EXPECT_FALSE(Holds(b, "dup"));
+  ASSERT_OK(server->Restart());
+  ASSERT_OK_AND_ASSIGN(client, server->Client());
+  EXPECT_THAT(client->GetShuffle("dup").status(), StatusIs(absl::StatusCode::kNotFound, "dup"));
+  EXPECT_OK(client->CreateShuffle("dup", 2, 1).status());
 }
 
 TEST_F(FailingDirTest, NoUsableDirectoryFailsTheStartNamingEach) {

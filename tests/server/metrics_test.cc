@@ -4,12 +4,15 @@
 #include "server/metrics.h"
 
 #include <arpa/inet.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <future>
 #include <map>
 #include <string>
 
@@ -213,6 +216,27 @@ TEST(ServerMetricsTest, CountersFollowWhatClientsDid) {
   EXPECT_GT(s["sluice_start_time_seconds"], 1.7e9);
   // The same text in process.
   EXPECT_NE(server->server()->RenderMetrics().find("sluice_commits_total 1\n"), std::string::npos);
+}
+
+// Calls to methods the server does not have are counted under one name: a client sending
+// random paths must not grow the server's memory and its scrapes.
+TEST(ServerMetricsTest, UnknownMethodsAreCountedUnderOneLabel) {
+  ASSERT_OK_AND_ASSIGN(auto server, testing::MiniServer::Start());
+  grpc::GenericStub generic(
+      grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()));
+  for (int i = 0; i < 5; ++i) {
+    grpc::ClientContext ctx;
+    grpc::Slice empty;
+    grpc::ByteBuffer request(&empty, 1), response;
+    std::promise<grpc::Status> done;
+    generic.UnaryCall(&ctx, "/x.Y/random" + std::to_string(i), grpc::StubOptions(), &request,
+                      &response, [&done](grpc::Status st) { done.set_value(st); });
+    EXPECT_EQ(done.get_future().get().error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  }
+  const std::string text = server->server()->RenderMetrics();
+  EXPECT_EQ(Samples(text)["sluice_rpc_handled_total{method=\"unknown\",code=\"UNIMPLEMENTED\"}"], 5)
+      << text;
+  EXPECT_EQ(text.find("random"), std::string::npos) << text;
 }
 
 TEST(ServerMetricsTest, ATakenMetricsPortFailsTheStartAndNamesTheFlag) {

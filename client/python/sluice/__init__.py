@@ -60,6 +60,8 @@ class Client:
         raw=True gives values as their msgpack bytes."""
         if order not in ("unordered", "key"):
             raise ValueError(f"order must be 'unordered' or 'key', not {order!r}")
+        if batch < 1:
+            raise ValueError("batch must be at least 1")
         native = self._c.open_reader(shuffle_id, partition, order == "key", require_complete,
                                      raw, allow_pickle)
         return Reader(native, batch)
@@ -115,20 +117,13 @@ class Reader:
             yield from b
 
     def groups(self):
-        """(key, [values]) for each key, for a reader with order="key"."""
-        it = iter(self)
-        try:
-            key, value = next(it)
-        except StopIteration:
-            return
-        values = [value]
-        for k, v in it:
-            if k == key and type(k) is type(key):
-                values.append(v)
-                continue
-            yield key, values
-            key, values = k, [v]
-        yield key, values
+        """(key, [values]) for each key, for a reader with order="key". Keys are grouped by
+        their msgpack bytes, as they are ordered and routed: 1, 1.0 and True are three keys."""
+        while True:
+            groups = self._r.next_groups(self._batch)
+            if not groups:
+                return
+            yield from groups
 
     def close(self):
         """Ends the read early (the server stops sending)."""
