@@ -7,6 +7,7 @@
 #
 #   bash bench/metrics_bench.sh [BUILD_DIR=build] [ROUNDS=5] [SCRAPE_MS=100]
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 BUILD=${1:-build}
 ROUNDS=${2:-5}
 SCRAPE_MS=${3:-100}
@@ -27,15 +28,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_port() {  # port
-  for _ in $(seq 1 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "metrics_bench: nothing listens on 127.0.0.1:$1" >&2
-  return 1
-}
-
 BASE=$((20000 + RANDOM % 20000))
 PLAIN=$BASE SCRAPED=$((BASE + 1)) METRICS=$((BASE + 2))
 COMMON=(--worker_threads=2 --memory_budget_mb=128 --log_level=warn)
@@ -44,9 +36,9 @@ PIDS+=($!)
 "$SERVER" --data_dir="$TMP/scraped" --listen="127.0.0.1:$SCRAPED" \
   --metrics_listen="127.0.0.1:$METRICS" "${COMMON[@]}" >/dev/null 2>&1 &
 PIDS+=($!)
-wait_port "$PLAIN"
-wait_port "$SCRAPED"
-wait_port "$METRICS"
+wait_port 127.0.0.1 "$PLAIN"
+wait_port 127.0.0.1 "$SCRAPED"
+wait_port 127.0.0.1 "$METRICS"
 
 # The scraper: one process (no curl started per scrape: on 2 cores that alone cost the bench
 # ~10%), a GET every SCRAPE_MS while its bench runs; it writes its count and mean latency.
@@ -66,7 +58,6 @@ while True:
 PY
 }
 
-items() { sed -n 's/.*"items_per_sec": \([0-9]*\).*/\1/p'; }
 declare -a RATIOS=()
 for r in $(seq 1 "$ROUNDS"); do
   # Alternate which goes first, so neither always runs on a warmer machine.
@@ -86,12 +77,12 @@ for r in $(seq 1 "$ROUNDS"); do
     out=$("$BENCH" --server "127.0.0.1:$port" --order KEY)
     [[ $which == scraped ]] && { kill "$SCRAPER"; wait "$SCRAPER" 2>/dev/null || true; }
     grep -q '"counts_match": true' <<<"$out" || { echo "metrics_bench: counts differ: $out" >&2; exit 1; }
-    ips[$which]=$(items <<<"$out")
+    ips[$which]=$(items_per_sec <<<"$out")
   done
   ratio=$(awk "BEGIN{printf \"%.3f\", ${ips[scraped]} / ${ips[plain]}}")
   RATIOS+=("$ratio")
   echo "round $r: plain ${ips[plain]} items/s, scraped ${ips[scraped]} items/s ($(cat "$TMP/scrapes")), ratio $ratio"
 done
-median=$(printf '%s\n' "${RATIOS[@]}" | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}')
+median=$(median "${RATIOS[@]}")
 bytes=$(curl -sf "http://127.0.0.1:$METRICS/metrics" | wc -c)
 echo "RESULT {\"rounds\": $ROUNDS, \"scrape_ms\": $SCRAPE_MS, \"median_ratio_scraped_over_plain\": $median, \"scrape_bytes\": $bytes}"

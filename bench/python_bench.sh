@@ -9,6 +9,7 @@
 #
 #   bash bench/python_bench.sh [BUILD_DIR=build] [ROUNDS=3]
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 BUILD=${1:-build}
 ROUNDS=${2:-3}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,6 +31,6 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "round $r: $way $ips items/s, peak RSS $rss MiB"
   done
 done
-median() { tr ' ' '\n' <<<"$1" | grep . | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
-p=$(median "${ALL[python]}") z=$(median "${ALL[zephyr]}") c=$(median "${ALL[cpp]}")
+# shellcheck disable=SC2086  # the lists split into numbers
+p=$(median ${ALL[python]}) z=$(median ${ALL[zephyr]}) c=$(median ${ALL[cpp]})
 echo "RESULT {\"rounds\": $ROUNDS, \"python_items_per_sec\": $p, \"zephyr_items_per_sec\": $z, \"cpp_items_per_sec\": $c, \"python_over_zephyr\": $(awk "BEGIN{printf \"%.2f\", $p/$z}"), \"cpp_over_python\": $(awk "BEGIN{printf \"%.2f\", $c/$p}")}"

@@ -6,6 +6,7 @@
 #
 #   bash bench/server_ab.sh SERVER_A SERVER_B [ROUNDS=9] [BUILD_DIR=build] [extra server flags...]
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 A=$1
 B=$2
 ROUNDS=${3:-9}
@@ -31,10 +32,7 @@ for s in a b; do
     --memory_budget_mb=128 --log_level=warn "$@" >/dev/null 2>&1 &
   PIDS+=($!)
 done
-for s in a b; do
-  for _ in $(seq 1 200); do (exec 3<>"/dev/tcp/127.0.0.1/${PORT[$s]}") 2>/dev/null && break; sleep 0.05; done
-done
-items() { sed -n 's/.*"items_per_sec": \([0-9]*\).*/\1/p'; }
+for s in a b; do wait_port 127.0.0.1 "${PORT[$s]}"; done
 declare -a RATIOS=()
 for r in $(seq 1 "$ROUNDS"); do
   order=(a b)
@@ -43,11 +41,11 @@ for r in $(seq 1 "$ROUNDS"); do
   for s in "${order[@]}"; do
     out=$("$BENCH" --server "127.0.0.1:${PORT[$s]}" --order KEY)
     grep -q '"counts_match": true' <<<"$out" || { echo "server_ab: counts differ: $out" >&2; exit 1; }
-    ips[$s]=$(items <<<"$out")
+    ips[$s]=$(items_per_sec <<<"$out")
   done
   ratio=$(awk "BEGIN{printf \"%.3f\", ${ips[b]} / ${ips[a]}}")
   RATIOS+=("$ratio")
   echo "round $r: A ${ips[a]} items/s, B ${ips[b]} items/s, B/A $ratio"
 done
-median=$(printf '%s\n' "${RATIOS[@]}" | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}')
+median=$(median "${RATIOS[@]}")
 echo "RESULT {\"rounds\": $ROUNDS, \"median_ratio_b_over_a\": $median}"

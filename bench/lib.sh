@@ -1,0 +1,17 @@
+# Helpers the benchmark scripts share (sourced, not run).
+
+# Waits until something listens on HOST:PORT (10 s at most); names it and fails otherwise.
+wait_port() {  # host port
+  for _ in $(seq 1 200); do
+    (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "$(basename "$0"): nothing listens on $1:$2" >&2
+  return 1
+}
+
+# The items/s of a RESULT line on stdin.
+items_per_sec() { sed -n 's/.*"items_per_sec": \([0-9]*\).*/\1/p'; }
+
+# The median of the numbers given as arguments.
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
