@@ -1,7 +1,5 @@
 #include "server/server_metrics.h"
 
-#include <sys/statvfs.h>
-
 namespace sluice {
 
 namespace {
@@ -62,10 +60,9 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
   for (const auto& dir : s.registry->DataDirs()) {
     const MetricFamilies::Labels labels = {{"dir", dir.path}};
     failed.push_back({labels, dir.failed.ok() ? 0 : 1});
-    struct statvfs vfs {};
-    if (::statvfs(dir.path.c_str(), &vfs) != 0) continue;
-    free.push_back({labels, D(uint64_t{vfs.f_bavail} * vfs.f_frsize)});
-    size.push_back({labels, D(uint64_t{vfs.f_blocks} * vfs.f_frsize)});
+    if (!dir.space_known) continue;
+    free.push_back({labels, D(dir.free_bytes)});
+    size.push_back({labels, D(dir.total_bytes)});
   }
   t.Family("sluice_disk_free_bytes", prometheus::MetricType::Gauge,
            "Bytes free for the server on each data directory's file system", free);

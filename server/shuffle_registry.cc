@@ -1,5 +1,6 @@
 #include "server/shuffle_registry.h"
 
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -211,13 +212,24 @@ absl::Status ShuffleRegistry::NotFoundLocked(const std::string& id) const {
 }
 
 std::vector<ShuffleRegistry::DataDir> ShuffleRegistry::DataDirs() const {
-  std::lock_guard<std::mutex> lock(mu_);
   std::vector<DataDir> out;
-  for (const auto& d : dirs_) out.push_back(DataDir{d->path, d->failed, 0, 0});
-  for (const auto& [id, index] : home_) {
-    auto it = shuffles_.find(id);
-    ++out[index].shuffles;
-    if (it != shuffles_.end()) out[index].partitions += it->second->params().num_partitions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& d : dirs_) out.push_back(DataDir{d->path, d->failed});
+    for (const auto& [id, index] : home_) {
+      auto it = shuffles_.find(id);
+      ++out[index].shuffles;
+      if (it != shuffles_.end()) out[index].partitions += it->second->params().num_partitions;
+    }
+  }
+  for (DataDir& d : out) {
+    struct statvfs vfs {};
+    struct stat st {};
+    if (::statvfs(d.path.c_str(), &vfs) != 0 || ::stat(d.path.c_str(), &st) != 0) continue;
+    d.space_known = true;
+    d.free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+    d.total_bytes = uint64_t{vfs.f_blocks} * vfs.f_frsize;
+    d.device = static_cast<uint64_t>(st.st_dev);
   }
   return out;
 }

@@ -53,7 +53,12 @@ class ShuffleRegistry {
     absl::Status failed;  ///< OK while it serves; the reason once failed (full paths: logs only)
     size_t shuffles = 0;
     uint64_t partitions = 0;
+    /// Its file system, as statvfs and stat saw it now (space_known false if they failed).
+    bool space_known = false;
+    uint64_t free_bytes = 0, total_bytes = 0;
+    uint64_t device = 0;  ///< st_dev: directories on one file system share it
   };
+  /// Each data directory's state, shuffles and space (the space read outside the lock).
   std::vector<DataDir> DataDirs() const;
   /// Where KEY merges spill: `tmp` of the first healthy data directory (emptied by the server
   /// at start).

@@ -1,7 +1,5 @@
 #include "server/shuffle_service.h"
 
-#include <sys/stat.h>
-#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <atomic>
@@ -790,7 +788,7 @@ namespace {
 // Each data directory's state and space; the node's totals over the healthy ones, each file
 // system once.
 void FillDataDirs(const ShuffleRegistry& registry, v1::NodeInfo* resp) {
-  std::set<dev_t> counted;  // file systems (devices)
+  std::set<uint64_t> counted;  // file systems (devices)
   const auto dirs = registry.DataDirs();
   for (size_t i = 0; i < dirs.size(); ++i) {
     v1::DataDirStatus* d = resp->add_data_dirs();
@@ -801,15 +799,10 @@ void FillDataDirs(const ShuffleRegistry& registry, v1::NodeInfo* resp) {
     }
     d->set_shuffles(static_cast<uint32_t>(dirs[i].shuffles));
     d->set_partitions(dirs[i].partitions);
-    struct statvfs fs {};
-    if (::statvfs(dirs[i].path.c_str(), &fs) != 0) continue;
-    d->set_disk_free_bytes(uint64_t{fs.f_bavail} * fs.f_frsize);
-    d->set_disk_total_bytes(uint64_t{fs.f_blocks} * fs.f_frsize);
-    struct stat st {};
-    if (d->failed() || ::stat(dirs[i].path.c_str(), &st) != 0 ||
-        !counted.insert(st.st_dev).second) {
-      continue;
-    }
+    if (!dirs[i].space_known) continue;
+    d->set_disk_free_bytes(dirs[i].free_bytes);
+    d->set_disk_total_bytes(dirs[i].total_bytes);
+    if (d->failed() || !counted.insert(dirs[i].device).second) continue;
     resp->set_disk_free_bytes(resp->disk_free_bytes() + d->disk_free_bytes());
     resp->set_disk_total_bytes(resp->disk_total_bytes() + d->disk_total_bytes());
   }

@@ -48,7 +48,6 @@ struct NodeState {
   mutable std::mutex mu;
   std::string node_id;
   std::string address;
-  std::string data_dir;
   uint64_t started_unix_ms = 0;
   bool clustered = false;                ///< runs with --etcd (set before it serves)
   std::atomic<bool> draining{false};     ///< new push streams are refused

@@ -477,7 +477,6 @@ absl::Status SluiceServer::JoinCluster() {
     impl_->node.address = o.advertise_address.empty()
                               ? AdvertisedAddress(o.listen_address, impl_->port)
                               : o.advertise_address;
-    impl_->node.data_dir = o.data_dir;
     impl_->node.started_unix_ms = NowUnixMs();
     mo.node_id = impl_->node.node_id;
     mo.address = impl_->node.address;

@@ -50,6 +50,14 @@ std::unique_lock<std::mutex> LockWithoutGil(std::mutex& mu) {
   return lock;
 }
 
+// Runs a client call (which may block on the network) with the GIL let go; other Python
+// threads run meanwhile. What it returns is checked once the GIL is back.
+template <typename F>
+auto CallWithoutGil(F&& call) -> decltype(call()) {
+  pb::gil_scoped_release release;
+  return call();
+}
+
 std::chrono::milliseconds Millis(double seconds) {
   if (!(seconds > 0) || seconds > 86400.0 * 365) {
     PyErr_SetString(PyExc_ValueError, "a timeout must be more than 0 and at most a year");
@@ -70,11 +78,7 @@ class Writer {
     value_.clear();
     Pack(key, false, &key_);
     Pack(value, pickle_fallback_, &value_);
-    absl::Status st;
-    {
-      pb::gil_scoped_release release;
-      st = writer_->Add(key_, value_);
-    }
+    absl::Status st = CallWithoutGil([&] { return writer_->Add(key_, value_); });
     Check(st);
   }
 
@@ -133,11 +137,7 @@ class Writer {
   pb::dict Close() {
     auto lock = LockWithoutGil(mu_);
     Live();
-    absl::StatusOr<WriteResult> r;
-    {
-      pb::gil_scoped_release release;
-      r = writer_->Close();
-    }
+    absl::StatusOr<WriteResult> r = CallWithoutGil([&] { return writer_->Close(); });
     writer_.reset();
     WriteResult res = Check(std::move(r));
     pb::dict d;
@@ -283,38 +283,24 @@ class Client {
     ClientOptions o;
     o.server = servers;
     o.call_deadline = Millis(call_timeout_s);
-    absl::StatusOr<std::unique_ptr<ShuffleClient>> c;
-    {
-      pb::gil_scoped_release release;
-      c = ShuffleClient::Connect(o);
-    }
+    absl::StatusOr<std::unique_ptr<ShuffleClient>> c =
+        CallWithoutGil([&] { return ShuffleClient::Connect(o); });
     client_ = Check(std::move(c));
   }
 
   bool CreateShuffle(const std::string& id, uint32_t partitions, uint32_t mappers) {
-    absl::StatusOr<bool> r;
-    {
-      pb::gil_scoped_release release;
-      r = client_->CreateShuffle(id, partitions, mappers);
-    }
+    absl::StatusOr<bool> r =
+        CallWithoutGil([&] { return client_->CreateShuffle(id, partitions, mappers); });
     return Check(std::move(r));
   }
 
   void DeleteShuffle(const std::string& id) {
-    absl::Status st;
-    {
-      pb::gil_scoped_release release;
-      st = client_->DeleteShuffle(id);
-    }
+    absl::Status st = CallWithoutGil([&] { return client_->DeleteShuffle(id); });
     Check(st);
   }
 
   pb::dict GetShuffle(const std::string& id) {
-    absl::StatusOr<ShuffleStatus> r;
-    {
-      pb::gil_scoped_release release;
-      r = client_->GetShuffle(id);
-    }
+    absl::StatusOr<ShuffleStatus> r = CallWithoutGil([&] { return client_->GetShuffle(id); });
     ShuffleStatus s = Check(std::move(r));
     pb::dict d;
     d["shuffle_id"] = s.shuffle_id;
@@ -342,11 +328,8 @@ class Client {
     o.sort_by_key = sort_by_key;
     o.buffer_bytes = buffer_bytes;
     o.zstd_level = zstd_level;
-    absl::StatusOr<std::unique_ptr<ShuffleWriter>> w;
-    {
-      pb::gil_scoped_release release;
-      w = client_->OpenWriter(id, mapper, attempt, o);
-    }
+    absl::StatusOr<std::unique_ptr<ShuffleWriter>> w =
+        CallWithoutGil([&] { return client_->OpenWriter(id, mapper, attempt, o); });
     return std::make_unique<Writer>(Check(std::move(w)), pickle_fallback);
   }
 
@@ -355,11 +338,8 @@ class Client {
     ReaderOptions o;
     o.order = key_order ? FetchOrder::kKey : FetchOrder::kUnordered;
     o.require_complete = require_complete;
-    absl::StatusOr<std::unique_ptr<ShuffleReader>> r;
-    {
-      pb::gil_scoped_release release;
-      r = client_->OpenReader(id, partition, o);
-    }
+    absl::StatusOr<std::unique_ptr<ShuffleReader>> r =
+        CallWithoutGil([&] { return client_->OpenReader(id, partition, o); });
     return std::make_unique<Reader>(Check(std::move(r)), raw, allow_pickle);
   }
 
