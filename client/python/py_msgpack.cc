@@ -92,17 +92,35 @@ void PackImpl(Packer& pk, std::string* out, pb::handle o, bool pickle_fallback, 
     pk.pack_bin_body(static_cast<const char*>(view.buf), n);
     PyBuffer_Release(&view);
   } else if (PyDict_CheckExact(p)) {
-    // Pickling an element (the fallback) runs Python code, which may change this dict: encode
-    // a snapshot of its items, holding references.
-    pb::list items = pb::reinterpret_steal<pb::list>(PyDict_Items(p));
-    if (!items) throw pb::error_already_set();
-    pk.pack_map(Length(PyList_GET_SIZE(items.ptr()), "a dict"));
-    for (pb::handle kv : items) {
-      PackImpl(pk, out, PyTuple_GET_ITEM(kv.ptr(), 0), pickle_fallback, depth + 1);
-      PackImpl(pk, out, PyTuple_GET_ITEM(kv.ptr(), 1), pickle_fallback, depth + 1);
+    if (pickle_fallback) {
+      // Pickling an element runs Python code, which may change this dict: encode a snapshot
+      // of its items, holding references.
+      pb::list items = pb::reinterpret_steal<pb::list>(PyDict_Items(p));
+      if (!items) throw pb::error_already_set();
+      pk.pack_map(Length(PyList_GET_SIZE(items.ptr()), "a dict"));
+      for (pb::handle kv : items) {
+        PackImpl(pk, out, PyTuple_GET_ITEM(kv.ptr(), 0), pickle_fallback, depth + 1);
+        PackImpl(pk, out, PyTuple_GET_ITEM(kv.ptr(), 1), pickle_fallback, depth + 1);
+      }
+    } else {
+      // Without the fallback no Python code runs while encoding (nothing is allocated that
+      // the collector tracks, no method is called), so nothing can change the dict under us.
+      pk.pack_map(Length(PyDict_GET_SIZE(p), "a dict"));
+      Py_ssize_t pos = 0;
+      PyObject *k, *v;
+      while (PyDict_Next(p, &pos, &k, &v)) {
+        PackImpl(pk, out, k, false, depth + 1);
+        PackImpl(pk, out, v, false, depth + 1);
+      }
     }
+  } else if (PyList_CheckExact(p) && !pickle_fallback) {
+    // As for a dict: without the fallback the list cannot change while it is encoded.
+    const Py_ssize_t n = PyList_GET_SIZE(p);
+    pk.pack_array(Length(n, "a list"));
+    for (Py_ssize_t i = 0; i < n; ++i) PackImpl(pk, out, PyList_GET_ITEM(p, i), false, depth + 1);
   } else if (PyList_CheckExact(p) || PyTuple_CheckExact(p)) {
-    // A list may change while an element is pickled: a tuple snapshot holds its elements.
+    // With the fallback, a list may change while an element is pickled: a tuple snapshot holds
+    // its elements.
     pb::tuple items = PyTuple_CheckExact(p) ? pb::reinterpret_borrow<pb::tuple>(o)
                                             : pb::reinterpret_steal<pb::tuple>(PyList_AsTuple(p));
     if (!items) throw pb::error_already_set();
@@ -124,6 +142,17 @@ void PackImpl(Packer& pk, std::string* out, pb::handle o, bool pickle_fallback, 
               "list, an enum to its value, say) or open the writer with pickle_fallback=True");
   }
 }
+
+pb::object Steal(PyObject* o) {
+  if (o == nullptr) throw pb::error_already_set();
+  return pb::reinterpret_steal<pb::object>(o);
+}
+
+// Short ASCII map keys already decoded, by a hash of their bytes (MapKey). Touched only with
+// the GIL held; the strs it holds live as long as the process.
+constexpr uint64_t kCachedKeyMax = 24;
+constexpr size_t kKeyCacheSlots = 1024;
+PyObject* g_key_cache[kKeyCacheSlots] = {};
 
 // A single-pass decoder straight into Python objects.
 class Decoder {
@@ -232,8 +261,8 @@ class Decoder {
     for (int i = 0; i < n; ++i) v = (v << 8) | p[i];
     return v;
   }
-  pb::object Str(uint64_t n) {
-    const char* p = Take(n);
+  pb::object Str(uint64_t n) { return Str(Take(n), n); }
+  static pb::object Str(const char* p, uint64_t n) {
     PyObject* s = PyUnicode_DecodeUTF8(p, static_cast<Py_ssize_t>(n), "strict");
     if (s == nullptr) throw pb::error_already_set();
     return pb::reinterpret_steal<pb::object>(s);
@@ -250,23 +279,60 @@ class Decoder {
   }
   pb::object Array(uint64_t n, bool as_key, int depth) {
     Claim(n);
+    const auto len = static_cast<Py_ssize_t>(n);
     if (as_key) {
-      pb::tuple t(n);
-      for (uint64_t i = 0; i < n; ++i) t[i] = Value(true, depth + 1);
-      return std::move(t);
+      pb::object t = Steal(PyTuple_New(len));
+      for (Py_ssize_t i = 0; i < len; ++i) {
+        PyTuple_SET_ITEM(t.ptr(), i, Value(true, depth + 1).release().ptr());
+      }
+      return t;
     }
-    pb::list l(n);
-    for (uint64_t i = 0; i < n; ++i) l[i] = Value(false, depth + 1);
-    return std::move(l);
+    pb::object l = Steal(PyList_New(len));
+    for (Py_ssize_t i = 0; i < len; ++i) {
+      PyList_SET_ITEM(l.ptr(), i, Value(false, depth + 1).release().ptr());
+    }
+    return l;
   }
   pb::object Map(uint64_t n, int depth) {
     Claim(2 * n);
-    pb::dict d;
+    pb::object d = Steal(PyDict_New());
     for (uint64_t i = 0; i < n; ++i) {
-      pb::object k = Value(true, depth + 1);
-      d[k] = Value(false, depth + 1);
+      pb::object k = MapKey(depth + 1);
+      pb::object v = Value(false, depth + 1);
+      if (PyDict_SetItem(d.ptr(), k.ptr(), v.ptr()) != 0) throw pb::error_already_set();
     }
-    return std::move(d);
+    return d;
+  }
+  // A map's key; short ASCII strs (the field names of records, repeated in every one) come
+  // from a cache, so that each is made (and its hash computed) once, not once per record.
+  pb::object MapKey(int depth) {
+    if (pos_ < in_.size()) {
+      const auto t = static_cast<uint8_t>(in_[pos_]);
+      if ((t & 0xe0) == 0xa0 && (t & 0x1f) <= kCachedKeyMax) {
+        ++pos_;
+        return CachedStr(t & 0x1f);
+      }
+    }
+    return Value(true, depth);
+  }
+  pb::object CachedStr(uint64_t n) {
+    const char* p = Take(n);
+    uint32_t h = 2166136261u;  // FNV-1a
+    bool ascii = true;
+    for (uint64_t i = 0; i < n; ++i) {
+      h = (h ^ static_cast<uint8_t>(p[i])) * 16777619u;
+      ascii &= static_cast<uint8_t>(p[i]) < 0x80;
+    }
+    if (!ascii) return Str(p, n);
+    PyObject*& slot = g_key_cache[(h ^ (h >> 16)) % kKeyCacheSlots];
+    if (slot != nullptr && PyUnicode_GET_LENGTH(slot) == static_cast<Py_ssize_t>(n) &&
+        std::memcmp(PyUnicode_1BYTE_DATA(slot), p, n) == 0) {
+      return pb::reinterpret_borrow<pb::object>(slot);
+    }
+    pb::object s = Str(p, n);
+    Py_XDECREF(slot);  // a str: freeing it runs no Python code
+    slot = s.inc_ref().ptr();
+    return s;
   }
   pb::object Ext(uint64_t n) {
     const auto type = static_cast<int8_t>(Byte());

@@ -184,8 +184,8 @@ class Reader {
     auto lock = LockWithoutGil(mu_);
     pb::list out;
     Fetch(max_records);
-    for (size_t i = 0; i < keys_.size(); ++i) {
-      out.append(pb::make_tuple(Unpack(keys_[i], allow_pickle_, /*as_key=*/true), Value(i)));
+    for (size_t i = 0; i < records_.size(); ++i) {
+      out.append(pb::make_tuple(Unpack(Key(i), allow_pickle_, /*as_key=*/true), Value(i)));
     }
     return out;
   }
@@ -198,14 +198,15 @@ class Reader {
     pb::list out;
     while (out.empty() && (reader_ != nullptr || group_open_)) {
       Fetch(max_records);
-      for (size_t i = 0; i < keys_.size(); ++i) {
-        if (group_open_ && keys_[i] == group_key_) {
+      for (size_t i = 0; i < records_.size(); ++i) {
+        const std::string_view key = Key(i);
+        if (group_open_ && key == group_key_) {
           group_values_.append(Value(i));
           continue;
         }
         if (group_open_) out.append(pb::make_tuple(group_decoded_, group_values_));
-        group_key_ = keys_[i];
-        group_decoded_ = Unpack(keys_[i], allow_pickle_, /*as_key=*/true);
+        group_key_ = key;
+        group_decoded_ = Unpack(key, allow_pickle_, /*as_key=*/true);
         group_values_ = pb::list();
         group_values_.append(Value(i));
         group_open_ = true;
@@ -225,26 +226,30 @@ class Reader {
   }
 
  private:
-  pb::object Value(size_t i) {
-    return raw_ ? pb::bytes(values_[i]) : Unpack(values_[i], allow_pickle_);
+  std::string_view Key(size_t i) const {
+    return std::string_view(arena_).substr(records_[i].at, records_[i].key_size);
+  }
+  pb::object Value(size_t i) const {
+    const std::string_view v = std::string_view(arena_).substr(
+        records_[i].at + records_[i].key_size, records_[i].value_size);
+    return raw_ ? pb::bytes(v.data(), v.size()) : Unpack(v, allow_pickle_);
   }
 
-  // Up to `max_records` records into keys_ and values_ (copies: the reader's views end at its
+  // Up to `max_records` records into arena_ and records_ (copies: the reader's views end at its
   // next call), without the GIL; reader_ is reset at the end. Raises the reader's error.
   void Fetch(size_t max_records) {
     if (max_records == 0) {
       PyErr_SetString(PyExc_ValueError, "a batch is at least 1 record");
       throw pb::error_already_set();
     }
-    keys_.clear();
-    values_.clear();
+    arena_.clear();
+    records_.clear();
     if (reader_ == nullptr) return;
     absl::Status failed;
     {
       pb::gil_scoped_release release;
       Record r;
-      size_t bytes = 0;
-      while (keys_.size() < max_records && bytes < (4u << 20)) {
+      while (records_.size() < max_records && arena_.size() < (4u << 20)) {
         absl::StatusOr<bool> more = reader_->Next(&r);
         if (!more.ok()) {
           failed = more.status();
@@ -254,9 +259,9 @@ class Reader {
           reader_.reset();
           break;
         }
-        keys_.emplace_back(r.key);
-        values_.emplace_back(r.value);
-        bytes += r.key.size() + r.value.size();
+        records_.push_back({arena_.size(), r.key.size(), r.value.size()});
+        arena_.append(r.key);
+        arena_.append(r.value);
       }
     }
     if (!failed.ok()) {
@@ -269,7 +274,13 @@ class Reader {
   std::mutex mu_;
   std::unique_ptr<ShuffleReader> reader_;
   const bool raw_, allow_pickle_;
-  std::vector<std::string> keys_, values_;
+  // The batch Fetch copied: each record's key then value, one after another in arena_ (a
+  // buffer reused from batch to batch).
+  struct Span {
+    size_t at, key_size, value_size;
+  };
+  std::string arena_;
+  std::vector<Span> records_;
   // NextGroups: the group still open at the end of the last batch.
   bool group_open_ = false;
   std::string group_key_;
@@ -288,9 +299,10 @@ class Client {
     client_ = Check(std::move(c));
   }
 
-  bool CreateShuffle(const std::string& id, uint32_t partitions, uint32_t mappers) {
-    absl::StatusOr<bool> r =
-        CallWithoutGil([&] { return client_->CreateShuffle(id, partitions, mappers); });
+  bool CreateShuffle(const std::string& id, uint32_t partitions, uint32_t mappers,
+                     uint32_t replication) {
+    absl::StatusOr<bool> r = CallWithoutGil(
+        [&] { return client_->CreateShuffle(id, partitions, mappers, replication); });
     return Check(std::move(r));
   }
 
@@ -365,7 +377,7 @@ PYBIND11_MODULE(_sluice, m) {
       .def(pb::init<const std::string&, double>(), pb::arg("servers"),
            pb::arg("call_timeout_s") = 30.0)
       .def("create_shuffle", &Client::CreateShuffle, pb::arg("shuffle_id"), pb::arg("partitions"),
-           pb::arg("mappers") = 0)
+           pb::arg("mappers") = 0, pb::arg("replication") = 0)
       .def("delete_shuffle", &Client::DeleteShuffle, pb::arg("shuffle_id"))
       .def("get_shuffle", &Client::GetShuffle, pb::arg("shuffle_id"))
       .def("open_writer", &Client::OpenWriter, pb::keep_alive<0, 1>(), pb::arg("shuffle_id"),

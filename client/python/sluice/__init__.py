@@ -35,9 +35,10 @@ class Client:
     def __init__(self, native):
         self._c = native
 
-    def create_shuffle(self, shuffle_id, partitions, mappers=0):
-        """Creates the shuffle; False if it exists already with the same shape."""
-        return self._c.create_shuffle(shuffle_id, partitions, mappers)
+    def create_shuffle(self, shuffle_id, partitions, mappers=0, *, replication=0):
+        """Creates the shuffle; False if it exists already with the same shape. In a cluster,
+        `replication` copies of each partition (1 to 3; 0: 2 with two servers or more)."""
+        return self._c.create_shuffle(shuffle_id, partitions, mappers, replication)
 
     def delete_shuffle(self, shuffle_id):
         self._c.delete_shuffle(shuffle_id)

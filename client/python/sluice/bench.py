@@ -77,6 +77,14 @@ def mapper(args):
     return sent
 
 
+def generate_only(args):
+    _, _, m, n, keys, item_bytes, _ = args
+    sent = Counter()
+    for _ in items(m, n, keys, item_bytes, sent):
+        pass
+    return sent
+
+
 def reducer(args):
     server, sid, p = args
     got = Counter()
@@ -99,7 +107,12 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=os.cpu_count(),
                     help="worker processes (or threads) running the mappers, then the reducers")
     ap.add_argument("--threads", action="store_true", help="threads instead of processes")
+    ap.add_argument("--generate-only", action="store_true",
+                    help="only make the items, in the same workers, and shuffle nothing: the "
+                         "workload's own Python, a ceiling for any shuffle of it")
     a = ap.parse_args(argv)
+    if a.generate_only:
+        return run_generate_only(a)
 
     child = None
     if a.server is None:
@@ -148,6 +161,25 @@ def main(argv=None):
             child.terminate()
             child.wait(timeout=60)
             shutil.rmtree(data, ignore_errors=True)
+
+
+def run_generate_only(a):
+    pool = (multiprocessing.pool.ThreadPool(a.workers) if a.threads else
+            multiprocessing.get_context("fork").Pool(a.workers))
+    with pool:
+        start = time.perf_counter()
+        sent = pool.map(generate_only, [(None, None, m, a.items_per_shard, a.keys, a.item_bytes,
+                                         None) for m in range(a.shards)], chunksize=1)
+        end = time.perf_counter()
+    total = a.shards * a.items_per_shard
+    made = sum(sum(c.values()) for c in sent)
+    print("RESULT " + json.dumps({
+        "shards": a.shards, "items_per_shard": a.items_per_shard, "generate_only": True,
+        "elapsed_s": round(end - start, 3), "items_per_sec": round(total / (end - start)),
+        "expected_items": total, "counted_items": made, "counts_match": made == total,
+        "workers": a.workers, "worker_kind": "threads" if a.threads else "processes",
+    }), flush=True)
+    return 0 if made == total else 1
 
 
 if __name__ == "__main__":
