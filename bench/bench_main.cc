@@ -31,7 +31,8 @@ constexpr char kUsage[] =
     "  (without --server: a sluice-server child process with the last three)\n"
     "  --servers: a cluster (or any server list); --replication: each partition's replicas\n"
     "  (0 = the cluster's default); a failed mapper attempt is retried with a new attempt id\n"
-    "  up to --retries times, a second apart\n";
+    "  up to --retries times, a second apart\n"
+    "  TLS to --server(s): --tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name N]\n";
 
 int Fail(const absl::Status& st) {
   std::fprintf(stderr, "sluice bench: %s\n", st.ToString().c_str());
@@ -132,6 +133,7 @@ int Main(int argc, char** argv) {
   const std::string server_bin = flags.Get("server-bin", "");
   OwnServer own;
   own.data_dir = flags.Get("data-dir", "");
+  const ClientTlsOptions tls = cli::TlsFlags(flags);
   std::string why;
   if (!flags.Check(&why) || c.shards < 1 || c.partitions < 1 || c.keys < 1 || c.parallel < 1 ||
       c.replication > 3 || c.retries < 0) {
@@ -147,6 +149,7 @@ int Main(int argc, char** argv) {
   }
   ClientOptions copts;
   copts.server = address;
+  copts.tls = tls;
   auto client = ShuffleClient::Connect(copts);
   if (!client.ok()) return Fail(client.status());
   int rc = 0;

@@ -15,3 +15,11 @@ items_per_sec() { sed -n 's/.*"items_per_sec": \([0-9]*\).*/\1/p'; }
 
 # The median of the numbers given as arguments.
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
+
+# A scratch directory in $TMP and a list $PIDS of background processes, cleaned up at exit:
+# the processes killed and waited for, the directory removed.
+scratch() {  # name
+  TMP=$(mktemp -d "/tmp/$1.XXXXXX")
+  PIDS=()
+  trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"' EXIT
+}

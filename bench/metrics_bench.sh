@@ -19,14 +19,7 @@ done
 command -v curl >/dev/null || { echo "metrics_bench: curl is missing" >&2; exit 2; }
 [[ -x /usr/bin/python3 ]] || { echo "metrics_bench: /usr/bin/python3 is missing" >&2; exit 2; }
 
-TMP=$(mktemp -d /tmp/sluice-metrics-bench.XXXXXX)
-declare -a PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
+scratch sluice-metrics-bench
 
 BASE=$((20000 + RANDOM % 20000))
 PLAIN=$BASE SCRAPED=$((BASE + 1)) METRICS=$((BASE + 2))

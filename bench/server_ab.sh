@@ -16,14 +16,7 @@ BENCH=$BUILD/bench/sluice-bench
 for f in "$A" "$B" "$BENCH"; do
   [[ -x $f ]] || { echo "server_ab: $f is missing" >&2; exit 2; }
 done
-TMP=$(mktemp -d /tmp/sluice-ab.XXXXXX)
-declare -a PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
+scratch sluice-ab
 BASE=$((20000 + RANDOM % 20000))
 declare -A PORT=([a]=$BASE [b]=$((BASE + 1)))
 declare -A BIN=([a]=$A [b]=$B)

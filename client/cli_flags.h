@@ -9,6 +9,8 @@
 #include <set>
 #include <string>
 
+#include "rpc/tls_options.h"
+
 namespace sluice::cli {
 
 class Flags {
@@ -64,6 +66,21 @@ class Flags {
   std::set<std::string> used_;
   std::string bad_;
 };
+
+/// The TLS flags of every command that calls a server (docs/security.md): --tls-ca FILE (the
+/// CAs the server's certificate must chain to), --tls-cert FILE and --tls-key FILE (a client
+/// certificate, for servers requiring mutual TLS), --tls-server-name NAME (the name the server's
+/// certificate must carry, if not the host dialled), --tls (TLS with the system's CAs). None of
+/// them: plaintext.
+inline ClientTlsOptions TlsFlags(Flags& f) {
+  ClientTlsOptions tls;
+  tls.enabled = f.Get("tls", "false") == "true";
+  tls.ca_file = f.Get("tls-ca", "");
+  tls.cert_file = f.Get("tls-cert", "");
+  tls.key_file = f.Get("tls-key", "");
+  tls.server_name = f.Get("tls-server-name", "");
+  return tls;
+}
 
 }  // namespace sluice::cli
 

@@ -29,6 +29,7 @@
 #include "client/shuffle_client.h"
 #include "client/transport.h"
 #include "codec/status_macros.h"
+#include "rpc/tls_options.h"
 
 namespace sluice {
 namespace {
@@ -460,7 +461,9 @@ absl::StatusOr<std::unique_ptr<ShuffleClient>> ShuffleClient::Connect(
     if (!s.empty()) seeds.emplace_back(s);
   }
   if (seeds.empty()) return absl::InvalidArgumentError("no server address");
-  return std::unique_ptr<ShuffleClient>(new ClusterClient(options, std::move(seeds)));
+  ClientOptions with_tls = options;
+  if (absl::Status st = rpc::LoadClientTls(&with_tls.tls); !st.ok()) return st;
+  return std::unique_ptr<ShuffleClient>(new ClusterClient(with_tls, std::move(seeds)));
 }
 
 }  // namespace sluice

@@ -12,6 +12,7 @@
 #include "client/shuffle_client.h"
 #include "client/transport.h"
 #include "rpc/grpc_glue.h"
+#include "rpc/tls.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 
 namespace sluice {
@@ -239,7 +240,9 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
       args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
       args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
     }
-    channel_ = grpc::CreateCustomChannel(options.server, grpc::InsecureChannelCredentials(), args);
+    if (!options.tls.server_name.empty()) args.SetSslTargetNameOverride(options.tls.server_name);
+    channel_ =
+        grpc::CreateCustomChannel(options.server, rpc::ChannelCredentials(options.tls), args);
     stub_ = pb::ShuffleService::NewStub(channel_);
   }
 

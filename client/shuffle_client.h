@@ -34,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "codec/frame_format.h"
+#include "rpc/tls_options.h"
 
 namespace sluice {
 
@@ -58,6 +59,9 @@ struct ClientOptions {
   std::chrono::milliseconds keepalive_timeout{10000};
   /// Largest frame the client builds or accepts; must fit the server's --max_frame_mb.
   FrameLimits limits;
+  /// TLS to the servers (docs/security.md); plaintext when `tls.On()` is false. Connect reads
+  /// the files once and fails naming a file that is missing, not PEM, expired or mismatched.
+  ClientTlsOptions tls;
 };
 
 struct PartitionStatsInfo {

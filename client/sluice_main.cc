@@ -39,9 +39,13 @@ int Fail(const absl::Status& st) {
   return 1;
 }
 
+// The TLS flags (cli::TlsFlags), read once in main.
+sluice::ClientTlsOptions g_tls;
+
 std::unique_ptr<sluice::ShuffleClient> Connect(const std::string& server) {
   sluice::ClientOptions opts;
   opts.server = server;
+  opts.tls = g_tls;
   auto client = sluice::ShuffleClient::Connect(opts);
   if (!client.ok()) {
     Fail(client.status());
@@ -75,6 +79,7 @@ void PrintStatus(const sluice::ShuffleStatus& s) {
 absl::StatusOr<sluice::NodeStatus> AskNode(const std::string& address) {
   sluice::ClientOptions options;
   options.server = address;
+  options.tls = g_tls;
   options.call_deadline = std::chrono::seconds(5);
   auto client = sluice::ShuffleClient::Connect(options);
   if (!client.ok()) return client.status();
@@ -319,7 +324,9 @@ void Usage() {
       "         --key-field NAME [--format jsonl|msgpack] [--sort]\n"
       "  fetch  --server H:P --shuffle ID --partition P [--order KEY|UNORDERED]\n"
       "         [--output FILE|-] [--format jsonl|msgpack]\n"
-      "  bench  [flags]   the end-to-end benchmark (runs sluice-bench; `sluice bench --help`)\n");
+      "  bench  [flags]   the end-to-end benchmark (runs sluice-bench; `sluice bench --help`)\n"
+      "TLS (any command; docs/security.md): --tls-ca FILE [--tls-cert FILE --tls-key FILE]\n"
+      "  [--tls-server-name NAME], or --tls for the system's CAs; none of them: plaintext\n");
 }
 
 }  // namespace
@@ -336,6 +343,7 @@ int main(int argc, char** argv) {
     Usage();
     return 0;
   }
+  g_tls = sluice::cli::TlsFlags(flags);
   if (cmd == "push") return Push(flags);
   if (cmd == "fetch") return Fetch(flags);
   const std::string server = flags.Get("server", "127.0.0.1:7070");

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 JOBS=${JOBS:-2}
 
-BUILD_PACKAGES=(build-essential cmake ninja-build ccache pkg-config
+BUILD_PACKAGES=(build-essential cmake ninja-build ccache pkg-config libssl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libmsgpack-cxx-dev libzstd-dev libabsl-dev libspdlog-dev libxxhash-dev libjemalloc-dev
   nlohmann-json3-dev prometheus-cpp-dev pybind11-dev python3-dev
@@ -23,9 +23,9 @@ BUILD_PACKAGES=(build-essential cmake ninja-build ccache pkg-config
 # etcd-server: cluster mode's coordination service, run for real by the cluster tests.
 # python3-yaml: the deploy/ manifests' check. prometheus: scrapes a server in the metrics test.
 # iproute2: network namespaces (another host for the remote admin test). python3-pytest: the
-# Python client's tests.
+# Python client's tests. openssl: the TLS tests make their CA and certificates with it.
 TEST_PACKAGES=(python3 python3-msgpack python3-zstandard python3-yaml etcd-server prometheus iproute2
-  python3-pytest)
+  python3-pytest openssl)
 FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
 log() { printf '==> %s\n' "$*" >&2; }

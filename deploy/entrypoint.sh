@@ -1,6 +1,6 @@
 #!/bin/sh
 # The image's entrypoint: sluice-server with its data in /data, listening on every address at
-# port 7070, plus a flag for every SLUICE_FLAG_<NAME> environment variable (SLUICE_FLAG_NODE_ID=n0
+# port 7070 (so it needs --tls_cert and --tls_key, or --plaintext: docs/security.md), plus a flag for every SLUICE_FLAG_<NAME> environment variable (SLUICE_FLAG_NODE_ID=n0
 # becomes --node_id=n0; SLUICE_FLAG_ETCD, SLUICE_FLAG_MEMORY_BUDGET_MB, ... the same), then the
 # arguments, which win over both. (Not plain SLUICE_: Kubernetes itself sets SLUICE_PORT and
 # SLUICE_SERVICE_HOST for a Service named sluice.) Values must not contain spaces. With a first argument that is not a flag, it runs that command instead (the

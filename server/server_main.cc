@@ -55,6 +55,15 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "host:port for Prometheus metrics over HTTP (GET /metrics); empty = none");
 ABSL_FLAG(uint32_t, disk_high_water_pct, 95,
           "refuse new pushes while the data directory's file system is fuller (0 = never)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of the server: serve TLS (with --tls_key); watched for rotation");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CAs: require client certificates they signed (mutual TLS)");
+ABSL_FLAG(uint32_t, tls_reload_s, 10,
+          "look at the TLS files again this often: rotated certificates need no restart");
+ABSL_FLAG(bool, plaintext, false,
+          "serve without TLS on an address other hosts can reach (loopback is always allowed)");
 
 namespace {
 
@@ -101,6 +110,11 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.disk_high_water_pct = absl::GetFlag(FLAGS_disk_high_water_pct);
   opts.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   opts.shuffle_ttl = std::chrono::seconds(absl::GetFlag(FLAGS_shuffle_ttl_s));
+  opts.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  opts.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  opts.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  opts.tls.reload_interval = std::chrono::seconds(absl::GetFlag(FLAGS_tls_reload_s));
+  opts.plaintext = absl::GetFlag(FLAGS_plaintext);
   return opts;
 }
 
@@ -136,6 +150,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);  // look at the TLS files again now
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   auto server = sluice::SluiceServer::Start(*opts);
@@ -152,6 +167,11 @@ int main(int argc, char** argv) {
       int sig = 0;
       sigwait(&signals, &sig);
       spdlog::info("event=signal signal={}", sig);
+      if (sig == SIGHUP) {
+        (*server)->ReloadTls();
+        --n;
+        continue;
+      }
       (*server)->Drain(n == 0 ? grace : std::chrono::milliseconds(0));
     }
   }).detach();

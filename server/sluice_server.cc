@@ -18,10 +18,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "rpc/grpc_glue.h"
+#include "rpc/tls.h"
 #include "server/file_util.h"
 #include "server/metrics_http.h"
 #include "server/server_metrics.h"
 #include "server/shuffle_service.h"
+#include "server/tls_reloader.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice {
@@ -41,6 +43,7 @@ struct SluiceServer::Impl {
   std::shared_ptr<EtcdClient> etcd;  // with --etcd
   std::unique_ptr<Membership> membership;
   std::unique_ptr<PlacementStore> placements;
+  std::unique_ptr<TlsReloader> tls;  // with TLS; outlives `server`, which reads its files
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<MetricsEndpoint> metrics_endpoint;  // with --metrics_listen
   int port = 0;
@@ -341,10 +344,57 @@ absl::Status ValidateOptions(const ServerOptions& o) {
   return absl::OkStatus();
 }
 
+// The listening port's credentials: TLS (its files checked now, so that a bad one fails the
+// start naming it, and watched), or plaintext, which leaves this machine only when asked for
+// explicitly.
+struct Listening {
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  std::unique_ptr<TlsReloader> tls;  // with TLS
+};
+absl::StatusOr<Listening> ListenCredentials(const ServerOptions& o) {
+  if (o.tls.enabled()) {
+    if (o.plaintext) {
+      return absl::InvalidArgumentError("--plaintext and --tls_cert exclude each other");
+    }
+    if (o.tls.reload_interval < std::chrono::seconds(1) ||
+        o.tls.reload_interval > std::chrono::hours(24)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tls_reload_s=", o.tls.reload_interval.count(), " is out of range [1, 86400]"));
+    }
+    absl::StatusOr<std::unique_ptr<TlsReloader>> tls = TlsReloader::Start(o.tls);
+    if (!tls.ok()) return tls.status();
+    spdlog::info("event=tls {} client_certificates={} reload_s={}", (*tls)->summary(),
+                 o.tls.client_ca_file.empty() ? "not_requested" : "required",
+                 o.tls.reload_interval.count());
+    Listening l;
+    l.credentials = rpc::ServerTlsCredentials((*tls)->identity_path(), (*tls)->client_ca_path());
+    l.tls = *std::move(tls);
+    return l;
+  }
+  if (!o.tls.client_ca_file.empty()) {
+    return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+  }
+  if (!rpc::IsLoopbackAddress(o.listen_address)) {
+    if (!o.plaintext) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--listen=", o.listen_address,
+          " is reachable from other hosts: give --tls_cert and --tls_key (docs/security.md), or "
+          "--plaintext to serve in clear anyway"));
+    }
+    spdlog::warn(
+        "event=plaintext listen={} message=\"serving without TLS on an address other hosts can "
+        "reach: anyone on the network can read and change the shuffles' data\"",
+        o.listen_address);
+  }
+  return Listening{grpc::InsecureServerCredentials(), nullptr};
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOptions& options) {
   if (absl::Status st = ValidateOptions(options); !st.ok()) return st;
+  absl::StatusOr<Listening> listening = ListenCredentials(options);
+  if (!listening.ok()) return listening.status();
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   StoreOptions store_options;
@@ -409,7 +459,8 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &impl->port);
+  impl->tls = std::move(listening->tls);
+  builder.AddListeningPort(options.listen_address, listening->credentials, &impl->port);
   builder.RegisterService(impl->service.get());
   {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counters;
@@ -528,6 +579,10 @@ void SluiceServer::Shutdown() {
   impl_->meta_pool.reset();
   impl_->pool.reset();
   spdlog::info("event=stopped port={}", impl_->port);
+}
+
+void SluiceServer::ReloadTls() {
+  if (impl_->tls != nullptr) impl_->tls->Reload();
 }
 
 int SluiceServer::metrics_port() const {

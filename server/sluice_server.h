@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "codec/frame_format.h"
+#include "rpc/tls_options.h"
 
 namespace sluice {
 
@@ -45,6 +46,12 @@ struct ServerOptions {
   bool allow_remote_admin = false;
   /// host:port of the Prometheus metrics endpoint (HTTP, GET /metrics); empty = none.
   std::string metrics_listen;
+
+  // Security (docs/security.md).
+  /// TLS, or mutual TLS with a client CA. Without it the server serves in clear: on loopback
+  /// always, on any other address only with `plaintext` (asked for explicitly, and warned of).
+  ServerTlsOptions tls;
+  bool plaintext = false;
 
   // Streams and connections (docs/operations.md, "Limits"): what one client may hold, and for
   // how long without progress.
@@ -94,6 +101,9 @@ class SluiceServer {
   void Drain(std::chrono::milliseconds grace);
   /// Blocks until a drain has been asked for (Drain, the Drain RPC) and has ended.
   void WaitDrained();
+  /// Looks at the TLS files again now (SIGHUP) rather than within --tls_reload_s; nothing
+  /// without TLS.
+  void ReloadTls();
   uint64_t memory_parked_total() const;
   /// The server-wide memory budget, to count memory the server does not see (tests hold it
   /// full to show that pushes wait for it).

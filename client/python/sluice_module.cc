@@ -290,10 +290,17 @@ class Reader {
 
 class Client {
  public:
-  Client(const std::string& servers, double call_timeout_s) {
+  Client(const std::string& servers, double call_timeout_s, bool tls, const std::string& tls_ca,
+         const std::string& tls_cert, const std::string& tls_key,
+         const std::string& tls_server_name) {
     ClientOptions o;
     o.server = servers;
     o.call_deadline = Millis(call_timeout_s);
+    o.tls.enabled = tls;
+    o.tls.ca_file = tls_ca;
+    o.tls.cert_file = tls_cert;
+    o.tls.key_file = tls_key;
+    o.tls.server_name = tls_server_name;
     absl::StatusOr<std::unique_ptr<ShuffleClient>> c =
         CallWithoutGil([&] { return ShuffleClient::Connect(o); });
     client_ = Check(std::move(c));
@@ -374,8 +381,11 @@ PYBIND11_MODULE(_sluice, m) {
   m.attr("Error") = pb::handle(g_error);
 
   pb::class_<Client>(m, "Client")
-      .def(pb::init<const std::string&, double>(), pb::arg("servers"),
-           pb::arg("call_timeout_s") = 30.0)
+      .def(pb::init<const std::string&, double, bool, const std::string&, const std::string&,
+                    const std::string&, const std::string&>(),
+           pb::arg("servers"), pb::arg("call_timeout_s") = 30.0, pb::arg("tls") = false,
+           pb::arg("tls_ca") = "", pb::arg("tls_cert") = "", pb::arg("tls_key") = "",
+           pb::arg("tls_server_name") = "")
       .def("create_shuffle", &Client::CreateShuffle, pb::arg("shuffle_id"), pb::arg("partitions"),
            pb::arg("mappers") = 0, pb::arg("replication") = 0)
       .def("delete_shuffle", &Client::DeleteShuffle, pb::arg("shuffle_id"))

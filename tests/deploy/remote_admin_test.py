@@ -37,7 +37,8 @@ def setup_netns():
 
 
 def start(work, *flags):
-    p = subprocess.Popen([SERVER, f"--data_dir={work}/data", "--listen=0.0.0.0:0",
+    # Every address, so that the namespace reaches it: in clear only when asked for.
+    p = subprocess.Popen([SERVER, f"--data_dir={work}/data", "--listen=0.0.0.0:0", "--plaintext",
                           "--drain_grace_s=2", "--log_level=warn", *flags],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     port = int(re.search(r"listening on port (\d+)", p.stdout.readline()).group(1))

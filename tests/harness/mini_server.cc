@@ -47,6 +47,11 @@ absl::StatusOr<std::vector<std::string>> ChildFlags(const ServerOptions& o) {
       absl::StrCat("--disk_high_water_pct=", o.disk_high_water_pct),
       absl::StrCat("--shuffle_ttl_s=", o.shuffle_ttl.count()),
       absl::StrCat("--metrics_listen=", o.metrics_listen),
+      absl::StrCat("--tls_cert=", o.tls.cert_file),
+      absl::StrCat("--tls_key=", o.tls.key_file),
+      absl::StrCat("--tls_client_ca=", o.tls.client_ca_file),
+      absl::StrCat("--tls_reload_s=", o.tls.reload_interval.count()),
+      absl::StrCat("--plaintext=", o.plaintext ? "true" : "false"),
       "--log_level=warn"};
 }
 

@@ -24,9 +24,16 @@ from ._sluice import Error, packb, partition_of, unpackb
 __all__ = ["Client", "Error", "Reader", "Writer", "connect", "packb", "partition_of", "unpackb"]
 
 
-def connect(servers="127.0.0.1:7070", *, call_timeout=30.0):
-    """A client of one server or a cluster ("h1:p1,h2:p2,..." or a DNS name listing them)."""
-    return Client(_sluice.Client(servers, float(call_timeout)))
+def connect(servers="127.0.0.1:7070", *, call_timeout=30.0, tls=False, tls_ca=None,
+            tls_cert=None, tls_key=None, tls_server_name=None):
+    """A client of one server or a cluster ("h1:p1,h2:p2,..." or a DNS name listing them).
+
+    TLS (docs/security.md): `tls_ca` is the PEM file of the CAs the servers' certificates must
+    chain to (or `tls=True` for the system's CAs); `tls_cert` and `tls_key` a client
+    certificate for servers that require one (mutual TLS); `tls_server_name` the name the
+    servers' certificates must carry, if not the host dialled. None of them: plaintext."""
+    return Client(_sluice.Client(servers, float(call_timeout), bool(tls), tls_ca or "",
+                                 tls_cert or "", tls_key or "", tls_server_name or ""))
 
 
 class Client:

@@ -1,0 +1,232 @@
+#include "rpc/tls.h"
+
+#include <arpa/inet.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace sluice::rpc {
+namespace {
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct KeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+using BioPtr = std::unique_ptr<BIO, BioFree>;
+using X509Ptr = std::unique_ptr<X509, X509Free>;
+using KeyPtr = std::unique_ptr<EVP_PKEY, KeyFree>;
+
+// PEM files are small: anything larger is not one (and is not read whole into memory).
+constexpr std::streamsize kMaxPemBytes = 1 << 20;
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, path, ": cannot read it (", std::strerror(errno), ")"));
+  }
+  std::string data(static_cast<size_t>(kMaxPemBytes) + 1, '\0');
+  in.read(data.data(), kMaxPemBytes + 1);
+  if (in.gcount() > kMaxPemBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, path, ": larger than 1 MiB, so not a PEM file"));
+  }
+  data.resize(static_cast<size_t>(in.gcount()));
+  return data;
+}
+
+BioPtr MemBio(const std::string& pem) {
+  return BioPtr(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+}
+
+std::vector<X509Ptr> ParseCerts(const std::string& pem) {
+  std::vector<X509Ptr> certs;
+  BioPtr bio = MemBio(pem);
+  while (X509* x = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) certs.emplace_back(x);
+  ERR_clear_error();  // the end of the input reads as an error
+  return certs;
+}
+
+// Never prompts for a passphrase (OpenSSL's default would, on a terminal).
+int NoPassphrase(char*, int, int, void*) { return 0; }
+
+std::string TimeText(const ASN1_TIME* t) {
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  ASN1_TIME_print(bio.get(), t);
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, static_cast<size_t>(n));
+}
+
+std::string Subject(X509* cert) {
+  char buf[256];
+  X509_NAME_oneline(X509_get_subject_name(cert), buf, sizeof(buf));
+  return buf;
+}
+
+absl::Status CheckValidNow(X509* cert, absl::string_view flag, const std::string& path) {
+  if (X509_cmp_current_time(X509_get0_notBefore(cert)) >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, path, ": the certificate ", Subject(cert),
+                                                   " is not valid before ",
+                                                   TimeText(X509_get0_notBefore(cert))));
+  }
+  if (X509_cmp_current_time(X509_get0_notAfter(cert)) <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, path, ": the certificate ", Subject(cert),
+                                                   " expired on ",
+                                                   TimeText(X509_get0_notAfter(cert))));
+  }
+  return absl::OkStatus();
+}
+
+// A certificate chain and its key, as PEM: the first certificate valid now, the key its own.
+absl::StatusOr<std::string> CheckPair(const std::string& cert_pem, const std::string& cert_path,
+                                      absl::string_view cert_flag, const std::string& key_pem,
+                                      const std::string& key_path, absl::string_view key_flag) {
+  std::vector<X509Ptr> certs = ParseCerts(cert_pem);
+  if (certs.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(cert_flag, cert_path, ": no PEM certificate in it"));
+  }
+  if (absl::Status st = CheckValidNow(certs[0].get(), cert_flag, cert_path); !st.ok()) return st;
+  BioPtr bio = MemBio(key_pem);
+  KeyPtr key(PEM_read_bio_PrivateKey(bio.get(), nullptr, NoPassphrase, nullptr));
+  ERR_clear_error();
+  if (key == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key_flag, key_path,
+        ": no PEM private key in it (an encrypted key cannot be used: give it unencrypted, "
+        "readable by this user only)"));
+  }
+  if (X509_check_private_key(certs[0].get(), key.get()) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(
+        absl::StrCat(key_flag, key_path, " is not the key of ", cert_flag, cert_path));
+  }
+  return absl::StrCat("subject=\"", Subject(certs[0].get()), "\" expires=\"",
+                      TimeText(X509_get0_notAfter(certs[0].get())), "\"");
+}
+
+absl::Status CheckCa(const std::string& pem, const std::string& path, absl::string_view flag) {
+  if (ParseCerts(pem).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, path, ": no PEM certificate in it"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ServerTlsMaterial> LoadServerTls(const ServerTlsOptions& tls) {
+  if (tls.cert_file.empty() || tls.key_file.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together: give both");
+  }
+  absl::StatusOr<std::string> cert = ReadPem(tls.cert_file, "--tls_cert=");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem(tls.key_file, "--tls_key=");
+  if (!key.ok()) return key.status();
+  absl::StatusOr<std::string> summary =
+      CheckPair(*cert, tls.cert_file, "--tls_cert=", *key, tls.key_file, "--tls_key=");
+  if (!summary.ok()) return summary.status();
+  ServerTlsMaterial m;
+  m.identity_pem = absl::StrCat(*key, "\n", *cert);
+  m.summary = *std::move(summary);
+  if (!tls.client_ca_file.empty()) {
+    absl::StatusOr<std::string> ca = ReadPem(tls.client_ca_file, "--tls_client_ca=");
+    if (!ca.ok()) return ca.status();
+    if (absl::Status st = CheckCa(*ca, tls.client_ca_file, "--tls_client_ca="); !st.ok()) {
+      return st;
+    }
+    m.client_ca_pem = *std::move(ca);
+  }
+  return m;
+}
+
+std::shared_ptr<grpc::ServerCredentials> ServerTlsCredentials(const std::string& identity_file,
+                                                              const std::string& client_ca_file) {
+  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      identity_file, identity_file, client_ca_file, /*refresh_interval_sec=*/1);
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
+  options.watch_identity_key_cert_pairs();
+  if (client_ca_file.empty()) {
+    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  } else {
+    options.watch_root_certs();
+    options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  }
+  return grpc::experimental::TlsServerCredentials(options);
+}
+
+absl::Status LoadClientTls(ClientTlsOptions* tls) {
+  struct File {
+    const std::string& path;
+    std::string* pem;
+    absl::string_view flag;
+  };
+  for (const File& f : {File{tls->ca_file, &tls->ca_pem, "TLS CA file "},
+                        File{tls->cert_file, &tls->cert_pem, "TLS certificate "},
+                        File{tls->key_file, &tls->key_pem, "TLS key "}}) {
+    if (f.path.empty() || !f.pem->empty()) continue;
+    absl::StatusOr<std::string> pem = ReadPem(f.path, f.flag);
+    if (!pem.ok()) return pem.status();
+    *f.pem = *std::move(pem);
+  }
+  if (tls->cert_pem.empty() != tls->key_pem.empty()) {
+    return absl::InvalidArgumentError(
+        "a TLS client certificate and its key go together: give both");
+  }
+  // PEM given as text has no path: say so instead.
+  auto where = [](const std::string& path) { return path.empty() ? "(given as PEM)" : path; };
+  if (!tls->cert_pem.empty()) {
+    absl::StatusOr<std::string> summary =
+        CheckPair(tls->cert_pem, where(tls->cert_file), "TLS certificate ", tls->key_pem,
+                  where(tls->key_file), "TLS key ");
+    if (!summary.ok()) return summary.status();
+  }
+  if (!tls->ca_pem.empty()) return CheckCa(tls->ca_pem, where(tls->ca_file), "TLS CA file ");
+  return absl::OkStatus();
+}
+
+std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(const ClientTlsOptions& tls) {
+  if (!tls.On()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = tls.ca_pem;
+  options.pem_private_key = tls.key_pem;
+  options.pem_cert_chain = tls.cert_pem;
+  return grpc::SslCredentials(options);
+}
+
+bool IsLoopbackAddress(std::string_view address) {
+  std::string_view host = address;
+  if (!host.empty() && host.front() == '[') {  // [v6]:port
+    const size_t close = host.find(']');
+    if (close == std::string_view::npos) return false;
+    host = host.substr(1, close - 1);
+  } else if (const size_t colon = host.rfind(':'); colon != std::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  if (host == "localhost") return true;
+  const std::string h(host);
+  in_addr v4;
+  if (inet_pton(AF_INET, h.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6;
+  if (inet_pton(AF_INET6, h.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+}  // namespace sluice::rpc

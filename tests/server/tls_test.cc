@@ -1,0 +1,342 @@
+// TLS and mutual TLS on real sluice-server processes, with certificates each test makes with
+// openssl (tests/harness/make_certs.sh): what is refused (plaintext, no client certificate, a
+// certificate of another CA, an expired one, a wrong server name), what a bad file does to a
+// start, the whole data path over mTLS, and a certificate rotated without a restart.
+#include "rpc/tls.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/credentials.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "sluice/v1/shuffle.grpc.pb.h"
+#include "tests/harness/mini_server.h"
+#include "tests/harness/status_matchers.h"
+#include "tests/harness/temp_dir.h"
+
+namespace sluice::testing {
+namespace {
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class TlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string cmd =
+        absl::StrCat("bash ", SLUICE_SOURCE_DIR, "/tests/harness/make_certs.sh ", certs_.path(),
+                     " >/dev/null 2>&1");
+    ASSERT_EQ(std::system(cmd.c_str()), 0)
+        << "make_certs.sh failed: is openssl installed (bash deploy/dev.sh test installs it)?";
+  }
+  std::string Cert(const std::string& name) const { return certs_.path() + "/" + name; }
+
+ public:
+  std::string Path(const std::string& name) const { return Cert(name); }
+  std::string Pem(const std::string& name) const { return Slurp(Cert(name)); }
+
+ protected:
+  ServerTlsOptions ServerTls(bool mutual) const {
+    ServerTlsOptions tls;
+    tls.cert_file = Cert("server.pem");
+    tls.key_file = Cert("server.key");
+    if (mutual) tls.client_ca_file = Cert("ca.pem");
+    return tls;
+  }
+  absl::StatusOr<std::unique_ptr<MiniServer>> StartServer(const ServerTlsOptions& tls) const {
+    MiniServerOptions o;
+    o.child_process = true;  // the real daemon, with its flags
+    o.server.tls = tls;
+    return MiniServer::Start(o);
+  }
+  ClientTlsOptions ClientTls(const std::string& ca, const std::string& client = "") const {
+    ClientTlsOptions tls;
+    tls.ca_file = Cert(ca);
+    if (!client.empty()) {
+      tls.cert_file = Cert(client + ".pem");
+      tls.key_file = Cert(client + ".key");
+    }
+    return tls;
+  }
+  static absl::StatusOr<std::unique_ptr<ShuffleClient>> Client(const MiniServer& s,
+                                                               const ClientTlsOptions& tls) {
+    ClientOptions o;
+    o.tls = tls;
+    o.call_deadline = std::chrono::seconds(5);
+    return s.Client(o);
+  }
+
+  TempDir certs_;
+};
+
+// Two mappers' records through a shuffle, read back in both orders: the counts per key match.
+void RoundTrip(ShuffleClient& client, const std::string& id) {
+  ASSERT_OK(client.CreateShuffle(id, 3, 2).status());
+  std::map<std::string, int> sent;
+  for (uint32_t m = 0; m < 2; ++m) {
+    WriterOptions wo;
+    wo.sort_by_key = true;
+    ASSERT_OK_AND_ASSIGN(auto w, client.OpenWriter(id, m, 1, wo));
+    for (int i = 0; i < 500; ++i) {
+      const std::string key = absl::StrCat("k", (i * 7 + m) % 50);
+      ASSERT_OK(w->Add(key, absl::StrCat("value ", m, " ", i)));
+      ++sent[key];
+    }
+    ASSERT_OK(w->Close().status());
+  }
+  for (FetchOrder order : {FetchOrder::kKey, FetchOrder::kUnordered}) {
+    std::map<std::string, int> got;
+    for (uint32_t p = 0; p < 3; ++p) {
+      ReaderOptions ro;
+      ro.order = order;
+      ro.require_complete = true;
+      ASSERT_OK_AND_ASSIGN(auto r, client.OpenReader(id, p, ro));
+      Record rec;
+      std::string last;
+      while (true) {
+        ASSERT_OK_AND_ASSIGN(bool more, r->Next(&rec));
+        if (!more) break;
+        if (order == FetchOrder::kKey) {
+          EXPECT_LE(last, std::string(rec.key));
+        }
+        last = std::string(rec.key);
+        ++got[last];
+      }
+    }
+    EXPECT_EQ(got, sent);
+  }
+}
+
+TEST_F(TlsTest, PlaintextClientIsRefusedAndATlsClientGoesEndToEnd) {
+  ASSERT_OK_AND_ASSIGN(auto server, StartServer(ServerTls(/*mutual=*/false)));
+  ASSERT_OK_AND_ASSIGN(auto plain, Client(*server, {}));
+  absl::Status st = plain->ListShuffles().status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  ASSERT_OK_AND_ASSIGN(auto client, Client(*server, ClientTls("ca.pem")));
+  RoundTrip(*client, "tls1");
+}
+
+TEST_F(TlsTest, MutualTlsRefusesNoCertificateAnotherCaAndAnExpiredOne) {
+  ASSERT_OK_AND_ASSIGN(auto server, StartServer(ServerTls(/*mutual=*/true)));
+  // No client certificate.
+  ASSERT_OK_AND_ASSIGN(auto anonymous, Client(*server, ClientTls("ca.pem")));
+  EXPECT_EQ(anonymous->ListShuffles().status().code(), absl::StatusCode::kUnavailable);
+  // A certificate another CA signed.
+  ASSERT_OK_AND_ASSIGN(auto stranger, Client(*server, ClientTls("ca.pem", "other-client")));
+  EXPECT_EQ(stranger->ListShuffles().status().code(), absl::StatusCode::kUnavailable);
+  // An expired certificate: the client library refuses it itself, naming it...
+  absl::Status expired = Client(*server, ClientTls("ca.pem", "client-expired")).status();
+  EXPECT_EQ(expired.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(expired.message().find("expired on"), std::string::npos) << expired;
+  // ... and the server refuses it from a client that does not check (raw gRPC).
+  grpc::SslCredentialsOptions raw;
+  raw.pem_root_certs = Slurp(Cert("ca.pem"));
+  raw.pem_cert_chain = Slurp(Cert("client-expired.pem"));
+  raw.pem_private_key = Slurp(Cert("client-expired.key"));
+  auto stub = v1::ShuffleService::NewStub(
+      grpc::CreateChannel(server->address(), grpc::SslCredentials(raw)));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::ListShufflesRequest req;
+  v1::ListShufflesResponse resp;
+  EXPECT_EQ(stub->ListShuffles(&ctx, req, &resp).error_code(), grpc::StatusCode::UNAVAILABLE);
+  // The tenants' good certificates go end to end, and the server kept serving throughout.
+  ASSERT_OK_AND_ASSIGN(auto a, Client(*server, ClientTls("ca.pem", "client-a")));
+  RoundTrip(*a, "mtls1");
+  ASSERT_OK_AND_ASSIGN(auto b, Client(*server, ClientTls("ca.pem", "client-b")));
+  RoundTrip(*b, "mtls2");
+}
+
+TEST_F(TlsTest, TheServerIsCheckedAgainstTheCaAndItsName) {
+  ASSERT_OK_AND_ASSIGN(auto server, StartServer(ServerTls(/*mutual=*/false)));
+  ASSERT_OK_AND_ASSIGN(auto wrong_ca, Client(*server, ClientTls("other-ca.pem")));
+  EXPECT_EQ(wrong_ca->ListShuffles().status().code(), absl::StatusCode::kUnavailable);
+  ClientTlsOptions named = ClientTls("ca.pem");
+  named.server_name = "not-the-server.example";
+  ASSERT_OK_AND_ASSIGN(auto wrong_name, Client(*server, named));
+  EXPECT_EQ(wrong_name->ListShuffles().status().code(), absl::StatusCode::kUnavailable);
+  named.server_name = "localhost";  // a name the certificate carries
+  ASSERT_OK_AND_ASSIGN(auto right_name, Client(*server, named));
+  EXPECT_OK(right_name->ListShuffles().status());
+}
+
+absl::Status StartInProcess(ServerOptions o) {
+  TempDir dir;
+  o.data_dir = dir.path();
+  if (o.listen_address == ServerOptions().listen_address) o.listen_address = "127.0.0.1:0";
+  return SluiceServer::Start(o).status();
+}
+
+void ExpectRefused(const ServerOptions& o, const std::string& says) {
+  absl::Status st = StartInProcess(o);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find(says), std::string::npos) << st << "\nshould say: " << says;
+}
+
+TEST_F(TlsTest, BadFilesAndFlagsFailTheStartNamingThem) {
+  ServerOptions o;
+  o.tls = ServerTls(false);
+  o.tls.cert_file = Cert("server-expired.pem");
+  o.tls.key_file = Cert("server-expired.key");
+  ExpectRefused(o, "--tls_cert=" + Cert("server-expired.pem") + ": the certificate");
+  ExpectRefused(o, "expired on");
+  o.tls = ServerTls(false);
+  o.tls.key_file = Cert("server2.key");
+  ExpectRefused(o, "--tls_key=" + Cert("server2.key") + " is not the key of --tls_cert=");
+  o.tls.key_file = Cert("missing.key");
+  ExpectRefused(o, "--tls_key=" + Cert("missing.key") + ": cannot read it");
+  o.tls.key_file = Cert("ca.pem");  // a certificate, not a key
+  ExpectRefused(o, "no PEM private key");
+  o.tls = ServerTls(false);
+  o.tls.cert_file = Cert("server.key");  // a key, not a certificate
+  ExpectRefused(o, "no PEM certificate");
+  o.tls = ServerTls(false);
+  o.tls.key_file.clear();
+  ExpectRefused(o, "--tls_cert and --tls_key go together");
+  o.tls = ServerTls(true);
+  o.tls.client_ca_file = Cert("server.key");
+  ExpectRefused(o, "--tls_client_ca=");
+  o.tls = {};
+  o.tls.client_ca_file = Cert("ca.pem");
+  ExpectRefused(o, "--tls_client_ca needs --tls_cert and --tls_key");
+  o.tls = ServerTls(false);
+  o.plaintext = true;
+  ExpectRefused(o, "--plaintext and --tls_cert exclude each other");
+  o.tls.reload_interval = std::chrono::seconds(0);
+  o.plaintext = false;
+  ExpectRefused(o, "--tls_reload_s=0 is out of range");
+  // Plaintext where other hosts can reach it: only with --plaintext (refused before binding).
+  o = ServerOptions();
+  o.listen_address = "0.0.0.0:0";
+  ExpectRefused(o, "--listen=0.0.0.0:0 is reachable from other hosts: give --tls_cert");
+  o.listen_address = "[::]:0";
+  ExpectRefused(o, "--plaintext");
+  // The client library checks its own files alike.
+  ClientOptions c;
+  c.tls = ClientTls("ca.pem", "client-a");
+  c.tls.key_file = Cert("client-b.key");
+  absl::Status st = ShuffleClient::Connect(c).status();
+  EXPECT_NE(st.message().find("is not the key of TLS certificate"), std::string::npos) << st;
+  c.tls = ClientTls("missing-ca.pem");
+  st = ShuffleClient::Connect(c).status();
+  EXPECT_NE(st.message().find("TLS CA file " + Cert("missing-ca.pem") + ": cannot read it"),
+            std::string::npos)
+      << st;
+}
+
+TEST(TlsLoopbackTest, ServesInClearOnLoopbackOnly) {
+  EXPECT_TRUE(rpc::IsLoopbackAddress("127.0.0.1:7070"));
+  EXPECT_TRUE(rpc::IsLoopbackAddress("127.3.2.1:0"));
+  EXPECT_TRUE(rpc::IsLoopbackAddress("localhost:7070"));
+  EXPECT_TRUE(rpc::IsLoopbackAddress("[::1]:7070"));
+  EXPECT_FALSE(rpc::IsLoopbackAddress("0.0.0.0:7070"));
+  EXPECT_FALSE(rpc::IsLoopbackAddress("[::]:7070"));
+  EXPECT_FALSE(rpc::IsLoopbackAddress("10.0.0.1:7070"));
+  EXPECT_FALSE(rpc::IsLoopbackAddress("sluice-0.sluice:7070"));
+  EXPECT_FALSE(rpc::IsLoopbackAddress(":7070"));
+  EXPECT_FALSE(rpc::IsLoopbackAddress("128.0.0.1:7070"));
+}
+
+// The common name of the certificate a new connection to `address` is served.
+std::string ServedName(const std::string& address, const std::string& ca_pem) {
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = ca_pem;
+  grpc::ChannelArguments args;
+  args.SetInt("grpc.use_local_subchannel_pool", 1);  // a new connection, not a shared one
+  auto stub = v1::ShuffleService::NewStub(
+      grpc::CreateCustomChannel(address, grpc::SslCredentials(o), args));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::ListShufflesRequest req;
+  v1::ListShufflesResponse resp;
+  if (!stub->ListShuffles(&ctx, req, &resp).ok()) return "(call failed)";
+  auto names = ctx.auth_context()->FindPropertyValues("x509_common_name");
+  return names.empty() ? "(no name)" : std::string(names[0].data(), names[0].size());
+}
+
+// Replaces `to` with a copy of `from` in one step, as an operator (or cert-manager) would.
+void Install(const std::string& from, const std::string& to) {
+  std::filesystem::copy_file(from, to + ".new", std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::rename(to + ".new", to);
+}
+
+// Waits up to 10 s for new connections to be served the certificate named `want`.
+std::string AwaitServedName(const std::string& address, const std::string& ca,
+                            const std::string& want) {
+  std::string name;
+  for (int i = 0; i < 100 && (name = ServedName(address, ca)) != want; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return name;
+}
+
+// The server's certificate and key copied where a test can replace them, and the options that
+// name them.
+struct Watched {
+  Watched(const TlsTest* t, std::chrono::seconds reload)
+      : cert(dir.path() + "/tls.pem"), key(dir.path() + "/tls.key"), ca(t->Pem("ca.pem")) {
+    Install(t->Path("server.pem"), cert);
+    Install(t->Path("server.key"), key);
+    tls.cert_file = cert;
+    tls.key_file = key;
+    tls.reload_interval = reload;
+  }
+  TempDir dir;
+  const std::string cert, key, ca;
+  ServerTlsOptions tls;
+};
+
+TEST_F(TlsTest, ARotatedCertificateIsServedWithoutARestartAndAHalfDoneOneNever) {
+  Watched w(this, std::chrono::seconds(1));
+  const std::string &cert = w.cert, &key = w.key, &ca = w.ca;
+  ASSERT_OK_AND_ASSIGN(auto server, StartServer(w.tls));
+  EXPECT_EQ(ServedName(server->address(), ca), "sluice-server");
+  ASSERT_OK_AND_ASSIGN(auto client, Client(*server, ClientTls("ca.pem")));
+  ASSERT_OK(client->CreateShuffle("before", 1, 1).status());
+  // Half-way: the new certificate is in place, its key not yet. That pair is never served:
+  // new connections still get the old certificate (gRPC watching the files itself would take
+  // the pair and fail every handshake until the key came).
+  Install(Cert("server2.pem"), cert);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  EXPECT_EQ(ServedName(server->address(), ca), "sluice-server");
+  // The key arrives: the new pair is served, same process, same data.
+  Install(Cert("server2.key"), key);
+  EXPECT_EQ(AwaitServedName(server->address(), ca, "sluice-server-2"), "sluice-server-2");
+  ASSERT_OK_AND_ASSIGN(auto after, Client(*server, ClientTls("ca.pem")));
+  ASSERT_OK_AND_ASSIGN(auto status, after->GetShuffle("before"));
+  EXPECT_EQ(status.num_partitions, 1u);
+  // An expired certificate (with its key) is not taken either.
+  Install(Cert("server-expired.pem"), cert);
+  Install(Cert("server-expired.key"), key);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  EXPECT_EQ(ServedName(server->address(), ca), "sluice-server-2");
+}
+
+TEST_F(TlsTest, SighupLooksAtTheFilesAtOnce) {
+  Watched w(this, std::chrono::seconds(3600));
+  const std::string &cert = w.cert, &key = w.key, &ca = w.ca;
+  ASSERT_OK_AND_ASSIGN(auto server, StartServer(w.tls));
+  EXPECT_EQ(ServedName(server->address(), ca), "sluice-server");
+  Install(Cert("server2.key"), key);
+  Install(Cert("server2.pem"), cert);
+  ASSERT_EQ(::kill(server->pid(), SIGHUP), 0);
+  EXPECT_EQ(AwaitServedName(server->address(), ca, "sluice-server-2"), "sluice-server-2");
+  EXPECT_OK(server->Stop());  // SIGHUP did not stop it: a clean stop still exits 0
+}
+
+}  // namespace
+}  // namespace sluice::testing
