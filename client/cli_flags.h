@@ -4,6 +4,7 @@
 #ifndef SLUICE_CLIENT_CLI_FLAGS_H_
 #define SLUICE_CLIENT_CLI_FLAGS_H_
 
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -74,7 +75,12 @@ class Flags {
 /// them: plaintext.
 inline ClientTlsOptions TlsFlags(Flags& f) {
   ClientTlsOptions tls;
-  tls.enabled = f.Get("tls", "false") == "true";
+  const std::string on = f.Get("tls", "false");
+  if (on != "true" && on != "false") {
+    std::fprintf(stderr, "--tls=%s: give --tls (true) or --tls=false\n", on.c_str());
+    std::exit(2);
+  }
+  tls.enabled = on == "true";
   tls.ca_file = f.Get("tls-ca", "");
   tls.cert_file = f.Get("tls-cert", "");
   tls.key_file = f.Get("tls-key", "");

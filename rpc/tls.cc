@@ -7,9 +7,12 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
+#include <cassert>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -56,12 +59,36 @@ BioPtr MemBio(const std::string& pem) {
   return BioPtr(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
 }
 
-std::vector<X509Ptr> ParseCerts(const std::string& pem) {
+// Every certificate in `pem`, in order: at least one, and nothing malformed after the last (a
+// file caught half-written must not pass as a shorter chain or bundle).
+absl::StatusOr<std::vector<X509Ptr>> ParseCerts(const std::string& pem, absl::string_view flag,
+                                                const std::string& path) {
   std::vector<X509Ptr> certs;
   BioPtr bio = MemBio(pem);
   while (X509* x = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) certs.emplace_back(x);
-  ERR_clear_error();  // the end of the input reads as an error
+  const unsigned long end = ERR_peek_last_error();  // the end of the input reads as an error
+  ERR_clear_error();
+  if (ERR_GET_LIB(end) != ERR_LIB_PEM || ERR_GET_REASON(end) != PEM_R_NO_START_LINE) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, path, ": the PEM block after certificate ", certs.size(),
+                     " is malformed (a file cut short, or not a certificate)"));
+  }
+  if (certs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, path, ": no PEM certificate in it"));
+  }
   return certs;
+}
+
+// What was checked, written out again: served as is, so that what is served is what was
+// checked (not, say, a certificate that came along in the key's file).
+std::string ToPem(const std::vector<X509Ptr>& certs, EVP_PKEY* key) {
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  if (key != nullptr)
+    PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0, nullptr, nullptr);
+  for (const X509Ptr& c : certs) PEM_write_bio_X509(bio.get(), c.get());
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, static_cast<size_t>(n));
 }
 
 // Never prompts for a passphrase (OpenSSL's default would, on a terminal).
@@ -95,14 +122,33 @@ absl::Status CheckValidNow(X509* cert, absl::string_view flag, const std::string
   return absl::OkStatus();
 }
 
-// A certificate chain and its key, as PEM: the first certificate valid now, the key its own.
-absl::StatusOr<std::string> CheckPair(const std::string& cert_pem, const std::string& cert_path,
+struct CheckedPair {
+  std::string pem;      // the key, then the chain, as checked
+  std::string summary;  // subject and expiry
+  int64_t not_after_unix = 0;
+};
+
+int64_t UnixTime(const ASN1_TIME* t) {
+  std::tm tm{};
+  if (ASN1_TIME_to_tm(t, &tm) != 1) return 0;
+  return static_cast<int64_t>(::timegm(&tm));
+}
+
+// A certificate chain and its key, as PEM: the first certificate valid now, each signed by the
+// next, the key the first's own.
+absl::StatusOr<CheckedPair> CheckPair(const std::string& cert_pem, const std::string& cert_path,
                                       absl::string_view cert_flag, const std::string& key_pem,
                                       const std::string& key_path, absl::string_view key_flag) {
-  std::vector<X509Ptr> certs = ParseCerts(cert_pem);
-  if (certs.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(cert_flag, cert_path, ": no PEM certificate in it"));
+  absl::StatusOr<std::vector<X509Ptr>> parsed = ParseCerts(cert_pem, cert_flag, cert_path);
+  if (!parsed.ok()) return parsed.status();
+  std::vector<X509Ptr>& certs = *parsed;
+  for (size_t i = 0; i + 1 < certs.size(); ++i) {
+    if (X509_check_issued(certs[i + 1].get(), certs[i].get()) != X509_V_OK) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          cert_flag, cert_path, ": certificate ", i + 2, " (", Subject(certs[i + 1].get()),
+          ") did not sign certificate ", i + 1, " (", Subject(certs[i].get()),
+          "): the chain must go from the certificate itself up to its CA"));
+    }
   }
   if (absl::Status st = CheckValidNow(certs[0].get(), cert_flag, cert_path); !st.ok()) return st;
   BioPtr bio = MemBio(key_pem);
@@ -119,15 +165,20 @@ absl::StatusOr<std::string> CheckPair(const std::string& cert_pem, const std::st
     return absl::InvalidArgumentError(
         absl::StrCat(key_flag, key_path, " is not the key of ", cert_flag, cert_path));
   }
-  return absl::StrCat("subject=\"", Subject(certs[0].get()), "\" expires=\"",
-                      TimeText(X509_get0_notAfter(certs[0].get())), "\"");
+  CheckedPair checked;
+  checked.pem = ToPem(certs, key.get());
+  checked.not_after_unix = UnixTime(X509_get0_notAfter(certs[0].get()));
+  checked.summary = absl::StrCat("subject=\"", Subject(certs[0].get()), "\" expires=\"",
+                                 TimeText(X509_get0_notAfter(certs[0].get())), "\"");
+  return checked;
 }
 
-absl::Status CheckCa(const std::string& pem, const std::string& path, absl::string_view flag) {
-  if (ParseCerts(pem).empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, path, ": no PEM certificate in it"));
-  }
-  return absl::OkStatus();
+// The CAs of a bundle, written out again as checked.
+absl::StatusOr<std::string> CheckCa(const std::string& pem, const std::string& path,
+                                    absl::string_view flag) {
+  absl::StatusOr<std::vector<X509Ptr>> certs = ParseCerts(pem, flag, path);
+  if (!certs.ok()) return certs.status();
+  return ToPem(*certs, nullptr);
 }
 
 }  // namespace
@@ -140,19 +191,19 @@ absl::StatusOr<ServerTlsMaterial> LoadServerTls(const ServerTlsOptions& tls) {
   if (!cert.ok()) return cert.status();
   absl::StatusOr<std::string> key = ReadPem(tls.key_file, "--tls_key=");
   if (!key.ok()) return key.status();
-  absl::StatusOr<std::string> summary =
+  absl::StatusOr<CheckedPair> pair =
       CheckPair(*cert, tls.cert_file, "--tls_cert=", *key, tls.key_file, "--tls_key=");
-  if (!summary.ok()) return summary.status();
+  if (!pair.ok()) return pair.status();
   ServerTlsMaterial m;
-  m.identity_pem = absl::StrCat(*key, "\n", *cert);
-  m.summary = *std::move(summary);
+  m.identity_pem = std::move(pair->pem);
+  m.summary = std::move(pair->summary);
+  m.not_after_unix = pair->not_after_unix;
   if (!tls.client_ca_file.empty()) {
     absl::StatusOr<std::string> ca = ReadPem(tls.client_ca_file, "--tls_client_ca=");
     if (!ca.ok()) return ca.status();
-    if (absl::Status st = CheckCa(*ca, tls.client_ca_file, "--tls_client_ca="); !st.ok()) {
-      return st;
-    }
-    m.client_ca_pem = *std::move(ca);
+    absl::StatusOr<std::string> checked = CheckCa(*ca, tls.client_ca_file, "--tls_client_ca=");
+    if (!checked.ok()) return checked.status();
+    m.client_ca_pem = *std::move(checked);
   }
   return m;
 }
@@ -193,17 +244,23 @@ absl::Status LoadClientTls(ClientTlsOptions* tls) {
   // PEM given as text has no path: say so instead.
   auto where = [](const std::string& path) { return path.empty() ? "(given as PEM)" : path; };
   if (!tls->cert_pem.empty()) {
-    absl::StatusOr<std::string> summary =
+    absl::StatusOr<CheckedPair> summary =
         CheckPair(tls->cert_pem, where(tls->cert_file), "TLS certificate ", tls->key_pem,
                   where(tls->key_file), "TLS key ");
     if (!summary.ok()) return summary.status();
   }
-  if (!tls->ca_pem.empty()) return CheckCa(tls->ca_pem, where(tls->ca_file), "TLS CA file ");
+  if (!tls->ca_pem.empty()) {
+    absl::StatusOr<std::string> ca = CheckCa(tls->ca_pem, where(tls->ca_file), "TLS CA file ");
+    if (!ca.ok()) return ca.status();
+  }
   return absl::OkStatus();
 }
 
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(const ClientTlsOptions& tls) {
   if (!tls.On()) return grpc::InsecureChannelCredentials();
+  // LoadClientTls reads the files first (ShuffleClient::Connect): a CA file not read would
+  // mean the system's CAs instead of the one named.
+  assert(tls.ca_file.empty() || !tls.ca_pem.empty());
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = tls.ca_pem;
   options.pem_private_key = tls.key_pem;

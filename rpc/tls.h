@@ -24,9 +24,10 @@ namespace sluice::rpc {
 
 /// The server's TLS files, read and checked (LoadServerTls).
 struct ServerTlsMaterial {
-  std::string identity_pem;   ///< the private key, then the certificate chain
-  std::string client_ca_pem;  ///< empty: no client certificates asked for
-  std::string summary;        ///< for the log: the certificate's subject and expiry
+  std::string identity_pem;    ///< the private key, then the certificate chain
+  std::string client_ca_pem;   ///< empty: no client certificates asked for
+  std::string summary;         ///< for the log: the certificate's subject and expiry
+  int64_t not_after_unix = 0;  ///< when the certificate expires, in Unix seconds
 };
 
 /// Reads and checks the server's files: each can be read and holds PEM, the certificate is

@@ -35,14 +35,14 @@ struct ClientTlsOptions {
   std::string ca_pem, cert_pem, key_pem;
   bool On() const {
     return enabled || !ca_file.empty() || !cert_file.empty() || !key_file.empty() ||
-           !ca_pem.empty() || !cert_pem.empty() || !key_pem.empty();
+           !server_name.empty() || !ca_pem.empty() || !cert_pem.empty() || !key_pem.empty();
   }
 };
 
 namespace rpc {
 
 /// Reads the client's files into its *_pem fields (PEM given directly is kept) and checks them
-/// as the server checks its own (rpc/tls.h, CheckServerTls): PEM, valid now, the key the
+/// as the server checks its own (rpc/tls.h, LoadServerTls): PEM, valid now, the key the
 /// certificate's; a certificate needs its key and the other way round.
 absl::Status LoadClientTls(ClientTlsOptions* tls);
 

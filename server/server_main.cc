@@ -1,6 +1,7 @@
 // sluice-server: the shuffle service daemon. Flags carry units; see docs/operations.md.
 #include <signal.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
@@ -177,5 +178,9 @@ int main(int argc, char** argv) {
   }).detach();
   (*server)->WaitDrained();
   (*server)->Shutdown();
-  return 0;
+  // Out without destructors: the signal thread may still take a late SIGHUP or SIGTERM, and
+  // must not find the server destroyed under it.
+  spdlog::shutdown();
+  std::fflush(nullptr);
+  std::_Exit(0);
 }

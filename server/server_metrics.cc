@@ -83,6 +83,11 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
           s.draining ? 1 : 0);
   t.Gauge("sluice_start_time_seconds", "When the server started, in Unix seconds",
           D(s.started_unix_ms) / 1000.0);
+  if (s.tls_expiry_unix != 0) {
+    t.Gauge("sluice_tls_certificate_expiry_seconds",
+            "When the TLS certificate served expires, in Unix seconds (alert before it)",
+            D(static_cast<uint64_t>(s.tls_expiry_unix)));
+  }
   return std::move(t.families());
 }
 

@@ -25,6 +25,7 @@ struct MetricsSources {
   const std::atomic<size_t>* fetch_streams = nullptr;
   bool draining = false;
   uint64_t started_unix_ms = 0;
+  int64_t tls_expiry_unix = 0;  ///< the served certificate's expiry; 0 without TLS
 };
 
 /// Everything in `sources`, as metric families (MetricsText turns them into the text format).

@@ -348,8 +348,8 @@ absl::Status ValidateOptions(const ServerOptions& o) {
 // start naming it, and watched), or plaintext, which leaves this machine only when asked for
 // explicitly.
 struct Listening {
+  std::unique_ptr<TlsReloader> tls;  // with TLS; outlives the credentials reading its files
   std::shared_ptr<grpc::ServerCredentials> credentials;
-  std::unique_ptr<TlsReloader> tls;  // with TLS
 };
 absl::StatusOr<Listening> ListenCredentials(const ServerOptions& o) {
   if (o.tls.enabled()) {
@@ -386,7 +386,7 @@ absl::StatusOr<Listening> ListenCredentials(const ServerOptions& o) {
         "reach: anyone on the network can read and change the shuffles' data\"",
         o.listen_address);
   }
-  return Listening{grpc::InsecureServerCredentials(), nullptr};
+  return Listening{nullptr, grpc::InsecureServerCredentials()};
 }
 
 }  // namespace
@@ -598,6 +598,7 @@ std::vector<prometheus::MetricFamily> SluiceServer::Impl::CollectMetrics() const
   s.push_streams = &service->counts().push;
   s.fetch_streams = &service->counts().fetch;
   s.draining = node.draining.load();
+  if (tls != nullptr) s.tls_expiry_unix = tls->expiry_unix();
   {
     std::lock_guard<std::mutex> lock(node.mu);
     s.started_unix_ms = node.started_unix_ms;

@@ -2,10 +2,13 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 #include "absl/strings/str_cat.h"
 #include "rpc/tls.h"
@@ -14,9 +17,13 @@
 namespace sluice {
 namespace {
 
-// A new memfd holding `content`, or -1 with errno set.
+// A new memfd holding `content`, or -1 with errno set. Never 0-2 (if those were closed at
+// start, a memfd there would become the log).
 int MemFile(const std::string& content) {
-  const int fd = ::memfd_create("sluice-tls", MFD_CLOEXEC);
+  const int first = ::memfd_create("sluice-tls", MFD_CLOEXEC);
+  if (first < 0) return -1;
+  const int fd = ::fcntl(first, F_DUPFD_CLOEXEC, 3);
+  ::close(first);
   if (fd < 0) return -1;
   size_t done = 0;
   while (done < content.size()) {
@@ -33,13 +40,23 @@ int MemFile(const std::string& content) {
   return fd;
 }
 
+// gRPC's watcher takes a file's change by its modification time, to the second: each version
+// gets a time a second past the last one's, so that two changes within a second (a SIGHUP
+// right after the interval's check) cannot be read as one.
+void Stamp(int fd, time_t* last) {
+  *last = std::max(::time(nullptr), *last + 1);
+  const timespec times[2] = {{*last, 0}, {*last, 0}};
+  (void)::futimens(fd, times);
+}
+
 // Makes `*fd` (created on the first call) hold `content`: a new memfd is put in its place in
 // one step, so a reader opening /proc/self/fd/<fd> sees the old content or the new, whole.
-absl::Status Publish(const std::string& content, int* fd) {
+absl::Status Publish(const std::string& content, int* fd, time_t* last) {
   const int fresh = MemFile(content);
   if (fresh < 0) {
     return absl::InternalError(absl::StrCat("memfd for TLS material: ", std::strerror(errno)));
   }
+  Stamp(fresh, last);
   if (*fd < 0) {
     *fd = fresh;
     return absl::OkStatus();
@@ -59,10 +76,10 @@ absl::StatusOr<std::unique_ptr<TlsReloader>> TlsReloader::Start(const ServerTlsO
   absl::StatusOr<rpc::ServerTlsMaterial> m = rpc::LoadServerTls(options);
   if (!m.ok()) return m.status();
   std::unique_ptr<TlsReloader> r(new TlsReloader(options));
-  if (absl::Status st = Publish(m->identity_pem, &r->identity_fd_); !st.ok()) return st;
+  if (absl::Status st = Publish(m->identity_pem, &r->identity_fd_, &r->stamp_); !st.ok()) return st;
   r->identity_path_ = FdPath(r->identity_fd_);
   if (!m->client_ca_pem.empty()) {
-    if (absl::Status st = Publish(m->client_ca_pem, &r->ca_fd_); !st.ok()) return st;
+    if (absl::Status st = Publish(m->client_ca_pem, &r->ca_fd_, &r->stamp_); !st.ok()) return st;
     r->ca_path_ = FdPath(r->ca_fd_);
   }
   if (::access(r->identity_path_.c_str(), R_OK) != 0) {
@@ -73,41 +90,18 @@ absl::StatusOr<std::unique_ptr<TlsReloader>> TlsReloader::Start(const ServerTlsO
   r->served_identity_ = std::move(m->identity_pem);
   r->served_ca_ = std::move(m->client_ca_pem);
   r->summary_ = std::move(m->summary);
+  r->expiry_unix_.store(m->not_after_unix);
   TlsReloader* self = r.get();
-  r->thread_ = std::thread([self] { self->Loop(); });
+  r->watcher_ = std::make_unique<Periodic>(options.reload_interval, [self] { self->Check(); });
   return r;
 }
 
-TlsReloader::~TlsReloader() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-  if (identity_fd_ >= 0) ::close(identity_fd_);
-  if (ca_fd_ >= 0) ::close(ca_fd_);
-}
+// The descriptors stay open: gRPC may read them until it lets go of its credentials, which can
+// be after the server is gone, and a number closed could be reused by another file. They are
+// two per server process.
+TlsReloader::~TlsReloader() { watcher_.reset(); }
 
-void TlsReloader::Reload() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    reload_now_ = true;
-  }
-  cv_.notify_all();
-}
-
-void TlsReloader::Loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (true) {
-    cv_.wait_for(lock, options_.reload_interval, [this] { return stop_ || reload_now_; });
-    if (stop_) return;
-    reload_now_ = false;
-    lock.unlock();
-    Check();
-    lock.lock();
-  }
-}
+void TlsReloader::Reload() { watcher_->Poke(); }
 
 void TlsReloader::Check() {
   absl::StatusOr<rpc::ServerTlsMaterial> m = rpc::LoadServerTls(options_);
@@ -124,14 +118,15 @@ void TlsReloader::Check() {
   last_error_.clear();
   absl::Status st;
   if (m->identity_pem != served_identity_) {
-    st = Publish(m->identity_pem, &identity_fd_);
+    st = Publish(m->identity_pem, &identity_fd_, &stamp_);
     if (st.ok()) {
       served_identity_ = std::move(m->identity_pem);
+      expiry_unix_.store(m->not_after_unix);
       spdlog::info("event=tls_reloaded what=certificate {}", m->summary);
     }
   }
   if (st.ok() && ca_fd_ >= 0 && m->client_ca_pem != served_ca_) {
-    st = Publish(m->client_ca_pem, &ca_fd_);
+    st = Publish(m->client_ca_pem, &ca_fd_, &stamp_);
     if (st.ok()) {
       served_ca_ = std::move(m->client_ca_pem);
       spdlog::info("event=tls_reloaded what=client_ca");

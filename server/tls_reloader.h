@@ -7,19 +7,20 @@
 //
 // gRPC reads the served set from files this class keeps in memory, never on disk: memfds at
 // /proc/self/fd/N. The key and the chain share one of them, and a change replaces a file's
-// content at once (dup2 of a new memfd onto N), so gRPC cannot read a key of one certificate
-// with another.
+// content at once (dup3 of a new memfd onto N, with a modification time a second past the
+// last), so gRPC cannot read a key of one certificate with another.
 #ifndef SLUICE_SERVER_TLS_RELOADER_H_
 #define SLUICE_SERVER_TLS_RELOADER_H_
 
-#include <condition_variable>
+#include <atomic>
+#include <cstdint>
+#include <ctime>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "rpc/tls_options.h"
+#include "server/periodic.h"
 
 namespace sluice {
 
@@ -38,21 +39,21 @@ class TlsReloader {
   const std::string& summary() const { return summary_; }
   /// Looks at the files now (SIGHUP) instead of at the next interval.
   void Reload();
+  /// When the certificate served expires, in Unix seconds (a metric: alert before it).
+  int64_t expiry_unix() const { return expiry_unix_.load(std::memory_order_relaxed); }
 
  private:
   explicit TlsReloader(const ServerTlsOptions& options) : options_(options) {}
-  void Loop();
   void Check();
 
   const ServerTlsOptions options_;
   int identity_fd_ = -1, ca_fd_ = -1;
   std::string identity_path_, ca_path_, summary_;
-  std::string served_identity_, served_ca_;  // what the memfds hold (the loop's thread only)
-  std::string last_error_;                   // logged already (the loop's thread only)
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false, reload_now_ = false;  // guarded by mu_
-  std::thread thread_;
+  std::string served_identity_, served_ca_;  // what the memfds hold (the watcher's thread only)
+  std::string last_error_;                   // logged already (the watcher's thread only)
+  time_t stamp_ = 0;                         // the memfds' last modification time
+  std::atomic<int64_t> expiry_unix_{0};
+  std::unique_ptr<Periodic> watcher_;  // runs Check
 };
 
 }  // namespace sluice

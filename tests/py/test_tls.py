@@ -55,6 +55,9 @@ def test_bad_files_are_named(certs):
                        tls_cert=f"{certs}/client-expired.pem", tls_key=f"{certs}/client-expired.key")
     with pytest.raises(sluice.Error, match="cannot read it"):
         sluice.connect("127.0.0.1:1", tls_ca=f"{certs}/nothing-here.pem")
+    # An empty value (an unset environment variable, say) is refused, not taken as plaintext.
+    with pytest.raises(ValueError, match="tls_ca is empty"):
+        sluice.connect("127.0.0.1:1", tls_ca="")
 
 
 def test_mutual_tls_end_to_end(server, certs):

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -32,6 +33,23 @@ std::string Slurp(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// The common name of the certificate a new connection to `address` is served.
+std::string ServedName(const std::string& address, const std::string& ca_pem) {
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = ca_pem;
+  grpc::ChannelArguments args;
+  args.SetInt("grpc.use_local_subchannel_pool", 1);  // a new connection, not a shared one
+  auto stub = v1::ShuffleService::NewStub(
+      grpc::CreateCustomChannel(address, grpc::SslCredentials(o), args));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::ListShufflesRequest req;
+  v1::ListShufflesResponse resp;
+  if (!stub->ListShuffles(&ctx, req, &resp).ok()) return "(call failed)";
+  auto names = ctx.auth_context()->FindPropertyValues("x509_common_name");
+  return names.empty() ? "(no name)" : std::string(names[0].data(), names[0].size());
 }
 
 class TlsTest : public ::testing::Test {
@@ -187,6 +205,46 @@ void ExpectRefused(const ServerOptions& o, const std::string& says) {
   EXPECT_NE(st.message().find(says), std::string::npos) << st << "\nshould say: " << says;
 }
 
+TEST_F(TlsTest, AChainIsSentWholeAndOnlyWhatWasCheckedIsServed) {
+  // The server's certificate comes from an intermediate CA; clients trust only the root.
+  ServerTlsOptions tls;
+  tls.cert_file = Cert("chained-full.pem");
+  tls.key_file = Cert("chained.key");
+  {
+    ASSERT_OK_AND_ASSIGN(auto server, StartServer(tls));
+    EXPECT_EQ(ServedName(server->address(), Pem("ca.pem")), "sluice-server-chained");
+  }
+  // A key file that carries a certificate too (of another key): the certificate served is the
+  // one checked, --tls_cert's, not the first one gRPC would find in the key's file.
+  TempDir dir;
+  const std::string key = dir.path() + "/combined.key";
+  {
+    std::ofstream out(key);
+    out << Pem("server2.pem") << Pem("server.key");
+  }
+  tls.cert_file = Cert("server.pem");
+  tls.key_file = key;
+  ASSERT_OK_AND_ASSIGN(auto server, StartServer(tls));
+  EXPECT_EQ(ServedName(server->address(), Pem("ca.pem")), "sluice-server");
+}
+
+TEST_F(TlsTest, TheCertificatesExpiryIsAMetric) {
+  MiniServerOptions o;  // in process: its metrics are read directly
+  o.server.tls = ServerTls(/*mutual=*/false);
+  ASSERT_OK_AND_ASSIGN(auto server, MiniServer::Start(o));
+  const std::string text = server->server()->RenderMetrics();
+  const size_t at = text.find("\nsluice_tls_certificate_expiry_seconds ");
+  ASSERT_NE(at, std::string::npos) << text;
+  const double expiry = std::stod(text.substr(at + 39));
+  // make_certs.sh made it for 30 days from now.
+  const double now = static_cast<double>(std::time(nullptr));
+  EXPECT_GT(expiry, now + 29 * 86400.0);
+  EXPECT_LT(expiry, now + 31 * 86400.0);
+  ASSERT_OK_AND_ASSIGN(auto plain, MiniServer::Start());
+  EXPECT_EQ(plain->server()->RenderMetrics().find("sluice_tls_certificate_expiry_seconds"),
+            std::string::npos);
+}
+
 TEST_F(TlsTest, BadFilesAndFlagsFailTheStartNamingThem) {
   ServerOptions o;
   o.tls = ServerTls(false);
@@ -210,6 +268,18 @@ TEST_F(TlsTest, BadFilesAndFlagsFailTheStartNamingThem) {
   o.tls = ServerTls(true);
   o.tls.client_ca_file = Cert("server.key");
   ExpectRefused(o, "--tls_client_ca=");
+  // A chain cut short in its second certificate (a file caught half-written), and one out of
+  // order.
+  TempDir dir;
+  const std::string full = Pem("chained-full.pem");
+  const std::string cut = dir.path() + "/cut.pem", reversed = dir.path() + "/reversed.pem";
+  std::ofstream(cut) << full.substr(0, full.size() - 200);
+  std::ofstream(reversed) << Pem("inter.pem") << Pem("chained.pem");
+  o.tls.cert_file = cut;
+  o.tls.key_file = Cert("chained.key");
+  ExpectRefused(o, "--tls_cert=" + cut + ": the PEM block after certificate 1 is malformed");
+  o.tls.cert_file = reversed;
+  ExpectRefused(o, "did not sign certificate 1");
   o.tls = {};
   o.tls.client_ca_file = Cert("ca.pem");
   ExpectRefused(o, "--tls_client_ca needs --tls_cert and --tls_key");
@@ -249,23 +319,6 @@ TEST(TlsLoopbackTest, ServesInClearOnLoopbackOnly) {
   EXPECT_FALSE(rpc::IsLoopbackAddress("sluice-0.sluice:7070"));
   EXPECT_FALSE(rpc::IsLoopbackAddress(":7070"));
   EXPECT_FALSE(rpc::IsLoopbackAddress("128.0.0.1:7070"));
-}
-
-// The common name of the certificate a new connection to `address` is served.
-std::string ServedName(const std::string& address, const std::string& ca_pem) {
-  grpc::SslCredentialsOptions o;
-  o.pem_root_certs = ca_pem;
-  grpc::ChannelArguments args;
-  args.SetInt("grpc.use_local_subchannel_pool", 1);  // a new connection, not a shared one
-  auto stub = v1::ShuffleService::NewStub(
-      grpc::CreateCustomChannel(address, grpc::SslCredentials(o), args));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  v1::ListShufflesRequest req;
-  v1::ListShufflesResponse resp;
-  if (!stub->ListShuffles(&ctx, req, &resp).ok()) return "(call failed)";
-  auto names = ctx.auth_context()->FindPropertyValues("x509_common_name");
-  return names.empty() ? "(no name)" : std::string(names[0].data(), names[0].size());
 }
 
 // Replaces `to` with a copy of `from` in one step, as an operator (or cert-manager) would.

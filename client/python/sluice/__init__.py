@@ -32,6 +32,10 @@ def connect(servers="127.0.0.1:7070", *, call_timeout=30.0, tls=False, tls_ca=No
     chain to (or `tls=True` for the system's CAs); `tls_cert` and `tls_key` a client
     certificate for servers that require one (mutual TLS); `tls_server_name` the name the
     servers' certificates must carry, if not the host dialled. None of them: plaintext."""
+    for name, value in (("tls_ca", tls_ca), ("tls_cert", tls_cert), ("tls_key", tls_key),
+                        ("tls_server_name", tls_server_name)):
+        if value is not None and not value:  # "" (an unset variable?) must not mean plaintext
+            raise ValueError(f"{name} is empty: give a value, or None")
     return Client(_sluice.Client(servers, float(call_timeout), bool(tls), tls_ca or "",
                                  tls_cert or "", tls_key or "", tls_server_name or ""))
 
