@@ -32,7 +32,8 @@ constexpr char kUsage[] =
     "  --servers: a cluster (or any server list); --replication: each partition's replicas\n"
     "  (0 = the cluster's default); a failed mapper attempt is retried with a new attempt id\n"
     "  up to --retries times, a second apart\n"
-    "  TLS to --server(s): --tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name N]\n";
+    "  TLS to --server(s): --tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name N]\n"
+    "  credentials: --token-file FILE, or $SLUICE_TOKEN\n";
 
 int Fail(const absl::Status& st) {
   std::fprintf(stderr, "sluice bench: %s\n", st.ToString().c_str());
@@ -134,6 +135,7 @@ int Main(int argc, char** argv) {
   OwnServer own;
   own.data_dir = flags.Get("data-dir", "");
   const ClientTlsOptions tls = cli::TlsFlags(flags);
+  const std::string token = cli::TokenFlag(flags);
   std::string why;
   if (!flags.Check(&why) || c.shards < 1 || c.partitions < 1 || c.keys < 1 || c.parallel < 1 ||
       c.replication > 3 || c.retries < 0) {
@@ -150,6 +152,7 @@ int Main(int argc, char** argv) {
   ClientOptions copts;
   copts.server = address;
   copts.tls = tls;
+  copts.token = token;
   auto client = ShuffleClient::Connect(copts);
   if (!client.ok()) return Fail(client.status());
   int rc = 0;

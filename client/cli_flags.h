@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -86,6 +87,24 @@ inline ClientTlsOptions TlsFlags(Flags& f) {
   tls.key_file = f.Get("tls-key", "");
   tls.server_name = f.Get("tls-server-name", "");
   return tls;
+}
+
+/// The bearer token for servers that ask for credentials: the first line of --token-file FILE
+/// (not on the command line, where `ps` shows it), else $SLUICE_TOKEN; empty if neither.
+inline std::string TokenFlag(Flags& f) {
+  const std::string file = f.Get("token-file", "");
+  if (file.empty()) {
+    const char* env = std::getenv("SLUICE_TOKEN");
+    return env == nullptr ? "" : env;
+  }
+  std::ifstream in(file);
+  std::string token;
+  if (!in || !std::getline(in, token) || token.empty()) {
+    std::fprintf(stderr, "--token-file=%s: cannot read a token from it\n", file.c_str());
+    std::exit(2);
+  }
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  return token;
 }
 
 }  // namespace sluice::cli

@@ -463,6 +463,15 @@ absl::StatusOr<std::unique_ptr<ShuffleClient>> ShuffleClient::Connect(
   if (seeds.empty()) return absl::InvalidArgumentError("no server address");
   ClientOptions with_tls = options;
   if (absl::Status st = rpc::LoadClientTls(&with_tls.tls); !st.ok()) return st;
+  if (!options.token.empty() && !options.tls.On()) {
+    for (const std::string& s : seeds) {
+      if (!rpc::IsLoopbackAddress(s)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("a token would cross the network in clear to ", s,
+                         ": use TLS (a CA file) with it, or a loopback address"));
+      }
+    }
+  }
   return std::unique_ptr<ShuffleClient>(new ClusterClient(with_tls, std::move(seeds)));
 }
 

@@ -52,7 +52,13 @@ ShuffleStatus FromProto(const pb::ShuffleInfo& info) {
   return s;
 }
 
+// The token goes only where it cannot be read on the way: over TLS, or to this machine.
+bool SendsToken(const ClientOptions& options) {
+  return !options.token.empty() && (options.tls.On() || rpc::IsLoopbackAddress(options.server));
+}
+
 void SetStreamDeadline(const ClientOptions& options, grpc::ClientContext* ctx) {
+  if (SendsToken(options)) ctx->AddMetadata("authorization", "Bearer " + options.token);
   if (options.stream_deadline.count() > 0) {
     ctx->set_deadline(std::chrono::system_clock::now() + options.stream_deadline);
   }
@@ -469,6 +475,7 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
 
  private:
   void SetDeadline(grpc::ClientContext* ctx) const {
+    if (SendsToken(options_)) ctx->AddMetadata("authorization", "Bearer " + options_.token);
     if (options_.call_deadline.count() > 0) {
       ctx->set_deadline(std::chrono::system_clock::now() + options_.call_deadline);
     }

@@ -62,6 +62,10 @@ struct ClientOptions {
   /// TLS to the servers (docs/security.md); plaintext when `tls.On()` is false. Connect reads
   /// the files once and fails naming a file that is missing, not PEM, expired or mismatched.
   ClientTlsOptions tls;
+  /// A bearer token for servers that ask for credentials (--auth_file; docs/security.md). It is
+  /// sent only over TLS or to a loopback address: Connect refuses a token that would cross the
+  /// network in clear.
+  std::string token;
 };
 
 struct PartitionStatsInfo {

@@ -39,13 +39,15 @@ int Fail(const absl::Status& st) {
   return 1;
 }
 
-// The TLS flags (cli::TlsFlags), read once in main.
+// The TLS flags (cli::TlsFlags) and the token (cli::TokenFlag), read once in main.
 sluice::ClientTlsOptions g_tls;
+std::string g_token;
 
 std::unique_ptr<sluice::ShuffleClient> Connect(const std::string& server) {
   sluice::ClientOptions opts;
   opts.server = server;
   opts.tls = g_tls;
+  opts.token = g_token;
   auto client = sluice::ShuffleClient::Connect(opts);
   if (!client.ok()) {
     Fail(client.status());
@@ -80,6 +82,7 @@ absl::StatusOr<sluice::NodeStatus> AskNode(const std::string& address) {
   sluice::ClientOptions options;
   options.server = address;
   options.tls = g_tls;
+  options.token = g_token;
   options.call_deadline = std::chrono::seconds(5);
   auto client = sluice::ShuffleClient::Connect(options);
   if (!client.ok()) return client.status();
@@ -310,6 +313,29 @@ int Fetch(Flags& flags) {
   return 0;
 }
 
+// A new random token (32 bytes from the kernel, hex) and the line a server's --auth_file needs
+// for it: the token goes to the job, the line to the server (which never sees the token).
+int NewToken(Flags& flags) {
+  const std::string tenant = flags.Get("tenant", "");
+  const std::string role = flags.Get("role", "tenant");
+  std::string why;
+  if (!flags.Check(&why) || tenant.empty() || (role != "tenant" && role != "admin")) {
+    std::fprintf(stderr, "usage: sluice token --tenant T [--role tenant|admin]%s%s\n",
+                 why.empty() ? "" : ": ", why.c_str());
+    return 2;
+  }
+  std::ifstream urandom("/dev/urandom", std::ios::binary);
+  unsigned char raw[32];
+  if (!urandom.read(reinterpret_cast<char*>(raw), sizeof(raw))) {
+    return Fail(absl::InternalError("cannot read /dev/urandom"));
+  }
+  std::string token = "slc_";
+  for (unsigned char b : raw) absl::StrAppend(&token, absl::Hex(b, absl::kZeroPad2));
+  std::printf("token: %s\nline:  %s %s %s\n", token.c_str(), sluice::rpc::TokenHash(token).c_str(),
+              tenant.c_str(), role.c_str());
+  return 0;
+}
+
 void Usage() {
   std::fprintf(
       stderr,
@@ -325,8 +351,10 @@ void Usage() {
       "  fetch  --server H:P --shuffle ID --partition P [--order KEY|UNORDERED]\n"
       "         [--output FILE|-] [--format jsonl|msgpack]\n"
       "  bench  [flags]   the end-to-end benchmark (runs sluice-bench; `sluice bench --help`)\n"
+      "  token  --tenant T [--role tenant|admin]   a new token, and its line for --auth_file\n"
       "TLS (any command; docs/security.md): --tls-ca FILE [--tls-cert FILE --tls-key FILE]\n"
-      "  [--tls-server-name NAME], or --tls for the system's CAs; none of them: plaintext\n");
+      "  [--tls-server-name NAME], or --tls for the system's CAs; none of them: plaintext\n"
+      "Credentials: --token-file FILE, or $SLUICE_TOKEN\n");
 }
 
 }  // namespace
@@ -344,6 +372,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   g_tls = sluice::cli::TlsFlags(flags);
+  g_token = sluice::cli::TokenFlag(flags);
+  if (cmd == "token") return NewToken(flags);
   if (cmd == "push") return Push(flags);
   if (cmd == "fetch") return Fetch(flags);
   const std::string server = flags.Get("server", "127.0.0.1:7070");

@@ -5,6 +5,7 @@
 #include <grpcpp/security/tls_credentials_options.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
@@ -266,6 +267,19 @@ std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(const ClientTlsOpti
   options.pem_private_key = tls.key_pem;
   options.pem_cert_chain = tls.cert_pem;
   return grpc::SslCredentials(options);
+}
+
+std::string TokenHash(const std::string& token) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(token.data(), token.size(), md, &n, EVP_sha256(), nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "sha256:";
+  for (unsigned int i = 0; i < n; ++i) {
+    out.push_back(kHex[md[i] >> 4]);
+    out.push_back(kHex[md[i] & 15]);
+  }
+  return out;
 }
 
 bool IsLoopbackAddress(std::string_view address) {

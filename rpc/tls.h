@@ -47,10 +47,6 @@ std::shared_ptr<grpc::ServerCredentials> ServerTlsCredentials(const std::string&
 /// plaintext when `tls.On()` is false.
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(const ClientTlsOptions& tls);
 
-/// Whether "host:port" names this machine only: 127.0.0.0/8, ::1 or localhost. A wildcard
-/// (0.0.0.0, [::]) or any other name is not.
-bool IsLoopbackAddress(std::string_view address);
-
 }  // namespace sluice::rpc
 
 #endif  // SLUICE_RPC_TLS_H_

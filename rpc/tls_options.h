@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 
@@ -45,6 +46,13 @@ namespace rpc {
 /// as the server checks its own (rpc/tls.h, LoadServerTls): PEM, valid now, the key the
 /// certificate's; a certificate needs its key and the other way round.
 absl::Status LoadClientTls(ClientTlsOptions* tls);
+
+/// Whether "host:port" names this machine only: 127.0.0.0/8, ::1 or localhost. A wildcard
+/// (0.0.0.0, [::]) or any other name is not.
+bool IsLoopbackAddress(std::string_view address);
+
+/// "sha256:<64 hex digits>" of a bearer token: how a server's --auth_file names it.
+std::string TokenHash(const std::string& token);
 
 }  // namespace rpc
 }  // namespace sluice

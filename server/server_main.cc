@@ -63,6 +63,10 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CAs: require client certificates they signed (mutual TLS)");
 ABSL_FLAG(uint32_t, tls_reload_s, 10,
           "look at the TLS files again this often: rotated certificates need no restart");
+ABSL_FLAG(std::string, auth_file, "",
+          "credentials every call must present (token hashes, certificate names -> tenant, "
+          "role); watched for changes");
+ABSL_FLAG(uint32_t, auth_reload_s, 10, "look at --auth_file again this often");
 ABSL_FLAG(bool, plaintext, false,
           "serve without TLS on an address other hosts can reach (loopback is always allowed)");
 
@@ -116,6 +120,8 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   opts.tls.reload_interval = std::chrono::seconds(absl::GetFlag(FLAGS_tls_reload_s));
   opts.plaintext = absl::GetFlag(FLAGS_plaintext);
+  opts.auth_file = absl::GetFlag(FLAGS_auth_file);
+  opts.auth_reload_interval = std::chrono::seconds(absl::GetFlag(FLAGS_auth_reload_s));
   return opts;
 }
 
@@ -169,7 +175,7 @@ int main(int argc, char** argv) {
       sigwait(&signals, &sig);
       spdlog::info("event=signal signal={}", sig);
       if (sig == SIGHUP) {
-        (*server)->ReloadTls();
+        (*server)->ReloadFiles();
         --n;
         continue;
       }

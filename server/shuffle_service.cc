@@ -1,6 +1,5 @@
 #include "server/shuffle_service.h"
 
-
 #include <algorithm>
 #include <atomic>
 #include <map>
@@ -20,6 +19,30 @@ namespace {
 // What a client is told: the status, with paths relative to the data directory.
 grpc::Status ToClient(const ShuffleServiceImpl::Deps& deps, const absl::Status& st) {
   return st.ok() ? grpc::Status::OK : rpc::ToGrpcStatus(deps.registry->WithRelativePaths(st));
+}
+// Who calls (with --auth_file), or UNAUTHENTICATED; everyone, as an admin, without it.
+absl::StatusOr<Identity> Caller(const ShuffleServiceImpl::Deps& deps,
+                                const grpc::CallbackServerContext* ctx) {
+  if (deps.auth == nullptr) return Identity{};
+  absl::string_view authorization;
+  const auto& metadata = ctx->client_metadata();
+  if (auto it = metadata.find("authorization"); it != metadata.end()) {
+    authorization = absl::string_view(it->second.data(), it->second.size());
+  }
+  std::string cert_name;
+  if (auto auth = ctx->auth_context(); auth != nullptr && auth->IsPeerAuthenticated()) {
+    const auto names = auth->FindPropertyValues("x509_common_name");
+    if (!names.empty()) cert_name.assign(names[0].data(), names[0].size());
+  }
+  return deps.auth->Authenticate(authorization, cert_name);
+}
+// Unary calls: finishes `reactor` with the refusal and returns true unless the caller is known.
+bool Refused(const ShuffleServiceImpl::Deps& deps, const grpc::CallbackServerContext* ctx,
+             grpc::ServerUnaryReactor* reactor) {
+  absl::StatusOr<Identity> who = Caller(deps, ctx);
+  if (who.ok()) return false;
+  reactor->Finish(rpc::ToGrpcStatus(who.status()));
+  return true;
 }
 // The cluster as one call sees it. A clustered server serves before it has joined (the
 // port comes first): cluster calls then say so instead of acting as a server on its own.
@@ -212,6 +235,11 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
       Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "the server is draining (shutting down): it takes no new push "
                           "streams; retry the attempt once it is back"));
+      return;
+    }
+    if (absl::StatusOr<Identity> who = Caller(deps_, ctx_); !who.ok()) {
+      open_ = nullptr;  // not counted
+      Finish(rpc::ToGrpcStatus(who.status()));
       return;
     }
     if (grpc::Status st = Admit(open_, deps_.streams.max_push_streams, "push"); !st.ok()) {
@@ -438,6 +466,11 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
         ctx_(ctx),
         spec_(SpecFromRequest(*request)),
         report_mappers_(request->report_mappers()) {
+    if (absl::StatusOr<Identity> who = Caller(deps_, ctx_); !who.ok()) {
+      open_ = nullptr;  // not counted
+      Finish(rpc::ToGrpcStatus(who.status()));
+      return;
+    }
     if (grpc::Status st = Admit(open_, deps_.streams.max_fetch_streams, "fetch"); !st.ok()) {
       open_ = nullptr;  // not counted
       Finish(st);
@@ -648,6 +681,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::CreateShuffle(grpc::CallbackServer
                                                             const v1::CreateShuffleRequest* req,
                                                             v1::CreateShuffleResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(deps_, ctx, reactor)) return reactor;
   deps_.meta_pool->Submit([this, reactor, req, resp] {  // creates directories and syncs: off-thread
     ShuffleParams params{req->shuffle_id(), req->num_partitions(), req->num_mappers()};
     if (Cluster(*deps_.node).clustered) {
@@ -673,6 +707,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
                                                          const v1::GetShuffleRequest* req,
                                                          v1::ShuffleInfo* resp) {
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(deps_, ctx, reactor)) return reactor;
   deps_.meta_pool->Submit([this, reactor, req, resp] {  // store locks may wait on an fsync
     absl::Status st = EnsureLocal(deps_, req->shuffle_id());
     if (st.ok()) st = ResolvePending(deps_, req->shuffle_id());
@@ -711,6 +746,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::ListShuffles(grpc::CallbackServerC
                                                            const v1::ListShufflesRequest* req,
                                                            v1::ListShufflesResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(deps_, ctx, reactor)) return reactor;
   deps_.meta_pool->Submit([this, reactor, req, resp] {
     const uint32_t page = req->page_size() == 0 ? kDefaultShufflesPerPage
                                                 : std::min(req->page_size(), kMaxShufflesPerPage);
@@ -748,6 +784,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::DeleteShuffle(grpc::CallbackServer
                                                             const v1::DeleteShuffleRequest* req,
                                                             v1::DeleteShuffleResponse*) {
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(deps_, ctx, reactor)) return reactor;
   deps_.meta_pool->Submit([this, reactor, req] {  // removes files: off-thread
     const ClusterView c = Cluster(*deps_.node);
     bool recorded = false;
@@ -814,6 +851,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
                                                       const v1::GetNodeRequest*,
                                                       v1::NodeInfo* resp) {
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(deps_, ctx, reactor)) return reactor;
   deps_.meta_pool->Submit([this, reactor, resp] {  // statvfs: off-thread
     {
       std::lock_guard<std::mutex> lock(deps_.node->mu);
@@ -840,6 +878,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::ListNodes(grpc::CallbackServerCont
                                                         const v1::ListNodesRequest*,
                                                         v1::ListNodesResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(deps_, ctx, reactor)) return reactor;
   deps_.meta_pool->Submit([this, reactor, resp] {  // asks etcd: off-thread
     const ClusterView c = Cluster(*deps_.node);
     Membership* membership = c.membership;
@@ -909,6 +948,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetPlacement(grpc::CallbackServerC
                                                            const v1::GetPlacementRequest* req,
                                                            v1::Placement* resp) {
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(deps_, ctx, reactor)) return reactor;
   deps_.meta_pool->Submit([this, reactor, req, resp] {  // asks etcd: off-thread
     absl::Status st = FillPlacement(req->shuffle_id(), resp);
     reactor->Finish(ToClient(deps_, st));
@@ -965,6 +1005,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::CommitMapper(grpc::CallbackServerC
                                                            const v1::CommitMapperRequest* req,
                                                            v1::CommitMapperResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(deps_, ctx, reactor)) return reactor;
   deps_.meta_pool->Submit([this, reactor, req, resp] {  // asks etcd, syncs: off-thread
     auto winner = DecideMapper(req->shuffle_id(), req->mapper_id(), req->attempt_id());
     if (winner.ok()) {
@@ -1025,6 +1066,12 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::Drain(grpc::CallbackServerContext*
                                                     const v1::DrainRequest* req,
                                                     v1::DrainResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(deps_, ctx, reactor)) return reactor;
+  if (!Caller(deps_, ctx)->admin()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                 "Drain needs an admin credential (role admin in --auth_file)"));
+    return reactor;
+  }
   if (!deps_.admin.allow_remote && !FromLoopback(ctx->peer())) {
     reactor->Finish(grpc::Status(
         grpc::StatusCode::PERMISSION_DENIED,

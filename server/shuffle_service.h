@@ -18,6 +18,7 @@
 
 #include "cluster/membership.h"
 #include "cluster/placement_store.h"
+#include "server/auth.h"
 #include "server/fetch_session.h"
 #include "server/metrics.h"
 #include "server/push_attempt.h"
@@ -89,6 +90,7 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
     const NodeState* node;
     AdminDeps admin;
     ServerMetrics* metrics;
+    const Authenticator* auth = nullptr;  ///< null: no credentials asked for (--auth_file)
   };
   explicit ShuffleServiceImpl(Deps deps) : deps_(std::move(deps)) {}
 

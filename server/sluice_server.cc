@@ -43,7 +43,8 @@ struct SluiceServer::Impl {
   std::shared_ptr<EtcdClient> etcd;  // with --etcd
   std::unique_ptr<Membership> membership;
   std::unique_ptr<PlacementStore> placements;
-  std::unique_ptr<TlsReloader> tls;  // with TLS; outlives `server`, which reads its files
+  std::unique_ptr<TlsReloader> tls;     // with TLS; outlives `server`, which reads its files
+  std::unique_ptr<Authenticator> auth;  // with --auth_file; outlives `service`
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<MetricsEndpoint> metrics_endpoint;  // with --metrics_listen
   int port = 0;
@@ -395,8 +396,23 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   if (absl::Status st = ValidateOptions(options); !st.ok()) return st;
   absl::StatusOr<Listening> listening = ListenCredentials(options);
   if (!listening.ok()) return listening.status();
+  std::unique_ptr<Authenticator> auth;
+  if (!options.auth_file.empty()) {
+    if (options.auth_reload_interval < std::chrono::seconds(1) ||
+        options.auth_reload_interval > std::chrono::hours(24)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--auth_reload_s=", options.auth_reload_interval.count(), " is out of range [1, 86400]"));
+    }
+    absl::StatusOr<std::unique_ptr<Authenticator>> a =
+        Authenticator::Open(options.auth_file, options.auth_reload_interval);
+    if (!a.ok()) return a.status();
+    auth = *std::move(a);
+    spdlog::info("event=auth file={} reload_s={}", options.auth_file,
+                 options.auth_reload_interval.count());
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->auth = std::move(auth);
   StoreOptions store_options;
   store_options.fsync = options.fsync;
   store_options.limits = options.limits;
@@ -453,7 +469,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   impl->service = std::make_unique<ShuffleServiceImpl>(ShuffleServiceImpl::Deps{
       impl->registry.get(), impl->pool.get(), impl->meta_pool.get(), impl->merge_pool.get(),
       impl->budget.get(), push, fetch, impl->merge_gate.get(), impl->watchdog.get(), streams,
-      &impl->node, admin, &impl->metrics});
+      &impl->node, admin, &impl->metrics, impl->auth.get()});
 
   impl->node.clustered = !options.etcd_endpoints.empty();  // before it serves
   grpc::EnableDefaultHealthCheckService(true);
@@ -581,8 +597,9 @@ void SluiceServer::Shutdown() {
   spdlog::info("event=stopped port={}", impl_->port);
 }
 
-void SluiceServer::ReloadTls() {
+void SluiceServer::ReloadFiles() {
   if (impl_->tls != nullptr) impl_->tls->Reload();
+  if (impl_->auth != nullptr) impl_->auth->Reload();
 }
 
 int SluiceServer::metrics_port() const {

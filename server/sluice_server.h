@@ -52,6 +52,10 @@ struct ServerOptions {
   /// always, on any other address only with `plaintext` (asked for explicitly, and warned of).
   ServerTlsOptions tls;
   bool plaintext = false;
+  /// Credentials every call must present (server/auth.h); empty: none asked for. Read again
+  /// every `auth_reload_interval` and on ReloadFiles.
+  std::string auth_file;
+  std::chrono::seconds auth_reload_interval{10};
 
   // Streams and connections (docs/operations.md, "Limits"): what one client may hold, and for
   // how long without progress.
@@ -101,9 +105,9 @@ class SluiceServer {
   void Drain(std::chrono::milliseconds grace);
   /// Blocks until a drain has been asked for (Drain, the Drain RPC) and has ended.
   void WaitDrained();
-  /// Looks at the TLS files again now (SIGHUP) rather than within --tls_reload_s; nothing
-  /// without TLS.
-  void ReloadTls();
+  /// Looks at the TLS files and the credentials file again now (SIGHUP) rather than at their
+  /// next interval.
+  void ReloadFiles();
   uint64_t memory_parked_total() const;
   /// The server-wide memory budget, to count memory the server does not see (tests hold it
   /// full to show that pushes wait for it).

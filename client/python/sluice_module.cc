@@ -292,7 +292,7 @@ class Client {
  public:
   Client(const std::string& servers, double call_timeout_s, bool tls, const std::string& tls_ca,
          const std::string& tls_cert, const std::string& tls_key,
-         const std::string& tls_server_name) {
+         const std::string& tls_server_name, const std::string& token) {
     ClientOptions o;
     o.server = servers;
     o.call_deadline = Millis(call_timeout_s);
@@ -301,6 +301,7 @@ class Client {
     o.tls.cert_file = tls_cert;
     o.tls.key_file = tls_key;
     o.tls.server_name = tls_server_name;
+    o.token = token;
     absl::StatusOr<std::unique_ptr<ShuffleClient>> c =
         CallWithoutGil([&] { return ShuffleClient::Connect(o); });
     client_ = Check(std::move(c));
@@ -382,10 +383,10 @@ PYBIND11_MODULE(_sluice, m) {
 
   pb::class_<Client>(m, "Client")
       .def(pb::init<const std::string&, double, bool, const std::string&, const std::string&,
-                    const std::string&, const std::string&>(),
+                    const std::string&, const std::string&, const std::string&>(),
            pb::arg("servers"), pb::arg("call_timeout_s") = 30.0, pb::arg("tls") = false,
            pb::arg("tls_ca") = "", pb::arg("tls_cert") = "", pb::arg("tls_key") = "",
-           pb::arg("tls_server_name") = "")
+           pb::arg("tls_server_name") = "", pb::arg("token") = "")
       .def("create_shuffle", &Client::CreateShuffle, pb::arg("shuffle_id"), pb::arg("partitions"),
            pb::arg("mappers") = 0, pb::arg("replication") = 0)
       .def("delete_shuffle", &Client::DeleteShuffle, pb::arg("shuffle_id"))

@@ -52,6 +52,8 @@ absl::StatusOr<std::vector<std::string>> ChildFlags(const ServerOptions& o) {
       absl::StrCat("--tls_client_ca=", o.tls.client_ca_file),
       absl::StrCat("--tls_reload_s=", o.tls.reload_interval.count()),
       absl::StrCat("--plaintext=", o.plaintext ? "true" : "false"),
+      absl::StrCat("--auth_file=", o.auth_file),
+      absl::StrCat("--auth_reload_s=", o.auth_reload_interval.count()),
       "--log_level=warn"};
 }
 

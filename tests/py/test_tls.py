@@ -75,3 +75,33 @@ def test_mutual_tls_end_to_end(server, certs):
         for key, values in client.reader("mtls", p, order="key", require_complete=True).groups():
             got[key] += len(values)
     assert got == sent
+
+
+def test_tokens(tmp_path):
+    """A server with --auth_file (in clear on loopback): a token from `sluice token` works, no
+    token or a wrong one is UNAUTHENTICATED, and a token is never sent in clear off-host."""
+    sluice_cli = os.path.join(os.path.dirname(SERVER), "..", "client", "sluice")
+    out = subprocess.run([sluice_cli, "token", "--tenant", "team-a"], check=True,
+                         capture_output=True, text=True).stdout
+    token = re.search(r"token: (\S+)", out).group(1)
+    (tmp_path / "creds").write_text(re.search(r"line: +(.+)", out).group(1) + "\n")
+    p = subprocess.Popen([SERVER, f"--data_dir={tmp_path}/data", "--listen=127.0.0.1:0",
+                          f"--auth_file={tmp_path}/creds", "--log_level=warn"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        port = int(re.search(r"listening on port (\d+)", p.stdout.readline()).group(1))
+        server = f"127.0.0.1:{port}"
+        for bad in (None, "slc_wrong"):
+            with pytest.raises(sluice.Error) as e:
+                sluice.connect(server, token=bad).create_shuffle("t", partitions=1)
+            assert e.value.code == "UNAUTHENTICATED"
+        client = sluice.connect(server, token=token)
+        assert client.create_shuffle("t", partitions=1, mappers=1)
+        with client.writer("t", mapper=0) as w:
+            w.write("k", {"v": 1})
+        assert list(client.reader("t", 0)) == [("k", {"v": 1})]
+        with pytest.raises(sluice.Error, match="in clear"):
+            sluice.connect("10.0.0.1:7070", token=token)
+    finally:
+        p.terminate()
+        p.wait(timeout=30)

@@ -179,6 +179,23 @@ TEST_F(TlsTest, MutualTlsRefusesNoCertificateAnotherCaAndAnExpiredOne) {
   RoundTrip(*b, "mtls2");
 }
 
+TEST_F(TlsTest, AClientCertificatesNameCanBeItsCredential) {
+  TempDir dir;
+  const std::string creds = dir.path() + "/credentials";
+  std::ofstream(creds) << "cn:tenant-a tenant-a tenant\n";
+  MiniServerOptions o;
+  o.child_process = true;
+  o.server.tls = ServerTls(/*mutual=*/true);
+  o.server.auth_file = creds;
+  ASSERT_OK_AND_ASSIGN(auto server, MiniServer::Start(o));
+  ASSERT_OK_AND_ASSIGN(auto a, Client(*server, ClientTls("ca.pem", "client-a")));
+  RoundTrip(*a, "by-cert");  // no token: the certificate says who it is
+  ASSERT_OK_AND_ASSIGN(auto b, Client(*server, ClientTls("ca.pem", "client-b")));
+  absl::Status st = b->ListShuffles().status();  // a good certificate, but not listed
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnauthenticated) << st;
+  EXPECT_NE(st.message().find("'tenant-b' is not one this server knows"), std::string::npos);
+}
+
 TEST_F(TlsTest, TheServerIsCheckedAgainstTheCaAndItsName) {
   ASSERT_OK_AND_ASSIGN(auto server, StartServer(ServerTls(/*mutual=*/false)));
   ASSERT_OK_AND_ASSIGN(auto wrong_ca, Client(*server, ClientTls("other-ca.pem")));

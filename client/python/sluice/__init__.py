@@ -25,19 +25,22 @@ __all__ = ["Client", "Error", "Reader", "Writer", "connect", "packb", "partition
 
 
 def connect(servers="127.0.0.1:7070", *, call_timeout=30.0, tls=False, tls_ca=None,
-            tls_cert=None, tls_key=None, tls_server_name=None):
+            tls_cert=None, tls_key=None, tls_server_name=None, token=None):
     """A client of one server or a cluster ("h1:p1,h2:p2,..." or a DNS name listing them).
 
     TLS (docs/security.md): `tls_ca` is the PEM file of the CAs the servers' certificates must
     chain to (or `tls=True` for the system's CAs); `tls_cert` and `tls_key` a client
     certificate for servers that require one (mutual TLS); `tls_server_name` the name the
-    servers' certificates must carry, if not the host dialled. None of them: plaintext."""
+    servers' certificates must carry, if not the host dialled. None of them: plaintext.
+    `token`: the bearer token for servers that ask for credentials (sent only over TLS or to a
+    loopback address)."""
     for name, value in (("tls_ca", tls_ca), ("tls_cert", tls_cert), ("tls_key", tls_key),
-                        ("tls_server_name", tls_server_name)):
+                        ("tls_server_name", tls_server_name), ("token", token)):
         if value is not None and not value:  # "" (an unset variable?) must not mean plaintext
             raise ValueError(f"{name} is empty: give a value, or None")
     return Client(_sluice.Client(servers, float(call_timeout), bool(tls), tls_ca or "",
-                                 tls_cert or "", tls_key or "", tls_server_name or ""))
+                                 tls_cert or "", tls_key or "", tls_server_name or "",
+                                 token or ""))
 
 
 class Client:
