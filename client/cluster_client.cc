@@ -463,6 +463,14 @@ absl::StatusOr<std::unique_ptr<ShuffleClient>> ShuffleClient::Connect(
   if (seeds.empty()) return absl::InvalidArgumentError("no server address");
   ClientOptions with_tls = options;
   if (absl::Status st = rpc::LoadClientTls(&with_tls.tls); !st.ok()) return st;
+  if (options.token.size() > 4096)
+    return absl::InvalidArgumentError("the token is over 4096 bytes");
+  for (char c : options.token) {
+    if (c <= ' ' || c > '~') {
+      return absl::InvalidArgumentError(
+          "the token has a character other than printable ASCII (a space or a line end?)");
+    }
+  }
   if (!options.token.empty() && !options.tls.On()) {
     for (const std::string& s : seeds) {
       if (!rpc::IsLoopbackAddress(s)) {

@@ -319,8 +319,14 @@ int NewToken(Flags& flags) {
   const std::string tenant = flags.Get("tenant", "");
   const std::string role = flags.Get("role", "tenant");
   std::string why;
-  if (!flags.Check(&why) || tenant.empty() || (role != "tenant" && role != "admin")) {
-    std::fprintf(stderr, "usage: sluice token --tenant T [--role tenant|admin]%s%s\n",
+  const bool name_ok = !tenant.empty() && tenant.size() <= 64 &&
+                       tenant.find_first_not_of(
+                           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                           "0123456789._-") == std::string::npos;
+  if (!flags.Check(&why) || !name_ok || (role != "tenant" && role != "admin")) {
+    std::fprintf(stderr,
+                 "usage: sluice token --tenant T [--role tenant|admin] (T: 1-64 of letters, "
+                 "digits, '.', '_', '-')%s%s\n",
                  why.empty() ? "" : ": ", why.c_str());
     return 2;
   }

@@ -288,8 +288,9 @@ bool IsLoopbackAddress(std::string_view address) {
     const size_t close = host.find(']');
     if (close == std::string_view::npos) return false;
     host = host.substr(1, close - 1);
-  } else if (const size_t colon = host.rfind(':'); colon != std::string_view::npos) {
-    host = host.substr(0, colon);
+  } else if (const size_t colon = host.rfind(':');
+             colon != std::string_view::npos && host.find(':') == colon) {
+    host = host.substr(0, colon);  // host:port; an unbracketed "::1:7070" is all host
   }
   if (host == "localhost") return true;
   const std::string h(host);

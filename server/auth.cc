@@ -2,10 +2,14 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -56,17 +60,24 @@ absl::StatusOr<std::string> HexDigest(absl::string_view hex) {
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  const std::string where = absl::StrCat("--auth_file=", path);
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": cannot read it (", std::strerror(errno), ")"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": not a regular file"));
+  }
+  if (st.st_size > kMaxFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": larger than 16 MiB"));
+  }
   std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat("--auth_file=", path, ": cannot read it"));
+  std::ostringstream data;
+  if (!in || !(data << in.rdbuf()) || in.bad()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": cannot read it"));
   }
-  std::string data(static_cast<size_t>(kMaxFileBytes) + 1, '\0');
-  in.read(data.data(), kMaxFileBytes + 1);
-  if (in.gcount() > kMaxFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("--auth_file=", path, ": larger than 16 MiB"));
-  }
-  data.resize(static_cast<size_t>(in.gcount()));
-  return data;
+  return data.str();
 }
 
 }  // namespace
@@ -74,6 +85,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 absl::StatusOr<std::vector<Credential>> ParseCredentials(absl::string_view text,
                                                          absl::string_view source) {
   std::vector<Credential> out;
+  absl::flat_hash_set<std::string> seen;
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
@@ -110,10 +122,17 @@ absl::StatusOr<std::vector<Credential>> ParseCredentials(absl::string_view text,
     } else {
       return bad("the role is tenant or admin");
     }
-    for (const Credential& o : out) {
-      if (o.kind == c.kind && o.key == c.key) return bad("the credential is listed twice");
+    if (!seen.insert(absl::StrCat(c.kind == Credential::Kind::kCertName ? "c" : "t", c.key))
+             .second) {
+      return bad("the credential is listed twice");
     }
     out.push_back(std::move(c));
+  }
+  if (out.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source,
+                     ": no credentials in it, so every call would be refused (a file caught while "
+                     "being written? replace it by renaming a complete one into place)"));
   }
   return out;
 }

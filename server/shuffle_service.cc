@@ -230,16 +230,16 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
         ctx_(ctx),
         response_(response),
         attempt_(deps.registry, deps.push) {
+    if (absl::StatusOr<Identity> who = Caller(deps_, ctx_); !who.ok()) {
+      open_ = nullptr;  // not counted
+      Finish(rpc::ToGrpcStatus(who.status()));
+      return;
+    }
     if (deps_.node->draining.load()) {
       open_ = nullptr;  // not counted
       Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "the server is draining (shutting down): it takes no new push "
                           "streams; retry the attempt once it is back"));
-      return;
-    }
-    if (absl::StatusOr<Identity> who = Caller(deps_, ctx_); !who.ok()) {
-      open_ = nullptr;  // not counted
-      Finish(rpc::ToGrpcStatus(who.status()));
       return;
     }
     if (grpc::Status st = Admit(open_, deps_.streams.max_push_streams, "push"); !st.ok()) {
@@ -1066,8 +1066,13 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::Drain(grpc::CallbackServerContext*
                                                     const v1::DrainRequest* req,
                                                     v1::DrainResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  if (Refused(deps_, ctx, reactor)) return reactor;
-  if (!Caller(deps_, ctx)->admin()) {
+  // One look at the credentials: a reload between two could make the second fail.
+  const absl::StatusOr<Identity> who = Caller(deps_, ctx);
+  if (!who.ok()) {
+    reactor->Finish(rpc::ToGrpcStatus(who.status()));
+    return reactor;
+  }
+  if (!who->admin()) {
     reactor->Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                                  "Drain needs an admin credential (role admin in --auth_file)"));
     return reactor;

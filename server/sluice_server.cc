@@ -44,7 +44,7 @@ struct SluiceServer::Impl {
   std::unique_ptr<Membership> membership;
   std::unique_ptr<PlacementStore> placements;
   std::unique_ptr<TlsReloader> tls;     // with TLS; outlives `server`, which reads its files
-  std::unique_ptr<Authenticator> auth;  // with --auth_file; outlives `service`
+  std::unique_ptr<Authenticator> auth;  // with --auth_file; outlives `server`, which calls it
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<MetricsEndpoint> metrics_endpoint;  // with --metrics_listen
   int port = 0;

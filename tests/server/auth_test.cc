@@ -200,6 +200,9 @@ TEST(AuthClientTest, ATokenIsNeverSentInClearOffThisMachine) {
   EXPECT_FALSE(ShuffleClient::Connect(o).ok());
   o.server = "127.0.0.5:7070";
   EXPECT_OK(ShuffleClient::Connect(o).status());
+  o.token = "slc_with a space";
+  EXPECT_NE(ShuffleClient::Connect(o).status().message().find("printable ASCII"),
+            std::string::npos);
 }
 
 TEST(AuthServerStartTest, AMissingOrBrokenFileFailsTheStart) {
@@ -214,6 +217,14 @@ TEST(AuthServerStartTest, AMissingOrBrokenFileFailsTheStart) {
   o.server.auth_file = dir.path() + "/bad";
   st = MiniServer::Start(o).status();
   EXPECT_NE(st.message().find("line 1: expected 3 fields"), std::string::npos) << st;
+  // A directory, and a file with no credentials (every call would be refused).
+  o.server.auth_file = dir.path();
+  st = MiniServer::Start(o).status();
+  EXPECT_NE(st.message().find("not a regular file"), std::string::npos) << st;
+  std::ofstream(dir.path() + "/empty") << "# nothing yet\n";
+  o.server.auth_file = dir.path() + "/empty";
+  st = MiniServer::Start(o).status();
+  EXPECT_NE(st.message().find("no credentials in it"), std::string::npos) << st;
 }
 
 }  // namespace

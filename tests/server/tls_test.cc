@@ -336,6 +336,9 @@ TEST(TlsLoopbackTest, ServesInClearOnLoopbackOnly) {
   EXPECT_FALSE(rpc::IsLoopbackAddress("sluice-0.sluice:7070"));
   EXPECT_FALSE(rpc::IsLoopbackAddress(":7070"));
   EXPECT_FALSE(rpc::IsLoopbackAddress("128.0.0.1:7070"));
+  EXPECT_TRUE(rpc::IsLoopbackAddress("127.0.0.1"));
+  EXPECT_FALSE(rpc::IsLoopbackAddress("::1:7070"));  // gRPC dials [::1:7070]:443
+  EXPECT_FALSE(rpc::IsLoopbackAddress("localhost.:7070"));
 }
 
 // Replaces `to` with a copy of `from` in one step, as an operator (or cert-manager) would.
