@@ -7,14 +7,17 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice {
@@ -31,14 +34,49 @@ std::string Sha256(absl::string_view data) {
   return std::string(reinterpret_cast<const char*>(md), n);
 }
 
-bool ValidName(absl::string_view s) {
-  if (s.empty() || s.size() > 64) return false;
+}  // namespace
+
+bool ValidTenantName(absl::string_view s) {
+  if (s.empty() || s.size() > 64 || s[0] == '.') return false;
   for (char c : s) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
       return false;
     }
   }
   return true;
+}
+
+namespace {
+
+// A quota line's fields after the tenant: key=value, each key at most once.
+absl::Status ParseQuota(absl::Span<const absl::string_view> fields, TenantQuota* q) {
+  for (absl::string_view f : fields) {
+    const size_t eq = f.find('=');
+    const absl::string_view key = f.substr(0, eq);
+    uint64_t v = 0;
+    if (eq == absl::string_view::npos || !absl::SimpleAtoi(f.substr(eq + 1), &v)) {
+      return absl::InvalidArgumentError(absl::StrCat("'", f, "' is not key=number"));
+    }
+    std::optional<uint64_t>* slot = key == "shuffles"    ? &q->shuffles
+                                    : key == "stored_mb" ? &q->stored_bytes
+                                    : key == "streams"   ? &q->streams
+                                                         : nullptr;
+    if (slot == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown quota '", key, "' (the quotas are shuffles, stored_mb and streams)"));
+    }
+    if (slot->has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("quota '", key, "' given twice"));
+    }
+    if (key == "stored_mb") {
+      if (v > (uint64_t{1} << 43)) {
+        return absl::InvalidArgumentError("stored_mb is at most 8796093022208 (8 EiB)");
+      }
+      v <<= 20;
+    }
+    *slot = v;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> HexDigest(absl::string_view hex) {
@@ -86,6 +124,7 @@ absl::StatusOr<std::vector<Credential>> ParseCredentials(absl::string_view text,
                                                          absl::string_view source) {
   std::vector<Credential> out;
   absl::flat_hash_set<std::string> seen;
+  std::map<std::string, TenantQuota> quotas;
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
@@ -100,6 +139,18 @@ absl::StatusOr<std::vector<Credential>> ParseCredentials(absl::string_view text,
           absl::StrCat(source, " line ", line_no, ": ", why,
                        " (a line is: sha256:<64 hex digits> | cn:<name>, tenant, tenant|admin)"));
     };
+    if (f[0] == "quota") {
+      if (f.size() < 3 || !ValidTenantName(f[1])) {
+        return bad("a quota line is: quota <tenant> key=number... (shuffles, stored_mb, streams)");
+      }
+      TenantQuota& q = quotas[std::string(f[1])];
+      if (q.shuffles || q.stored_bytes || q.streams)
+        return bad("a second quota line of the tenant");
+      if (absl::Status st = ParseQuota(absl::MakeConstSpan(f).subspan(2), &q); !st.ok()) {
+        return bad(st.message());
+      }
+      continue;
+    }
     if (f.size() != 3) return bad("expected 3 fields");
     Credential c;
     if (absl::StartsWith(f[0], "sha256:")) {
@@ -113,7 +164,9 @@ absl::StatusOr<std::vector<Credential>> ParseCredentials(absl::string_view text,
     } else {
       return bad("the credential must start with sha256: or cn:");
     }
-    if (!ValidName(f[1])) return bad("a tenant is 1-64 of letters, digits, '.', '_', '-'");
+    if (!ValidTenantName(f[1])) {
+      return bad("a tenant is 1-64 of letters, digits, '.', '_', '-', not starting with '.'");
+    }
     c.identity.tenant = std::string(f[1]);
     if (f[2] == "tenant") {
       c.identity.role = Role::kTenant;
@@ -127,6 +180,9 @@ absl::StatusOr<std::vector<Credential>> ParseCredentials(absl::string_view text,
       return bad("the credential is listed twice");
     }
     out.push_back(std::move(c));
+  }
+  for (Credential& c : out) {
+    if (auto q = quotas.find(c.identity.tenant); q != quotas.end()) c.identity.quota = q->second;
   }
   if (out.empty()) {
     return absl::InvalidArgumentError(

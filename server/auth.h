@@ -5,6 +5,7 @@
 //   sha256:<64 hex digits>  tenant-a  tenant   # a bearer token, by its SHA-256 (never the token)
 //   cn:batch-7              tenant-b  tenant   # a client certificate's common name (mutual TLS)
 //   sha256:<...>            ops       admin
+//   quota tenant-a shuffles=100 stored_mb=51200 streams=256   # what tenant-a may hold
 //
 // A call presents a token as gRPC metadata (`authorization: Bearer <token>`), or, under mutual
 // TLS, the certificate it connected with. Tokens are hashed and compared with every token line
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,11 +30,24 @@ namespace sluice {
 
 enum class Role { kTenant, kAdmin };
 
+/// A tenant's quotas from a `quota` line of the file; a field not given there takes the
+/// server's flag (--tenant_max_shuffles, --tenant_max_stored_mb, --tenant_max_streams). 0 = no
+/// limit. Admins have none.
+struct TenantQuota {
+  std::optional<uint64_t> shuffles;      ///< shuffles it may hold on this server
+  std::optional<uint64_t> stored_bytes;  ///< bytes of its shuffles' data on this server's disks
+  std::optional<uint64_t> streams;       ///< push and fetch streams it may have open at once
+};
+
 struct Identity {
   std::string tenant;  ///< empty when authentication is off
   Role role = Role::kAdmin;
+  TenantQuota quota;
   bool admin() const { return role == Role::kAdmin; }
 };
+
+/// A tenant name: 1-64 of letters, digits, '.', '_', '-', not starting with '.'.
+bool ValidTenantName(absl::string_view s);
 
 struct Credential {
   enum class Kind { kTokenSha256, kCertName } kind = Kind::kTokenSha256;
@@ -40,7 +55,8 @@ struct Credential {
   Identity identity;
 };
 
-/// The lines of a credentials file; an error names the line (of `source`) and the problem.
+/// The lines of a credentials file, each credential's identity with its tenant's quota line
+/// applied; an error names the line (of `source`) and the problem.
 absl::StatusOr<std::vector<Credential>> ParseCredentials(absl::string_view text,
                                                          absl::string_view source);
 

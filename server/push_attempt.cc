@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codec/status_macros.h"
+#include "server/tenancy.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice {
@@ -201,9 +202,10 @@ absl::StatusOr<PushSummary> PushAttempt::Commit(uint64_t frame_count, uint64_t r
   ended_ = true;
   store_->EndWriter();
   spdlog::info(
-      "event={} shuffle={} mapper={} attempt={} frames={} records={} bytes={} duplicate={}",
-      prepare ? "prepare" : "commit", store_->params().shuffle_id, mapper_, attempt_, frames_,
-      records_, bytes_, summary.duplicate);
+      "event={} tenant={} shuffle={} mapper={} attempt={} frames={} records={} bytes={} "
+      "duplicate={}",
+      prepare ? "prepare" : "commit", TenantField(store_->params().shuffle_id),
+      store_->params().shuffle_id, mapper_, attempt_, frames_, records_, bytes_, summary.duplicate);
   return summary;
 }
 
@@ -215,9 +217,9 @@ void PushAttempt::Abort(const absl::Status& why) {
   // judge rather than punching out data a durable record might point at.
   if (!blocks_.empty() && !commit_tried_) store_->Discard(blocks_);
   store_->EndWriter();
-  spdlog::info("event=push_failed shuffle={} mapper={} attempt={} code={} error=\"{}\"",
-               store_->params().shuffle_id, mapper_, attempt_, absl::StatusCodeToString(why.code()),
-               std::string(why.message()));
+  spdlog::info("event=push_failed tenant={} shuffle={} mapper={} attempt={} code={} error=\"{}\"",
+               TenantField(store_->params().shuffle_id), store_->params().shuffle_id, mapper_,
+               attempt_, absl::StatusCodeToString(why.code()), std::string(why.message()));
 }
 
 }  // namespace sluice

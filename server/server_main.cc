@@ -67,6 +67,15 @@ ABSL_FLAG(std::string, auth_file, "",
           "credentials every call must present (token hashes, certificate names -> tenant, "
           "role); watched for changes");
 ABSL_FLAG(uint32_t, auth_reload_s, 10, "look at --auth_file again this often");
+ABSL_FLAG(uint64_t, tenant_max_shuffles, 1000,
+          "shuffles a tenant may hold on this server, unless its quota line says (0 = no limit)");
+ABSL_FLAG(uint64_t, tenant_max_stored_mb, 0,
+          "MiB of shuffle data a tenant may hold on this server, unless its quota line says "
+          "(0 = no limit)");
+ABSL_FLAG(uint64_t, tenant_max_streams, 0,
+          "push and fetch streams a tenant may have open at once, unless its quota line says (0 = "
+          "no limit)");
+ABSL_FLAG(bool, reflection, true, "serve gRPC server reflection (grpcurl list/describe)");
 ABSL_FLAG(bool, plaintext, false,
           "serve without TLS on an address other hosts can reach (loopback is always allowed)");
 
@@ -122,6 +131,15 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.plaintext = absl::GetFlag(FLAGS_plaintext);
   opts.auth_file = absl::GetFlag(FLAGS_auth_file);
   opts.auth_reload_interval = std::chrono::seconds(absl::GetFlag(FLAGS_auth_reload_s));
+  opts.tenant_max_shuffles = absl::GetFlag(FLAGS_tenant_max_shuffles);
+  const uint64_t stored_mb = absl::GetFlag(FLAGS_tenant_max_stored_mb);
+  if (stored_mb > (uint64_t{1} << 43)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tenant_max_stored_mb=", stored_mb, " is out of range [0, 8796093022208]"));
+  }
+  opts.tenant_max_stored_bytes = stored_mb << 20;
+  opts.tenant_max_streams = absl::GetFlag(FLAGS_tenant_max_streams);
+  opts.reflection = absl::GetFlag(FLAGS_reflection);
   return opts;
 }
 

@@ -9,15 +9,60 @@
 #include <chrono>
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "codec/status_macros.h"
 #include "server/file_util.h"
+#include "server/tenancy.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice {
 
+StoreOptions ShuffleRegistry::OptionsForLocked(const std::string& id) {
+  StoreOptions o = options_;
+  const absl::string_view tenant = TenantOf(id);
+  if (!tenant.empty()) {
+    auto& total = tenant_bytes_[std::string(tenant)];
+    if (total == nullptr) total = std::make_shared<std::atomic<int64_t>>(0);
+    o.held_total = total;
+  }
+  return o;
+}
+
+uint64_t ShuffleRegistry::TenantStoredBytes(const std::string& tenant) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tenant_bytes_.find(tenant);
+  return it == tenant_bytes_.end()
+             ? 0
+             : static_cast<uint64_t>(std::max<int64_t>(0, it->second->load()));
+}
+
+size_t ShuffleRegistry::TenantShuffles(const std::string& tenant) const {
+  const std::string prefix = absl::StrCat(tenant, std::string(1, kTenantSeparator));
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (auto it = home_.lower_bound(prefix);
+       it != home_.end() && absl::StartsWith(it->first, prefix); ++it) {
+    ++n;
+  }
+  return n;
+}
+
 absl::Status ShuffleRegistry::ValidateId(const std::string& id) {
+  // A tenant's shuffle: tenant~id (server/tenancy.h).
+  if (const size_t sep = id.find(kTenantSeparator); sep != std::string::npos) {
+    if (!ValidTenantName(absl::string_view(id).substr(0, sep))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shuffle id '", id, "': what comes before '~' is not a tenant name"));
+    }
+    const std::string rest = id.substr(sep + 1);
+    if (rest.find(kTenantSeparator) != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shuffle id '", id, "' may hold one '~' (tenant~id), not more"));
+    }
+    return ValidateId(rest);
+  }
   if (id.empty() || id.size() > 128 || id[0] == '.') {
     return absl::InvalidArgumentError(
         absl::StrCat("shuffle id '", id, "' must be 1-128 characters and not start with '.'"));
@@ -121,7 +166,7 @@ absl::Status ShuffleRegistry::OpenDir(size_t index, std::map<std::string, absl::
     const absl::Status room =
         CheckFdHeadroom(*open_fds, 3, absl::StrCat("shuffle '", id, "' was not opened at start"));
     absl::StatusOr<std::unique_ptr<ShuffleStore>> store =
-        room.ok() ? ShuffleStore::Open(entry.path().string(), options_)
+        room.ok() ? ShuffleStore::Open(entry.path().string(), OptionsForLocked(id))
                   : absl::StatusOr<std::unique_ptr<ShuffleStore>>(room);
     home_[id] = index;
     if (store.ok()) *open_fds += (*store)->open_files();
@@ -351,7 +396,7 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
   absl::Status last = absl::UnavailableError("every data directory has failed");
   for (size_t index : CreationOrderLocked()) {
     const std::string dir = absl::StrCat(dirs_[index]->path, "/shuffles/", params.shuffle_id);
-    auto store = ShuffleStore::Create(dir, params, options_);
+    auto store = ShuffleStore::Create(dir, params, OptionsForLocked(params.shuffle_id));
     if (store.ok()) {
       home_[params.shuffle_id] = index;
       shuffles_.emplace(params.shuffle_id, std::shared_ptr<ShuffleStore>(std::move(store).value()));
@@ -405,8 +450,9 @@ absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::GetForWriting(
     // Nobody writes to it: reopen it, outside the lock (it reads the whole shuffle back).
     reopening_.insert(id);
     const std::string dir = ShuffleDirLocked(id);
+    const StoreOptions options = OptionsForLocked(id);
     lock.unlock();
-    auto reopened = ShuffleStore::Open(dir, options_);
+    auto reopened = ShuffleStore::Open(dir, options);
     lock.lock();
     reopening_.erase(id);
     it = shuffles_.find(id);

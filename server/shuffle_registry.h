@@ -87,7 +87,13 @@ class ShuffleRegistry {
   /// Removes a shuffle, damaged or not.
   absl::Status Delete(const std::string& id);
 
-  /// Shuffle ids name directories: 1-128 of [A-Za-z0-9._-], not starting with '.'.
+  /// Bytes the tenant's shuffles hold here (ShuffleStore::held_bytes, summed as they change).
+  uint64_t TenantStoredBytes(const std::string& tenant) const;
+  /// The tenant's shuffles here, damaged ones included.
+  size_t TenantShuffles(const std::string& tenant) const;
+
+  /// Shuffle ids name directories: 1-128 of [A-Za-z0-9._-], not starting with '.'; a tenant's
+  /// are `tenant~id` (server/tenancy.h).
   static absl::Status ValidateId(const std::string& id);
   /// The id and the partition count within their limits (what Create checks first).
   static absl::Status ValidateParams(const ShuffleParams& params);
@@ -108,6 +114,8 @@ class ShuffleRegistry {
   // Opens one data directory's shuffles into the maps; an error fails the directory.
   absl::Status OpenDir(size_t index, std::map<std::string, absl::Status>* failed,
                        uint64_t* open_fds);
+  // Under mu_: the options of shuffle `id`'s store: its bytes counted to its tenant's total.
+  StoreOptions OptionsForLocked(const std::string& id);
   // Under mu_: the shuffle's directory in its data directory.
   std::string ShuffleDirLocked(const std::string& id) const;
   // Under mu_: data directories to create a shuffle in, best first.
@@ -138,6 +146,8 @@ class ShuffleRegistry {
   std::map<std::string, DamagedShuffle> damaged_;
   std::set<std::string> reopening_;  // wedged stores being reopened
   uint64_t trash_counter_ = 0;
+  // Tenant -> the bytes its stores hold (they add to it themselves).
+  std::map<std::string, std::shared_ptr<std::atomic<int64_t>>> tenant_bytes_;
 };
 
 }  // namespace sluice

@@ -16,9 +16,12 @@
 namespace sluice {
 namespace {
 
-// What a client is told: the status, with paths relative to the data directory.
-grpc::Status ToClient(const ShuffleServiceImpl::Deps& deps, const absl::Status& st) {
-  return st.ok() ? grpc::Status::OK : rpc::ToGrpcStatus(deps.registry->WithRelativePaths(st));
+// What a client is told: the status, with paths relative to the data directory, and its
+// shuffles by the ids it knows them by.
+grpc::Status ToClient(const ShuffleServiceImpl::Deps& deps, const Identity& who,
+                      const absl::Status& st) {
+  return st.ok() ? grpc::Status::OK
+                 : rpc::ToGrpcStatus(ForCaller(who, deps.registry->WithRelativePaths(st)));
 }
 // Who calls (with --auth_file), or UNAUTHENTICATED; everyone, as an admin, without it.
 absl::StatusOr<Identity> Caller(const ShuffleServiceImpl::Deps& deps,
@@ -36,13 +39,14 @@ absl::StatusOr<Identity> Caller(const ShuffleServiceImpl::Deps& deps,
   }
   return deps.auth->Authenticate(authorization, cert_name);
 }
-// Unary calls: finishes `reactor` with the refusal and returns true unless the caller is known.
-bool Refused(const ShuffleServiceImpl::Deps& deps, const grpc::CallbackServerContext* ctx,
-             grpc::ServerUnaryReactor* reactor) {
+// Unary calls: the caller, or nullopt once `reactor` is finished with the refusal.
+std::optional<Identity> Who(const ShuffleServiceImpl::Deps& deps,
+                            const grpc::CallbackServerContext* ctx,
+                            grpc::ServerUnaryReactor* reactor) {
   absl::StatusOr<Identity> who = Caller(deps, ctx);
-  if (who.ok()) return false;
+  if (who.ok()) return *std::move(who);
   reactor->Finish(rpc::ToGrpcStatus(who.status()));
-  return true;
+  return std::nullopt;
 }
 // The cluster as one call sees it. A clustered server serves before it has joined (the
 // port comes first): cluster calls then say so instead of acting as a server on its own.
@@ -131,8 +135,8 @@ absl::Status EnsureLocal(const ShuffleServiceImpl::Deps& deps, const std::string
   }
   auto created = deps.registry->Create(ShuffleParams{id, kept->partitions, kept->mappers});
   if (created.ok() && *created) {
-    spdlog::info("event=create shuffle={} partitions={} mappers={} from=etcd", id, kept->partitions,
-                 kept->mappers);
+    spdlog::info("event=create tenant={} shuffle={} partitions={} mappers={} from=etcd",
+                 TenantField(id), id, kept->partitions, kept->mappers);
   }
   return created.status();
 }
@@ -176,8 +180,8 @@ absl::Status ResolvePending(const ShuffleServiceImpl::Deps& deps, const std::str
       absl::StrAppend(&list, i == 0 ? "" : ", ", missing[i]);
     }
     if (missing.size() > 8) absl::StrAppend(&list, ", ...");
-    spdlog::error("event=shuffle_incomplete shuffle={} missing_mappers={} first=\"{}\"", id,
-                  missing.size(), list);
+    spdlog::error("event=shuffle_incomplete tenant={} shuffle={} missing_mappers={} first=\"{}\"",
+                  TenantField(id), id, missing.size(), list);
     return absl::DataLossError(absl::StrCat(
         "server ", c.node_id, " lacks ", missing.size(), " mappers of shuffle '", id,
         "' that the cluster committed (", list,
@@ -207,6 +211,31 @@ grpc::Status Admit(std::atomic<size_t>* count, size_t limit, const char* kind) {
                    "_streams); retry later"));
 }
 
+// A new stream of `who`: one of its tenant's streams (TenantStreams) and one of the server's
+// `kind` streams (Admit). Else finishes `reactor` with the refusal and returns false, holding
+// neither (*open null: not counted).
+template <typename Reactor>
+bool EnterStream(const ShuffleServiceImpl::Deps& deps, const Identity& who,
+                 const QuotaDefaults& limits, std::atomic<size_t>** open, size_t limit,
+                 const char* kind, bool* tenant_counted, Reactor* reactor) {
+  if (limits.streams != 0) {
+    if (absl::Status st = deps.tenant_streams->Enter(who.tenant, limits.streams); !st.ok()) {
+      *open = nullptr;
+      reactor->Finish(rpc::ToGrpcStatus(st));
+      return false;
+    }
+    *tenant_counted = true;
+  }
+  if (grpc::Status st = Admit(*open, limit, kind); !st.ok()) {
+    *open = nullptr;
+    if (*tenant_counted) deps.tenant_streams->Leave(who.tenant);
+    *tenant_counted = false;
+    reactor->Finish(st);
+    return false;
+  }
+  return true;
+}
+
 std::string Seconds(std::chrono::milliseconds d) {
   return absl::StrCat(std::chrono::duration<double>(d).count());
 }
@@ -230,11 +259,14 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
         ctx_(ctx),
         response_(response),
         attempt_(deps.registry, deps.push) {
-    if (absl::StatusOr<Identity> who = Caller(deps_, ctx_); !who.ok()) {
+    absl::StatusOr<Identity> who = Caller(deps_, ctx_);
+    if (!who.ok()) {
       open_ = nullptr;  // not counted
       Finish(rpc::ToGrpcStatus(who.status()));
       return;
     }
+    who_ = *std::move(who);
+    limits_ = LimitsOf(who_, deps_.quotas);
     if (deps_.node->draining.load()) {
       open_ = nullptr;  // not counted
       Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -242,9 +274,8 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
                           "streams; retry the attempt once it is back"));
       return;
     }
-    if (grpc::Status st = Admit(open_, deps_.streams.max_push_streams, "push"); !st.ok()) {
-      open_ = nullptr;  // not counted
-      Finish(st);
+    if (!EnterStream(deps_, who_, limits_, &open_, deps_.streams.max_push_streams, "push",
+                     &tenant_counted_, this)) {
       return;
     }
     ReadNext();
@@ -274,10 +305,23 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   void OnDone() override {
     deps_.watchdog->Disarm(watch_);
     if (open_ != nullptr) open_->fetch_sub(1);
+    if (tenant_counted_) deps_.tenant_streams->Leave(who_.tenant);
     delete this;
   }
 
  private:
+  // The tenant's stored-bytes quota, before `more` bytes are written.
+  absl::Status CheckStored(uint64_t more) const {
+    if (limits_.stored_bytes == 0) return absl::OkStatus();
+    const uint64_t have = deps_.registry->TenantStoredBytes(who_.tenant);
+    if (have + more <= limits_.stored_bytes) return absl::OkStatus();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "tenant '", who_.tenant, "' holds ", have, " bytes on this server; ", more,
+        " more would pass its quota of ", limits_.stored_bytes,
+        " (stored_mb: its quota line in --auth_file, else --tenant_max_stored_mb); the attempt "
+        "was discarded: delete shuffles it no longer needs"));
+  }
+
   // Waits for the next message, for at most the idle timeout.
   void ReadNext() {
     phase_.store(kWaiting);
@@ -349,30 +393,36 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
     switch (request_.kind_case()) {
       case PushRequest::kOpen: {
         const auto& open = request_.open();
+        SLUICE_ASSIGN_OR_RETURN(const std::string id, QualifiedId(who_, open.shuffle_id()));
         Kept kept;
         if (!attempt_.opened()) {
-          SLUICE_RETURN_IF_ERROR(EnsureLocal(deps_, open.shuffle_id()));
+          SLUICE_RETURN_IF_ERROR(EnsureLocal(deps_, id));
           // New pushes stop at the disk high-water mark, before the disk is full: committed
           // data and the pushes already running keep the room left.
-          SLUICE_RETURN_IF_ERROR(
-              deps_.registry->CheckRoom(open.shuffle_id(), deps_.streams.disk_high_water_pct));
-          SLUICE_ASSIGN_OR_RETURN(kept, KeptPartitions(deps_, open.shuffle_id()));
+          SLUICE_RETURN_IF_ERROR(deps_.registry->CheckRoom(id, deps_.streams.disk_high_water_pct));
+          SLUICE_ASSIGN_OR_RETURN(kept, KeptPartitions(deps_, id));
         }
         return attempt_.Open(
-            open.shuffle_id(), open.mapper_id(), open.attempt_id(),
+            id, open.mapper_id(), open.attempt_id(),
             kept == nullptr ? nullptr
                             : std::shared_ptr<const std::vector<bool>>(kept, &kept->partition));
       }
-      case PushRequest::kFrames:
+      case PushRequest::kFrames: {
         frames_.clear();
+        uint64_t bytes = 0;
         for (const auto& pf : request_.frames().frames()) {
           frames_.push_back(PushAttempt::Frame{
               pf.partition_id(),
               absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(pf.frame().data()),
                                   pf.frame().size())});
+          bytes += kBlockHeaderSize + pf.frame().size();
         }
+        SLUICE_RETURN_IF_ERROR(CheckStored(bytes));
         return attempt_.AddFrames(frames_);
+      }
       case PushRequest::kLargeFrame:
+        SLUICE_RETURN_IF_ERROR(
+            CheckStored(kBlockHeaderSize + uint64_t{request_.large_frame().frame_size()}));
         return attempt_.BeginLargeFrame(request_.large_frame().partition_id(),
                                         request_.large_frame().frame_size());
       case PushRequest::kPiece: {
@@ -420,11 +470,14 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
     ReleaseReserved();
     if (attempt_.opened()) ServerMetrics::Add(deps_.metrics->aborted_attempts, 1);
     attempt_.Abort(st);
-    Finish(ToClient(deps_, st));
+    Finish(ToClient(deps_, who_, st));
   }
 
   const ShuffleServiceImpl::Deps& deps_;
-  std::atomic<size_t>* open_;  // the server's push stream count, while this one counts
+  Identity who_;
+  QuotaDefaults limits_;         // who_'s
+  bool tenant_counted_ = false;  // one of who_'s streams (TenantStreams)
+  std::atomic<size_t>* open_;    // the server's push stream count, while this one counts
   grpc::CallbackServerContext* const ctx_;
   PushResponse* const response_;
   PushRequest request_;
@@ -466,14 +519,22 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
         ctx_(ctx),
         spec_(SpecFromRequest(*request)),
         report_mappers_(request->report_mappers()) {
-    if (absl::StatusOr<Identity> who = Caller(deps_, ctx_); !who.ok()) {
+    absl::StatusOr<Identity> who = Caller(deps_, ctx_);
+    if (!who.ok()) {
       open_ = nullptr;  // not counted
       Finish(rpc::ToGrpcStatus(who.status()));
       return;
     }
-    if (grpc::Status st = Admit(open_, deps_.streams.max_fetch_streams, "fetch"); !st.ok()) {
+    who_ = *std::move(who);
+    absl::StatusOr<std::string> id = QualifiedId(who_, spec_.shuffle_id);
+    if (!id.ok()) {
       open_ = nullptr;  // not counted
-      Finish(st);
+      Finish(ToClient(deps_, who_, id.status()));
+      return;
+    }
+    spec_.shuffle_id = *std::move(id);
+    if (!EnterStream(deps_, who_, LimitsOf(who_, deps_.quotas), &open_,
+                     deps_.streams.max_fetch_streams, "fetch", &tenant_counted_, this)) {
       return;
     }
     if (spec_.key_order && deps_.budget->MustWait()) {
@@ -499,12 +560,12 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
       }
       if (st.ok()) st = ResolvePending(deps_, spec_.shuffle_id);
       if (!st.ok()) {
-        Finish(ToClient(deps_, st));
+        Finish(ToClient(deps_, who_, st));
         return;
       }
       auto session = FetchSession::Make(spec_, deps_.fetch, &cancelled_);
       if (!session.ok()) {
-        Finish(ToClient(deps_, session.status()));
+        Finish(ToClient(deps_, who_, session.status()));
         return;
       }
       session_ = std::move(session).value();
@@ -546,6 +607,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     session_.reset();  // returns its budget charges
     if (admitted_) deps_.merge_gate->Leave();
     if (open_ != nullptr) open_->fetch_sub(1);
+    if (tenant_counted_) deps_.tenant_streams->Leave(who_.tenant);
     delete this;
   }
 
@@ -565,9 +627,10 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     }
     auto more = session_->Next(response_.mutable_frame());
     if (!more.ok()) {
-      spdlog::error("event=fetch_failed shuffle={} partition={} error=\"{}\"", spec_.shuffle_id,
-                    spec_.partition, std::string(more.status().message()));
-      Finish(ToClient(deps_, more.status()));
+      spdlog::error("event=fetch_failed tenant={} shuffle={} partition={} error=\"{}\"",
+                    TenantField(spec_.shuffle_id), spec_.shuffle_id, spec_.partition,
+                    std::string(more.status().message()));
+      Finish(ToClient(deps_, who_, more.status()));
       return;
     }
     if (!*more) {
@@ -611,16 +674,20 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     int waiting = kWaiting;
     if (!phase_.compare_exchange_strong(waiting, kExpired)) return;
     spdlog::warn(
-        "event=fetch_stalled shuffle={} partition={} error=\"the reader took no chunk for {} s "
-        "(--fetch_stall_timeout_s); fetch cancelled\"",
-        spec_.shuffle_id, spec_.partition, Seconds(deps_.streams.fetch_stall_timeout));
+        "event=fetch_stalled tenant={} shuffle={} partition={} error=\"the reader took no chunk "
+        "for "
+        "{} s (--fetch_stall_timeout_s); fetch cancelled\"",
+        TenantField(spec_.shuffle_id), spec_.shuffle_id, spec_.partition,
+        Seconds(deps_.streams.fetch_stall_timeout));
     ctx_->TryCancel();
   }
 
   const ShuffleServiceImpl::Deps& deps_;
   std::atomic<size_t>* open_;  // the server's fetch stream count, while this one counts
   grpc::CallbackServerContext* const ctx_;
-  const FetchSpec spec_;
+  FetchSpec spec_;  // its shuffle id as the server keeps it
+  Identity who_;
+  bool tenant_counted_ = false;  // one of who_'s streams (TenantStreams)
   std::atomic<bool> cancelled_{false};
   std::unique_ptr<FetchSession> session_;
   FetchResponse response_;
@@ -675,61 +742,94 @@ void FillInfo(const ShuffleStore& store, uint32_t first, uint32_t max_partitions
   info->set_next_partition(end < p.num_partitions ? end : 0);
 }
 
+// `info` as `who` knows the shuffle: by its own id, in the messages too.
+void ToCaller(const Identity& who, v1::ShuffleInfo* info) {
+  if (TenantPrefix(who).empty()) return;
+  info->set_shuffle_id(CallerId(who, info->shuffle_id()));
+  if (!info->damage().empty()) {
+    info->set_damage(std::string(ForCaller(who, absl::DataLossError(info->damage())).message()));
+  }
+  if (!info->wedge().empty()) {
+    info->set_wedge(std::string(ForCaller(who, absl::DataLossError(info->wedge())).message()));
+  }
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* ShuffleServiceImpl::CreateShuffle(grpc::CallbackServerContext* ctx,
                                                             const v1::CreateShuffleRequest* req,
                                                             v1::CreateShuffleResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  if (Refused(deps_, ctx, reactor)) return reactor;
-  deps_.meta_pool->Submit([this, reactor, req, resp] {  // creates directories and syncs: off-thread
-    ShuffleParams params{req->shuffle_id(), req->num_partitions(), req->num_mappers()};
-    if (Cluster(*deps_.node).clustered) {
-      auto created = CreateInCluster(params, req->replication());
-      if (created.ok()) resp->set_created(*created);
-      reactor->Finish(ToClient(deps_, created.status()));
-      return;
-    }
-    auto created = deps_.registry->Create(params);
-    if (created.ok()) {
-      resp->set_created(*created);
-      if (*created) {
-        spdlog::info("event=create shuffle={} partitions={} mappers={}", params.shuffle_id,
-                     params.num_partitions, params.num_mappers);
-      }
-    }
-    reactor->Finish(ToClient(deps_, created.status()));
+  std::optional<Identity> who = Who(deps_, ctx, reactor);
+  if (!who) return reactor;
+  // Creates directories and syncs: off-thread.
+  deps_.meta_pool->Submit([this, reactor, req, resp, who = *std::move(who)] {
+    absl::StatusOr<bool> created = CreateFor(who, *req);
+    if (created.ok()) resp->set_created(*created);
+    reactor->Finish(ToClient(deps_, who, created.status()));
   });
   return reactor;
+}
+
+absl::StatusOr<bool> ShuffleServiceImpl::CreateFor(const Identity& who,
+                                                   const v1::CreateShuffleRequest& req) {
+  SLUICE_ASSIGN_OR_RETURN(std::string id, QualifiedId(who, req.shuffle_id()));
+  const ShuffleParams params{id, req.num_partitions(), req.num_mappers()};
+  // The tenant's shuffle quota: counted and taken under one lock, so that creates racing each
+  // other cannot pass it together. A shuffle it has already does not count again.
+  std::unique_lock<std::mutex> quota_lock;
+  if (const uint64_t limit = LimitsOf(who, deps_.quotas).shuffles; limit != 0) {
+    quota_lock = std::unique_lock<std::mutex>(create_mu_);
+    const size_t have = deps_.registry->TenantShuffles(who.tenant);
+    if (have >= limit && !deps_.registry->Get(id).ok() && !deps_.registry->FindDamaged(id)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "tenant '", who.tenant, "' has ", have,
+          " shuffles on this server, its quota (shuffles: its quota line in --auth_file, else "
+          "--tenant_max_shuffles); delete shuffles it no longer needs"));
+    }
+  }
+  if (Cluster(*deps_.node).clustered) return CreateInCluster(params, req.replication());
+  auto created = deps_.registry->Create(params);
+  if (created.ok() && *created) {
+    spdlog::info("event=create tenant={} shuffle={} partitions={} mappers={}", TenantField(id),
+                 params.shuffle_id, params.num_partitions, params.num_mappers);
+  }
+  return created;
 }
 
 grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerContext* ctx,
                                                          const v1::GetShuffleRequest* req,
                                                          v1::ShuffleInfo* resp) {
   auto* reactor = ctx->DefaultReactor();
-  if (Refused(deps_, ctx, reactor)) return reactor;
-  deps_.meta_pool->Submit([this, reactor, req, resp] {  // store locks may wait on an fsync
-    absl::Status st = EnsureLocal(deps_, req->shuffle_id());
-    if (st.ok()) st = ResolvePending(deps_, req->shuffle_id());
+  std::optional<Identity> who = Who(deps_, ctx, reactor);
+  if (!who) return reactor;
+  // Store locks may wait on an fsync: off-thread.
+  deps_.meta_pool->Submit([this, reactor, req, resp, who = *std::move(who)] {
+    absl::StatusOr<std::string> id = QualifiedId(who, req->shuffle_id());
+    absl::Status st = id.status();
+    if (st.ok()) st = EnsureLocal(deps_, *id);
+    if (st.ok()) st = ResolvePending(deps_, *id);
     if (!st.ok()) {
-      reactor->Finish(ToClient(deps_, st));
+      reactor->Finish(ToClient(deps_, who, st));
       return;
     }
-    if (auto damaged = deps_.registry->FindDamaged(req->shuffle_id())) {
+    if (auto damaged = deps_.registry->FindDamaged(*id)) {
       FillDamaged(*damaged, resp);
+      ToCaller(who, resp);
       reactor->Finish(grpc::Status::OK);
       return;
     }
-    auto store = deps_.registry->Get(req->shuffle_id());
+    auto store = deps_.registry->Get(*id);
     if (!store.ok()) {
-      reactor->Finish(ToClient(deps_, store.status()));
+      reactor->Finish(ToClient(deps_, who, store.status()));
       return;
     }
     const uint32_t partitions = (*store)->params().num_partitions;
     if (req->first_partition() >= partitions) {
-      reactor->Finish(ToClient(deps_, absl::InvalidArgumentError(
-                                          absl::StrCat("first_partition ", req->first_partition(),
-                                                       " is out of range [0, ", partitions, ")"))));
+      reactor->Finish(ToClient(
+          deps_, who,
+          absl::InvalidArgumentError(absl::StrCat("first_partition ", req->first_partition(),
+                                                  " is out of range [0, ", partitions, ")"))));
       return;
     }
     const uint32_t page = req->max_partitions() == 0
@@ -737,6 +837,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
                               : std::min(req->max_partitions(), kMaxPartitionsPerPage);
     (*store)->Touch();
     FillInfo(**store, req->first_partition(), page, resp);
+    ToCaller(who, resp);
     reactor->Finish(grpc::Status::OK);
   });
   return reactor;
@@ -746,31 +847,37 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::ListShuffles(grpc::CallbackServerC
                                                            const v1::ListShufflesRequest* req,
                                                            v1::ListShufflesResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  if (Refused(deps_, ctx, reactor)) return reactor;
-  deps_.meta_pool->Submit([this, reactor, req, resp] {
+  std::optional<Identity> who = Who(deps_, ctx, reactor);
+  if (!who) return reactor;
+  deps_.meta_pool->Submit([this, reactor, req, resp, who = *std::move(who)] {
     const uint32_t page = req->page_size() == 0 ? kDefaultShufflesPerPage
                                                 : std::min(req->page_size(), kMaxShufflesPerPage);
-    const std::string& after = req->page_token();
+    // A tenant sees its own shuffles only, by the ids it knows them by.
+    const std::string prefix = TenantPrefix(who);
+    const std::string after = prefix + req->page_token();
+    auto listed = [&](const std::string& id) { return id > after && absl::StartsWith(id, prefix); };
     // Served and damaged ones, in id order, after the token.
     std::map<std::string, std::shared_ptr<ShuffleStore>> served;
     for (auto& store : deps_.registry->List()) {
-      if (store->params().shuffle_id > after) served.emplace(store->params().shuffle_id, store);
+      if (listed(store->params().shuffle_id)) served.emplace(store->params().shuffle_id, store);
     }
     std::map<std::string, DamagedShuffle> damaged;
     for (DamagedShuffle& d : deps_.registry->ListDamaged()) {
-      if (d.params.shuffle_id > after) damaged.emplace(d.params.shuffle_id, std::move(d));
+      if (listed(d.params.shuffle_id)) damaged.emplace(d.params.shuffle_id, std::move(d));
     }
     auto s = served.begin();
     auto d = damaged.begin();
     while ((s != served.end() || d != damaged.end()) &&
            static_cast<uint32_t>(resp->shuffles_size()) < page) {
+      v1::ShuffleInfo* info = resp->add_shuffles();
       if (d == damaged.end() || (s != served.end() && s->first < d->first)) {
-        FillInfo(*s->second, 0, 0, resp->add_shuffles());
+        FillInfo(*s->second, 0, 0, info);
         ++s;
       } else {
-        FillDamaged(d->second, resp->add_shuffles());
+        FillDamaged(d->second, info);
         ++d;
       }
+      ToCaller(who, info);
     }
     if (s != served.end() || d != damaged.end()) {
       resp->set_next_page_token(resp->shuffles(resp->shuffles_size() - 1).shuffle_id());
@@ -784,30 +891,30 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::DeleteShuffle(grpc::CallbackServer
                                                             const v1::DeleteShuffleRequest* req,
                                                             v1::DeleteShuffleResponse*) {
   auto* reactor = ctx->DefaultReactor();
-  if (Refused(deps_, ctx, reactor)) return reactor;
-  deps_.meta_pool->Submit([this, reactor, req] {  // removes files: off-thread
-    const ClusterView c = Cluster(*deps_.node);
-    bool recorded = false;
-    if (c.clustered) {  // its record first: no server makes its store again from etcd
-      absl::StatusOr<bool> deleted =
-          c.Joined().ok() ? c.placements->Delete(req->shuffle_id()) : c.Joined();
-      if (!deleted.ok()) {
-        reactor->Finish(ToClient(deps_, deleted.status()));
-        return;
-      }
-      recorded = *deleted;
-    }
-    if (c.clustered) {
-      std::lock_guard<std::mutex> lock(deps_.node->mu);
-      deps_.node->kept.erase(req->shuffle_id());
-      deps_.node->checked.erase(req->shuffle_id());
-    }
-    absl::Status st = deps_.registry->Delete(req->shuffle_id());
-    if (recorded && absl::IsNotFound(st)) st = absl::OkStatus();  // held elsewhere only
-    if (st.ok()) spdlog::info("event=delete shuffle={}", req->shuffle_id());
-    reactor->Finish(ToClient(deps_, st));
+  std::optional<Identity> who = Who(deps_, ctx, reactor);
+  if (!who) return reactor;
+  // Removes files: off-thread.
+  deps_.meta_pool->Submit([this, reactor, req, who = *std::move(who)] {
+    absl::StatusOr<std::string> id = QualifiedId(who, req->shuffle_id());
+    reactor->Finish(ToClient(deps_, who, id.ok() ? DeleteKept(*id) : id.status()));
   });
   return reactor;
+}
+
+absl::Status ShuffleServiceImpl::DeleteKept(const std::string& id) {
+  const ClusterView c = Cluster(*deps_.node);
+  bool recorded = false;
+  if (c.clustered) {  // its record first: no server makes its store again from etcd
+    SLUICE_RETURN_IF_ERROR(c.Joined());
+    SLUICE_ASSIGN_OR_RETURN(recorded, c.placements->Delete(id));
+    std::lock_guard<std::mutex> lock(deps_.node->mu);
+    deps_.node->kept.erase(id);
+    deps_.node->checked.erase(id);
+  }
+  absl::Status st = deps_.registry->Delete(id);
+  if (recorded && absl::IsNotFound(st)) st = absl::OkStatus();  // held elsewhere only
+  if (st.ok()) spdlog::info("event=delete tenant={} shuffle={}", TenantField(id), id);
+  return st;
 }
 
 grpc::ServerReadReactor<PushRequest>* ShuffleServiceImpl::Push(grpc::CallbackServerContext* ctx,
@@ -851,8 +958,9 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
                                                       const v1::GetNodeRequest*,
                                                       v1::NodeInfo* resp) {
   auto* reactor = ctx->DefaultReactor();
-  if (Refused(deps_, ctx, reactor)) return reactor;
-  deps_.meta_pool->Submit([this, reactor, resp] {  // statvfs: off-thread
+  std::optional<Identity> who = Who(deps_, ctx, reactor);
+  if (!who) return reactor;
+  deps_.meta_pool->Submit([this, reactor, resp, who = *std::move(who)] {  // statvfs: off-thread
     {
       std::lock_guard<std::mutex> lock(deps_.node->mu);
       resp->set_node_id(deps_.node->node_id);
@@ -866,7 +974,10 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
     FillDataDirs(*deps_.registry, resp);
     resp->set_memory_budget_bytes(deps_.budget->limit());
     resp->set_memory_used_bytes(deps_.budget->used());
-    resp->set_shuffles(static_cast<uint32_t>(deps_.registry->List().size()));
+    // A tenant's own (the others' are not its business).
+    resp->set_shuffles(static_cast<uint32_t>(TenantPrefix(who).empty()
+                                                 ? deps_.registry->List().size()
+                                                 : deps_.registry->TenantShuffles(who.tenant)));
     resp->set_push_streams(static_cast<uint32_t>(counts_.push.load()));
     resp->set_fetch_streams(static_cast<uint32_t>(counts_.fetch.load()));
     reactor->Finish(grpc::Status::OK);
@@ -878,7 +989,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::ListNodes(grpc::CallbackServerCont
                                                         const v1::ListNodesRequest*,
                                                         v1::ListNodesResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  if (Refused(deps_, ctx, reactor)) return reactor;
+  if (!Who(deps_, ctx, reactor)) return reactor;
   deps_.meta_pool->Submit([this, reactor, resp] {  // asks etcd: off-thread
     const ClusterView c = Cluster(*deps_.node);
     Membership* membership = c.membership;
@@ -934,9 +1045,10 @@ absl::StatusOr<bool> ShuffleServiceImpl::CreateInCluster(const ShuffleParams& pa
                      " partitions, ", p.num_mappers, " mappers and replication ", p.replication));
   }
   if (placed->created) {
-    spdlog::info("event=create shuffle={} partitions={} mappers={} replication={} servers={}",
-                 params.shuffle_id, params.num_partitions, params.num_mappers, p.replication,
-                 ids.size());
+    spdlog::info(
+        "event=create tenant={} shuffle={} partitions={} mappers={} replication={} servers={}",
+        TenantField(params.shuffle_id), params.shuffle_id, params.num_partitions,
+        params.num_mappers, p.replication, ids.size());
   }
   Kept kept = KeptOf(p, c.node_id);
   Remember(*deps_.node, params.shuffle_id, kept);
@@ -948,10 +1060,13 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetPlacement(grpc::CallbackServerC
                                                            const v1::GetPlacementRequest* req,
                                                            v1::Placement* resp) {
   auto* reactor = ctx->DefaultReactor();
-  if (Refused(deps_, ctx, reactor)) return reactor;
-  deps_.meta_pool->Submit([this, reactor, req, resp] {  // asks etcd: off-thread
-    absl::Status st = FillPlacement(req->shuffle_id(), resp);
-    reactor->Finish(ToClient(deps_, st));
+  std::optional<Identity> who = Who(deps_, ctx, reactor);
+  if (!who) return reactor;
+  deps_.meta_pool->Submit([this, reactor, req, resp, who = *std::move(who)] {  // asks etcd
+    absl::StatusOr<std::string> id = QualifiedId(who, req->shuffle_id());
+    absl::Status st = id.ok() ? FillPlacement(*id, resp) : id.status();
+    resp->set_shuffle_id(req->shuffle_id());
+    reactor->Finish(ToClient(deps_, who, st));
   });
   return reactor;
 }
@@ -1005,14 +1120,18 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::CommitMapper(grpc::CallbackServerC
                                                            const v1::CommitMapperRequest* req,
                                                            v1::CommitMapperResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  if (Refused(deps_, ctx, reactor)) return reactor;
-  deps_.meta_pool->Submit([this, reactor, req, resp] {  // asks etcd, syncs: off-thread
-    auto winner = DecideMapper(req->shuffle_id(), req->mapper_id(), req->attempt_id());
+  std::optional<Identity> who = Who(deps_, ctx, reactor);
+  if (!who) return reactor;
+  // Asks etcd, syncs: off-thread.
+  deps_.meta_pool->Submit([this, reactor, req, resp, who = *std::move(who)] {
+    absl::StatusOr<std::string> id = QualifiedId(who, req->shuffle_id());
+    absl::StatusOr<uint64_t> winner =
+        id.ok() ? DecideMapper(*id, req->mapper_id(), req->attempt_id()) : id.status();
     if (winner.ok()) {
       resp->set_winning_attempt(*winner);
       resp->set_duplicate(*winner != req->attempt_id());
     }
-    reactor->Finish(ToClient(deps_, winner.status()));
+    reactor->Finish(ToClient(deps_, who, winner.status()));
   });
   return reactor;
 }
@@ -1042,8 +1161,8 @@ absl::StatusOr<uint64_t> ShuffleServiceImpl::DecideMapper(const std::string& id,
   if (!outcome.ok()) {
     if (c.clustered) {
       // Decided all the same: the other servers apply it; this one reports what it could not.
-      spdlog::error("event=resolve_failed shuffle={} mapper={} winner={} error=\"{}\"", id, mapper,
-                    winner, std::string(outcome.status().message()));
+      spdlog::error("event=resolve_failed tenant={} shuffle={} mapper={} winner={} error=\"{}\"",
+                    TenantField(id), id, mapper, winner, std::string(outcome.status().message()));
       return winner;
     }
     return outcome.status();
@@ -1051,8 +1170,8 @@ absl::StatusOr<uint64_t> ShuffleServiceImpl::DecideMapper(const std::string& id,
   if (!c.clustered && *outcome == CommitOutcome::kDuplicate) {
     return store->CommittedAttempt(mapper).value_or(winner);
   }
-  spdlog::info("event=decide shuffle={} mapper={} attempt={} winner={}", id, mapper, attempt,
-               winner);
+  spdlog::info("event=decide tenant={} shuffle={} mapper={} attempt={} winner={}", TenantField(id),
+               id, mapper, attempt, winner);
   return winner;
 }
 

@@ -23,6 +23,7 @@
 #include "server/metrics.h"
 #include "server/push_attempt.h"
 #include "server/shuffle_registry.h"
+#include "server/tenancy.h"
 #include "server/watchdog.h"
 #include "server/worker_pool.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
@@ -91,6 +92,8 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
     AdminDeps admin;
     ServerMetrics* metrics;
     const Authenticator* auth = nullptr;  ///< null: no credentials asked for (--auth_file)
+    QuotaDefaults quotas;                 ///< tenants' quotas where their lines set none
+    TenantStreams* tenant_streams = nullptr;
   };
   explicit ShuffleServiceImpl(Deps deps) : deps_(std::move(deps)) {}
 
@@ -132,6 +135,10 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
                                   v1::DrainResponse* resp) override;
 
  private:
+  // CreateShuffle for `who`: its id qualified, its shuffle quota checked.
+  absl::StatusOr<bool> CreateFor(const Identity& who, const v1::CreateShuffleRequest& req);
+  // DeleteShuffle of a shuffle by the id the server keeps it by.
+  absl::Status DeleteKept(const std::string& id);
   // CreateShuffle in a cluster: placed and recorded in etcd, and made here if this server
   // holds any of its partitions.
   absl::StatusOr<bool> CreateInCluster(const ShuffleParams& params, uint32_t replication);
@@ -142,6 +149,7 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
 
   const Deps deps_;
   Counts counts_;
+  std::mutex create_mu_;  // creates that check a tenant's shuffle quota
 };
 
 }  // namespace sluice

@@ -150,7 +150,18 @@ ShuffleStore::ShuffleStore(std::string dir, ShuffleParams params, StoreOptions o
   Touch();
 }
 
-ShuffleStore::~ShuffleStore() = default;
+ShuffleStore::~ShuffleStore() { ReleaseHeld(); }
+
+void ShuffleStore::ReleaseHeld() {
+  const int64_t h = held_.exchange(0);
+  if (options_.held_total != nullptr) options_.held_total->fetch_sub(h);
+}
+
+void ShuffleStore::Hold(int64_t delta) {
+  if (delta == 0) return;
+  held_.fetch_add(delta);
+  if (options_.held_total != nullptr) options_.held_total->fetch_add(delta);
+}
 
 absl::Status ShuffleStore::DeletedError() const {
   return absl::NotFoundError(absl::StrCat("shuffle '", params_.shuffle_id, "' was deleted"));
@@ -286,6 +297,7 @@ absl::Status ShuffleStore::AppendAll(uint32_t mapper, uint64_t attempt,
                             SYNC_FILE_RANGE_WRITE);
   }
 #endif
+  Hold(static_cast<int64_t>(total));
   return absl::OkStatus();
 }
 
@@ -468,9 +480,12 @@ void ShuffleStore::PunchBlocks(absl::Span<const BlockRef> blocks) {
   if (!data_fd_.valid()) return;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   ranges.reserve(blocks.size());
+  int64_t given_back = 0;
   for (const BlockRef& b : blocks) {
     ranges.emplace_back(b.offset, b.offset + kBlockHeaderSize + b.frame_size);
+    given_back += static_cast<int64_t>(kBlockHeaderSize + b.frame_size);
   }
+  Hold(-given_back);
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 0; i < ranges.size();) {
     const uint64_t from = ranges[i].first;
@@ -780,12 +795,14 @@ absl::Status ShuffleStore::ReclaimUnowned() {
   std::sort(owned.begin(), owned.end());
   const std::string path = DataPath();
   SLUICE_ASSIGN_OR_RETURN(const uint64_t size, file::FileSize(data_fd_.get(), path));
-  uint64_t cursor = 0;
+  uint64_t cursor = 0, kept = 0;
   for (const auto& [from, to] : owned) {
     if (from > cursor)
       SLUICE_RETURN_IF_ERROR(file::PunchHole(data_fd_.get(), path, cursor, from - cursor));
+    if (to > cursor) kept += to - std::max(cursor, from);
     cursor = std::max(cursor, to);
   }
+  Hold(static_cast<int64_t>(kept) - held_.load());
   if (size > cursor) {
     SLUICE_RETURN_IF_ERROR(file::Truncate(data_fd_.get(), path, cursor));
     if (options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(data_fd_.get(), path));
@@ -802,6 +819,9 @@ size_t ShuffleStore::open_files() const {
 void ShuffleStore::MarkDeleted() {
   std::lock_guard<std::mutex> lock(commit_mu_);
   destroyed_.store(true);
+  // Its bytes are going with its directory. (A push writing at this instant adds its last
+  // message after this; the destructor takes that back.)
+  ReleaseHeld();
   committed_.clear();
   prepared_.clear();
   partitions_.ForEach([](uint32_t, Partition& p) {

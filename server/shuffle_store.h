@@ -62,6 +62,8 @@ struct StoreOptions {
   std::function<absl::Status(int fd, const std::string& path)> sync_data;
   /// Where commit batches' latencies are counted (may be null).
   Histogram* commit_sync_seconds = nullptr;
+  /// A total the store's held bytes are added to as they change (its tenant's; may be null).
+  std::shared_ptr<std::atomic<int64_t>> held_total;
 };
 
 enum class CommitOutcome { kCommitted, kDuplicate };
@@ -167,6 +169,10 @@ class ShuffleStore {
   /// Later Appends and Commits fail with NOT_FOUND; the caller removes the (renamed) directory.
   void MarkDeleted();
 
+  /// Bytes of the data file's blocks the store holds: committed, prepared and being pushed
+  /// (blocks given back with Discard and never-owned bytes a start reclaims are not counted).
+  uint64_t held_bytes() const { return static_cast<uint64_t>(held_.load()); }
+
   /// Descriptors the store holds: its log and its data file, whatever its partition count.
   size_t open_files() const;
 
@@ -265,6 +271,10 @@ class ShuffleStore {
   // Checks a committed block against its record and reads its frame; sets its uncompressed.
   absl::Status VerifyBlock(uint32_t mapper, uint64_t attempt, BlockRef* block) const;
   absl::Status ReclaimUnowned();
+  // Adds `delta` to held_ and to options_.held_total.
+  void Hold(int64_t delta);
+  // Takes everything held_ counts out of options_.held_total (deleted or closed).
+  void ReleaseHeld();
   absl::Status DeletedError() const;
   // Punches the blocks' ranges out of the data file, adjacent ones together.
   void PunchBlocks(absl::Span<const BlockRef> blocks);
@@ -284,6 +294,7 @@ class ShuffleStore {
   const std::string dir_;
   std::atomic<bool> destroyed_{false};
   std::atomic<int> writers_{0};
+  std::atomic<int64_t> held_{0};
   std::atomic<int64_t> last_used_ms_{0};
   const ShuffleParams params_;
   const StoreOptions options_;

@@ -45,6 +45,7 @@ struct SluiceServer::Impl {
   std::unique_ptr<PlacementStore> placements;
   std::unique_ptr<TlsReloader> tls;     // with TLS; outlives `server`, which reads its files
   std::unique_ptr<Authenticator> auth;  // with --auth_file; outlives `server`, which calls it
+  TenantStreams tenant_streams;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<MetricsEndpoint> metrics_endpoint;  // with --metrics_listen
   int port = 0;
@@ -191,6 +192,22 @@ class CallCounter final : public grpc::experimental::Interceptor {
  private:
   const std::string method_;
   CallCounts* const calls_;
+};
+
+// Takes the reflection plugin out of one server's builder. (Linking gRPC's reflection library
+// installs the plugin for every server of the process, whether or not it is asked for.)
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(
+        std::remove_if(plugins->begin(), plugins->end(),
+                       [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+                         return dynamic_cast<grpc::reflection::ProtoServerReflectionPlugin*>(
+                                    p.get()) != nullptr;
+                       }),
+        plugins->end());
+  }
 };
 
 class CallCounterFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
@@ -469,7 +486,10 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   impl->service = std::make_unique<ShuffleServiceImpl>(ShuffleServiceImpl::Deps{
       impl->registry.get(), impl->pool.get(), impl->meta_pool.get(), impl->merge_pool.get(),
       impl->budget.get(), push, fetch, impl->merge_gate.get(), impl->watchdog.get(), streams,
-      &impl->node, admin, &impl->metrics, impl->auth.get()});
+      &impl->node, admin, &impl->metrics, impl->auth.get(),
+      QuotaDefaults{options.tenant_max_shuffles, options.tenant_max_stored_bytes,
+                    options.tenant_max_streams},
+      &impl->tenant_streams});
 
   impl->node.clustered = !options.etcd_endpoints.empty();  // before it serves
   grpc::EnableDefaultHealthCheckService(true);
@@ -485,6 +505,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   }
   // A push message carries at most 1 MiB of frames or of one large frame's pieces. What the
   // server sends is committed data, which may have been pushed under a larger cap.
+  if (!options.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   builder.SetMaxReceiveMessageSize(rpc::kMaxPushMessageBytes);
   builder.SetMaxSendMessageSize(rpc::MaxMessageBytes(StoredFrameLimits(options.limits)));
   // Clients ping to find a hung server (ClientOptions::keepalive_time): accept pings as often

@@ -56,6 +56,12 @@ struct ServerOptions {
   /// every `auth_reload_interval` and on ReloadFiles.
   std::string auth_file;
   std::chrono::seconds auth_reload_interval{10};
+  /// Each tenant's quotas where its quota line sets none (0 = no limit); with auth_file only.
+  uint64_t tenant_max_shuffles = 1000;
+  uint64_t tenant_max_stored_bytes = 0;
+  uint64_t tenant_max_streams = 0;
+  /// Serve gRPC server reflection (grpcurl's `list`, `describe`).
+  bool reflection = true;
 
   // Streams and connections (docs/operations.md, "Limits"): what one client may hold, and for
   // how long without progress.

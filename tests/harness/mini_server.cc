@@ -54,6 +54,10 @@ absl::StatusOr<std::vector<std::string>> ChildFlags(const ServerOptions& o) {
       absl::StrCat("--plaintext=", o.plaintext ? "true" : "false"),
       absl::StrCat("--auth_file=", o.auth_file),
       absl::StrCat("--auth_reload_s=", o.auth_reload_interval.count()),
+      absl::StrCat("--tenant_max_shuffles=", o.tenant_max_shuffles),
+      absl::StrCat("--tenant_max_stored_mb=", o.tenant_max_stored_bytes >> 20),
+      absl::StrCat("--tenant_max_streams=", o.tenant_max_streams),
+      absl::StrCat("--reflection=", o.reflection ? "true" : "false"),
       "--log_level=warn"};
 }
 

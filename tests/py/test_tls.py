@@ -79,12 +79,17 @@ def test_mutual_tls_end_to_end(server, certs):
 
 def test_tokens(tmp_path):
     """A server with --auth_file (in clear on loopback): a token from `sluice token` works, no
-    token or a wrong one is UNAUTHENTICATED, and a token is never sent in clear off-host."""
+    token or a wrong one is UNAUTHENTICATED, another tenant's shuffles are not there, quotas
+    hold, and a token is never sent in clear off-host."""
     sluice_cli = os.path.join(os.path.dirname(SERVER), "..", "client", "sluice")
-    out = subprocess.run([sluice_cli, "token", "--tenant", "team-a"], check=True,
-                         capture_output=True, text=True).stdout
-    token = re.search(r"token: (\S+)", out).group(1)
-    (tmp_path / "creds").write_text(re.search(r"line: +(.+)", out).group(1) + "\n")
+    tokens, lines = {}, []
+    for tenant in ("team-a", "team-b"):
+        out = subprocess.run([sluice_cli, "token", "--tenant", tenant], check=True,
+                             capture_output=True, text=True).stdout
+        tokens[tenant] = re.search(r"token: (\S+)", out).group(1)
+        lines.append(re.search(r"line: +(.+)", out).group(1))
+    token = tokens["team-a"]
+    (tmp_path / "creds").write_text("\n".join(lines) + "\nquota team-b shuffles=1\n")
     p = subprocess.Popen([SERVER, f"--data_dir={tmp_path}/data", "--listen=127.0.0.1:0",
                           f"--auth_file={tmp_path}/creds", "--log_level=warn"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -99,6 +104,17 @@ def test_tokens(tmp_path):
         assert client.create_shuffle("t", partitions=1, mappers=1)
         with client.writer("t", mapper=0) as w:
             w.write("k", {"v": 1})
+        assert list(client.reader("t", 0)) == [("k", {"v": 1})]
+        # Tenant team-b has a namespace of its own: team-a's "t" is not there for it.
+        other = sluice.connect(server, token=tokens["team-b"])
+        for look in (lambda: other.shuffle_status("t"), lambda: list(other.reader("t", 0))):
+            with pytest.raises(sluice.Error) as e:
+                look()
+            assert e.value.code == "NOT_FOUND" and "team-a" not in str(e.value)
+        assert other.create_shuffle("t", partitions=2, mappers=1)
+        with pytest.raises(sluice.Error) as e:  # its quota line: one shuffle
+            other.create_shuffle("u", partitions=1)
+        assert e.value.code == "RESOURCE_EXHAUSTED" and "quota" in str(e.value)
         assert list(client.reader("t", 0)) == [("k", {"v": 1})]
         with pytest.raises(sluice.Error, match="in clear"):
             sluice.connect("10.0.0.1:7070", token=token)

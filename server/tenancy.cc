@@ -1,0 +1,70 @@
+#include "server/tenancy.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+
+namespace sluice {
+
+std::string TenantPrefix(const Identity& who) {
+  if (who.admin() || who.tenant.empty()) return "";
+  return absl::StrCat(who.tenant, std::string(1, kTenantSeparator));
+}
+
+absl::StatusOr<std::string> QualifiedId(const Identity& who, const std::string& id) {
+  const std::string prefix = TenantPrefix(who);
+  if (prefix.empty()) return id;
+  if (id.find(kTenantSeparator) != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shuffle id '", id, "' may only use letters, digits, '.', '_' and '-'"));
+  }
+  return absl::StrCat(prefix, id);
+}
+
+std::string CallerId(const Identity& who, absl::string_view kept_id) {
+  const std::string prefix = TenantPrefix(who);
+  if (!prefix.empty() && absl::StartsWith(kept_id, prefix)) kept_id.remove_prefix(prefix.size());
+  return std::string(kept_id);
+}
+
+absl::Status ForCaller(const Identity& who, const absl::Status& st) {
+  const std::string prefix = TenantPrefix(who);
+  if (st.ok() || prefix.empty() || st.message().find(prefix) == absl::string_view::npos) {
+    return st;
+  }
+  return absl::Status(st.code(), absl::StrReplaceAll(st.message(), {{prefix, ""}}));
+}
+
+absl::string_view TenantOf(absl::string_view kept_id) {
+  const size_t at = kept_id.find(kTenantSeparator);
+  return at == absl::string_view::npos ? absl::string_view() : kept_id.substr(0, at);
+}
+
+QuotaDefaults LimitsOf(const Identity& who, const QuotaDefaults& defaults) {
+  if (TenantPrefix(who).empty()) return QuotaDefaults{};
+  return QuotaDefaults{who.quota.shuffles.value_or(defaults.shuffles),
+                       who.quota.stored_bytes.value_or(defaults.stored_bytes),
+                       who.quota.streams.value_or(defaults.streams)};
+}
+
+absl::Status TenantStreams::Enter(const std::string& tenant, uint64_t limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t& n = open_[tenant];
+  if (limit != 0 && n >= limit) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tenant '", tenant, "' has ", n,
+                     " push and fetch streams open on this server, its quota "
+                     "(streams: its quota line in --auth_file, else --tenant_max_streams); retry "
+                     "once some end"));
+  }
+  ++n;
+  return absl::OkStatus();
+}
+
+void TenantStreams::Leave(const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_.find(tenant);
+  if (it != open_.end() && --it->second == 0) open_.erase(it);
+}
+
+}  // namespace sluice
