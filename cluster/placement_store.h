@@ -58,6 +58,10 @@ class PlacementStore {
   absl::StatusOr<Created> Create(const std::string& shuffle_id, uint32_t num_partitions,
                                  uint32_t num_mappers, uint32_t replication,
                                  const std::vector<std::string>& nodes);
+  /// Recorded shuffles whose ids start with `id_prefix` (a tenant's: "tenant~"), from an index
+  /// of ids beside the records (owners/<id>, written before the record and removed with it).
+  /// Shuffles recorded before the index existed are not counted.
+  absl::StatusOr<size_t> CountWithPrefix(const std::string& id_prefix);
   /// Removes the shuffle's record and its mappers' decisions; whether it was recorded.
   absl::StatusOr<bool> Delete(const std::string& shuffle_id);
   /// The recorded placement, or nullopt if the shuffle is not recorded.
@@ -73,6 +77,9 @@ class PlacementStore {
  private:
   std::string Key(const std::string& shuffle_id) const {
     return prefix_ + "shuffles/" + shuffle_id;
+  }
+  std::string IndexKey(const std::string& shuffle_id) const {
+    return prefix_ + "owners/" + shuffle_id;
   }
   std::string MappersPrefix(const std::string& shuffle_id) const {
     return Key(shuffle_id) + "/mappers/";

@@ -4,6 +4,7 @@
 #include <openssl/evp.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -54,7 +55,9 @@ absl::Status ParseQuota(absl::Span<const absl::string_view> fields, TenantQuota*
     const size_t eq = f.find('=');
     const absl::string_view key = f.substr(0, eq);
     uint64_t v = 0;
-    if (eq == absl::string_view::npos || !absl::SimpleAtoi(f.substr(eq + 1), &v)) {
+    const absl::string_view digits = eq == absl::string_view::npos ? "" : f.substr(eq + 1);
+    if (digits.empty() || digits.find_first_not_of("0123456789") != absl::string_view::npos ||
+        !absl::SimpleAtoi(digits, &v)) {
       return absl::InvalidArgumentError(absl::StrCat("'", f, "' is not key=number"));
     }
     std::optional<uint64_t>* slot = key == "shuffles"    ? &q->shuffles
@@ -183,6 +186,13 @@ absl::StatusOr<std::vector<Credential>> ParseCredentials(absl::string_view text,
   }
   for (Credential& c : out) {
     if (auto q = quotas.find(c.identity.tenant); q != quotas.end()) c.identity.quota = q->second;
+  }
+  for (const auto& [tenant, q] : quotas) {  // a misspelt tenant would leave its quota unset
+    if (std::none_of(out.begin(), out.end(),
+                     [&](const Credential& c) { return c.identity.tenant == tenant; })) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": a quota line names tenant '",
+                                                     tenant, "', which no credential has"));
+    }
   }
   if (out.empty()) {
     return absl::InvalidArgumentError(

@@ -30,6 +30,13 @@ StoreOptions ShuffleRegistry::OptionsForLocked(const std::string& id) {
   return o;
 }
 
+std::shared_ptr<std::atomic<int64_t>> ShuffleRegistry::TenantBytes(const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& total = tenant_bytes_[tenant];
+  if (total == nullptr) total = std::make_shared<std::atomic<int64_t>>(0);
+  return total;
+}
+
 uint64_t ShuffleRegistry::TenantStoredBytes(const std::string& tenant) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tenant_bytes_.find(tenant);
@@ -218,9 +225,9 @@ void ShuffleRegistry::Duplicate(const std::string& id, size_t first, size_t seco
   // Two copies (directories moved by hand?): which one is right is not known, so neither
   // serves; both are kept as found, and a delete removes both.
   spdlog::error(
-      "event=duplicate_shuffle shuffle={} dirs={},{} error=\"the shuffle is in two data "
-      "directories; move one copy away and restart, or delete the shuffle\"",
-      id, dirs_[first]->path, dirs_[second]->path);
+      "event=duplicate_shuffle tenant={} shuffle={} dirs={},{} error=\"the shuffle is in two "
+      "data directories; move one copy away and restart, or delete the shuffle\"",
+      TenantField(id), id, dirs_[first]->path, dirs_[second]->path);
   extra_homes_.emplace(id, second);
   if (auto it = shuffles_.find(id); it != shuffles_.end()) {
     DamagedShuffle d{it->second->params(), absl::OkStatus()};
@@ -458,12 +465,12 @@ absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::GetForWriting(
     it = shuffles_.find(id);
     if (it == shuffles_.end() || it->second != store) continue;  // deleted or replaced meanwhile
     if (reopened.ok()) {
-      spdlog::warn("event=shuffle_reopened shuffle={} committed_mappers={}", id,
-                   (*reopened)->CommittedMappers().size());
+      spdlog::warn("event=shuffle_reopened tenant={} shuffle={} committed_mappers={}",
+                   TenantField(id), id, (*reopened)->CommittedMappers().size());
       it->second = std::shared_ptr<ShuffleStore>(std::move(reopened).value());
       continue;  // and hand it out
     }
-    spdlog::error("event=reopen_failed shuffle={} error=\"{}\"", id,
+    spdlog::error("event=reopen_failed tenant={} shuffle={} error=\"{}\"", TenantField(id), id,
                   std::string(reopened.status().message()));
     if (reopened.status().code() == absl::StatusCode::kDataLoss) {
       DamagedShuffle damaged{store->params(), WithRelativePaths(reopened.status())};
@@ -524,15 +531,15 @@ absl::StatusOr<std::vector<std::string>> ShuffleRegistry::MoveToTrash(const std:
     if (!st.ok()) {
       if (trash.empty()) return WithRelativePaths(st);
       // A copy is gone already: the delete has happened; what is left is cleaned at a start.
-      spdlog::error("event=delete_incomplete shuffle={} error=\"{}\"", id,
-                    std::string(st.message()));
+      spdlog::error("event=delete_incomplete tenant={} shuffle={} error=\"{}\"", TenantField(id),
+                    id, std::string(st.message()));
       continue;
     }
     trash.push_back(std::move(to));
     // Renamed: the delete is done; a failed directory sync only makes it less durable.
     if (st = file::SyncDir(root); !st.ok()) {
-      spdlog::warn("event=delete_sync_failed shuffle={} error=\"{}\"", id,
-                   std::string(st.message()));
+      spdlog::warn("event=delete_sync_failed tenant={} shuffle={} error=\"{}\"", TenantField(id),
+                   id, std::string(st.message()));
     }
   }
   return trash;

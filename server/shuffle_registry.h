@@ -89,6 +89,8 @@ class ShuffleRegistry {
 
   /// Bytes the tenant's shuffles hold here (ShuffleStore::held_bytes, summed as they change).
   uint64_t TenantStoredBytes(const std::string& tenant) const;
+  /// The total behind TenantStoredBytes, shared with the tenant's stores (made if needed).
+  std::shared_ptr<std::atomic<int64_t>> TenantBytes(const std::string& tenant);
   /// The tenant's shuffles here, damaged ones included.
   size_t TenantShuffles(const std::string& tenant) const;
 

@@ -211,7 +211,7 @@ grpc::Status Admit(std::atomic<size_t>* count, size_t limit, const char* kind) {
                    "_streams); retry later"));
 }
 
-// A new stream of `who`: one of its tenant's streams (TenantStreams) and one of the server's
+// A new stream of `who`: one of its tenant's streams (Tenants) and one of the server's
 // `kind` streams (Admit). Else finishes `reactor` with the refusal and returns false, holding
 // neither (*open null: not counted).
 template <typename Reactor>
@@ -219,7 +219,7 @@ bool EnterStream(const ShuffleServiceImpl::Deps& deps, const Identity& who,
                  const QuotaDefaults& limits, std::atomic<size_t>** open, size_t limit,
                  const char* kind, bool* tenant_counted, Reactor* reactor) {
   if (limits.streams != 0) {
-    if (absl::Status st = deps.tenant_streams->Enter(who.tenant, limits.streams); !st.ok()) {
+    if (absl::Status st = deps.tenants->Enter(who.tenant, limits.streams); !st.ok()) {
       *open = nullptr;
       reactor->Finish(rpc::ToGrpcStatus(st));
       return false;
@@ -228,7 +228,7 @@ bool EnterStream(const ShuffleServiceImpl::Deps& deps, const Identity& who,
   }
   if (grpc::Status st = Admit(*open, limit, kind); !st.ok()) {
     *open = nullptr;
-    if (*tenant_counted) deps.tenant_streams->Leave(who.tenant);
+    if (*tenant_counted) deps.tenants->Leave(who.tenant);
     *tenant_counted = false;
     reactor->Finish(st);
     return false;
@@ -305,21 +305,34 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   void OnDone() override {
     deps_.watchdog->Disarm(watch_);
     if (open_ != nullptr) open_->fetch_sub(1);
-    if (tenant_counted_) deps_.tenant_streams->Leave(who_.tenant);
+    if (tenant_counted_) deps_.tenants->Leave(who_.tenant);
+    if (quota_reserved_ != 0) tenant_bytes_->fetch_sub(static_cast<int64_t>(quota_reserved_));
     delete this;
   }
 
  private:
-  // The tenant's stored-bytes quota, before `more` bytes are written.
-  absl::Status CheckStored(uint64_t more) const {
+  // The tenant's stored-bytes quota, before `more` bytes are written. With `reserve`, the bytes
+  // are counted in the tenant's total at once (a large frame's, while its pieces arrive) until
+  // ReleaseReserved.
+  absl::Status CheckStored(uint64_t more, bool reserve) {
     if (limits_.stored_bytes == 0) return absl::OkStatus();
-    const uint64_t have = deps_.registry->TenantStoredBytes(who_.tenant);
-    if (have + more <= limits_.stored_bytes) return absl::OkStatus();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "tenant '", who_.tenant, "' holds ", have, " bytes on this server; ", more,
-        " more would pass its quota of ", limits_.stored_bytes,
-        " (stored_mb: its quota line in --auth_file, else --tenant_max_stored_mb); the attempt "
-        "was discarded: delete shuffles it no longer needs"));
+    if (tenant_bytes_ == nullptr) tenant_bytes_ = deps_.registry->TenantBytes(who_.tenant);
+    int64_t have = tenant_bytes_->load();
+    while (true) {
+      const uint64_t held = have < 0 ? 0 : static_cast<uint64_t>(have);
+      if (held + more > limits_.stored_bytes) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "tenant '", who_.tenant, "' holds ", held, " bytes on this server; ", more,
+            " more would pass its quota of ", limits_.stored_bytes,
+            " (stored_mb: its quota line in --auth_file, else --tenant_max_stored_mb); the "
+            "attempt was discarded: delete shuffles it no longer needs"));
+      }
+      if (!reserve) return absl::OkStatus();
+      if (tenant_bytes_->compare_exchange_weak(have, have + static_cast<int64_t>(more))) {
+        quota_reserved_ = more;
+        return absl::OkStatus();
+      }
+    }
   }
 
   // Waits for the next message, for at most the idle timeout.
@@ -373,9 +386,12 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
     deps_.budget->WhenAvailable([this] { ReadNext(); });
   }
 
+  // Gives back what a large frame held while its pieces came: its memory and its quota bytes.
   void ReleaseReserved() {
     deps_.budget->Release(reserved_);
     reserved_ = 0;
+    if (quota_reserved_ != 0) tenant_bytes_->fetch_sub(static_cast<int64_t>(quota_reserved_));
+    quota_reserved_ = 0;
   }
 
   // What the attempt took since the last message, into the server's counters.
@@ -417,12 +433,12 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
                                   pf.frame().size())});
           bytes += kBlockHeaderSize + pf.frame().size();
         }
-        SLUICE_RETURN_IF_ERROR(CheckStored(bytes));
+        SLUICE_RETURN_IF_ERROR(CheckStored(bytes, /*reserve=*/false));
         return attempt_.AddFrames(frames_);
       }
       case PushRequest::kLargeFrame:
-        SLUICE_RETURN_IF_ERROR(
-            CheckStored(kBlockHeaderSize + uint64_t{request_.large_frame().frame_size()}));
+        SLUICE_RETURN_IF_ERROR(CheckStored(
+            kBlockHeaderSize + uint64_t{request_.large_frame().frame_size()}, /*reserve=*/true));
         return attempt_.BeginLargeFrame(request_.large_frame().partition_id(),
                                         request_.large_frame().frame_size());
       case PushRequest::kPiece: {
@@ -475,8 +491,10 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
 
   const ShuffleServiceImpl::Deps& deps_;
   Identity who_;
-  QuotaDefaults limits_;         // who_'s
-  bool tenant_counted_ = false;  // one of who_'s streams (TenantStreams)
+  QuotaDefaults limits_;                                // who_'s
+  bool tenant_counted_ = false;                         // one of who_'s streams (Tenants)
+  std::shared_ptr<std::atomic<int64_t>> tenant_bytes_;  // who_'s stored bytes (with a quota)
+  uint64_t quota_reserved_ = 0;  // of tenant_bytes_, for the large frame being received
   std::atomic<size_t>* open_;    // the server's push stream count, while this one counts
   grpc::CallbackServerContext* const ctx_;
   PushResponse* const response_;
@@ -607,7 +625,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     session_.reset();  // returns its budget charges
     if (admitted_) deps_.merge_gate->Leave();
     if (open_ != nullptr) open_->fetch_sub(1);
-    if (tenant_counted_) deps_.tenant_streams->Leave(who_.tenant);
+    if (tenant_counted_) deps_.tenants->Leave(who_.tenant);
     delete this;
   }
 
@@ -687,7 +705,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   grpc::CallbackServerContext* const ctx_;
   FetchSpec spec_;  // its shuffle id as the server keeps it
   Identity who_;
-  bool tenant_counted_ = false;  // one of who_'s streams (TenantStreams)
+  bool tenant_counted_ = false;  // one of who_'s streams (Tenants)
   std::atomic<bool> cancelled_{false};
   std::unique_ptr<FetchSession> session_;
   FetchResponse response_;
@@ -775,20 +793,25 @@ absl::StatusOr<bool> ShuffleServiceImpl::CreateFor(const Identity& who,
                                                    const v1::CreateShuffleRequest& req) {
   SLUICE_ASSIGN_OR_RETURN(std::string id, QualifiedId(who, req.shuffle_id()));
   const ShuffleParams params{id, req.num_partitions(), req.num_mappers()};
-  // The tenant's shuffle quota: counted and taken under one lock, so that creates racing each
-  // other cannot pass it together. A shuffle it has already does not count again.
+  // The tenant's shuffle quota: counted and taken under the tenant's lock, so that its creates
+  // racing each other here cannot pass it together. A shuffle it has already does not count
+  // again. In a cluster, its shuffles recorded in etcd count, wherever they are kept.
+  std::shared_ptr<std::mutex> tenant_mu;
   std::unique_lock<std::mutex> quota_lock;
+  const bool clustered = Cluster(*deps_.node).clustered;
   if (const uint64_t limit = LimitsOf(who, deps_.quotas).shuffles; limit != 0) {
-    quota_lock = std::unique_lock<std::mutex>(create_mu_);
-    const size_t have = deps_.registry->TenantShuffles(who.tenant);
-    if (have >= limit && !deps_.registry->Get(id).ok() && !deps_.registry->FindDamaged(id)) {
+    tenant_mu = deps_.tenants->CreateMutex(who.tenant);
+    quota_lock = std::unique_lock<std::mutex>(*tenant_mu);
+    SLUICE_ASSIGN_OR_RETURN(const size_t have, TenantShuffles(who, id, clustered));
+    if (have >= limit) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "tenant '", who.tenant, "' has ", have,
-          " shuffles on this server, its quota (shuffles: its quota line in --auth_file, else "
-          "--tenant_max_shuffles); delete shuffles it no longer needs"));
+          "tenant '", who.tenant, "' has ", have, " shuffles",
+          clustered ? " in the cluster" : " on this server",
+          ", its quota (shuffles: its quota line in --auth_file, else --tenant_max_shuffles); "
+          "delete shuffles it no longer needs"));
     }
   }
-  if (Cluster(*deps_.node).clustered) return CreateInCluster(params, req.replication());
+  if (clustered) return CreateInCluster(params, req.replication());
   auto created = deps_.registry->Create(params);
   if (created.ok() && *created) {
     spdlog::info("event=create tenant={} shuffle={} partitions={} mappers={}", TenantField(id),
@@ -901,6 +924,19 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::DeleteShuffle(grpc::CallbackServer
   return reactor;
 }
 
+absl::StatusOr<size_t> ShuffleServiceImpl::TenantShuffles(const Identity& who,
+                                                          const std::string& id, bool clustered) {
+  if (!clustered) {
+    if (deps_.registry->Get(id).ok() || deps_.registry->FindDamaged(id)) return 0;  // has it
+    return deps_.registry->TenantShuffles(who.tenant);
+  }
+  const ClusterView c = Cluster(*deps_.node);
+  SLUICE_RETURN_IF_ERROR(c.Joined());
+  SLUICE_ASSIGN_OR_RETURN(auto placed, c.placements->Get(id));
+  if (placed.has_value()) return 0;
+  return c.placements->CountWithPrefix(TenantPrefix(who));
+}
+
 absl::Status ShuffleServiceImpl::DeleteKept(const std::string& id) {
   const ClusterView c = Cluster(*deps_.node);
   bool recorded = false;
@@ -930,19 +966,22 @@ grpc::ServerWriteReactor<FetchResponse>* ShuffleServiceImpl::Fetch(grpc::Callbac
 namespace {
 
 // Each data directory's state and space; the node's totals over the healthy ones, each file
-// system once.
-void FillDataDirs(const ShuffleRegistry& registry, v1::NodeInfo* resp) {
+// system once. Without `contents` (a tenant asks), not what the directories hold nor why one
+// failed: those speak of every tenant's shuffles.
+void FillDataDirs(const ShuffleRegistry& registry, bool contents, v1::NodeInfo* resp) {
   std::set<uint64_t> counted;  // file systems (devices)
   const auto dirs = registry.DataDirs();
   for (size_t i = 0; i < dirs.size(); ++i) {
     v1::DataDirStatus* d = resp->add_data_dirs();
     d->set_index(static_cast<uint32_t>(i + 1));
     d->set_failed(!dirs[i].failed.ok());
-    if (!dirs[i].failed.ok()) {
+    if (!dirs[i].failed.ok() && contents) {
       d->set_error(std::string(registry.WithRelativePaths(dirs[i].failed).message()));
     }
-    d->set_shuffles(static_cast<uint32_t>(dirs[i].shuffles));
-    d->set_partitions(dirs[i].partitions);
+    if (contents) {
+      d->set_shuffles(static_cast<uint32_t>(dirs[i].shuffles));
+      d->set_partitions(dirs[i].partitions);
+    }
     if (!dirs[i].space_known) continue;
     d->set_disk_free_bytes(dirs[i].free_bytes);
     d->set_disk_total_bytes(dirs[i].total_bytes);
@@ -971,7 +1010,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
                            deps_.node->membership->registered());
     }
     resp->set_serving(!deps_.node->draining.load());
-    FillDataDirs(*deps_.registry, resp);
+    FillDataDirs(*deps_.registry, TenantPrefix(who).empty(), resp);
     resp->set_memory_budget_bytes(deps_.budget->limit());
     resp->set_memory_used_bytes(deps_.budget->used());
     // A tenant's own (the others' are not its business).

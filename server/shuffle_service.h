@@ -93,7 +93,7 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
     ServerMetrics* metrics;
     const Authenticator* auth = nullptr;  ///< null: no credentials asked for (--auth_file)
     QuotaDefaults quotas;                 ///< tenants' quotas where their lines set none
-    TenantStreams* tenant_streams = nullptr;
+    Tenants* tenants = nullptr;
   };
   explicit ShuffleServiceImpl(Deps deps) : deps_(std::move(deps)) {}
 
@@ -137,6 +137,9 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
  private:
   // CreateShuffle for `who`: its id qualified, its shuffle quota checked.
   absl::StatusOr<bool> CreateFor(const Identity& who, const v1::CreateShuffleRequest& req);
+  // The shuffles `who` has (here; in a cluster, recorded in etcd) that count against its
+  // quota when it creates `id` (kept id): 0 if it has `id` already.
+  absl::StatusOr<size_t> TenantShuffles(const Identity& who, const std::string& id, bool clustered);
   // DeleteShuffle of a shuffle by the id the server keeps it by.
   absl::Status DeleteKept(const std::string& id);
   // CreateShuffle in a cluster: placed and recorded in etcd, and made here if this server
@@ -149,7 +152,6 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
 
   const Deps deps_;
   Counts counts_;
-  std::mutex create_mu_;  // creates that check a tenant's shuffle quota
 };
 
 }  // namespace sluice

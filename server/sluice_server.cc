@@ -23,6 +23,7 @@
 #include "server/metrics_http.h"
 #include "server/server_metrics.h"
 #include "server/shuffle_service.h"
+#include "server/tenancy.h"
 #include "server/tls_reloader.h"
 #include "spdlog/spdlog.h"
 
@@ -45,7 +46,7 @@ struct SluiceServer::Impl {
   std::unique_ptr<PlacementStore> placements;
   std::unique_ptr<TlsReloader> tls;     // with TLS; outlives `server`, which reads its files
   std::unique_ptr<Authenticator> auth;  // with --auth_file; outlives `server`, which calls it
-  TenantStreams tenant_streams;
+  Tenants tenants;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<MetricsEndpoint> metrics_endpoint;  // with --metrics_listen
   int port = 0;
@@ -82,11 +83,12 @@ void SluiceServer::Impl::ExpireLoop() {
       const std::string id = store->params().shuffle_id;
       const absl::Status st = registry->Delete(id);
       if (st.ok()) {
-        spdlog::info("event=expire shuffle={} idle_s={} ttl_s={}", id,
+        spdlog::info("event=expire tenant={} shuffle={} idle_s={} ttl_s={}", TenantField(id), id,
                      std::chrono::duration_cast<std::chrono::seconds>(store->idle()).count(),
                      options.shuffle_ttl.count());
       } else if (!absl::IsNotFound(st)) {
-        spdlog::warn("event=expire_failed shuffle={} error=\"{}\"", id, std::string(st.message()));
+        spdlog::warn("event=expire_failed tenant={} shuffle={} error=\"{}\"", TenantField(id), id,
+                     std::string(st.message()));
       }
     }
     lock.lock();
@@ -439,7 +441,8 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   if (!registry.ok()) return registry.status();
   impl->registry = std::move(registry).value();
   for (const auto& [id, st] : failed) {
-    spdlog::error("event=recovery_failed shuffle={} error=\"{}\"", id, std::string(st.message()));
+    spdlog::error("event=recovery_failed tenant={} shuffle={} error=\"{}\"", TenantField(id), id,
+                  std::string(st.message()));
   }
   impl->pool = std::make_unique<WorkerPool>(options.worker_threads);
   impl->budget = std::make_unique<MemoryBudget>(options.memory_budget_bytes, impl->pool.get());
@@ -489,7 +492,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
       &impl->node, admin, &impl->metrics, impl->auth.get(),
       QuotaDefaults{options.tenant_max_shuffles, options.tenant_max_stored_bytes,
                     options.tenant_max_streams},
-      &impl->tenant_streams});
+      &impl->tenants});
 
   impl->node.clustered = !options.etcd_endpoints.empty();  // before it serves
   grpc::EnableDefaultHealthCheckService(true);

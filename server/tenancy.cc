@@ -47,7 +47,7 @@ QuotaDefaults LimitsOf(const Identity& who, const QuotaDefaults& defaults) {
                        who.quota.streams.value_or(defaults.streams)};
 }
 
-absl::Status TenantStreams::Enter(const std::string& tenant, uint64_t limit) {
+absl::Status Tenants::Enter(const std::string& tenant, uint64_t limit) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t& n = open_[tenant];
   if (limit != 0 && n >= limit) {
@@ -61,7 +61,14 @@ absl::Status TenantStreams::Enter(const std::string& tenant, uint64_t limit) {
   return absl::OkStatus();
 }
 
-void TenantStreams::Leave(const std::string& tenant) {
+std::shared_ptr<std::mutex> Tenants::CreateMutex(const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& m = create_mu_[tenant];
+  if (m == nullptr) m = std::make_shared<std::mutex>();
+  return m;
+}
+
+void Tenants::Leave(const std::string& tenant) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = open_.find(tenant);
   if (it != open_.end() && --it->second == 0) open_.erase(it);

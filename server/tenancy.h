@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -53,17 +54,21 @@ struct QuotaDefaults {
 /// authentication.
 QuotaDefaults LimitsOf(const Identity& who, const QuotaDefaults& defaults);
 
-/// Open push and fetch streams per tenant.
-class TenantStreams {
+/// What the server counts per tenant: open push and fetch streams, and a lock for its creates.
+class Tenants {
  public:
   /// Takes a stream for `tenant` if it has fewer than `limit` open (0: no limit), else
   /// RESOURCE_EXHAUSTED naming the quota.
   absl::Status Enter(const std::string& tenant, uint64_t limit);
   void Leave(const std::string& tenant);
 
+  /// The lock a tenant's creates hold while they check its shuffle quota.
+  std::shared_ptr<std::mutex> CreateMutex(const std::string& tenant);
+
  private:
   std::mutex mu_;
   std::map<std::string, uint64_t> open_;  // tenants with streams open
+  std::map<std::string, std::shared_ptr<std::mutex>> create_mu_;
 };
 
 }  // namespace sluice

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
@@ -27,6 +28,7 @@
 #include "client/shuffle_client.h"
 #include "client/transport.h"
 #include "codec/frame_format.h"
+#include "rpc/tls_options.h"
 #include "tests/harness/etcd_process.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"
@@ -594,6 +596,77 @@ TEST_F(ReplicationTest, AReaderResumesOverTheSameMappersWhenMoreCommitMeanwhile)
     for (int i = 0; i < job.items; ++i) expected += HashPartition(Key(m, i), job.partitions) == 0;
   }
   EXPECT_EQ(seen.size(), expected);
+}
+
+// Tenants in a cluster: each server takes the same credentials; tenant B finds none of tenant
+// A's shuffles through any server; A's shuffle quota counts what etcd records, wherever the
+// shuffles are kept, so creating through a server that keeps none of them does not pass it.
+TEST(ClusterTenantsTest, IsolationAndTheShuffleQuotaHoldAcrossServers) {
+  ASSERT_OK_AND_ASSIGN(auto etcd, EtcdProcess::Start());
+  TempDir creds_dir;
+  const std::string creds = creds_dir.path() + "/credentials";
+  std::ofstream(creds) << rpc::TokenHash("slc_a") << " team-a tenant\n"
+                       << rpc::TokenHash("slc_b") << " team-b tenant\n"
+                       << "quota team-a shuffles=3\n";
+  std::vector<std::string> addresses;
+  std::vector<std::unique_ptr<TempDir>> dirs;
+  std::vector<std::unique_ptr<ServerProcess>> servers;
+  for (int i = 0; i < 2; ++i) {
+    const std::string host = absl::StrCat("127.0.0.", i + 2);
+    ASSERT_OK_AND_ASSIGN(const int port, testing::FreePort(host));
+    addresses.push_back(absl::StrCat(host, ":", port));
+    dirs.push_back(std::make_unique<TempDir>());
+    ASSERT_OK_AND_ASSIGN(
+        auto s, ServerProcess::Start(
+                    SLUICE_SERVER_BIN,
+                    {"--data_dir=" + dirs[i]->path(), "--log_level=warn",
+                     "--etcd=" + etcd->endpoint(), absl::StrCat("--node_id=n", i),
+                     "--listen=" + addresses[i], "--worker_threads=2", "--auth_file=" + creds},
+                    host));
+    servers.push_back(std::move(s));
+  }
+  auto connect = [&](const std::string& servers_list, const std::string& token) {
+    ClientOptions o;
+    o.server = servers_list;
+    o.token = token;
+    o.call_deadline = std::chrono::seconds(5);
+    auto c = ShuffleClient::Connect(o);
+    EXPECT_OK(c);
+    return c.ok() ? std::move(c).value() : nullptr;
+  };
+  auto a = connect(absl::StrJoin(addresses, ","), "slc_a");
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        auto nodes = a->ListNodes();
+        return nodes.ok() && nodes->size() == 2;
+      },
+      std::chrono::seconds(20)));
+  // One partition each, replication 1: some are kept on one server, some on the other.
+  const Job job{"job0", 1, 2, 200, 40};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK(a->CreateShuffle(absl::StrCat("job", i), 1, 2, 1).status());
+  }
+  ASSERT_OK(WriteMapper(*a, job, 0, 1, job.items, nullptr).status());
+  ASSERT_OK(WriteMapper(*a, job, 1, 1, job.items, nullptr).status());
+  ExpectExactlyTheWinners(*a, job, FetchOrder::kKey, {{0, 1}, {1, 1}}, job.items);
+  // The fourth, through either server alone, passes the quota: refused.
+  for (const std::string& address : addresses) {
+    auto only = connect(address, "slc_a");
+    absl::Status st = only->CreateShuffle("job3", 1, 2, 1).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+    EXPECT_NE(st.message().find("in the cluster"), absl::string_view::npos) << st;
+    // Asking again for one it has is no new shuffle.
+    EXPECT_OK(only->CreateShuffle("job1", 1, 2, 1).status());
+  }
+  // Team B: nothing of team A's, through either server.
+  auto b = connect(absl::StrJoin(addresses, ","), "slc_b");
+  EXPECT_EQ(b->GetShuffle("job0").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(b->GetPlacement("job0").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_OK_AND_ASSIGN(auto listed, b->ListShuffles());
+  EXPECT_TRUE(listed.empty());
+  // A delete makes room again.
+  ASSERT_OK(a->DeleteShuffle("job2"));
+  EXPECT_OK(a->CreateShuffle("job3", 1, 2, 1).status());
 }
 
 }  // namespace

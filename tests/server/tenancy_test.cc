@@ -24,6 +24,7 @@
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/stub.h"
 #include "tests/harness/temp_dir.h"
+#include "tests/harness/wait.h"
 
 namespace sluice::testing {
 namespace {
@@ -99,6 +100,10 @@ TEST(TenancyTest, QuotaLinesSetLimitsAndFlagsFillTheRest) {
             std::string::npos);
   EXPECT_NE(error("quota t stored_mb=99999999999999999").find("at most"), std::string::npos);
   EXPECT_NE(error("cn:y .hidden tenant").find("not starting with '.'"), std::string::npos);
+  EXPECT_NE(error("quota t shuffles=+5").find("is not key=number"), std::string::npos);
+  // A misspelt tenant would leave the real one without its quota.
+  EXPECT_NE(error("quota team_a shuffles=5").find("tenant 'team_a', which no credential has"),
+            std::string::npos);
 }
 
 std::string OneFrame(size_t value_bytes, uint64_t seed) {
@@ -263,9 +268,16 @@ TEST_F(TenantServerTest, TenantBCannotSeeReadPushToCommitInOrDeleteTenantAsShuff
   EXPECT_EQ(b->GetShuffle("job").status().code(), absl::StatusCode::kNotFound);
   ASSERT_OK_AND_ASSIGN(ShuffleStatus still, a->GetShuffle("job"));
   EXPECT_EQ(still.committed_mappers.size(), 2u);
-  // And a tenant's node view counts its own shuffles only.
+  // And a tenant's node view counts its own shuffles only, and says nothing of what the data
+  // directories hold (every tenant's shuffles).
   ASSERT_OK_AND_ASSIGN(NodeStatus node, b->GetNode());
   EXPECT_EQ(node.shuffles, 0u);
+  ASSERT_OK_AND_ASSIGN(NodeStatus node_a, a->GetNode());
+  EXPECT_EQ(node_a.shuffles, 1u);
+  ASSERT_EQ(node_a.data_dirs.size(), 1u);
+  EXPECT_EQ(node_a.data_dirs[0].shuffles, 0u);
+  ASSERT_OK_AND_ASSIGN(NodeStatus node_ops, ops->GetNode());
+  EXPECT_EQ(node_ops.data_dirs[0].shuffles, 1u);
 }
 
 TEST_F(TenantServerTest, ListingsPageThroughATenantsOwnShufflesOnly) {
@@ -341,6 +353,64 @@ TEST_F(TenantServerTest, StoredBytesQuotaStopsPushesAndKeepsWhatIsCommitted) {
   ASSERT_OK(a->DeleteShuffle("s"));
   ASSERT_OK(a->CreateShuffle("t", 2, 1).status());
   EXPECT_OK(Write(*a, "t", 0, 1, 200, 4000).status());
+}
+
+TEST_F(TenantServerTest, ALargeFrameHoldsItsBytesAgainstTheQuotaWhileItArrives) {
+  StartServer("quota team-a stored_mb=2\n");
+  auto a = Client(kTokenA);
+  ASSERT_OK(a->CreateShuffle("s", 1, 2).status());
+  const std::string big = OneFrame(1200 << 10, 7);  // sent in pieces: announced first
+  auto stub = MakeStub(*server_);
+  auto open = [&](grpc::ClientContext* ctx, v1::PushResponse* resp, uint32_t mapper) {
+    ctx->AddMetadata("authorization", absl::StrCat("Bearer ", kTokenA));
+    auto w = stub->Push(ctx, resp);
+    v1::PushRequest msg;
+    msg.mutable_open()->set_shuffle_id("s");
+    msg.mutable_open()->set_mapper_id(mapper);
+    msg.mutable_open()->set_attempt_id(1);
+    EXPECT_TRUE(w->Write(msg));
+    return w;
+  };
+  // The first stream announces its frame and holds it, pieces not sent yet.
+  grpc::ClientContext ctx1;
+  v1::PushResponse resp1;
+  auto w1 = open(&ctx1, &resp1, 0);
+  v1::PushRequest announce;
+  announce.mutable_large_frame()->set_partition_id(0);
+  announce.mutable_large_frame()->set_frame_size(big.size());
+  ASSERT_TRUE(w1->Write(announce));
+  // A second one's 1.2 MiB no longer fits beside it.
+  grpc::ClientContext ctx2;
+  v1::PushResponse resp2;
+  auto w2 = open(&ctx2, &resp2, 1);
+  grpc::Status second;
+  ASSERT_TRUE(testing::Eventually([&] {  // (once the first announce is taken)
+    grpc::ClientContext ctx;
+    v1::PushResponse resp;
+    auto w = open(&ctx, &resp, 1);
+    WriteFrame(w.get(), 0, big);
+    w->WritesDone();
+    second = w->Finish();
+    return second.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+  }));
+  EXPECT_NE(second.error_message().find("stored_mb"), std::string::npos);
+  w2->WritesDone();
+  w2->Finish();
+  // The first goes on and commits.
+  for (size_t at = 0; at < big.size(); at += 1 << 20) {
+    v1::PushRequest piece;
+    piece.mutable_piece()->set_data(big.substr(at, 1 << 20));
+    ASSERT_TRUE(w1->Write(piece));
+  }
+  v1::PushRequest commit;
+  commit.mutable_commit()->set_frame_count(1);
+  commit.mutable_commit()->set_record_count(1);
+  ASSERT_TRUE(w1->Write(commit));
+  w1->WritesDone();
+  grpc::Status first = w1->Finish();
+  ASSERT_TRUE(first.ok()) << first.error_message();
+  ASSERT_OK_AND_ASSIGN(ShuffleStatus st, a->GetShuffle("s"));
+  EXPECT_EQ(st.committed_mappers, (std::vector<uint32_t>{0}));
 }
 
 // An open push stream of `token`'s (opened, not committed), held until destroyed.
