@@ -187,7 +187,8 @@ absl::StatusOr<std::vector<Credential>> ParseCredentials(absl::string_view text,
   for (Credential& c : out) {
     if (auto q = quotas.find(c.identity.tenant); q != quotas.end()) c.identity.quota = q->second;
   }
-  for (const auto& [tenant, q] : quotas) {  // a misspelt tenant would leave its quota unset
+  for (const auto& entry : quotas) {  // a misspelt tenant would leave its quota unset
+    const std::string& tenant = entry.first;
     if (std::none_of(out.begin(), out.end(),
                      [&](const Credential& c) { return c.identity.tenant == tenant; })) {
       return absl::InvalidArgumentError(absl::StrCat(source, ": a quota line names tenant '",
