@@ -7,15 +7,18 @@
 // ~49,000 page faults and ~165 MiB peak RSS with the default, ~35,000 and ~140 MiB here;
 // docs/benchmarks.md).
 //
-// The server also gives freed pages back after 250 ms instead of jemalloc's 10 s, so that its
+// The server also gives freed pages back after 2 s instead of jemalloc's 10 s, so that its
 // resident memory follows its memory budget more closely: with --memory_budget_mb 32 and 8
 // mappers pushing ~1 MiB frames, its peak RSS was 116-145 MiB with 10 s and 93-116 MiB with
-// 250 ms (5 interleaved runs each), at the same throughput; 0 ms gave ~50-57 MiB but a third
-// less throughput (every burst faults its pages in again). docs/benchmarks.md has the runs.
+// 250 ms (5 interleaved runs each, before the 4 MiB stream windows, which brought it to ~45 MiB
+// whatever the decay); 0 ms gave ~50-57 MiB but a third less throughput (every burst faults its
+// pages in again). 250 ms, used until the TLS measurements, made a TLS server fault in again
+// what it had just given back: 2 s took TLS from 0.73-0.78 of plaintext to 0.86-0.88 at the
+// same peak RSS. docs/benchmarks.md has the runs.
 extern "C" {
 // NOLINTNEXTLINE: the name and type jemalloc looks for.
 #ifdef SLUICE_SERVER_MALLOC_CONF
-const char* malloc_conf = "percpu_arena:percpu,dirty_decay_ms:250";
+const char* malloc_conf = "percpu_arena:percpu,dirty_decay_ms:2000";
 #else
 const char* malloc_conf = "percpu_arena:percpu";
 #endif
