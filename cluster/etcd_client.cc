@@ -144,7 +144,8 @@ absl::Status EtcdClient::Put(std::string_view key, std::string_view value, int64
 }
 
 absl::StatusOr<EtcdCreate> EtcdClient::CreateIfAbsent(std::string_view key, std::string_view value,
-                                                      int64_t lease, std::string_view guard) {
+                                                      int64_t lease, std::string_view guard,
+                                                      std::string_view also) {
   epb::TxnRequest req;
   if (!guard.empty()) {  // the guard exists: its creation revision is above 0
     epb::Compare* exists = req.add_compare();
@@ -163,6 +164,7 @@ absl::StatusOr<EtcdCreate> EtcdClient::CreateIfAbsent(std::string_view key, std:
   put->set_key(std::string(key));
   put->set_value(std::string(value));
   put->set_lease(lease);
+  if (!also.empty()) req.add_success()->mutable_request_put()->set_key(std::string(also));
   req.add_failure()->mutable_request_range()->set_key(std::string(key));
   epb::TxnResponse resp;
   if (absl::Status st = impl_->Unary(
@@ -203,7 +205,7 @@ absl::StatusOr<int64_t> EtcdClient::DeletePrefix(std::string_view prefix) {
   return impl_->DeleteRange(prefix, PrefixRangeEnd(prefix));
 }
 
-absl::StatusOr<bool> EtcdClient::DeleteWithChildren(std::string_view key) {
+absl::StatusOr<bool> EtcdClient::DeleteWithChildren(std::string_view key, std::string_view also) {
   epb::TxnRequest req;  // no compare: both deletes always run, together
   epb::DeleteRangeRequest* self = req.add_success()->mutable_request_delete_range();
   self->set_key(std::string(key));
@@ -211,6 +213,7 @@ absl::StatusOr<bool> EtcdClient::DeleteWithChildren(std::string_view key) {
   epb::DeleteRangeRequest* below = req.add_success()->mutable_request_delete_range();
   below->set_key(children);
   below->set_range_end(PrefixRangeEnd(children));
+  if (!also.empty()) req.add_success()->mutable_request_delete_range()->set_key(std::string(also));
   epb::TxnResponse resp;
   if (absl::Status st = impl_->Unary(
           "delete", [&](grpc::ClientContext* ctx) { return impl_->kv->Txn(ctx, req, &resp); });

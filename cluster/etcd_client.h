@@ -63,15 +63,18 @@ class EtcdClient {
   /// Creates `key` = `value` unless the key exists, in one transaction: of any number of
   /// concurrent callers exactly one creates it, and all of them get the value that won.
   /// With a `guard` key, only while that key exists: NOT_FOUND naming it if it does not.
+  /// With `also`, that key is set (to "") in the same transaction when `key` is created.
   absl::StatusOr<EtcdCreate> CreateIfAbsent(std::string_view key, std::string_view value,
-                                            int64_t lease = 0, std::string_view guard = {});
+                                            int64_t lease = 0, std::string_view guard = {},
+                                            std::string_view also = {});
   /// Deletes `key`; returns whether it existed.
   absl::StatusOr<bool> Delete(std::string_view key);
   /// Deletes every key that starts with `prefix`; returns how many there were.
   absl::StatusOr<int64_t> DeletePrefix(std::string_view prefix);
   /// Deletes `key` and every key that starts with `key` + "/", in one transaction; returns
   /// whether `key` existed.
-  absl::StatusOr<bool> DeleteWithChildren(std::string_view key);
+  /// With `also`, that key is deleted in the same transaction.
+  absl::StatusOr<bool> DeleteWithChildren(std::string_view key, std::string_view also = {});
 
   /// A new lease that ends `ttl` after its last keep-alive; its id.
   absl::StatusOr<int64_t> GrantLease(std::chrono::seconds ttl);

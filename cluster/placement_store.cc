@@ -99,10 +99,9 @@ absl::StatusOr<PlacementStore::Created> PlacementStore::Create(
   auto placed = PlaceReplicas(shuffle_id, num_partitions, nodes, p.replication);
   if (!placed.ok()) return placed.status();
   p.replicas = std::move(placed).value();
-  // The index entry first: a record is never left out of the count (an entry whose record was
-  // not made goes with the next delete of the id).
-  if (absl::Status st = etcd_->Put(IndexKey(shuffle_id), ""); !st.ok()) return st;
-  auto created = etcd_->CreateIfAbsent(Key(shuffle_id), EncodePlacement(p));
+  // The record and its index entry, together.
+  auto created =
+      etcd_->CreateIfAbsent(Key(shuffle_id), EncodePlacement(p), 0, {}, IndexKey(shuffle_id));
   if (!created.ok()) return created.status();
   if (created->created) return Created{true, std::move(p)};
   // Another server placed it in between: theirs is the one.
@@ -113,10 +112,8 @@ absl::StatusOr<PlacementStore::Created> PlacementStore::Create(
 
 absl::StatusOr<bool> PlacementStore::Delete(const std::string& shuffle_id) {
   // Together: a decision never outlives its record, nor a record its decisions.
-  auto deleted = etcd_->DeleteWithChildren(Key(shuffle_id));  // (not "<id>x": the slash)
-  if (!deleted.ok()) return deleted;
-  if (auto st = etcd_->Delete(IndexKey(shuffle_id)); !st.ok()) return st.status();
-  return deleted;
+  // (Not "<id>x": the slash.) The index entry with them.
+  return etcd_->DeleteWithChildren(Key(shuffle_id), IndexKey(shuffle_id));
 }
 
 absl::StatusOr<size_t> PlacementStore::CountWithPrefix(const std::string& id_prefix) {

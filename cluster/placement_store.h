@@ -59,7 +59,7 @@ class PlacementStore {
                                  uint32_t num_mappers, uint32_t replication,
                                  const std::vector<std::string>& nodes);
   /// Recorded shuffles whose ids start with `id_prefix` (a tenant's: "tenant~"), from an index
-  /// of ids beside the records (owners/<id>, written before the record and removed with it).
+  /// of ids beside the records (owners/<id>, made and removed in the record's transactions).
   /// Shuffles recorded before the index existed are not counted.
   absl::StatusOr<size_t> CountWithPrefix(const std::string& id_prefix);
   /// Removes the shuffle's record and its mappers' decisions; whether it was recorded.

@@ -82,6 +82,15 @@ absl::Status ParseQuota(absl::Span<const absl::string_view> fields, TenantQuota*
   return absl::OkStatus();
 }
 
+void LogUnusedQuotas(const std::vector<std::string>& tenants) {
+  for (const std::string& t : tenants) {
+    spdlog::warn(
+        "event=auth_quota_unused tenant={} error=\"a quota line names a tenant that no credential "
+        "has (misspelt?): it applies to nobody\"",
+        t);
+  }
+}
+
 absl::StatusOr<std::string> HexDigest(absl::string_view hex) {
   if (hex.size() != 2 * kDigestBytes) return absl::InvalidArgumentError("not 64 hex digits");
   std::string out(kDigestBytes, '\0');
@@ -124,7 +133,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }  // namespace
 
 absl::StatusOr<std::vector<Credential>> ParseCredentials(absl::string_view text,
-                                                         absl::string_view source) {
+                                                         absl::string_view source,
+                                                         std::vector<std::string>* unused_quotas) {
   std::vector<Credential> out;
   absl::flat_hash_set<std::string> seen;
   std::map<std::string, TenantQuota> quotas;
@@ -187,12 +197,12 @@ absl::StatusOr<std::vector<Credential>> ParseCredentials(absl::string_view text,
   for (Credential& c : out) {
     if (auto q = quotas.find(c.identity.tenant); q != quotas.end()) c.identity.quota = q->second;
   }
-  for (const auto& entry : quotas) {  // a misspelt tenant would leave its quota unset
+  for (const auto& entry : quotas) {
     const std::string& tenant = entry.first;
-    if (std::none_of(out.begin(), out.end(),
-                     [&](const Credential& c) { return c.identity.tenant == tenant; })) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": a quota line names tenant '",
-                                                     tenant, "', which no credential has"));
+    if (unused_quotas != nullptr && std::none_of(out.begin(), out.end(), [&](const Credential& c) {
+          return c.identity.tenant == tenant;
+        })) {
+      unused_quotas->push_back(tenant);
     }
   }
   if (out.empty()) {
@@ -213,9 +223,11 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Open(
     const std::string& path, std::chrono::milliseconds reload_interval) {
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
+  std::vector<std::string> unused;
   absl::StatusOr<std::vector<Credential>> creds =
-      ParseCredentials(*text, absl::StrCat("--auth_file=", path));
+      ParseCredentials(*text, absl::StrCat("--auth_file=", path), &unused);
   if (!creds.ok()) return creds.status();
+  LogUnusedQuotas(unused);
   auto a = std::make_unique<Authenticator>(*std::move(creds));
   a->path_ = path;
   a->text_ = *std::move(text);
@@ -230,8 +242,9 @@ void Authenticator::Reload() {
 
 void Authenticator::Check() {
   absl::StatusOr<std::string> text = ReadFile(path_);
+  std::vector<std::string> unused;
   absl::StatusOr<std::vector<Credential>> creds =
-      text.ok() ? ParseCredentials(*text, absl::StrCat("--auth_file=", path_))
+      text.ok() ? ParseCredentials(*text, absl::StrCat("--auth_file=", path_), &unused)
                 : absl::StatusOr<std::vector<Credential>>(text.status());
   if (!creds.ok()) {
     const std::string error(creds.status().message());
@@ -245,6 +258,7 @@ void Authenticator::Check() {
   last_error_.clear();
   if (*text == text_) return;
   text_ = *std::move(text);
+  LogUnusedQuotas(unused);
   const size_t n = creds->size();
   {
     std::lock_guard<std::mutex> lock(mu_);

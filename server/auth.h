@@ -57,8 +57,12 @@ struct Credential {
 
 /// The lines of a credentials file, each credential's identity with its tenant's quota line
 /// applied; an error names the line (of `source`) and the problem.
-absl::StatusOr<std::vector<Credential>> ParseCredentials(absl::string_view text,
-                                                         absl::string_view source);
+/// `unused_quotas`, if given, gets the tenants of quota lines that no credential names (a
+/// misspelling, or a tenant whose credentials were removed: not an error, so that removing a
+/// tenant's last credential always takes effect; the server logs them).
+absl::StatusOr<std::vector<Credential>> ParseCredentials(
+    absl::string_view text, absl::string_view source,
+    std::vector<std::string>* unused_quotas = nullptr);
 
 class Authenticator {
  public:

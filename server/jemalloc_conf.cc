@@ -13,8 +13,9 @@
 // 250 ms (5 interleaved runs each, before the 4 MiB stream windows, which brought it to ~45 MiB
 // whatever the decay); 0 ms gave ~50-57 MiB but a third less throughput (every burst faults its
 // pages in again). 250 ms, used until the TLS measurements, made a TLS server fault in again
-// what it had just given back: 2 s took TLS from 0.73-0.78 of plaintext to 0.86-0.88 at the
-// same peak RSS. docs/benchmarks.md has the runs.
+// what it had just given back: with 2 s, TLS ran at 0.815 and 0.868 of plaintext (KEY order,
+// 15 interleaved rounds each) where it had run at 0.721, at the same peak RSS.
+// docs/benchmarks.md has the runs.
 extern "C" {
 // NOLINTNEXTLINE: the name and type jemalloc looks for.
 #ifdef SLUICE_SERVER_MALLOC_CONF

@@ -437,10 +437,11 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
         return attempt_.AddFrames(frames_);
       }
       case PushRequest::kLargeFrame:
-        SLUICE_RETURN_IF_ERROR(CheckStored(
-            kBlockHeaderSize + uint64_t{request_.large_frame().frame_size()}, /*reserve=*/true));
-        return attempt_.BeginLargeFrame(request_.large_frame().partition_id(),
-                                        request_.large_frame().frame_size());
+        // Reserved once the announce is taken (its size within the cap, no other pending).
+        SLUICE_RETURN_IF_ERROR(attempt_.BeginLargeFrame(request_.large_frame().partition_id(),
+                                                        request_.large_frame().frame_size()));
+        return CheckStored(kBlockHeaderSize + uint64_t{request_.large_frame().frame_size()},
+                           /*reserve=*/true);
       case PushRequest::kPiece: {
         // Its reserved memory is held for at most the idle timeout, however the pieces trickle.
         if (reserved_ > 0 &&

@@ -101,9 +101,13 @@ TEST(TenancyTest, QuotaLinesSetLimitsAndFlagsFillTheRest) {
   EXPECT_NE(error("quota t stored_mb=99999999999999999").find("at most"), std::string::npos);
   EXPECT_NE(error("cn:y .hidden tenant").find("not starting with '.'"), std::string::npos);
   EXPECT_NE(error("quota t shuffles=+5").find("is not key=number"), std::string::npos);
-  // A misspelt tenant would leave the real one without its quota.
-  EXPECT_NE(error("quota team_a shuffles=5").find("tenant 'team_a', which no credential has"),
-            std::string::npos);
+  // A quota line no credential's tenant matches (misspelt, or the tenant's credentials removed)
+  // is reported, not refused: removing a tenant's last credential must always take effect.
+  std::vector<std::string> unused;
+  ASSERT_OK(
+      ParseCredentials("cn:x t tenant\nquota team_a shuffles=5\nquota t streams=1", "f", &unused)
+          .status());
+  EXPECT_EQ(unused, std::vector<std::string>{"team_a"});
 }
 
 std::string OneFrame(size_t value_bytes, uint64_t seed) {
@@ -411,6 +415,27 @@ TEST_F(TenantServerTest, ALargeFrameHoldsItsBytesAgainstTheQuotaWhileItArrives) 
   ASSERT_TRUE(first.ok()) << first.error_message();
   ASSERT_OK_AND_ASSIGN(ShuffleStatus st, a->GetShuffle("s"));
   EXPECT_EQ(st.committed_mappers, (std::vector<uint32_t>{0}));
+  // A stream that announces a second frame before the first is whole is refused, and holds
+  // nothing after: mapper 1's frame fits in what is left.
+  ASSERT_OK(a->DeleteShuffle("s"));
+  ASSERT_OK(a->CreateShuffle("s", 1, 2).status());
+  {
+    grpc::ClientContext ctx;
+    v1::PushResponse resp;
+    auto w = open(&ctx, &resp, 0);
+    w->Write(announce);
+    w->Write(announce);
+    w->WritesDone();
+    EXPECT_FALSE(w->Finish().ok());
+  }
+  grpc::ClientContext ctx3;
+  v1::PushResponse resp3;
+  auto w3 = open(&ctx3, &resp3, 1);
+  ASSERT_TRUE(WriteFrame(w3.get(), 0, big));
+  ASSERT_TRUE(w3->Write(commit));
+  w3->WritesDone();
+  grpc::Status third = w3->Finish();
+  EXPECT_TRUE(third.ok()) << third.error_message();
 }
 
 // An open push stream of `token`'s (opened, not committed), held until destroyed.
