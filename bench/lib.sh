@@ -10,6 +10,13 @@ wait_port() {  # host port
   return 1
 }
 
+# Fails, naming them, unless the built files given are there and executable.
+need_built() {  # file...
+  for f in "$@"; do
+    [[ -x $f ]] || { echo "$(basename "$0"): $f is missing (build first)" >&2; exit 2; }
+  done
+}
+
 # The items/s of a RESULT line on stdin.
 items_per_sec() { sed -n 's/.*"items_per_sec": \([0-9]*\).*/\1/p'; }
 

@@ -13,9 +13,7 @@ ROUNDS=${2:-5}
 SCRAPE_MS=${3:-100}
 SERVER=$BUILD/server/sluice-server
 BENCH=$BUILD/bench/sluice-bench
-for f in "$SERVER" "$BENCH"; do
-  [[ -x $f ]] || { echo "metrics_bench: $f is missing (build first)" >&2; exit 2; }
-done
+need_built "$SERVER" "$BENCH"
 command -v curl >/dev/null || { echo "metrics_bench: curl is missing" >&2; exit 2; }
 [[ -x /usr/bin/python3 ]] || { echo "metrics_bench: /usr/bin/python3 is missing" >&2; exit 2; }
 

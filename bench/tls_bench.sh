@@ -14,9 +14,7 @@ shift $(($# < 2 ? $# : 2))
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SERVER=$BUILD/server/sluice-server
 BENCH=$BUILD/bench/sluice-bench
-for f in "$SERVER" "$BENCH"; do
-  [[ -x $f ]] || { echo "tls_bench: $f is missing (build first)" >&2; exit 2; }
-done
+need_built "$SERVER" "$BENCH"
 command -v openssl >/dev/null || { echo "tls_bench: openssl is missing" >&2; exit 2; }
 
 scratch sluice-tls-bench

@@ -22,27 +22,20 @@ namespace sluice {
 StoreOptions ShuffleRegistry::OptionsForLocked(const std::string& id) {
   StoreOptions o = options_;
   const absl::string_view tenant = TenantOf(id);
-  if (!tenant.empty()) {
-    auto& total = tenant_bytes_[std::string(tenant)];
-    if (total == nullptr) total = std::make_shared<std::atomic<int64_t>>(0);
-    o.held_total = total;
-  }
+  if (!tenant.empty()) o.held_total = TenantBytesLocked(std::string(tenant));
   return o;
 }
 
-std::shared_ptr<std::atomic<int64_t>> ShuffleRegistry::TenantBytes(const std::string& tenant) {
-  std::lock_guard<std::mutex> lock(mu_);
+std::shared_ptr<std::atomic<int64_t>> ShuffleRegistry::TenantBytesLocked(
+    const std::string& tenant) {
   auto& total = tenant_bytes_[tenant];
   if (total == nullptr) total = std::make_shared<std::atomic<int64_t>>(0);
   return total;
 }
 
-uint64_t ShuffleRegistry::TenantStoredBytes(const std::string& tenant) const {
+std::shared_ptr<std::atomic<int64_t>> ShuffleRegistry::TenantBytes(const std::string& tenant) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = tenant_bytes_.find(tenant);
-  return it == tenant_bytes_.end()
-             ? 0
-             : static_cast<uint64_t>(std::max<int64_t>(0, it->second->load()));
+  return TenantBytesLocked(tenant);
 }
 
 size_t ShuffleRegistry::TenantShuffles(const std::string& tenant) const {

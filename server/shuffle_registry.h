@@ -87,9 +87,8 @@ class ShuffleRegistry {
   /// Removes a shuffle, damaged or not.
   absl::Status Delete(const std::string& id);
 
-  /// Bytes the tenant's shuffles hold here (ShuffleStore::held_bytes, summed as they change).
-  uint64_t TenantStoredBytes(const std::string& tenant) const;
-  /// The total behind TenantStoredBytes, shared with the tenant's stores (made if needed).
+  /// Bytes the tenant's shuffles hold here (ShuffleStore::held_bytes, summed by the stores as
+  /// they change; pushes reserve a large frame's size in it), made if needed.
   std::shared_ptr<std::atomic<int64_t>> TenantBytes(const std::string& tenant);
   /// The tenant's shuffles here, damaged ones included.
   size_t TenantShuffles(const std::string& tenant) const;
@@ -118,6 +117,7 @@ class ShuffleRegistry {
                        uint64_t* open_fds);
   // Under mu_: the options of shuffle `id`'s store: its bytes counted to its tenant's total.
   StoreOptions OptionsForLocked(const std::string& id);
+  std::shared_ptr<std::atomic<int64_t>> TenantBytesLocked(const std::string& tenant);
   // Under mu_: the shuffle's directory in its data directory.
   std::string ShuffleDirLocked(const std::string& id) const;
   // Under mu_: data directories to create a shuffle in, best first.

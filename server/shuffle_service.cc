@@ -39,10 +39,10 @@ absl::StatusOr<Identity> Caller(const ShuffleServiceImpl::Deps& deps,
   }
   return deps.auth->Authenticate(authorization, cert_name);
 }
-// Unary calls: the caller, or nullopt once `reactor` is finished with the refusal.
+// The caller, or nullopt once `reactor` (of any kind of call) is finished with the refusal.
+template <typename Reactor>
 std::optional<Identity> Who(const ShuffleServiceImpl::Deps& deps,
-                            const grpc::CallbackServerContext* ctx,
-                            grpc::ServerUnaryReactor* reactor) {
+                            const grpc::CallbackServerContext* ctx, Reactor* reactor) {
   absl::StatusOr<Identity> who = Caller(deps, ctx);
   if (who.ok()) return *std::move(who);
   reactor->Finish(rpc::ToGrpcStatus(who.status()));
@@ -212,27 +212,26 @@ grpc::Status Admit(std::atomic<size_t>* count, size_t limit, const char* kind) {
 }
 
 // A new stream of `who`: one of its tenant's streams (Tenants) and one of the server's
-// `kind` streams (Admit). Else finishes `reactor` with the refusal and returns false, holding
-// neither (*open null: not counted).
+// `kind` streams, `count` (Admit): then *open = count and *tenant_counted say what to give back
+// when it is done. Else finishes `reactor` with the refusal and returns false, holding neither.
 template <typename Reactor>
 bool EnterStream(const ShuffleServiceImpl::Deps& deps, const Identity& who,
-                 const QuotaDefaults& limits, std::atomic<size_t>** open, size_t limit,
-                 const char* kind, bool* tenant_counted, Reactor* reactor) {
+                 const TenantLimits& limits, std::atomic<size_t>* count, size_t limit,
+                 const char* kind, std::atomic<size_t>** open, bool* tenant_counted,
+                 Reactor* reactor) {
   if (limits.streams != 0) {
     if (absl::Status st = deps.tenants->Enter(who.tenant, limits.streams); !st.ok()) {
-      *open = nullptr;
       reactor->Finish(rpc::ToGrpcStatus(st));
       return false;
     }
-    *tenant_counted = true;
   }
-  if (grpc::Status st = Admit(*open, limit, kind); !st.ok()) {
-    *open = nullptr;
-    if (*tenant_counted) deps.tenants->Leave(who.tenant);
-    *tenant_counted = false;
+  if (grpc::Status st = Admit(count, limit, kind); !st.ok()) {
+    if (limits.streams != 0) deps.tenants->Leave(who.tenant);
     reactor->Finish(st);
     return false;
   }
+  *tenant_counted = limits.streams != 0;
+  *open = count;
   return true;
 }
 
@@ -252,29 +251,20 @@ enum Phase : int { kBusy = 0, kWaiting = 1, kExpired = 2 };
 // frames at once takes the server more than a message each past its budget.
 class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
  public:
-  PushReactor(const ShuffleServiceImpl::Deps& deps, std::atomic<size_t>* open,
+  PushReactor(const ShuffleServiceImpl::Deps& deps, std::atomic<size_t>* streams,
               grpc::CallbackServerContext* ctx, PushResponse* response)
-      : deps_(deps),
-        open_(open),
-        ctx_(ctx),
-        response_(response),
-        attempt_(deps.registry, deps.push) {
-    absl::StatusOr<Identity> who = Caller(deps_, ctx_);
-    if (!who.ok()) {
-      open_ = nullptr;  // not counted
-      Finish(rpc::ToGrpcStatus(who.status()));
-      return;
-    }
+      : deps_(deps), ctx_(ctx), response_(response), attempt_(deps.registry, deps.push) {
+    std::optional<Identity> who = Who(deps_, ctx_, this);
+    if (!who) return;
     who_ = *std::move(who);
     limits_ = LimitsOf(who_, deps_.quotas);
     if (deps_.node->draining.load()) {
-      open_ = nullptr;  // not counted
       Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "the server is draining (shutting down): it takes no new push "
                           "streams; retry the attempt once it is back"));
       return;
     }
-    if (!EnterStream(deps_, who_, limits_, &open_, deps_.streams.max_push_streams, "push",
+    if (!EnterStream(deps_, who_, limits_, streams, deps_.streams.max_push_streams, "push", &open_,
                      &tenant_counted_, this)) {
       return;
     }
@@ -492,11 +482,11 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
 
   const ShuffleServiceImpl::Deps& deps_;
   Identity who_;
-  QuotaDefaults limits_;                                // who_'s
+  TenantLimits limits_;                                 // who_'s
   bool tenant_counted_ = false;                         // one of who_'s streams (Tenants)
   std::shared_ptr<std::atomic<int64_t>> tenant_bytes_;  // who_'s stored bytes (with a quota)
-  uint64_t quota_reserved_ = 0;  // of tenant_bytes_, for the large frame being received
-  std::atomic<size_t>* open_;    // the server's push stream count, while this one counts
+  uint64_t quota_reserved_ = 0;          // of tenant_bytes_, for the large frame being received
+  std::atomic<size_t>* open_ = nullptr;  // the server's push stream count, once this one counts
   grpc::CallbackServerContext* const ctx_;
   PushResponse* const response_;
   PushRequest request_;
@@ -531,29 +521,23 @@ FetchSpec SpecFromRequest(const FetchRequest& req) {
 // while the previous one is on the wire.
 class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
  public:
-  FetchReactor(const ShuffleServiceImpl::Deps& deps, std::atomic<size_t>* open,
+  FetchReactor(const ShuffleServiceImpl::Deps& deps, std::atomic<size_t>* streams,
                grpc::CallbackServerContext* ctx, const FetchRequest* request)
       : deps_(deps),
-        open_(open),
         ctx_(ctx),
         spec_(SpecFromRequest(*request)),
         report_mappers_(request->report_mappers()) {
-    absl::StatusOr<Identity> who = Caller(deps_, ctx_);
-    if (!who.ok()) {
-      open_ = nullptr;  // not counted
-      Finish(rpc::ToGrpcStatus(who.status()));
-      return;
-    }
+    std::optional<Identity> who = Who(deps_, ctx_, this);
+    if (!who) return;
     who_ = *std::move(who);
     absl::StatusOr<std::string> id = QualifiedId(who_, spec_.shuffle_id);
     if (!id.ok()) {
-      open_ = nullptr;  // not counted
       Finish(ToClient(deps_, who_, id.status()));
       return;
     }
     spec_.shuffle_id = *std::move(id);
-    if (!EnterStream(deps_, who_, LimitsOf(who_, deps_.quotas), &open_,
-                     deps_.streams.max_fetch_streams, "fetch", &tenant_counted_, this)) {
+    if (!EnterStream(deps_, who_, LimitsOf(who_, deps_.quotas), streams,
+                     deps_.streams.max_fetch_streams, "fetch", &open_, &tenant_counted_, this)) {
       return;
     }
     if (spec_.key_order && deps_.budget->MustWait()) {
@@ -702,7 +686,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   }
 
   const ShuffleServiceImpl::Deps& deps_;
-  std::atomic<size_t>* open_;  // the server's fetch stream count, while this one counts
+  std::atomic<size_t>* open_ = nullptr;  // the server's fetch stream count, once this one counts
   grpc::CallbackServerContext* const ctx_;
   FetchSpec spec_;  // its shuffle id as the server keeps it
   Identity who_;
@@ -765,12 +749,8 @@ void FillInfo(const ShuffleStore& store, uint32_t first, uint32_t max_partitions
 void ToCaller(const Identity& who, v1::ShuffleInfo* info) {
   if (TenantPrefix(who).empty()) return;
   info->set_shuffle_id(CallerId(who, info->shuffle_id()));
-  if (!info->damage().empty()) {
-    info->set_damage(std::string(ForCaller(who, absl::DataLossError(info->damage())).message()));
-  }
-  if (!info->wedge().empty()) {
-    info->set_wedge(std::string(ForCaller(who, absl::DataLossError(info->wedge())).message()));
-  }
+  info->set_damage(ForCaller(who, info->damage()));
+  info->set_wedge(ForCaller(who, info->wedge()));
 }
 
 }  // namespace

@@ -92,7 +92,7 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
     AdminDeps admin;
     ServerMetrics* metrics;
     const Authenticator* auth = nullptr;  ///< null: no credentials asked for (--auth_file)
-    QuotaDefaults quotas;                 ///< tenants' quotas where their lines set none
+    TenantLimits quotas;                  ///< tenants' quotas where their lines set none
     Tenants* tenants = nullptr;
   };
   explicit ShuffleServiceImpl(Deps deps) : deps_(std::move(deps)) {}

@@ -490,8 +490,8 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
       impl->registry.get(), impl->pool.get(), impl->meta_pool.get(), impl->merge_pool.get(),
       impl->budget.get(), push, fetch, impl->merge_gate.get(), impl->watchdog.get(), streams,
       &impl->node, admin, &impl->metrics, impl->auth.get(),
-      QuotaDefaults{options.tenant_max_shuffles, options.tenant_max_stored_bytes,
-                    options.tenant_max_streams},
+      TenantLimits{options.tenant_max_shuffles, options.tenant_max_stored_bytes,
+                   options.tenant_max_streams},
       &impl->tenants});
 
   impl->node.clustered = !options.etcd_endpoints.empty();  // before it serves

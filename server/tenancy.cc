@@ -27,12 +27,15 @@ std::string CallerId(const Identity& who, absl::string_view kept_id) {
   return std::string(kept_id);
 }
 
-absl::Status ForCaller(const Identity& who, const absl::Status& st) {
+std::string ForCaller(const Identity& who, absl::string_view text) {
   const std::string prefix = TenantPrefix(who);
-  if (st.ok() || prefix.empty() || st.message().find(prefix) == absl::string_view::npos) {
-    return st;
-  }
-  return absl::Status(st.code(), absl::StrReplaceAll(st.message(), {{prefix, ""}}));
+  if (prefix.empty()) return std::string(text);
+  return absl::StrReplaceAll(text, {{prefix, ""}});
+}
+
+absl::Status ForCaller(const Identity& who, const absl::Status& st) {
+  if (st.ok() || TenantPrefix(who).empty()) return st;
+  return absl::Status(st.code(), ForCaller(who, st.message()));
 }
 
 absl::string_view TenantOf(absl::string_view kept_id) {
@@ -40,11 +43,11 @@ absl::string_view TenantOf(absl::string_view kept_id) {
   return at == absl::string_view::npos ? absl::string_view() : kept_id.substr(0, at);
 }
 
-QuotaDefaults LimitsOf(const Identity& who, const QuotaDefaults& defaults) {
-  if (TenantPrefix(who).empty()) return QuotaDefaults{};
-  return QuotaDefaults{who.quota.shuffles.value_or(defaults.shuffles),
-                       who.quota.stored_bytes.value_or(defaults.stored_bytes),
-                       who.quota.streams.value_or(defaults.streams)};
+TenantLimits LimitsOf(const Identity& who, const TenantLimits& defaults) {
+  if (TenantPrefix(who).empty()) return TenantLimits{};
+  return TenantLimits{who.quota.shuffles.value_or(defaults.shuffles),
+                      who.quota.stored_bytes.value_or(defaults.stored_bytes),
+                      who.quota.streams.value_or(defaults.streams)};
 }
 
 absl::Status Tenants::Enter(const std::string& tenant, uint64_t limit) {

@@ -32,6 +32,8 @@ absl::StatusOr<std::string> QualifiedId(const Identity& who, const std::string& 
 std::string TenantPrefix(const Identity& who);
 /// A kept id as `who` knows it (the prefix taken off).
 std::string CallerId(const Identity& who, absl::string_view kept_id);
+/// `text` as `who` may see it: its tenant's prefix taken out.
+std::string ForCaller(const Identity& who, absl::string_view text);
 /// `st` as `who` may see it: its tenant's prefix taken out of the message.
 absl::Status ForCaller(const Identity& who, const absl::Status& st);
 /// The tenant a kept id belongs to; "" for one outside every tenant's namespace.
@@ -43,8 +45,8 @@ inline std::string TenantField(absl::string_view kept_id) {
   return t.empty() ? std::string("-") : std::string(t);
 }
 
-/// The quotas' defaults, from the server's flags (0 = no limit).
-struct QuotaDefaults {
+/// What a tenant may hold (0 = no limit): the server's flags as defaults, or one tenant's.
+struct TenantLimits {
   uint64_t shuffles = 0;      ///< --tenant_max_shuffles
   uint64_t stored_bytes = 0;  ///< --tenant_max_stored_mb
   uint64_t streams = 0;       ///< --tenant_max_streams
@@ -52,7 +54,7 @@ struct QuotaDefaults {
 
 /// `who`'s limits: its quota line's, else the defaults; none for admins and without
 /// authentication.
-QuotaDefaults LimitsOf(const Identity& who, const QuotaDefaults& defaults);
+TenantLimits LimitsOf(const Identity& who, const TenantLimits& defaults);
 
 /// What the server counts per tenant: open push and fetch streams, and a lock for its creates.
 class Tenants {

@@ -71,14 +71,14 @@ TEST(TenancyTest, QuotaLinesSetLimitsAndFlagsFillTheRest) {
                    "quota team-a shuffles=3 stored_mb=2   # team-a's\nquota ops streams=1\n");
   ASSERT_OK_AND_ASSIGN(auto creds, ParseCredentials(text, "f"));
   Authenticator auth(creds);
-  const QuotaDefaults defaults{10, 0, 7};
+  const TenantLimits defaults{10, 0, 7};
   ASSERT_OK_AND_ASSIGN(Identity a, auth.Authenticate(absl::StrCat("Bearer ", kTokenA), ""));
-  QuotaDefaults la = LimitsOf(a, defaults);
+  TenantLimits la = LimitsOf(a, defaults);
   EXPECT_EQ(la.shuffles, 3u);
   EXPECT_EQ(la.stored_bytes, uint64_t{2} << 20);
   EXPECT_EQ(la.streams, 7u);
   ASSERT_OK_AND_ASSIGN(Identity b, auth.Authenticate(absl::StrCat("Bearer ", kTokenB), ""));
-  QuotaDefaults lb = LimitsOf(b, defaults);
+  TenantLimits lb = LimitsOf(b, defaults);
   EXPECT_EQ(lb.shuffles, 10u);
   EXPECT_EQ(lb.stored_bytes, 0u);
   // Admins have no quota, whatever a line says.
@@ -124,6 +124,10 @@ absl::Span<const uint8_t> Bytes(const std::string& s) {
   return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
 }
 
+uint64_t Held(ShuffleRegistry& registry, const std::string& tenant) {
+  return static_cast<uint64_t>(registry.TenantBytes(tenant)->load());
+}
+
 TEST(TenancyTest, ATenantsStoredBytesFollowItsBlocks) {
   TempDir dir;
   const std::string frame = OneFrame(1000, 1);
@@ -135,9 +139,9 @@ TEST(TenancyTest, ATenantsStoredBytesFollowItsBlocks) {
     ASSERT_OK(registry->Create({"plain", 2, 2}).status());
     ASSERT_OK_AND_ASSIGN(auto store, registry->Get("t~s"));
     ASSERT_OK_AND_ASSIGN(BlockRef lost, store->Append(0, 1, 0, Bytes(frame), 1));
-    EXPECT_EQ(registry->TenantStoredBytes("t"), block);
+    EXPECT_EQ(Held(*registry, "t"), block);
     store->Discard({lost});  // an attempt that failed gives its bytes back
-    EXPECT_EQ(registry->TenantStoredBytes("t"), 0u);
+    EXPECT_EQ(Held(*registry, "t"), 0u);
     ASSERT_OK_AND_ASSIGN(BlockRef b0, store->Append(0, 2, 0, Bytes(frame), 1));
     ASSERT_OK_AND_ASSIGN(BlockRef b1, store->Append(0, 2, 1, Bytes(frame), 1));
     ASSERT_OK(store->Commit(0, 2, {b0, b1}).status());
@@ -147,14 +151,14 @@ TEST(TenancyTest, ATenantsStoredBytesFollowItsBlocks) {
     store->Discard({dup});
     // An attempt in flight at a stop: held now, reclaimed by the next start.
     ASSERT_OK(store->Append(1, 1, 0, Bytes(frame), 1).status());
-    EXPECT_EQ(registry->TenantStoredBytes("t"), 3 * block);
-    EXPECT_EQ(registry->TenantStoredBytes("u"), 0u);
+    EXPECT_EQ(Held(*registry, "t"), 3 * block);
+    EXPECT_EQ(Held(*registry, "u"), 0u);
     EXPECT_EQ(registry->TenantShuffles("t"), 1u);
   }
   ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(dir.path(), StoreOptions{}, nullptr));
-  EXPECT_EQ(registry->TenantStoredBytes("t"), 2 * block);
+  EXPECT_EQ(Held(*registry, "t"), 2 * block);
   ASSERT_OK(registry->Delete("t~s"));
-  EXPECT_EQ(registry->TenantStoredBytes("t"), 0u);
+  EXPECT_EQ(Held(*registry, "t"), 0u);
   EXPECT_EQ(registry->TenantShuffles("t"), 0u);
   EXPECT_EQ(registry->TenantShuffles("u"), 1u);
 }
@@ -359,85 +363,6 @@ TEST_F(TenantServerTest, StoredBytesQuotaStopsPushesAndKeepsWhatIsCommitted) {
   EXPECT_OK(Write(*a, "t", 0, 1, 200, 4000).status());
 }
 
-TEST_F(TenantServerTest, ALargeFrameHoldsItsBytesAgainstTheQuotaWhileItArrives) {
-  StartServer("quota team-a stored_mb=2\n");
-  auto a = Client(kTokenA);
-  ASSERT_OK(a->CreateShuffle("s", 1, 2).status());
-  const std::string big = OneFrame(1200 << 10, 7);  // sent in pieces: announced first
-  auto stub = MakeStub(*server_);
-  auto open = [&](grpc::ClientContext* ctx, v1::PushResponse* resp, uint32_t mapper) {
-    ctx->AddMetadata("authorization", absl::StrCat("Bearer ", kTokenA));
-    auto w = stub->Push(ctx, resp);
-    v1::PushRequest msg;
-    msg.mutable_open()->set_shuffle_id("s");
-    msg.mutable_open()->set_mapper_id(mapper);
-    msg.mutable_open()->set_attempt_id(1);
-    EXPECT_TRUE(w->Write(msg));
-    return w;
-  };
-  // The first stream announces its frame and holds it, pieces not sent yet.
-  grpc::ClientContext ctx1;
-  v1::PushResponse resp1;
-  auto w1 = open(&ctx1, &resp1, 0);
-  v1::PushRequest announce;
-  announce.mutable_large_frame()->set_partition_id(0);
-  announce.mutable_large_frame()->set_frame_size(big.size());
-  ASSERT_TRUE(w1->Write(announce));
-  // A second one's 1.2 MiB no longer fits beside it.
-  grpc::ClientContext ctx2;
-  v1::PushResponse resp2;
-  auto w2 = open(&ctx2, &resp2, 1);
-  grpc::Status second;
-  ASSERT_TRUE(testing::Eventually([&] {  // (once the first announce is taken)
-    grpc::ClientContext ctx;
-    v1::PushResponse resp;
-    auto w = open(&ctx, &resp, 1);
-    WriteFrame(w.get(), 0, big);
-    w->WritesDone();
-    second = w->Finish();
-    return second.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
-  }));
-  EXPECT_NE(second.error_message().find("stored_mb"), std::string::npos);
-  w2->WritesDone();
-  w2->Finish();
-  // The first goes on and commits.
-  for (size_t at = 0; at < big.size(); at += 1 << 20) {
-    v1::PushRequest piece;
-    piece.mutable_piece()->set_data(big.substr(at, 1 << 20));
-    ASSERT_TRUE(w1->Write(piece));
-  }
-  v1::PushRequest commit;
-  commit.mutable_commit()->set_frame_count(1);
-  commit.mutable_commit()->set_record_count(1);
-  ASSERT_TRUE(w1->Write(commit));
-  w1->WritesDone();
-  grpc::Status first = w1->Finish();
-  ASSERT_TRUE(first.ok()) << first.error_message();
-  ASSERT_OK_AND_ASSIGN(ShuffleStatus st, a->GetShuffle("s"));
-  EXPECT_EQ(st.committed_mappers, (std::vector<uint32_t>{0}));
-  // A stream that announces a second frame before the first is whole is refused, and holds
-  // nothing after: mapper 1's frame fits in what is left.
-  ASSERT_OK(a->DeleteShuffle("s"));
-  ASSERT_OK(a->CreateShuffle("s", 1, 2).status());
-  {
-    grpc::ClientContext ctx;
-    v1::PushResponse resp;
-    auto w = open(&ctx, &resp, 0);
-    w->Write(announce);
-    w->Write(announce);
-    w->WritesDone();
-    EXPECT_FALSE(w->Finish().ok());
-  }
-  grpc::ClientContext ctx3;
-  v1::PushResponse resp3;
-  auto w3 = open(&ctx3, &resp3, 1);
-  ASSERT_TRUE(WriteFrame(w3.get(), 0, big));
-  ASSERT_TRUE(w3->Write(commit));
-  w3->WritesDone();
-  grpc::Status third = w3->Finish();
-  EXPECT_TRUE(third.ok()) << third.error_message();
-}
-
 // An open push stream of `token`'s (opened, not committed), held until destroyed.
 struct OpenPush {
   OpenPush(v1::ShuffleService::Stub& stub, const std::string& token, const std::string& id,
@@ -459,6 +384,60 @@ struct OpenPush {
   std::unique_ptr<grpc::ClientWriter<v1::PushRequest>> w;
 };
 
+TEST_F(TenantServerTest, ALargeFrameHoldsItsBytesAgainstTheQuotaWhileItArrives) {
+  StartServer("quota team-a stored_mb=2\n");
+  auto a = Client(kTokenA);
+  ASSERT_OK(a->CreateShuffle("s", 1, 2).status());
+  const std::string big = OneFrame(1200 << 10, 7);  // sent in pieces: announced first
+  auto stub = MakeStub(*server_);
+  // The first stream announces its frame and holds it, pieces not sent yet.
+  OpenPush first(*stub, kTokenA, "s", 0);
+  v1::PushRequest announce;
+  announce.mutable_large_frame()->set_partition_id(0);
+  announce.mutable_large_frame()->set_frame_size(big.size());
+  ASSERT_TRUE(first.w->Write(announce));
+  // Taken once the server holds memory for it (the quota bytes are reserved just before).
+  ASSERT_TRUE(testing::Eventually([&] {
+    auto node = a->GetNode();
+    return node.ok() && node->memory_used_bytes >= big.size();
+  }));
+  // A second announce of 1.2 MiB no longer fits beside it.
+  OpenPush probe(*stub, kTokenA, "s", 1);
+  probe.w->Write(announce);
+  grpc::Status second = probe.End();
+  EXPECT_EQ(second.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << second.error_message();
+  EXPECT_NE(second.error_message().find("stored_mb"), std::string::npos);
+  // The first goes on and commits.
+  for (size_t at = 0; at < big.size(); at += 1 << 20) {
+    v1::PushRequest piece;
+    piece.mutable_piece()->set_data(big.substr(at, 1 << 20));
+    ASSERT_TRUE(first.w->Write(piece));
+  }
+  v1::PushRequest commit;
+  commit.mutable_commit()->set_frame_count(1);
+  commit.mutable_commit()->set_record_count(1);
+  ASSERT_TRUE(first.w->Write(commit));
+  grpc::Status committed = first.End();
+  ASSERT_TRUE(committed.ok()) << committed.error_message();
+  ASSERT_OK_AND_ASSIGN(ShuffleStatus st, a->GetShuffle("s"));
+  EXPECT_EQ(st.committed_mappers, (std::vector<uint32_t>{0}));
+  // A stream that announces a second frame before the first is whole is refused, and holds
+  // nothing after: mapper 1's frame fits in what is left.
+  ASSERT_OK(a->DeleteShuffle("s"));
+  ASSERT_OK(a->CreateShuffle("s", 1, 2).status());
+  {
+    OpenPush twice(*stub, kTokenA, "s", 0);
+    twice.w->Write(announce);
+    twice.w->Write(announce);
+    EXPECT_FALSE(twice.End().ok());
+  }
+  OpenPush third(*stub, kTokenA, "s", 1);
+  ASSERT_TRUE(WriteFrame(third.w.get(), 0, big));
+  ASSERT_TRUE(third.w->Write(commit));
+  grpc::Status fits = third.End();
+  EXPECT_TRUE(fits.ok()) << fits.error_message();
+}
+
 TEST_F(TenantServerTest, StreamQuotaCountsPushesAndFetchesTogether) {
   MiniServerOptions o;
   o.server.tenant_max_streams = 2;  // the flag: team-a has no quota line
@@ -471,6 +450,11 @@ TEST_F(TenantServerTest, StreamQuotaCountsPushesAndFetchesTogether) {
   auto stub = MakeStub(*server_);
   auto p1 = std::make_unique<OpenPush>(*stub, kTokenA, "s", 0);
   auto p2 = std::make_unique<OpenPush>(*stub, kTokenA, "s", 1);
+  // Both taken by the server before the third comes (streams start asynchronously).
+  ASSERT_TRUE(testing::Eventually([&] {
+    auto node = b->GetNode();
+    return node.ok() && node->push_streams == 2;
+  }));
   OpenPush p3(*stub, kTokenA, "s", 2);
   grpc::Status third = p3.End();
   EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << third.error_message();
