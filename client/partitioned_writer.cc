@@ -12,10 +12,9 @@
 namespace sluice {
 namespace client_internal {
 
-// Fixed-size chunks that a writer's partition buffers share. Buffers grow chunk by chunk and
-// give their chunks back once sent, so the memory a writer holds follows what it buffers
-// (the budget) rather than every partition's largest size so far, and is reused, not
-// re-fetched from the system: fresh pages are the costliest bytes a mapper touches.
+// Fixed-size chunks that a writer's fills share. A fill grows chunk by chunk and gives its
+// chunks back once sent, so the memory a writer holds follows what it buffers and is reused,
+// not re-fetched from the system: fresh pages are the costliest bytes a mapper touches.
 class ChunkPool {
  public:
   explicit ChunkPool(size_t chunk_bytes) : chunk_bytes_(chunk_bytes) {}
@@ -44,21 +43,26 @@ class ChunkPool {
   std::vector<std::unique_ptr<char[]>> free_;
 };
 
-// Records of one partition, buffered: keys and values back to back in chunks, and a view of
-// each record (views stay valid: chunks never move).
-struct PartitionBuffer {
+// The records of one fill, all partitions together: keys and values back to back in pooled
+// chunks, and one entry per record in arrival order. What a fill holds follows its records, not
+// the partition count (a writer of 8,192 partitions with a few records in each holds a few
+// records' worth, not 8,192 buffers).
+struct Fill {
   struct Chunk {
     std::unique_ptr<char[]> data;
     size_t size = 0, used = 0;
   };
+  struct Entry {
+    const char* key;  // the value follows the key
+    uint32_t key_size, value_size, partition;
+  };
   std::vector<Chunk> chunks;
-  std::vector<Record> records;
+  std::vector<Entry> entries;
   size_t chunk_bytes = 0;  // sum of chunk sizes
-  size_t data = 0;         // sum of the records' key and value sizes
 
-  // What the budget counts: the chunks held, and the records' views.
-  size_t bytes() const { return chunk_bytes + records.size() * sizeof(Record); }
-  void Add(ChunkPool& pool, std::string_view key, std::string_view value) {
+  // What the budget counts: the chunks held, and the entries.
+  size_t bytes() const { return chunk_bytes + entries.size() * sizeof(Entry); }
+  void Add(ChunkPool& pool, uint32_t partition, std::string_view key, std::string_view value) {
     const size_t need = key.size() + value.size();
     if (chunks.empty() || chunks.back().size - chunks.back().used < need) {
       Chunk c;
@@ -70,47 +74,28 @@ struct PartitionBuffer {
     Chunk& c = chunks.back();
     char* k = c.data.get() + c.used;
     if (!key.empty()) std::memcpy(k, key.data(), key.size());
-    char* v = k + key.size();
-    if (!value.empty()) std::memcpy(v, value.data(), value.size());
+    if (!value.empty()) std::memcpy(k + key.size(), value.data(), value.size());
     c.used += need;
-    data += need;
-    records.push_back(Record{std::string_view(k, key.size()), std::string_view(v, value.size())});
+    entries.push_back(Entry{k, static_cast<uint32_t>(key.size()),
+                            static_cast<uint32_t>(value.size()), partition});
   }
-  // Gives the chunks back; keeps the records array's capacity.
+  // Gives the chunks back; keeps the entries array's capacity.
   void Release(ChunkPool& pool) {
     for (Chunk& c : chunks) pool.Put(std::move(c.data), c.size);
     chunks.clear();
-    records.clear();
+    entries.clear();
     chunk_bytes = 0;
-    data = 0;
   }
 };
 
 }  // namespace client_internal
 
 using client_internal::ChunkPool;
-using client_internal::PartitionBuffer;
+using client_internal::Fill;
 
-struct PartitionedWriter::Buffers {
-  Buffers(size_t chunk_bytes, uint32_t partitions) : pool(chunk_bytes), parts(partitions) {}
-  ChunkPool pool;
-  std::vector<PartitionBuffer> parts;
-};
-
-// One hand-over to the sender: one partition's buffer, or many small ones together.
+// One hand-over to the sender: a whole fill.
 struct PartitionedWriter::Job {
-  struct Part {
-    uint32_t partition = 0;
-    PartitionBuffer buffer;
-  };
-  std::vector<Part> parts;  // parts[0, used) are this job's; the rest keep arrays for reuse
-  size_t used = 0;
-  void Add(uint32_t partition, PartitionBuffer& b) {
-    if (used == parts.size()) parts.emplace_back();
-    Part& part = parts[used++];
-    part.partition = partition;
-    std::swap(part.buffer, b);
-  }
+  Fill fill;
 };
 
 absl::StatusOr<std::unique_ptr<PartitionedWriter>> PartitionedWriter::Make(
@@ -119,8 +104,7 @@ absl::StatusOr<std::unique_ptr<PartitionedWriter>> PartitionedWriter::Make(
     Decider decide, uint64_t attempt) {
   if (num_partitions == 0) return absl::InvalidArgumentError("a writer needs partitions");
   if (streams.empty()) return absl::InvalidArgumentError("a writer needs a push stream");
-  if (routes.empty()) routes.assign(num_partitions, {0});
-  if (routes.size() != num_partitions) {
+  if (!routes.empty() && routes.size() != num_partitions) {
     return absl::InvalidArgumentError(absl::StrCat(
         "routes for ", routes.size(), " partitions, the shuffle has ", num_partitions));
   }
@@ -136,31 +120,39 @@ absl::StatusOr<std::unique_ptr<PartitionedWriter>> PartitionedWriter::Make(
     }
   }
   return std::unique_ptr<PartitionedWriter>(
-      new PartitionedWriter(num_partitions, std::move(streams), std::move(routes),
-                            std::move(options), limits, std::move(decide), attempt));
+      new PartitionedWriter(num_partitions, std::move(streams), routes, std::move(options), limits,
+                            std::move(decide), attempt));
 }
 
 PartitionedWriter::PartitionedWriter(uint32_t num_partitions,
                                      std::vector<std::unique_ptr<PushStream>> streams,
-                                     std::vector<std::vector<uint32_t>> routes,
+                                     const std::vector<std::vector<uint32_t>>& routes,
                                      WriterOptions options, FrameLimits limits, Decider decide,
                                      uint64_t attempt)
     : limits_(limits),
       options_(std::move(options)),
       num_partitions_(num_partitions),
       streams_(std::move(streams)),
-      routes_(std::move(routes)),
       decide_(std::move(decide)),
       attempt_(attempt),
-      // Chunks of 1/8 of a partition's even share of the budget (256 B to 1 MiB): the partly
-      // filled last chunks of all partitions hold at most 1/8 of the budget (unless there are
-      // more than budget / 2 KiB partitions), so flushes stay large.
-      buffers_(std::make_unique<Buffers>(
-          std::clamp<size_t>(options_.buffer_bytes / 8 / num_partitions, 256, 1u << 20),
-          num_partitions)),
+      // Chunks of 1/16 of the budget (4 KiB to 1 MiB), whatever the partition count: a fill's
+      // records lie back to back whichever partitions they belong to.
+      pool_(std::make_unique<ChunkPool>(
+          std::clamp<size_t>(options_.buffer_bytes / 16, 4u << 10, 1u << 20))),
+      fill_(std::make_unique<Job>()),
       frames_(streams_.size(), 0),
       records_(streams_.size(), 0) {
   if (!options_.partitioner) options_.partitioner = HashPartition;
+  // Routes flattened (a writer of one stream keeps none): partition p's streams are
+  // route_streams_[route_begin_[p], route_begin_[p + 1]).
+  if (!routes.empty()) {
+    route_begin_.reserve(routes.size() + 1);
+    for (const std::vector<uint32_t>& r : routes) {
+      route_begin_.push_back(static_cast<uint32_t>(route_streams_.size()));
+      route_streams_.insert(route_streams_.end(), r.begin(), r.end());
+    }
+    route_begin_.push_back(static_cast<uint32_t>(route_streams_.size()));
+  }
   sender_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "sluice-send");
     SendLoop();
@@ -169,6 +161,13 @@ PartitionedWriter::PartitionedWriter(uint32_t num_partitions,
 
 PartitionedWriter::~PartitionedWriter() {
   if (!finished_) Abort();
+}
+
+absl::Span<const uint32_t> PartitionedWriter::Route(uint32_t partition) const {
+  static constexpr uint32_t kFirst[1] = {0};
+  if (route_begin_.empty()) return absl::MakeConstSpan(kFirst, 1);
+  return absl::MakeConstSpan(route_streams_.data() + route_begin_[partition],
+                             route_begin_[partition + 1] - route_begin_[partition]);
 }
 
 absl::Status PartitionedWriter::Add(std::string_view key, std::string_view value) {
@@ -182,31 +181,15 @@ absl::Status PartitionedWriter::Add(std::string_view key, std::string_view value
     return absl::InvalidArgumentError(
         absl::StrCat("record of ", key.size() + value.size(), " bytes is too large for one frame"));
   }
-  std::vector<PartitionBuffer>& parts = buffers_->parts;
-  PartitionBuffer& b = parts[p];
-  const size_t before = b.bytes();
-  b.Add(buffers_->pool, key, value);
-  buffered_ += b.bytes() - before;
-  if (buffered_ > options_.buffer_bytes) {
-    // Flush the partition holding the most records' bytes (never an empty one).
-    size_t largest = 0;
-    for (size_t i = 1; i < parts.size(); ++i) {
-      if (parts[i].data > parts[largest].data) largest = i;
-    }
-    if (parts[largest].records.empty()) return absl::OkStatus();
-    // A wide writer's partitions are all small: flushing them one by one would be a hand-over
-    // (and a scan for the largest) for every few records. When even the largest holds less
-    // than 1/16 of the budget, the largest partitions go together, as one job, until half the
-    // budget is free: frames stay as large as the largest-first rule makes them.
-    if (parts[largest].data < options_.buffer_bytes / 16) return FlushLargest(buffered_ / 2);
-    return Flush(static_cast<uint32_t>(largest));
-  }
+  fill_->fill.Add(*pool_, p, key, value);
+  buffered_ = fill_->fill.bytes();
+  if (buffered_ > options_.buffer_bytes) return Flush();
   return absl::OkStatus();
 }
 
 absl::StatusOr<WriteResult> PartitionedWriter::Close() {
   if (finished_) return absl::FailedPreconditionError("the writer is closed");
-  SLUICE_RETURN_IF_ERROR(FlushLargest(buffered_));
+  SLUICE_RETURN_IF_ERROR(Flush());
   StopSender();
   finished_ = true;
   absl::Status send_error;
@@ -257,64 +240,21 @@ void PartitionedWriter::CancelStreams() {
   for (auto& s : streams_) s->Cancel();
 }
 
-// Hands partition p's buffer to the sender; waits while two flushes are already in flight.
-absl::Status PartitionedWriter::Flush(uint32_t p) {
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, NextJob());
-  PartitionBuffer& b = buffers_->parts[p];
-  buffered_ -= b.bytes();
-  job->Add(p, b);
-  buffered_ += b.bytes();
-  return Submit(std::move(job));
-}
-
-// Hands the largest partitions' buffers to the sender, as one job, until at least `bytes` of
-// the budget are free; bytes = all: every non-empty partition.
-absl::Status PartitionedWriter::FlushLargest(size_t bytes) {
-  std::vector<uint32_t>& order = flush_order_;
-  order.clear();
-  for (uint32_t p = 0; p < num_partitions_; ++p) {
-    if (!buffers_->parts[p].records.empty()) order.push_back(p);
-  }
-  if (bytes < buffered_) {
-    std::sort(order.begin(), order.end(), [this](uint32_t a, uint32_t b) {
-      return buffers_->parts[a].data > buffers_->parts[b].data;
-    });
-  }
-  std::unique_ptr<Job> job;
-  const size_t target = buffered_ > bytes ? buffered_ - bytes : 0;
-  for (uint32_t p : order) {
-    if (job != nullptr && buffered_ <= target) break;
-    PartitionBuffer& b = buffers_->parts[p];
-    if (job == nullptr) {
-      SLUICE_ASSIGN_OR_RETURN(job, NextJob());
-    }
-    buffered_ -= b.bytes();
-    job->Add(p, b);
-    buffered_ += b.bytes();
-  }
-  return job == nullptr ? absl::OkStatus() : Submit(std::move(job));
-}
-
-absl::StatusOr<std::unique_ptr<PartitionedWriter::Job>> PartitionedWriter::NextJob() {
-  std::unique_ptr<Job> job;
+// Hands the fill to the sender, once the one before it is sent, and starts the next (in the
+// arrays of the one sent before, kept for reuse).
+absl::Status PartitionedWriter::Flush() {
+  if (fill_->fill.entries.empty()) return absl::OkStatus();
+  std::unique_ptr<Job> next;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return jobs_.size() < 2 || !send_error_.ok(); });
+    cv_.wait(lock, [this] { return jobs_.empty() || !send_error_.ok(); });
     if (!send_error_.ok()) return send_error_;
-    if (!spare_.empty()) {  // a sent job: its arrays are reused
-      job = std::move(spare_.back());
-      spare_.pop_back();
-    }
+    jobs_.push_back(std::move(fill_));
+    if (spare_ != nullptr) next = std::move(spare_);
+    cv_.notify_all();
   }
-  if (job == nullptr) job = std::make_unique<Job>();
-  job->used = 0;
-  return job;
-}
-
-absl::Status PartitionedWriter::Submit(std::unique_ptr<Job> job) {
-  std::lock_guard<std::mutex> lock(mu_);
-  jobs_.push_back(std::move(job));
-  cv_.notify_all();
+  fill_ = next != nullptr ? std::move(next) : std::make_unique<Job>();
+  buffered_ = 0;
   return absl::OkStatus();
 }
 
@@ -333,13 +273,10 @@ void PartitionedWriter::SendLoop() {
       if (jobs_.empty()) return;
       job = jobs_.front().get();
     }
-    absl::Status st;
-    for (size_t k = 0; k < job->used; ++k) {
-      if (st.ok()) st = Send(job->parts[k].partition, job->parts[k].buffer, encoder);
-      job->parts[k].buffer.Release(buffers_->pool);
-    }
+    absl::Status st = SendFill(job->fill, encoder);
+    job->fill.Release(*pool_);
     std::lock_guard<std::mutex> lock(mu_);
-    spare_.push_back(std::move(jobs_.front()));
+    spare_ = std::move(jobs_.front());
     jobs_.pop_front();
     if (!st.ok() && send_error_.ok()) send_error_ = st;
     cv_.notify_all();
@@ -347,11 +284,34 @@ void PartitionedWriter::SendLoop() {
   }
 }
 
-absl::Status PartitionedWriter::Send(uint32_t partition, PartitionBuffer& buffer,
+// Groups the fill's records by partition (a counting sort: stable, so each partition keeps its
+// arrival order), then sends each partition's records.
+absl::Status PartitionedWriter::SendFill(const Fill& fill, FrameEncoder& encoder) {
+  std::vector<uint32_t>& start = group_start_;
+  start.assign(num_partitions_ + 1, 0);
+  for (const Fill::Entry& e : fill.entries) ++start[e.partition + 1];
+  for (uint32_t p = 0; p < num_partitions_; ++p) start[p + 1] += start[p];
+  grouped_.resize(fill.entries.size());
+  {
+    std::vector<uint32_t>& at = group_at_;
+    at.assign(start.begin(), start.end() - 1);
+    for (const Fill::Entry& e : fill.entries) {
+      grouped_[at[e.partition]++] = Record{std::string_view(e.key, e.key_size),
+                                           std::string_view(e.key + e.key_size, e.value_size)};
+    }
+  }
+  for (uint32_t p = 0; p < num_partitions_; ++p) {
+    if (start[p] == start[p + 1]) continue;
+    SLUICE_RETURN_IF_ERROR(
+        Send(p, absl::MakeSpan(grouped_.data() + start[p], start[p + 1] - start[p]), encoder));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PartitionedWriter::Send(uint32_t partition, absl::Span<Record> records,
                                      FrameEncoder& encoder) {
-  std::vector<Record>& records = buffer.records;
-  if (options_.sort_by_key) StableSortByKey(absl::MakeSpan(records), &sort_scratch_);
-  const std::vector<uint32_t>& route = routes_[partition];
+  if (options_.sort_by_key) StableSortByKey(records, &sort_scratch_);
+  const absl::Span<const uint32_t> route = Route(partition);
   PushStream& first = *streams_[route[0]];
   // Frames of at most frame_bytes of records each (the stream packs small ones into messages),
   // encoded once and sent on each of the partition's streams.

@@ -1,12 +1,12 @@
 // PartitionedWriter: the mapper side of the client, apart from the transport. Add() routes each
-// record to its partition's buffer (WriterOptions::partitioner); when all buffers together pass
-// the budget the largest is flushed (or, when even the largest holds under 1/16 of the budget,
-// as in a writer of thousands of partitions, the largest ones together, in one hand-over,
-// until half the budget is free): a
-// sender thread sorts each (for KEY-ordered shuffles), encodes it into frames of at most
-// frame_bytes and sends them on the partition's PushStream, which packs small frames into
-// shared messages, while Add() goes on (at most two flushes in flight, then Add() waits).
-// Close() flushes the rest and commits every stream.
+// record to its partition (WriterOptions::partitioner) and appends it to the writer's one fill:
+// every partition's records back to back in pooled chunks, with a 24-byte entry each. When the
+// fill passes the budget it goes to a sender thread as a whole, which groups it by partition
+// (a stable counting sort), sorts each partition's records by key (for KEY-ordered shuffles),
+// encodes them into frames of at most frame_bytes and sends them on the partition's
+// PushStream, which packs small frames into shared messages, while Add() fills the next one
+// (one fill in flight; Add() waits for it before handing over another). Close() flushes the
+// rest and commits every stream.
 //
 // One writer may feed several streams (a cluster client sends each partition to every server
 // that holds a replica of it): `routes[p]` names partition p's streams; each of its frames is
@@ -15,9 +15,12 @@
 // committed). With a `decide` step (cluster mode: the streams only prepared), Close() then
 // calls it, and its answer says whether the attempt won.
 //
-// Memory: buffers grow in fixed-size chunks from a pool the partitions share and give them back
-// once sent, so what a writer holds follows the budget, not every partition's largest size so
-// far, and is reused rather than fetched fresh. Not thread-safe (one mapper).
+// Memory follows the records, not the partition count (issue 20: a writer of thousands of
+// partitions with a few records in each kept a chunk for every one): at most two fills (the one
+// being filled and the one being sent), each up to the budget, in chunks reused from fill to
+// fill; per partition only the sender's 8 bytes of grouping counters (and, with routes, its
+// route). A flush sends at most one frame per partition it holds records of (more only past
+// frame_bytes). Not thread-safe (one mapper).
 #ifndef SLUICE_CLIENT_PARTITIONED_WRITER_H_
 #define SLUICE_CLIENT_PARTITIONED_WRITER_H_
 
@@ -32,6 +35,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "client/shuffle_client.h"
 #include "client/transport.h"
 #include "codec/frame_encoder.h"
@@ -39,7 +43,8 @@
 
 namespace sluice {
 namespace client_internal {
-struct PartitionBuffer;
+class ChunkPool;
+struct Fill;
 }  // namespace client_internal
 
 class PartitionedWriter final : public ShuffleWriter {
@@ -58,23 +63,21 @@ class PartitionedWriter final : public ShuffleWriter {
   absl::StatusOr<WriteResult> Close() override;
   void Abort() override;
 
-  /// Bytes the partition buffers hold now (what the budget counts).
+  /// Bytes the fill holds now (what the budget counts).
   size_t buffered_bytes() const { return buffered_; }
 
  private:
-  struct Buffers;  // the chunk pool and the partitions' buffers
-  struct Job;      // flushed partitions, on their way to the sender
+  struct Job;  // a fill, on its way to the sender
   PartitionedWriter(uint32_t num_partitions, std::vector<std::unique_ptr<PushStream>> streams,
-                    std::vector<std::vector<uint32_t>> routes, WriterOptions options,
+                    const std::vector<std::vector<uint32_t>>& routes, WriterOptions options,
                     FrameLimits limits, Decider decide, uint64_t attempt);
-  absl::Status Flush(uint32_t partition);
-  absl::Status FlushLargest(size_t bytes);
-  // A job to fill (a spare one when there is), once fewer than two are in flight.
-  absl::StatusOr<std::unique_ptr<Job>> NextJob();
-  absl::Status Submit(std::unique_ptr<Job> job);
+  // Partition p's streams.
+  absl::Span<const uint32_t> Route(uint32_t partition) const;
+  // Hands the fill to the sender (waiting while one is in flight) and starts the next.
+  absl::Status Flush();
   void SendLoop();
-  absl::Status Send(uint32_t partition, client_internal::PartitionBuffer& buffer,
-                    FrameEncoder& encoder);
+  absl::Status SendFill(const client_internal::Fill& fill, FrameEncoder& encoder);
+  absl::Status Send(uint32_t partition, absl::Span<Record> records, FrameEncoder& encoder);
   void StopSender();
   void CancelStreams();
 
@@ -82,10 +85,12 @@ class PartitionedWriter final : public ShuffleWriter {
   WriterOptions options_;
   const uint32_t num_partitions_;
   std::vector<std::unique_ptr<PushStream>> streams_;
-  const std::vector<std::vector<uint32_t>> routes_;  // per partition
+  std::vector<uint32_t> route_begin_;    // per partition, and one past (empty: all to stream 0)
+  std::vector<uint32_t> route_streams_;  // the routes, back to back
   const Decider decide_;
   const uint64_t attempt_;  // (with decide_: what the decision is compared with)
-  std::unique_ptr<Buffers> buffers_;
+  std::unique_ptr<client_internal::ChunkPool> pool_;
+  std::unique_ptr<Job> fill_;  // being filled by Add()
   size_t buffered_ = 0;
   bool finished_ = false;
   // Per stream: written by the sender, read after it stopped.
@@ -94,12 +99,14 @@ class PartitionedWriter final : public ShuffleWriter {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::unique_ptr<Job>> jobs_;
-  std::vector<std::unique_ptr<Job>> spare_;  // sent jobs, their arrays kept for reuse
+  std::deque<std::unique_ptr<Job>> jobs_;  // at most one: the fill being sent
+  std::unique_ptr<Job> spare_;             // the last one sent, its arrays kept for reuse
   bool stopping_ = false;
   absl::Status send_error_;
-  std::vector<Record> sort_scratch_;   // the sender's
-  std::vector<uint32_t> flush_order_;  // FlushLargest's
+  // The sender's: grouping counters (per partition), the grouped records, the sort's scratch.
+  std::vector<uint32_t> group_start_, group_at_;
+  std::vector<Record> grouped_;
+  std::vector<Record> sort_scratch_;
   std::thread sender_;
 };
 

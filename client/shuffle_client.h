@@ -139,7 +139,9 @@ Partitioner RangePartitioner(std::vector<std::string> splits);
 
 struct WriterOptions {
   Partitioner partitioner;  ///< default HashPartition
-  /// All partition buffers together; past it the largest is flushed (zephyr's OOM-proof rule).
+  /// What the writer buffers, all partitions together; past it the records go to the sender
+  /// as a whole (zephyr's OOM-proof rule). A writer holds at most two such fills: one being
+  /// filled, one being sent.
   size_t buffer_bytes = 64u << 20;
   /// Sort each flushed buffer by key (for KEY-ordered shuffles: every frame is then a run).
   bool sort_by_key = false;

@@ -61,6 +61,7 @@ absl::Status FetchSession::Setup() {
   }
   SLUICE_ASSIGN_OR_RETURN(
       blocks_, store_->CommittedBlocksOf(spec_.partition, spec_.only_mappers, &mappers_));
+  view_ = store_->ReadView();  // after the blocks: it covers every one of them
   uint64_t records = 0;
   for (const BlockRef& b : blocks_) records += b.records;
   if (spec_.skip_records > records) {
@@ -103,13 +104,13 @@ absl::StatusOr<bool> FetchSession::NextStored(std::string* frame) {
     SLUICE_RETURN_IF_ERROR(SkipInto(b, frame));
     return true;
   }
-  SLUICE_RETURN_IF_ERROR(store_->ReadFrame(b, frame));
+  SLUICE_RETURN_IF_ERROR(store_->ReadFrame(b, frame, nullptr, view_.get()));
   return true;
 }
 
 absl::Status FetchSession::SkipInto(const BlockRef& b, std::string* frame) {
   std::string stored;
-  SLUICE_RETURN_IF_ERROR(store_->ReadFrame(b, &stored));
+  SLUICE_RETURN_IF_ERROR(store_->ReadFrame(b, &stored, nullptr, view_.get()));
   DecodeOptions dopts;
   dopts.limits = StoredFrameLimits(deps_.limits);
   FrameDecoder decoder(dopts);
@@ -128,6 +129,7 @@ absl::Status FetchSession::StartMerge() {
   dopts.limits = StoredFrameLimits(deps_.limits);
   decoder_ = std::make_unique<FrameDecoder>(dopts);
   run_decoder_.decoder = decoder_.get();
+  run_decoder_.view = view_.get();
   MergeOptions mopts = deps_.merge;
   mopts.cancelled = cancelled_;  // intermediate passes stop when the reducer goes away
   // What the merge is about to decode is counted before it is: pushes slow down at once.

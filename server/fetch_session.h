@@ -107,6 +107,7 @@ class FetchSession {
   const FetchDeps deps_;
   const std::atomic<bool>* const cancelled_;
   std::shared_ptr<ShuffleStore> store_;
+  std::shared_ptr<const file::Mapping> view_;  // the store's ReadView()
   EncodeOptions encode_;
   size_t chunk_bytes_ = 1 << 20;
   std::vector<BlockRef> blocks_;

@@ -2,15 +2,20 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
+#include <csetjmp>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 
@@ -172,6 +177,76 @@ absl::Status PreadAll(int fd, const std::string& path, uint64_t offset, size_t n
     n -= static_cast<size_t>(r);
     offset += static_cast<uint64_t>(r);
   }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// A copy out of a mapping that may raise SIGBUS (a page the disk cannot give, or one past a
+// file cut shorter since it was mapped) jumps back to its Copy(), which returns an error; any
+// other SIGBUS goes to the handler there was before, or kills the process as it would have.
+thread_local sigjmp_buf* volatile t_copy_guard = nullptr;
+struct sigaction g_previous_sigbus;
+
+void OnSigbus(int sig, siginfo_t* info, void* context) {
+  if (sigjmp_buf* guard = t_copy_guard; guard != nullptr) {
+    t_copy_guard = nullptr;
+    siglongjmp(*guard, 1);
+  }
+  if ((g_previous_sigbus.sa_flags & SA_SIGINFO) != 0 && g_previous_sigbus.sa_sigaction != nullptr) {
+    g_previous_sigbus.sa_sigaction(sig, info, context);
+    return;
+  }
+  if ((g_previous_sigbus.sa_flags & SA_SIGINFO) == 0 && g_previous_sigbus.sa_handler != SIG_DFL &&
+      g_previous_sigbus.sa_handler != SIG_IGN) {
+    g_previous_sigbus.sa_handler(sig);
+    return;
+  }
+  ::signal(SIGBUS, SIG_DFL);
+  ::raise(SIGBUS);
+}
+
+void InstallSigbusHandler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = OnSigbus;
+    // SA_NODEFER: the jump back leaves SIGBUS unblocked without saving the mask at every copy.
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, &g_previous_sigbus);
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Mapping>> Mapping::Make(int fd, const std::string& path,
+                                                       uint64_t length) {
+  if (length == 0) return absl::InvalidArgumentError("an empty mapping");
+  InstallSigbusHandler();
+  void* base = ::mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) return ErrnoStatus(errno, "map", path);
+  return std::unique_ptr<Mapping>(new Mapping(static_cast<const uint8_t*>(base), length, path));
+}
+
+Mapping::~Mapping() { ::munmap(const_cast<uint8_t*>(base_), length_); }
+
+absl::Status Mapping::Copy(uint64_t offset, size_t n, uint8_t* out) const {
+  if (offset > length_ || n > length_ - offset) {
+    return absl::OutOfRangeError(
+        absl::StrCat("read ", path_, ": ", n, " bytes at ", offset, " are past the mapping"));
+  }
+  sigjmp_buf guard;
+  if (sigsetjmp(guard, 0) != 0) {
+    return absl::DataLossError(absl::StrCat("read ", path_, ": ", n, " bytes at ", offset,
+                                            " could not be read (SIGBUS: an I/O error, or the "
+                                            "file is shorter than it was)"));
+  }
+  t_copy_guard = &guard;
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // the copy stays between the two
+  std::memcpy(out, base_ + offset, n);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_copy_guard = nullptr;
   return absl::OkStatus();
 }
 

@@ -5,7 +5,9 @@
 #define SLUICE_SERVER_FILE_UTIL_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -56,6 +58,30 @@ absl::Status Truncate(int fd, const std::string& path, uint64_t size);
 /// systems without hole punching.
 absl::Status PunchHole(int fd, const std::string& path, uint64_t offset, uint64_t len);
 absl::StatusOr<uint64_t> FileSize(int fd, const std::string& path);
+
+/// A read-only, shared mapping of a file's first `length` bytes (it may reach past the file's
+/// end: the file may grow into it). Copy() reads from it without a system call; a page the disk
+/// cannot give (an I/O error, or a range cut off the file since) is an error of that copy, not
+/// the process's SIGBUS.
+class Mapping {
+ public:
+  static absl::StatusOr<std::unique_ptr<Mapping>> Make(int fd, const std::string& path,
+                                                       uint64_t length);
+  ~Mapping();
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  uint64_t length() const { return length_; }
+  /// Copies [offset, offset + n) into `out`; DATA_LOSS naming the file when the range cannot be
+  /// read, OUT_OF_RANGE past the mapping.
+  absl::Status Copy(uint64_t offset, size_t n, uint8_t* out) const;
+
+ private:
+  Mapping(const uint8_t* base, uint64_t length, std::string path)
+      : base_(base), length_(length), path_(std::move(path)) {}
+  const uint8_t* const base_;
+  const uint64_t length_;
+  const std::string path_;
+};
 
 /// Writes `contents` to `path` atomically and durably: temp file, fsync, rename, fsync dir.
 absl::Status WriteFileAtomically(const std::string& dir, const std::string& name,

@@ -60,7 +60,7 @@ class StoredRun final : public RunSource {
     if (!loaded_) {
       // The stored bytes are only needed while decoding: read them into the merge's shared
       // buffer (runs load one at a time), so a run holds just its decoded records.
-      SLUICE_RETURN_IF_ERROR(store_->ReadFrame(block_, &decoder_->bytes));
+      SLUICE_RETURN_IF_ERROR(store_->ReadFrame(block_, &decoder_->bytes, nullptr, decoder_->view));
       SLUICE_RETURN_IF_ERROR(decoder_->decoder->Decode(decoder_->bytes, run_.frame()));
       run_.Reset();
       run_.Measure();

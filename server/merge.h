@@ -48,6 +48,7 @@ class RunSource {
 struct RunDecoder {
   FrameDecoder* decoder = nullptr;
   std::string bytes;
+  const file::Mapping* view = nullptr;  ///< the store's ReadView(), if any
 };
 
 /// One stored frame of a shuffle, decoded when first read.

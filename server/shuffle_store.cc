@@ -553,17 +553,41 @@ size_t ShuffleStore::indexed_blocks() const {
   return n;
 }
 
-absl::Status ShuffleStore::ReadFrame(const BlockRef& block, std::string* frame,
-                                     FrameHeader* header) const {
+std::shared_ptr<const file::Mapping> ShuffleStore::ReadView() {
+  if (!data_fd_.valid()) return nullptr;
+  uint64_t end;
+  {
+    std::lock_guard<std::mutex> lock(data_mu_);
+    end = data_end_;
+  }
+  std::lock_guard<std::mutex> lock(view_mu_);
+  if (auto view = view_.lock(); view != nullptr && view->length() >= end) return view;
+  // Room to grow into: the next power of two, at least 64 MiB (address space, not memory).
+  uint64_t length = uint64_t{64} << 20;
+  while (length < end) length *= 2;
+  auto made = file::Mapping::Make(data_fd_.get(), DataPath(), length);
+  if (!made.ok()) return nullptr;  // (reads use pread)
+  std::shared_ptr<const file::Mapping> view = std::move(*made);
+  view_ = view;
+  return view;
+}
+
+absl::Status ShuffleStore::ReadFrame(const BlockRef& block, std::string* frame, FrameHeader* header,
+                                     const file::Mapping* view) const {
   if (block.partition >= params_.num_partitions) {
     return absl::InvalidArgumentError(
         absl::StrCat("partition ", block.partition, " is out of range"));
   }
   if (!data_fd_.valid()) return absl::NotFoundError("the data file is not open");
   frame->resize(block.frame_size);
-  SLUICE_RETURN_IF_ERROR(file::PreadAll(data_fd_.get(), DataPath(), block.offset + kBlockHeaderSize,
-                                        block.frame_size,
-                                        reinterpret_cast<uint8_t*>(frame->data())));
+  const uint64_t at = block.offset + kBlockHeaderSize;
+  auto* out = reinterpret_cast<uint8_t*>(frame->data());
+  if (view != nullptr && block.frame_size <= kViewReadMax && at <= view->length() &&
+      block.frame_size <= view->length() - at) {
+    SLUICE_RETURN_IF_ERROR(view->Copy(at, block.frame_size, out));
+  } else {
+    SLUICE_RETURN_IF_ERROR(file::PreadAll(data_fd_.get(), DataPath(), at, block.frame_size, out));
+  }
   const auto bytes = Bytes(*frame);
   auto h = ParseFrameHeader(bytes, StoredFrameLimits(options_.limits));
   if (!h.ok() || h->frame_size() != frame->size() ||

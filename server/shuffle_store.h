@@ -161,10 +161,19 @@ class ShuffleStore {
                                                           std::vector<uint32_t>* mappers) const;
   PartitionStats Stats(uint32_t partition) const;
 
-  /// Reads a committed block's frame, checking the block header and the frame's checksums
-  /// (and sets *header, when given).
-  absl::Status ReadFrame(const BlockRef& block, std::string* frame,
-                         FrameHeader* header = nullptr) const;
+  /// Reads a committed block's frame, checking its frame's checksums (and sets *header, when
+  /// given). With a `view` (ReadView()), a frame of up to kViewReadMax bytes that lies in it is
+  /// copied out of it rather than read with a system call.
+  absl::Status ReadFrame(const BlockRef& block, std::string* frame, FrameHeader* header = nullptr,
+                         const file::Mapping* view = nullptr) const;
+  /// A mapping of the data file covering every block committed so far, shared by the readers
+  /// that hold it and unmapped when the last lets go (the pages it touched count in the
+  /// server's resident memory while it lives: they are the page cache's, and reclaimable).
+  /// Null when the file cannot be mapped (reads then use pread).
+  std::shared_ptr<const file::Mapping> ReadView();
+  /// Largest frame ReadFrame copies out of a view: a wide shuffle's small frames cost a system
+  /// call each to read, larger ones pay for their bytes either way.
+  static constexpr uint32_t kViewReadMax = 64u << 10;
 
   /// Later Appends and Commits fail with NOT_FOUND; the caller removes the (renamed) directory.
   void MarkDeleted();
@@ -299,8 +308,10 @@ class ShuffleStore {
   const ShuffleParams params_;
   const StoreOptions options_;
   file::Fd data_fd_;
-  std::mutex data_mu_;     // guards data_end_
-  uint64_t data_end_ = 0;  // where the next append goes
+  std::mutex data_mu_;                       // guards data_end_
+  uint64_t data_end_ = 0;                    // where the next append goes
+  std::mutex view_mu_;                       // guards view_
+  std::weak_ptr<const file::Mapping> view_;  // ReadView()'s, while a reader holds it
 
   std::unique_ptr<CommitLog> log_;
   mutable std::mutex commit_mu_;  // guards everything below and the partitions' state

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -179,6 +180,47 @@ TEST(PartitionedWriterTest, AbortAndDestructionCancelEveryStream) {
     for (const FakePush& s : states) {
       EXPECT_TRUE(s.cancelled);
       EXPECT_FALSE(s.committed);
+    }
+  }
+}
+
+// Issue 20: a wide writer's memory follows its records, not its partition count (the earlier
+// writer kept a chunk for every partition it had a record for: 8,192 partitions x 1 KiB here),
+// and its one flush at Close sends one frame per partition it holds records of, each with that
+// partition's records in arrival order (sorted by key when asked).
+TEST(PartitionedWriterTest, AWideWritersMemoryFollowsItsRecords) {
+  for (bool sorted : {false, true}) {
+    std::vector<FakePush> states(1);
+    WriterOptions opts;
+    opts.sort_by_key = sorted;
+    constexpr uint32_t kPartitions = 8192;
+    ASSERT_OK_AND_ASSIGN(auto writer, PartitionedWriter::Make(kPartitions, Streams(states), {},
+                                                              opts, FrameLimits{}));
+    std::map<uint32_t, std::vector<std::pair<std::string, std::string>>> sent;
+    constexpr int kRecords = 3000;
+    for (int i = 0; i < kRecords; ++i) {
+      const std::string key = "k" + std::to_string((i * 7919) % 100000);
+      const std::string value = std::string(100, 'v') + std::to_string(i);
+      ASSERT_OK(writer->Add(key, value));
+      sent[HashPartition(key, kPartitions)].emplace_back(key, value);
+    }
+    // One 1 MiB chunk (the budget's sixteenth) and an entry a record.
+    EXPECT_LE(writer->buffered_bytes(), size_t{1 << 20} + kRecords * 24);
+    ASSERT_OK_AND_ASSIGN(WriteResult result, writer->Close());
+    EXPECT_EQ(result.frames, sent.size()) << "one frame per partition written";
+    ASSERT_EQ(states[0].frames.size(), sent.size());
+    for (const auto& [partition, frame] : states[0].frames) {
+      auto want = sent[partition];
+      if (sorted) {
+        std::stable_sort(want.begin(), want.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
+      }
+      Rows got = DecodeRows(frame);
+      ASSERT_EQ(got.size(), want.size()) << "partition " << partition;
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(got[i].first, want[i].first);
+        EXPECT_EQ(got[i].second, want[i].second);
+      }
     }
   }
 }

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -122,6 +123,55 @@ TEST_F(ShuffleStoreTest, CommittedAttemptsAreVisibleInMapperOrder) {
   EXPECT_EQ(rows[5], "k3-2-0=v1-0");
   EXPECT_EQ(store->Stats(2).records, 10u);
   EXPECT_EQ(store->Stats(2).frames, 2u);
+}
+
+// Issue 20: fetches read small frames through a mapping of the data file (a copy instead of a
+// pread each). What comes out is what pread gives, damage is still found by the frame's
+// checksum, a page the file no longer has (cut short under the server: what an I/O error looks
+// like to a mapping) is an error of that read and not the process's SIGBUS, and the view is
+// shared while held and unmapped when the last reader lets go.
+TEST_F(ShuffleStoreTest, ReadsThroughTheViewAreReadsAndItsFaultsAreErrors) {
+  auto store = CreateStore(4, 2);
+  const auto b0 = WriteAttempt(*store, 0, 1, 20);
+  const auto b1 = WriteAttempt(*store, 1, 1, 3);
+  ASSERT_EQ(*store->Commit(0, 1, b0), CommitOutcome::kCommitted);
+  ASSERT_EQ(*store->Commit(1, 1, b1), CommitOutcome::kCommitted);
+  std::shared_ptr<const file::Mapping> view = store->ReadView();
+  ASSERT_NE(view, nullptr);
+  EXPECT_EQ(store->ReadView(), view) << "one view while it is held";
+  for (uint32_t p = 0; p < 4; ++p) {
+    for (const BlockRef& b : store->CommittedBlocks(p)) {
+      std::string direct, mapped;
+      FrameHeader h1, h2;
+      ASSERT_OK(store->ReadFrame(b, &direct, &h1));
+      ASSERT_OK(store->ReadFrame(b, &mapped, &h2, view.get()));
+      EXPECT_EQ(direct, mapped);
+      EXPECT_EQ(h1.payload_checksum, h2.payload_checksum);
+    }
+  }
+  // A flipped byte in a frame is DATA_LOSS through the view too.
+  const BlockRef victim = store->CommittedBlocks(2)[0];
+  {
+    std::fstream f(ShuffleDir() + "/data", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(victim.offset + kBlockHeaderSize + victim.frame_size - 1));
+    f.put('\x5a');
+  }
+  std::string frame;
+  EXPECT_THAT(store->ReadFrame(victim, &frame, nullptr, view.get()),
+              StatusIs(absl::StatusCode::kDataLoss, "corrupt"));
+  // The file cut short behind the store's back: the view's pages past the end are gone.
+  ASSERT_EQ(::truncate((ShuffleDir() + "/data").c_str(), 0), 0);
+  const BlockRef last = store->CommittedBlocks(3).back();
+  EXPECT_THAT(store->ReadFrame(last, &frame, nullptr, view.get()),
+              StatusIs(absl::StatusCode::kDataLoss, "SIGBUS"));
+  EXPECT_THAT(store->ReadFrame(last, &frame),
+              StatusIs(absl::StatusCode::kDataLoss, "unexpected end of file"));
+  // Released by its last holder, the next reader gets a new view.
+  view.reset();
+  auto again = store->ReadView();
+  ASSERT_NE(again, nullptr);
+  EXPECT_THAT(store->ReadFrame(last, &frame, nullptr, again.get()),
+              StatusIs(absl::StatusCode::kDataLoss, "SIGBUS"));
 }
 
 TEST_F(ShuffleStoreTest, FirstCommittedAttemptWinsDuplicatesAreDiscarded) {
