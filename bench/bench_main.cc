@@ -26,9 +26,10 @@ constexpr char kUsage[] =
     "         [--shards 8] [--items-per-shard 50000] [--item-bytes 200]\n"
     "         [--keys 10000] [--partitions 8] [--hot-shard-frac 0] [--heavy-tail]\n"
     "         [--layout auto|msgpack|columnar|opaque] [--zstd-level 3]\n"
-    "         [--order KEY|UNORDERED] [--repeat 1] [--buffer-mb 4] [--parallel 256]\n"
+    "         [--order KEY|UNORDERED] [--repeat 1] [--buffer-mb 4] [--parallel 0]\n"
     "         [--server-memory-mb 128] [--data-dir DIR] [--server-bin PATH]\n"
     "  (without --server: a sluice-server child process with the last three)\n"
+    "  --parallel: mappers, then reducers, at once (0: 4 per hardware thread, 8 to 256)\n"
     "  --servers: a cluster (or any server list); --replication: each partition's replicas\n"
     "  (0 = the cluster's default); a failed mapper attempt is retried with a new attempt id\n"
     "  up to --retries times, a second apart\n"
@@ -125,6 +126,7 @@ int Main(int argc, char** argv) {
   c.key_order = order == "KEY";
   c.buffer_mb = static_cast<size_t>(flags.Int("buffer-mb", 4));
   c.parallel = static_cast<int>(flags.Int("parallel", c.parallel));
+  if (c.parallel == 0) c.parallel = DefaultParallel();
   const int repeat = static_cast<int>(flags.Int("repeat", 1));
   std::string address = flags.Get("server", "");
   if (const std::string list = flags.Get("servers", ""); !list.empty()) address = list;

@@ -5,11 +5,15 @@
 # so a bench that runs all 2,048 reducers at once is admitted), the server's peak RSS from
 # /proc VmHWM. OLD and NEW are directories holding sluice-bench and sluice-server.
 #
-#   OLD=/path/to/old NEW=build-dir-copy ROUNDS=3 OUT=curve.jsonl bash bench/wide_curve.sh
+# PARALLEL (default 8) is passed to both benches as --parallel: the mappers, then reducers, at
+# once (the old bench's default was 256, the new one's is 4 per hardware thread).
+#
+#   OLD=/path/to/old NEW=build-dir-copy ROUNDS=3 PARALLEL=8 OUT=curve.jsonl bash bench/wide_curve.sh
 OLD=${OLD:?directory of the old sluice-bench and sluice-server}
 NEW=${NEW:?directory of the new sluice-bench and sluice-server}
 ROUNDS=${ROUNDS:-3}
 OUT=${OUT:-/tmp/curve.jsonl}
+PARALLEL=${PARALLEL:-8}
 : > $OUT
 run() {  # ver dir shards parts items
   local ver=$1 dir=$2 sh=$3 pa=$4 it=$5
@@ -17,7 +21,7 @@ run() {  # ver dir shards parts items
   $dir/sluice-server --data_dir $dd --max_fetch_streams 4096 --listen 127.0.0.1:7399 > $dd.log 2>&1 &
   local pid=$!
   for i in $(seq 50); do grep -q event=started $dd.log && break; sleep 0.1; done
-  local res=$($dir/sluice-bench --server 127.0.0.1:7399 --shards $sh --partitions $pa --items-per-shard $it 2>&1 | grep RESULT)
+  local res=$($dir/sluice-bench --server 127.0.0.1:7399 --shards $sh --partitions $pa --items-per-shard $it --parallel $PARALLEL 2>&1 | grep RESULT)
   local hwm=$(grep VmHWM /proc/$pid/status | awk '{print $2}')
   kill $pid; wait $pid 2>/dev/null
   rm -rf $dd $dd.log

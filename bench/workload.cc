@@ -225,6 +225,11 @@ absl::Status OnThreads(int n, int slots, const char* name, Fn fn) {
 
 }  // namespace
 
+int DefaultParallel() {
+  const int threads = static_cast<int>(std::thread::hardware_concurrency());
+  return std::clamp(4 * std::max(threads, 1), 8, 256);
+}
+
 absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string& id,
                                        const BenchConfig& c) {
   BenchResult res;
@@ -239,7 +244,8 @@ absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string&
   std::vector<ShardTally> shards(c.shards);
   for (auto& t : shards) t.per_key.assign(c.keys, 0);
   const auto t0 = Clock::now();
-  absl::Status st = OnThreads(c.shards, c.parallel, "bench-map", [&](int s) {
+  const int slots = c.parallel > 0 ? c.parallel : DefaultParallel();
+  absl::Status st = OnThreads(c.shards, slots, "bench-map", [&](int s) {
     return MapShard(client, id, c, s, &shards[s], &retried);
   });
   const auto t1 = Clock::now();
@@ -248,7 +254,7 @@ absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string&
   // One count a key, shared by the reducers (a count a key and partition would make the
   // bench's own bookkeeping the largest thing in the client at thousands of partitions).
   std::vector<std::atomic<uint64_t>> counted(c.keys);
-  st = OnThreads(c.partitions, c.parallel, "bench-reduce",
+  st = OnThreads(c.partitions, slots, "bench-reduce",
                  [&](int p) { return ReducePartition(client, id, c, p, &counted); });
   const auto t2 = Clock::now();
   if (!st.ok()) return st;

@@ -27,9 +27,12 @@ struct BenchConfig {
   int zstd_level = 3;
   bool key_order = true;  ///< KEY-ordered fetches (and writers sort their frames)
   size_t buffer_mb = 4;   ///< each writer's buffer
-  /// Mappers (and then reducers) running at once, like a cluster's task slots: 256 keeps a
-  /// 2,048-partition reduce under the server's fetch stream limit.
-  int parallel = 256;
+  /// Mappers (and then reducers) running at once, like a cluster's task slots (0: four per
+  /// hardware thread of this machine, 8 to 256; 256 keeps a 2,048-partition reduce under the
+  /// server's fetch stream limit). A cluster runs a task or two per core: 256 tasks on the 2
+  /// cores of a test machine cost each task 2-3x the client CPU in thread switches and fresh
+  /// memory (docs/benchmarks.md, "Wide shuffles").
+  int parallel = 0;
   /// In a cluster: the replicas of each partition (0 = the cluster's default).
   uint32_t replication = 0;
   /// A failed mapper attempt is retried with a new attempt id this many times (as an engine
@@ -37,6 +40,9 @@ struct BenchConfig {
   int retries = 3;
   int retry_delay_ms = 1000;
 };
+
+/// BenchConfig::parallel's default on this machine.
+int DefaultParallel();
 
 struct BenchResult {
   double elapsed_s = 0, scatter_s = 0, reduce_s = 0, gen_s = 0;

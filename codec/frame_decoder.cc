@@ -7,18 +7,19 @@
 #include "absl/strings/str_cat.h"
 #include "codec/msgpack_scan.h"
 #include "codec/varint.h"
+#include "codec/zstd_pool.h"
 
 namespace sluice {
 
 struct FrameDecoder::State {
-  ZSTD_DCtx* dctx = ZSTD_createDCtx();
+  ZSTD_DCtx* dctx = zstd_pool::TakeDCtx();
   ColumnarDecoder columnar;
   // A COLUMNAR payload is only read while its rows are rebuilt: it goes here rather than into
   // the DecodedFrame, which then holds just the rows (a merge keeps one frame per run).
   ByteBuffer columnar_payload;
   ByteBuffer plain_part;         // kZstdSections: the smaller zstd part, decompressed
   PodBuffer<uint64_t> sections;  // kZstdSections: (length << 1) | plain
-  ~State() { ZSTD_freeDCtx(dctx); }
+  ~State() { zstd_pool::GiveDCtx(dctx); }
 };
 
 FrameDecoder::FrameDecoder(DecodeOptions options)

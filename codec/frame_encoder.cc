@@ -10,21 +10,22 @@
 #include "codec/columnar.h"
 #include "codec/msgpack_scan.h"
 #include "codec/varint.h"
+#include "codec/zstd_pool.h"
 
 namespace sluice {
 
 namespace {
 // Compression contexts and kZstdSections scratch.
 struct FrameEncoderScratch {
-  ZSTD_CCtx* cctx = ZSTD_createCCtx();
-  ZSTD_CCtx* plain_cctx = ZSTD_createCCtx();  // plain sections: their own level and tables
+  ZSTD_CCtx* cctx = zstd_pool::TakeCCtx();
+  ZSTD_CCtx* plain_cctx = zstd_pool::TakeCCtx();  // plain sections: their own level and tables
   ByteBuffer entropy_part, plain_part, zscratch, table;
   FrameEncoderScratch() = default;
   FrameEncoderScratch(const FrameEncoderScratch&) = delete;
   FrameEncoderScratch& operator=(const FrameEncoderScratch&) = delete;
   ~FrameEncoderScratch() {
-    ZSTD_freeCCtx(cctx);
-    ZSTD_freeCCtx(plain_cctx);
+    zstd_pool::GiveCCtx(cctx);
+    zstd_pool::GiveCCtx(plain_cctx);
   }
 };
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <tuple>
@@ -11,6 +12,7 @@
 #include "codec/bench_datasets.h"
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
+#include "codec/zstd_pool.h"
 #include "tests/codec/test_records.h"
 
 namespace sluice {
@@ -105,6 +107,47 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(LayoutChoiceName(std::get<0>(info.param))) + "_" +
              CompressionName(std::get<1>(info.param));
     });
+
+// Issue 20: zstd contexts go back to a shared pool when an encoder or decoder ends, and the
+// next one that takes a context encodes and decodes exactly as with a new one, whatever level
+// and frames the context saw before; the pool keeps at most kMaxIdle of each kind.
+TEST(FrameEncoderTest, PooledZstdContextsWorkAsNewOnes) {
+  std::vector<Record> records;
+  std::vector<std::string> keys, values;
+  for (int i = 0; i < 2000; ++i) {
+    keys.push_back("key-" + std::to_string(i % 97));
+    values.push_back("value " + std::to_string(i * 7) + " of a compressible batch");
+  }
+  for (int i = 0; i < 2000; ++i) records.push_back(Record{keys[i], values[i]});
+  auto encode = [&](int level) {
+    EncodeOptions opts;
+    opts.layout = LayoutChoice::kOpaque;
+    opts.zstd_level = level;
+    FrameEncoder enc(opts);
+    std::string frame;
+    EXPECT_TRUE(enc.Encode(records, &frame).ok());
+    return frame;
+  };
+  const std::string first = encode(3);
+  EXPECT_GE(zstd_pool::IdleCCtx(), 1u) << "an ended encoder's contexts are kept";
+  EXPECT_NE(encode(19), first);  // another level, on a pooled context
+  EXPECT_EQ(encode(3), first) << "a pooled context carried state over";
+  {
+    FrameDecoder dec;
+    DecodedFrame out;
+    ASSERT_TRUE(dec.Decode(encode(19), &out).ok());
+  }
+  EXPECT_GE(zstd_pool::IdleDCtx(), 1u);
+  FrameDecoder dec;  // on the pooled context
+  DecodedFrame out;
+  ASSERT_TRUE(dec.Decode(first, &out).ok());
+  ExpectSameRecords(out, records);
+  {
+    std::vector<std::unique_ptr<FrameEncoder>> many;
+    for (int i = 0; i < 20; ++i) many.push_back(std::make_unique<FrameEncoder>(EncodeOptions{}));
+  }
+  EXPECT_LE(zstd_pool::IdleCCtx(), zstd_pool::kMaxIdle);
+}
 
 TEST(FrameEncoderTest, EmptyBatchRoundTrips) {
   for (auto choice : {LayoutChoice::kOpaque, LayoutChoice::kMsgpack, LayoutChoice::kAuto}) {
