@@ -5,8 +5,10 @@
 # so a bench that runs all 2,048 reducers at once is admitted), the server's peak RSS from
 # /proc VmHWM. OLD and NEW are directories holding sluice-bench and sluice-server.
 #
-# PARALLEL (default 8) is passed to both benches as --parallel: the mappers, then reducers, at
-# once (the old bench's default was 256, the new one's is 4 per hardware thread).
+# PARALLEL (default 8) is passed as --parallel, the mappers and then reducers at once, to each
+# bench that has the flag (a bench from before 0411fae has none: it ran every mapper, then every
+# reducer, at once; from 0411fae to 82c29fc the default was 256, since then 4 per hardware
+# thread).
 #
 #   OLD=/path/to/old NEW=build-dir-copy ROUNDS=3 PARALLEL=8 OUT=curve.jsonl bash bench/wide_curve.sh
 OLD=${OLD:?directory of the old sluice-bench and sluice-server}
@@ -21,7 +23,9 @@ run() {  # ver dir shards parts items
   $dir/sluice-server --data_dir $dd --max_fetch_streams 4096 --listen 127.0.0.1:7399 > $dd.log 2>&1 &
   local pid=$!
   for i in $(seq 50); do grep -q event=started $dd.log && break; sleep 0.1; done
-  local res=$($dir/sluice-bench --server 127.0.0.1:7399 --shards $sh --partitions $pa --items-per-shard $it --parallel $PARALLEL 2>&1 | grep RESULT)
+  local par=""
+  if grep -qa -- "--parallel" $dir/sluice-bench; then par="--parallel $PARALLEL"; fi
+  local res=$($dir/sluice-bench --server 127.0.0.1:7399 --shards $sh --partitions $pa --items-per-shard $it $par 2>&1 | grep RESULT)
   local hwm=$(grep VmHWM /proc/$pid/status | awk '{print $2}')
   kill $pid; wait $pid 2>/dev/null
   rm -rf $dd $dd.log

@@ -60,8 +60,10 @@ struct Fill {
   std::vector<Entry> entries;
   size_t chunk_bytes = 0;  // sum of chunk sizes
 
-  // What the budget counts: the chunks held, and the entries.
-  size_t bytes() const { return chunk_bytes + entries.size() * sizeof(Entry); }
+  // What the budget counts: the chunks held, and for each record its entry and the view of it
+  // the sender groups the fill into.
+  static constexpr size_t kPerRecord = sizeof(Entry) + sizeof(Record);
+  size_t bytes() const { return chunk_bytes + entries.size() * kPerRecord; }
   void Add(ChunkPool& pool, uint32_t partition, std::string_view key, std::string_view value) {
     const size_t need = key.size() + value.size();
     if (chunks.empty() || chunks.back().size - chunks.back().used < need) {
@@ -103,6 +105,10 @@ absl::StatusOr<std::unique_ptr<PartitionedWriter>> PartitionedWriter::Make(
     std::vector<std::vector<uint32_t>> routes, WriterOptions options, FrameLimits limits,
     Decider decide, uint64_t attempt) {
   if (num_partitions == 0) return absl::InvalidArgumentError("a writer needs partitions");
+  if (options.buffer_bytes == 0 || options.buffer_bytes > kMaxBufferBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("buffer_bytes ", options.buffer_bytes,
+                                                   " is out of range [1, ", kMaxBufferBytes, "]"));
+  }
   if (streams.empty()) return absl::InvalidArgumentError("a writer needs a push stream");
   if (!routes.empty() && routes.size() != num_partitions) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -135,10 +141,10 @@ PartitionedWriter::PartitionedWriter(uint32_t num_partitions,
       streams_(std::move(streams)),
       decide_(std::move(decide)),
       attempt_(attempt),
-      // Chunks of 1/16 of the budget (4 KiB to 1 MiB), whatever the partition count: a fill's
+      // Chunks of 1/16 of the budget (256 B to 1 MiB), whatever the partition count: a fill's
       // records lie back to back whichever partitions they belong to.
       pool_(std::make_unique<ChunkPool>(
-          std::clamp<size_t>(options_.buffer_bytes / 16, 4u << 10, 1u << 20))),
+          std::clamp<size_t>(options_.buffer_bytes / 16, 256, 1u << 20))),
       fill_(std::make_unique<Job>()),
       frames_(streams_.size(), 0),
       records_(streams_.size(), 0) {

@@ -17,10 +17,12 @@
 //
 // Memory follows the records, not the partition count (issue 20: a writer of thousands of
 // partitions with a few records in each kept a chunk for every one): at most two fills (the one
-// being filled and the one being sent), each up to the budget, in chunks reused from fill to
-// fill; per partition only the sender's 8 bytes of grouping counters (and, with routes, its
-// route). A flush sends at most one frame per partition it holds records of (more only past
-// frame_bytes). Not thread-safe (one mapper).
+// being filled and the one being sent), each up to the budget (its chunks, and 56 bytes a
+// record: its entry and the sender's view of it), in chunks reused from fill to fill; besides,
+// the sender's sort scratch (32 bytes a record of the largest partition of a fill) and, per
+// partition, its 8 bytes of grouping counters (and, with routes, its route). A flush sends at
+// most one frame per partition it holds records of (more only past frame_bytes): frames average
+// the budget over the partitions written. Not thread-safe (one mapper).
 #ifndef SLUICE_CLIENT_PARTITIONED_WRITER_H_
 #define SLUICE_CLIENT_PARTITIONED_WRITER_H_
 
@@ -63,6 +65,8 @@ class PartitionedWriter final : public ShuffleWriter {
   absl::StatusOr<WriteResult> Close() override;
   void Abort() override;
 
+  /// Largest WriterOptions::buffer_bytes (a fill's records are counted in 32 bits).
+  static constexpr size_t kMaxBufferBytes = size_t{64} << 30;
   /// Bytes the fill holds now (what the budget counts).
   size_t buffered_bytes() const { return buffered_; }
 

@@ -139,9 +139,9 @@ Partitioner RangePartitioner(std::vector<std::string> splits);
 
 struct WriterOptions {
   Partitioner partitioner;  ///< default HashPartition
-  /// What the writer buffers, all partitions together; past it the records go to the sender
-  /// as a whole (zephyr's OOM-proof rule). A writer holds at most two such fills: one being
-  /// filled, one being sent.
+  /// What the writer buffers, all partitions together (1 to 64 GiB); past it the records go to
+  /// the sender as a whole (zephyr's OOM-proof rule). A writer holds at most two such fills:
+  /// one being filled, one being sent.
   size_t buffer_bytes = 64u << 20;
   /// Sort each flushed buffer by key (for KEY-ordered shuffles: every frame is then a run).
   bool sort_by_key = false;
@@ -159,8 +159,8 @@ struct WriteResult {
   uint64_t frames = 0, records = 0, bytes = 0;
 };
 
-/// One mapper attempt. Add() buffers; full buffers are encoded and sent by a background thread
-/// while Add() continues (at most two flushes in flight, then Add() waits). Not thread-safe.
+/// One mapper attempt. Add() buffers; a full buffer is encoded and sent by a background thread
+/// while Add() fills the next (one in flight, then Add() waits). Not thread-safe.
 class ShuffleWriter {
  public:
   virtual ~ShuffleWriter() = default;  // without Close(): the attempt is discarded

@@ -19,6 +19,9 @@ struct FrameDecoder::State {
   ByteBuffer columnar_payload;
   ByteBuffer plain_part;         // kZstdSections: the smaller zstd part, decompressed
   PodBuffer<uint64_t> sections;  // kZstdSections: (length << 1) | plain
+  State() = default;
+  State(const State&) = delete;  // (it owns its context)
+  State& operator=(const State&) = delete;
   ~State() { zstd_pool::GiveDCtx(dctx); }
 };
 

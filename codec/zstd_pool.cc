@@ -1,5 +1,7 @@
 #include "codec/zstd_pool.h"
 
+#include <pthread.h>
+
 #include <mutex>
 #include <vector>
 
@@ -11,8 +13,27 @@ struct Idle {
   std::mutex mu;
   std::vector<Ctx*> contexts;
 };
+Idle<ZSTD_CCtx>& IdleC();
+Idle<ZSTD_DCtx>& IdleD();
+
+// A fork() while another thread holds a pool's lock would leave the child a lock nobody
+// releases (a Python process forking its workers, say): both are taken around a fork.
+void LockForFork() {
+  IdleC().mu.lock();
+  IdleD().mu.lock();
+}
+void UnlockAfterFork() {
+  IdleD().mu.unlock();
+  IdleC().mu.unlock();
+}
+
 Idle<ZSTD_CCtx>& IdleC() {
-  static auto* idle = new Idle<ZSTD_CCtx>();  // never destroyed: encoders may outlive statics
+  // Never destroyed: encoders may outlive statics.
+  static auto* idle = [] {
+    auto* made = new Idle<ZSTD_CCtx>();
+    ::pthread_atfork(LockForFork, UnlockAfterFork, UnlockAfterFork);
+    return made;
+  }();
   return *idle;
 }
 Idle<ZSTD_DCtx>& IdleD() {
@@ -54,6 +75,7 @@ void GiveCCtx(ZSTD_CCtx* cctx) {
 }
 
 ZSTD_DCtx* TakeDCtx() {
+  IdleC();  // (registers the fork handlers)
   ZSTD_DCtx* d = Take(IdleD());
   return d != nullptr ? d : ZSTD_createDCtx();
 }

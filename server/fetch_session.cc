@@ -61,7 +61,11 @@ absl::Status FetchSession::Setup() {
   }
   SLUICE_ASSIGN_OR_RETURN(
       blocks_, store_->CommittedBlocksOf(spec_.partition, spec_.only_mappers, &mappers_));
-  view_ = store_->ReadView();  // after the blocks: it covers every one of them
+  // A view (after the blocks: it covers every one of them) when enough frames are small
+  // enough to read from it: for a few, a pread each costs less than mapping and unmapping.
+  size_t small = 0;
+  for (const BlockRef& b : blocks_) small += b.frame_size <= ShuffleStore::kViewReadMax ? 1 : 0;
+  if (small >= kMinViewBlocks) view_ = store_->ReadView();
   uint64_t records = 0;
   for (const BlockRef& b : blocks_) records += b.records;
   if (spec_.skip_records > records) {

@@ -67,6 +67,8 @@ struct FetchDeps {
 
 class FetchSession {
  public:
+  /// Fewest frames small enough to read through the store's ReadView() for a fetch to take one.
+  static constexpr size_t kMinViewBlocks = 16;
   /// `cancelled` (may be null) stops a merge's intermediate passes once set.
   static absl::StatusOr<std::unique_ptr<FetchSession>> Make(const FetchSpec& spec,
                                                             const FetchDeps& deps,

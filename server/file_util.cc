@@ -183,27 +183,36 @@ absl::Status PreadAll(int fd, const std::string& path, uint64_t offset, size_t n
 namespace {
 
 // A copy out of a mapping that may raise SIGBUS (a page the disk cannot give, or one past a
-// file cut shorter since it was mapped) jumps back to its Copy(), which returns an error; any
-// other SIGBUS goes to the handler there was before, or kills the process as it would have.
+// file cut shorter since it was mapped) jumps back to its Copy(), which returns an error. Only a
+// fault (si_code > 0) inside the range being copied is taken: any other SIGBUS goes where it
+// went before this handler was installed (the handler there was, or the default action).
 thread_local sigjmp_buf* volatile t_copy_guard = nullptr;
+thread_local const uint8_t* volatile t_copy_begin = nullptr;
+thread_local const uint8_t* volatile t_copy_end = nullptr;
 struct sigaction g_previous_sigbus;
 
 void OnSigbus(int sig, siginfo_t* info, void* context) {
-  if (sigjmp_buf* guard = t_copy_guard; guard != nullptr) {
+  const auto* addr = static_cast<const uint8_t*>(info->si_addr);
+  if (sigjmp_buf* guard = t_copy_guard;
+      guard != nullptr && info->si_code > 0 && addr >= t_copy_begin && addr < t_copy_end) {
     t_copy_guard = nullptr;
     siglongjmp(*guard, 1);
   }
-  if ((g_previous_sigbus.sa_flags & SA_SIGINFO) != 0 && g_previous_sigbus.sa_sigaction != nullptr) {
-    g_previous_sigbus.sa_sigaction(sig, info, context);
+  const struct sigaction& previous = g_previous_sigbus;
+  if (previous.sa_handler == SIG_IGN) {
+    if (info->si_code <= 0) return;  // a signal sent, ignored as before; a fault cannot be
+  } else if (previous.sa_handler != SIG_DFL) {
+    if ((previous.sa_flags & SA_SIGINFO) != 0) {
+      previous.sa_sigaction(sig, info, context);
+    } else {
+      previous.sa_handler(sig);
+    }
     return;
   }
-  if ((g_previous_sigbus.sa_flags & SA_SIGINFO) == 0 && g_previous_sigbus.sa_handler != SIG_DFL &&
-      g_previous_sigbus.sa_handler != SIG_IGN) {
-    g_previous_sigbus.sa_handler(sig);
-    return;
-  }
+  // The default action: a fault runs its access again and ends the process where it was; a
+  // signal sent ends it now.
   ::signal(SIGBUS, SIG_DFL);
-  ::raise(SIGBUS);
+  if (info->si_code <= 0) ::raise(SIGBUS);
 }
 
 void InstallSigbusHandler() {
@@ -242,6 +251,8 @@ absl::Status Mapping::Copy(uint64_t offset, size_t n, uint8_t* out) const {
                                             " could not be read (SIGBUS: an I/O error, or the "
                                             "file is shorter than it was)"));
   }
+  t_copy_begin = base_ + offset;
+  t_copy_end = base_ + offset + n;
   t_copy_guard = &guard;
   std::atomic_signal_fence(std::memory_order_seq_cst);  // the copy stays between the two
   std::memcpy(out, base_ + offset, n);

@@ -110,7 +110,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Issue 20: zstd contexts go back to a shared pool when an encoder or decoder ends, and the
 // next one that takes a context encodes and decodes exactly as with a new one, whatever level
-// and frames the context saw before; the pool keeps at most kMaxIdle of each kind.
+// and frames the context saw before (one given back twice, or still in use, would not); the
+// pool keeps at most kMaxIdle of each kind.
 TEST(FrameEncoderTest, PooledZstdContextsWorkAsNewOnes) {
   std::vector<Record> records;
   std::vector<std::string> keys, values;
@@ -131,7 +132,7 @@ TEST(FrameEncoderTest, PooledZstdContextsWorkAsNewOnes) {
   const std::string first = encode(3);
   EXPECT_GE(zstd_pool::IdleCCtx(), 1u) << "an ended encoder's contexts are kept";
   EXPECT_NE(encode(19), first);  // another level, on a pooled context
-  EXPECT_EQ(encode(3), first) << "a pooled context carried state over";
+  EXPECT_EQ(encode(3), first) << "a pooled context encoded differently";
   {
     FrameDecoder dec;
     DecodedFrame out;

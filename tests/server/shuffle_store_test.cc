@@ -174,6 +174,17 @@ TEST_F(ShuffleStoreTest, ReadsThroughTheViewAreReadsAndItsFaultsAreErrors) {
               StatusIs(absl::StatusCode::kDataLoss, "SIGBUS"));
 }
 
+// The handler a view installs takes only faults inside a copy: a SIGBUS sent to the process
+// (or a fault anywhere else) still ends it, as it did before any view was made.
+TEST_F(ShuffleStoreTest, ASigbusOutsideAViewCopyStillEndsTheProcess) {
+  auto store = CreateStore(1, 1);
+  const auto b = WriteAttempt(*store, 0, 1, 3);
+  ASSERT_EQ(*store->Commit(0, 1, b), CommitOutcome::kCommitted);
+  auto view = store->ReadView();
+  ASSERT_NE(view, nullptr);
+  EXPECT_DEATH(::raise(SIGBUS), "");
+}
+
 TEST_F(ShuffleStoreTest, FirstCommittedAttemptWinsDuplicatesAreDiscarded) {
   auto store = CreateStore();
   const auto first = WriteAttempt(*store, 2, 1);
