@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -56,6 +57,8 @@ struct Fill {
     const char* key;  // the value follows the key
     uint32_t key_size, value_size, partition;
   };
+  // An entry's partition once its record was carried over into the next fill: not sent.
+  static constexpr uint32_t kCarried = UINT32_MAX;
   std::vector<Chunk> chunks;
   std::vector<Entry> entries;
   size_t chunk_bytes = 0;  // sum of chunk sizes
@@ -188,14 +191,15 @@ absl::Status PartitionedWriter::Add(std::string_view key, std::string_view value
         absl::StrCat("record of ", key.size() + value.size(), " bytes is too large for one frame"));
   }
   fill_->fill.Add(*pool_, p, key, value);
+  Count(p, key.size() + value.size());
   buffered_ = fill_->fill.bytes();
-  if (buffered_ > options_.buffer_bytes) return Flush();
+  if (buffered_ > options_.buffer_bytes) return Flush(/*all=*/false);
   return absl::OkStatus();
 }
 
 absl::StatusOr<WriteResult> PartitionedWriter::Close() {
   if (finished_) return absl::FailedPreconditionError("the writer is closed");
-  SLUICE_RETURN_IF_ERROR(Flush());
+  SLUICE_RETURN_IF_ERROR(Flush(/*all=*/true));
   StopSender();
   finished_ = true;
   absl::Status send_error;
@@ -246,22 +250,71 @@ void PartitionedWriter::CancelStreams() {
   for (auto& s : streams_) s->Cancel();
 }
 
+void PartitionedWriter::Count(uint32_t partition, uint64_t bytes) {
+  if (part_bytes_.empty()) part_bytes_.assign(num_partitions_, 0);
+  if (part_bytes_[partition] == 0) touched_.push_back(partition);
+  part_bytes_[partition] += bytes;
+  fill_data_ += bytes;
+}
+
 // Hands the fill to the sender, once the one before it is sent, and starts the next (in the
-// arrays of the one sent before, kept for reuse).
-absl::Status PartitionedWriter::Flush() {
+// arrays of the one sent before, kept for reuse). Unless `all`, the partitions holding the
+// smaller half of the fill's bytes, if under kCarryBelow each, stay: their records are copied
+// into the next fill, so a small partition is sent when it is among the largest (frames ~1.5x
+// the budget's even share of a partition, rather than one frame of every partition at every
+// flush; a skewed writer's small partitions are not sent a few records at a time).
+absl::Status PartitionedWriter::Flush(bool all) {
   if (fill_->fill.entries.empty()) return absl::OkStatus();
   std::unique_ptr<Job> next;
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return jobs_.empty() || !send_error_.ok(); });
     if (!send_error_.ok()) return send_error_;
-    jobs_.push_back(std::move(fill_));
     if (spare_ != nullptr) next = std::move(spare_);
+  }
+  if (next == nullptr) next = std::make_unique<Job>();
+  if (!all) CarryOver(next->fill);
+  for (uint32_t p : touched_) part_bytes_[p] = 0;
+  touched_.clear();
+  fill_data_ = 0;
+  for (const Fill::Entry& e : next->fill.entries) {
+    Count(e.partition, uint64_t{e.key_size} + e.value_size);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(fill_));
     cv_.notify_all();
   }
-  fill_ = next != nullptr ? std::move(next) : std::make_unique<Job>();
-  buffered_ = 0;
+  fill_ = std::move(next);
+  buffered_ = fill_->fill.bytes();
   return absl::OkStatus();
+}
+
+// Copies the records of the partitions that hold the smaller half of the fill's bytes, and
+// less than kCarryBelow each, into `next` (in arrival order) and marks them carried in the fill.
+void PartitionedWriter::CarryOver(Fill& next) {
+  std::vector<uint32_t>& order = touched_;
+  if (order.size() < 2) return;
+  std::sort(order.begin(), order.end(), [this](uint32_t a, uint32_t b) {
+    return part_bytes_[a] != part_bytes_[b] ? part_bytes_[a] > part_bytes_[b] : a < b;
+  });
+  // Partitions of kCarryBelow or more are sent whatever their rank: their frames are large
+  // already, and copying their records would cost more than the frames saved (a narrow writer
+  // of 8 partitions would copy half its bytes at every flush).
+  uint64_t sent = 0;
+  size_t k = 0;
+  while (k < order.size() && (2 * sent < fill_data_ || part_bytes_[order[k]] >= kCarryBelow)) {
+    sent += part_bytes_[order[k++]];
+  }
+  if (k == order.size()) return;
+  constexpr uint64_t kStays = UINT64_MAX;
+  for (size_t i = k; i < order.size(); ++i) part_bytes_[order[i]] = kStays;
+  for (Fill::Entry& e : fill_->fill.entries) {
+    if (part_bytes_[e.partition] != kStays) continue;
+    next.Add(*pool_, e.partition, std::string_view(e.key, e.key_size),
+             std::string_view(e.key + e.key_size, e.value_size));
+    e.partition = Fill::kCarried;
+  }
 }
 
 void PartitionedWriter::SendLoop() {
@@ -295,13 +348,16 @@ void PartitionedWriter::SendLoop() {
 absl::Status PartitionedWriter::SendFill(const Fill& fill, FrameEncoder& encoder) {
   std::vector<uint32_t>& start = group_start_;
   start.assign(num_partitions_ + 1, 0);
-  for (const Fill::Entry& e : fill.entries) ++start[e.partition + 1];
+  for (const Fill::Entry& e : fill.entries) {
+    if (e.partition != Fill::kCarried) ++start[e.partition + 1];
+  }
   for (uint32_t p = 0; p < num_partitions_; ++p) start[p + 1] += start[p];
-  grouped_.resize(fill.entries.size());
+  grouped_.resize(start[num_partitions_]);
   {
     std::vector<uint32_t>& at = group_at_;
     at.assign(start.begin(), start.end() - 1);
     for (const Fill::Entry& e : fill.entries) {
+      if (e.partition == Fill::kCarried) continue;
       grouped_[at[e.partition]++] = Record{std::string_view(e.key, e.key_size),
                                            std::string_view(e.key + e.key_size, e.value_size)};
     }

@@ -1,12 +1,16 @@
 // PartitionedWriter: the mapper side of the client, apart from the transport. Add() routes each
 // record to its partition (WriterOptions::partitioner) and appends it to the writer's one fill:
 // every partition's records back to back in pooled chunks, with a 24-byte entry each. When the
-// fill passes the budget it goes to a sender thread as a whole, which groups it by partition
-// (a stable counting sort), sorts each partition's records by key (for KEY-ordered shuffles),
-// encodes them into frames of at most frame_bytes and sends them on the partition's
-// PushStream, which packs small frames into shared messages, while Add() fills the next one
-// (one fill in flight; Add() waits for it before handing over another). Close() flushes the
-// rest and commits every stream.
+// fill passes the budget, the partitions holding the larger half of its bytes (largest first),
+// and every partition of 64 KiB or more, go to a sender thread; the others' records are copied
+// into the next fill, so a small partition is sent when it is among the largest (frames ~1.5x
+// the budget's even share of a partition in a wide writer, and a skewed writer's small
+// partitions are not sent a few records at a time). The sender groups
+// the fill by partition (a stable counting sort), sorts each partition's records by key (for
+// KEY-ordered shuffles), encodes them into frames of at most frame_bytes and sends them on the
+// partition's PushStream, which packs small frames into shared messages, while Add() fills the
+// next (one fill in flight; Add() waits for it before handing over another). Close() sends
+// everything left and commits every stream.
 //
 // One writer may feed several streams (a cluster client sends each partition to every server
 // that holds a replica of it): `routes[p]` names partition p's streams; each of its frames is
@@ -20,9 +24,9 @@
 // being filled and the one being sent), each up to the budget (its chunks, and 56 bytes a
 // record: its entry and the sender's view of it), in chunks reused from fill to fill; besides,
 // the sender's sort scratch (32 bytes a record of the largest partition of a fill) and, per
-// partition, its 8 bytes of grouping counters (and, with routes, its route). A flush sends at
-// most one frame per partition it holds records of (more only past frame_bytes): frames average
-// the budget over the partitions written. Not thread-safe (one mapper).
+// partition, 16 bytes of counters (and, with routes, its route). A flush sends at most one
+// frame per partition it sends (more only past frame_bytes). Records carried over are copied
+// once more: at most as many bytes as the flush sends. Not thread-safe (one mapper).
 #ifndef SLUICE_CLIENT_PARTITIONED_WRITER_H_
 #define SLUICE_CLIENT_PARTITIONED_WRITER_H_
 
@@ -65,6 +69,8 @@ class PartitionedWriter final : public ShuffleWriter {
   absl::StatusOr<WriteResult> Close() override;
   void Abort() override;
 
+  /// A flush carries a partition's records into the next fill only while it holds less.
+  static constexpr uint64_t kCarryBelow = 64u << 10;
   /// Largest WriterOptions::buffer_bytes (a fill's records are counted in 32 bits).
   static constexpr size_t kMaxBufferBytes = size_t{64} << 30;
   /// Bytes the fill holds now (what the budget counts).
@@ -77,8 +83,12 @@ class PartitionedWriter final : public ShuffleWriter {
                     FrameLimits limits, Decider decide, uint64_t attempt);
   // Partition p's streams.
   absl::Span<const uint32_t> Route(uint32_t partition) const;
-  // Hands the fill to the sender (waiting while one is in flight) and starts the next.
-  absl::Status Flush();
+  // Counts a record's bytes for its partition in the fill being filled.
+  void Count(uint32_t partition, uint64_t bytes);
+  // Hands the fill to the sender (waiting while one is in flight) and starts the next; unless
+  // `all`, the partitions holding the smaller half of its bytes stay for the next (CarryOver).
+  absl::Status Flush(bool all);
+  void CarryOver(client_internal::Fill& next);
   void SendLoop();
   absl::Status SendFill(const client_internal::Fill& fill, FrameEncoder& encoder);
   absl::Status Send(uint32_t partition, absl::Span<Record> records, FrameEncoder& encoder);
@@ -96,6 +106,11 @@ class PartitionedWriter final : public ShuffleWriter {
   std::unique_ptr<client_internal::ChunkPool> pool_;
   std::unique_ptr<Job> fill_;  // being filled by Add()
   size_t buffered_ = 0;
+  // The fill's record bytes per partition (made at the first Add), the partitions it holds
+  // records of, and their sum.
+  std::vector<uint64_t> part_bytes_;
+  std::vector<uint32_t> touched_;
+  uint64_t fill_data_ = 0;
   bool finished_ = false;
   // Per stream: written by the sender, read after it stopped.
   std::vector<uint64_t> frames_, records_;

@@ -139,9 +139,10 @@ Partitioner RangePartitioner(std::vector<std::string> splits);
 
 struct WriterOptions {
   Partitioner partitioner;  ///< default HashPartition
-  /// What the writer buffers, all partitions together (1 to 64 GiB); past it the records go to
-  /// the sender as a whole (zephyr's OOM-proof rule). A writer holds at most two such fills:
-  /// one being filled, one being sent.
+  /// What the writer buffers, all partitions together (1 to 64 GiB); past it the partitions
+  /// holding the larger half of it are sent, largest first (zephyr's OOM-proof rule), while
+  /// the rest wait in the next fill. A writer holds at most two fills: one being filled, one
+  /// being sent.
   size_t buffer_bytes = 64u << 20;
   /// Sort each flushed buffer by key (for KEY-ordered shuffles: every frame is then a run).
   bool sort_by_key = false;

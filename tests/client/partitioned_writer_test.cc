@@ -224,6 +224,66 @@ TEST(PartitionedWriterTest, AWideWritersMemoryFollowsItsRecords) {
   }
 }
 
+// A flush sends the partitions holding the larger half of the fill's bytes and carries the
+// others' records into the next fill: a skewed writer's small partitions wait until they are
+// among the largest instead of going out a few records at every flush, and every partition's
+// records still arrive in the order they were added (UNORDERED: no sort), across fills.
+TEST(PartitionedWriterTest, SmallPartitionsWaitForFramesOfTheirOwnInArrivalOrder) {
+  std::vector<FakePush> states(1);
+  WriterOptions opts;
+  opts.buffer_bytes = 64 << 10;
+  constexpr uint32_t kPartitions = 50;
+  // Key "h<n>": partition 0 (nine records in ten); "s<n>": 1 + n % 49.
+  opts.partitioner = [](std::string_view key, uint32_t) -> uint32_t {
+    if (key[0] == 'h') return 0;
+    return 1 + static_cast<uint32_t>(std::stoul(std::string(key.substr(1))) % 49);
+  };
+  ASSERT_OK_AND_ASSIGN(
+      auto writer, PartitionedWriter::Make(kPartitions, Streams(states), {}, opts, FrameLimits{}));
+  constexpr int kRecords = 20000;
+  for (int i = 0; i < kRecords; ++i) {
+    const std::string key = (i % 10 == 0 ? "s" : "h") + std::to_string(i);
+    ASSERT_OK(writer->Add(key, std::to_string(i)));
+  }
+  ASSERT_OK_AND_ASSIGN(WriteResult result, writer->Close());
+  EXPECT_EQ(result.records, uint64_t{kRecords});
+  std::vector<int> last(kPartitions, -1);
+  uint64_t small_frames = 0, records = 0;
+  for (const auto& [partition, frame] : states[0].frames) {
+    if (partition != 0) ++small_frames;
+    for (const auto& [k, v] : DecodeRows(frame)) {
+      const int seq = std::stoi(v);
+      EXPECT_GT(seq, last[partition]) << "partition " << partition << " out of order";
+      last[partition] = seq;
+      ++records;
+    }
+  }
+  EXPECT_EQ(records, uint64_t{kRecords});
+  // 20,000 records take ~27 fills of this budget: one frame of each of the 49 small partitions
+  // at every flush would be ~1,300; kept back, they go out a few times each.
+  EXPECT_LT(small_frames, 49u * 6) << "small partitions sent at every flush";
+}
+
+// Uniform data over many flushes: partitions are sent when among the largest, so frames hold
+// more than the budget's even share of a partition (each flush sending every partition gives
+// one frame per partition per fill).
+TEST(PartitionedWriterTest, WideFlushesSendTheLargestPartitions) {
+  std::vector<FakePush> states(1);
+  WriterOptions opts;
+  opts.buffer_bytes = 256 << 10;
+  constexpr uint32_t kPartitions = 256;
+  ASSERT_OK_AND_ASSIGN(
+      auto writer, PartitionedWriter::Make(kPartitions, Streams(states), {}, opts, FrameLimits{}));
+  constexpr int kRecords = 100000;
+  const std::string value(32, 'v');
+  for (int i = 0; i < kRecords; ++i) ASSERT_OK(writer->Add("key" + std::to_string(i), value));
+  ASSERT_OK_AND_ASSIGN(WriteResult result, writer->Close());
+  // A fill holds ~2,600 records (~40 bytes, and 56 of entry and view); sending every partition
+  // at every flush would make ~38 fills x 256 = ~9,800 frames.
+  EXPECT_LT(result.frames, 7000u);
+  EXPECT_EQ(result.records, uint64_t{kRecords});
+}
+
 // Cluster mode: each partition on two streams (its replicas), every frame sent to both, every
 // stream prepared before the one decision, whose answer says whether the attempt won.
 TEST(PartitionedWriterTest, ReplicatedPartitionsGoToEveryReplicaAndOneDecisionCommits) {
