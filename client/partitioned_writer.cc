@@ -191,7 +191,7 @@ absl::Status PartitionedWriter::Add(std::string_view key, std::string_view value
         absl::StrCat("record of ", key.size() + value.size(), " bytes is too large for one frame"));
   }
   fill_->fill.Add(*pool_, p, key, value);
-  Count(p, key.size() + value.size());
+  Count(p, key.size() + value.size() + Fill::kPerRecord);
   buffered_ = fill_->fill.bytes();
   if (buffered_ > options_.buffer_bytes) return Flush(/*all=*/false);
   return absl::OkStatus();
@@ -273,12 +273,14 @@ absl::Status PartitionedWriter::Flush(bool all) {
     if (spare_ != nullptr) next = std::move(spare_);
   }
   if (next == nullptr) next = std::make_unique<Job>();
+  // (The copy runs while the sender is idle: the fill it copies from is not handed over yet,
+  // which keeps the writer at two fills.)
   if (!all) CarryOver(next->fill);
   for (uint32_t p : touched_) part_bytes_[p] = 0;
   touched_.clear();
   fill_data_ = 0;
   for (const Fill::Entry& e : next->fill.entries) {
-    Count(e.partition, uint64_t{e.key_size} + e.value_size);
+    Count(e.partition, uint64_t{e.key_size} + e.value_size + Fill::kPerRecord);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -1,7 +1,8 @@
 // PartitionedWriter: the mapper side of the client, apart from the transport. Add() routes each
 // record to its partition (WriterOptions::partitioner) and appends it to the writer's one fill:
 // every partition's records back to back in pooled chunks, with a 24-byte entry each. When the
-// fill passes the budget, the partitions holding the larger half of its bytes (largest first),
+// fill passes the budget, the partitions holding the larger half of its bytes (chosen largest
+// first),
 // and every partition of 64 KiB or more, go to a sender thread; the others' records are copied
 // into the next fill, so a small partition is sent when it is among the largest (frames ~1.5x
 // the budget's even share of a partition in a wide writer, and a skewed writer's small
@@ -24,9 +25,10 @@
 // being filled and the one being sent), each up to the budget (its chunks, and 56 bytes a
 // record: its entry and the sender's view of it), in chunks reused from fill to fill; besides,
 // the sender's sort scratch (32 bytes a record of the largest partition of a fill) and, per
-// partition, 16 bytes of counters (and, with routes, its route). A flush sends at most one
-// frame per partition it sends (more only past frame_bytes). Records carried over are copied
-// once more: at most as many bytes as the flush sends. Not thread-safe (one mapper).
+// partition, up to 20 bytes of counters (and, with routes, its route). A flush sends at most
+// one frame per partition it sends (more only past frame_bytes), and copies at most as many
+// budget bytes as it sends (a record counts its key, value and 56 bytes). Not thread-safe (one
+// mapper).
 #ifndef SLUICE_CLIENT_PARTITIONED_WRITER_H_
 #define SLUICE_CLIENT_PARTITIONED_WRITER_H_
 
@@ -106,8 +108,8 @@ class PartitionedWriter final : public ShuffleWriter {
   std::unique_ptr<client_internal::ChunkPool> pool_;
   std::unique_ptr<Job> fill_;  // being filled by Add()
   size_t buffered_ = 0;
-  // The fill's record bytes per partition (made at the first Add), the partitions it holds
-  // records of, and their sum.
+  // The fill's bytes per partition as the budget counts them (key, value and kPerRecord a
+  // record; made at the first Add), the partitions it holds records of, and their sum.
   std::vector<uint64_t> part_bytes_;
   std::vector<uint32_t> touched_;
   uint64_t fill_data_ = 0;

@@ -140,7 +140,7 @@ Partitioner RangePartitioner(std::vector<std::string> splits);
 struct WriterOptions {
   Partitioner partitioner;  ///< default HashPartition
   /// What the writer buffers, all partitions together (1 to 64 GiB); past it the partitions
-  /// holding the larger half of it are sent, largest first (zephyr's OOM-proof rule), while
+  /// holding the larger half of it (chosen largest first) are sent (zephyr's OOM-proof rule), while
   /// the rest wait in the next fill. A writer holds at most two fills: one being filled, one
   /// being sent.
   size_t buffer_bytes = 64u << 20;

@@ -264,6 +264,46 @@ TEST(PartitionedWriterTest, SmallPartitionsWaitForFramesOfTheirOwnInArrivalOrder
   EXPECT_LT(small_frames, 49u * 6) << "small partitions sent at every flush";
 }
 
+// What a flush ranks and carries is what the budget counts, 56 bytes a record beside its key
+// and value: records with nothing in them, or a few large ones beside many tiny ones, keep
+// the writer within its budget and its flushes sending (ranking by key and value bytes alone
+// carried empty records at every flush, never sending them, past the budget).
+TEST(PartitionedWriterTest, EmptyAndTinyRecordsKeepTheBudgetAndAreSent) {
+  for (bool mixed : {false, true}) {
+    std::vector<FakePush> states(1);
+    WriterOptions opts;
+    opts.buffer_bytes = 16 << 10;
+    constexpr uint32_t kPartitions = 41;
+    // mixed: partition 0 gets 1 KiB records (1 in 20), the others 1-byte ones; else all empty.
+    opts.partitioner = [](std::string_view key, uint32_t) -> uint32_t {
+      return key.empty() ? 0 : static_cast<uint32_t>(key[0] - '0');
+    };
+    ASSERT_OK_AND_ASSIGN(auto writer, PartitionedWriter::Make(kPartitions, Streams(states), {},
+                                                              opts, FrameLimits{}));
+    constexpr int kRecords = 20000;
+    const std::string large(1024, 'x');
+    for (int i = 0; i < kRecords; ++i) {
+      if (!mixed) {
+        ASSERT_OK(writer->Add("", ""));
+      } else if (i % 20 == 0) {
+        ASSERT_OK(writer->Add("", large));
+      } else {
+        ASSERT_OK(writer->Add(std::string(1, static_cast<char>('0' + 1 + i % 40)), ""));
+      }
+      ASSERT_LE(writer->buffered_bytes(), opts.buffer_bytes + 2048) << "record " << i;
+    }
+    ASSERT_OK_AND_ASSIGN(WriteResult result, writer->Close());
+    EXPECT_EQ(result.records, uint64_t{kRecords});
+    uint64_t records = 0;
+    for (const auto& [partition, frame] : states[0].frames) records += DecodeRows(frame).size();
+    EXPECT_EQ(records, uint64_t{kRecords});
+    // ~20,000 x 56 bytes (and 1 MiB of large values) over a 16 KiB budget: some 70-140 flushes,
+    // each sending part of the partitions (3,022 frames measured for the mixed case); a frame a
+    // record would be 20,000.
+    EXPECT_LT(result.frames, 5000u) << (mixed ? "mixed" : "empty");
+  }
+}
+
 // Uniform data over many flushes: partitions are sent when among the largest, so frames hold
 // more than the budget's even share of a partition (each flush sending every partition gives
 // one frame per partition per fill).
