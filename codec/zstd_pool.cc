@@ -8,94 +8,108 @@
 namespace sluice::zstd_pool {
 namespace {
 
+// What the pool needs of each kind of context.
+struct CTraits {
+  using Ctx = ZSTD_CCtx;
+  static Ctx* Create() { return ZSTD_createCCtx(); }
+  static size_t Reset(Ctx* c) { return ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters); }
+  static size_t Size(const Ctx* c) { return ZSTD_sizeof_CCtx(c); }
+  static void Free(Ctx* c) { ZSTD_freeCCtx(c); }
+};
+struct DTraits {
+  using Ctx = ZSTD_DCtx;
+  static Ctx* Create() { return ZSTD_createDCtx(); }
+  static size_t Reset(Ctx* c) { return ZSTD_DCtx_reset(c, ZSTD_reset_session_and_parameters); }
+  static size_t Size(const Ctx* c) { return ZSTD_sizeof_DCtx(c); }
+  static void Free(Ctx* c) { ZSTD_freeDCtx(c); }
+};
+
 template <typename Ctx>
 struct Idle {
   std::mutex mu;
   std::vector<Ctx*> contexts;
 };
-Idle<ZSTD_CCtx>& IdleC();
-Idle<ZSTD_DCtx>& IdleD();
 
+struct Pools {
+  Idle<ZSTD_CCtx> c;
+  Idle<ZSTD_DCtx> d;
+  template <typename T>
+  Idle<typename T::Ctx>& Of();
+};
+template <>
+Idle<ZSTD_CCtx>& Pools::Of<CTraits>() {
+  return c;
+}
+template <>
+Idle<ZSTD_DCtx>& Pools::Of<DTraits>() {
+  return d;
+}
+
+Pools& Get();
 // A fork() while another thread holds a pool's lock would leave the child a lock nobody
 // releases (a Python process forking its workers, say): both are taken around a fork.
 void LockForFork() {
-  IdleC().mu.lock();
-  IdleD().mu.lock();
+  Get().c.mu.lock();
+  Get().d.mu.lock();
 }
 void UnlockAfterFork() {
-  IdleD().mu.unlock();
-  IdleC().mu.unlock();
+  Get().d.mu.unlock();
+  Get().c.mu.unlock();
 }
-
-Idle<ZSTD_CCtx>& IdleC() {
+Pools& Get() {
   // Never destroyed: encoders may outlive statics.
-  static auto* idle = [] {
-    auto* made = new Idle<ZSTD_CCtx>();
+  static Pools* pools = [] {
+    auto* made = new Pools();
     ::pthread_atfork(LockForFork, UnlockAfterFork, UnlockAfterFork);
     return made;
   }();
-  return *idle;
-}
-Idle<ZSTD_DCtx>& IdleD() {
-  static auto* idle = new Idle<ZSTD_DCtx>();
-  return *idle;
+  return *pools;
 }
 
-template <typename Ctx>
-Ctx* Take(Idle<Ctx>& idle) {
-  std::lock_guard<std::mutex> lock(idle.mu);
-  if (idle.contexts.empty()) return nullptr;
-  Ctx* c = idle.contexts.back();
-  idle.contexts.pop_back();
-  return c;
+template <typename T>
+typename T::Ctx* Take() {
+  Idle<typename T::Ctx>& idle = Get().Of<T>();
+  {
+    std::lock_guard<std::mutex> lock(idle.mu);
+    if (!idle.contexts.empty()) {
+      typename T::Ctx* c = idle.contexts.back();
+      idle.contexts.pop_back();
+      return c;
+    }
+  }
+  return T::Create();
 }
-// Keeps `c` if there is room; false: the caller frees it.
-template <typename Ctx>
-bool Keep(Idle<Ctx>& idle, Ctx* c) {
+
+// Reset (parameters and session: the next user starts as with a new context) and kept if
+// there is room and it is not too large; freed otherwise.
+template <typename T>
+void Give(typename T::Ctx* c) {
+  if (c == nullptr) return;
+  if (!ZSTD_isError(T::Reset(c)) && T::Size(c) <= kMaxKeptBytes) {
+    Idle<typename T::Ctx>& idle = Get().Of<T>();
+    std::lock_guard<std::mutex> lock(idle.mu);
+    if (idle.contexts.size() < kMaxIdle) {
+      idle.contexts.push_back(c);
+      return;
+    }
+  }
+  T::Free(c);
+}
+
+template <typename T>
+size_t IdleCount() {
+  Idle<typename T::Ctx>& idle = Get().Of<T>();
   std::lock_guard<std::mutex> lock(idle.mu);
-  if (idle.contexts.size() >= kMaxIdle) return false;
-  idle.contexts.push_back(c);
-  return true;
+  return idle.contexts.size();
 }
 
 }  // namespace
 
-ZSTD_CCtx* TakeCCtx() {
-  ZSTD_CCtx* c = Take(IdleC());
-  return c != nullptr ? c : ZSTD_createCCtx();
-}
-
-void GiveCCtx(ZSTD_CCtx* cctx) {
-  if (cctx == nullptr) return;
-  // Parameters and session reset: the next user starts as with a new context.
-  if (ZSTD_isError(ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters)) ||
-      ZSTD_sizeof_CCtx(cctx) > kMaxKeptBytes || !Keep(IdleC(), cctx)) {
-    ZSTD_freeCCtx(cctx);
-  }
-}
-
-ZSTD_DCtx* TakeDCtx() {
-  IdleC();  // (registers the fork handlers)
-  ZSTD_DCtx* d = Take(IdleD());
-  return d != nullptr ? d : ZSTD_createDCtx();
-}
-
-void GiveDCtx(ZSTD_DCtx* dctx) {
-  if (dctx == nullptr) return;
-  if (ZSTD_isError(ZSTD_DCtx_reset(dctx, ZSTD_reset_session_and_parameters)) ||
-      ZSTD_sizeof_DCtx(dctx) > kMaxKeptBytes || !Keep(IdleD(), dctx)) {
-    ZSTD_freeDCtx(dctx);
-  }
-}
-
-size_t IdleCCtx() {
-  std::lock_guard<std::mutex> lock(IdleC().mu);
-  return IdleC().contexts.size();
-}
-
-size_t IdleDCtx() {
-  std::lock_guard<std::mutex> lock(IdleD().mu);
-  return IdleD().contexts.size();
-}
+ZSTD_CCtx* TakeCCtx() { return Take<CTraits>(); }
+void GiveCCtx(ZSTD_CCtx* cctx) { Give<CTraits>(cctx); }
+ZSTD_DCtx* TakeDCtx() { return Take<DTraits>(); }
+void GiveDCtx(ZSTD_DCtx* dctx) { Give<DTraits>(dctx); }
+size_t IdleCCtx() { return IdleCount<CTraits>(); }
+size_t IdleDCtx() { return IdleCount<DTraits>(); }
 
 }  // namespace sluice::zstd_pool
