@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "codec/frame_format.h"
-#include "server/file_util.h"
+#include "server/storage/file_util.h"
 #include "server/sluice_server.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"

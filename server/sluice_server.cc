@@ -19,12 +19,12 @@
 #include "absl/strings/str_split.h"
 #include "rpc/grpc_glue.h"
 #include "rpc/tls.h"
-#include "server/file_util.h"
-#include "server/metrics_http.h"
-#include "server/server_metrics.h"
-#include "server/shuffle_service.h"
-#include "server/tenancy.h"
-#include "server/tls_reloader.h"
+#include "server/storage/file_util.h"
+#include "server/metrics/metrics_http.h"
+#include "server/metrics_scrape.h"
+#include "server/service/shuffle_service.h"
+#include "server/security/tenancy.h"
+#include "server/security/tls_reloader.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice {

@@ -2,14 +2,27 @@
 # The layering rule (docs/architecture.md), checked: no project file includes one from a layer
 # above it, codec/ sees no gRPC, and the client's headers expose no gRPC types.
 #   codec < proto < rpc < cluster < server, client < bench < tests
+# Inside server/ (its rooms, each a sub-folder):
+#   runtime < metrics < storage < security < rules < service < the wiring (server/*.cc)
+# storage never includes security, rules or the service; the counters (metrics/) include nothing
+# of the server's; gRPC is seen only by service/ and the wiring.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
-# allowed "..." include prefixes per folder (system <...> includes are checked separately)
+# allowed "..." include prefixes per folder (its own files, not its sub-folders'; system <...>
+# includes are checked separately)
 declare -A allowed=(
   [codec]="codec/ absl/"
   [rpc]="rpc/ codec/ absl/ sluice/v1/"
   [cluster]="cluster/ rpc/ codec/ absl/ etcd/ spdlog/ nlohmann/"
+  [server/runtime]="server/runtime/ absl/"
+  [server/metrics]="server/metrics/ absl/"
+  [server/storage]="server/storage/ server/runtime/ server/metrics/ codec/ absl/ spdlog/"
+  [server/security]="server/security/ server/storage/shuffle_id.h server/runtime/ rpc/tls.h
+                     rpc/tls_options.h codec/ absl/ spdlog/"
+  [server/rules]="server/rules/ server/security/ server/storage/ server/runtime/ server/metrics/
+                  cluster/ codec/ absl/ spdlog/"
+  [server/service]="server/ cluster/ rpc/ codec/ absl/ sluice/v1/ spdlog/"
   [server]="server/ cluster/ rpc/ codec/ absl/ sluice/v1/ spdlog/"
   [client]="client/ cluster/ rpc/ codec/ absl/ sluice/v1/ nlohmann/"
   [client/python]="client/ absl/"
@@ -28,12 +41,24 @@ for dir in "${!allowed[@]}"; do
   done < <(grep -Hn '^#include "' "$dir"/*.h "$dir"/*.cc 2>/dev/null |
            sed -E 's/^([^:]+):([0-9]+):#include "([^"]+)".*/\1:\2:\3/')
 done
-# gRPC stays out of codec/ entirely, and out of the client's and server's headers except the
-# service's own (included only by sluice_server.cc) and rpc/'s.
+# Every server file is in a room the rule above knows.
+for d in server/*/; do
+  d=${d%/}
+  [[ -n ${allowed[$d]+x} ]] || { echo "$d/ is a server room tests/check_layers.sh does not know"; status=1; }
+done
+# gRPC stays out of codec/ entirely, out of the client's headers, and in the server out of
+# everything but the service (server/service/) and the wiring (server/sluice_server.cc).
 if grep -Hn -E '#include [<"](grpc|grpcpp|sluice/v1|etcd/)' codec/*.h codec/*.cc client/*.h cluster/*.h \
-    client/python/*.h client/python/*.cc \
-    $(ls server/*.h | grep -v shuffle_service.h); then
+    client/python/*.h client/python/*.cc server/*.h \
+    $(ls server/*/*.h server/*/*.cc | grep -v '^server/service/'); then
   echo "the lines above include gRPC or generated code where no gRPC may be seen"
+  status=1
+fi
+# The service's headers (which may show gRPC types) are included only by the service and the
+# wiring.
+if grep -Hn '#include "server/service/' $(ls server/*/*.h server/*/*.cc | grep -v '^server/service/') \
+    client/*.h client/*.cc bench/*.cc tests/*/*.h tests/*/*.cc 2>/dev/null; then
+  echo "the lines above include the gRPC service's headers outside server/service/ and the wiring"
   status=1
 fi
 ((status == 0)) && echo "layers: ok"

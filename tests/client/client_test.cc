@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "client/shuffle_client.h"
-#include "server/file_util.h"
+#include "server/storage/file_util.h"
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"
 

@@ -166,11 +166,11 @@ check(os.path.exists(os.path.join(ROOT, "deploy", compose["x-sluice"]["build"]["
       "compose: the build's Dockerfile is missing")
 
 # Metrics: the dashboard and the docs name only what the server exports, and the docs all of it.
-with open(os.path.join(ROOT, "server/server_metrics.cc")) as f:
+with open(os.path.join(ROOT, "server/metrics_scrape.cc")) as f:
     source = f.read()
 METRICS = set(re.findall(r'"(sluice_\w+)"', source))
 HISTOGRAMS = set(re.findall(r'Histo\(\s*"(sluice_\w+)"', source))
-check(len(METRICS) > 20, "could not read the metric names from server/server_metrics.cc")
+check(len(METRICS) > 20, "could not read the metric names from server/metrics_scrape.cc")
 exported = METRICS | {h + s for h in HISTOGRAMS for s in ("_bucket", "_sum", "_count")}
 with open(os.path.join(ROOT, "deploy/grafana/sluice-dashboard.json")) as f:
     dashboard = json.load(f)

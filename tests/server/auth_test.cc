@@ -2,7 +2,7 @@
 // asking every call for a token or a known client certificate, with the health service open
 // to probes, Drain for admins only, the file reloaded under a running server, and clients that
 // never send a token in clear off this machine.
-#include "server/auth.h"
+#include "server/security/auth.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // CommitLog on a real temporary directory: the record encoding and its parser, torn tails and
 // mid-log corruption on open, group commit (data synced before the records, one batch at a
 // time) and the broken-log latch.
-#include "server/commit_log.h"
+#include "server/storage/commit_log.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -19,7 +19,7 @@
 
 #include "codec/endian.h"
 #include "codec/frame_format.h"
-#include "server/file_util.h"
+#include "server/storage/file_util.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"
 

@@ -1,14 +1,14 @@
 // FetchSession's rules with no transport: a registry on a real temporary directory, attempts
 // pushed through PushAttempt, frames taken one at a time as the fetch stream would. Each check
 // the fetch relies on, the two orders, and the budget's charges.
-#include "server/fetch_session.h"
+#include "server/rules/fetch_session.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "server/push_attempt.h"
+#include "server/rules/push_attempt.h"
 #include "tests/harness/frames.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"

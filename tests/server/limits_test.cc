@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "codec/frame_encoder.h"
-#include "server/file_util.h"
-#include "server/worker_pool.h"
+#include "server/storage/file_util.h"
+#include "server/runtime/worker_pool.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"

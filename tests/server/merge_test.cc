@@ -1,6 +1,6 @@
 // The k-way merge on its own, over runs held in memory: intermediate passes through files when
 // the runs exceed the fan-in keep key order and stability, and a cancelled reader stops them.
-#include "server/merge.h"
+#include "server/rules/merge.h"
 
 #include <gtest/gtest.h>
 

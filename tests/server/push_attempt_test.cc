@@ -1,6 +1,6 @@
 // PushAttempt's rules with no transport: a registry on a real temporary directory, frames
 // handed in as bytes. Each rule the push stream relies on, and its error, is here.
-#include "server/push_attempt.h"
+#include "server/rules/push_attempt.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "codec/status_macros.h"
-#include "server/file_util.h"
+#include "server/storage/file_util.h"
 #include "tests/harness/frames.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"

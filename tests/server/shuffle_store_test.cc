@@ -1,7 +1,7 @@
 // ShuffleStore on a real temporary directory: commits are visible and durable, nothing else is;
 // recovery keeps exactly the committed attempts, cuts torn tails, reclaims the rest, and refuses
 // to guess when committed data is damaged.
-#include "server/shuffle_store.h"
+#include "server/storage/shuffle_store.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -21,7 +21,7 @@
 #include "codec/endian.h"
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
-#include "server/file_util.h"
+#include "server/storage/file_util.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"
 

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/file_util.h"
+#include "server/storage/file_util.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"

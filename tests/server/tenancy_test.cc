@@ -2,7 +2,7 @@
 // hold as they change, then real servers where tenant B can neither see, read, push to, commit
 // in nor delete tenant A's shuffles, an admin sees and deletes everything, quotas refuse what
 // passes them (and nothing committed is touched), and reflection can be turned off.
-#include "server/tenancy.h"
+#include "server/security/tenancy.h"
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -19,7 +19,7 @@
 #include "codec/frame_encoder.h"
 #include "codec/status_macros.h"
 #include "rpc/tls_options.h"
-#include "server/shuffle_registry.h"
+#include "server/storage/shuffle_registry.h"
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/stub.h"
@@ -56,12 +56,12 @@ TEST(TenancyTest, TenantsHaveNamespacesOfTheirOwn) {
   EXPECT_EQ(st.message(), "shuffle 'job' not found (shuffles/job)");
   EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
   // The registry takes qualified ids, and only well-formed ones.
-  EXPECT_OK(ShuffleRegistry::ValidateId("team-a~job"));
-  EXPECT_FALSE(ShuffleRegistry::ValidateId("~job").ok());
-  EXPECT_FALSE(ShuffleRegistry::ValidateId("team-a~").ok());
-  EXPECT_FALSE(ShuffleRegistry::ValidateId("a~b~c").ok());
-  EXPECT_FALSE(ShuffleRegistry::ValidateId(".a~job").ok());
-  EXPECT_FALSE(ShuffleRegistry::ValidateId("a~.job").ok());
+  EXPECT_OK(ValidateShuffleId("team-a~job"));
+  EXPECT_FALSE(ValidateShuffleId("~job").ok());
+  EXPECT_FALSE(ValidateShuffleId("team-a~").ok());
+  EXPECT_FALSE(ValidateShuffleId("a~b~c").ok());
+  EXPECT_FALSE(ValidateShuffleId(".a~job").ok());
+  EXPECT_FALSE(ValidateShuffleId("a~.job").ok());
 }
 
 TEST(TenancyTest, QuotaLinesSetLimitsAndFlagsFillTheRest) {

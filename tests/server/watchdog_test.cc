@@ -1,6 +1,6 @@
 // Watchdog: deadlines fire once, disarmed ones never, and Disarm() of a firing entry returns
 // only after its callback has.
-#include "server/watchdog.h"
+#include "server/runtime/watchdog.h"
 
 #include <gtest/gtest.h>
 

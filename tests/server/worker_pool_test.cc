@@ -1,6 +1,6 @@
 // The server's scheduling pieces on their own: the worker pool, the memory budget that parks
 // streams, and the gate that bounds concurrent merges.
-#include "server/worker_pool.h"
+#include "server/runtime/worker_pool.h"
 
 #include <gtest/gtest.h>
 #include <pthread.h>

@@ -1,0 +1,112 @@
+// The server's metrics: counters bumped on the data path (relaxed atomics, no locks per frame),
+// histograms for commit latencies, calls counted by RPC and status code, and the families a
+// scrape turns them into (docs/operations.md, "Metrics", names each one). Counting is ours, so
+// that the data path pays an atomic add; exposition is prometheus-cpp's (Debian's
+// prometheus-cpp-dev). No gRPC and no HTTP here: the gRPC interceptor that counts calls lives in
+// sluice_server.cc, the HTTP endpoint in metrics_http.h.
+//
+//   ServerMetrics m;
+//   ServerMetrics::Add(m.push_frames, 1);
+//   MetricFamilies f;
+//   f.Counter("sluice_push_frames_total", "Frames received", m.push_frames.load());
+//   ... MetricsText(f.families()) ...
+#ifndef SLUICE_SERVER_METRICS_SERVER_METRICS_H_
+#define SLUICE_SERVER_METRICS_SERVER_METRICS_H_
+
+#include <prometheus/metric_family.h>
+#include <prometheus/metric_type.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sluice {
+
+/// A Prometheus histogram with fixed upper bounds (seconds, say): cumulative counts on output.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void Observe(double value);
+  struct Snapshot {
+    std::vector<double> bounds;
+    std::vector<uint64_t> counts;  ///< per bucket, not cumulative; one more than bounds (+Inf)
+    double sum = 0;
+    uint64_t count = 0;
+  };
+  Snapshot Read() const;
+
+ private:
+  const std::vector<double> bounds_;
+  mutable std::mutex mu_;  // one observation per commit batch: a lock is cheap enough
+  std::vector<uint64_t> counts_;
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+/// Finished calls by method and status code (one lock per call, not per message).
+class CallCounts {
+ public:
+  void Add(const std::string& method, int code);
+  /// ((method, code), calls), sorted.
+  std::vector<std::pair<std::pair<std::string, int>, uint64_t>> Read() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, uint64_t> counts_;
+};
+
+/// What the data path counts. Monotonic counters only: gauges (open streams, memory, disk,
+/// shuffles) are read from their owners when scraped.
+struct ServerMetrics {
+  using Counter = std::atomic<uint64_t>;
+  // Pushes, as received (attempts that later fail included).
+  Counter push_frames{0}, push_bytes{0}, push_records{0};
+  Counter commits{0};            ///< attempts committed (or prepared, in a cluster)
+  Counter duplicate_commits{0};  ///< attempts whose mapper had committed already: discarded
+  Counter aborted_attempts{0};   ///< attempts ended by an error, a cancel or a timeout
+  // Fetches, as sent.
+  Counter fetch_chunks{0}, fetch_bytes{0}, fetch_records{0};
+  Counter merge_passes{0};       ///< intermediate merge passes (runs beyond --merge_fan_in)
+  Counter merge_spill_bytes{0};  ///< bytes those passes wrote to temporary files
+  /// A commit batch's data and log writes and syncs (group commit: one per batch).
+  Histogram commit_sync_seconds{DefaultLatencyBounds()};
+  /// A commit message's handling, from its arrival to its answer (waiting for a batch included).
+  Histogram commit_seconds{DefaultLatencyBounds()};
+  CallCounts calls;
+
+  static std::vector<double> DefaultLatencyBounds();
+  static void Add(Counter& c, uint64_t n) { c.fetch_add(n, std::memory_order_relaxed); }
+};
+
+/// Builds the families a scrape returns (prometheus-cpp's MetricFamily: its Exposer serves them,
+/// its TextSerializer writes the text format). Names are the caller's constants.
+class MetricFamilies {
+ public:
+  using Labels = std::vector<std::pair<std::string, std::string>>;
+  void Counter(const std::string& name, const std::string& help, double value);
+  void Gauge(const std::string& name, const std::string& help, double value);
+  /// A family with one sample per label set.
+  void Family(const std::string& name, prometheus::MetricType type, const std::string& help,
+              const std::vector<std::pair<Labels, double>>& samples);
+  void Histo(const std::string& name, const std::string& help,
+             const sluice::Histogram::Snapshot& h);
+  std::vector<prometheus::MetricFamily>& families() { return families_; }
+
+ private:
+  std::vector<prometheus::MetricFamily> families_;
+};
+
+/// The Prometheus text format of `families` (what GET /metrics answers).
+std::string MetricsText(const std::vector<prometheus::MetricFamily>& families);
+
+/// The name of a gRPC status code ("OK", "INVALID_ARGUMENT", ...), or its number.
+std::string StatusCodeName(int code);
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_METRICS_SERVER_METRICS_H_

@@ -1,0 +1,94 @@
+#include "server/metrics_scrape.h"
+
+namespace sluice {
+
+namespace {
+
+double D(uint64_t v) { return static_cast<double>(v); }
+
+}  // namespace
+
+std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
+  const ServerMetrics& m = *s.metrics;
+  MetricFamilies t;
+  t.Counter("sluice_push_frames_total", "Frames pushed: validated and appended to disk",
+            D(m.push_frames.load()));
+  t.Counter("sluice_push_records_total", "Records in the frames pushed", D(m.push_records.load()));
+  t.Counter("sluice_push_bytes_total", "Bytes of the frames pushed, as stored",
+            D(m.push_bytes.load()));
+  t.Counter("sluice_commits_total", "Mapper attempts committed (prepared, in a cluster)",
+            D(m.commits.load()));
+  t.Counter("sluice_duplicate_commits_total",
+            "Mapper attempts that committed after another attempt of their mapper: discarded",
+            D(m.duplicate_commits.load()));
+  t.Counter("sluice_aborted_attempts_total",
+            "Mapper attempts ended without a commit (an error, a cancel, a timeout)",
+            D(m.aborted_attempts.load()));
+  t.Counter("sluice_fetch_chunks_total", "Chunks sent to readers", D(m.fetch_chunks.load()));
+  t.Counter("sluice_fetch_records_total", "Records in the chunks sent", D(m.fetch_records.load()));
+  t.Counter("sluice_fetch_bytes_total", "Bytes of the chunks sent", D(m.fetch_bytes.load()));
+  t.Counter("sluice_merge_passes_total",
+            "Intermediate merge passes of KEY fetches (more runs than --merge_fan_in, or more "
+            "than the memory a merge may hold)",
+            D(m.merge_passes.load()));
+  t.Counter("sluice_merge_spill_bytes_total",
+            "Bytes intermediate merge passes wrote to temporary files",
+            D(m.merge_spill_bytes.load()));
+  t.Histo("sluice_commit_sync_seconds",
+          "One commit batch's data sync, log write and log sync (group commit)",
+          m.commit_sync_seconds.Read());
+  t.Histo("sluice_commit_seconds",
+          "A commit message's handling, from its arrival to its answer (its batch included)",
+          m.commit_seconds.Read());
+  std::vector<std::pair<MetricFamilies::Labels, double>> calls;
+  for (const auto& [key, n] : m.calls.Read()) {
+    calls.push_back({{{"method", key.first}, {"code", StatusCodeName(key.second)}}, D(n)});
+  }
+  t.Family("sluice_rpc_handled_total", prometheus::MetricType::Counter,
+           "Calls finished, by method and status code (failures: code != \"OK\")", calls);
+
+  t.Gauge("sluice_push_streams", "Push streams open", D(s.push_streams->load()));
+  t.Gauge("sluice_fetch_streams", "Fetch streams open", D(s.fetch_streams->load()));
+  t.Gauge("sluice_memory_budget_used_bytes", "Memory counted against --memory_budget_mb",
+          D(s.budget->used()));
+  t.Gauge("sluice_memory_budget_bytes", "The memory budget (--memory_budget_mb)",
+          D(s.budget->limit()));
+  t.Counter("sluice_backpressure_waits_total",
+            "Times a stream waited for the memory budget before reading on",
+            D(s.budget->parked_total()));
+  std::vector<std::pair<MetricFamilies::Labels, double>> free, size, failed;
+  for (const auto& dir : s.registry->DataDirs()) {
+    const MetricFamilies::Labels labels = {{"dir", dir.path}};
+    failed.push_back({labels, dir.failed.ok() ? 0 : 1});
+    if (!dir.space_known) continue;
+    free.push_back({labels, D(dir.free_bytes)});
+    size.push_back({labels, D(dir.total_bytes)});
+  }
+  t.Family("sluice_disk_free_bytes", prometheus::MetricType::Gauge,
+           "Bytes free for the server on each data directory's file system", free);
+  t.Family("sluice_disk_size_bytes", prometheus::MetricType::Gauge,
+           "Size of each data directory's file system", size);
+  t.Family("sluice_data_dir_failed", prometheus::MetricType::Gauge,
+           "1 for a data directory that failed (it takes no new shuffles; its shuffles are "
+           "unavailable until it is repaired and the server restarted)",
+           failed);
+  const auto stores = s.registry->List();
+  uint64_t partitions = 0;
+  for (const auto& store : stores) partitions += store->params().num_partitions;
+  t.Gauge("sluice_shuffles", "Shuffles held", D(stores.size()));
+  t.Gauge("sluice_partitions", "Partitions of the shuffles held", D(partitions));
+  t.Gauge("sluice_damaged_shuffles", "Shuffles whose recovery failed (DATA_LOSS until deleted)",
+          D(s.registry->ListDamaged().size()));
+  t.Gauge("sluice_draining", "1 while the server drains (SIGTERM, the Drain RPC)",
+          s.draining ? 1 : 0);
+  t.Gauge("sluice_start_time_seconds", "When the server started, in Unix seconds",
+          D(s.started_unix_ms) / 1000.0);
+  if (s.tls_expiry_unix != 0) {
+    t.Gauge("sluice_tls_certificate_expiry_seconds",
+            "When the TLS certificate served expires, in Unix seconds (alert before it)",
+            D(static_cast<uint64_t>(s.tls_expiry_unix)));
+  }
+  return std::move(t.families());
+}
+
+}  // namespace sluice

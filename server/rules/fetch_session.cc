@@ -1,0 +1,189 @@
+#include "server/rules/fetch_session.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "codec/frame_decoder.h"
+#include "codec/frame_encoder.h"
+#include "codec/status_macros.h"
+
+namespace sluice {
+
+absl::StatusOr<std::unique_ptr<FetchSession>> FetchSession::Make(
+    const FetchSpec& spec, const FetchDeps& deps, const std::atomic<bool>* cancelled) {
+  std::unique_ptr<FetchSession> session(new FetchSession(spec, deps, cancelled));
+  SLUICE_RETURN_IF_ERROR(session->Setup());
+  return session;
+}
+
+FetchSession::~FetchSession() { deps_.budget->Release(charged_ + merge_charged_); }
+
+absl::Status FetchSession::Setup() {
+  SLUICE_ASSIGN_OR_RETURN(store_, deps_.registry->Get(spec_.shuffle_id));
+  store_->Touch();
+  const ShuffleParams& params = store_->params();
+  if (spec_.partition >= params.num_partitions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "partition ", spec_.partition, " is out of range [0, ", params.num_partitions, ")"));
+  }
+  if (spec_.require_complete && params.num_mappers == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("require_complete needs the shuffle's mapper count, and shuffle ",
+                     params.shuffle_id, " was created without one (num_mappers = 0)"));
+  }
+  if (spec_.require_complete) {
+    const size_t have = store_->CommittedMappers().size();
+    if (have < params.num_mappers) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          params.num_mappers - have, " of ", params.num_mappers, " mappers have not committed"));
+    }
+  }
+  if (spec_.zstd_level > kMaxFetchZstdLevel) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("zstd_level ", spec_.zstd_level, " is out of range [1, ", kMaxFetchZstdLevel,
+                     "] (0 means 3): the server compresses fetches for "
+                     "every reducer, so it keeps to the fast levels"));
+  }
+  encode_.layout = spec_.layout;
+  encode_.compression = spec_.uncompressed ? Compression::kNone : Compression::kZstd;
+  encode_.zstd_level = spec_.zstd_level == 0 ? 3 : static_cast<int>(spec_.zstd_level);
+  // A merged chunk holds at most half the cap in force, or one record if it alone is bigger: a
+  // record committed under a larger cap is served whole (StoredFrameLimits).
+  encode_.limits = StoredFrameLimits(deps_.limits);
+  const size_t cap = deps_.limits.max_uncompressed_bytes / 2;
+  chunk_bytes_ = spec_.target_chunk_bytes == 0 ? (1u << 20) : spec_.target_chunk_bytes;
+  chunk_bytes_ = std::min(chunk_bytes_, cap);
+  if (!std::is_sorted(spec_.only_mappers.begin(), spec_.only_mappers.end()) ||
+      std::adjacent_find(spec_.only_mappers.begin(), spec_.only_mappers.end()) !=
+          spec_.only_mappers.end()) {
+    return absl::InvalidArgumentError("only_mappers must be in increasing order, without repeats");
+  }
+  SLUICE_ASSIGN_OR_RETURN(
+      blocks_, store_->CommittedBlocksOf(spec_.partition, spec_.only_mappers, &mappers_));
+  // A view (after the blocks: it covers every one of them) when enough frames are small
+  // enough to read from it: for a few, a pread each costs less than mapping and unmapping.
+  size_t small = 0;
+  for (const BlockRef& b : blocks_) small += b.frame_size <= ShuffleStore::kViewReadMax ? 1 : 0;
+  if (small >= kMinViewBlocks) view_ = store_->ReadView();
+  uint64_t records = 0;
+  for (const BlockRef& b : blocks_) records += b.records;
+  if (spec_.skip_records > records) {
+    return absl::OutOfRangeError(absl::StrCat("skip_records ", spec_.skip_records,
+                                              " is past the partition's ", records, " records"));
+  }
+  skip_ = spec_.skip_records;
+  // UNORDERED: whole stored frames left out without reading them.
+  while (!spec_.key_order && next_ < blocks_.size() && blocks_[next_].records <= skip_) {
+    skip_ -= blocks_[next_++].records;
+  }
+  return absl::OkStatus();
+}
+
+void FetchSession::Charge(uint64_t n) {
+  charged_ = n;
+  deps_.budget->Charge(n);
+}
+
+void FetchSession::Sent() {
+  deps_.budget->Release(charged_);
+  charged_ = 0;
+}
+
+absl::StatusOr<bool> FetchSession::Next(std::string* frame) {
+  Sent();  // (a caller that did not say so is done with the last frame all the same)
+  return spec_.key_order ? NextMerged(frame) : NextStored(frame);
+}
+
+bool FetchSession::last() const {
+  if (spec_.key_order) return merged_ != nullptr && merged_->drained();
+  return next_ == blocks_.size();
+}
+
+absl::StatusOr<bool> FetchSession::NextStored(std::string* frame) {
+  if (next_ == blocks_.size()) return false;
+  const BlockRef& b = blocks_[next_++];
+  Charge(b.frame_size);
+  if (skip_ > 0) {
+    SLUICE_RETURN_IF_ERROR(SkipInto(b, frame));
+    return true;
+  }
+  SLUICE_RETURN_IF_ERROR(store_->ReadFrame(b, frame, nullptr, view_.get()));
+  return true;
+}
+
+absl::Status FetchSession::SkipInto(const BlockRef& b, std::string* frame) {
+  std::string stored;
+  SLUICE_RETURN_IF_ERROR(store_->ReadFrame(b, &stored, nullptr, view_.get()));
+  DecodeOptions dopts;
+  dopts.limits = StoredFrameLimits(deps_.limits);
+  FrameDecoder decoder(dopts);
+  DecodedFrame decoded;
+  SLUICE_RETURN_IF_ERROR(decoder.Decode(stored, &decoded));
+  std::vector<Record> rest;
+  for (size_t i = skip_; i < decoded.size(); ++i) rest.push_back(decoded[i]);
+  skip_ = 0;
+  frame->clear();
+  FrameEncoder encoder(encode_);
+  return encoder.Encode(rest, frame);
+}
+
+absl::Status FetchSession::StartMerge() {
+  DecodeOptions dopts;
+  dopts.limits = StoredFrameLimits(deps_.limits);
+  decoder_ = std::make_unique<FrameDecoder>(dopts);
+  run_decoder_.decoder = decoder_.get();
+  run_decoder_.view = view_.get();
+  MergeOptions mopts = deps_.merge;
+  mopts.cancelled = cancelled_;  // intermediate passes stop when the reducer goes away
+  // What the merge is about to decode is counted before it is: pushes slow down at once.
+  mopts.reserve = [this](uint64_t bytes) {
+    if (bytes > merge_charged_) {
+      deps_.budget->Charge(bytes - merge_charged_);
+      merge_charged_ = bytes;
+    }
+  };
+  // Runs are made as the merge reaches them (a partition may hold a million tiny frames).
+  SLUICE_ASSIGN_OR_RETURN(
+      merged_,
+      MergedStream::Make(
+          blocks_.size(), [this](size_t i) { return uint64_t{blocks_[i].frame_size}; },
+          [this](size_t i) -> absl::StatusOr<uint64_t> {
+            // The index knows what the frame decodes to (filled at append and at recovery):
+            // no read for planning.
+            return DecodedCost(blocks_[i].uncompressed, blocks_[i].records);
+          },
+          [this](size_t i) { return StoredFrameRun(store_, blocks_[i], &run_decoder_); }, mopts));
+  encoder_ = std::make_unique<FrameEncoder>(encode_);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> FetchSession::NextMerged(std::string* frame) {
+  if (merged_ == nullptr) SLUICE_RETURN_IF_ERROR(StartMerge());
+  batch_.clear();
+  SLUICE_ASSIGN_OR_RETURN(bool more, merged_->NextBatch(chunk_bytes_, &batch_));
+  while (more && skip_ > 0) {  // records to leave out: whole batches, then part of one
+    const size_t drop = static_cast<size_t>(std::min<uint64_t>(skip_, batch_.size()));
+    batch_.erase(batch_.begin(), batch_.begin() + static_cast<std::ptrdiff_t>(drop));
+    skip_ -= drop;
+    if (!batch_.empty()) break;
+    SLUICE_ASSIGN_OR_RETURN(more, merged_->NextBatch(chunk_bytes_, &batch_));
+  }
+  if (!more) return false;
+  frame->clear();
+  SLUICE_RETURN_IF_ERROR(encoder_->Encode(batch_, frame));
+  Charge(frame->size());
+  // The runs' frames stay resident between chunks: keep their count in the budget current.
+  // (With the buffer the runs read stored frames into and the decoder's scratch.)
+  const size_t resident =
+      merged_->resident_bytes() + run_decoder_.bytes.capacity() + decoder_->scratch_bytes();
+  if (resident > merge_charged_) {
+    deps_.budget->Charge(resident - merge_charged_);
+  } else {
+    deps_.budget->Release(merge_charged_ - resident);
+  }
+  merge_charged_ = resident;
+  return true;
+}
+
+}  // namespace sluice

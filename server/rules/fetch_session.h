@@ -1,0 +1,131 @@
+// FetchSession: the rules of one partition's fetch, apart from any transport. The gRPC fetch
+// reactor (shuffle_service.cc) converts the request, asks for one frame at a time and writes
+// it; replication and tests drive the same rules without a stream.
+//
+//   FetchSpec spec{.shuffle_id = "job", .partition = 3, .key_order = true};
+//   SLUICE_ASSIGN_OR_RETURN(auto session, FetchSession::Make(spec, deps));
+//   std::string frame;
+//   while (*session->Next(&frame)) { Send(frame); session->Sent(); }
+//
+// Make checks the request (partition in range, require_complete, the zstd level) and takes the
+// partition's committed blocks as they are now. UNORDERED: Next hands out the stored frames as
+// they were pushed, each read and checksum-verified. KEY: a k-way merge of the partition's runs
+// (server/merge.h), re-encoded in chunks of the size and layout asked for. A KEY session may
+// hold up to fan-in decoded frames: callers admit at most so many at once (the server's merge
+// gate) before the first Next.
+//
+// Budget: the frame Next returns is charged to the server's memory budget until Sent(); a
+// merge's resident frames are charged while they are held. The destructor returns every charge.
+// Not thread-safe: one caller at a time.
+#ifndef SLUICE_SERVER_RULES_FETCH_SESSION_H_
+#define SLUICE_SERVER_RULES_FETCH_SESSION_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "codec/frame_decoder.h"
+#include "codec/frame_encoder.h"
+#include "codec/frame_format.h"
+#include "server/rules/merge.h"
+#include "server/storage/shuffle_registry.h"
+#include "server/runtime/worker_pool.h"
+
+namespace sluice {
+
+/// What a reducer asked for (the transport-free FetchRequest).
+struct FetchSpec {
+  std::string shuffle_id;
+  uint32_t partition = 0;
+  bool key_order = false;
+  /// FAILED_PRECONDITION unless every mapper has committed (needs the shuffle's mapper count).
+  bool require_complete = false;
+  LayoutChoice layout = LayoutChoice::kAuto;  ///< of the frames a KEY fetch builds
+  bool uncompressed = false;
+  uint32_t zstd_level = 0;          ///< 0 = 3; at most kMaxFetchZstdLevel
+  uint32_t target_chunk_bytes = 0;  ///< 0 = 1 MiB of records per frame (KEY)
+  /// The first records of the partition, in this fetch's order, that are not returned.
+  uint64_t skip_records = 0;
+  /// Only these mappers' records (sorted, no repeats; empty: every committed mapper). ABORTED
+  /// if one of them is not committed here.
+  std::vector<uint32_t> only_mappers;
+};
+
+/// Fetches compress at most at this zstd level: the server compresses for every reducer.
+inline constexpr uint32_t kMaxFetchZstdLevel = 9;
+
+struct FetchDeps {
+  ShuffleRegistry* registry = nullptr;
+  MemoryBudget* budget = nullptr;
+  FrameLimits limits;  ///< the cap in force: chunk sizes follow it
+  MergeOptions merge;
+};
+
+class FetchSession {
+ public:
+  /// Fewest frames small enough to read through the store's ReadView() for a fetch to take one.
+  static constexpr size_t kMinViewBlocks = 16;
+  /// `cancelled` (may be null) stops a merge's intermediate passes once set.
+  static absl::StatusOr<std::unique_ptr<FetchSession>> Make(const FetchSpec& spec,
+                                                            const FetchDeps& deps,
+                                                            const std::atomic<bool>* cancelled);
+  ~FetchSession();
+  FetchSession(const FetchSession&) = delete;
+  FetchSession& operator=(const FetchSession&) = delete;
+
+  /// Whether the session merges (and so must be admitted before its first Next).
+  bool key_order() const { return spec_.key_order; }
+
+  /// Puts the next frame in *frame, charged to the budget until Sent(); false once done.
+  absl::StatusOr<bool> Next(std::string* frame);
+  /// Whether the frame the last Next gave is the last one (a small partition's only chunk):
+  /// the transport can send it with the end of the stream. False when not known.
+  bool last() const;
+  /// The frame from the last Next is sent: its charge goes back.
+  void Sent();
+  /// The committed mappers this fetch serves (only_mappers, or every one committed when it
+  /// started), in order.
+  const std::vector<uint32_t>& mappers() const { return mappers_; }
+  /// A KEY session's intermediate merge passes so far, and the bytes they spilled.
+  size_t merge_passes() const { return merged_ == nullptr ? 0 : merged_->intermediate_passes(); }
+  uint64_t spill_bytes() const { return merged_ == nullptr ? 0 : merged_->spill_bytes(); }
+
+ private:
+  FetchSession(const FetchSpec& spec, const FetchDeps& deps, const std::atomic<bool>* cancelled)
+      : spec_(spec), deps_(deps), cancelled_(cancelled) {}
+  absl::Status Setup();
+  absl::StatusOr<bool> NextStored(std::string* frame);
+  // The stored frame `b` without its first skip_ records, re-encoded.
+  absl::Status SkipInto(const BlockRef& b, std::string* frame);
+  absl::StatusOr<bool> NextMerged(std::string* frame);
+  absl::Status StartMerge();
+  void Charge(uint64_t n);
+
+  const FetchSpec spec_;
+  const FetchDeps deps_;
+  const std::atomic<bool>* const cancelled_;
+  std::shared_ptr<ShuffleStore> store_;
+  std::shared_ptr<const file::Mapping> view_;  // the store's ReadView()
+  EncodeOptions encode_;
+  size_t chunk_bytes_ = 1 << 20;
+  std::vector<BlockRef> blocks_;
+  std::vector<uint32_t> mappers_;
+  size_t next_ = 0;
+  uint64_t skip_ = 0;     // records still to leave out (FetchSpec::skip_records)
+  uint64_t charged_ = 0;  // the frame handed out, until Sent()
+  // KEY order only.
+  std::unique_ptr<FrameDecoder> decoder_;
+  RunDecoder run_decoder_;  // shared by the merge's runs
+  std::unique_ptr<MergedStream> merged_;
+  std::unique_ptr<FrameEncoder> encoder_;
+  std::vector<Record> batch_;
+  uint64_t merge_charged_ = 0;  // the runs' resident bytes, counted in the budget
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_RULES_FETCH_SESSION_H_

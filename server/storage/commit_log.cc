@@ -1,0 +1,388 @@
+#include "server/storage/commit_log.h"
+
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "codec/endian.h"
+#include "codec/frame_format.h"
+#include "codec/status_macros.h"
+
+namespace sluice {
+namespace {
+
+constexpr char kCommitMagic[4] = {'S', 'L', 'C', 'M'};
+constexpr char kPreparedMagic[4] = {'S', 'L', 'P', 'R'};
+constexpr char kHeaderMagic[4] = {'S', 'L', 'L', 'G'};
+// 3 since the shuffle's blocks live in one shared data file; a version 2 log's offsets name
+// per-partition files (read for an upgrade only).
+constexpr uint32_t kLogVersion = 3;
+constexpr uint32_t kOldestHeaderVersion = 2;
+constexpr char kLogFile[] = "commits.log";
+constexpr size_t kCommitFixed = 4 + 8 + 4;  // mapper, attempt, block count
+constexpr size_t kCommitBlock = 20;
+// The header: two checkpoint slots, each in its own 512-byte sector; records follow it.
+constexpr uint64_t kSlotSpacing = 512;
+constexpr uint64_t kRecordsStart = 2 * kSlotSpacing;
+constexpr size_t kSlotSize = 40;  // magic, version, generation, floor, records, checksum
+
+uint64_t SlotOffset(uint64_t generation) { return (generation % 2) * kSlotSpacing; }
+
+// Parses the records from `p` on until the end or the first bad one; returns where it stopped.
+const uint8_t* ParseRecords(const uint8_t* p, const uint8_t* end,
+                            std::vector<CommitRecord>* records) {
+  CommitRecord record;
+  while (p < end) {
+    const size_t n = ParseCommitRecord(p, end, &record);
+    if (n == 0) break;
+    records->push_back(std::move(record));
+    p += n;
+  }
+  return p;
+}
+
+absl::Status NothingTouched(const std::string& path, absl::string_view why) {
+  return absl::DataLossError(absl::StrCat(
+      path, " ", why,
+      "; nothing of the shuffle is served or reclaimed (delete the shuffle to drop it)"));
+}
+
+}  // namespace
+
+std::string EncodeCommitRecord(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks,
+                               bool prepared) {
+  std::string body;
+  body.reserve(kCommitFixed + kCommitBlock * blocks.size() + 8);
+  AppendLE32(&body, mapper);
+  AppendLE64(&body, attempt);
+  AppendLE32(&body, static_cast<uint32_t>(blocks.size()));
+  for (const BlockRef& b : blocks) {
+    AppendLE32(&body, b.partition);
+    AppendLE64(&body, b.offset);
+    AppendLE32(&body, b.frame_size);
+    AppendLE32(&body, b.records);
+  }
+  AppendLE64(&body, PayloadChecksum(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
+  std::string record(prepared ? kPreparedMagic : kCommitMagic, 4);
+  AppendLE32(&record, static_cast<uint32_t>(body.size()));
+  record += body;
+  return record;
+}
+
+size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out) {
+  const auto avail = static_cast<size_t>(end - p);
+  if (avail < 8) return 0;
+  const bool prepared = std::memcmp(p, kPreparedMagic, 4) == 0;
+  if (!prepared && std::memcmp(p, kCommitMagic, 4) != 0) return 0;
+  const uint32_t body = LoadLE32(p + 4);
+  if (body < kCommitFixed + 8 || body > avail - 8) return 0;
+  const uint8_t* b = p + 8;
+  if (LoadLE64(b + body - 8) != PayloadChecksum(b, body - 8)) return 0;
+  const uint32_t count = LoadLE32(b + 12);
+  if (static_cast<uint64_t>(count) * kCommitBlock + kCommitFixed + 8 != body) return 0;
+  out->mapper = LoadLE32(b);
+  out->attempt = LoadLE64(b + 4);
+  out->prepared = prepared;
+  out->blocks.clear();
+  out->blocks.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint8_t* e = b + kCommitFixed + kCommitBlock * i;
+    BlockRef r;
+    r.partition = LoadLE32(e);
+    r.offset = LoadLE64(e + 4);
+    r.frame_size = LoadLE32(e + 12);
+    r.records = LoadLE32(e + 16);
+    out->blocks.push_back(r);
+  }
+  return 8 + body;
+}
+
+struct CommitLog::Pending {
+  std::string record;  // one or more encoded records
+  uint64_t count = 1;  // how many
+  bool done = false;
+  absl::Status result;
+};
+
+std::string CommitLog::EncodeCheckpoint(const Checkpoint& c) {
+  std::string slot(kHeaderMagic, 4);
+  AppendLE32(&slot, kLogVersion);
+  AppendLE64(&slot, c.generation);
+  AppendLE64(&slot, c.floor);
+  AppendLE64(&slot, c.records);
+  AppendLE64(&slot, PayloadChecksum(reinterpret_cast<const uint8_t*>(slot.data()), slot.size()));
+  return slot;
+}
+
+bool CommitLog::ParseCheckpoint(const uint8_t* p, Checkpoint* out, uint32_t* version) {
+  *version = LoadLE32(p + 4);
+  if (std::memcmp(p, kHeaderMagic, 4) != 0 || *version < kOldestHeaderVersion ||
+      *version > kLogVersion || LoadLE64(p + 32) != PayloadChecksum(p, 32)) {
+    return false;
+  }
+  out->generation = LoadLE64(p + 8);
+  out->floor = LoadLE64(p + 16);
+  out->records = LoadLE64(p + 24);
+  return out->floor >= kRecordsStart;
+}
+
+absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Create(int dir_fd, const std::string& dir,
+                                                             Options options) {
+  const std::string path = absl::StrCat(dir, "/", kLogFile);
+  SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenAt(dir_fd, kLogFile, path));
+  SLUICE_RETURN_IF_ERROR(file::Truncate(fd.get(), path, 0));
+  const Checkpoint first{1, kRecordsStart, 0};
+  std::string header(kRecordsStart, '\0');
+  header.replace(SlotOffset(first.generation), kSlotSize, EncodeCheckpoint(first));
+  SLUICE_RETURN_IF_ERROR(file::PwriteAll(
+      fd.get(), path, 0,
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(header.data()), header.size())));
+  if (options.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(fd.get(), path));
+  SLUICE_RETURN_IF_ERROR(file::SyncFd(dir_fd, dir));
+  return std::unique_ptr<CommitLog>(
+      new CommitLog(std::move(fd), path, std::move(options), first, kRecordsStart, 0, kLogVersion));
+}
+
+absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Rewrite(
+    int dir_fd, const std::string& dir, Options options, const std::vector<CommitRecord>& records) {
+  const std::string path = absl::StrCat(dir, "/", kLogFile);
+  std::string bytes(kRecordsStart, '\0');
+  for (const CommitRecord& r : records) {
+    bytes += EncodeCommitRecord(r.mapper, r.attempt, r.blocks, r.prepared);
+  }
+  const Checkpoint durable{1, bytes.size(), records.size()};
+  bytes.replace(SlotOffset(durable.generation), kSlotSize, EncodeCheckpoint(durable));
+  SLUICE_RETURN_IF_ERROR(file::WriteFileAtomically(
+      dir, kLogFile,
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size())));
+  SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenAt(dir_fd, kLogFile, path));
+  return std::unique_ptr<CommitLog>(new CommitLog(std::move(fd), path, std::move(options), durable,
+                                                  durable.floor, records.size(), kLogVersion));
+}
+
+absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(int dir_fd, const std::string& dir,
+                                                           Options options,
+                                                           const Recovery& recovery,
+                                                           std::vector<CommitRecord>* records) {
+  records->clear();
+  const std::string path = absl::StrCat(dir, "/", kLogFile);
+  if (!file::Exists(path)) {
+    if (!recovery.data_files_exist) return Create(dir_fd, dir, std::move(options));
+    return NothingTouched(path,
+                          "is missing while the shuffle has data: which of its blocks "
+                          "are committed cannot be known");
+  }
+  SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenAt(dir_fd, kLogFile, path));
+  SLUICE_ASSIGN_OR_RETURN(uint64_t size, file::FileSize(fd.get(), path));
+  std::string log(size, '\0');
+  SLUICE_RETURN_IF_ERROR(
+      file::PreadAll(fd.get(), path, 0, log.size(), reinterpret_cast<uint8_t*>(log.data())));
+  const auto* base = reinterpret_cast<const uint8_t*>(log.data());
+  if (recovery.version1_allowed && (size == 0 || std::memcmp(base, kCommitMagic, 4) == 0)) {
+    return OpenVersion1(std::move(fd), path, std::move(options), log, records);
+  }
+
+  // The header: the newer of the two valid slots.
+  Checkpoint durable;
+  uint32_t version = 0;
+  bool found = false;
+  for (uint64_t slot = 0; size >= kRecordsStart && slot < 2; ++slot) {
+    Checkpoint c;
+    uint32_t v = 0;
+    if (ParseCheckpoint(base + slot * kSlotSpacing, &c, &v) &&
+        SlotOffset(c.generation) == slot * kSlotSpacing &&
+        (!found || c.generation > durable.generation)) {
+      durable = c;
+      version = v;
+      found = true;
+    }
+  }
+  if (found && version < kLogVersion && !recovery.version2_allowed) {
+    return NothingTouched(
+        path, absl::StrCat("is a version ", version, " log in a shuffle of a later version"));
+  }
+  if (!found) {
+    if (!recovery.data_files_exist) return Create(dir_fd, dir, std::move(options));
+    return NothingTouched(
+        path, absl::StrCat(size == 0 ? "is empty" : "has no valid header",
+                           " while the shuffle has data: its commits were lost (emptied or "
+                           "overwritten?)"));
+  }
+
+  const uint8_t* end = base + size;
+  const uint8_t* p = ParseRecords(base + kRecordsStart, end, records);
+  const auto valid_end = static_cast<uint64_t>(p - base);
+  if (valid_end < durable.floor) {
+    const std::string how = p == end ? absl::StrCat("the file ends at byte ", valid_end)
+                                     : absl::StrCat("it is corrupt at byte ", valid_end,
+                                                    " (refusing to drop what follows)");
+    return NothingTouched(path,
+                          absl::StrCat("had ", durable.records, " records (", durable.floor,
+                                       " bytes) made durable but ", how, " after ", records->size(),
+                                       ": acknowledged commits are missing"));
+  }
+  const uint64_t count = records->size();
+  if (version < kLogVersion) {  // legacy: read-only, the torn tail left to the rewrite
+    return std::unique_ptr<CommitLog>(
+        new CommitLog(std::move(fd), path, std::move(options), durable, valid_end, count, version));
+  }
+  if (p < end) {  // a torn, never acknowledged batch: cut it off
+    SLUICE_RETURN_IF_ERROR(file::Truncate(fd.get(), path, valid_end));
+    if (options.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(fd.get(), path));
+  }
+  std::unique_ptr<CommitLog> out(new CommitLog(std::move(fd), path, std::move(options), durable,
+                                               valid_end, count, kLogVersion));
+  if (durable.floor < valid_end) {  // what recovery serves from now on is protected too
+    const Checkpoint raised{durable.generation + 1, valid_end, count};
+    SLUICE_RETURN_IF_ERROR(out->WriteCheckpoint(raised));
+    if (out->options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(out->fd_.get(), path));
+    out->durable_ = raised;
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::OpenVersion1(
+    file::Fd fd, const std::string& path, Options options, const std::string& bytes,
+    std::vector<CommitRecord>* records) {
+  // Version 1 had no header: a bad record with valid ones after it is corruption, otherwise
+  // it starts a torn tail.
+  const auto* base = reinterpret_cast<const uint8_t*>(bytes.data());
+  const uint8_t* end = base + bytes.size();
+  const uint8_t* p = ParseRecords(base, end, records);
+  CommitRecord probe;
+  for (const uint8_t* q = p + 1; q + 8 <= end; ++q) {
+    if (ParseCommitRecord(q, end, &probe) != 0) {
+      return absl::DataLossError(absl::StrCat(path, " is corrupt at byte ", p - base,
+                                              " and holds valid commits after it (at byte ",
+                                              q - base, "); refusing to drop them"));
+    }
+  }
+  const auto length = static_cast<uint64_t>(p - base);
+  return std::unique_ptr<CommitLog>(new CommitLog(std::move(fd), path, std::move(options),
+                                                  Checkpoint{0, length, records->size()}, length,
+                                                  records->size(), /*version=*/1));
+}
+
+absl::Status CommitLog::WriteCheckpoint(const Checkpoint& c) {
+  const std::string slot = EncodeCheckpoint(c);
+  return file::PwriteAll(
+      fd_.get(), path_, SlotOffset(c.generation),
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(slot.data()), slot.size()));
+}
+
+bool CommitLog::broken() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return broken_;
+}
+
+absl::Status CommitLog::BrokenError() const {
+  return absl::UnavailableError(absl::StrCat(
+      "shuffle ", options_.shuffle_id,
+      " stopped taking commits after a failed disk write or sync; it re-verifies itself and "
+      "takes pushes again once its running pushes have ended: retry the attempt"));
+}
+
+absl::Status CommitLog::Append(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks,
+                               bool prepared) {
+  if (legacy()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, " is a version ", version_, " log, read to be rewritten"));
+  }
+  Pending me;
+  me.record = EncodeCommitRecord(mapper, attempt, blocks, prepared);  // built outside the lock
+  return Write(me);
+}
+
+absl::Status CommitLog::AppendAll(absl::Span<const CommitRecord> records) {
+  if (legacy()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, " is a version ", version_, " log, read to be rewritten"));
+  }
+  if (records.empty()) return absl::OkStatus();
+  Pending me;
+  for (const CommitRecord& r : records) {
+    me.record += EncodeCommitRecord(r.mapper, r.attempt, r.blocks, r.prepared);
+  }
+  me.count = records.size();
+  return Write(me);
+}
+
+absl::Status CommitLog::Write(Pending& me) {
+  std::unique_lock<std::mutex> lock(mu_);
+  queue_.push_back(&me);
+  while (!me.done) {
+    if (writing_) {
+      cv_.wait(lock);
+      continue;
+    }
+    // Lead a batch: every record queued so far.
+    writing_ = true;
+    std::vector<Pending*> batch;
+    batch.swap(queue_);
+    absl::Status result;
+    if (broken_) {
+      result = BrokenError();
+    } else {
+      std::string records;
+      for (const Pending* c : batch) records += c->record;
+      const uint64_t at = end_;
+      Checkpoint raise;  // generation 0: the floor is already at `at`
+      if (durable_.floor < at) raise = Checkpoint{durable_.generation + 1, at, records_};
+      lock.unlock();
+      const auto started = std::chrono::steady_clock::now();
+      result = WriteBatch(at, records, raise);
+      if (options_.observe_batch) {
+        options_.observe_batch(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      }
+      lock.lock();
+      if (result.ok()) {
+        end_ = at + records.size();
+        for (const Pending* c : batch) records_ += c->count;
+        if (raise.generation != 0) durable_ = raise;
+      } else {
+        broken_ = true;
+      }
+    }
+    for (Pending* c : batch) {
+      c->result = result;
+      c->done = true;
+    }
+    cv_.notify_all();
+    if (queue_.empty() && !broken_ && durable_.floor < end_) {
+      // Nobody is waiting: raise the floor over this batch now rather than with the next one,
+      // so that an idle log's floor covers every record (the batch is acknowledged already).
+      const Checkpoint raise{durable_.generation + 1, end_, records_};
+      lock.unlock();
+      absl::Status st = WriteCheckpoint(raise);
+      if (st.ok() && options_.fsync) st = file::SyncData(fd_.get(), path_);
+      lock.lock();
+      if (st.ok()) {
+        durable_ = raise;
+      } else {
+        broken_ = true;
+      }
+    }
+    writing_ = false;
+    cv_.notify_all();
+  }
+  return me.result;
+}
+
+absl::Status CommitLog::WriteBatch(uint64_t at, const std::string& records,
+                                   const Checkpoint& checkpoint) {
+  if (options_.fsync && options_.sync_data) SLUICE_RETURN_IF_ERROR(options_.sync_data());
+  const auto bytes =
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(records.data()), records.size());
+  absl::Status st = file::PwriteAll(fd_.get(), path_, at, bytes);
+  if (st.ok() && checkpoint.generation != 0) st = WriteCheckpoint(checkpoint);
+  if (st.ok() && options_.fsync) st = file::SyncData(fd_.get(), path_);
+  if (!st.ok()) {
+    // The records may or may not be on disk: roll the log back (the latch stays set anyway).
+    (void)file::Truncate(fd_.get(), path_, at);
+  }
+  return st;
+}
+
+}  // namespace sluice

@@ -1,0 +1,186 @@
+// CommitLog: a shuffle's commits.log (docs/storage.md), the only source of truth of what is
+// committed. One record per committed mapper attempt, listing its blocks; the record encoding
+// and its parser live here side by side.
+//
+// The file starts with a 1 KiB header of two checkpoint slots (written alternately, so a torn
+// slot write leaves the other one whole); each names the log length proven durable: the
+// "floor". Records follow from byte 1024. Recovery refuses a log that ends before its floor
+// (acknowledged commits were lost: truncated, emptied) and cuts everything after the first bad
+// record past it (a torn, unacknowledged batch, even one with valid records after a hole).
+//
+// Append() is a group commit: concurrent callers queue their records, and whichever finds no
+// write in progress leads a batch of everything queued. Outside the lock the leader first has
+// the shuffle's data file made durable (Options::sync_data, one fdatasync for the whole
+// batch), then writes all its records with one write (plus a checkpoint raising the
+// floor to where the batch starts, when it is behind) and syncs the log, and wakes the others.
+// A leader that finds nobody queued after its batch also raises the floor to the batch's end
+// (one more sync), so an idle log's floor covers every record. All of a shuffle's data syncs
+// happen in batch leaders, one batch at a time: Linux reports a writeback error to a single
+// fdatasync, so it must be the one whose failure stops the records that depend on those pages.
+//
+// The broken-log latch: after any failed sync or log write the outcome on disk is unknown (a
+// failed fdatasync may have dropped other attempts' pages, and a retry can report success
+// without them), so the log takes no more records: this and every later Append fails with
+// UNAVAILABLE until a restart re-reads and re-verifies what is on disk.
+//
+// Thread safety: Append and the accessors may be called concurrently.
+#ifndef SLUICE_SERVER_STORAGE_COMMIT_LOG_H_
+#define SLUICE_SERVER_STORAGE_COMMIT_LOG_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "server/storage/file_util.h"
+
+namespace sluice {
+
+/// Where one stored frame lives.
+struct BlockRef {
+  uint32_t partition = 0;
+  uint32_t frame_size = 0;  ///< bytes of the frame; the block adds a 32-byte header
+  uint64_t offset = 0;      ///< of the block header in the shuffle's data file
+  uint32_t records = 0;
+  /// The frame's uncompressed payload size (what decoding it takes; in memory only: not in
+  /// the commit record, filled from the frame when appended or recovered).
+  uint32_t uncompressed = 0;
+};
+
+/// One committed (or, in a cluster, prepared) mapper attempt, as its log record lists it.
+struct CommitRecord {
+  uint32_t mapper = 0;
+  uint64_t attempt = 0;
+  std::vector<BlockRef> blocks;
+  /// A PREPARED record: the blocks are durable but not visible until a commit record of the
+  /// same attempt follows (docs/cluster.md, the commit protocol).
+  bool prepared = false;
+};
+
+/// The record's bytes: "SLCM" (a commit; "SLPR" for a prepared attempt), u32 body size, then
+/// the body: u32 mapper, u64 attempt, u32 block count, 20 bytes a block (u32 partition, u64
+/// offset, u32 frame size, u32 records), u64 XXH3 of the body before it. All little-endian.
+std::string EncodeCommitRecord(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks,
+                               bool prepared = false);
+/// Parses one record at [p, end). Returns its size, or 0 if the bytes are not a whole valid
+/// record.
+size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out);
+
+class CommitLog {
+ public:
+  struct Options {
+    bool fsync = true;
+    /// Names the shuffle in errors.
+    std::string shuffle_id;
+    /// Makes the shuffle's data durable; called once by a batch's leader, outside every lock,
+    /// before the batch's records are written (only when fsync is on).
+    std::function<absl::Status()> sync_data;
+    /// Told how long each batch's writes and syncs took, in seconds (metrics; may be null).
+    std::function<void(double)> observe_batch;
+  };
+
+  /// What Open may assume about the shuffle whose log it reads.
+  struct Recovery {
+    /// The shuffle predates the header: a log of bare records from byte 0 (version 1) is read
+    /// with version 1's rules.
+    bool version1_allowed = false;
+    /// The shuffle predates the shared data file: a version 2 log (offsets into per-partition
+    /// files) is read too. Either legacy log is returned untouched and read-only (legacy());
+    /// the store moves its blocks and calls Rewrite.
+    bool version2_allowed = false;
+    /// The shuffle has data (its data file is not empty, or legacy partition files exist).
+    /// Without it a missing or headerless log lost nothing (a crash inside Create) and starts
+    /// afresh; with it, it is DATA_LOSS.
+    bool data_files_exist = true;
+  };
+
+  /// An empty log `name` in the directory `dir_fd` (`dir` is for messages), replacing any file
+  /// there; the header and the directory entry are synced.
+  static absl::StatusOr<std::unique_ptr<CommitLog>> Create(int dir_fd, const std::string& dir,
+                                                           Options options);
+  /// Opens the log and returns its records in order in *records. DATA_LOSS, with nothing
+  /// changed, when the log is missing or headerless (see Recovery), ends before its floor, or
+  /// has a bad record before its floor. A bad record past the floor starts a torn tail, which
+  /// is cut off; the floor is then raised to cover every record kept.
+  static absl::StatusOr<std::unique_ptr<CommitLog>> Open(int dir_fd, const std::string& dir,
+                                                         Options options, const Recovery& recovery,
+                                                         std::vector<CommitRecord>* records);
+  /// Replaces the log, atomically and durably, by a current one holding exactly `records`
+  /// (all below its floor), and opens it.
+  static absl::StatusOr<std::unique_ptr<CommitLog>> Rewrite(
+      int dir_fd, const std::string& dir, Options options,
+      const std::vector<CommitRecord>& records);
+
+  /// The log's format: 1 (bare records) or 2 (records name per-partition files) for a legacy
+  /// log Open returned read-only, else 3.
+  uint32_t version() const { return version_; }
+  bool legacy() const { return version_ < 3; }
+
+  /// Appends one record (a commit, or a PREPARED record) and makes it durable together with the
+  /// data it lists (see above).
+  absl::Status Append(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks,
+                      bool prepared = false);
+  /// Appends several records with one write: all durable when it returns OK.
+  absl::Status AppendAll(absl::Span<const CommitRecord> records);
+
+  /// Whether a failed write or sync stopped the log (see above).
+  bool broken() const;
+  /// The UNAVAILABLE error a broken log answers with.
+  absl::Status BrokenError() const;
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Pending;  // one queued Append
+  /// A header slot's contents.
+  struct Checkpoint {
+    uint64_t generation = 0;  ///< the newer of the two valid slots wins
+    uint64_t floor = 0;       ///< bytes of the file proven durable, header included
+    uint64_t records = 0;     ///< records before the floor (for messages)
+  };
+  CommitLog(file::Fd fd, std::string path, Options options, Checkpoint durable, uint64_t end,
+            uint64_t records, uint32_t version)
+      : fd_(std::move(fd)),
+        path_(std::move(path)),
+        options_(std::move(options)),
+        version_(version),
+        durable_(durable),
+        end_(end),
+        records_(records) {}
+  static absl::StatusOr<std::unique_ptr<CommitLog>> OpenVersion1(
+      file::Fd fd, const std::string& path, Options options, const std::string& bytes,
+      std::vector<CommitRecord>* records);
+  static std::string EncodeCheckpoint(const Checkpoint& c);
+  // Queues `me` and waits until a batch has written it (leading the batch if none is).
+  absl::Status Write(Pending& me);
+  // 40 bytes at p; *version is the slot's log version (2 or 3).
+  static bool ParseCheckpoint(const uint8_t* p, Checkpoint* out, uint32_t* version);
+  // Writes a checkpoint into the slot its generation picks (no sync).
+  absl::Status WriteCheckpoint(const Checkpoint& c);
+  // Syncs the shuffle's data, writes a batch's records at `at` (and `checkpoint`, when it has
+  // a generation) and syncs the log; no lock held.
+  absl::Status WriteBatch(uint64_t at, const std::string& records, const Checkpoint& checkpoint);
+
+  const file::Fd fd_;
+  const std::string path_;
+  const Options options_;
+  const uint32_t version_;
+
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  Checkpoint durable_;    // the newest checkpoint on disk
+  uint64_t end_ = 0;      // where the next batch is written
+  uint64_t records_ = 0;  // records before end_
+  bool broken_ = false;   // the latch
+  bool writing_ = false;  // a batch is being written and synced
+  std::vector<Pending*> queue_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_STORAGE_COMMIT_LOG_H_

@@ -1,0 +1,540 @@
+#include "server/storage/shuffle_registry.h"
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "codec/status_macros.h"
+#include "server/storage/file_util.h"
+#include "server/storage/shuffle_id.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice {
+
+StoreOptions ShuffleRegistry::OptionsForLocked(const std::string& id) {
+  StoreOptions o = options_;
+  const absl::string_view tenant = TenantOf(id);
+  if (!tenant.empty()) o.held_total = TenantBytesLocked(std::string(tenant));
+  return o;
+}
+
+std::shared_ptr<std::atomic<int64_t>> ShuffleRegistry::TenantBytesLocked(
+    const std::string& tenant) {
+  auto& total = tenant_bytes_[tenant];
+  if (total == nullptr) total = std::make_shared<std::atomic<int64_t>>(0);
+  return total;
+}
+
+std::shared_ptr<std::atomic<int64_t>> ShuffleRegistry::TenantBytes(const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return TenantBytesLocked(tenant);
+}
+
+size_t ShuffleRegistry::TenantShuffles(const std::string& tenant) const {
+  const std::string prefix = absl::StrCat(tenant, std::string(1, kTenantSeparator));
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (auto it = home_.lower_bound(prefix);
+       it != home_.end() && absl::StartsWith(it->first, prefix); ++it) {
+    ++n;
+  }
+  return n;
+}
+
+std::string ShuffleRegistry::ShuffleDirLocked(const std::string& id) const {
+  auto it = home_.find(id);
+  const size_t index = it == home_.end() ? 0 : it->second;
+  return absl::StrCat(dirs_[index]->path, "/shuffles/", id);
+}
+
+namespace {
+
+// Descriptors kept free for what is not a shuffle's: accepting connections, gRPC's own,
+// temporary and merge files.
+constexpr uint64_t kFdHeadroom = 64;
+
+// RESOURCE_EXHAUSTED when fewer than `need` + the headroom descriptors are left, `open` being
+// how many are open now. A store needs 3 while it is made or opened (its directory, its data
+// file, its log) and keeps 2.
+absl::Status CheckFdHeadroom(uint64_t open, uint64_t need, const std::string& what) {
+  const uint64_t limit = file::OpenFilesLimit();
+  if (open + need + kFdHeadroom <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      what, ": the server has ", open, " of its ", limit, " open files in use (its limit, less ",
+      kFdHeadroom,
+      " kept for connections); raise it, e.g. ulimit -n or LimitNOFILE, or delete shuffles"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
+    const std::vector<std::string>& data_dirs, const StoreOptions& options,
+    std::map<std::string, absl::Status>* failed) {
+  if (data_dirs.empty()) return absl::InvalidArgumentError("no data directory");
+  std::unique_ptr<ShuffleRegistry> reg(new ShuffleRegistry(options));
+  for (const std::string& path : data_dirs) {
+    reg->dirs_.push_back(std::make_unique<Dir>());
+    reg->dirs_.back()->path = path;
+  }
+  uint64_t open_fds = file::OpenFdCount();
+  size_t healthy = 0;
+  for (size_t i = 0; i < reg->dirs_.size(); ++i) {
+    const absl::Status st = reg->OpenDir(i, failed, &open_fds);
+    if (st.ok()) {
+      ++healthy;
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(reg->mu_);
+    reg->FailDirLocked(i, st);
+  }
+  if (healthy == 0) {
+    // One directory: its own error, as before. Several: each named.
+    if (reg->dirs_.size() == 1) return reg->dirs_[0]->failed;
+    std::string why;
+    for (const auto& d : reg->dirs_)
+      absl::StrAppend(&why, why.empty() ? "" : "; ", d->failed.message());
+    return absl::UnavailableError(absl::StrCat("no data directory can be used: ", why));
+  }
+  return reg;
+}
+
+absl::Status ShuffleRegistry::OpenDir(size_t index, std::map<std::string, absl::Status>* failed,
+                                      uint64_t* open_fds) {
+  const std::string root = absl::StrCat(dirs_[index]->path, "/shuffles");
+  // A directory that cannot be written (a read-only or failing disk) fails now, not at the
+  // first commit of a job placed on it.
+  absl::Status writable = file::MakeDirs(root);
+  if (writable.ok()) writable = ProbeWrite(root);
+  if (!writable.ok()) {
+    ReserveIds(index, root, writable);
+    return writable;
+  }
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    if (!entry.is_directory()) continue;
+    const std::string id = entry.path().filename().string();
+    if (id.rfind(".trash-", 0) == 0) {  // a delete that a crash interrupted: finish it
+      (void)file::RemoveTree(entry.path().string());
+      continue;
+    }
+    if (!ValidateShuffleId(id).ok()) continue;  // not ours (or a leftover temp directory)
+    if (auto other = home_.find(id); other != home_.end()) {
+      Duplicate(id, other->second, index);
+      continue;
+    }
+    // A start must come up whatever the limit: past it, shuffles are left unopened (and say
+    // so) rather than taking the descriptors connections need.
+    // (Counted as stores open, not listed each time: a start with 10,000 shuffles must not
+    // list /proc/self/fd 10,000 times.)
+    const absl::Status room =
+        CheckFdHeadroom(*open_fds, 3, absl::StrCat("shuffle '", id, "' was not opened at start"));
+    absl::StatusOr<std::unique_ptr<ShuffleStore>> store =
+        room.ok() ? ShuffleStore::Open(entry.path().string(), OptionsForLocked(id))
+                  : absl::StatusOr<std::unique_ptr<ShuffleStore>>(room);
+    home_[id] = index;
+    if (store.ok()) *open_fds += (*store)->open_files();
+    if (!store.ok()) {
+      DamagedShuffle damaged;
+      damaged.params =
+          ShuffleStore::ReadParams(entry.path().string()).value_or(ShuffleParams{id, 0, 0});
+      damaged.params.shuffle_id = id;
+      damaged.reason = WithRelativePaths(store.status());
+      if (failed != nullptr) (*failed)[id] = store.status();  // for the log: full paths
+      damaged_.emplace(id, std::move(damaged));
+      continue;
+    }
+    shuffles_.emplace(id, std::shared_ptr<ShuffleStore>(std::move(store).value()));
+  }
+  if (ec) return file::ErrnoStatus(ec.value(), "list", root);
+  return absl::OkStatus();
+}
+
+absl::Status ShuffleRegistry::ProbeWrite(const std::string& root) {
+  const std::string probe = absl::StrCat(root, "/.write-probe");
+  SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenForAppend(probe));
+  const uint8_t byte = 0;
+  SLUICE_RETURN_IF_ERROR(file::PwriteAll(fd.get(), probe, 0, absl::MakeConstSpan(&byte, 1)));
+  SLUICE_RETURN_IF_ERROR(file::SyncData(fd.get(), probe));
+  if (::unlink(probe.c_str()) != 0) return file::ErrnoStatus(errno, "remove", probe);
+  return absl::OkStatus();
+}
+
+void ShuffleRegistry::ReserveIds(size_t index, const std::string& root, const absl::Status& why) {
+  // Its shuffles cannot be opened, but their ids stay taken (if it can be listed at all): a
+  // job must not create its shuffle again on another disk, only to find two copies once this
+  // one is repaired.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    const std::string id = entry.path().filename().string();
+    if (!entry.is_directory(ec) || !ValidateShuffleId(id).ok() || home_.count(id) != 0) continue;
+    home_[id] = index;
+    DamagedShuffle d;
+    d.params = ShuffleParams{id, 0, 0};
+    d.reason = absl::UnavailableError(absl::StrCat(
+        "it is on data directory ", index + 1, " of ", dirs_.size(), ", which failed at start (",
+        WithRelativePaths(why).message(), "); repair the disk and restart the server"));
+    damaged_.emplace(id, std::move(d));
+  }
+}
+
+void ShuffleRegistry::Duplicate(const std::string& id, size_t first, size_t second) {
+  // Two copies (directories moved by hand?): which one is right is not known, so neither
+  // serves; both are kept as found, and a delete removes both.
+  spdlog::error(
+      "event=duplicate_shuffle tenant={} shuffle={} dirs={},{} error=\"the shuffle is in two "
+      "data directories; move one copy away and restart, or delete the shuffle\"",
+      TenantField(id), id, dirs_[first]->path, dirs_[second]->path);
+  extra_homes_.emplace(id, second);
+  if (auto it = shuffles_.find(id); it != shuffles_.end()) {
+    DamagedShuffle d{it->second->params(), absl::OkStatus()};
+    shuffles_.erase(it);
+    damaged_.emplace(id, std::move(d));
+  }
+  auto& d = damaged_[id];
+  d.params.shuffle_id = id;
+  d.reason = absl::FailedPreconditionError(
+      absl::StrCat("it is in data directories ", first + 1, " and ", second + 1,
+                   "; move one copy away and restart the server, or delete the shuffle"));
+}
+
+void ShuffleRegistry::FailDirLocked(size_t index, const absl::Status& why) {
+  Dir& d = *dirs_[index];
+  if (!d.failed.ok()) return;
+  d.failed = why.ok() ? absl::UnknownError("failed") : why;
+  spdlog::error(
+      "event=data_dir_failed dir={} index={} error=\"{}\" note=\"it takes no new shuffles until "
+      "the "
+      "server restarts; the other data directories serve on\"",
+      d.path, index + 1, std::string(d.failed.message()));
+}
+
+absl::Status ShuffleRegistry::NotFoundLocked(const std::string& id) const {
+  std::string failed;
+  for (size_t i = 0; i < dirs_.size(); ++i) {
+    if (!dirs_[i]->failed.ok()) absl::StrAppend(&failed, failed.empty() ? "" : ", ", i + 1);
+  }
+  if (failed.empty()) return absl::NotFoundError(absl::StrCat("shuffle '", id, "' not found"));
+  return absl::NotFoundError(absl::StrCat(
+      "shuffle '", id, "' not found (data directory ", failed, " of ", dirs_.size(),
+      " failed: shuffles on it are unavailable until it is repaired and the server restarted)"));
+}
+
+std::vector<ShuffleRegistry::DataDir> ShuffleRegistry::DataDirs() const {
+  std::vector<DataDir> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& d : dirs_) out.push_back(DataDir{d->path, d->failed});
+    for (const auto& [id, index] : home_) {
+      auto it = shuffles_.find(id);
+      ++out[index].shuffles;
+      if (it != shuffles_.end()) out[index].partitions += it->second->params().num_partitions;
+    }
+  }
+  for (DataDir& d : out) {
+    struct statvfs vfs {};
+    struct stat st {};
+    if (::statvfs(d.path.c_str(), &vfs) != 0 || ::stat(d.path.c_str(), &st) != 0) continue;
+    d.space_known = true;
+    d.free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+    d.total_bytes = uint64_t{vfs.f_blocks} * vfs.f_frsize;
+    d.device = static_cast<uint64_t>(st.st_dev);
+  }
+  return out;
+}
+
+std::string ShuffleRegistry::TmpDir() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& d : dirs_) {
+    if (d->failed.ok()) return d->path + "/tmp";
+  }
+  return dirs_[0]->path + "/tmp";
+}
+
+uint32_t ShuffleRegistry::UsedPpm(const Dir& dir) const {
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  if (now - dir.checked_ms.load() > 250) {
+    struct statvfs vfs {};
+    if (::statvfs(dir.path.c_str(), &vfs) == 0 && vfs.f_blocks > 0) {
+      const double avail = static_cast<double>(vfs.f_bavail) / static_cast<double>(vfs.f_blocks);
+      dir.used_ppm.store(static_cast<uint32_t>((1.0 - avail) * 1e6));
+      dir.checked_ms.store(now);
+    }
+  }
+  return dir.used_ppm.load();
+}
+
+absl::Status ShuffleRegistry::CheckRoom(const std::string& id, uint32_t mark) const {
+  if (mark == 0 || mark >= 100) return absl::OkStatus();
+  size_t index = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = home_.find(id);
+    if (it == home_.end()) return absl::OkStatus();
+    index = it->second;
+  }
+  const double used_pct = UsedPpm(*dirs_[index]) / 1e4;
+  if (used_pct <= mark) return absl::OkStatus();
+  const std::string which = dirs_.size() == 1
+                                ? std::string("the data directory's")
+                                : absl::StrCat("data directory ", index + 1, "'s (of ",
+                                               dirs_.size(), ", where this shuffle lives)");
+  return absl::ResourceExhaustedError(absl::StrCat(
+      which, " file system is ", static_cast<int>(used_pct * 10) / 10.0,
+      "% full, past the high-water mark of ", mark,
+      "% (--disk_high_water_pct): new pushes are refused until space is freed (delete finished "
+      "shuffles); committed data is untouched"));
+}
+
+std::vector<size_t> ShuffleRegistry::CreationOrderLocked() const {
+  struct Candidate {
+    size_t index;
+    bool past_mark;
+    uint64_t partitions;
+    uint32_t used_ppm;
+  };
+  std::vector<Candidate> c;
+  for (size_t i = 0; i < dirs_.size(); ++i) {
+    if (!dirs_[i]->failed.ok()) continue;
+    const uint32_t used = dirs_.size() == 1 ? 0 : UsedPpm(*dirs_[i]);
+    const uint32_t mark = high_water_pct_.load();
+    c.push_back({i, mark > 0 && mark < 100 && used / 1e4 > mark, 0, used});
+  }
+  if (c.size() > 1) {
+    for (const auto& [id, store] : shuffles_) {
+      const size_t home = home_.at(id);
+      for (Candidate& x : c) {
+        if (x.index == home) x.partitions += store->params().num_partitions;
+      }
+    }
+  }
+  std::stable_sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.past_mark != b.past_mark) return !a.past_mark;
+    if (a.partitions != b.partitions) return a.partitions < b.partitions;
+    return a.used_ppm < b.used_ppm;
+  });
+  std::vector<size_t> order;
+  for (const Candidate& x : c) order.push_back(x.index);
+  return order;
+}
+
+absl::Status ShuffleRegistry::ValidateParams(const ShuffleParams& params) {
+  SLUICE_RETURN_IF_ERROR(ValidateShuffleId(params.shuffle_id));
+  if (params.num_partitions == 0 || params.num_partitions > kMaxPartitions) {
+    return absl::InvalidArgumentError(absl::StrCat("num_partitions must be 1 to ", kMaxPartitions,
+                                                   ", not ", params.num_partitions));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
+  SLUICE_RETURN_IF_ERROR(ValidateParams(params));
+  // Counted before the lock: listing /proc/self/fd of a busy server takes milliseconds.
+  const uint64_t open_fds = file::OpenFdCount();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto d = damaged_.find(params.shuffle_id); d != damaged_.end()) {
+    if (absl::IsUnavailable(d->second.reason)) {
+      return absl::UnavailableError(
+          absl::StrCat("shuffle '", params.shuffle_id, "' ", d->second.reason.message()));
+    }
+    return absl::AlreadyExistsError(
+        absl::StrCat("shuffle '", params.shuffle_id, "' exists but is damaged (",
+                     d->second.reason.message(), "); delete it to reuse the id"));
+  }
+  auto it = shuffles_.find(params.shuffle_id);
+  if (it != shuffles_.end()) {
+    const ShuffleParams& have = it->second->params();
+    if (have.num_partitions == params.num_partitions && have.num_mappers == params.num_mappers) {
+      return false;
+    }
+    return absl::AlreadyExistsError(absl::StrCat("shuffle '", params.shuffle_id,
+                                                 "' already exists with ", have.num_partitions,
+                                                 " partitions and ", have.num_mappers, " mappers"));
+  }
+  SLUICE_RETURN_IF_ERROR(CheckFdHeadroom(
+      open_fds, 3, absl::StrCat("shuffle '", params.shuffle_id, "' was not created")));
+  // In the best data directory that works: one whose disk fails is marked failed (and
+  // logged), and the next is tried; a full one is passed over.
+  absl::Status last = absl::UnavailableError("every data directory has failed");
+  for (size_t index : CreationOrderLocked()) {
+    const std::string dir = absl::StrCat(dirs_[index]->path, "/shuffles/", params.shuffle_id);
+    auto store = ShuffleStore::Create(dir, params, OptionsForLocked(params.shuffle_id));
+    if (store.ok()) {
+      home_[params.shuffle_id] = index;
+      shuffles_.emplace(params.shuffle_id, std::shared_ptr<ShuffleStore>(std::move(store).value()));
+      return true;
+    }
+    // Nothing half-made stays behind (a directory a restart would find damaged).
+    if (store.status().code() == absl::StatusCode::kAlreadyExists) {
+      return WithRelativePaths(store.status());
+    }
+    (void)file::RemoveTree(dir);
+    last = store.status();
+    if (!absl::IsResourceExhausted(last)) FailDirLocked(index, last);
+  }
+  return WithRelativePaths(last);
+}
+
+absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::Get(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = shuffles_.find(id);
+  if (it != shuffles_.end()) return it->second;
+  if (auto d = damaged_.find(id); d != damaged_.end()) {
+    if (d->second.reason.code() != absl::StatusCode::kDataLoss &&
+        d->second.reason.code() != absl::StatusCode::kNotFound) {
+      return absl::UnavailableError(
+          absl::StrCat("shuffle '", id, "' is not open (", d->second.reason.message(), ")"));
+    }
+    return absl::DataLossError(absl::StrCat("shuffle '", id, "' is damaged and serves no data (",
+                                            d->second.reason.message(),
+                                            "); DeleteShuffle removes it"));
+  }
+  return NotFoundLocked(id);
+}
+
+absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::GetForWriting(
+    const std::string& id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    auto it = shuffles_.find(id);
+    if (it == shuffles_.end()) {
+      lock.unlock();
+      return Get(id);  // NOT_FOUND or DATA_LOSS
+    }
+    std::shared_ptr<ShuffleStore> store = it->second;
+    if (!store->wedged()) {
+      store->BeginWriter();  // under mu_: a reopen cannot start while it writes
+      return store;
+    }
+    if (store->writers() > 0 || reopening_.count(id) != 0) {
+      return WithRelativePaths(store->WedgedError());
+    }
+    // Nobody writes to it: reopen it, outside the lock (it reads the whole shuffle back).
+    reopening_.insert(id);
+    const std::string dir = ShuffleDirLocked(id);
+    const StoreOptions options = OptionsForLocked(id);
+    lock.unlock();
+    auto reopened = ShuffleStore::Open(dir, options);
+    lock.lock();
+    reopening_.erase(id);
+    it = shuffles_.find(id);
+    if (it == shuffles_.end() || it->second != store) continue;  // deleted or replaced meanwhile
+    if (reopened.ok()) {
+      spdlog::warn("event=shuffle_reopened tenant={} shuffle={} committed_mappers={}",
+                   TenantField(id), id, (*reopened)->CommittedMappers().size());
+      it->second = std::shared_ptr<ShuffleStore>(std::move(reopened).value());
+      continue;  // and hand it out
+    }
+    spdlog::error("event=reopen_failed tenant={} shuffle={} error=\"{}\"", TenantField(id), id,
+                  std::string(reopened.status().message()));
+    if (reopened.status().code() == absl::StatusCode::kDataLoss) {
+      DamagedShuffle damaged{store->params(), WithRelativePaths(reopened.status())};
+      shuffles_.erase(it);
+      damaged_.emplace(id, std::move(damaged));
+      continue;  // DATA_LOSS from Get
+    }
+    return absl::UnavailableError(
+        absl::StrCat("shuffle '", id,
+                     "' stopped taking commits after a failed disk write, and re-verifying it "
+                     "failed too (",
+                     WithRelativePaths(reopened.status()).message(),
+                     "); it is retried with the next push, or restart the server"));
+  }
+}
+
+std::optional<DamagedShuffle> ShuffleRegistry::FindDamaged(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto d = damaged_.find(id);
+  if (d == damaged_.end()) return std::nullopt;
+  return d->second;
+}
+
+std::vector<DamagedShuffle> ShuffleRegistry::ListDamaged() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<DamagedShuffle> out;
+  for (const auto& [id, d] : damaged_) out.push_back(d);
+  return out;
+}
+
+absl::Status ShuffleRegistry::WithRelativePaths(const absl::Status& st) const {
+  std::string message(st.message());
+  for (const auto& d : dirs_) message = absl::StrReplaceAll(message, {{d->path + "/", ""}});
+  return absl::Status(st.code(), message);
+}
+
+absl::StatusOr<std::vector<std::string>> ShuffleRegistry::MoveToTrash(const std::string& id) {
+  // One rename per copy makes the delete atomic: after a crash the shuffle is either there
+  // whole or gone (its trash is removed at the next start), and the id is free at once.
+  std::vector<size_t> homes;
+  if (auto home = home_.find(id); home != home_.end()) homes.push_back(home->second);
+  for (auto [it, end] = extra_homes_.equal_range(id); it != end; ++it) {
+    homes.push_back(it->second);
+  }
+  if (homes.empty()) homes.push_back(0);
+  for (size_t index : homes) {
+    if (!dirs_[index]->failed.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("shuffle '", id, "' is on data directory ", index + 1, " of ", dirs_.size(),
+                       ", which has failed: it cannot be deleted until the disk is repaired"));
+    }
+  }
+  std::vector<std::string> trash;
+  for (size_t index : homes) {
+    const std::string root = absl::StrCat(dirs_[index]->path, "/shuffles");
+    std::string to = absl::StrCat(root, "/.trash-", id, "-", ++trash_counter_);
+    absl::Status st = file::Rename(absl::StrCat(root, "/", id), to);
+    if (!st.ok()) {
+      if (trash.empty()) return WithRelativePaths(st);
+      // A copy is gone already: the delete has happened; what is left is cleaned at a start.
+      spdlog::error("event=delete_incomplete tenant={} shuffle={} error=\"{}\"", TenantField(id),
+                    id, std::string(st.message()));
+      continue;
+    }
+    trash.push_back(std::move(to));
+    // Renamed: the delete is done; a failed directory sync only makes it less durable.
+    if (st = file::SyncDir(root); !st.ok()) {
+      spdlog::warn("event=delete_sync_failed tenant={} shuffle={} error=\"{}\"", TenantField(id),
+                   id, std::string(st.message()));
+    }
+  }
+  return trash;
+}
+
+std::vector<std::shared_ptr<ShuffleStore>> ShuffleRegistry::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<ShuffleStore>> out;
+  for (const auto& [id, store] : shuffles_) out.push_back(store);
+  return out;
+}
+
+absl::Status ShuffleRegistry::Delete(const std::string& id) {
+  std::vector<std::string> trash;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = shuffles_.find(id);
+    auto d = damaged_.find(id);
+    if (it == shuffles_.end() && d == damaged_.end()) return NotFoundLocked(id);
+    SLUICE_ASSIGN_OR_RETURN(trash, MoveToTrash(id));
+    home_.erase(id);
+    extra_homes_.erase(id);
+    if (it != shuffles_.end()) {
+      it->second->MarkDeleted();  // streams still holding it fail; their fds point into trash
+      shuffles_.erase(it);
+    } else {
+      damaged_.erase(d);  // nothing holds a damaged shuffle's files
+    }
+  }
+  for (const std::string& t : trash) SLUICE_RETURN_IF_ERROR(file::RemoveTree(t));
+  return absl::OkStatus();
+}
+
+}  // namespace sluice

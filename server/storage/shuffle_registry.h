@@ -1,0 +1,154 @@
+// ShuffleRegistry: the server's shuffles, by id, each backed by a ShuffleStore directory under
+// <data_dir>/shuffles/ of one of the server's data directories (one per disk). On start it
+// opens every shuffle directory it finds in each (recovering each). A data directory that cannot
+// be opened or listed, or where creating a shuffle fails for a reason other than a full disk, is
+// *failed*: logged, reported (DataDirs), given no new shuffles; the others serve on. New
+// shuffles go to the healthy directory with the fewest partitions (ties: the most free space),
+// skipping those past the disk high-water mark while any other is below it.
+// A shuffle that fails recovery is kept as *damaged*: its files stay as they are, it is listed
+// with the reason, its data calls fail with DATA_LOSS, its id stays taken, and Delete removes
+// it. The others keep serving.
+#ifndef SLUICE_SERVER_STORAGE_SHUFFLE_REGISTRY_H_
+#define SLUICE_SERVER_STORAGE_SHUFFLE_REGISTRY_H_
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/storage/shuffle_store.h"
+
+namespace sluice {
+
+/// A shuffle whose recovery failed at start.
+struct DamagedShuffle {
+  ShuffleParams params;  ///< shuffle_id always; the rest when its parameters could be read
+  absl::Status reason;   ///< with paths relative to the data directory
+};
+
+class ShuffleRegistry {
+ public:
+  /// Opens `data_dir` (creating it if needed) and recovers every shuffle in it. Recovery
+  /// failures are returned in `*failed` (id -> status, for the log) and those shuffles are kept
+  /// as damaged.
+  /// Fails only when no data directory can be used; `data_dirs` must not be empty.
+  static absl::StatusOr<std::unique_ptr<ShuffleRegistry>> Open(
+      const std::vector<std::string>& data_dirs, const StoreOptions& options,
+      std::map<std::string, absl::Status>* failed);
+  static absl::StatusOr<std::unique_ptr<ShuffleRegistry>> Open(
+      const std::string& data_dir, const StoreOptions& options,
+      std::map<std::string, absl::Status>* failed) {
+    return Open(std::vector<std::string>{data_dir}, options, failed);
+  }
+
+  /// A data directory as the registry sees it.
+  struct DataDir {
+    std::string path;
+    absl::Status failed;  ///< OK while it serves; the reason once failed (full paths: logs only)
+    size_t shuffles = 0;
+    uint64_t partitions = 0;
+    /// Its file system, as statvfs and stat saw it now (space_known false if they failed).
+    bool space_known = false;
+    uint64_t free_bytes = 0, total_bytes = 0;
+    uint64_t device = 0;  ///< st_dev: directories on one file system share it
+  };
+  /// Each data directory's state, shuffles and space (the space read outside the lock).
+  std::vector<DataDir> DataDirs() const;
+  /// Where KEY merges spill: `tmp` of the first healthy data directory (emptied by the server
+  /// at start).
+  std::string TmpDir() const;
+  /// New pushes to shuffle `id` stop while its data directory's file system is fuller than
+  /// `mark` percent (0 or 100 = never): RESOURCE_EXHAUSTED naming the mark. statvfs at most
+  /// every 250 ms per directory. A shuffle not held here: OK (its push fails on its own).
+  absl::Status CheckRoom(const std::string& id, uint32_t mark) const;
+  /// The mark new shuffles' placement avoids (see above).
+  void set_high_water_pct(uint32_t pct) { high_water_pct_ = pct; }
+
+  /// Creates a shuffle, or returns created=false when one with the same parameters exists.
+  absl::StatusOr<bool> Create(const ShuffleParams& params);
+  /// NOT_FOUND for an unknown id, DATA_LOSS for a damaged shuffle.
+  absl::StatusOr<std::shared_ptr<ShuffleStore>> Get(const std::string& id) const;
+  /// Get for a push attempt, counted as a writer of the store (call EndWriter on it when the
+  /// attempt ends). A wedged store (a failed disk write stopped its commit log) that no push is
+  /// writing to any more is reopened first: its log and committed blocks are re-verified and
+  /// every byte no commit owns (the refused attempt's too) is reclaimed, as at a start. While
+  /// pushes still write to it: UNAVAILABLE, retry. If re-verifying finds damage, the shuffle
+  /// becomes damaged (DATA_LOSS).
+  absl::StatusOr<std::shared_ptr<ShuffleStore>> GetForWriting(const std::string& id);
+  std::vector<std::shared_ptr<ShuffleStore>> List() const;
+  std::optional<DamagedShuffle> FindDamaged(const std::string& id) const;
+  std::vector<DamagedShuffle> ListDamaged() const;
+  /// Removes a shuffle, damaged or not.
+  absl::Status Delete(const std::string& id);
+
+  /// Bytes the tenant's shuffles hold here (ShuffleStore::held_bytes, summed by the stores as
+  /// they change; pushes reserve a large frame's size in it), made if needed.
+  std::shared_ptr<std::atomic<int64_t>> TenantBytes(const std::string& tenant);
+  /// The tenant's shuffles here, damaged ones included.
+  size_t TenantShuffles(const std::string& tenant) const;
+
+  /// The id and the partition count within their limits (what Create checks first).
+  static absl::Status ValidateParams(const ShuffleParams& params);
+
+  /// `st` with the data directory taken out of its paths: what clients are told (they see
+  /// names relative to the data directory; the server's log keeps the full paths).
+  absl::Status WithRelativePaths(const absl::Status& st) const;
+
+ private:
+  struct Dir {
+    std::string path;
+    absl::Status failed;
+    // How full its file system was when last looked at (parts per million), and when.
+    mutable std::atomic<uint32_t> used_ppm{0};
+    mutable std::atomic<int64_t> checked_ms{-1000000};
+  };
+  explicit ShuffleRegistry(StoreOptions options) : options_(options) {}
+  // Opens one data directory's shuffles into the maps; an error fails the directory.
+  absl::Status OpenDir(size_t index, std::map<std::string, absl::Status>* failed,
+                       uint64_t* open_fds);
+  // Under mu_: the options of shuffle `id`'s store: its bytes counted to its tenant's total.
+  StoreOptions OptionsForLocked(const std::string& id);
+  std::shared_ptr<std::atomic<int64_t>> TenantBytesLocked(const std::string& tenant);
+  // Under mu_: the shuffle's directory in its data directory.
+  std::string ShuffleDirLocked(const std::string& id) const;
+  // Under mu_: data directories to create a shuffle in, best first.
+  std::vector<size_t> CreationOrderLocked() const;
+  void FailDirLocked(size_t index, const absl::Status& why);
+  // Parts per million of `dir`'s file system in use (cached 250 ms).
+  uint32_t UsedPpm(const Dir& dir) const;
+  // Renames the shuffle's directory (each copy's) away (the delete's atomic step); returns
+  // where. UNAVAILABLE for a shuffle on a failed data directory.
+  absl::StatusOr<std::vector<std::string>> MoveToTrash(const std::string& id);
+  // A write, sync and remove of a probe file in `root`.
+  static absl::Status ProbeWrite(const std::string& root);
+  // For a data directory that failed at start: its shuffles' ids, if it can be listed, are
+  // kept taken (UNAVAILABLE) so that they are not created again elsewhere.
+  void ReserveIds(size_t index, const std::string& root, const absl::Status& why);
+  // Shuffle `id` found in data directories `first` and `second`: neither copy serves.
+  void Duplicate(const std::string& id, size_t first, size_t second);
+  // NOT_FOUND for `id`, saying which data directories failed (their shuffles are unknown).
+  absl::Status NotFoundLocked(const std::string& id) const;
+
+  const StoreOptions options_;
+  std::atomic<uint32_t> high_water_pct_{0};
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Dir>> dirs_;  // fixed after Open; `failed` under mu_
+  std::map<std::string, size_t> home_;      // id -> its data directory (shuffles and damaged)
+  std::multimap<std::string, size_t> extra_homes_;  // more copies of an id (Duplicate)
+  std::map<std::string, std::shared_ptr<ShuffleStore>> shuffles_;
+  std::map<std::string, DamagedShuffle> damaged_;
+  std::set<std::string> reopening_;  // wedged stores being reopened
+  uint64_t trash_counter_ = 0;
+  // Tenant -> the bytes its stores hold (they add to it themselves).
+  std::map<std::string, std::shared_ptr<std::atomic<int64_t>>> tenant_bytes_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_STORAGE_SHUFFLE_REGISTRY_H_

@@ -1,0 +1,328 @@
+// ShuffleStore: one shuffle's durable storage (docs/storage.md).
+//
+// A directory holds:
+//   SHUFFLE       the shuffle's parameters, written once, atomically
+//   data          one append-only file for the whole shuffle: every mapper attempt's frames, for
+//                 every partition, land in it as they arrive, each as a block: a 32-byte header
+//                 (magic, partition, mapper, attempt, frame size, records, header checksum) +
+//                 the frame
+//   commits.log   one record per committed mapper attempt, listing its blocks (CommitLog)
+//
+// The commit log is the only source of truth: a block is visible if and only if a durable
+// commit record lists it. Commit() has the CommitLog sync the data file (once per group-commit
+// batch, however many partitions it touched), then append the record and sync the log, and only
+// then reports success. For each mapper the first committed attempt wins; a later commit for the
+// same mapper is reported as a duplicate and its blocks discarded. Each partition keeps an index
+// of its committed blocks in memory (24 bytes a block). Open() rebuilds the state from the log:
+// a torn tail record is cut off, every committed block is read back and checksum-verified, and
+// all bytes not owned by a commit (broken or in-flight attempts) are truncated away or punched
+// out. A shuffle of the earlier layout (one file per partition) is moved into this one when
+// opened.
+//
+// Thread safety: Append, Commit, Discard and the readers may be called concurrently.
+#ifndef SLUICE_SERVER_STORAGE_SHUFFLE_STORE_H_
+#define SLUICE_SERVER_STORAGE_SHUFFLE_STORE_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "codec/frame_format.h"
+#include "server/storage/commit_log.h"
+#include "server/storage/file_util.h"
+#include "server/metrics/server_metrics.h"
+
+namespace sluice {
+
+struct ShuffleParams {
+  std::string shuffle_id;
+  uint32_t num_partitions = 0;
+  uint32_t num_mappers = 0;  ///< 0 = not known in advance
+};
+
+struct StoreOptions {
+  /// Sync the data file and the commit log before a commit is acknowledged.
+  bool fsync = true;
+  FrameLimits limits;
+  /// The fdatasync commits use on the data file (tests inject failures here); null =
+  /// file::SyncData.
+  std::function<absl::Status(int fd, const std::string& path)> sync_data;
+  /// Where commit batches' latencies are counted (may be null).
+  Histogram* commit_sync_seconds = nullptr;
+  /// A total the store's held bytes are added to as they change (its tenant's; may be null).
+  std::shared_ptr<std::atomic<int64_t>> held_total;
+};
+
+enum class CommitOutcome { kCommitted, kDuplicate };
+
+struct PartitionStats {
+  uint64_t records = 0;
+  uint64_t bytes = 0;  ///< frame bytes
+  uint32_t frames = 0;
+};
+
+inline constexpr size_t kBlockHeaderSize = 32;
+
+/// The limits committed frames are read back with. Each frame was checked against the cap in
+/// force when it was pushed; a lower cap set later applies to new input only, never to what is
+/// committed, so reading uses the largest cap a server accepts (and `input`'s record limit).
+inline FrameLimits StoredFrameLimits(const FrameLimits& input) {
+  return FrameLimits{kMaxFrameCapBytes, input.max_records};
+}
+/// Most partitions a shuffle may have (a block header names its partition in 16 bits).
+inline constexpr uint32_t kMaxPartitions = 1u << 16;
+
+class ShuffleStore {
+ public:
+  /// Creates `dir` (which must not hold a shuffle yet) and writes the parameters durably.
+  static absl::StatusOr<std::unique_ptr<ShuffleStore>> Create(const std::string& dir,
+                                                              const ShuffleParams& params,
+                                                              const StoreOptions& options);
+  /// Opens an existing shuffle directory and recovers its committed state.
+  static absl::StatusOr<std::unique_ptr<ShuffleStore>> Open(const std::string& dir,
+                                                            const StoreOptions& options);
+  /// Just the parameters of the shuffle in `dir` (e.g. of one that failed to open), and the
+  /// version of its SHUFFLE file.
+  static absl::StatusOr<ShuffleParams> ReadParams(const std::string& dir,
+                                                  uint8_t* version = nullptr);
+
+  ~ShuffleStore();
+  ShuffleStore(const ShuffleStore&) = delete;
+  ShuffleStore& operator=(const ShuffleStore&) = delete;
+
+  const ShuffleParams& params() const { return params_; }
+
+  /// Appends one frame (already validated by the caller) of a mapper attempt to the data file.
+  /// Not visible until Commit. RESOURCE_EXHAUSTED when the disk is full.
+  absl::StatusOr<BlockRef> Append(uint32_t mapper, uint64_t attempt, uint32_t partition,
+                                  absl::Span<const uint8_t> frame, uint32_t records);
+  /// One frame of AppendAll.
+  struct FrameToAppend {
+    uint32_t partition = 0;
+    absl::Span<const uint8_t> frame;
+    uint32_t records = 0;
+  };
+  /// Appends several frames of one attempt with one write (a push message's worth); their
+  /// blocks are added to *blocks in order. On error nothing is added.
+  absl::Status AppendAll(uint32_t mapper, uint64_t attempt, absl::Span<const FrameToAppend> frames,
+                         std::vector<BlockRef>* blocks);
+
+  /// Makes the attempt's blocks durable and visible, or reports kDuplicate when the mapper
+  /// already has a committed attempt (the caller then Discards its blocks).
+  absl::StatusOr<CommitOutcome> Commit(uint32_t mapper, uint64_t attempt,
+                                       absl::Span<const BlockRef> blocks);
+
+  /// Cluster mode (docs/cluster.md, the commit protocol): makes the attempt's blocks durable but
+  /// not visible, with a PREPARED record, until Resolve names the mapper's winner. kDuplicate
+  /// when the mapper has a committed attempt here already (the caller then Discards its
+  /// blocks); ALREADY_EXISTS when this attempt is prepared or committed here already.
+  absl::StatusOr<CommitOutcome> Prepare(uint32_t mapper, uint64_t attempt,
+                                        absl::Span<const BlockRef> blocks);
+  /// The mapper's winner is `attempt`: commits its prepared blocks (a commit record) and
+  /// discards the mapper's other prepared attempts. kCommitted when `attempt` is now the
+  /// mapper's commit here (also when it was already); kDuplicate when another attempt is;
+  /// FAILED_PRECONDITION when `attempt` is neither prepared nor committed here.
+  absl::StatusOr<CommitOutcome> Resolve(uint32_t mapper, uint64_t attempt);
+  /// Resolve for many mappers at once, with one log write: each (mapper, winning attempt) whose
+  /// attempt is prepared here and whose mapper has no commit here is committed; the others are
+  /// left as they are.
+  absl::Status ResolveAll(absl::Span<const std::pair<uint32_t, uint64_t>> winners);
+  /// The mapper's committed attempt here, if it has one.
+  std::optional<uint64_t> CommittedAttempt(uint32_t mapper) const;
+  /// Mappers with prepared attempts that are not resolved yet, in order.
+  std::vector<uint32_t> PendingMappers() const;
+  /// Whether `attempt` of `mapper` is prepared here, not resolved yet.
+  bool IsPrepared(uint32_t mapper, uint64_t attempt) const;
+
+  /// Gives the space of blocks that will never be committed back to the file system.
+  void Discard(absl::Span<const BlockRef> blocks);
+
+  /// Committed blocks of a partition, ordered by mapper id, then arrival.
+  std::vector<BlockRef> CommittedBlocks(uint32_t partition) const;
+  std::vector<uint32_t> CommittedMappers() const;
+  /// CommittedBlocks, with the committed mappers in the same instant (*mappers); with `only`
+  /// (sorted; empty: all), only those mappers' blocks, and ABORTED naming one that is not
+  /// committed here.
+  absl::StatusOr<std::vector<BlockRef>> CommittedBlocksOf(uint32_t partition,
+                                                          const std::vector<uint32_t>& only,
+                                                          std::vector<uint32_t>* mappers) const;
+  PartitionStats Stats(uint32_t partition) const;
+
+  /// Reads a committed block's frame, checking its frame's checksums (and sets *header, when
+  /// given). With a `view` (ReadView()), a frame of up to kViewReadMax bytes that lies in it is
+  /// copied out of it rather than read with a system call.
+  absl::Status ReadFrame(const BlockRef& block, std::string* frame, FrameHeader* header = nullptr,
+                         const file::Mapping* view = nullptr) const;
+  /// A mapping of the data file covering every block committed so far, shared by the readers
+  /// that hold it and unmapped when the last lets go (the pages it touched count in the
+  /// server's resident memory while it lives: they are the page cache's, and reclaimable).
+  /// Null when the file cannot be mapped (reads then use pread).
+  std::shared_ptr<const file::Mapping> ReadView();
+  /// Largest frame ReadFrame copies out of a view: a wide shuffle's small frames cost a system
+  /// call each to read, larger ones pay for their bytes either way.
+  static constexpr uint32_t kViewReadMax = 64u << 10;
+
+  /// Later Appends and Commits fail with NOT_FOUND; the caller removes the (renamed) directory.
+  void MarkDeleted();
+
+  /// Bytes of the data file's blocks the store holds: committed, prepared and being pushed
+  /// (blocks given back with Discard and never-owned bytes a start reclaims are not counted).
+  uint64_t held_bytes() const { return static_cast<uint64_t>(held_.load()); }
+
+  /// Descriptors the store holds: its log and its data file, whatever its partition count.
+  size_t open_files() const;
+
+  /// Marks the shuffle used now (a push, a fetch, a status call): --shuffle_ttl_s counts from
+  /// its last use. Opening or creating the store counts as a use.
+  void Touch() {
+    last_used_ms_.store(std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count());
+  }
+  /// How long since its last use.
+  std::chrono::milliseconds idle() const {
+    return std::chrono::milliseconds(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::steady_clock::now().time_since_epoch())
+                                         .count() -
+                                     last_used_ms_.load());
+  }
+
+  /// Push attempts writing to this store (the registry counts them, under its lock, to know
+  /// when a wedged store may be reopened).
+  void BeginWriter() { writers_.fetch_add(1); }
+  void EndWriter() { writers_.fetch_sub(1); }
+  int writers() const { return writers_.load(); }
+  /// A failed disk write or sync stopped the commit log (CommitLog's latch): no commit is
+  /// taken until the store is opened again. The reason, for status calls.
+  bool wedged() const { return log_ != nullptr && log_->broken(); }
+  absl::Status WedgedError() const { return log_->BrokenError(); }
+
+  /// Partitions whose state exists (with committed blocks): memory follows them, not the
+  /// declared count.
+  size_t partitions_made() const { return partitions_.made(); }
+  /// Index entries of committed blocks, over all partitions.
+  size_t indexed_blocks() const;
+
+ private:
+  // One committed block of a partition (the partition is implied).
+  struct IndexEntry {
+    uint32_t mapper;
+    uint32_t frame_size;
+    uint64_t offset;
+    uint32_t records;
+    uint32_t uncompressed;
+  };
+  // A partition's committed data, guarded by the store's commit_mu_.
+  struct Partition {
+    PartitionStats stats;
+    std::vector<IndexEntry> index;  // in commit order; stable-sorted by mapper when read
+    bool sorted = true;
+  };
+  // Partition state, made on first use, in chunks of 256 behind a table of one pointer a chunk:
+  // a 65,536-partition shuffle nobody wrote to takes 2 KiB, not a state for each partition.
+  class PartitionTable {
+   public:
+    explicit PartitionTable(uint32_t count);
+    ~PartitionTable();
+    PartitionTable(const PartitionTable&) = delete;
+    PartitionTable& operator=(const PartitionTable&) = delete;
+    /// The partition's state, or null if it was never made.
+    Partition* Find(uint32_t i) const;
+    /// The partition's state, made if needed (i < count).
+    Partition& Get(uint32_t i);
+    /// Each made partition, in order: f(index, state).
+    template <typename F>
+    void ForEach(F&& f) const {
+      for (size_t c = 0; c < chunks_.size(); ++c) {
+        Chunk* chunk = chunks_[c].load(std::memory_order_acquire);
+        if (chunk == nullptr) continue;
+        for (size_t j = 0; j < kChunk; ++j) {
+          Partition* p = chunk->slots[j].load(std::memory_order_acquire);
+          if (p != nullptr) f(static_cast<uint32_t>(c * kChunk + j), *p);
+        }
+      }
+    }
+    size_t made() const { return made_.load(); }
+
+   private:
+    static constexpr size_t kChunk = 256;
+    struct Chunk {
+      std::atomic<Partition*> slots[kChunk] = {};
+    };
+    std::vector<std::atomic<Chunk*>> chunks_;
+    std::mutex make_mu_;  // making a chunk or a partition
+    std::atomic<size_t> made_{0};
+  };
+  ShuffleStore(std::string dir, ShuffleParams params, StoreOptions options);
+  std::string DataPath() const;
+  CommitLog::Options LogOptions();
+  absl::Status SyncDataFile();
+  // Rebuilds the state from the log (docs/storage.md, Recovery); `version` is SHUFFLE's.
+  absl::Status Recover(int dir_fd, uint8_t version);
+  // The legacy layout's p<N>.data files there are, from one directory listing.
+  absl::StatusOr<std::vector<uint32_t>> ListPartitionFiles() const;
+  // Copies the committed blocks of a legacy shuffle (one file per partition) into the data
+  // file, rewriting `commits`' offsets; nothing legacy is changed.
+  absl::Status MoveLegacyBlocks(int dir_fd, std::vector<CommitRecord>* commits);
+  // Checks a committed block against its record and reads its frame; sets its uncompressed.
+  absl::Status VerifyBlock(uint32_t mapper, uint64_t attempt, BlockRef* block) const;
+  absl::Status ReclaimUnowned();
+  // Adds `delta` to held_ and to options_.held_total.
+  void Hold(int64_t delta);
+  // Takes everything held_ counts out of options_.held_total (deleted or closed).
+  void ReleaseHeld();
+  absl::Status DeletedError() const;
+  // Punches the blocks' ranges out of the data file, adjacent ones together.
+  void PunchBlocks(absl::Span<const BlockRef> blocks);
+  void AddCommitLocked(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks);
+  // Waits until no outcome of the mapper is being written, then claims it (inflight_mappers_);
+  // the error when the store is deleted or its log is broken.
+  bool IsPreparedLocked(uint32_t mapper, uint64_t attempt) const;
+  // Forgets the mapper's prepared attempts, adding all but `winner`'s blocks to *losers (for
+  // PunchBlocks, outside the lock, once the winner's commit record is durable).
+  void DropPreparedLocked(uint32_t mapper, uint64_t winner, std::vector<BlockRef>* losers);
+  absl::Status ClaimMapperLocked(std::unique_lock<std::mutex>& lock, uint32_t mapper);
+  // Recovery's step 3: the commits (the first commit record of each mapper) and the prepared
+  // attempts of mappers with none, checked against the shuffle's parameters.
+  absl::Status SortRecords(std::vector<CommitRecord> records, std::vector<CommitRecord>* commits,
+                           std::vector<CommitRecord>* prepared) const;
+
+  const std::string dir_;
+  std::atomic<bool> destroyed_{false};
+  std::atomic<int> writers_{0};
+  std::atomic<int64_t> held_{0};
+  std::atomic<int64_t> last_used_ms_{0};
+  const ShuffleParams params_;
+  const StoreOptions options_;
+  file::Fd data_fd_;
+  std::mutex data_mu_;                       // guards data_end_
+  uint64_t data_end_ = 0;                    // where the next append goes
+  std::mutex view_mu_;                       // guards view_
+  std::weak_ptr<const file::Mapping> view_;  // ReadView()'s, while a reader holds it
+
+  std::unique_ptr<CommitLog> log_;
+  mutable std::mutex commit_mu_;  // guards everything below and the partitions' state
+  std::condition_variable commit_cv_;
+  PartitionTable partitions_;
+  std::set<uint32_t> inflight_mappers_;     // between the duplicate check and the outcome
+  std::map<uint32_t, uint64_t> committed_;  // mapper -> its winning attempt
+  // Cluster mode: mapper -> attempt -> its blocks, prepared and not resolved yet.
+  std::map<uint32_t, std::map<uint64_t, std::vector<BlockRef>>> prepared_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_STORAGE_SHUFFLE_STORE_H_
