@@ -49,7 +49,18 @@ struct NodeEntry {
 /// placement's hashes, and shows in logs).
 absl::Status ValidateNodeId(const std::string& id);
 
-class Membership {
+/// The cluster's registered servers, as a server's rules ask for them (Membership in etcd;
+/// tests use a list of their own).
+class NodeDirectory {
+ public:
+  virtual ~NodeDirectory() = default;
+  /// Every registered server, in node id order.
+  virtual absl::StatusOr<std::vector<NodeEntry>> Nodes() const = 0;
+  /// Whether this server's own registration is live.
+  virtual bool registered() const = 0;
+};
+
+class Membership final : public NodeDirectory {
  public:
   /// Registers this server; see above for an id that is already registered.
   static absl::StatusOr<std::unique_ptr<Membership>> Join(std::shared_ptr<EtcdClient> etcd,
@@ -58,10 +69,9 @@ class Membership {
   Membership(const Membership&) = delete;
   Membership& operator=(const Membership&) = delete;
 
-  /// Every registered server, in node id order.
-  absl::StatusOr<std::vector<NodeEntry>> Nodes() const;
+  absl::StatusOr<std::vector<NodeEntry>> Nodes() const override;
   /// Whether the registration is live (false after its lease was lost, until re-registered).
-  bool registered() const { return registered_.load(); }
+  bool registered() const override { return registered_.load(); }
   /// Stops renewing and revokes the lease: the server is no longer listed. Idempotent.
   void Leave();
 

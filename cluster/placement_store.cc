@@ -79,13 +79,10 @@ absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
   return p;
 }
 
-absl::StatusOr<PlacementStore::Created> PlacementStore::Create(
-    const std::string& shuffle_id, uint32_t num_partitions, uint32_t num_mappers,
-    uint32_t replication, const std::vector<std::string>& nodes) {
-  // Recorded already (the usual case for a retried or concurrent create): no placing needed.
-  auto existing = Get(shuffle_id);
-  if (!existing.ok()) return existing.status();
-  if (existing->has_value()) return Created{false, std::move(**existing)};
+absl::StatusOr<ShufflePlacement> NewPlacement(const std::string& shuffle_id,
+                                              uint32_t num_partitions, uint32_t num_mappers,
+                                              uint32_t replication,
+                                              const std::vector<std::string>& nodes) {
   ShufflePlacement p;
   p.shuffle_id = shuffle_id;
   p.num_partitions = num_partitions;
@@ -99,6 +96,19 @@ absl::StatusOr<PlacementStore::Created> PlacementStore::Create(
   auto placed = PlaceReplicas(shuffle_id, num_partitions, nodes, p.replication);
   if (!placed.ok()) return placed.status();
   p.replicas = std::move(placed).value();
+  return p;
+}
+
+absl::StatusOr<PlacementStore::Created> EtcdPlacementStore::Create(
+    const std::string& shuffle_id, uint32_t num_partitions, uint32_t num_mappers,
+    uint32_t replication, const std::vector<std::string>& nodes) {
+  // Recorded already (the usual case for a retried or concurrent create): no placing needed.
+  auto existing = Get(shuffle_id);
+  if (!existing.ok()) return existing.status();
+  if (existing->has_value()) return Created{false, std::move(**existing)};
+  auto placed = NewPlacement(shuffle_id, num_partitions, num_mappers, replication, nodes);
+  if (!placed.ok()) return placed.status();
+  ShufflePlacement& p = *placed;
   // The record and its index entry, together.
   auto created =
       etcd_->CreateIfAbsent(Key(shuffle_id), EncodePlacement(p), 0, {}, IndexKey(shuffle_id));
@@ -110,19 +120,20 @@ absl::StatusOr<PlacementStore::Created> PlacementStore::Create(
   return Created{false, std::move(theirs).value()};
 }
 
-absl::StatusOr<bool> PlacementStore::Delete(const std::string& shuffle_id) {
+absl::StatusOr<bool> EtcdPlacementStore::Delete(const std::string& shuffle_id) {
   // Together: a decision never outlives its record, nor a record its decisions.
   // (Not "<id>x": the slash.) The index entry with them.
   return etcd_->DeleteWithChildren(Key(shuffle_id), IndexKey(shuffle_id));
 }
 
-absl::StatusOr<size_t> PlacementStore::CountWithPrefix(const std::string& id_prefix) {
+absl::StatusOr<size_t> EtcdPlacementStore::CountWithPrefix(const std::string& id_prefix) {
   auto entries = etcd_->GetPrefix(IndexKey(id_prefix));
   if (!entries.ok()) return entries.status();
   return entries->size();
 }
 
-absl::StatusOr<std::optional<ShufflePlacement>> PlacementStore::Get(const std::string& shuffle_id) {
+absl::StatusOr<std::optional<ShufflePlacement>> EtcdPlacementStore::Get(
+    const std::string& shuffle_id) {
   auto kv = etcd_->Get(Key(shuffle_id));
   if (!kv.ok()) return kv.status();
   if (!kv->has_value()) return std::optional<ShufflePlacement>();
@@ -131,8 +142,8 @@ absl::StatusOr<std::optional<ShufflePlacement>> PlacementStore::Get(const std::s
   return std::optional<ShufflePlacement>(std::move(p).value());
 }
 
-absl::StatusOr<uint64_t> PlacementStore::DecideMapper(const std::string& shuffle_id,
-                                                      uint32_t mapper, uint64_t attempt) {
+absl::StatusOr<uint64_t> EtcdPlacementStore::DecideMapper(const std::string& shuffle_id,
+                                                          uint32_t mapper, uint64_t attempt) {
   // Only while the shuffle is recorded: a late decision of a deleted shuffle must not be left
   // for a new one of the same id to find.
   auto created = etcd_->CreateIfAbsent(absl::StrCat(MappersPrefix(shuffle_id), mapper),
@@ -151,7 +162,7 @@ absl::StatusOr<uint64_t> PlacementStore::DecideMapper(const std::string& shuffle
   return winner;
 }
 
-absl::StatusOr<std::map<uint32_t, uint64_t>> PlacementStore::Decisions(
+absl::StatusOr<std::map<uint32_t, uint64_t>> EtcdPlacementStore::Decisions(
     const std::string& shuffle_id) {
   const std::string prefix = MappersPrefix(shuffle_id);
   auto kvs = etcd_->GetPrefix(prefix);

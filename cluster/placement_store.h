@@ -3,7 +3,7 @@
 // records the result with create-if-absent, so that concurrent creates on different servers
 // agree on one placement, and every later reader (any server, any worker) gets that one.
 //
-//   PlacementStore store(etcd, "/sluice/v1/");
+//   EtcdPlacementStore store(etcd, "/sluice/v1/");
 //   SLUICE_ASSIGN_OR_RETURN(auto placed, store.Create({"job", 64, 8}, 2, {"n0", "n1", "n2"}));
 //   // placed.created: this call placed it; placed.placement: the recorded one either way
 #ifndef SLUICE_CLUSTER_PLACEMENT_STORE_H_
@@ -43,10 +43,13 @@ absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
 /// The replication a shuffle gets when its creator does not say: 2 with two or more servers.
 uint32_t DefaultReplication(size_t servers);
 
+/// The cluster's record of its shuffles and of each mapper's winning attempt, as a server asks
+/// it: in etcd (EtcdPlacementStore), or in memory in the tests of the node's rules. Every call
+/// decides once for everyone: of concurrent creates of an id one placement is recorded, of
+/// concurrent decisions of a mapper one attempt.
 class PlacementStore {
  public:
-  PlacementStore(std::shared_ptr<EtcdClient> etcd, std::string prefix)
-      : etcd_(std::move(etcd)), prefix_(std::move(prefix)) {}
+  virtual ~PlacementStore() = default;
 
   struct Created {
     bool created = false;  ///< false: it was recorded before (with what `placement` says)
@@ -55,24 +58,48 @@ class PlacementStore {
   /// Places a new shuffle on `nodes` with `replication` (0 = DefaultReplication) and records
   /// it, unless it is recorded already: then the recorded one, whatever its parameters (the
   /// caller compares). INVALID_ARGUMENT for a replication the nodes cannot give.
+  virtual absl::StatusOr<Created> Create(const std::string& shuffle_id, uint32_t num_partitions,
+                                         uint32_t num_mappers, uint32_t replication,
+                                         const std::vector<std::string>& nodes) = 0;
+  /// Recorded shuffles whose ids start with `id_prefix` (a tenant's: "tenant~").
+  virtual absl::StatusOr<size_t> CountWithPrefix(const std::string& id_prefix) = 0;
+  /// Removes the shuffle's record and its mappers' decisions; whether it was recorded.
+  virtual absl::StatusOr<bool> Delete(const std::string& shuffle_id) = 0;
+  /// The recorded placement, or nullopt if the shuffle is not recorded.
+  virtual absl::StatusOr<std::optional<ShufflePlacement>> Get(const std::string& shuffle_id) = 0;
+  /// Decides mapper `mapper`'s winning attempt: the first attempt decided, which this call
+  /// returns, whoever decided it. NOT_FOUND once the shuffle is not recorded (deleted).
+  virtual absl::StatusOr<uint64_t> DecideMapper(const std::string& shuffle_id, uint32_t mapper,
+                                                uint64_t attempt) = 0;
+  /// Every decided mapper of the shuffle and its winning attempt.
+  virtual absl::StatusOr<std::map<uint32_t, uint64_t>> Decisions(const std::string& shuffle_id) = 0;
+};
+
+/// The placement a new shuffle gets on `nodes` (what every PlacementStore records).
+/// INVALID_ARGUMENT for a replication the nodes cannot give.
+absl::StatusOr<ShufflePlacement> NewPlacement(const std::string& shuffle_id,
+                                              uint32_t num_partitions, uint32_t num_mappers,
+                                              uint32_t replication,
+                                              const std::vector<std::string>& nodes);
+
+/// The record in etcd: shuffles/<id> (the placement's JSON), shuffles/<id>/mappers/<m> (a
+/// decision, created only if absent and only while shuffles/<id> exists) and owners/<id> (an
+/// index of ids, made and removed in the record's transactions; shuffles recorded before the
+/// index existed are not counted by CountWithPrefix).
+class EtcdPlacementStore final : public PlacementStore {
+ public:
+  EtcdPlacementStore(std::shared_ptr<EtcdClient> etcd, std::string prefix)
+      : etcd_(std::move(etcd)), prefix_(std::move(prefix)) {}
+
   absl::StatusOr<Created> Create(const std::string& shuffle_id, uint32_t num_partitions,
                                  uint32_t num_mappers, uint32_t replication,
-                                 const std::vector<std::string>& nodes);
-  /// Recorded shuffles whose ids start with `id_prefix` (a tenant's: "tenant~"), from an index
-  /// of ids beside the records (owners/<id>, made and removed in the record's transactions).
-  /// Shuffles recorded before the index existed are not counted.
-  absl::StatusOr<size_t> CountWithPrefix(const std::string& id_prefix);
-  /// Removes the shuffle's record and its mappers' decisions; whether it was recorded.
-  absl::StatusOr<bool> Delete(const std::string& shuffle_id);
-  /// The recorded placement, or nullopt if the shuffle is not recorded.
-  absl::StatusOr<std::optional<ShufflePlacement>> Get(const std::string& shuffle_id);
-
-  /// Decides mapper `mapper`'s winning attempt: the first attempt decided (create-if-absent of
-  /// shuffles/<id>/mappers/<m>), which this call returns, whoever set it.
+                                 const std::vector<std::string>& nodes) override;
+  absl::StatusOr<size_t> CountWithPrefix(const std::string& id_prefix) override;
+  absl::StatusOr<bool> Delete(const std::string& shuffle_id) override;
+  absl::StatusOr<std::optional<ShufflePlacement>> Get(const std::string& shuffle_id) override;
   absl::StatusOr<uint64_t> DecideMapper(const std::string& shuffle_id, uint32_t mapper,
-                                        uint64_t attempt);
-  /// Every decided mapper of the shuffle and its winning attempt.
-  absl::StatusOr<std::map<uint32_t, uint64_t>> Decisions(const std::string& shuffle_id);
+                                        uint64_t attempt) override;
+  absl::StatusOr<std::map<uint32_t, uint64_t>> Decisions(const std::string& shuffle_id) override;
 
  private:
   std::string Key(const std::string& shuffle_id) const {

@@ -16,6 +16,8 @@
 #include <ctime>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -297,8 +299,28 @@ bool IsLoopbackAddress(std::string_view address) {
   in_addr v4;
   if (inet_pton(AF_INET, h.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
   in6_addr v6;
-  if (inet_pton(AF_INET6, h.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  if (inet_pton(AF_INET6, h.c_str(), &v6) == 1) {
+    return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+  }
   return false;
+}
+
+bool IsLoopbackPeer(std::string_view peer) {
+  if (peer.substr(0, 5) == "unix:") return true;
+  std::string address;
+  if (peer.substr(0, 5) == "ipv4:") {
+    address = std::string(peer.substr(5));
+  } else if (peer.substr(0, 5) == "ipv6:") {
+    address = std::string(peer.substr(5));
+    for (auto [from, to] : {std::pair<std::string, char>{"%5B", '['}, {"%5D", ']'}}) {
+      for (size_t at; (at = address.find(from)) != std::string::npos;) {
+        address.replace(at, from.size(), 1, to);
+      }
+    }
+  } else {
+    return false;
+  }
+  return IsLoopbackAddress(address);
 }
 
 }  // namespace sluice::rpc

@@ -47,9 +47,12 @@ namespace rpc {
 /// certificate's; a certificate needs its key and the other way round.
 absl::Status LoadClientTls(ClientTlsOptions* tls);
 
-/// Whether "host:port" names this machine only: 127.0.0.0/8, ::1 or localhost. A wildcard
-/// (0.0.0.0, [::]) or any other name is not.
+/// Whether "host:port" names this machine only: 127.0.0.0/8 (also IPv4-mapped, ::ffff:127.x),
+/// ::1 or localhost. A wildcard (0.0.0.0, [::]) or any other name is not.
 bool IsLoopbackAddress(std::string_view address);
+/// Whether a call's peer, as gRPC names it ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000", the same
+/// URL-encoded, "unix:/path"), is on this machine.
+bool IsLoopbackPeer(std::string_view peer);
 
 /// "sha256:<64 hex digits>" of a bearer token: how a server's --auth_file names it.
 std::string TokenHash(const std::string& token);

@@ -47,8 +47,8 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
   t.Family("sluice_rpc_handled_total", prometheus::MetricType::Counter,
            "Calls finished, by method and status code (failures: code != \"OK\")", calls);
 
-  t.Gauge("sluice_push_streams", "Push streams open", D(s.push_streams->load()));
-  t.Gauge("sluice_fetch_streams", "Fetch streams open", D(s.fetch_streams->load()));
+  t.Gauge("sluice_push_streams", "Push streams open", D(s.streams->push()));
+  t.Gauge("sluice_fetch_streams", "Fetch streams open", D(s.streams->fetch()));
   t.Gauge("sluice_memory_budget_used_bytes", "Memory counted against --memory_budget_mb",
           D(s.budget->used()));
   t.Gauge("sluice_memory_budget_bytes", "The memory budget (--memory_budget_mb)",

@@ -12,8 +12,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "codec/frame_format.h"
-#include "server/storage/file_util.h"
 #include "server/sluice_server.h"
+#include "server/storage/file_util.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 

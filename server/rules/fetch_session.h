@@ -32,8 +32,8 @@
 #include "codec/frame_encoder.h"
 #include "codec/frame_format.h"
 #include "server/rules/merge.h"
-#include "server/storage/shuffle_registry.h"
 #include "server/runtime/worker_pool.h"
+#include "server/storage/shuffle_registry.h"
 
 namespace sluice {
 

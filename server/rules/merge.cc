@@ -178,9 +178,11 @@ absl::StatusOr<std::unique_ptr<RunSource>> MergedStream::MergeToFile(
   pass.max_records_ = max_records_;
   SLUICE_RETURN_IF_ERROR(pass.Init(std::move(group)));
   if (!scratch_fd_.valid()) {
-    scratch_path_ = absl::StrCat(options.tmp_dir, "/merge-", ::getpid(), "-",
-                                 tmp_counter.fetch_add(1), ".runs");
-    SLUICE_ASSIGN_OR_RETURN(scratch_fd_, file::OpenForAppend(scratch_path_));
+    const std::string name =
+        absl::StrCat("merge-", ::getpid(), "-", tmp_counter.fetch_add(1), ".runs");
+    scratch_path_ = absl::StrCat(options.tmp_dir, "/", name);
+    scratch_name_ = absl::StrCat("tmp/", name);  // (messages reach clients: no server path)
+    SLUICE_ASSIGN_OR_RETURN(scratch_fd_, file::OpenForAppend(scratch_path_, scratch_name_));
   }
   EncodeOptions eopts;
   eopts.zstd_level = 1;  // scratch data: fast beats small
@@ -204,12 +206,12 @@ absl::StatusOr<std::unique_ptr<RunSource>> MergedStream::MergeToFile(
     SLUICE_RETURN_IF_ERROR(encoder.Encode(batch, &frame));
     StoreLE32(reinterpret_cast<uint8_t*>(frame.data()), static_cast<uint32_t>(frame.size() - 4));
     SLUICE_RETURN_IF_ERROR(file::PwriteAll(
-        scratch_fd_.get(), scratch_path_, scratch_end_,
+        scratch_fd_.get(), scratch_name_, scratch_end_,
         absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size())));
     scratch_end_ += frame.size();
   }
   return std::unique_ptr<RunSource>(
-      new FileRun(&scratch_fd_, &scratch_path_, &file_runs_, base, scratch_end_ - base));
+      new FileRun(&scratch_fd_, &scratch_name_, &file_runs_, base, scratch_end_ - base));
 }
 
 absl::StatusOr<std::unique_ptr<MergedStream>> MergedStream::Make(

@@ -139,6 +139,7 @@ class MergedStream {
   // the runs, which read it).
   file::Fd scratch_fd_;
   std::string scratch_path_;
+  std::string scratch_name_;  // scratch_path_ as messages name it
   uint64_t scratch_end_ = 0;
   std::unique_ptr<FrameDecoder> decoder_;  // for intermediate runs
   RunDecoder file_runs_;                   // what the intermediate runs share

@@ -52,6 +52,8 @@ absl::Status PushAttempt::Open(std::string_view shuffle_id, uint32_t mapper, uin
                                std::shared_ptr<const std::vector<bool>> kept) {
   if (store_ != nullptr)
     return absl::InvalidArgumentError("second open message in one push stream");
+  SLUICE_RETURN_IF_ERROR(
+      registry_->CheckRoom(std::string(shuffle_id), limits_.disk_high_water_pct));
   auto store = registry_->GetForWriting(std::string(shuffle_id));
   if (!store.ok()) return store.status();
   const ShuffleParams& params = (*store)->params();
@@ -178,6 +180,12 @@ absl::Status PushAttempt::AddPiece(absl::Span<const uint8_t> piece) {
 absl::StatusOr<PushSummary> PushAttempt::Commit(uint64_t frame_count, uint64_t record_count,
                                                 bool prepare) {
   if (store_ == nullptr) return absl::InvalidArgumentError("commit before the open message");
+  if (!prepare && limits_.require_prepare) {
+    return absl::FailedPreconditionError(
+        "this server is part of a cluster: an attempt is prepared on every server of its "
+        "shuffle (a commit message with prepare) and then decided with CommitMapper; use a "
+        "client that takes the server list");
+  }
   SLUICE_RETURN_IF_ERROR(NoLargeFramePending("the commit"));
   if (frame_count != frames_ || record_count != records_) {
     return absl::InvalidArgumentError(absl::StrCat("commit says ", frame_count, " frames and ",

@@ -38,6 +38,13 @@ struct PushLimits {
   FrameLimits frame;  ///< every pushed frame must decode within these
   /// Frames one attempt may push (each costs ~24 bytes of bookkeeping until it ends).
   uint64_t max_frames_per_attempt = uint64_t{1} << 20;
+  /// New attempts are refused while the shuffle's data directory is fuller than this, in
+  /// percent (--disk_high_water_pct; 0 = never): committed data and the pushes already running
+  /// keep the room left.
+  uint32_t disk_high_water_pct = 0;
+  /// Attempts must be prepared, then decided (a server of a cluster: every replica must reflect
+  /// the same winner); a plain commit is FAILED_PRECONDITION.
+  bool require_prepare = false;
 };
 
 /// What a committed attempt amounted to.
@@ -56,8 +63,8 @@ class PushAttempt {
   PushAttempt& operator=(const PushAttempt&) = delete;
 
   /// NOT_FOUND for an unknown shuffle, INVALID_ARGUMENT for a mapper out of range or a second
-  /// open. `kept` (in a cluster): the partitions this server keeps; a frame for another one is
-  /// refused with FAILED_PRECONDITION.
+  /// open, RESOURCE_EXHAUSTED past the disk high-water mark. `kept` (in a cluster): the partitions
+  /// this server keeps; a frame for another one is refused with FAILED_PRECONDITION.
   absl::Status Open(std::string_view shuffle_id, uint32_t mapper, uint64_t attempt,
                     std::shared_ptr<const std::vector<bool>> kept = nullptr);
   /// Validates and appends one frame. INVALID_ARGUMENT names the frame, its partition and what

@@ -15,10 +15,9 @@ namespace {
 constexpr char kCommitMagic[4] = {'S', 'L', 'C', 'M'};
 constexpr char kPreparedMagic[4] = {'S', 'L', 'P', 'R'};
 constexpr char kHeaderMagic[4] = {'S', 'L', 'L', 'G'};
-// 3 since the shuffle's blocks live in one shared data file; a version 2 log's offsets name
-// per-partition files (read for an upgrade only).
+// 3 since the shuffle's blocks live in one shared data file (earlier versions, never released,
+// are not read).
 constexpr uint32_t kLogVersion = 3;
-constexpr uint32_t kOldestHeaderVersion = 2;
 constexpr char kLogFile[] = "commits.log";
 constexpr size_t kCommitFixed = 4 + 8 + 4;  // mapper, attempt, block count
 constexpr size_t kCommitBlock = 20;
@@ -115,10 +114,9 @@ std::string CommitLog::EncodeCheckpoint(const Checkpoint& c) {
   return slot;
 }
 
-bool CommitLog::ParseCheckpoint(const uint8_t* p, Checkpoint* out, uint32_t* version) {
-  *version = LoadLE32(p + 4);
-  if (std::memcmp(p, kHeaderMagic, 4) != 0 || *version < kOldestHeaderVersion ||
-      *version > kLogVersion || LoadLE64(p + 32) != PayloadChecksum(p, 32)) {
+bool CommitLog::ParseCheckpoint(const uint8_t* p, Checkpoint* out) {
+  if (std::memcmp(p, kHeaderMagic, 4) != 0 || LoadLE32(p + 4) != kLogVersion ||
+      LoadLE64(p + 32) != PayloadChecksum(p, 32)) {
     return false;
   }
   out->generation = LoadLE64(p + 8);
@@ -141,34 +139,16 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Create(int dir_fd, const s
   if (options.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(fd.get(), path));
   SLUICE_RETURN_IF_ERROR(file::SyncFd(dir_fd, dir));
   return std::unique_ptr<CommitLog>(
-      new CommitLog(std::move(fd), path, std::move(options), first, kRecordsStart, 0, kLogVersion));
-}
-
-absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Rewrite(
-    int dir_fd, const std::string& dir, Options options, const std::vector<CommitRecord>& records) {
-  const std::string path = absl::StrCat(dir, "/", kLogFile);
-  std::string bytes(kRecordsStart, '\0');
-  for (const CommitRecord& r : records) {
-    bytes += EncodeCommitRecord(r.mapper, r.attempt, r.blocks, r.prepared);
-  }
-  const Checkpoint durable{1, bytes.size(), records.size()};
-  bytes.replace(SlotOffset(durable.generation), kSlotSize, EncodeCheckpoint(durable));
-  SLUICE_RETURN_IF_ERROR(file::WriteFileAtomically(
-      dir, kLogFile,
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size())));
-  SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenAt(dir_fd, kLogFile, path));
-  return std::unique_ptr<CommitLog>(new CommitLog(std::move(fd), path, std::move(options), durable,
-                                                  durable.floor, records.size(), kLogVersion));
+      new CommitLog(std::move(fd), path, std::move(options), first, kRecordsStart, 0));
 }
 
 absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(int dir_fd, const std::string& dir,
-                                                           Options options,
-                                                           const Recovery& recovery,
+                                                           Options options, bool has_data,
                                                            std::vector<CommitRecord>* records) {
   records->clear();
   const std::string path = absl::StrCat(dir, "/", kLogFile);
-  if (!file::Exists(path)) {
-    if (!recovery.data_files_exist) return Create(dir_fd, dir, std::move(options));
+  if (!file::ExistsAt(dir_fd, kLogFile)) {
+    if (!has_data) return Create(dir_fd, dir, std::move(options));
     return NothingTouched(path,
                           "is missing while the shuffle has data: which of its blocks "
                           "are committed cannot be known");
@@ -179,31 +159,21 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(int dir_fd, const std
   SLUICE_RETURN_IF_ERROR(
       file::PreadAll(fd.get(), path, 0, log.size(), reinterpret_cast<uint8_t*>(log.data())));
   const auto* base = reinterpret_cast<const uint8_t*>(log.data());
-  if (recovery.version1_allowed && (size == 0 || std::memcmp(base, kCommitMagic, 4) == 0)) {
-    return OpenVersion1(std::move(fd), path, std::move(options), log, records);
-  }
 
   // The header: the newer of the two valid slots.
   Checkpoint durable;
-  uint32_t version = 0;
   bool found = false;
   for (uint64_t slot = 0; size >= kRecordsStart && slot < 2; ++slot) {
     Checkpoint c;
-    uint32_t v = 0;
-    if (ParseCheckpoint(base + slot * kSlotSpacing, &c, &v) &&
+    if (ParseCheckpoint(base + slot * kSlotSpacing, &c) &&
         SlotOffset(c.generation) == slot * kSlotSpacing &&
         (!found || c.generation > durable.generation)) {
       durable = c;
-      version = v;
       found = true;
     }
   }
-  if (found && version < kLogVersion && !recovery.version2_allowed) {
-    return NothingTouched(
-        path, absl::StrCat("is a version ", version, " log in a shuffle of a later version"));
-  }
   if (!found) {
-    if (!recovery.data_files_exist) return Create(dir_fd, dir, std::move(options));
+    if (!has_data) return Create(dir_fd, dir, std::move(options));
     return NothingTouched(
         path, absl::StrCat(size == 0 ? "is empty" : "has no valid header",
                            " while the shuffle has data: its commits were lost (emptied or "
@@ -223,16 +193,12 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(int dir_fd, const std
                                        ": acknowledged commits are missing"));
   }
   const uint64_t count = records->size();
-  if (version < kLogVersion) {  // legacy: read-only, the torn tail left to the rewrite
-    return std::unique_ptr<CommitLog>(
-        new CommitLog(std::move(fd), path, std::move(options), durable, valid_end, count, version));
-  }
   if (p < end) {  // a torn, never acknowledged batch: cut it off
     SLUICE_RETURN_IF_ERROR(file::Truncate(fd.get(), path, valid_end));
     if (options.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(fd.get(), path));
   }
-  std::unique_ptr<CommitLog> out(new CommitLog(std::move(fd), path, std::move(options), durable,
-                                               valid_end, count, kLogVersion));
+  std::unique_ptr<CommitLog> out(
+      new CommitLog(std::move(fd), path, std::move(options), durable, valid_end, count));
   if (durable.floor < valid_end) {  // what recovery serves from now on is protected too
     const Checkpoint raised{durable.generation + 1, valid_end, count};
     SLUICE_RETURN_IF_ERROR(out->WriteCheckpoint(raised));
@@ -240,28 +206,6 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(int dir_fd, const std
     out->durable_ = raised;
   }
   return out;
-}
-
-absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::OpenVersion1(
-    file::Fd fd, const std::string& path, Options options, const std::string& bytes,
-    std::vector<CommitRecord>* records) {
-  // Version 1 had no header: a bad record with valid ones after it is corruption, otherwise
-  // it starts a torn tail.
-  const auto* base = reinterpret_cast<const uint8_t*>(bytes.data());
-  const uint8_t* end = base + bytes.size();
-  const uint8_t* p = ParseRecords(base, end, records);
-  CommitRecord probe;
-  for (const uint8_t* q = p + 1; q + 8 <= end; ++q) {
-    if (ParseCommitRecord(q, end, &probe) != 0) {
-      return absl::DataLossError(absl::StrCat(path, " is corrupt at byte ", p - base,
-                                              " and holds valid commits after it (at byte ",
-                                              q - base, "); refusing to drop them"));
-    }
-  }
-  const auto length = static_cast<uint64_t>(p - base);
-  return std::unique_ptr<CommitLog>(new CommitLog(std::move(fd), path, std::move(options),
-                                                  Checkpoint{0, length, records->size()}, length,
-                                                  records->size(), /*version=*/1));
 }
 
 absl::Status CommitLog::WriteCheckpoint(const Checkpoint& c) {
@@ -278,27 +222,19 @@ bool CommitLog::broken() const {
 
 absl::Status CommitLog::BrokenError() const {
   return absl::UnavailableError(absl::StrCat(
-      "shuffle ", options_.shuffle_id,
-      " stopped taking commits after a failed disk write or sync; it re-verifies itself and "
+      "shuffle '", options_.shuffle_name,
+      "' stopped taking commits after a failed disk write or sync; it re-verifies itself and "
       "takes pushes again once its running pushes have ended: retry the attempt"));
 }
 
 absl::Status CommitLog::Append(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks,
                                bool prepared) {
-  if (legacy()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path_, " is a version ", version_, " log, read to be rewritten"));
-  }
   Pending me;
   me.record = EncodeCommitRecord(mapper, attempt, blocks, prepared);  // built outside the lock
   return Write(me);
 }
 
 absl::Status CommitLog::AppendAll(absl::Span<const CommitRecord> records) {
-  if (legacy()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path_, " is a version ", version_, " log, read to be rewritten"));
-  }
   if (records.empty()) return absl::OkStatus();
   Pending me;
   for (const CommitRecord& r : records) {

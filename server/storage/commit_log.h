@@ -76,8 +76,8 @@ class CommitLog {
  public:
   struct Options {
     bool fsync = true;
-    /// Names the shuffle in errors.
-    std::string shuffle_id;
+    /// Names the shuffle in errors, as callers know it (ShuffleName).
+    std::string shuffle_name;
     /// Makes the shuffle's data durable; called once by a batch's leader, outside every lock,
     /// before the batch's records are written (only when fsync is on).
     std::function<absl::Status()> sync_data;
@@ -85,42 +85,20 @@ class CommitLog {
     std::function<void(double)> observe_batch;
   };
 
-  /// What Open may assume about the shuffle whose log it reads.
-  struct Recovery {
-    /// The shuffle predates the header: a log of bare records from byte 0 (version 1) is read
-    /// with version 1's rules.
-    bool version1_allowed = false;
-    /// The shuffle predates the shared data file: a version 2 log (offsets into per-partition
-    /// files) is read too. Either legacy log is returned untouched and read-only (legacy());
-    /// the store moves its blocks and calls Rewrite.
-    bool version2_allowed = false;
-    /// The shuffle has data (its data file is not empty, or legacy partition files exist).
-    /// Without it a missing or headerless log lost nothing (a crash inside Create) and starts
-    /// afresh; with it, it is DATA_LOSS.
-    bool data_files_exist = true;
-  };
-
-  /// An empty log `name` in the directory `dir_fd` (`dir` is for messages), replacing any file
-  /// there; the header and the directory entry are synced.
+  /// An empty log in the directory `dir_fd`, replacing any file there; the header and the
+  /// directory entry are synced. `dir` names the directory in messages (relative to the data
+  /// directory: clients see them).
   static absl::StatusOr<std::unique_ptr<CommitLog>> Create(int dir_fd, const std::string& dir,
                                                            Options options);
-  /// Opens the log and returns its records in order in *records. DATA_LOSS, with nothing
-  /// changed, when the log is missing or headerless (see Recovery), ends before its floor, or
-  /// has a bad record before its floor. A bad record past the floor starts a torn tail, which
-  /// is cut off; the floor is then raised to cover every record kept.
+  /// Opens the log in `dir_fd` and returns its records in order in *records. DATA_LOSS, with
+  /// nothing changed, when the log is missing or headerless while `has_data` (the shuffle's data
+  /// file is not empty: without it such a log lost nothing, a crash inside Create, and starts
+  /// afresh), ends before its floor, or has a bad record before its floor. A bad record past the
+  /// floor starts a torn tail, which is cut off; the floor is then raised to cover every record
+  /// kept.
   static absl::StatusOr<std::unique_ptr<CommitLog>> Open(int dir_fd, const std::string& dir,
-                                                         Options options, const Recovery& recovery,
+                                                         Options options, bool has_data,
                                                          std::vector<CommitRecord>* records);
-  /// Replaces the log, atomically and durably, by a current one holding exactly `records`
-  /// (all below its floor), and opens it.
-  static absl::StatusOr<std::unique_ptr<CommitLog>> Rewrite(
-      int dir_fd, const std::string& dir, Options options,
-      const std::vector<CommitRecord>& records);
-
-  /// The log's format: 1 (bare records) or 2 (records name per-partition files) for a legacy
-  /// log Open returned read-only, else 3.
-  uint32_t version() const { return version_; }
-  bool legacy() const { return version_ < 3; }
 
   /// Appends one record (a commit, or a PREPARED record) and makes it durable together with the
   /// data it lists (see above).
@@ -133,6 +111,7 @@ class CommitLog {
   bool broken() const;
   /// The UNAVAILABLE error a broken log answers with.
   absl::Status BrokenError() const;
+  /// The log as messages name it (`dir`/commits.log).
   const std::string& path() const { return path_; }
 
  private:
@@ -144,22 +123,18 @@ class CommitLog {
     uint64_t records = 0;     ///< records before the floor (for messages)
   };
   CommitLog(file::Fd fd, std::string path, Options options, Checkpoint durable, uint64_t end,
-            uint64_t records, uint32_t version)
+            uint64_t records)
       : fd_(std::move(fd)),
         path_(std::move(path)),
         options_(std::move(options)),
-        version_(version),
         durable_(durable),
         end_(end),
         records_(records) {}
-  static absl::StatusOr<std::unique_ptr<CommitLog>> OpenVersion1(
-      file::Fd fd, const std::string& path, Options options, const std::string& bytes,
-      std::vector<CommitRecord>* records);
   static std::string EncodeCheckpoint(const Checkpoint& c);
   // Queues `me` and waits until a batch has written it (leading the batch if none is).
   absl::Status Write(Pending& me);
-  // 40 bytes at p; *version is the slot's log version (2 or 3).
-  static bool ParseCheckpoint(const uint8_t* p, Checkpoint* out, uint32_t* version);
+  // 40 bytes at p: a valid slot of this log version.
+  static bool ParseCheckpoint(const uint8_t* p, Checkpoint* out);
   // Writes a checkpoint into the slot its generation picks (no sync).
   absl::Status WriteCheckpoint(const Checkpoint& c);
   // Syncs the shuffle's data, writes a batch's records at `at` (and `checkpoint`, when it has
@@ -169,7 +144,6 @@ class CommitLog {
   const file::Fd fd_;
   const std::string path_;
   const Options options_;
-  const uint32_t version_;
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;

@@ -34,6 +34,15 @@ Fd::~Fd() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+namespace {
+
+// What a message names: `shown` if given, else the path itself.
+const std::string& Shown(const std::string& path, const std::string& shown) {
+  return shown.empty() ? path : shown;
+}
+
+}  // namespace
+
 absl::Status ErrnoStatus(int err, const std::string& what, const std::string& path) {
   const std::string msg = absl::StrCat(what, " ", path, ": ", std::strerror(err));
   if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(msg);
@@ -72,9 +81,9 @@ size_t OpenFdCount() {
   return n > 0 ? n - 1 : 0;  // not the listing's own descriptor
 }
 
-absl::StatusOr<Fd> OpenForAppend(const std::string& path) {
+absl::StatusOr<Fd> OpenForAppend(const std::string& path, const std::string& shown) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, "open", path);
+  if (fd < 0) return ErrnoStatus(errno, "open", Shown(path, shown));
   return Fd(fd);
 }
 
@@ -84,9 +93,9 @@ absl::StatusOr<Fd> OpenReadOnly(const std::string& path) {
   return Fd(fd);
 }
 
-absl::StatusOr<Fd> OpenDirectory(const std::string& path) {
+absl::StatusOr<Fd> OpenDirectory(const std::string& path, const std::string& shown) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "open directory", path);
+  if (fd < 0) return ErrnoStatus(errno, "open directory", Shown(path, shown));
   return Fd(fd);
 }
 
@@ -105,8 +114,10 @@ absl::Status SyncFd(int fd, const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status Rename(const std::string& from, const std::string& to) {
-  if (::rename(from.c_str(), to.c_str()) != 0) return ErrnoStatus(errno, "rename", from);
+absl::Status Rename(const std::string& from, const std::string& to, const std::string& shown) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    return ErrnoStatus(errno, "rename", Shown(from, shown));
+  }
   return absl::OkStatus();
 }
 
@@ -266,13 +277,13 @@ absl::Status SyncData(int fd, const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status SyncDir(const std::string& dir) {
+absl::Status SyncDir(const std::string& dir, const std::string& shown) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "open directory", dir);
+  if (fd < 0) return ErrnoStatus(errno, "open directory", Shown(dir, shown));
   const int rc = ::fsync(fd);
   const int err = errno;
   ::close(fd);
-  if (rc != 0) return ErrnoStatus(err, "fsync directory", dir);
+  if (rc != 0) return ErrnoStatus(err, "fsync directory", Shown(dir, shown));
   return absl::OkStatus();
 }
 
@@ -298,54 +309,65 @@ absl::StatusOr<uint64_t> FileSize(int fd, const std::string& path) {
 }
 
 absl::Status WriteFileAtomically(const std::string& dir, const std::string& name,
-                                 absl::Span<const uint8_t> contents) {
+                                 absl::Span<const uint8_t> contents, const std::string& shown) {
   const std::string tmp = absl::StrCat(dir, "/.", name, ".tmp");
   const std::string dst = absl::StrCat(dir, "/", name);
+  const std::string shown_tmp = absl::StrCat(Shown(dir, shown), "/.", name, ".tmp");
   {
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return ErrnoStatus(errno, "create", tmp);
+    if (fd < 0) return ErrnoStatus(errno, "create", shown_tmp);
     Fd owned(fd);
-    if (auto st = PwriteAll(fd, tmp, 0, contents); !st.ok()) return st;
-    if (::fsync(fd) != 0) return ErrnoStatus(errno, "fsync", tmp);
+    if (auto st = PwriteAll(fd, shown_tmp, 0, contents); !st.ok()) return st;
+    if (::fsync(fd) != 0) return ErrnoStatus(errno, "fsync", shown_tmp);
   }
-  if (::rename(tmp.c_str(), dst.c_str()) != 0) return ErrnoStatus(errno, "rename to", dst);
-  return SyncDir(dir);
+  if (::rename(tmp.c_str(), dst.c_str()) != 0) {
+    return ErrnoStatus(errno, "rename to", absl::StrCat(Shown(dir, shown), "/", name));
+  }
+  return SyncDir(dir, shown);
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
-  auto fd = OpenReadOnly(path);
-  if (!fd.ok()) return fd.status();
-  auto size = FileSize(fd->get(), path);
+absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes,
+                                     const std::string& shown) {
+  const std::string& name = Shown(path, shown);
+  const int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (raw < 0) return ErrnoStatus(errno, "open", name);
+  const Fd fd(raw);
+  auto size = FileSize(fd.get(), name);
   if (!size.ok()) return size.status();
   if (*size > max_bytes) {
     return absl::DataLossError(
-        absl::StrCat(path, " is ", *size, " bytes, more than the ", max_bytes, " expected"));
+        absl::StrCat(name, " is ", *size, " bytes, more than the ", max_bytes, " expected"));
   }
   std::string out(*size, '\0');
-  if (auto st = PreadAll(fd->get(), path, 0, out.size(), reinterpret_cast<uint8_t*>(out.data()));
+  if (auto st = PreadAll(fd.get(), name, 0, out.size(), reinterpret_cast<uint8_t*>(out.data()));
       !st.ok()) {
     return st;
   }
   return out;
 }
 
-absl::Status MakeDirs(const std::string& dir) {
+absl::Status MakeDirs(const std::string& dir, const std::string& shown) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return ErrnoStatus(ec.value(), "create directory", dir);
+  if (ec) return ErrnoStatus(ec.value(), "create directory", Shown(dir, shown));
   return absl::OkStatus();
 }
 
-absl::Status RemoveTree(const std::string& dir) {
+absl::Status RemoveTree(const std::string& dir, const std::string& shown) {
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
-  if (ec) return ErrnoStatus(ec.value(), "remove", dir);
+  if (ec) return ErrnoStatus(ec.value(), "remove", Shown(dir, shown));
   return absl::OkStatus();
 }
 
 bool Exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
+}
+
+bool ExistsAt(int dir_fd, const std::string& name) {
+  struct stat st;
+  return ::fstatat(dir_fd, name.c_str(), &st, 0) == 0;
 }
 
 }  // namespace sluice::file

@@ -1,6 +1,8 @@
 // Small POSIX file helpers for server storage: every failure is an absl::Status that names the
 // file and the errno text; ENOSPC and EDQUOT become RESOURCE_EXHAUSTED so callers can tell a
-// full disk from a broken one.
+// full disk from a broken one. Errors reach clients, which are not told server paths: a
+// function working on a descriptor names the file by the `path` it is given (storage gives a
+// path relative to its data directory), one working on a path by `shown` when given.
 #ifndef SLUICE_SERVER_STORAGE_FILE_UTIL_H_
 #define SLUICE_SERVER_STORAGE_FILE_UTIL_H_
 
@@ -35,15 +37,16 @@ class Fd {
 /// An error status for a failed system call on `path`.
 absl::Status ErrnoStatus(int err, const std::string& what, const std::string& path);
 
-absl::StatusOr<Fd> OpenForAppend(const std::string& path);  // O_RDWR|O_CREAT
+/// O_RDWR|O_CREAT.
+absl::StatusOr<Fd> OpenForAppend(const std::string& path, const std::string& shown = "");
 absl::StatusOr<Fd> OpenReadOnly(const std::string& path);
-absl::StatusOr<Fd> OpenDirectory(const std::string& path);
+absl::StatusOr<Fd> OpenDirectory(const std::string& path, const std::string& shown = "");
 /// O_RDWR|O_CREAT (and O_NOATIME where allowed) of `name` inside the directory `dir_fd`
 /// (`path` is for messages). Opening through a directory descriptor keeps writers inside that
 /// directory even if it is renamed.
 absl::StatusOr<Fd> OpenAt(int dir_fd, const std::string& name, const std::string& path);
 absl::Status SyncFd(int fd, const std::string& path);  // fsync (e.g. of a directory fd)
-absl::Status Rename(const std::string& from, const std::string& to);
+absl::Status Rename(const std::string& from, const std::string& to, const std::string& shown = "");
 absl::Status PwriteAll(int fd, const std::string& path, uint64_t offset,
                        absl::Span<const uint8_t> a, absl::Span<const uint8_t> b = {});
 /// Writes the pieces back to back from `offset` on, with as few pwritev calls as IOV_MAX
@@ -52,7 +55,8 @@ absl::Status PwritevAll(int fd, const std::string& path, uint64_t offset,
                         absl::Span<const absl::Span<const uint8_t>> pieces);
 absl::Status PreadAll(int fd, const std::string& path, uint64_t offset, size_t n, uint8_t* out);
 absl::Status SyncData(int fd, const std::string& path);  // fdatasync
-absl::Status SyncDir(const std::string& dir);            // fsync of the directory itself
+/// fsync of the directory itself.
+absl::Status SyncDir(const std::string& dir, const std::string& shown = "");
 absl::Status Truncate(int fd, const std::string& path, uint64_t size);
 /// Frees the disk space of [offset, offset+len) and reads it back as zeros; a no-op (OK) on file
 /// systems without hole punching.
@@ -85,11 +89,14 @@ class Mapping {
 
 /// Writes `contents` to `path` atomically and durably: temp file, fsync, rename, fsync dir.
 absl::Status WriteFileAtomically(const std::string& dir, const std::string& name,
-                                 absl::Span<const uint8_t> contents);
-absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes);
-absl::Status MakeDirs(const std::string& dir);
-absl::Status RemoveTree(const std::string& dir);
+                                 absl::Span<const uint8_t> contents, const std::string& shown = "");
+absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes,
+                                     const std::string& shown = "");
+absl::Status MakeDirs(const std::string& dir, const std::string& shown = "");
+absl::Status RemoveTree(const std::string& dir, const std::string& shown = "");
 bool Exists(const std::string& path);
+/// Whether `name` exists in the directory `dir_fd`.
+bool ExistsAt(int dir_fd, const std::string& name);
 
 /// The process's soft limit of open descriptors (RLIMIT_NOFILE).
 uint64_t OpenFilesLimit();

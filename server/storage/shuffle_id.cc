@@ -33,8 +33,8 @@ absl::Status ValidateShuffleId(absl::string_view id) {
         absl::StrCat("shuffle id '", id, "' must be 1-128 characters and not start with '.'"));
   }
   for (char c : id) {
-    const bool ok = absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
-                    c == '-';
+    const bool ok =
+        absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
     if (!ok) {
       return absl::InvalidArgumentError(
           absl::StrCat("shuffle id '", id, "' may only use letters, digits, '.', '_' and '-'"));

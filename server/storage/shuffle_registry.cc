@@ -1,5 +1,6 @@
 #include "server/storage/shuffle_registry.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -38,8 +39,7 @@ std::shared_ptr<std::atomic<int64_t>> ShuffleRegistry::TenantBytes(const std::st
   return TenantBytesLocked(tenant);
 }
 
-size_t ShuffleRegistry::TenantShuffles(const std::string& tenant) const {
-  const std::string prefix = absl::StrCat(tenant, std::string(1, kTenantSeparator));
+size_t ShuffleRegistry::CountWithPrefix(const std::string& prefix) const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;
   for (auto it = home_.lower_bound(prefix);
@@ -76,8 +76,7 @@ absl::Status CheckFdHeadroom(uint64_t open, uint64_t need, const std::string& wh
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
-    const std::vector<std::string>& data_dirs, const StoreOptions& options,
-    std::map<std::string, absl::Status>* failed) {
+    const std::vector<std::string>& data_dirs, const StoreOptions& options) {
   if (data_dirs.empty()) return absl::InvalidArgumentError("no data directory");
   std::unique_ptr<ShuffleRegistry> reg(new ShuffleRegistry(options));
   for (const std::string& path : data_dirs) {
@@ -87,7 +86,7 @@ absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
   uint64_t open_fds = file::OpenFdCount();
   size_t healthy = 0;
   for (size_t i = 0; i < reg->dirs_.size(); ++i) {
-    const absl::Status st = reg->OpenDir(i, failed, &open_fds);
+    const absl::Status st = reg->OpenDir(i, &open_fds);
     if (st.ok()) {
       ++healthy;
       continue;
@@ -106,12 +105,11 @@ absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
   return reg;
 }
 
-absl::Status ShuffleRegistry::OpenDir(size_t index, std::map<std::string, absl::Status>* failed,
-                                      uint64_t* open_fds) {
+absl::Status ShuffleRegistry::OpenDir(size_t index, uint64_t* open_fds) {
   const std::string root = absl::StrCat(dirs_[index]->path, "/shuffles");
   // A directory that cannot be written (a read-only or failing disk) fails now, not at the
   // first commit of a job placed on it.
-  absl::Status writable = file::MakeDirs(root);
+  absl::Status writable = file::MakeDirs(root, "shuffles");
   if (writable.ok()) writable = ProbeWrite(root);
   if (!writable.ok()) {
     ReserveIds(index, root, writable);
@@ -134,38 +132,44 @@ absl::Status ShuffleRegistry::OpenDir(size_t index, std::map<std::string, absl::
     // so) rather than taking the descriptors connections need.
     // (Counted as stores open, not listed each time: a start with 10,000 shuffles must not
     // list /proc/self/fd 10,000 times.)
-    const absl::Status room =
-        CheckFdHeadroom(*open_fds, 3, absl::StrCat("shuffle '", id, "' was not opened at start"));
+    const absl::Status room = CheckFdHeadroom(
+        *open_fds, 3, absl::StrCat("shuffle '", ShuffleName(id), "' was not opened at start"));
     absl::StatusOr<std::unique_ptr<ShuffleStore>> store =
-        room.ok() ? ShuffleStore::Open(entry.path().string(), OptionsForLocked(id))
+        room.ok() ? ShuffleStore::Open(entry.path().string(), Shown(id), OptionsForLocked(id))
                   : absl::StatusOr<std::unique_ptr<ShuffleStore>>(room);
     home_[id] = index;
     if (store.ok()) *open_fds += (*store)->open_files();
     if (!store.ok()) {
       DamagedShuffle damaged;
-      damaged.params =
-          ShuffleStore::ReadParams(entry.path().string()).value_or(ShuffleParams{id, 0, 0});
+      damaged.params = ShuffleStore::ReadParams(entry.path().string(), Shown(id))
+                           .value_or(ShuffleParams{id, 0, 0});
       damaged.params.shuffle_id = id;
-      damaged.reason = WithRelativePaths(store.status());
-      if (failed != nullptr) (*failed)[id] = store.status();  // for the log: full paths
+      damaged.reason = store.status();
+      spdlog::error("event=recovery_failed tenant={} shuffle={} dir={} error=\"{}\"",
+                    TenantField(id), id, dirs_[index]->path, std::string(store.status().message()));
       damaged_.emplace(id, std::move(damaged));
       continue;
     }
     shuffles_.emplace(id, std::shared_ptr<ShuffleStore>(std::move(store).value()));
   }
-  if (ec) return file::ErrnoStatus(ec.value(), "list", root);
+  if (ec) return file::ErrnoStatus(ec.value(), "list", "shuffles");
   return absl::OkStatus();
 }
 
 absl::Status ShuffleRegistry::ProbeWrite(const std::string& root) {
   const std::string probe = absl::StrCat(root, "/.write-probe");
-  SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenForAppend(probe));
+  const std::string shown = "shuffles/.write-probe";
+  const int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return file::ErrnoStatus(errno, "open", shown);
+  const file::Fd owned(fd);
   const uint8_t byte = 0;
-  SLUICE_RETURN_IF_ERROR(file::PwriteAll(fd.get(), probe, 0, absl::MakeConstSpan(&byte, 1)));
-  SLUICE_RETURN_IF_ERROR(file::SyncData(fd.get(), probe));
-  if (::unlink(probe.c_str()) != 0) return file::ErrnoStatus(errno, "remove", probe);
+  SLUICE_RETURN_IF_ERROR(file::PwriteAll(fd, shown, 0, absl::MakeConstSpan(&byte, 1)));
+  SLUICE_RETURN_IF_ERROR(file::SyncData(fd, shown));
+  if (::unlink(probe.c_str()) != 0) return file::ErrnoStatus(errno, "remove", shown);
   return absl::OkStatus();
 }
+
+std::string ShuffleRegistry::Shown(const std::string& id) { return absl::StrCat("shuffles/", id); }
 
 void ShuffleRegistry::ReserveIds(size_t index, const std::string& root, const absl::Status& why) {
   // Its shuffles cannot be opened, but their ids stay taken (if it can be listed at all): a
@@ -180,7 +184,7 @@ void ShuffleRegistry::ReserveIds(size_t index, const std::string& root, const ab
     d.params = ShuffleParams{id, 0, 0};
     d.reason = absl::UnavailableError(absl::StrCat(
         "it is on data directory ", index + 1, " of ", dirs_.size(), ", which failed at start (",
-        WithRelativePaths(why).message(), "); repair the disk and restart the server"));
+        why.message(), "); repair the disk and restart the server"));
     damaged_.emplace(id, std::move(d));
   }
 }
@@ -221,9 +225,11 @@ absl::Status ShuffleRegistry::NotFoundLocked(const std::string& id) const {
   for (size_t i = 0; i < dirs_.size(); ++i) {
     if (!dirs_[i]->failed.ok()) absl::StrAppend(&failed, failed.empty() ? "" : ", ", i + 1);
   }
-  if (failed.empty()) return absl::NotFoundError(absl::StrCat("shuffle '", id, "' not found"));
+  if (failed.empty()) {
+    return absl::NotFoundError(absl::StrCat("shuffle '", ShuffleName(id), "' not found"));
+  }
   return absl::NotFoundError(absl::StrCat(
-      "shuffle '", id, "' not found (data directory ", failed, " of ", dirs_.size(),
+      "shuffle '", ShuffleName(id), "' not found (data directory ", failed, " of ", dirs_.size(),
       " failed: shuffles on it are unavailable until it is repaired and the server restarted)"));
 }
 
@@ -343,11 +349,11 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto d = damaged_.find(params.shuffle_id); d != damaged_.end()) {
     if (absl::IsUnavailable(d->second.reason)) {
-      return absl::UnavailableError(
-          absl::StrCat("shuffle '", params.shuffle_id, "' ", d->second.reason.message()));
+      return absl::UnavailableError(absl::StrCat("shuffle '", ShuffleName(params.shuffle_id), "' ",
+                                                 d->second.reason.message()));
     }
     return absl::AlreadyExistsError(
-        absl::StrCat("shuffle '", params.shuffle_id, "' exists but is damaged (",
+        absl::StrCat("shuffle '", ShuffleName(params.shuffle_id), "' exists but is damaged (",
                      d->second.reason.message(), "); delete it to reuse the id"));
   }
   auto it = shuffles_.find(params.shuffle_id);
@@ -356,32 +362,31 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
     if (have.num_partitions == params.num_partitions && have.num_mappers == params.num_mappers) {
       return false;
     }
-    return absl::AlreadyExistsError(absl::StrCat("shuffle '", params.shuffle_id,
+    return absl::AlreadyExistsError(absl::StrCat("shuffle '", ShuffleName(params.shuffle_id),
                                                  "' already exists with ", have.num_partitions,
                                                  " partitions and ", have.num_mappers, " mappers"));
   }
   SLUICE_RETURN_IF_ERROR(CheckFdHeadroom(
-      open_fds, 3, absl::StrCat("shuffle '", params.shuffle_id, "' was not created")));
+      open_fds, 3, absl::StrCat("shuffle '", ShuffleName(params.shuffle_id), "' was not created")));
   // In the best data directory that works: one whose disk fails is marked failed (and
   // logged), and the next is tried; a full one is passed over.
   absl::Status last = absl::UnavailableError("every data directory has failed");
   for (size_t index : CreationOrderLocked()) {
     const std::string dir = absl::StrCat(dirs_[index]->path, "/shuffles/", params.shuffle_id);
-    auto store = ShuffleStore::Create(dir, params, OptionsForLocked(params.shuffle_id));
+    auto store = ShuffleStore::Create(dir, Shown(params.shuffle_id), params,
+                                      OptionsForLocked(params.shuffle_id));
     if (store.ok()) {
       home_[params.shuffle_id] = index;
       shuffles_.emplace(params.shuffle_id, std::shared_ptr<ShuffleStore>(std::move(store).value()));
       return true;
     }
     // Nothing half-made stays behind (a directory a restart would find damaged).
-    if (store.status().code() == absl::StatusCode::kAlreadyExists) {
-      return WithRelativePaths(store.status());
-    }
+    if (store.status().code() == absl::StatusCode::kAlreadyExists) return store.status();
     (void)file::RemoveTree(dir);
     last = store.status();
     if (!absl::IsResourceExhausted(last)) FailDirLocked(index, last);
   }
-  return WithRelativePaths(last);
+  return last;
 }
 
 absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::Get(const std::string& id) const {
@@ -391,12 +396,12 @@ absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::Get(const std::st
   if (auto d = damaged_.find(id); d != damaged_.end()) {
     if (d->second.reason.code() != absl::StatusCode::kDataLoss &&
         d->second.reason.code() != absl::StatusCode::kNotFound) {
-      return absl::UnavailableError(
-          absl::StrCat("shuffle '", id, "' is not open (", d->second.reason.message(), ")"));
+      return absl::UnavailableError(absl::StrCat("shuffle '", ShuffleName(id), "' is not open (",
+                                                 d->second.reason.message(), ")"));
     }
-    return absl::DataLossError(absl::StrCat("shuffle '", id, "' is damaged and serves no data (",
-                                            d->second.reason.message(),
-                                            "); DeleteShuffle removes it"));
+    return absl::DataLossError(
+        absl::StrCat("shuffle '", ShuffleName(id), "' is damaged and serves no data (",
+                     d->second.reason.message(), "); DeleteShuffle removes it"));
   }
   return NotFoundLocked(id);
 }
@@ -416,14 +421,14 @@ absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::GetForWriting(
       return store;
     }
     if (store->writers() > 0 || reopening_.count(id) != 0) {
-      return WithRelativePaths(store->WedgedError());
+      return store->WedgedError();
     }
     // Nobody writes to it: reopen it, outside the lock (it reads the whole shuffle back).
     reopening_.insert(id);
     const std::string dir = ShuffleDirLocked(id);
     const StoreOptions options = OptionsForLocked(id);
     lock.unlock();
-    auto reopened = ShuffleStore::Open(dir, options);
+    auto reopened = ShuffleStore::Open(dir, Shown(id), options);
     lock.lock();
     reopening_.erase(id);
     it = shuffles_.find(id);
@@ -437,17 +442,16 @@ absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::GetForWriting(
     spdlog::error("event=reopen_failed tenant={} shuffle={} error=\"{}\"", TenantField(id), id,
                   std::string(reopened.status().message()));
     if (reopened.status().code() == absl::StatusCode::kDataLoss) {
-      DamagedShuffle damaged{store->params(), WithRelativePaths(reopened.status())};
+      DamagedShuffle damaged{store->params(), reopened.status()};
       shuffles_.erase(it);
       damaged_.emplace(id, std::move(damaged));
       continue;  // DATA_LOSS from Get
     }
-    return absl::UnavailableError(
-        absl::StrCat("shuffle '", id,
-                     "' stopped taking commits after a failed disk write, and re-verifying it "
-                     "failed too (",
-                     WithRelativePaths(reopened.status()).message(),
-                     "); it is retried with the next push, or restart the server"));
+    return absl::UnavailableError(absl::StrCat(
+        "shuffle '", ShuffleName(id),
+        "' stopped taking commits after a failed disk write, and re-verifying it "
+        "failed too (",
+        reopened.status().message(), "); it is retried with the next push, or restart the server"));
   }
 }
 
@@ -465,12 +469,6 @@ std::vector<DamagedShuffle> ShuffleRegistry::ListDamaged() const {
   return out;
 }
 
-absl::Status ShuffleRegistry::WithRelativePaths(const absl::Status& st) const {
-  std::string message(st.message());
-  for (const auto& d : dirs_) message = absl::StrReplaceAll(message, {{d->path + "/", ""}});
-  return absl::Status(st.code(), message);
-}
-
 absl::StatusOr<std::vector<std::string>> ShuffleRegistry::MoveToTrash(const std::string& id) {
   // One rename per copy makes the delete atomic: after a crash the shuffle is either there
   // whole or gone (its trash is removed at the next start), and the id is free at once.
@@ -482,18 +480,18 @@ absl::StatusOr<std::vector<std::string>> ShuffleRegistry::MoveToTrash(const std:
   if (homes.empty()) homes.push_back(0);
   for (size_t index : homes) {
     if (!dirs_[index]->failed.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("shuffle '", id, "' is on data directory ", index + 1, " of ", dirs_.size(),
-                       ", which has failed: it cannot be deleted until the disk is repaired"));
+      return absl::UnavailableError(absl::StrCat(
+          "shuffle '", ShuffleName(id), "' is on data directory ", index + 1, " of ", dirs_.size(),
+          ", which has failed: it cannot be deleted until the disk is repaired"));
     }
   }
   std::vector<std::string> trash;
   for (size_t index : homes) {
     const std::string root = absl::StrCat(dirs_[index]->path, "/shuffles");
     std::string to = absl::StrCat(root, "/.trash-", id, "-", ++trash_counter_);
-    absl::Status st = file::Rename(absl::StrCat(root, "/", id), to);
+    absl::Status st = file::Rename(absl::StrCat(root, "/", id), to, Shown(id));
     if (!st.ok()) {
-      if (trash.empty()) return WithRelativePaths(st);
+      if (trash.empty()) return st;
       // A copy is gone already: the delete has happened; what is left is cleaned at a start.
       spdlog::error("event=delete_incomplete tenant={} shuffle={} error=\"{}\"", TenantField(id),
                     id, std::string(st.message()));
@@ -501,7 +499,7 @@ absl::StatusOr<std::vector<std::string>> ShuffleRegistry::MoveToTrash(const std:
     }
     trash.push_back(std::move(to));
     // Renamed: the delete is done; a failed directory sync only makes it less durable.
-    if (st = file::SyncDir(root); !st.ok()) {
+    if (st = file::SyncDir(root, "shuffles"); !st.ok()) {
       spdlog::warn("event=delete_sync_failed tenant={} shuffle={} error=\"{}\"", TenantField(id),
                    id, std::string(st.message()));
     }
@@ -533,7 +531,9 @@ absl::Status ShuffleRegistry::Delete(const std::string& id) {
       damaged_.erase(d);  // nothing holds a damaged shuffle's files
     }
   }
-  for (const std::string& t : trash) SLUICE_RETURN_IF_ERROR(file::RemoveTree(t));
+  for (const std::string& t : trash) {
+    SLUICE_RETURN_IF_ERROR(file::RemoveTree(t, absl::StrCat(Shown(id), " (deleted)")));
+  }
   return absl::OkStatus();
 }
 

@@ -34,23 +34,21 @@ struct DamagedShuffle {
 
 class ShuffleRegistry {
  public:
-  /// Opens `data_dir` (creating it if needed) and recovers every shuffle in it. Recovery
-  /// failures are returned in `*failed` (id -> status, for the log) and those shuffles are kept
-  /// as damaged.
-  /// Fails only when no data directory can be used; `data_dirs` must not be empty.
+  /// Opens the data directories (creating them if needed) and recovers every shuffle in them.
+  /// A shuffle whose recovery fails is logged (event=recovery_failed, with its data directory)
+  /// and kept as damaged. Fails only when no data directory can be used; `data_dirs` must not
+  /// be empty.
   static absl::StatusOr<std::unique_ptr<ShuffleRegistry>> Open(
-      const std::vector<std::string>& data_dirs, const StoreOptions& options,
-      std::map<std::string, absl::Status>* failed);
-  static absl::StatusOr<std::unique_ptr<ShuffleRegistry>> Open(
-      const std::string& data_dir, const StoreOptions& options,
-      std::map<std::string, absl::Status>* failed) {
-    return Open(std::vector<std::string>{data_dir}, options, failed);
+      const std::vector<std::string>& data_dirs, const StoreOptions& options);
+  static absl::StatusOr<std::unique_ptr<ShuffleRegistry>> Open(const std::string& data_dir,
+                                                               const StoreOptions& options) {
+    return Open(std::vector<std::string>{data_dir}, options);
   }
 
   /// A data directory as the registry sees it.
   struct DataDir {
     std::string path;
-    absl::Status failed;  ///< OK while it serves; the reason once failed (full paths: logs only)
+    absl::Status failed;  ///< OK while it serves; the reason once failed
     size_t shuffles = 0;
     uint64_t partitions = 0;
     /// Its file system, as statvfs and stat saw it now (space_known false if they failed).
@@ -90,15 +88,12 @@ class ShuffleRegistry {
   /// Bytes the tenant's shuffles hold here (ShuffleStore::held_bytes, summed by the stores as
   /// they change; pushes reserve a large frame's size in it), made if needed.
   std::shared_ptr<std::atomic<int64_t>> TenantBytes(const std::string& tenant);
-  /// The tenant's shuffles here, damaged ones included.
-  size_t TenantShuffles(const std::string& tenant) const;
+  /// Shuffles here whose ids start with `prefix` (a tenant's: "tenant~"), damaged ones
+  /// included.
+  size_t CountWithPrefix(const std::string& prefix) const;
 
   /// The id and the partition count within their limits (what Create checks first).
   static absl::Status ValidateParams(const ShuffleParams& params);
-
-  /// `st` with the data directory taken out of its paths: what clients are told (they see
-  /// names relative to the data directory; the server's log keeps the full paths).
-  absl::Status WithRelativePaths(const absl::Status& st) const;
 
  private:
   struct Dir {
@@ -110,8 +105,7 @@ class ShuffleRegistry {
   };
   explicit ShuffleRegistry(StoreOptions options) : options_(options) {}
   // Opens one data directory's shuffles into the maps; an error fails the directory.
-  absl::Status OpenDir(size_t index, std::map<std::string, absl::Status>* failed,
-                       uint64_t* open_fds);
+  absl::Status OpenDir(size_t index, uint64_t* open_fds);
   // Under mu_: the options of shuffle `id`'s store: its bytes counted to its tenant's total.
   StoreOptions OptionsForLocked(const std::string& id);
   std::shared_ptr<std::atomic<int64_t>> TenantBytesLocked(const std::string& tenant);
@@ -127,6 +121,9 @@ class ShuffleRegistry {
   absl::StatusOr<std::vector<std::string>> MoveToTrash(const std::string& id);
   // A write, sync and remove of a probe file in `root`.
   static absl::Status ProbeWrite(const std::string& root);
+  // Shuffle `id`'s directory as messages name it: relative to its data directory (clients see
+  // messages, and are not told server paths).
+  static std::string Shown(const std::string& id);
   // For a data directory that failed at start: its shuffles' ids, if it can be listed, are
   // kept taken (UNAVAILABLE) so that they are not created again elsewhere.
   void ReserveIds(size_t index, const std::string& root, const absl::Status& why);

@@ -14,98 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "codec/endian.h"
 #include "codec/status_macros.h"
+#include "server/storage/shuffle_id.h"
 
 namespace sluice {
-namespace {
-
-constexpr char kParamsMagic[4] = {'S', 'L', 'S', 'H'};
-constexpr char kBlockMagic[4] = {'S', 'L', 'B', 'K'};
-// Block version 2 names its partition (bytes 5-6); version 1 blocks, of the per-partition
-// files, had zeros there.
-constexpr uint8_t kBlockVersion = 2;
-constexpr uint8_t kLegacyBlockVersion = 1;
-// SHUFFLE's version: 3 since the blocks live in one data file; 2 had one file per partition
-// and commits.log's header; 1 had no header. Older shuffles are moved into the current layout
-// when opened.
-constexpr uint8_t kParamsVersion = 3;
-constexpr char kParamsFile[] = "SHUFFLE";
-constexpr char kDataFile[] = "data";
-// Bytes a legacy block is copied with at a time when a shuffle is moved into the data file.
-constexpr size_t kCopyChunk = 1 << 20;
-constexpr size_t kMaxParamsFile = 1 << 16;
-
-uint32_t Check32(const uint8_t* p, size_t n) {
-  return static_cast<uint32_t>(PayloadChecksum(p, n));
-}
-
-// Block header: magic, version, u16 partition, a zero byte, u32 mapper, u64 attempt, u32 frame
-// size, u32 records, u32 check of the first 28 bytes.
-void WriteBlockHeader(uint32_t partition, uint32_t mapper, uint64_t attempt, uint32_t frame_size,
-                      uint32_t records, uint8_t* h) {
-  std::memset(h, 0, kBlockHeaderSize);
-  std::memcpy(h, kBlockMagic, 4);
-  h[4] = kBlockVersion;
-  h[5] = static_cast<uint8_t>(partition & 0xff);
-  h[6] = static_cast<uint8_t>(partition >> 8);
-  StoreLE32(h + 8, mapper);
-  StoreLE64(h + 12, attempt);
-  StoreLE32(h + 20, frame_size);
-  StoreLE32(h + 24, records);
-  StoreLE32(h + 28, Check32(h, 28));
-}
-
-std::string EncodeParams(const ShuffleParams& p) {
-  std::string s(kParamsMagic, 4);
-  s.push_back(static_cast<char>(kParamsVersion));
-  AppendLE32(&s, p.num_partitions);
-  AppendLE32(&s, p.num_mappers);
-  AppendLE32(&s, static_cast<uint32_t>(p.shuffle_id.size()));
-  s += p.shuffle_id;
-  AppendLE64(&s, PayloadChecksum(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
-  return s;
-}
-
-absl::StatusOr<ShuffleParams> DecodeParams(const std::string& s, const std::string& path,
-                                           uint8_t* version) {
-  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
-  auto bad = [&](absl::string_view why) {
-    return absl::DataLossError(absl::StrCat(path, ": ", why));
-  };
-  if (s.size() < 4 + 1 + 12 + 8 || std::memcmp(p, kParamsMagic, 4) != 0) {
-    return bad("not a Sluice shuffle parameters file");
-  }
-  if (p[4] < 1 || p[4] > kParamsVersion) return bad(absl::StrCat("unsupported version ", p[4]));
-  *version = p[4];
-  const uint32_t id_len = LoadLE32(p + 13);
-  if (s.size() != 17 + static_cast<size_t>(id_len) + 8) return bad("wrong size");
-  if (LoadLE64(p + 17 + id_len) != PayloadChecksum(p, 17 + id_len)) return bad("bad checksum");
-  ShuffleParams params;
-  params.num_partitions = LoadLE32(p + 5);
-  if (params.num_partitions == 0 || params.num_partitions > kMaxPartitions) {
-    return bad(absl::StrCat("impossible partition count ", params.num_partitions));
-  }
-  params.num_mappers = LoadLE32(p + 9);
-  params.shuffle_id.assign(s.data() + 17, id_len);
-  return params;
-}
-
-// Whether the block header at h is the one `expected` (version, partition where the version
-// has it, mapper, attempt, sizes, checksum).
-bool BlockHeaderMatches(const uint8_t* h, uint8_t version, uint32_t partition, uint32_t mapper,
-                        uint64_t attempt, const BlockRef& b) {
-  const uint32_t stored_partition =
-      version == kLegacyBlockVersion ? partition : (h[5] | static_cast<uint32_t>(h[6]) << 8);
-  return std::memcmp(h, kBlockMagic, 4) == 0 && h[4] == version &&
-         LoadLE32(h + 28) == Check32(h, 28) && stored_partition == partition && h[7] == 0 &&
-         LoadLE32(h + 8) == mapper && LoadLE64(h + 12) == attempt &&
-         LoadLE32(h + 20) == b.frame_size && LoadLE32(h + 24) == b.records;
-}
-
-absl::Span<const uint8_t> Bytes(const std::string& s) {
-  return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-}
-
-}  // namespace
 
 ShuffleStore::PartitionTable::PartitionTable(uint32_t count)
     : chunks_((count + kChunk - 1) / kChunk) {}
@@ -142,8 +53,11 @@ ShuffleStore::Partition& ShuffleStore::PartitionTable::Get(uint32_t i) {
   return *p;
 }
 
-ShuffleStore::ShuffleStore(std::string dir, ShuffleParams params, StoreOptions options)
+ShuffleStore::ShuffleStore(std::string dir, std::string shown, ShuffleParams params,
+                           StoreOptions options)
     : dir_(std::move(dir)),
+      shown_dir_(std::move(shown)),
+      data_name_(absl::StrCat(shown_dir_, "/", kDataFile)),
       params_(std::move(params)),
       options_(std::move(options)),
       partitions_(params_.num_partitions) {
@@ -164,15 +78,14 @@ void ShuffleStore::Hold(int64_t delta) {
 }
 
 absl::Status ShuffleStore::DeletedError() const {
-  return absl::NotFoundError(absl::StrCat("shuffle '", params_.shuffle_id, "' was deleted"));
+  return absl::NotFoundError(
+      absl::StrCat("shuffle '", ShuffleName(params_.shuffle_id), "' was deleted"));
 }
-
-std::string ShuffleStore::DataPath() const { return absl::StrCat(dir_, "/", kDataFile); }
 
 CommitLog::Options ShuffleStore::LogOptions() {
   CommitLog::Options o;
   o.fsync = options_.fsync;
-  o.shuffle_id = params_.shuffle_id;
+  o.shuffle_name = std::string(ShuffleName(params_.shuffle_id));
   o.sync_data = [this] { return SyncDataFile(); };
   if (Histogram* h = options_.commit_sync_seconds; h != nullptr) {
     o.observe_batch = [h](double s) { h->Observe(s); };
@@ -182,10 +95,11 @@ CommitLog::Options ShuffleStore::LogOptions() {
 
 absl::Status ShuffleStore::SyncDataFile() {
   const int fd = data_fd_.get();
-  return options_.sync_data ? options_.sync_data(fd, DataPath()) : file::SyncData(fd, DataPath());
+  return options_.sync_data ? options_.sync_data(fd, DataName()) : file::SyncData(fd, DataName());
 }
 
 absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Create(const std::string& dir,
+                                                                   const std::string& shown,
                                                                    const ShuffleParams& params,
                                                                    const StoreOptions& options) {
   if (params.num_partitions == 0 || params.num_partitions > kMaxPartitions) {
@@ -193,37 +107,23 @@ absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Create(const std::st
                                                    " partitions, not ", params.num_partitions));
   }
   if (file::Exists(absl::StrCat(dir, "/", kParamsFile))) {
-    return absl::AlreadyExistsError(absl::StrCat("shuffle directory ", dir, " already exists"));
+    return absl::AlreadyExistsError(absl::StrCat("shuffle directory ", shown, " already exists"));
   }
-  SLUICE_RETURN_IF_ERROR(file::MakeDirs(dir));
-  SLUICE_RETURN_IF_ERROR(file::WriteFileAtomically(dir, kParamsFile, Bytes(EncodeParams(params))));
+  SLUICE_RETURN_IF_ERROR(file::MakeDirs(dir, shown));
+  SLUICE_RETURN_IF_ERROR(
+      file::WriteFileAtomically(dir, kParamsFile, Bytes(EncodeParams(params)), shown));
   // The new directory's own entry in its parent must be durable too.
   const std::string parent = dir.substr(0, dir.find_last_of('/'));
-  if (!parent.empty() && parent != dir) SLUICE_RETURN_IF_ERROR(file::SyncDir(parent));
-  std::unique_ptr<ShuffleStore> store(new ShuffleStore(dir, params, options));
-  SLUICE_ASSIGN_OR_RETURN(file::Fd dir_fd, file::OpenDirectory(dir));
+  if (!parent.empty() && parent != dir) {
+    SLUICE_RETURN_IF_ERROR(file::SyncDir(parent, shown.substr(0, shown.find_last_of('/'))));
+  }
+  std::unique_ptr<ShuffleStore> store(new ShuffleStore(dir, shown, params, options));
+  SLUICE_ASSIGN_OR_RETURN(file::Fd dir_fd, file::OpenDirectory(dir, shown));
   SLUICE_ASSIGN_OR_RETURN(store->data_fd_,
-                          file::OpenAt(dir_fd.get(), kDataFile, store->DataPath()));
+                          file::OpenAt(dir_fd.get(), kDataFile, store->DataName()));
   // (CommitLog::Create syncs the directory, the data file's entry with the log's.)
-  SLUICE_ASSIGN_OR_RETURN(store->log_, CommitLog::Create(dir_fd.get(), dir, store->LogOptions()));
+  SLUICE_ASSIGN_OR_RETURN(store->log_, CommitLog::Create(dir_fd.get(), shown, store->LogOptions()));
   return store;
-}
-
-absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Open(const std::string& dir,
-                                                                 const StoreOptions& options) {
-  uint8_t version = 0;
-  SLUICE_ASSIGN_OR_RETURN(ShuffleParams params, ReadParams(dir, &version));
-  std::unique_ptr<ShuffleStore> store(new ShuffleStore(dir, params, options));
-  SLUICE_ASSIGN_OR_RETURN(file::Fd dir_fd, file::OpenDirectory(dir));
-  SLUICE_RETURN_IF_ERROR(store->Recover(dir_fd.get(), version));
-  return store;
-}
-
-absl::StatusOr<ShuffleParams> ShuffleStore::ReadParams(const std::string& dir, uint8_t* version) {
-  const std::string params_path = absl::StrCat(dir, "/", kParamsFile);
-  SLUICE_ASSIGN_OR_RETURN(std::string encoded, file::ReadFile(params_path, kMaxParamsFile));
-  uint8_t ignored = 0;
-  return DecodeParams(encoded, params_path, version != nullptr ? version : &ignored);
 }
 
 absl::StatusOr<BlockRef> ShuffleStore::Append(uint32_t mapper, uint64_t attempt, uint32_t partition,
@@ -281,9 +181,9 @@ absl::Status ShuffleStore::AppendAll(uint32_t mapper, uint64_t attempt,
     pieces.emplace_back(h, kBlockHeaderSize);
     pieces.push_back(frames[i].frame);
   }
-  absl::Status st = file::PwritevAll(data_fd_.get(), DataPath(), at, pieces);
+  absl::Status st = file::PwritevAll(data_fd_.get(), DataName(), at, pieces);
   if (!st.ok()) {
-    (void)file::PunchHole(data_fd_.get(), DataPath(), at, total);
+    (void)file::PunchHole(data_fd_.get(), DataName(), at, total);
     blocks->resize(first);
     return st;
   }
@@ -388,9 +288,9 @@ absl::StatusOr<CommitOutcome> ShuffleStore::Resolve(uint32_t mapper, uint64_t at
       return c->second == attempt ? CommitOutcome::kCommitted : CommitOutcome::kDuplicate;
     }
     if (!IsPreparedLocked(mapper, attempt)) {
-      return absl::FailedPreconditionError(absl::StrCat("attempt ", attempt, " of mapper ", mapper,
-                                                        " of shuffle ", params_.shuffle_id,
-                                                        " is not prepared on this server"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("attempt ", attempt, " of mapper ", mapper, " of shuffle '",
+                       ShuffleName(params_.shuffle_id), "'", " is not prepared on this server"));
     }
   }
   const std::pair<uint32_t, uint64_t> winner(mapper, attempt);
@@ -492,7 +392,7 @@ void ShuffleStore::PunchBlocks(absl::Span<const BlockRef> blocks) {
     uint64_t to = ranges[i].second;
     for (++i; i < ranges.size() && ranges[i].first <= to; ++i) to = std::max(to, ranges[i].second);
     // Best effort: a file system without hole punching keeps the bytes until the next Open.
-    (void)file::PunchHole(data_fd_.get(), DataPath(), from, to - from);
+    (void)file::PunchHole(data_fd_.get(), DataName(), from, to - from);
   }
 }
 
@@ -511,7 +411,8 @@ absl::StatusOr<std::vector<BlockRef>> ShuffleStore::CommittedBlocksOf(
   } else {
     for (uint32_t m : only) {
       if (committed_.count(m) == 0) {
-        return absl::AbortedError(absl::StrCat("mapper ", m, " of shuffle ", params_.shuffle_id,
+        return absl::AbortedError(absl::StrCat("mapper ", m, " of shuffle '",
+                                               ShuffleName(params_.shuffle_id), "'",
                                                " is not committed on this server"));
       }
     }
@@ -546,13 +447,6 @@ PartitionStats ShuffleStore::Stats(uint32_t partition) const {
   return p != nullptr ? p->stats : PartitionStats{};
 }
 
-size_t ShuffleStore::indexed_blocks() const {
-  std::lock_guard<std::mutex> lock(commit_mu_);
-  size_t n = 0;
-  partitions_.ForEach([&n](uint32_t, Partition& p) { n += p.index.size(); });
-  return n;
-}
-
 std::shared_ptr<const file::Mapping> ShuffleStore::ReadView() {
   if (!data_fd_.valid()) return nullptr;
   uint64_t end;
@@ -565,7 +459,7 @@ std::shared_ptr<const file::Mapping> ShuffleStore::ReadView() {
   // Room to grow into: the next power of two, at least 64 MiB (address space, not memory).
   uint64_t length = uint64_t{64} << 20;
   while (length < end) length *= 2;
-  auto made = file::Mapping::Make(data_fd_.get(), DataPath(), length);
+  auto made = file::Mapping::Make(data_fd_.get(), DataName(), length);
   if (!made.ok()) return nullptr;  // (reads use pread)
   std::shared_ptr<const file::Mapping> view = std::move(*made);
   view_ = view;
@@ -586,253 +480,17 @@ absl::Status ShuffleStore::ReadFrame(const BlockRef& block, std::string* frame, 
       block.frame_size <= view->length() - at) {
     SLUICE_RETURN_IF_ERROR(view->Copy(at, block.frame_size, out));
   } else {
-    SLUICE_RETURN_IF_ERROR(file::PreadAll(data_fd_.get(), DataPath(), at, block.frame_size, out));
+    SLUICE_RETURN_IF_ERROR(file::PreadAll(data_fd_.get(), DataName(), at, block.frame_size, out));
   }
   const auto bytes = Bytes(*frame);
   auto h = ParseFrameHeader(bytes, StoredFrameLimits(options_.limits));
   if (!h.ok() || h->frame_size() != frame->size() ||
       PayloadChecksum(bytes.data() + kFrameHeaderSize, h->stored_size) != h->payload_checksum) {
     return absl::DataLossError(absl::StrCat(
-        "stored frame of partition ", block.partition, " at ", DataPath(), ":", block.offset,
+        "stored frame of partition ", block.partition, " at ", DataName(), ":", block.offset,
         " is corrupt", h.ok() ? "" : absl::StrCat(": ", h.status().message())));
   }
   if (header != nullptr) *header = *h;
-  return absl::OkStatus();
-}
-
-absl::Status ShuffleStore::VerifyBlock(uint32_t mapper, uint64_t attempt,
-                                       BlockRef* block_ref) const {
-  const BlockRef& block = *block_ref;
-  uint8_t h[kBlockHeaderSize];
-  SLUICE_RETURN_IF_ERROR(
-      file::PreadAll(data_fd_.get(), DataPath(), block.offset, kBlockHeaderSize, h));
-  if (!BlockHeaderMatches(h, kBlockVersion, block.partition, mapper, attempt, block)) {
-    return absl::DataLossError(absl::StrCat("committed block of mapper ", mapper, " attempt ",
-                                            attempt, " for partition ", block.partition, " at ",
-                                            DataPath(), ":", block.offset,
-                                            " does not match its commit record"));
-  }
-  std::string frame;
-  FrameHeader header;
-  SLUICE_RETURN_IF_ERROR(ReadFrame(block, &frame, &header));
-  block_ref->uncompressed = header.uncompressed_size;
-  return absl::OkStatus();
-}
-
-absl::Status ShuffleStore::Recover(int dir_fd, uint8_t version) {
-  // 1. The files there are: the data file, and a legacy shuffle's partition files (one
-  //    listing, not a lookup per declared partition).
-  SLUICE_ASSIGN_OR_RETURN(const std::vector<uint32_t> legacy_files, ListPartitionFiles());
-  const bool data_existed = file::Exists(DataPath());
-  uint64_t data_size = 0;
-  if (data_existed) {
-    SLUICE_ASSIGN_OR_RETURN(data_fd_, file::OpenAt(dir_fd, kDataFile, DataPath()));
-    SLUICE_ASSIGN_OR_RETURN(data_size, file::FileSize(data_fd_.get(), DataPath()));
-  }
-
-  // 2. The commit log (CommitLog::Open refuses a log that lost acknowledged records, cuts a
-  //    torn tail and refuses corruption before it). A legacy log comes back read-only.
-  CommitLog::Recovery recovery;
-  recovery.version1_allowed = version == 1;
-  recovery.version2_allowed = version <= 2;
-  recovery.data_files_exist = data_size > 0 || !legacy_files.empty();
-  std::vector<CommitRecord> records;
-  SLUICE_ASSIGN_OR_RETURN(log_, CommitLog::Open(dir_fd, dir_, LogOptions(), recovery, &records));
-  const std::string log_path = log_->path();
-
-  // 3. The first commit record of each mapper is its commit; prepared attempts of mappers
-  //    without one wait for their decision.
-  std::vector<CommitRecord> commits, prepared;
-  SLUICE_RETURN_IF_ERROR(SortRecords(std::move(records), &commits, &prepared));
-  const bool legacy = log_->legacy();
-  if (!data_existed && !legacy && !(commits.empty() && prepared.empty())) {
-    return absl::DataLossError(
-        absl::StrCat(log_path, " commits ", commits.size(), " mappers and prepares ",
-                     prepared.size(), " attempts but the data file ", DataPath(), " is missing"));
-  }
-  if (!data_existed) {
-    SLUICE_ASSIGN_OR_RETURN(data_fd_, file::OpenAt(dir_fd, kDataFile, DataPath()));
-    if (options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncFd(dir_fd, dir_));
-  }
-  if (legacy) SLUICE_RETURN_IF_ERROR(MoveLegacyBlocks(dir_fd, &commits));
-
-  // 4. Every committed block must be there and whole (before a legacy shuffle's log is
-  //    replaced: until then the shuffle is exactly as it was).
-  for (auto* list : {&commits, &prepared}) {
-    for (CommitRecord& c : *list) {
-      for (BlockRef& b : c.blocks) SLUICE_RETURN_IF_ERROR(VerifyBlock(c.mapper, c.attempt, &b));
-    }
-  }
-  if (legacy || version < kParamsVersion) {
-    // The new log is the switch to the current layout; SHUFFLE and the old files follow it (a
-    // crash in between finds a current log and finishes here).
-    if (legacy) {
-      if (options_.fsync) SLUICE_RETURN_IF_ERROR(SyncDataFile());
-      SLUICE_ASSIGN_OR_RETURN(log_, CommitLog::Rewrite(dir_fd, dir_, LogOptions(), commits));
-    }
-    SLUICE_RETURN_IF_ERROR(
-        file::WriteFileAtomically(dir_, kParamsFile, Bytes(EncodeParams(params_))));
-  }
-  for (uint32_t i : legacy_files) {
-    const std::string name = absl::StrCat("p", i, ".data");
-    if (::unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
-      return file::ErrnoStatus(errno, "remove", absl::StrCat(dir_, "/", name));
-    }
-  }
-  if (!legacy_files.empty()) SLUICE_RETURN_IF_ERROR(file::SyncFd(dir_fd, dir_));
-
-  std::lock_guard<std::mutex> lock(commit_mu_);
-  for (const CommitRecord& c : commits) AddCommitLocked(c.mapper, c.attempt, c.blocks);
-  for (CommitRecord& c : prepared) prepared_[c.mapper][c.attempt] = std::move(c.blocks);
-  return ReclaimUnowned();
-}
-
-absl::Status ShuffleStore::SortRecords(std::vector<CommitRecord> records,
-                                       std::vector<CommitRecord>* commits,
-                                       std::vector<CommitRecord>* prepared) const {
-  const std::string& log_path = log_->path();
-  std::set<uint32_t> committed, taken;
-  std::set<std::pair<uint32_t, uint64_t>> seen_prepared;
-  for (const CommitRecord& r : records) {
-    if (!r.prepared) committed.insert(r.mapper);
-  }
-  for (CommitRecord& r : records) {
-    if (params_.num_mappers != 0 && r.mapper >= params_.num_mappers) {
-      return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", r.mapper,
-                                              ", beyond the ", params_.num_mappers,
-                                              " mappers of the shuffle"));
-    }
-    for (const BlockRef& b : r.blocks) {
-      if (b.partition >= params_.num_partitions) {
-        return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", r.mapper,
-                                                " to partition ", b.partition, ", beyond the ",
-                                                params_.num_partitions, " of the shuffle"));
-      }
-      // Not the cap in force now: it may have been lowered since (StoredFrameLimits).
-      if (b.frame_size > kFrameHeaderSize + uint64_t{kMaxFrameCapBytes}) {
-        return absl::DataLossError(absl::StrCat(log_path, " lists a frame of ", b.frame_size,
-                                                " bytes, beyond any frame cap"));
-      }
-    }
-    if (r.prepared) {
-      // Decided already (its blocks, if it won, are the commit's), or a repeat: not pending.
-      if (committed.count(r.mapper) != 0 || !seen_prepared.emplace(r.mapper, r.attempt).second) {
-        continue;
-      }
-      prepared->push_back(std::move(r));
-    } else if (taken.insert(r.mapper).second) {
-      commits->push_back(std::move(r));  // a later record for a mapper is never visible
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ShuffleStore::MoveLegacyBlocks(int dir_fd, std::vector<CommitRecord>* commits) {
-  // The data file is not referenced by a legacy log: start it afresh (an earlier move may
-  // have been cut short by a crash). Blocks are copied partition by partition, so each legacy
-  // file is open only while it is copied and a partition's blocks end up together.
-  SLUICE_RETURN_IF_ERROR(file::Truncate(data_fd_.get(), DataPath(), 0));
-  std::map<uint32_t, std::vector<std::pair<BlockRef*, const CommitRecord*>>> by_partition;
-  for (CommitRecord& c : *commits) {
-    for (BlockRef& b : c.blocks) by_partition[b.partition].emplace_back(&b, &c);
-  }
-  std::vector<uint8_t> buf(kCopyChunk);
-  uint64_t out = 0;
-  for (auto& [partition, blocks] : by_partition) {
-    const std::string name = absl::StrCat("p", partition, ".data");
-    const std::string path = absl::StrCat(dir_, "/", name);
-    const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      if (errno == ENOENT) {
-        return absl::DataLossError(absl::StrCat(log_->path(), " commits mapper ",
-                                                blocks.front().second->mapper, " to partition ",
-                                                partition, " whose data file is missing"));
-      }
-      return file::ErrnoStatus(errno, "open", path);
-    }
-    const file::Fd in(fd);
-    for (auto& [b, c] : blocks) {
-      uint8_t h[kBlockHeaderSize];
-      SLUICE_RETURN_IF_ERROR(file::PreadAll(in.get(), path, b->offset, kBlockHeaderSize, h));
-      if (!BlockHeaderMatches(h, kLegacyBlockVersion, partition, c->mapper, c->attempt, *b)) {
-        return absl::DataLossError(absl::StrCat("committed block of mapper ", c->mapper,
-                                                " attempt ", c->attempt, " at ", path, ":",
-                                                b->offset, " does not match its commit record"));
-      }
-      WriteBlockHeader(partition, c->mapper, c->attempt, b->frame_size, b->records, h);
-      SLUICE_RETURN_IF_ERROR(
-          file::PwriteAll(data_fd_.get(), DataPath(), out, absl::MakeConstSpan(h, sizeof h)));
-      for (uint64_t done = 0; done < b->frame_size;) {
-        const size_t n = std::min<uint64_t>(buf.size(), b->frame_size - done);
-        SLUICE_RETURN_IF_ERROR(
-            file::PreadAll(in.get(), path, b->offset + kBlockHeaderSize + done, n, buf.data()));
-        SLUICE_RETURN_IF_ERROR(file::PwriteAll(data_fd_.get(), DataPath(),
-                                               out + kBlockHeaderSize + done,
-                                               absl::MakeConstSpan(buf.data(), n)));
-        done += n;
-      }
-      b->offset = out;
-      out += kBlockHeaderSize + b->frame_size;
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<uint32_t>> ShuffleStore::ListPartitionFiles() const {
-  std::vector<uint32_t> out;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
-    const std::string name = entry.path().filename().string();
-    uint32_t n = 0;
-    if (name.size() < 7 || name[0] != 'p' || name.compare(name.size() - 5, 5, ".data") != 0 ||
-        !absl::SimpleAtoi(absl::string_view(name).substr(1, name.size() - 6), &n) ||
-        name != absl::StrCat("p", n, ".data")) {
-      continue;
-    }
-    if (n >= params_.num_partitions) {
-      return absl::DataLossError(absl::StrCat(dir_, "/", name, " is beyond the shuffle's ",
-                                              params_.num_partitions, " partitions"));
-    }
-    out.push_back(n);
-  }
-  if (ec) return file::ErrnoStatus(ec.value(), "list", dir_);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-absl::Status ShuffleStore::ReclaimUnowned() {
-  // Bytes no commit owns belong to attempts that broke or were in flight at a crash: cut the
-  // data file after its last committed block and punch out the gaps.
-  std::vector<std::pair<uint64_t, uint64_t>> owned;
-  partitions_.ForEach([&owned](uint32_t, Partition& p) {
-    for (const IndexEntry& e : p.index) {
-      owned.emplace_back(e.offset, e.offset + kBlockHeaderSize + e.frame_size);
-    }
-  });
-  for (const auto& [mapper, attempts] : prepared_) {  // waiting for their decision
-    for (const auto& [attempt, blocks] : attempts) {
-      for (const BlockRef& b : blocks) {
-        owned.emplace_back(b.offset, b.offset + kBlockHeaderSize + b.frame_size);
-      }
-    }
-  }
-  std::sort(owned.begin(), owned.end());
-  const std::string path = DataPath();
-  SLUICE_ASSIGN_OR_RETURN(const uint64_t size, file::FileSize(data_fd_.get(), path));
-  uint64_t cursor = 0, kept = 0;
-  for (const auto& [from, to] : owned) {
-    if (from > cursor)
-      SLUICE_RETURN_IF_ERROR(file::PunchHole(data_fd_.get(), path, cursor, from - cursor));
-    if (to > cursor) kept += to - std::max(cursor, from);
-    cursor = std::max(cursor, to);
-  }
-  Hold(static_cast<int64_t>(kept) - held_.load());
-  if (size > cursor) {
-    SLUICE_RETURN_IF_ERROR(file::Truncate(data_fd_.get(), path, cursor));
-    if (options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(data_fd_.get(), path));
-  }
-  std::lock_guard<std::mutex> lock(data_mu_);
-  data_end_ = cursor;
   return absl::OkStatus();
 }
 

@@ -13,11 +13,13 @@
 // batch, however many partitions it touched), then append the record and sync the log, and only
 // then reports success. For each mapper the first committed attempt wins; a later commit for the
 // same mapper is reported as a duplicate and its blocks discarded. Each partition keeps an index
-// of its committed blocks in memory (24 bytes a block). Open() rebuilds the state from the log:
-// a torn tail record is cut off, every committed block is read back and checksum-verified, and
-// all bytes not owned by a commit (broken or in-flight attempts) are truncated away or punched
-// out. A shuffle of the earlier layout (one file per partition) is moved into this one when
-// opened.
+// of its committed blocks in memory (24 bytes a block). Open() rebuilds the state from the log
+// (store_recovery.cc): a torn tail record is cut off, every committed block is read back and
+// checksum-verified, and all bytes not owned by a commit (broken or in-flight attempts) are
+// truncated away or punched out. The files' bytes are block_format.h's and CommitLog's.
+//
+// Messages name the shuffle's files by their path relative to the data directory (`shown`,
+// "shuffles/<id>"): clients see them, and are not told server paths.
 //
 // Thread safety: Append, Commit, Discard and the readers may be called concurrently.
 #ifndef SLUICE_SERVER_STORAGE_SHUFFLE_STORE_H_
@@ -41,17 +43,12 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "codec/frame_format.h"
+#include "server/metrics/server_metrics.h"
+#include "server/storage/block_format.h"
 #include "server/storage/commit_log.h"
 #include "server/storage/file_util.h"
-#include "server/metrics/server_metrics.h"
 
 namespace sluice {
-
-struct ShuffleParams {
-  std::string shuffle_id;
-  uint32_t num_partitions = 0;
-  uint32_t num_mappers = 0;  ///< 0 = not known in advance
-};
 
 struct StoreOptions {
   /// Sync the data file and the commit log before a commit is acknowledged.
@@ -74,30 +71,28 @@ struct PartitionStats {
   uint32_t frames = 0;
 };
 
-inline constexpr size_t kBlockHeaderSize = 32;
-
 /// The limits committed frames are read back with. Each frame was checked against the cap in
 /// force when it was pushed; a lower cap set later applies to new input only, never to what is
 /// committed, so reading uses the largest cap a server accepts (and `input`'s record limit).
 inline FrameLimits StoredFrameLimits(const FrameLimits& input) {
   return FrameLimits{kMaxFrameCapBytes, input.max_records};
 }
-/// Most partitions a shuffle may have (a block header names its partition in 16 bits).
-inline constexpr uint32_t kMaxPartitions = 1u << 16;
 
 class ShuffleStore {
  public:
   /// Creates `dir` (which must not hold a shuffle yet) and writes the parameters durably.
+  /// `shown`: the directory as messages name it.
   static absl::StatusOr<std::unique_ptr<ShuffleStore>> Create(const std::string& dir,
+                                                              const std::string& shown,
                                                               const ShuffleParams& params,
                                                               const StoreOptions& options);
-  /// Opens an existing shuffle directory and recovers its committed state.
+  /// Opens an existing shuffle directory and recovers its committed state (store_recovery.cc).
+  /// DATA_LOSS for damage, and for a shuffle of an earlier, unreleased layout.
   static absl::StatusOr<std::unique_ptr<ShuffleStore>> Open(const std::string& dir,
+                                                            const std::string& shown,
                                                             const StoreOptions& options);
-  /// Just the parameters of the shuffle in `dir` (e.g. of one that failed to open), and the
-  /// version of its SHUFFLE file.
-  static absl::StatusOr<ShuffleParams> ReadParams(const std::string& dir,
-                                                  uint8_t* version = nullptr);
+  /// Just the parameters of the shuffle in `dir` (e.g. of one that failed to open).
+  static absl::StatusOr<ShuffleParams> ReadParams(const std::string& dir, const std::string& shown);
 
   ~ShuffleStore();
   ShuffleStore(const ShuffleStore&) = delete;
@@ -187,17 +182,11 @@ class ShuffleStore {
 
   /// Marks the shuffle used now (a push, a fetch, a status call): --shuffle_ttl_s counts from
   /// its last use. Opening or creating the store counts as a use.
-  void Touch() {
-    last_used_ms_.store(std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::steady_clock::now().time_since_epoch())
-                            .count());
-  }
-  /// How long since its last use.
-  std::chrono::milliseconds idle() const {
-    return std::chrono::milliseconds(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         std::chrono::steady_clock::now().time_since_epoch())
-                                         .count() -
-                                     last_used_ms_.load());
+  void Touch() { last_used_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count()); }
+  /// When it was last used.
+  std::chrono::steady_clock::time_point last_used() const {
+    return std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(last_used_ns_.load()));
   }
 
   /// Push attempts writing to this store (the registry counts them, under its lock, to know
@@ -213,8 +202,6 @@ class ShuffleStore {
   /// Partitions whose state exists (with committed blocks): memory follows them, not the
   /// declared count.
   size_t partitions_made() const { return partitions_.made(); }
-  /// Index entries of committed blocks, over all partitions.
-  size_t indexed_blocks() const;
 
  private:
   // One committed block of a partition (the partition is implied).
@@ -266,17 +253,13 @@ class ShuffleStore {
     std::mutex make_mu_;  // making a chunk or a partition
     std::atomic<size_t> made_{0};
   };
-  ShuffleStore(std::string dir, ShuffleParams params, StoreOptions options);
-  std::string DataPath() const;
+  ShuffleStore(std::string dir, std::string shown, ShuffleParams params, StoreOptions options);
+  // The data file as messages name it.
+  const std::string& DataName() const { return data_name_; }
   CommitLog::Options LogOptions();
   absl::Status SyncDataFile();
-  // Rebuilds the state from the log (docs/storage.md, Recovery); `version` is SHUFFLE's.
-  absl::Status Recover(int dir_fd, uint8_t version);
-  // The legacy layout's p<N>.data files there are, from one directory listing.
-  absl::StatusOr<std::vector<uint32_t>> ListPartitionFiles() const;
-  // Copies the committed blocks of a legacy shuffle (one file per partition) into the data
-  // file, rewriting `commits`' offsets; nothing legacy is changed.
-  absl::Status MoveLegacyBlocks(int dir_fd, std::vector<CommitRecord>* commits);
+  // Rebuilds the state from the log (docs/storage.md, Recovery).
+  absl::Status Recover(int dir_fd);
   // Checks a committed block against its record and reads its frame; sets its uncompressed.
   absl::Status VerifyBlock(uint32_t mapper, uint64_t attempt, BlockRef* block) const;
   absl::Status ReclaimUnowned();
@@ -301,10 +284,12 @@ class ShuffleStore {
                            std::vector<CommitRecord>* prepared) const;
 
   const std::string dir_;
+  const std::string shown_dir_;  // relative to the data directory, for messages
+  const std::string data_name_;  // shown_dir_/data
   std::atomic<bool> destroyed_{false};
   std::atomic<int> writers_{0};
   std::atomic<int64_t> held_{0};
-  std::atomic<int64_t> last_used_ms_{0};
+  std::atomic<std::chrono::steady_clock::rep> last_used_ns_{0};
   const ShuffleParams params_;
   const StoreOptions options_;
   file::Fd data_fd_;

@@ -34,7 +34,7 @@ def server_flags():
 
 FLAGS = server_flags()
 check(len(FLAGS) > 20, "could not read sluice-server's flags from server/server_main.cc")
-with open(os.path.join(ROOT, "server/sluice_server.cc")) as f:
+with open(os.path.join(ROOT, "server/service/grpc_server.h")) as f:
     READINESS = re.search(r'kReadinessService\[\] = "([^"]+)"', f.read()).group(1)
 with open(os.path.join(ROOT, "deploy/Dockerfile")) as f:
     DOCKERFILE = f.read()

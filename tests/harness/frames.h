@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -38,6 +39,15 @@ inline Rows DecodeRows(std::string_view frame) {
   EXPECT_TRUE(st.ok()) << st;
   for (const Record& r : decoded) rows.emplace_back(std::string(r.key), std::string(r.value));
   return rows;
+}
+
+/// A frame of one record "k" whose value is `value_bytes` random bytes (zstd cannot shrink it:
+/// it takes about that much on the wire and on disk).
+inline std::string RandomValueFrame(size_t value_bytes, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string value(value_bytes, '\0');
+  for (char& c : value) c = static_cast<char>(rng());
+  return EncodeRows({{"k", value}});
 }
 
 inline absl::Span<const uint8_t> Bytes(std::string_view s) {

@@ -75,14 +75,13 @@ class CommitLogTest : public ::testing::Test {
   std::string LogPath() const { return dir_.path() + "/commits.log"; }
   CommitLog::Options Options() {
     CommitLog::Options o;
-    o.shuffle_id = "s";
+    o.shuffle_name = "s";
     o.sync_data = [this] { return OnSync(); };
     return o;
   }
   absl::StatusOr<std::unique_ptr<CommitLog>> Reopen(std::vector<CommitRecord>* records) {
-    CommitLog::Recovery recovery;
-    recovery.data_files_exist = true;  // as strict as a shuffle with data
-    return CommitLog::Open(dir_fd_.get(), dir_.path(), Options(), recovery, records);
+    // As strict as a shuffle with data.
+    return CommitLog::Open(dir_fd_.get(), dir_.path(), Options(), /*has_data=*/true, records);
   }
   uint64_t LogSize() const {
     std::ifstream f(LogPath(), std::ios::binary | std::ios::ate);
@@ -246,38 +245,9 @@ TEST_F(CommitLogTest, AHoleAfterTheDurableLengthIsATornBatchAndIsCut) {
               StatusIs(absl::StatusCode::kDataLoss, "acknowledged commits are missing"));
 }
 
-// Logs of the earlier layouts are read, never written: a version 1 log (no header, records
-// from byte 0) and a version 2 log (offsets into per-partition files) come back read-only, and
-// the store rewrites them (Rewrite) once it has moved their blocks.
-TEST_F(CommitLogTest, AVersion1LogIsReadOnlyUntilRewritten) {
-  const std::string bytes =
-      EncodeCommitRecord(0, 1, Blocks(0, 2)) + EncodeCommitRecord(1, 1, Blocks(1, 2));
-  AppendRaw(bytes + "torn");
-  std::vector<CommitRecord> records;
-  CommitLog::Recovery legacy;
-  legacy.version1_allowed = true;
-  legacy.data_files_exist = true;
-  ASSERT_OK_AND_ASSIGN(auto log,
-                       CommitLog::Open(dir_fd_.get(), dir_.path(), Options(), legacy, &records));
-  ASSERT_EQ(records.size(), 2u);
-  EXPECT_EQ(log->version(), 1u);
-  EXPECT_THAT(log->Append(2, 1, Blocks(2, 2)),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "read to be rewritten"));
-  EXPECT_EQ(LogSize(), bytes.size() + 4) << "reading a legacy log changed it";
-  ASSERT_OK_AND_ASSIGN(log, CommitLog::Rewrite(dir_fd_.get(), dir_.path(), Options(), records));
-  ASSERT_OK(log->Append(2, 1, Blocks(2, 2)));
-  log.reset();
-  ASSERT_OK_AND_ASSIGN(log, Reopen(&records));
-  EXPECT_EQ(log->version(), 3u);
-  ASSERT_EQ(records.size(), 3u);
-  EXPECT_TRUE(SameBlocks(records[1].blocks, Blocks(1, 2)));
-  // The rewritten records are all below the floor: losing one is refused.
-  log.reset();
-  ASSERT_EQ(::truncate(LogPath().c_str(), static_cast<off_t>(LogSize() - 10)), 0);
-  EXPECT_THAT(Reopen(&records), StatusIs(absl::StatusCode::kDataLoss, "acknowledged commits"));
-}
-
-TEST_F(CommitLogTest, AVersion2LogIsReadOnlyAndOnlyWhereAllowed) {
+// Logs of the earlier, unreleased layouts are not read: one whose header has another version
+// is refused as headerless (the shuffle has data), and nothing is changed.
+TEST_F(CommitLogTest, ALogOfAnotherVersionIsRefusedAndLeftAsItIs) {
   ASSERT_OK_AND_ASSIGN(auto log, CommitLog::Create(dir_fd_.get(), dir_.path(), Options()));
   for (uint32_t m = 0; m < 2; ++m) ASSERT_OK(log->Append(m, 1, Blocks(m, 2)));
   log.reset();
@@ -298,15 +268,12 @@ TEST_F(CommitLogTest, AVersion2LogIsReadOnlyAndOnlyWhereAllowed) {
   }
   const uint64_t size = LogSize();
   std::vector<CommitRecord> records;
-  EXPECT_THAT(Reopen(&records),
-              StatusIs(absl::StatusCode::kDataLoss, "version 2 log in a shuffle of a later"));
-  CommitLog::Recovery legacy;
-  legacy.version2_allowed = true;
-  ASSERT_OK_AND_ASSIGN(log,
-                       CommitLog::Open(dir_fd_.get(), dir_.path(), Options(), legacy, &records));
-  EXPECT_EQ(log->version(), 2u);
-  EXPECT_EQ(records.size(), 2u);
+  EXPECT_THAT(Reopen(&records), StatusIs(absl::StatusCode::kDataLoss, "has no valid header"));
   EXPECT_EQ(LogSize(), size);
+  // Nor does a bare log of records from byte 0 (version 1) pass for one.
+  ASSERT_EQ(::truncate(LogPath().c_str(), 0), 0);
+  AppendRaw(EncodeCommitRecord(0, 1, Blocks(0, 2)));
+  EXPECT_THAT(Reopen(&records), StatusIs(absl::StatusCode::kDataLoss, "has no valid header"));
 }
 
 // The two header slots are written alternately: a slot torn by a crash leaves the other one,

@@ -27,7 +27,7 @@ using testing::TempDir;
 class FetchSessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(registry_, ShuffleRegistry::Open(dir_.path(), StoreOptions{}, nullptr));
+    ASSERT_OK_AND_ASSIGN(registry_, ShuffleRegistry::Open(dir_.path(), StoreOptions{}));
     deps_.registry = registry_.get();
     deps_.budget = &budget_;
     deps_.merge.tmp_dir = dir_.path();

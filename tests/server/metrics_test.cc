@@ -1,8 +1,6 @@
 // Metrics: the text format on its own, the HTTP endpoint over real sockets (what it answers,
 // and that a silent or oversized client costs it nothing), and a real in-process server whose
 // counters follow what a client did: pushes, commits, a duplicate, a refused push, fetches.
-#include "server/metrics/server_metrics.h"
-
 #include <arpa/inet.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -19,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "server/metrics/metrics_http.h"
+#include "server/metrics/server_metrics.h"
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"
 

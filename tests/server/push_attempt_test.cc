@@ -49,7 +49,7 @@ Rows MakeRows(uint32_t mapper, int n) {
 class PushAttemptTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(registry_, ShuffleRegistry::Open(dir_.path(), StoreOptions{}, nullptr));
+    ASSERT_OK_AND_ASSIGN(registry_, ShuffleRegistry::Open(dir_.path(), StoreOptions{}));
     ASSERT_OK(registry_->Create(ShuffleParams{"s", 2, 4}).status());
   }
   std::shared_ptr<ShuffleStore> Store() { return *registry_->Get("s"); }
@@ -236,7 +236,7 @@ TEST(WedgedShuffleTest, TheNextPushReopensAWedgedShuffleAndItsSpaceComesBack) {
     if (fail_sync.load()) return absl::InternalError("fdatasync " + path + ": EIO");
     return file::SyncData(fd, path);
   };
-  ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(dir.path(), options, nullptr));
+  ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(dir.path(), options));
   ASSERT_OK(registry->Create(ShuffleParams{"s", 1, 0}).status());
   auto disk_bytes = [&] {
     struct stat st;
@@ -280,7 +280,7 @@ TEST(WedgedShuffleTest, AWedgedShuffleWithARunningPushSaysRetry) {
     if (fail_sync.load()) return absl::InternalError("fdatasync: EIO");
     return file::SyncData(fd, path);
   };
-  ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(dir.path(), options, nullptr));
+  ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(dir.path(), options));
   ASSERT_OK(registry->Create(ShuffleParams{"s", 1, 0}).status());
   const std::string frame = EncodeRows(MakeRows(0, 10));
   PushAttempt running(registry.get(), PushLimits{});

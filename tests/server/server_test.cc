@@ -20,8 +20,8 @@
 
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
-#include "server/sluice_server.h"
 #include "server/runtime/worker_pool.h"
+#include "server/sluice_server.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"

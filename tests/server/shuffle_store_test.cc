@@ -62,18 +62,21 @@ absl::Span<const uint8_t> Bytes(const std::string& s) {
   return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
 }
 
+// The shuffle's directory as messages name it (relative to the data directory).
+constexpr char kShown[] = "shuffles/s1";
+
 class ShuffleStoreTest : public ::testing::Test {
  protected:
   std::string ShuffleDir() const { return dir_.path() + "/shuffles/s1"; }
 
   std::unique_ptr<ShuffleStore> CreateStore(uint32_t partitions = 4, uint32_t mappers = 8) {
     ShuffleParams params{"s1", partitions, mappers};
-    auto store = ShuffleStore::Create(ShuffleDir(), params, StoreOptions{});
+    auto store = ShuffleStore::Create(ShuffleDir(), kShown, params, StoreOptions{});
     EXPECT_OK(store);
     return std::move(store).value();
   }
   std::unique_ptr<ShuffleStore> Reopen() {
-    auto store = ShuffleStore::Open(ShuffleDir(), StoreOptions{});
+    auto store = ShuffleStore::Open(ShuffleDir(), kShown, StoreOptions{});
     EXPECT_OK(store);
     return store.ok() ? std::move(store).value() : nullptr;
   }
@@ -211,7 +214,7 @@ TEST_F(ShuffleStoreTest, AFailedDataSyncCommitsNothingThatDependsOnIt) {
     if (++syncs == 3) return absl::InternalError("injected: fdatasync failed with EIO");
     return file::SyncData(fd, path);
   };
-  auto created = ShuffleStore::Create(ShuffleDir(), ShuffleParams{"s1", 2, 8}, opts);
+  auto created = ShuffleStore::Create(ShuffleDir(), kShown, ShuffleParams{"s1", 2, 8}, opts);
   ASSERT_OK(created);
   auto store = std::move(created).value();
   // One data sync per commit batch, however many partitions it wrote.
@@ -282,7 +285,7 @@ TEST_F(ShuffleStoreTest, PreparedAttemptsAreInvisibleUntilResolvedAndSurviveARes
     EXPECT_EQ(store->PendingMappers(), (std::vector<uint32_t>{2, 4}));
     EXPECT_TRUE(store->IsPrepared(2, 2));
     EXPECT_THAT(store->Resolve(2, 9), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                               "attempt 9 of mapper 2 of shuffle s1 is not "
+                                               "attempt 9 of mapper 2 of shuffle 's1' is not "
                                                "prepared"));
     // Attempt 1 of mapper 2 won (decided elsewhere): visible, attempt 2 dropped.
     ASSERT_EQ(*store->Resolve(2, 1), CommitOutcome::kCommitted);
@@ -353,7 +356,7 @@ TEST_F(ShuffleStoreTest, CorruptionBeforeValidCommitsIsRefusedNotTruncated) {
     f.seekp(1024 + 20);  // inside the first record's body (after the log's 1 KiB header)
     f.put('\x7f');
   }
-  auto store = ShuffleStore::Open(ShuffleDir(), StoreOptions{});
+  auto store = ShuffleStore::Open(ShuffleDir(), kShown, StoreOptions{});
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(store.status().message().find("refusing"), absl::string_view::npos) << store.status();
@@ -371,13 +374,15 @@ TEST_F(ShuffleStoreTest, DamagedCommittedDataIsReportedOnOpen) {
     f.seekp(static_cast<std::streamoff>(blocks[3].offset + kBlockHeaderSize + 40));
     f.put('\x00');
   }
-  auto store = ShuffleStore::Open(ShuffleDir(), StoreOptions{});
+  auto store = ShuffleStore::Open(ShuffleDir(), kShown, StoreOptions{});
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(store.status().message().find("partition 3 at " + ShuffleDir() +
-                                          "/data:" + std::to_string(blocks[3].offset)),
+  // Named by its place in the data directory: clients see this, never a server path.
+  EXPECT_NE(store.status().message().find(
+                absl::StrCat("partition 3 at ", kShown, "/data:", blocks[3].offset)),
             absl::string_view::npos)
       << store.status();
+  EXPECT_EQ(store.status().message().find(dir_.path()), absl::string_view::npos) << store.status();
 }
 
 TEST_F(ShuffleStoreTest, BadArgumentsAreNamed) {
@@ -390,9 +395,10 @@ TEST_F(ShuffleStoreTest, BadArgumentsAreNamed) {
   EXPECT_NE(bad_mapper.status().message().find("mapper 8"), absl::string_view::npos);
   auto not_a_frame = store->Append(0, 1, 0, Bytes(std::string("hello")), 1);
   EXPECT_EQ(not_a_frame.status().code(), absl::StatusCode::kInvalidArgument);
-  auto again = ShuffleStore::Create(ShuffleDir(), ShuffleParams{"s1", 4, 8}, StoreOptions{});
+  auto again =
+      ShuffleStore::Create(ShuffleDir(), kShown, ShuffleParams{"s1", 4, 8}, StoreOptions{});
   EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
-  auto missing = ShuffleStore::Open(dir_.path() + "/nope", StoreOptions{});
+  auto missing = ShuffleStore::Open(dir_.path() + "/nope", "s", StoreOptions{});
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -403,14 +409,14 @@ TEST_F(ShuffleStoreTest, KilledWriterLosesNothingAcknowledged) {
   for (int round = 0; round < 3; ++round) {
     const std::string dir = dir_.path() + "/kill" + std::to_string(round);
     ShuffleParams params{"k", 3, 0};
-    ASSERT_OK(ShuffleStore::Create(dir, params, StoreOptions{}));
+    ASSERT_OK(ShuffleStore::Create(dir, "s", params, StoreOptions{}));
     int fds[2];
     ASSERT_EQ(::pipe(fds), 0);
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
       ::close(fds[0]);
-      auto store = ShuffleStore::Open(dir, StoreOptions{});
+      auto store = ShuffleStore::Open(dir, "s", StoreOptions{});
       if (!store.ok()) ::_exit(2);
       for (uint32_t mapper = 0;; ++mapper) {
         std::vector<BlockRef> blocks;
@@ -437,7 +443,7 @@ TEST_F(ShuffleStoreTest, KilledWriterLosesNothingAcknowledged) {
     ::close(fds[0]);
     ASSERT_FALSE(acked.empty()) << "the child made no commit before it was killed";
 
-    auto store = ShuffleStore::Open(dir, StoreOptions{});
+    auto store = ShuffleStore::Open(dir, "s", StoreOptions{});
     ASSERT_OK(store);
     const auto mappers = (*store)->CommittedMappers();
     // Acknowledged ones are all there; at most one more (committed, not yet acknowledged).
@@ -464,7 +470,7 @@ TEST_F(ShuffleStoreTest, CommittedFramesAreReadUnderAnyLaterCap) {
   store.reset();
   StoreOptions lower;
   lower.limits.max_uncompressed_bytes = 1024;  // smaller than every frame committed
-  auto reopened = ShuffleStore::Open(ShuffleDir(), lower);
+  auto reopened = ShuffleStore::Open(ShuffleDir(), kShown, lower);
   ASSERT_OK(reopened);
   ASSERT_EQ((*reopened)->CommittedMappers(), std::vector<uint32_t>{0});
   for (const BlockRef& b : blocks) {
@@ -511,11 +517,11 @@ TEST_F(ShuffleStoreTest, ALostOrShortenedCommitLogIsRefusedAndTheDataKept) {
   for (const Damage& d : damages) {
     SCOPED_TRACE(d.what);
     d.apply();
-    auto store = ShuffleStore::Open(ShuffleDir(), StoreOptions{});
+    auto store = ShuffleStore::Open(ShuffleDir(), kShown, StoreOptions{});
     EXPECT_THAT(store, StatusIs(absl::StatusCode::kDataLoss, d.message));
     EXPECT_EQ(read(ShuffleDir() + "/data"), data) << "the data file was changed";
     std::ofstream(log, std::ios::binary | std::ios::trunc) << whole_log;  // undo the damage
-    auto healed = ShuffleStore::Open(ShuffleDir(), StoreOptions{});
+    auto healed = ShuffleStore::Open(ShuffleDir(), kShown, StoreOptions{});
     ASSERT_OK(healed);
     EXPECT_EQ((*healed)->CommittedMappers(), (std::vector<uint32_t>{0, 1, 2}));
   }
@@ -532,7 +538,7 @@ TEST_F(ShuffleStoreTest, AnEmptyLogWithoutDataIsAFreshShuffle) {
     } else {
       ASSERT_EQ(::truncate(log.c_str(), 0), 0);
     }
-    auto store = ShuffleStore::Open(ShuffleDir(), StoreOptions{});
+    auto store = ShuffleStore::Open(ShuffleDir(), kShown, StoreOptions{});
     ASSERT_OK(store);
     EXPECT_TRUE((*store)->CommittedMappers().empty());
     ASSERT_EQ(*(*store)->Commit(0, 1, WriteAttempt(**store, 0, 1)), CommitOutcome::kCommitted);
@@ -542,122 +548,31 @@ TEST_F(ShuffleStoreTest, AnEmptyLogWithoutDataIsAFreshShuffle) {
   }
 }
 
-// Shuffles of the earlier layouts open with every commit and are moved into the current one.
-// tests/server/testdata/shuffle_v2 is a real version 2 shuffle (one file per partition),
-// written by the server before the shared data file: 3 partitions, mappers 0 and 1 committed,
-// 20 records each. The version 1 case is the same shuffle as version 1 wrote it (SHUFFLE
-// version 1, no log header).
-class LegacyShuffleTest : public ShuffleStoreTest, public ::testing::WithParamInterface<int> {
- protected:
-  static std::string Read(const std::string& path) {
+// Shuffles of the earlier, unreleased layouts are not read. tests/server/testdata/shuffle_v2
+// is a real layout 2 shuffle (one file per partition): opening it is DATA_LOSS naming its
+// layout, and nothing of it is changed or reclaimed.
+TEST_F(ShuffleStoreTest, AShuffleOfAnEarlierLayoutIsRefusedAndLeftAsItIs) {
+  auto read = [](const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  ASSERT_OK(file::MakeDirs(ShuffleDir()));
+  const std::vector<std::string> names = {"SHUFFLE", "commits.log", "p0.data", "p1.data",
+                                          "p2.data"};
+  for (const std::string& name : names) {
+    std::ofstream(ShuffleDir() + "/" + name, std::ios::binary)
+        << read(std::string(SLUICE_TESTDATA_DIR) + "/shuffle_v2/" + name);
   }
-  static void Write(const std::string& path, const std::string& bytes) {
-    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  EXPECT_THAT(ShuffleStore::Open(ShuffleDir(), "shuffles/s1", StoreOptions{}),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "shuffles/s1/SHUFFLE is of layout 2, written by a pre-release server"));
+  for (const std::string& name : names) {
+    EXPECT_EQ(read(ShuffleDir() + "/" + name),
+              read(std::string(SLUICE_TESTDATA_DIR) + "/shuffle_v2/" + name))
+        << name;
   }
-  void CopyFixture() {
-    ASSERT_OK(file::MakeDirs(ShuffleDir()));
-    for (const char* name : {"SHUFFLE", "commits.log", "p0.data", "p1.data", "p2.data"}) {
-      Write(ShuffleDir() + "/" + name,
-            Read(std::string(SLUICE_TESTDATA_DIR) + "/shuffle_v2/" + name));
-    }
-    if (GetParam() == 1) {  // SHUFFLE's version byte 1 (checksum redone), the log headerless
-      const std::string params_path = ShuffleDir() + "/SHUFFLE";
-      std::string params = Read(params_path);
-      params[4] = 1;
-      params.resize(params.size() - 8);
-      AppendLE64(&params,
-                 PayloadChecksum(reinterpret_cast<const uint8_t*>(params.data()), params.size()));
-      Write(params_path, params);
-      const std::string log = ShuffleDir() + "/commits.log";
-      Write(log, Read(log).substr(1024));
-    }
-  }
-  void ExpectTheFixture(const ShuffleStore& store) {
-    EXPECT_EQ(store.CommittedMappers(), (std::vector<uint32_t>{0, 1}));
-    const uint64_t records[] = {15, 17, 8}, bytes[] = {173, 188, 140};
-    for (uint32_t p = 0; p < 3; ++p) {
-      EXPECT_EQ(store.Stats(p).records, records[p]) << p;
-      EXPECT_EQ(store.Stats(p).bytes, bytes[p]) << p;
-      EXPECT_EQ(store.Stats(p).frames, 2u) << p;
-      EXPECT_EQ(ReadPartition(store, p).size(), records[p]) << p;
-    }
-  }
-};
-
-TEST_P(LegacyShuffleTest, OpensWithEveryCommitAndMovesIntoTheDataFile) {
-  CopyFixture();
-  {
-    auto store = Reopen();
-    ASSERT_NE(store, nullptr);
-    ExpectTheFixture(*store);
-    // It takes new commits in the current layout.
-    ASSERT_EQ(*store->Commit(2, 1, WriteAttempt(*store, 2, 1)), CommitOutcome::kCommitted);
-  }
-  EXPECT_EQ(Read(ShuffleDir() + "/SHUFFLE")[4], 3);
-  EXPECT_EQ(Read(ShuffleDir() + "/commits.log").substr(0, 4), "SLLG");
-  for (const char* gone : {"p0.data", "p1.data", "p2.data"}) {
-    EXPECT_FALSE(file::Exists(ShuffleDir() + "/" + gone)) << gone;
-  }
-  auto again = Reopen();  // as a current shuffle, strictly
-  ASSERT_NE(again, nullptr);
-  EXPECT_EQ(again->CommittedMappers(), (std::vector<uint32_t>{0, 1, 2}));
-  EXPECT_EQ(again->Stats(2).records, 8u + 5u);
+  EXPECT_FALSE(file::Exists(ShuffleDir() + "/data"));
 }
-
-// The move is one switch (the new log replacing the old): cut short anywhere before it, the
-// legacy shuffle is untouched and the next open moves it again; damage found while moving
-// leaves the legacy files as they were.
-TEST_P(LegacyShuffleTest, AMoveCutShortIsRedoneAndDamageLeavesTheLegacyFiles) {
-  CopyFixture();
-  Write(ShuffleDir() + "/data", std::string(5000, 'x'));  // a move a crash interrupted
-  {
-    auto store = Reopen();
-    ASSERT_NE(store, nullptr);
-    ExpectTheFixture(*store);
-  }
-  ASSERT_OK(file::RemoveTree(ShuffleDir()));
-  CopyFixture();
-  const std::string log_before = Read(ShuffleDir() + "/commits.log");
-  {
-    std::fstream f(ShuffleDir() + "/p1.data", std::ios::binary | std::ios::in | std::ios::out);
-    f.seekp(32 + 40);  // inside the first block's frame
-    f.put('\x00');
-  }
-  EXPECT_THAT(ShuffleStore::Open(ShuffleDir(), StoreOptions{}),
-              StatusIs(absl::StatusCode::kDataLoss, "is corrupt"));
-  EXPECT_EQ(Read(ShuffleDir() + "/commits.log"), log_before);
-  EXPECT_TRUE(file::Exists(ShuffleDir() + "/p1.data"));
-  EXPECT_EQ(Read(ShuffleDir() + "/SHUFFLE")[4], GetParam());
-}
-
-// A crash after the switch (the new log in place) but before SHUFFLE was rewritten and the old
-// files removed: the next open serves the moved shuffle and finishes the move.
-TEST_P(LegacyShuffleTest, AMoveCutShortAfterTheSwitchIsFinished) {
-  CopyFixture();
-  const std::string old_params = Read(ShuffleDir() + "/SHUFFLE");
-  ASSERT_NE(Reopen(), nullptr);
-  const std::string moved_log = Read(ShuffleDir() + "/commits.log");
-  // Back to the moment after the rename of the log: the old SHUFFLE and partition files.
-  Write(ShuffleDir() + "/SHUFFLE", old_params);
-  for (const char* name : {"p0.data", "p1.data", "p2.data"}) {
-    Write(ShuffleDir() + "/" + name,
-          Read(std::string(SLUICE_TESTDATA_DIR) + "/shuffle_v2/" + name));
-  }
-  {
-    auto store = Reopen();
-    ASSERT_NE(store, nullptr);
-    ExpectTheFixture(*store);
-  }
-  EXPECT_EQ(Read(ShuffleDir() + "/commits.log"), moved_log) << "the moved log was rewritten";
-  EXPECT_EQ(Read(ShuffleDir() + "/SHUFFLE")[4], 3);
-  for (const char* gone : {"p0.data", "p1.data", "p2.data"}) {
-    EXPECT_FALSE(file::Exists(ShuffleDir() + "/" + gone)) << gone;
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Versions, LegacyShuffleTest, ::testing::Values(1, 2));
 
 // Issue 15, finding 11: an empty 65,536-partition shuffle cost 6.2 MB (state for every
 // declared partition) and its restart a stat per partition. State is now made for the

@@ -20,6 +20,7 @@
 #include "codec/status_macros.h"
 #include "rpc/tls_options.h"
 #include "server/storage/shuffle_registry.h"
+#include "tests/harness/frames.h"
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/stub.h"
@@ -32,136 +33,6 @@ namespace {
 constexpr char kTokenA[] = "slc_token-of-tenant-a";
 constexpr char kTokenB[] = "slc_token-of-tenant-b";
 constexpr char kTokenOps[] = "slc_token-of-the-operators";
-
-Identity Tenant(const std::string& name) { return Identity{name, Role::kTenant, {}}; }
-
-TEST(TenancyTest, TenantsHaveNamespacesOfTheirOwn) {
-  const Identity a = Tenant("team-a");
-  ASSERT_OK_AND_ASSIGN(std::string id, QualifiedId(a, "job"));
-  EXPECT_EQ(id, "team-a~job");
-  EXPECT_EQ(CallerId(a, id), "job");
-  EXPECT_EQ(TenantOf(id), "team-a");
-  EXPECT_EQ(TenantOf("job"), "");
-  // A tenant cannot name another's shuffle (or make an id that looks like one).
-  EXPECT_EQ(QualifiedId(a, "team-b~job").status().code(), absl::StatusCode::kInvalidArgument);
-  // Admins and servers without authentication address the raw names.
-  const Identity ops{"ops", Role::kAdmin, {}};
-  ASSERT_OK_AND_ASSIGN(std::string raw, QualifiedId(ops, "team-b~job"));
-  EXPECT_EQ(raw, "team-b~job");
-  ASSERT_OK_AND_ASSIGN(std::string open, QualifiedId(Identity{}, "job"));
-  EXPECT_EQ(open, "job");
-  // Messages lose the prefix on the way out.
-  const absl::Status st =
-      ForCaller(a, absl::NotFoundError("shuffle 'team-a~job' not found (shuffles/team-a~job)"));
-  EXPECT_EQ(st.message(), "shuffle 'job' not found (shuffles/job)");
-  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
-  // The registry takes qualified ids, and only well-formed ones.
-  EXPECT_OK(ValidateShuffleId("team-a~job"));
-  EXPECT_FALSE(ValidateShuffleId("~job").ok());
-  EXPECT_FALSE(ValidateShuffleId("team-a~").ok());
-  EXPECT_FALSE(ValidateShuffleId("a~b~c").ok());
-  EXPECT_FALSE(ValidateShuffleId(".a~job").ok());
-  EXPECT_FALSE(ValidateShuffleId("a~.job").ok());
-}
-
-TEST(TenancyTest, QuotaLinesSetLimitsAndFlagsFillTheRest) {
-  const std::string text =
-      absl::StrCat(rpc::TokenHash(kTokenA), " team-a tenant\n", rpc::TokenHash(kTokenB),
-                   " team-b tenant\n", rpc::TokenHash(kTokenOps), " ops admin\n",
-                   "quota team-a shuffles=3 stored_mb=2   # team-a's\nquota ops streams=1\n");
-  ASSERT_OK_AND_ASSIGN(auto creds, ParseCredentials(text, "f"));
-  Authenticator auth(creds);
-  const TenantLimits defaults{10, 0, 7};
-  ASSERT_OK_AND_ASSIGN(Identity a, auth.Authenticate(absl::StrCat("Bearer ", kTokenA), ""));
-  TenantLimits la = LimitsOf(a, defaults);
-  EXPECT_EQ(la.shuffles, 3u);
-  EXPECT_EQ(la.stored_bytes, uint64_t{2} << 20);
-  EXPECT_EQ(la.streams, 7u);
-  ASSERT_OK_AND_ASSIGN(Identity b, auth.Authenticate(absl::StrCat("Bearer ", kTokenB), ""));
-  TenantLimits lb = LimitsOf(b, defaults);
-  EXPECT_EQ(lb.shuffles, 10u);
-  EXPECT_EQ(lb.stored_bytes, 0u);
-  // Admins have no quota, whatever a line says.
-  ASSERT_OK_AND_ASSIGN(Identity ops, auth.Authenticate(absl::StrCat("Bearer ", kTokenOps), ""));
-  EXPECT_EQ(LimitsOf(ops, defaults).streams, 0u);
-
-  auto error = [](const std::string& line) {
-    absl::StatusOr<std::vector<Credential>> c =
-        ParseCredentials(absl::StrCat("cn:x t tenant\n", line), "creds");
-    EXPECT_FALSE(c.ok()) << line;
-    return std::string(c.status().message());
-  };
-  EXPECT_NE(error("quota t disk=5").find("creds line 2: unknown quota 'disk'"), std::string::npos);
-  EXPECT_NE(error("quota t shuffles=x").find("is not key=number"), std::string::npos);
-  EXPECT_NE(error("quota t shuffles=1 shuffles=2").find("given twice"), std::string::npos);
-  EXPECT_NE(error("quota t").find("a quota line is"), std::string::npos);
-  EXPECT_NE(error("quota bad/name shuffles=1").find("a quota line is"), std::string::npos);
-  EXPECT_NE(error("quota t streams=1\nquota t shuffles=1").find("line 3: a second quota line"),
-            std::string::npos);
-  EXPECT_NE(error("quota t stored_mb=99999999999999999").find("at most"), std::string::npos);
-  EXPECT_NE(error("cn:y .hidden tenant").find("not starting with '.'"), std::string::npos);
-  EXPECT_NE(error("quota t shuffles=+5").find("is not key=number"), std::string::npos);
-  // A quota line no credential's tenant matches (misspelt, or the tenant's credentials removed)
-  // is reported, not refused: removing a tenant's last credential must always take effect.
-  std::vector<std::string> unused;
-  ASSERT_OK(
-      ParseCredentials("cn:x t tenant\nquota team_a shuffles=5\nquota t streams=1", "f", &unused)
-          .status());
-  EXPECT_EQ(unused, std::vector<std::string>{"team_a"});
-}
-
-std::string OneFrame(size_t value_bytes, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string value(value_bytes, '\0');
-  for (char& c : value) c = static_cast<char>(rng());
-  FrameEncoder encoder;
-  std::string frame;
-  EXPECT_OK(encoder.Encode({Record{"k", value}}, &frame));
-  return frame;
-}
-
-absl::Span<const uint8_t> Bytes(const std::string& s) {
-  return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-}
-
-uint64_t Held(ShuffleRegistry& registry, const std::string& tenant) {
-  return static_cast<uint64_t>(registry.TenantBytes(tenant)->load());
-}
-
-TEST(TenancyTest, ATenantsStoredBytesFollowItsBlocks) {
-  TempDir dir;
-  const std::string frame = OneFrame(1000, 1);
-  const uint64_t block = kBlockHeaderSize + frame.size();
-  {
-    ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(dir.path(), StoreOptions{}, nullptr));
-    ASSERT_OK(registry->Create({"t~s", 2, 2}).status());
-    ASSERT_OK(registry->Create({"u~s", 2, 2}).status());
-    ASSERT_OK(registry->Create({"plain", 2, 2}).status());
-    ASSERT_OK_AND_ASSIGN(auto store, registry->Get("t~s"));
-    ASSERT_OK_AND_ASSIGN(BlockRef lost, store->Append(0, 1, 0, Bytes(frame), 1));
-    EXPECT_EQ(Held(*registry, "t"), block);
-    store->Discard({lost});  // an attempt that failed gives its bytes back
-    EXPECT_EQ(Held(*registry, "t"), 0u);
-    ASSERT_OK_AND_ASSIGN(BlockRef b0, store->Append(0, 2, 0, Bytes(frame), 1));
-    ASSERT_OK_AND_ASSIGN(BlockRef b1, store->Append(0, 2, 1, Bytes(frame), 1));
-    ASSERT_OK(store->Commit(0, 2, {b0, b1}).status());
-    ASSERT_OK_AND_ASSIGN(BlockRef dup, store->Append(0, 3, 0, Bytes(frame), 1));
-    ASSERT_OK_AND_ASSIGN(CommitOutcome o, store->Commit(0, 3, {dup}));
-    EXPECT_EQ(o, CommitOutcome::kDuplicate);
-    store->Discard({dup});
-    // An attempt in flight at a stop: held now, reclaimed by the next start.
-    ASSERT_OK(store->Append(1, 1, 0, Bytes(frame), 1).status());
-    EXPECT_EQ(Held(*registry, "t"), 3 * block);
-    EXPECT_EQ(Held(*registry, "u"), 0u);
-    EXPECT_EQ(registry->TenantShuffles("t"), 1u);
-  }
-  ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(dir.path(), StoreOptions{}, nullptr));
-  EXPECT_EQ(Held(*registry, "t"), 2 * block);
-  ASSERT_OK(registry->Delete("t~s"));
-  EXPECT_EQ(Held(*registry, "t"), 0u);
-  EXPECT_EQ(registry->TenantShuffles("t"), 0u);
-  EXPECT_EQ(registry->TenantShuffles("u"), 1u);
-}
 
 // A server with tenants team-a and team-b and the operators (admin).
 class TenantServerTest : public ::testing::Test {
@@ -188,7 +59,8 @@ class TenantServerTest : public ::testing::Test {
                                            uint64_t attempt, int n, size_t value_bytes = 16) {
     SLUICE_ASSIGN_OR_RETURN(auto w, c.OpenWriter(id, mapper, attempt, {}));
     for (int i = 0; i < n; ++i) {
-      std::string value = OneFrame(value_bytes, mapper * 1000003 + i).substr(0, value_bytes);
+      std::string value =
+          RandomValueFrame(value_bytes, mapper * 1000003 + i).substr(0, value_bytes);
       SLUICE_RETURN_IF_ERROR(w->Add(absl::StrCat("m", mapper, "-", i), value));
     }
     return w->Close();
@@ -388,7 +260,7 @@ TEST_F(TenantServerTest, ALargeFrameHoldsItsBytesAgainstTheQuotaWhileItArrives) 
   StartServer("quota team-a stored_mb=2\n");
   auto a = Client(kTokenA);
   ASSERT_OK(a->CreateShuffle("s", 1, 2).status());
-  const std::string big = OneFrame(1200 << 10, 7);  // sent in pieces: announced first
+  const std::string big = RandomValueFrame(1200 << 10, 7);  // sent in pieces: announced first
   auto stub = MakeStub(*server_);
   // The first stream announces its frame and holds it, pieces not sent yet.
   OpenPush first(*stub, kTokenA, "s", 0);

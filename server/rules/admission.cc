@@ -1,0 +1,152 @@
+#include "server/rules/admission.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/rules/cluster_node.h"
+
+namespace sluice {
+
+absl::Status OpenStreams::Take(StreamKind kind) {
+  std::atomic<size_t>& count = kind == StreamKind::kPush ? push_ : fetch_;
+  const size_t limit = kind == StreamKind::kPush ? max_push_ : max_fetch_;
+  size_t n = count.load();
+  while (n < limit) {
+    if (count.compare_exchange_weak(n, n + 1)) return absl::OkStatus();
+  }
+  const char* what = kind == StreamKind::kPush ? "push" : "fetch";
+  return absl::ResourceExhaustedError(absl::StrCat("the server has ", limit, " ", what,
+                                                   " streams open, its limit (--max_", what,
+                                                   "_streams); retry later"));
+}
+
+void OpenStreams::Give(StreamKind kind) {
+  (kind == StreamKind::kPush ? push_ : fetch_).fetch_sub(1);
+}
+
+absl::StatusOr<std::unique_ptr<StreamAdmission>> StreamAdmission::Enter(StreamKind kind,
+                                                                        const CallContext& call,
+                                                                        const AdmissionDeps& deps) {
+  if (kind == StreamKind::kPush && deps.node != nullptr && deps.node->draining()) {
+    return absl::UnavailableError(
+        "the server is draining (shutting down): it takes no new push streams; retry the "
+        "attempt once it is back");
+  }
+  std::unique_ptr<StreamAdmission> a(new StreamAdmission(kind, call, deps));
+  if (a->limits_.streams != 0) {
+    absl::Status st = deps.tenants->Enter(a->tenant_, a->limits_.streams);
+    if (!st.ok()) return st;
+    a->tenant_slot_ = true;
+  }
+  absl::Status st = deps.streams->Take(kind);
+  if (!st.ok()) return st;  // (the destructor gives the tenant's slot back)
+  a->server_slot_ = true;
+  return a;
+}
+
+StreamAdmission::~StreamAdmission() {
+  ReleaseCharge();
+  ReleaseLargeFrame();
+  if (merge_slot_) deps_.merge_gate->Leave();
+  if (server_slot_) deps_.streams->Give(kind_);
+  if (tenant_slot_) deps_.tenants->Leave(tenant_);
+}
+
+void StreamAdmission::Charge(uint64_t bytes) {
+  deps_.budget->Charge(bytes);
+  charged_ += bytes;
+}
+
+void StreamAdmission::ReleaseCharge() {
+  if (charged_ == 0) return;
+  deps_.budget->Release(charged_);
+  charged_ = 0;
+}
+
+void StreamAdmission::WhenBudgetAllows(std::function<void()> resume) {
+  deps_.budget->WhenAvailable(std::move(resume));
+}
+
+bool StreamAdmission::BudgetMustWait() const { return deps_.budget->MustWait(); }
+
+absl::Status StreamAdmission::CheckStored(uint64_t bytes) {
+  if (limits_.stored_bytes == 0) return absl::OkStatus();
+  if (stored_ == nullptr) stored_ = deps_.registry->TenantBytes(tenant_);
+  const int64_t have = stored_->load();
+  const uint64_t held = have < 0 ? 0 : static_cast<uint64_t>(have);
+  if (held + bytes <= limits_.stored_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "tenant '", tenant_, "' holds ", held, " bytes on this server; ", bytes,
+      " more would pass its quota of ", limits_.stored_bytes,
+      " (stored_mb: its quota line in --auth_file, else --tenant_max_stored_mb); the attempt was "
+      "discarded: delete shuffles it no longer needs"));
+}
+
+absl::Status StreamAdmission::ReserveLargeFrame(uint64_t bytes, std::function<void()> granted) {
+  if (limits_.stored_bytes != 0) {
+    // Counted at once, so that many streams announcing together cannot pass the quota by a
+    // frame each; taken back when the frame is stored (its store counts it then) or fails.
+    if (stored_ == nullptr) stored_ = deps_.registry->TenantBytes(tenant_);
+    int64_t have = stored_->load();
+    for (;;) {
+      const uint64_t held = have < 0 ? 0 : static_cast<uint64_t>(have);
+      if (held + bytes > limits_.stored_bytes) return CheckStored(bytes);  // the refusal
+      if (stored_->compare_exchange_weak(have, have + static_cast<int64_t>(bytes))) break;
+    }
+    quota_reserved_ = bytes;
+  }
+  large_bytes_ = bytes;
+  deps_.budget->Reserve(bytes, [this, bytes, granted = std::move(granted)] {
+    memory_reserved_.store(bytes);
+    reserved_since_ = std::chrono::steady_clock::now();
+    granted();
+  });
+  return absl::OkStatus();
+}
+
+std::chrono::steady_clock::duration StreamAdmission::large_frame_held() const {
+  if (memory_reserved_.load() == 0) return std::chrono::steady_clock::duration::zero();
+  return std::chrono::steady_clock::now() - reserved_since_;
+}
+
+void StreamAdmission::ReleaseLargeFrame() {
+  if (const uint64_t n = memory_reserved_.exchange(0); n != 0) deps_.budget->Release(n);
+  if (quota_reserved_ != 0) stored_->fetch_sub(static_cast<int64_t>(quota_reserved_));
+  quota_reserved_ = 0;
+  large_bytes_ = 0;
+}
+
+bool StreamAdmission::TryEnterMerge() {
+  if (merge_slot_) return true;
+  merge_slot_ = deps_.merge_gate->TryEnter();
+  return merge_slot_;
+}
+
+void StreamAdmission::EnterMerge(std::function<void()> admitted) {
+  deps_.merge_gate->Enter([this, admitted = std::move(admitted)] {
+    merge_slot_ = true;
+    admitted();
+  });
+}
+
+absl::StatusOr<std::unique_ptr<CreateAdmission>> CreateAdmission::Enter(
+    const CallContext& call, Tenants* tenants, bool clustered,
+    const std::function<absl::StatusOr<size_t>(const std::string& prefix)>& have) {
+  std::unique_ptr<CreateAdmission> a(new CreateAdmission());
+  const uint64_t limit = call.limits().shuffles;
+  if (limit == 0) return a;
+  a->mu_ = tenants->CreateMutex(call.tenant());
+  a->lock_ = std::unique_lock<std::mutex>(*a->mu_);
+  absl::StatusOr<size_t> n = have(call.prefix());
+  if (!n.ok()) return n.status();
+  if (*n >= limit) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "tenant '", call.tenant(), "' has ", *n, " shuffles",
+        clustered ? " in the cluster" : " on this server",
+        ", its quota (shuffles: its quota line in --auth_file, else --tenant_max_shuffles); "
+        "delete shuffles it no longer needs"));
+  }
+  return a;
+}
+
+}  // namespace sluice

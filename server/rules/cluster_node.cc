@@ -1,0 +1,314 @@
+#include "server/rules/cluster_node.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "codec/status_macros.h"
+#include "server/storage/shuffle_id.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice {
+
+void ClusterNode::SetSelf(Self self) {
+  std::lock_guard<std::mutex> lock(mu_);
+  self_ = std::move(self);
+}
+
+ClusterNode::Self ClusterNode::self() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return self_;
+}
+
+void ClusterNode::Joined(const NodeDirectory* nodes, PlacementStore* placements) {
+  std::lock_guard<std::mutex> lock(mu_);
+  nodes_ = nodes;
+  placements_ = placements;
+}
+
+absl::Status ClusterNode::View::Joined() const {
+  if (placements != nullptr) return absl::OkStatus();
+  return absl::UnavailableError("the server is still joining its cluster; retry");
+}
+
+ClusterNode::View ClusterNode::view() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return View{nodes_, placements_, self_.node_id};
+}
+
+bool ClusterNode::registered() const {
+  const View c = view();
+  return c.nodes != nullptr && c.nodes->registered();
+}
+
+absl::StatusOr<std::vector<NodeEntry>> ClusterNode::Nodes() const {
+  if (!clustered_) {
+    const Self s = self();
+    return std::vector<NodeEntry>{NodeEntry{s.node_id, s.address, s.started_unix_ms}};
+  }
+  const View c = view();
+  SLUICE_RETURN_IF_ERROR(c.Joined());
+  return c.nodes->Nodes();
+}
+
+std::shared_ptr<const ClusterNode::Kept> ClusterNode::Remember(const std::string& id,
+                                                               const ShufflePlacement& p,
+                                                               const std::string& node_id) {
+  auto k = std::make_shared<Kept>();
+  k->partitions = p.num_partitions;
+  k->mappers = p.num_mappers;
+  k->partition.assign(p.num_partitions, false);
+  for (size_t q = 0; q < p.replicas.size() && q < p.num_partitions; ++q) {
+    for (uint32_t i : p.replicas[q]) {
+      if (i < p.nodes.size() && p.nodes[i] == node_id) k->partition[q] = k->any = true;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  kept_[id] = k;
+  return k;
+}
+
+absl::StatusOr<std::shared_ptr<const ClusterNode::Kept>> ClusterNode::KeptPartitions(
+    const std::string& id) {
+  if (!clustered_) return std::shared_ptr<const Kept>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = kept_.find(id); it != kept_.end()) return it->second;
+  }
+  const View c = view();
+  SLUICE_RETURN_IF_ERROR(c.Joined());
+  SLUICE_ASSIGN_OR_RETURN(auto placed, c.placements->Get(id));
+  // Not remembered when unrecorded: it may be created later.
+  if (!placed.has_value()) return std::shared_ptr<const Kept>();
+  return Remember(id, *placed, c.node_id);
+}
+
+absl::Status ClusterNode::EnsureLocal(const std::string& id) {
+  if (!clustered_ || registry_->Get(id).ok() || registry_->FindDamaged(id)) {
+    return absl::OkStatus();
+  }
+  const View c = view();
+  SLUICE_RETURN_IF_ERROR(c.Joined());
+  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
+  if (kept == nullptr) return absl::OkStatus();  // the store's own NOT_FOUND says it
+  if (!kept->any) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("server ", c.node_id, " holds no partition of shuffle '", ShuffleName(id),
+                     "' (GetPlacement says which do)"));
+  }
+  auto created = registry_->Create(ShuffleParams{id, kept->partitions, kept->mappers});
+  if (created.ok() && *created) {
+    spdlog::info("event=create tenant={} shuffle={} partitions={} mappers={} from=etcd",
+                 TenantField(id), id, kept->partitions, kept->mappers);
+  }
+  return created.status();
+}
+
+absl::Status ClusterNode::CheckKept(const Kept* kept, const std::string& id,
+                                    uint32_t partition) const {
+  if (kept == nullptr || partition >= kept->partition.size() || kept->partition[partition]) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("server ", self().node_id, " keeps no replica of partition ", partition,
+                   " of shuffle '", ShuffleName(id), "' (GetPlacement says which servers do)"));
+}
+
+absl::StatusOr<std::shared_ptr<const std::vector<bool>>> ClusterNode::PrepareToPush(
+    const std::string& id) {
+  SLUICE_RETURN_IF_ERROR(EnsureLocal(id));
+  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
+  if (kept == nullptr) return std::shared_ptr<const std::vector<bool>>();
+  return std::shared_ptr<const std::vector<bool>>(kept, &kept->partition);
+}
+
+absl::Status ClusterNode::PrepareToServe(const std::string& id, std::optional<uint32_t> partition) {
+  SLUICE_RETURN_IF_ERROR(EnsureLocal(id));
+  if (partition.has_value()) {
+    SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
+    SLUICE_RETURN_IF_ERROR(CheckKept(kept.get(), id, *partition));
+  }
+  return ResolvePending(id);
+}
+
+absl::Status ClusterNode::ResolvePending(const std::string& id) {
+  if (!clustered_) return absl::OkStatus();
+  auto store = registry_->Get(id);
+  if (!store.ok()) return absl::OkStatus();  // the caller's own lookup says why
+  const std::vector<uint32_t> pending = (*store)->PendingMappers();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pending.empty() && checked_.count(id) != 0) return absl::OkStatus();
+  }
+  const View c = view();
+  SLUICE_RETURN_IF_ERROR(c.Joined());
+  SLUICE_ASSIGN_OR_RETURN(auto decided, c.placements->Decisions(id));
+  std::vector<std::pair<uint32_t, uint64_t>> winners;
+  for (uint32_t m : pending) {
+    auto d = decided.find(m);
+    if (d == decided.end()) continue;  // not decided yet: stays invisible
+    winners.emplace_back(m, d->second);
+  }
+  SLUICE_RETURN_IF_ERROR((*store)->ResolveAll(winners));
+  // Every decided mapper is here now, unless this server lost what it had prepared: then it
+  // must not serve the shuffle as if it were whole.
+  std::vector<uint32_t> missing;
+  for (const auto& [m, attempt] : decided) {
+    if ((*store)->CommittedAttempt(m) != std::optional<uint64_t>(attempt)) missing.push_back(m);
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (size_t i = 0; i < missing.size() && i < 8; ++i) {
+      absl::StrAppend(&list, i == 0 ? "" : ", ", missing[i]);
+    }
+    if (missing.size() > 8) absl::StrAppend(&list, ", ...");
+    spdlog::error("event=shuffle_incomplete tenant={} shuffle={} missing_mappers={} first=\"{}\"",
+                  TenantField(id), id, missing.size(), list);
+    return absl::DataLossError(absl::StrCat(
+        "server ", c.node_id, " lacks ", missing.size(), " mappers of shuffle '", ShuffleName(id),
+        "' that the cluster committed (", list,
+        "): what it had prepared is gone (its data directory lost or replaced?); read another "
+        "replica"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  checked_.insert(id);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> ClusterNode::Create(const ShuffleParams& params, uint32_t replication) {
+  if (!clustered_) {
+    auto created = registry_->Create(params);
+    if (created.ok() && *created) {
+      spdlog::info("event=create tenant={} shuffle={} partitions={} mappers={}",
+                   TenantField(params.shuffle_id), params.shuffle_id, params.num_partitions,
+                   params.num_mappers);
+    }
+    return created;
+  }
+  SLUICE_RETURN_IF_ERROR(ShuffleRegistry::ValidateParams(params));
+  const View c = view();
+  SLUICE_RETURN_IF_ERROR(c.Joined());
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<NodeEntry> nodes, c.nodes->Nodes());
+  std::vector<std::string> ids;
+  for (const NodeEntry& n : nodes) ids.push_back(n.node_id);
+  SLUICE_ASSIGN_OR_RETURN(PlacementStore::Created placed,
+                          c.placements->Create(params.shuffle_id, params.num_partitions,
+                                               params.num_mappers, replication, ids));
+  const ShufflePlacement& p = placed.placement;
+  if (!placed.created &&
+      (p.num_partitions != params.num_partitions || p.num_mappers != params.num_mappers ||
+       (replication != 0 && replication != p.replication))) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "shuffle '", ShuffleName(params.shuffle_id), "' already exists with ", p.num_partitions,
+        " partitions, ", p.num_mappers, " mappers and replication ", p.replication));
+  }
+  if (placed.created) {
+    spdlog::info(
+        "event=create tenant={} shuffle={} partitions={} mappers={} replication={} servers={}",
+        TenantField(params.shuffle_id), params.shuffle_id, params.num_partitions,
+        params.num_mappers, p.replication, ids.size());
+  }
+  if (Remember(params.shuffle_id, p, c.node_id)->any) {
+    SLUICE_RETURN_IF_ERROR(registry_->Create(params).status());
+  }
+  return placed.created;
+}
+
+absl::Status ClusterNode::Delete(const std::string& id) {
+  bool recorded = false;
+  if (clustered_) {  // its record first: no server makes its store again from it
+    const View c = view();
+    SLUICE_RETURN_IF_ERROR(c.Joined());
+    SLUICE_ASSIGN_OR_RETURN(recorded, c.placements->Delete(id));
+    std::lock_guard<std::mutex> lock(mu_);
+    kept_.erase(id);
+    checked_.erase(id);
+  }
+  absl::Status st = registry_->Delete(id);
+  if (recorded && absl::IsNotFound(st)) st = absl::OkStatus();  // held elsewhere only
+  if (st.ok()) spdlog::info("event=delete tenant={} shuffle={}", TenantField(id), id);
+  return st;
+}
+
+absl::StatusOr<size_t> ClusterNode::CountForCreate(const std::string& prefix,
+                                                   const std::string& id) {
+  if (!clustered_) {
+    if (registry_->Get(id).ok() || registry_->FindDamaged(id)) return 0;  // has it
+    return registry_->CountWithPrefix(prefix);
+  }
+  const View c = view();
+  SLUICE_RETURN_IF_ERROR(c.Joined());
+  SLUICE_ASSIGN_OR_RETURN(auto placed, c.placements->Get(id));
+  if (placed.has_value()) return 0;
+  return c.placements->CountWithPrefix(prefix);
+}
+
+absl::StatusOr<uint64_t> ClusterNode::DecideMapper(const std::string& id, uint32_t mapper,
+                                                   uint64_t attempt) {
+  SLUICE_RETURN_IF_ERROR(EnsureLocal(id));
+  SLUICE_ASSIGN_OR_RETURN(auto store, registry_->Get(id));
+  if (auto committed = store->CommittedAttempt(mapper)) return *committed;  // decided before
+  if (!store->IsPrepared(mapper, attempt)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("attempt ", attempt, " of mapper ", mapper, " of shuffle '", ShuffleName(id),
+                     "' is not prepared on server ", self().node_id,
+                     ": prepare it on every server of the shuffle first"));
+  }
+  uint64_t winner = attempt;  // on its own, the first attempt resolved here wins
+  if (clustered_) {
+    const View c = view();
+    SLUICE_RETURN_IF_ERROR(c.Joined());
+    SLUICE_ASSIGN_OR_RETURN(winner, c.placements->DecideMapper(id, mapper, attempt));
+  }
+  auto outcome = store->Resolve(mapper, winner);
+  if (!outcome.ok()) {
+    if (clustered_) {
+      // Decided all the same: the other servers apply it; this one reports what it could not.
+      spdlog::error("event=resolve_failed tenant={} shuffle={} mapper={} winner={} error=\"{}\"",
+                    TenantField(id), id, mapper, winner, std::string(outcome.status().message()));
+      return winner;
+    }
+    return outcome.status();
+  }
+  if (!clustered_ && *outcome == CommitOutcome::kDuplicate) {
+    return store->CommittedAttempt(mapper).value_or(winner);
+  }
+  spdlog::info("event=decide tenant={} shuffle={} mapper={} attempt={} winner={}", TenantField(id),
+               id, mapper, attempt, winner);
+  return winner;
+}
+
+absl::StatusOr<ClusterNode::Placement> ClusterNode::GetPlacement(const std::string& id) {
+  Placement out;
+  if (!clustered_) {  // on its own: every partition here
+    SLUICE_ASSIGN_OR_RETURN(auto store, registry_->Get(id));
+    out.partitions = store->params().num_partitions;
+    out.mappers = store->params().num_mappers;
+    const Self s = self();
+    out.nodes.push_back(NodeEntry{s.node_id, s.address, s.started_unix_ms});
+    out.replicas.assign(out.partitions, std::vector<uint32_t>{0});
+    return out;
+  }
+  const View c = view();
+  SLUICE_RETURN_IF_ERROR(c.Joined());
+  SLUICE_ASSIGN_OR_RETURN(auto placed, c.placements->Get(id));
+  if (!placed.has_value()) {
+    return absl::NotFoundError(
+        absl::StrCat("shuffle '", ShuffleName(id), "' not found in the cluster"));
+  }
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<NodeEntry> live, c.nodes->Nodes());
+  out.clustered = true;
+  out.partitions = placed->num_partitions;
+  out.mappers = placed->num_mappers;
+  out.replication = placed->replication;
+  for (const std::string& node_id : placed->nodes) {
+    NodeEntry e{node_id, "", 0};
+    for (const NodeEntry& n : live) {  // its address now, if it is registered
+      if (n.node_id == node_id) e = n;
+    }
+    out.nodes.push_back(std::move(e));
+  }
+  out.replicas = std::move(placed->replicas);
+  return out;
+}
+
+}  // namespace sluice

@@ -1,0 +1,149 @@
+// ClusterNode: this server as a node of its cluster (docs/cluster.md), apart from any transport.
+// It knows who the server is, which partitions of each shuffle it keeps (read from the
+// placement record once and remembered: a placement never changes), and the rules that keep
+// its stores in step with the cluster's record:
+//   - a shuffle recorded in the cluster gets its store here on its first push, read or status
+//     call, if this server keeps any of its partitions;
+//   - a partition kept on other servers is neither pushed nor read here (FAILED_PRECONDITION:
+//     whoever follows the placement would never see it);
+//   - a prepared attempt becomes visible once its mapper's winner is decided in the record;
+//     the decisions others made are applied here before the shuffle is served, and a server
+//     that lost what it had prepared (its data directory replaced) refuses to serve it as if
+//     whole (DATA_LOSS: read another replica);
+//   - a create places the shuffle once in the record and makes its store here if this server
+//     keeps any part of it; a delete removes the record first, so that no server makes the
+//     store again from it.
+// On its own (no cluster) every call acts on this server's registry alone, and the first
+// attempt of a mapper resolved here wins. A clustered server serves before it has joined (the
+// port comes first): until Joined, cluster calls answer UNAVAILABLE, "still joining".
+//
+//   ClusterNode node(&registry, /*clustered=*/true);
+//   node.SetSelf({"n0", "10.0.0.5:7070", now_ms});
+//   node.Joined(&membership, &placements);
+//   SLUICE_RETURN_IF_ERROR(node.PrepareToServe("job", /*partition=*/3));
+//
+// Thread-safe. Tests drive it with an in-memory record (tests/harness/fake_cluster.h).
+#ifndef SLUICE_SERVER_RULES_CLUSTER_NODE_H_
+#define SLUICE_SERVER_RULES_CLUSTER_NODE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cluster/membership.h"
+#include "cluster/placement_store.h"
+#include "server/storage/shuffle_registry.h"
+
+namespace sluice {
+
+class ClusterNode {
+ public:
+  /// Who this server is: its node id, the address it is reached at, when it started.
+  struct Self {
+    std::string node_id;
+    std::string address;
+    uint64_t started_unix_ms = 0;
+  };
+  /// What this server keeps of one shuffle.
+  struct Kept {
+    uint32_t partitions = 0, mappers = 0;
+    std::vector<bool> partition;  ///< kept here, by partition
+    bool any = false;
+  };
+  /// A shuffle's placement with each server's address now (empty: not registered).
+  struct Placement {
+    bool clustered = false;
+    uint32_t partitions = 0, mappers = 0, replication = 1;
+    std::vector<NodeEntry> nodes;
+    std::vector<std::vector<uint32_t>> replicas;  ///< per partition, indexes into `nodes`
+  };
+
+  /// `clustered`: runs with --etcd (known before the server serves; Joined comes later).
+  ClusterNode(ShuffleRegistry* registry, bool clustered)
+      : registry_(registry), clustered_(clustered) {}
+
+  void SetSelf(Self self);
+  Self self() const;
+  bool clustered() const { return clustered_; }
+  /// The cluster's servers and record, once this server has joined (both outlive the node's
+  /// use of them: the wiring stops serving before it lets them go).
+  void Joined(const NodeDirectory* nodes, PlacementStore* placements);
+  /// The cluster's servers: this one alone when on its own.
+  absl::StatusOr<std::vector<NodeEntry>> Nodes() const;
+  /// Whether this server's registration is live (false on its own or before it joined).
+  bool registered() const;
+
+  /// A drain refuses new push streams from now on (the service asks draining()).
+  void SetDraining() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+  /// Whether an attempt must be prepared and then decided (CommitMapper) rather than committed
+  /// by its push: in a cluster, every replica must reflect the same winner.
+  bool requires_prepare() const { return clustered_; }
+
+  /// What this server keeps of shuffle `id`: null on its own (it keeps everything) and for a
+  /// shuffle the cluster has no record of. From memory after the first read of the record.
+  absl::StatusOr<std::shared_ptr<const Kept>> KeptPartitions(const std::string& id);
+  /// Before a push of shuffle `id` opens: its store here (made from the record if needed). The
+  /// partitions kept here (null: every one), for the push to refuse the others' frames.
+  absl::StatusOr<std::shared_ptr<const std::vector<bool>>> PrepareToPush(const std::string& id);
+  /// Before shuffle `id` is read (`partition`) or its status given (nullopt): its store here
+  /// (made from the record if needed), the partition kept here, and every decision the cluster
+  /// made applied (once per shuffle and start: later decisions all come through prepares here).
+  absl::Status PrepareToServe(const std::string& id, std::optional<uint32_t> partition);
+
+  /// Creates the shuffle (in a cluster: placed and recorded once, and made here if this server
+  /// keeps any of it); false when it existed with the same parameters, ALREADY_EXISTS with
+  /// others. `replication` 0: the default for the cluster's size.
+  absl::StatusOr<bool> Create(const ShuffleParams& params, uint32_t replication);
+  /// Deletes the shuffle: its record first (in a cluster), then its store here. OK when the
+  /// record existed and the store was elsewhere.
+  absl::Status Delete(const std::string& id);
+  /// Shuffles with ids starting `prefix` that creating `id` would add to (a tenant's quota):
+  /// 0 when `id` exists already (here or, in a cluster, in the record).
+  absl::StatusOr<size_t> CountForCreate(const std::string& prefix, const std::string& id);
+  /// CommitMapper: the mapper's winning attempt, decided in the record in a cluster (on its
+  /// own, the first attempt resolved here wins), applied to the store here.
+  /// FAILED_PRECONDITION when `attempt` is not prepared here.
+  absl::StatusOr<uint64_t> DecideMapper(const std::string& id, uint32_t mapper, uint64_t attempt);
+  /// Where the shuffle's partitions are (on its own: all here). NOT_FOUND for an unknown one.
+  absl::StatusOr<Placement> GetPlacement(const std::string& id);
+
+ private:
+  // The cluster as one call sees it.
+  struct View {
+    const NodeDirectory* nodes = nullptr;
+    PlacementStore* placements = nullptr;
+    std::string node_id;
+    absl::Status Joined() const;
+  };
+  View view() const;
+  std::shared_ptr<const Kept> Remember(const std::string& id, const ShufflePlacement& p,
+                                       const std::string& node_id);
+  // The store of a recorded shuffle made here when this server keeps any part of it.
+  absl::Status EnsureLocal(const std::string& id);
+  absl::Status CheckKept(const Kept* kept, const std::string& id, uint32_t partition) const;
+  absl::Status ResolvePending(const std::string& id);
+
+  ShuffleRegistry* const registry_;
+  const bool clustered_;
+  std::atomic<bool> draining_{false};
+  mutable std::mutex mu_;
+  Self self_;                                                // guarded by mu_
+  const NodeDirectory* nodes_ = nullptr;                     // guarded by mu_; set once joined
+  PlacementStore* placements_ = nullptr;                     // guarded by mu_; set once joined
+  std::map<std::string, std::shared_ptr<const Kept>> kept_;  // guarded by mu_
+  // Shuffles found holding every mapper the cluster decided (ResolvePending); guarded by mu_.
+  std::set<std::string> checked_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_RULES_CLUSTER_NODE_H_

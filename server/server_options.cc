@@ -1,0 +1,165 @@
+#include "server/server_options.h"
+
+#include <unistd.h>
+
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "cluster/membership.h"
+
+namespace sluice {
+namespace {
+
+// A duration option in whole seconds within [1 s, 1 day], named by its flag.
+absl::Status CheckSeconds(std::chrono::milliseconds d, const char* flag) {
+  if (d < std::chrono::seconds(1) || d > std::chrono::hours(24)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, "=", d.count() / 1000.0, " is out of range [1, 86400] seconds"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string HostName() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "localhost";
+  return buf;
+}
+
+// host:port of the listen address with the port bound; a wildcard host becomes the host name.
+std::string AdvertisedAddress(const std::string& listen, int port) {
+  const size_t colon = listen.rfind(':');
+  std::string host = colon == std::string::npos ? listen : listen.substr(0, colon);
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") host = HostName();
+  return absl::StrCat(host, ":", port);
+}
+
+// --data_dir's list: one directory per disk, comma-separated.
+std::vector<std::string> SplitDataDirs(const std::string& list) {
+  std::vector<std::string> out;
+  for (absl::string_view d : absl::StrSplit(list, ',')) {
+    std::string dir(d);
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    out.push_back(std::move(dir));
+  }
+  return out;
+}
+
+absl::Status ValidateOptions(const ServerOptions& o) {
+  if (o.data_dir.empty())
+    return absl::InvalidArgumentError("a data directory is required (--data_dir)");
+  std::set<std::string> seen;
+  for (const std::string& dir : SplitDataDirs(o.data_dir)) {
+    if (dir.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--data_dir=", o.data_dir, " has an empty directory in its list"));
+    }
+    if (!seen.insert(dir).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--data_dir=", o.data_dir, " names ", dir, " twice"));
+    }
+  }
+  if (o.limits.max_uncompressed_bytes == 0 || o.limits.max_uncompressed_bytes > kMaxFrameCapBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the frame cap (--max_frame_mb) is ",
+                                                   o.limits.max_uncompressed_bytes,
+                                                   " bytes; it must be 1 byte to 1 GiB"));
+  }
+  if (o.limits.max_records == 0)
+    return absl::InvalidArgumentError("the record cap must be at least 1");
+  if (o.memory_budget_bytes == 0) {
+    return absl::InvalidArgumentError("the memory budget (--memory_budget_mb) must not be 0");
+  }
+  if (o.worker_threads < 1 || o.worker_threads > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--worker_threads=", o.worker_threads, " is out of range [1, 1024]"));
+  }
+  if (o.merge_fan_in < 2 || o.merge_fan_in > 65536) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--merge_fan_in=", o.merge_fan_in, " is out of range [2, 65536]"));
+  }
+  if (o.max_frames_per_attempt == 0) {
+    return absl::InvalidArgumentError("--max_frames_per_attempt must be at least 1");
+  }
+  for (const auto& [n, flag] :
+       {std::pair<size_t, const char*>{o.max_push_streams, "--max_push_streams"},
+        {o.max_fetch_streams, "--max_fetch_streams"},
+        {o.max_streams_per_connection, "--max_streams_per_connection"}}) {
+    if (n < 1 || n > 1000000) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, "=", n, " is out of range [1, 1000000]"));
+    }
+  }
+  if (o.stream_window_bytes > (uint64_t{64} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--stream_window_mb=", o.stream_window_bytes >> 20, " is out of range [0, 64]"));
+  }
+  if (auto st = CheckSeconds(o.push_idle_timeout, "--push_idle_timeout_s"); !st.ok()) return st;
+  if (auto st = CheckSeconds(o.fetch_stall_timeout, "--fetch_stall_timeout_s"); !st.ok()) {
+    return st;
+  }
+  if (auto st = CheckSeconds(o.connection_idle_timeout, "--connection_idle_timeout_s"); !st.ok()) {
+    return st;
+  }
+  if (o.disk_high_water_pct > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--disk_high_water_pct=", o.disk_high_water_pct, " is out of range [0, 100]"));
+  }
+  if (o.shuffle_ttl > std::chrono::hours(24 * 365)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shuffle_ttl_s=", o.shuffle_ttl.count(), " is out of range [0, 31536000]"));
+  }
+  if (o.shuffle_ttl.count() > 0 && !o.etcd_endpoints.empty()) {
+    return absl::InvalidArgumentError(
+        "--shuffle_ttl_s is for a server on its own: in a cluster, a shuffle idle on one server "
+        "may be in use on another; engines delete their shuffles (DeleteShuffle)");
+  }
+  if (o.drain_grace > std::chrono::hours(24)) {
+    return absl::InvalidArgumentError(absl::StrCat("--drain_grace_s=", o.drain_grace.count() / 1000,
+                                                   " is out of range [0, 86400]"));
+  }
+  if (!o.node_id.empty()) {
+    if (auto st = ValidateNodeId(o.node_id); !st.ok()) return st;
+  }
+  if (o.node_lease_ttl < std::chrono::seconds(1) || o.node_lease_ttl > std::chrono::hours(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--node_lease_s=", o.node_lease_ttl.count(), " is out of range [1, 3600]"));
+  }
+  if (!o.etcd_endpoints.empty() &&
+      (o.etcd_prefix.empty() || o.etcd_prefix.front() != '/' || o.etcd_prefix.back() != '/')) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--etcd_prefix='", o.etcd_prefix, "' must start and end with '/'"));
+  }
+  if (!o.auth_file.empty() && (o.auth_reload_interval < std::chrono::seconds(1) ||
+                               o.auth_reload_interval > std::chrono::hours(24))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--auth_reload_s=", o.auth_reload_interval.count(), " is out of range [1, 86400]"));
+  }
+  // The listening port: TLS, or plaintext, which leaves this machine only when asked for
+  // explicitly.
+  if (o.tls.enabled()) {
+    if (o.plaintext) {
+      return absl::InvalidArgumentError("--plaintext and --tls_cert exclude each other");
+    }
+    if (o.tls.reload_interval < std::chrono::seconds(1) ||
+        o.tls.reload_interval > std::chrono::hours(24)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tls_reload_s=", o.tls.reload_interval.count(), " is out of range [1, 86400]"));
+    }
+    return absl::OkStatus();
+  }
+  if (!o.tls.client_ca_file.empty()) {
+    return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+  }
+  if (!rpc::IsLoopbackAddress(o.listen_address) && !o.plaintext) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen=", o.listen_address,
+        " is reachable from other hosts: give --tls_cert and --tls_key (docs/security.md), or "
+        "--plaintext to serve in clear anyway"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sluice

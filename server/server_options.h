@@ -1,0 +1,103 @@
+// ServerOptions: everything a sluice-server runs on (the daemon's flags, server_main.cc, fill
+// them; tests set them directly), and their checks: ValidateOptions names the flag of the first
+// option out of range, before anything is opened or bound.
+#ifndef SLUICE_SERVER_SERVER_OPTIONS_H_
+#define SLUICE_SERVER_SERVER_OPTIONS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "codec/frame_format.h"
+#include "rpc/tls_options.h"
+
+namespace sluice {
+
+struct ServerOptions {
+  std::string listen_address = "127.0.0.1:7070";  ///< host:port; port 0 picks a free one
+  std::string data_dir;
+  uint64_t memory_budget_bytes = 256ull << 20;
+  bool fsync = true;
+  FrameLimits limits;  ///< max frame size and records per frame
+  int worker_threads = 4;
+  size_t merge_fan_in = 4096;  ///< runs merged at once; more go through temporary files first
+  /// KEY-ordered fetches merging at once (0 = worker_threads); others wait, holding nothing.
+  size_t max_concurrent_merges = 0;
+  /// Frames one mapper attempt may push (each costs ~24 bytes of bookkeeping until it ends).
+  uint64_t max_frames_per_attempt = uint64_t{1} << 20;
+  /// New push streams are refused while the data directory's file system is fuller than this
+  /// percentage (0 = never).
+  uint32_t disk_high_water_pct = 95;
+  /// A shuffle nobody pushed to, fetched from or asked about for this long is deleted (0 =
+  /// never). Servers on their own only: in a cluster, engines delete their shuffles.
+  std::chrono::seconds shuffle_ttl{0};
+  std::chrono::milliseconds shutdown_grace{5000};
+  /// How long a drain (SIGTERM, the Drain RPC) lets pushes and fetches in flight run on.
+  std::chrono::milliseconds drain_grace{30000};
+  /// The Drain RPC from other hosts than the server's own (loopback) too.
+  bool allow_remote_admin = false;
+  /// host:port of the Prometheus metrics endpoint (HTTP, GET /metrics); empty = none.
+  std::string metrics_listen;
+
+  // Security (docs/security.md).
+  /// TLS, or mutual TLS with a client CA. Without it the server serves in clear: on loopback
+  /// always, on any other address only with `plaintext` (asked for explicitly, and warned of).
+  ServerTlsOptions tls;
+  bool plaintext = false;
+  /// Credentials every call must present (server/auth.h); empty: none asked for. Read again
+  /// every `auth_reload_interval` and on ReloadFiles.
+  std::string auth_file;
+  std::chrono::seconds auth_reload_interval{10};
+  /// Each tenant's quotas where its quota line sets none (0 = no limit); with auth_file only.
+  uint64_t tenant_max_shuffles = 1000;
+  uint64_t tenant_max_stored_bytes = 0;
+  uint64_t tenant_max_streams = 0;
+  /// Serve gRPC server reflection (grpcurl's `list`, `describe`).
+  bool reflection = true;
+
+  // Streams and connections (docs/operations.md, "Limits"): what one client may hold, and for
+  // how long without progress.
+  size_t max_push_streams = 4096;              ///< open push streams, server-wide
+  size_t max_fetch_streams = 1024;             ///< open fetch streams, server-wide
+  uint32_t max_streams_per_connection = 1024;  ///< HTTP/2 concurrent streams per connection
+  /// HTTP/2 receive window of each stream: what gRPC buffers of a stream the server has not
+  /// read yet. 0 = gRPC's bandwidth-probed windows (larger, to many MiB a stream).
+  uint64_t stream_window_bytes = uint64_t{4} << 20;
+  /// A push stream waiting this long for its next message ends with DEADLINE_EXCEEDED.
+  std::chrono::milliseconds push_idle_timeout{std::chrono::seconds(300)};
+  /// A fetch whose reader takes no chunk for this long is cancelled.
+  std::chrono::milliseconds fetch_stall_timeout{std::chrono::seconds(120)};
+  /// A connection with no call for this long is closed (the client reconnects when it needs to).
+  std::chrono::milliseconds connection_idle_timeout{std::chrono::seconds(600)};
+
+  // Cluster mode (docs/cluster.md).
+  /// This server's id, stable across restarts and address changes (empty = the host name).
+  std::string node_id;
+  /// etcd's endpoints ("host:port", or several IPv4 ones comma-separated); empty = one server
+  /// on its own, registered nowhere.
+  std::string etcd_endpoints;
+  std::string etcd_prefix = "/sluice/v1/";  ///< the cluster's keys in etcd
+  /// Where clients and other servers reach this server (empty = the listen address, with the
+  /// host name for a wildcard host and the port actually bound).
+  std::string advertise_address;
+  std::chrono::seconds node_lease_ttl{10};  ///< a dead server leaves the cluster after this
+};
+
+/// OK if every option is in range; else INVALID_ARGUMENT naming the flag that sets the first
+/// one that is not.
+absl::Status ValidateOptions(const ServerOptions& options);
+
+/// --data_dir's list: one directory per disk, comma-separated (trailing slashes dropped).
+std::vector<std::string> SplitDataDirs(const std::string& list);
+
+/// This machine's host name ("localhost" if it has none).
+std::string HostName();
+
+/// host:port of `listen` with the port bound; a wildcard host becomes the host name.
+std::string AdvertisedAddress(const std::string& listen, int port);
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_SERVER_OPTIONS_H_

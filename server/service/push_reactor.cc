@@ -1,0 +1,214 @@
+#include "server/service/push_reactor.h"
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "codec/status_macros.h"
+#include "server/service/call_edge.h"
+#include "server/service/stream_phase.h"
+
+namespace sluice {
+namespace {
+
+using v1::PushRequest;
+using v1::PushResponse;
+
+class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
+ public:
+  PushReactor(const ServiceDeps& deps, grpc::CallbackServerContext* ctx, PushResponse* response)
+      : deps_(deps), ctx_(ctx), response_(response), attempt_(deps.registry, deps.push) {
+    absl::StatusOr<CallContext> call = ResolveCaller(deps_, ctx_);
+    if (!call.ok()) {
+      Finish(ToCaller(call.status()));
+      return;
+    }
+    call_ = *std::move(call);
+    auto admitted = StreamAdmission::Enter(StreamKind::kPush, call_, deps_.admission);
+    if (!admitted.ok()) {
+      Finish(ToCaller(admitted.status()));
+      return;
+    }
+    admission_ = *std::move(admitted);
+    ReadNext();
+  }
+
+  void OnReadDone(bool ok) override {
+    const bool ours = phase_.Claim();
+    deps_.watchdog->Disarm(watch_);
+    if (!ours) return;  // the idle timeout ended the stream (Expire)
+    if (!ok) {          // the client closed, cancelled or broke the stream without a commit
+      deps_.pool->Submit([this] {
+        // OnCancel may come after this read's failure: ask the call itself too.
+        Fail(cancelled_.load() || ctx_->IsCancelled()
+                 ? absl::CancelledError("push stream cancelled; the attempt was discarded")
+                 : absl::FailedPreconditionError(
+                       "push stream ended without a commit message; the attempt was discarded"));
+      });
+      return;
+    }
+    admission_->Charge(request_.ByteSizeLong());
+    deps_.pool->Submit([this] { Handle(); });
+  }
+
+  void OnCancel() override { cancelled_.store(true); }
+  void OnDone() override {
+    deps_.watchdog->Disarm(watch_);
+    delete this;  // the admission gives back what the stream held
+  }
+
+ private:
+  // Waits for the next message, for at most the idle timeout.
+  void ReadNext() {
+    phase_.Wait();
+    watch_ = deps_.watchdog->Arm(Watchdog::Clock::now() + deps_.timeouts.push_idle,
+                                 [this] { Expire(); });
+    StartRead(&request_);
+  }
+
+  // On the watchdog's thread: no message came in time. The read stays pending (it completes
+  // once the stream ends); the attempt is discarded and the stream ended from the pool.
+  void Expire() {
+    if (!phase_.Expire()) return;
+    deps_.pool->Submit([this] {
+      Fail(absl::DeadlineExceededError(absl::StrCat(
+          "push stream idle for ", Seconds(deps_.timeouts.push_idle),
+          " s waiting for its next message (--push_idle_timeout_s); the attempt was discarded")));
+    });
+  }
+
+  void Handle() {
+    absl::Status st = cancelled_.load() ? absl::CancelledError("push stream cancelled") : Forward();
+    CountTaken();
+    admission_->ReleaseCharge();
+    if (attempt_.large_frame_size() == 0) admission_->ReleaseLargeFrame();  // stored, or none
+    if (st.ok() && attempt_.large_frame_size() > 0 && !admission_->holds_large_frame()) {
+      // Just announced: its whole size is reserved before any piece of it is read.
+      st = admission_->ReserveLargeFrame(kBlockHeaderSize + attempt_.large_frame_size(),
+                                         [this] { ReadNext(); });
+      if (st.ok()) return;
+    }
+    if (!st.ok()) {
+      Fail(st);
+      return;
+    }
+    if (committed_) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    if (admission_->holds_large_frame()) {
+      ReadNext();  // its memory is reserved already: the next piece may come at once
+      return;
+    }
+    admission_->WhenBudgetAllows([this] { ReadNext(); });
+  }
+
+  // What the attempt took since the last message, into the server's counters.
+  void CountTaken() {
+    ServerMetrics& m = *deps_.metrics;
+    ServerMetrics::Add(m.push_frames, attempt_.frames() - counted_frames_);
+    ServerMetrics::Add(m.push_records, attempt_.records() - counted_records_);
+    ServerMetrics::Add(m.push_bytes, attempt_.bytes() - counted_bytes_);
+    counted_frames_ = attempt_.frames();
+    counted_records_ = attempt_.records();
+    counted_bytes_ = attempt_.bytes();
+  }
+
+  absl::Status Forward() {
+    switch (request_.kind_case()) {
+      case PushRequest::kOpen: {
+        const auto& open = request_.open();
+        SLUICE_ASSIGN_OR_RETURN(const std::string id, call_.Kept(open.shuffle_id()));
+        std::shared_ptr<const std::vector<bool>> kept;
+        if (!attempt_.opened()) {
+          SLUICE_ASSIGN_OR_RETURN(kept, deps_.node->PrepareToPush(id));
+        }
+        return attempt_.Open(id, open.mapper_id(), open.attempt_id(), std::move(kept));
+      }
+      case PushRequest::kFrames: {
+        frames_.clear();
+        uint64_t bytes = 0;
+        for (const auto& pf : request_.frames().frames()) {
+          frames_.push_back(PushAttempt::Frame{
+              pf.partition_id(),
+              absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(pf.frame().data()),
+                                  pf.frame().size())});
+          bytes += kBlockHeaderSize + pf.frame().size();
+        }
+        SLUICE_RETURN_IF_ERROR(admission_->CheckStored(bytes));
+        return attempt_.AddFrames(frames_);
+      }
+      case PushRequest::kLargeFrame:
+        // Reserved by Handle once the announce is taken (its size within the cap).
+        return attempt_.BeginLargeFrame(request_.large_frame().partition_id(),
+                                        request_.large_frame().frame_size());
+      case PushRequest::kPiece: {
+        // Its reserved memory is held for at most the idle timeout, however the pieces trickle.
+        if (admission_->large_frame_held() > deps_.timeouts.push_idle) {
+          return absl::DeadlineExceededError(
+              absl::StrCat("a large frame took over ", Seconds(deps_.timeouts.push_idle),
+                           " s to arrive (--push_idle_timeout_s); the attempt was discarded"));
+        }
+        const std::string& data = request_.piece().data();
+        return attempt_.AddPiece(
+            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
+      }
+      case PushRequest::kCommit: {
+        const auto started = std::chrono::steady_clock::now();
+        SLUICE_ASSIGN_OR_RETURN(
+            const PushSummary summary,
+            attempt_.Commit(request_.commit().frame_count(), request_.commit().record_count(),
+                            request_.commit().prepare()));
+        deps_.metrics->commit_seconds.Observe(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+        ServerMetrics::Add(
+            summary.duplicate ? deps_.metrics->duplicate_commits : deps_.metrics->commits, 1);
+        response_->set_duplicate(summary.duplicate);
+        response_->set_prepared(summary.prepared);
+        response_->set_frames(summary.frames);
+        response_->set_records(summary.records);
+        response_->set_bytes(summary.bytes);
+        committed_ = true;
+        return absl::OkStatus();
+      }
+      default:
+        return absl::InvalidArgumentError("empty push message");
+    }
+  }
+
+  void Fail(const absl::Status& st) {
+    admission_->ReleaseLargeFrame();
+    if (attempt_.opened()) ServerMetrics::Add(deps_.metrics->aborted_attempts, 1);
+    attempt_.Abort(st);
+    Finish(ToCaller(st));
+  }
+
+  const ServiceDeps& deps_;
+  grpc::CallbackServerContext* const ctx_;
+  PushResponse* const response_;
+  CallContext call_;
+  std::unique_ptr<StreamAdmission> admission_;  // null until admitted
+  PushRequest request_;
+  PushAttempt attempt_;
+  std::vector<PushAttempt::Frame> frames_;  // the current message's, for AddFrames
+  std::atomic<bool> cancelled_{false};
+  bool committed_ = false;
+  StreamPhase phase_;
+  uint64_t watch_ = 0;  // the watchdog entry of the current wait
+  uint64_t counted_frames_ = 0, counted_records_ = 0, counted_bytes_ = 0;  // CountTaken
+};
+
+}  // namespace
+
+grpc::ServerReadReactor<v1::PushRequest>* StartPush(const ServiceDeps& deps,
+                                                    grpc::CallbackServerContext* ctx,
+                                                    v1::PushResponse* response) {
+  return new PushReactor(deps, ctx, response);
+}
+
+}  // namespace sluice

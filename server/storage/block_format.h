@@ -1,0 +1,57 @@
+// The bytes of a shuffle directory's files besides its commit log (docs/storage.md): SHUFFLE,
+// the shuffle's parameters, and the block header in front of every frame of the data file.
+// Each is written and read here, side by side; commits.log's records are CommitLog's.
+//
+//   SHUFFLE  "SLSH", u8 layout version (3), u32 partitions, u32 mappers, u32 id length, the id,
+//            u64 XXH3 of everything before it
+//   block    "SLBK", u8 version (2), u16 partition, a zero byte, u32 mapper, u64 attempt,
+//            u32 frame size, u32 records, u32 check of the 28 bytes before it; then the frame
+//
+// All little-endian. Layouts 1 and 2 (one file per partition) were never released and are not
+// read: such a shuffle is reported damaged (DATA_LOSS naming its layout), kept, and deletable.
+#ifndef SLUICE_SERVER_STORAGE_BLOCK_FORMAT_H_
+#define SLUICE_SERVER_STORAGE_BLOCK_FORMAT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "server/storage/commit_log.h"
+
+namespace sluice {
+
+struct ShuffleParams {
+  std::string shuffle_id;
+  uint32_t num_partitions = 0;
+  uint32_t num_mappers = 0;  ///< 0 = not known in advance
+};
+
+inline constexpr char kParamsFile[] = "SHUFFLE";
+inline constexpr char kDataFile[] = "data";
+/// Largest SHUFFLE file read (an id is at most 128 bytes).
+inline constexpr size_t kMaxParamsFile = 1 << 16;
+inline constexpr size_t kBlockHeaderSize = 32;
+/// Most partitions a shuffle may have (a block header names its partition in 16 bits).
+inline constexpr uint32_t kMaxPartitions = 1u << 16;
+
+std::string EncodeParams(const ShuffleParams& params);
+/// The parameters in a SHUFFLE file's bytes. DATA_LOSS naming `path` (as messages show it) for
+/// bytes that are not a valid file, or a file of an earlier layout.
+absl::StatusOr<ShuffleParams> DecodeParams(const std::string& bytes, const std::string& path);
+
+/// Writes the header of a block of `partition` into h[0, kBlockHeaderSize).
+void WriteBlockHeader(uint32_t partition, uint32_t mapper, uint64_t attempt, uint32_t frame_size,
+                      uint32_t records, uint8_t* h);
+/// Whether the block header at `h` is the one of `block` of that attempt (every field and the
+/// check).
+bool BlockHeaderMatches(const uint8_t* h, uint32_t mapper, uint64_t attempt, const BlockRef& block);
+
+inline absl::Span<const uint8_t> Bytes(const std::string& s) {
+  return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_STORAGE_BLOCK_FORMAT_H_

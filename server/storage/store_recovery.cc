@@ -1,0 +1,173 @@
+// ShuffleStore's recovery (docs/storage.md, "Recovery"): how a shuffle directory becomes a
+// store again at a start or a reopen. The commit log is the only source of truth; this file
+// rebuilds the store's state from it and the data file and reclaims what no commit owns, and
+// nothing else of the store changes here.
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "codec/status_macros.h"
+#include "server/storage/block_format.h"
+#include "server/storage/shuffle_store.h"
+
+namespace sluice {
+
+absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Open(const std::string& dir,
+                                                                 const std::string& shown,
+                                                                 const StoreOptions& options) {
+  SLUICE_ASSIGN_OR_RETURN(ShuffleParams params, ReadParams(dir, shown));
+  std::unique_ptr<ShuffleStore> store(new ShuffleStore(dir, shown, params, options));
+  SLUICE_ASSIGN_OR_RETURN(file::Fd dir_fd, file::OpenDirectory(dir, shown));
+  SLUICE_RETURN_IF_ERROR(store->Recover(dir_fd.get()));
+  return store;
+}
+
+absl::StatusOr<ShuffleParams> ShuffleStore::ReadParams(const std::string& dir,
+                                                       const std::string& shown) {
+  const std::string shown_path = absl::StrCat(shown, "/", kParamsFile);
+  SLUICE_ASSIGN_OR_RETURN(std::string encoded, file::ReadFile(absl::StrCat(dir, "/", kParamsFile),
+                                                              kMaxParamsFile, shown_path));
+  return DecodeParams(encoded, shown_path);
+}
+
+absl::Status ShuffleStore::VerifyBlock(uint32_t mapper, uint64_t attempt,
+                                       BlockRef* block_ref) const {
+  const BlockRef& block = *block_ref;
+  uint8_t h[kBlockHeaderSize];
+  SLUICE_RETURN_IF_ERROR(
+      file::PreadAll(data_fd_.get(), DataName(), block.offset, kBlockHeaderSize, h));
+  if (!BlockHeaderMatches(h, mapper, attempt, block)) {
+    return absl::DataLossError(absl::StrCat("committed block of mapper ", mapper, " attempt ",
+                                            attempt, " for partition ", block.partition, " at ",
+                                            DataName(), ":", block.offset,
+                                            " does not match its commit record"));
+  }
+  std::string frame;
+  FrameHeader header;
+  SLUICE_RETURN_IF_ERROR(ReadFrame(block, &frame, &header));
+  block_ref->uncompressed = header.uncompressed_size;
+  return absl::OkStatus();
+}
+
+absl::Status ShuffleStore::Recover(int dir_fd) {
+  // 1. The data file, if there is one.
+  const bool data_existed = file::ExistsAt(dir_fd, kDataFile);
+  uint64_t data_size = 0;
+  if (data_existed) {
+    SLUICE_ASSIGN_OR_RETURN(data_fd_, file::OpenAt(dir_fd, kDataFile, DataName()));
+    SLUICE_ASSIGN_OR_RETURN(data_size, file::FileSize(data_fd_.get(), DataName()));
+  }
+
+  // 2. The commit log (CommitLog::Open refuses a log that lost acknowledged records, cuts a
+  //    torn tail and refuses corruption before it).
+  std::vector<CommitRecord> records;
+  SLUICE_ASSIGN_OR_RETURN(
+      log_, CommitLog::Open(dir_fd, shown_dir_, LogOptions(), data_size > 0, &records));
+
+  // 3. The first commit record of each mapper is its commit; prepared attempts of mappers
+  //    without one wait for their decision.
+  std::vector<CommitRecord> commits, prepared;
+  SLUICE_RETURN_IF_ERROR(SortRecords(std::move(records), &commits, &prepared));
+  if (!data_existed && !(commits.empty() && prepared.empty())) {
+    return absl::DataLossError(
+        absl::StrCat(log_->path(), " commits ", commits.size(), " mappers and prepares ",
+                     prepared.size(), " attempts but the data file ", DataName(), " is missing"));
+  }
+  if (!data_existed) {
+    SLUICE_ASSIGN_OR_RETURN(data_fd_, file::OpenAt(dir_fd, kDataFile, DataName()));
+    if (options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncFd(dir_fd, shown_dir_));
+  }
+
+  // 4. Every committed block must be there and whole.
+  for (auto* list : {&commits, &prepared}) {
+    for (CommitRecord& c : *list) {
+      for (BlockRef& b : c.blocks) SLUICE_RETURN_IF_ERROR(VerifyBlock(c.mapper, c.attempt, &b));
+    }
+  }
+
+  // 5. The index, and the bytes no commit owns given back.
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  for (const CommitRecord& c : commits) AddCommitLocked(c.mapper, c.attempt, c.blocks);
+  for (CommitRecord& c : prepared) prepared_[c.mapper][c.attempt] = std::move(c.blocks);
+  return ReclaimUnowned();
+}
+
+absl::Status ShuffleStore::SortRecords(std::vector<CommitRecord> records,
+                                       std::vector<CommitRecord>* commits,
+                                       std::vector<CommitRecord>* prepared) const {
+  const std::string& log_path = log_->path();
+  std::set<uint32_t> committed, taken;
+  std::set<std::pair<uint32_t, uint64_t>> seen_prepared;
+  for (const CommitRecord& r : records) {
+    if (!r.prepared) committed.insert(r.mapper);
+  }
+  for (CommitRecord& r : records) {
+    if (params_.num_mappers != 0 && r.mapper >= params_.num_mappers) {
+      return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", r.mapper,
+                                              ", beyond the ", params_.num_mappers,
+                                              " mappers of the shuffle"));
+    }
+    for (const BlockRef& b : r.blocks) {
+      if (b.partition >= params_.num_partitions) {
+        return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", r.mapper,
+                                                " to partition ", b.partition, ", beyond the ",
+                                                params_.num_partitions, " of the shuffle"));
+      }
+      // Not the cap in force now: it may have been lowered since (StoredFrameLimits).
+      if (b.frame_size > kFrameHeaderSize + uint64_t{kMaxFrameCapBytes}) {
+        return absl::DataLossError(absl::StrCat(log_path, " lists a frame of ", b.frame_size,
+                                                " bytes, beyond any frame cap"));
+      }
+    }
+    if (r.prepared) {
+      // Decided already (its blocks, if it won, are the commit's), or a repeat: not pending.
+      if (committed.count(r.mapper) != 0 || !seen_prepared.emplace(r.mapper, r.attempt).second) {
+        continue;
+      }
+      prepared->push_back(std::move(r));
+    } else if (taken.insert(r.mapper).second) {
+      commits->push_back(std::move(r));  // a later record for a mapper is never visible
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShuffleStore::ReclaimUnowned() {
+  // Bytes no commit owns belong to attempts that broke or were in flight at a crash: cut the
+  // data file after its last committed block and punch out the gaps.
+  std::vector<std::pair<uint64_t, uint64_t>> owned;
+  partitions_.ForEach([&owned](uint32_t, Partition& p) {
+    for (const IndexEntry& e : p.index) {
+      owned.emplace_back(e.offset, e.offset + kBlockHeaderSize + e.frame_size);
+    }
+  });
+  for (const auto& [mapper, attempts] : prepared_) {  // waiting for their decision
+    for (const auto& [attempt, blocks] : attempts) {
+      for (const BlockRef& b : blocks) {
+        owned.emplace_back(b.offset, b.offset + kBlockHeaderSize + b.frame_size);
+      }
+    }
+  }
+  std::sort(owned.begin(), owned.end());
+  const std::string& name = DataName();
+  SLUICE_ASSIGN_OR_RETURN(const uint64_t size, file::FileSize(data_fd_.get(), name));
+  uint64_t cursor = 0, kept = 0;
+  for (const auto& [from, to] : owned) {
+    if (from > cursor) {
+      SLUICE_RETURN_IF_ERROR(file::PunchHole(data_fd_.get(), name, cursor, from - cursor));
+    }
+    if (to > cursor) kept += to - std::max(cursor, from);
+    cursor = std::max(cursor, to);
+  }
+  Hold(static_cast<int64_t>(kept) - held_.load());
+  if (size > cursor) {
+    SLUICE_RETURN_IF_ERROR(file::Truncate(data_fd_.get(), name, cursor));
+    if (options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(data_fd_.get(), name));
+  }
+  std::lock_guard<std::mutex> lock(data_mu_);
+  data_end_ = cursor;
+  return absl::OkStatus();
+}
+
+}  // namespace sluice

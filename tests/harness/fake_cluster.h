@@ -1,0 +1,127 @@
+// An in-memory cluster record for tests of the node's rules (server/rules/cluster_node.h): the
+// placement store and the list of servers a ClusterNode asks, with the same once-for-everyone
+// rules as etcd's (the first create of an id places it, the first decision of a mapper wins,
+// a decision needs its shuffle recorded), and faults on demand (etcd down: UNAVAILABLE).
+//
+//   FakePlacementStore record;
+//   FakeNodeDirectory nodes({"n0", "n1", "n2"});
+//   ClusterNode node(&registry, /*clustered=*/true);
+//   node.Joined(&nodes, &record);
+#ifndef SLUICE_TESTS_HARNESS_FAKE_CLUSTER_H_
+#define SLUICE_TESTS_HARNESS_FAKE_CLUSTER_H_
+
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "cluster/membership.h"
+#include "cluster/placement_store.h"
+
+namespace sluice::testing {
+
+class FakePlacementStore final : public PlacementStore {
+ public:
+  /// Every call fails with `st` until it is OK again (etcd unreachable, say).
+  void Fail(absl::Status st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fault_ = std::move(st);
+  }
+  /// Calls made so far (to tell a remembered answer from a read).
+  int calls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+
+  absl::StatusOr<Created> Create(const std::string& id, uint32_t partitions, uint32_t mappers,
+                                 uint32_t replication,
+                                 const std::vector<std::string>& nodes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Status st = Call(); !st.ok()) return st;
+    if (auto it = shuffles_.find(id); it != shuffles_.end()) return Created{false, it->second};
+    auto p = NewPlacement(id, partitions, mappers, replication, nodes);
+    if (!p.ok()) return p.status();
+    shuffles_[id] = *p;
+    return Created{true, *std::move(p)};
+  }
+  absl::StatusOr<size_t> CountWithPrefix(const std::string& prefix) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Status st = Call(); !st.ok()) return st;
+    size_t n = 0;
+    for (const auto& [id, p] : shuffles_) n += absl::StartsWith(id, prefix) ? 1 : 0;
+    return n;
+  }
+  absl::StatusOr<bool> Delete(const std::string& id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Status st = Call(); !st.ok()) return st;
+    decisions_.erase(id);
+    return shuffles_.erase(id) != 0;
+  }
+  absl::StatusOr<std::optional<ShufflePlacement>> Get(const std::string& id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Status st = Call(); !st.ok()) return st;
+    auto it = shuffles_.find(id);
+    if (it == shuffles_.end()) return std::optional<ShufflePlacement>();
+    return std::optional<ShufflePlacement>(it->second);
+  }
+  absl::StatusOr<uint64_t> DecideMapper(const std::string& id, uint32_t mapper,
+                                        uint64_t attempt) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Status st = Call(); !st.ok()) return st;
+    if (shuffles_.count(id) == 0) {
+      return absl::NotFoundError(absl::StrCat("shuffle '", id, "' is not recorded"));
+    }
+    return decisions_[id].emplace(mapper, attempt).first->second;
+  }
+  absl::StatusOr<std::map<uint32_t, uint64_t>> Decisions(const std::string& id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Status st = Call(); !st.ok()) return st;
+    return decisions_[id];
+  }
+
+ private:
+  absl::Status Call() {
+    ++calls_;
+    return fault_;
+  }
+  mutable std::mutex mu_;
+  absl::Status fault_;
+  int calls_ = 0;
+  std::map<std::string, ShufflePlacement> shuffles_;
+  std::map<std::string, std::map<uint32_t, uint64_t>> decisions_;
+};
+
+class FakeNodeDirectory final : public NodeDirectory {
+ public:
+  /// Servers `ids`, each at "<id>:7070".
+  explicit FakeNodeDirectory(const std::vector<std::string>& ids) {
+    for (const std::string& id : ids) nodes_.push_back(NodeEntry{id, id + ":7070", 1});
+  }
+  void Remove(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = nodes_.begin(); it != nodes_.end(); ++it) {
+      if (it->node_id == id) {
+        nodes_.erase(it);
+        return;
+      }
+    }
+  }
+  absl::StatusOr<std::vector<NodeEntry>> Nodes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return nodes_;
+  }
+  bool registered() const override { return true; }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<NodeEntry> nodes_;
+};
+
+}  // namespace sluice::testing
+
+#endif  // SLUICE_TESTS_HARNESS_FAKE_CLUSTER_H_

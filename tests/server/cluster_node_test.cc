@@ -1,0 +1,272 @@
+// The node's cluster rules (ClusterNode) on their own: each "server" is a ClusterNode over a
+// real registry in a temporary directory, and they share an in-memory cluster record
+// (tests/harness/fake_cluster.h) in place of etcd. No process, no socket: the same rules run
+// against a real etcd and real servers in tests/cluster/.
+#include "server/rules/cluster_node.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/harness/fake_cluster.h"
+#include "tests/harness/frames.h"
+#include "tests/harness/status_matchers.h"
+#include "tests/harness/temp_dir.h"
+
+namespace sluice::testing {
+namespace {
+
+// One server of the test cluster: its data directory, registry and node.
+struct Server {
+  Server(const std::string& id, bool clustered) {
+    auto r = ShuffleRegistry::Open(dir.path(), StoreOptions{});
+    EXPECT_OK(r.status());
+    registry = *std::move(r);
+    node = std::make_unique<ClusterNode>(registry.get(), clustered);
+    node->SetSelf({id, id + ":7070", 1});
+  }
+  TempDir dir;
+  std::unique_ptr<ShuffleRegistry> registry;
+  std::unique_ptr<ClusterNode> node;
+};
+
+// Prepares (or, `commit`, commits) `attempt` of `mapper` on the server's store of `id`: one
+// record in each partition of `partitions`.
+void Prepare(Server& s, const std::string& id, uint32_t mapper, uint64_t attempt,
+             const std::vector<uint32_t>& partitions, bool commit = false) {
+  ASSERT_OK_AND_ASSIGN(auto store, s.registry->Get(id));
+  std::vector<BlockRef> blocks;
+  for (uint32_t p : partitions) {
+    const std::string frame = EncodeRows({{"k", "m" + std::to_string(mapper)}});
+    ASSERT_OK_AND_ASSIGN(BlockRef b, store->Append(mapper, attempt, p, Bytes(frame), 1));
+    blocks.push_back(b);
+  }
+  ASSERT_OK(
+      (commit ? store->Commit(mapper, attempt, blocks) : store->Prepare(mapper, attempt, blocks))
+          .status());
+}
+
+// The partitions of `p` that `node` keeps, and those it does not.
+std::pair<std::vector<uint32_t>, std::vector<uint32_t>> Split(const ShufflePlacement& p,
+                                                              const std::string& node) {
+  std::vector<uint32_t> kept, other;
+  for (uint32_t q = 0; q < p.num_partitions; ++q) {
+    bool here = false;
+    for (uint32_t i : p.replicas[q]) here = here || p.nodes[i] == node;
+    (here ? kept : other).push_back(q);
+  }
+  return {kept, other};
+}
+
+TEST(ClusterNodeTest, OnItsOwnItActsOnItsRegistryAlone) {
+  Server s("solo", /*clustered=*/false);
+  ClusterNode& node = *s.node;
+  EXPECT_FALSE(node.requires_prepare());
+  ASSERT_OK_AND_ASSIGN(bool created, node.Create({"job", 4, 2}, 0));
+  EXPECT_TRUE(created);
+  ASSERT_OK_AND_ASSIGN(created, node.Create({"job", 4, 2}, 0));
+  EXPECT_FALSE(created);
+  EXPECT_THAT(node.Create({"job", 5, 2}, 0).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists, "already exists with 4 partitions"));
+  ASSERT_OK_AND_ASSIGN(auto kept, node.KeptPartitions("job"));
+  EXPECT_EQ(kept, nullptr) << "a server on its own keeps every partition";
+  ASSERT_OK(node.PrepareToServe("job", 3));
+  ASSERT_OK_AND_ASSIGN(ClusterNode::Placement p, node.GetPlacement("job"));
+  EXPECT_FALSE(p.clustered);
+  ASSERT_EQ(p.nodes.size(), 1u);
+  EXPECT_EQ(p.nodes[0].address, "solo:7070");
+  EXPECT_EQ(p.replicas, std::vector<std::vector<uint32_t>>(4, std::vector<uint32_t>{0}));
+  ASSERT_OK_AND_ASSIGN(auto nodes, node.Nodes());
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].node_id, "solo");
+  EXPECT_THAT(node.GetPlacement("nope").status(), StatusIs(absl::StatusCode::kNotFound, ""));
+
+  // The first attempt resolved here wins; a later one learns the winner.
+  EXPECT_THAT(node.DecideMapper("job", 0, 1).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "is not prepared on server solo"));
+  Prepare(s, "job", 0, 1, {0, 1});
+  Prepare(s, "job", 0, 2, {2});
+  ASSERT_OK_AND_ASSIGN(uint64_t winner, node.DecideMapper("job", 0, 2));
+  EXPECT_EQ(winner, 2u);
+  ASSERT_OK_AND_ASSIGN(winner, node.DecideMapper("job", 0, 1));
+  EXPECT_EQ(winner, 2u);
+
+  ASSERT_OK_AND_ASSIGN(size_t count, node.CountForCreate("", "other"));
+  EXPECT_EQ(count, 1u);
+  ASSERT_OK_AND_ASSIGN(count, node.CountForCreate("", "job"));
+  EXPECT_EQ(count, 0u) << "a shuffle it has already does not count again";
+  ASSERT_OK(node.Delete("job"));
+  EXPECT_THAT(node.Delete("job"), StatusIs(absl::StatusCode::kNotFound, ""));
+}
+
+TEST(ClusterNodeTest, UntilItHasJoinedItsClusterCallsAreUnavailable) {
+  Server s("n0", /*clustered=*/true);
+  ClusterNode& node = *s.node;
+  EXPECT_TRUE(node.requires_prepare());
+  EXPECT_FALSE(node.registered());
+  for (absl::Status st :
+       {node.Create({"job", 4, 2}, 0).status(), node.Nodes().status(),
+        node.PrepareToServe("job", 0), node.GetPlacement("job").status(), node.Delete("job")}) {
+    EXPECT_THAT(st, StatusIs(absl::StatusCode::kUnavailable, "still joining"));
+  }
+}
+
+// Two servers of a three-server cluster create the same shuffle: it is placed once, each
+// makes its store only if it keeps a part, and each refuses the partitions it does not keep.
+TEST(ClusterNodeTest, ACreatePlacesOnceAndEachServerKeepsOnlyItsPartitions) {
+  FakePlacementStore record;
+  FakeNodeDirectory nodes({"n0", "n1", "n2"});
+  Server n0("n0", true), n1("n1", true);
+  n0.node->Joined(&nodes, &record);
+  n1.node->Joined(&nodes, &record);
+  ASSERT_OK_AND_ASSIGN(bool created, n0.node->Create({"job", 12, 2}, 1));
+  EXPECT_TRUE(created);
+  ASSERT_OK_AND_ASSIGN(created, n1.node->Create({"job", 12, 2}, 1));
+  EXPECT_FALSE(created);
+  EXPECT_THAT(n1.node->Create({"job", 12, 2}, 2).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists, "replication 1"));
+  ASSERT_OK_AND_ASSIGN(auto placed, record.Get("job"));
+  ASSERT_TRUE(placed.has_value());
+  const auto [kept, other] = Split(*placed, "n0");
+  ASSERT_FALSE(kept.empty());
+  ASSERT_FALSE(other.empty());
+  EXPECT_OK(n0.registry->Get("job").status());
+  for (uint32_t p : kept) EXPECT_OK(n0.node->PrepareToServe("job", p)) << p;
+  for (uint32_t p : other) {
+    EXPECT_THAT(n0.node->PrepareToServe("job", p),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         "server n0 keeps no replica of partition " + std::to_string(p)));
+  }
+  ASSERT_OK_AND_ASSIGN(auto push_kept, n0.node->PrepareToPush("job"));
+  ASSERT_NE(push_kept, nullptr);
+  for (uint32_t p : other) EXPECT_FALSE((*push_kept)[p]);
+  // The placement is remembered: no read of the record for what the server keeps.
+  const int calls = record.calls();
+  ASSERT_OK(n0.node->KeptPartitions("job").status());
+  EXPECT_EQ(record.calls(), calls);
+}
+
+// A shuffle created through another server gets its store here on first use if this server
+// keeps any of it; a server keeping none says so.
+TEST(ClusterNodeTest, AShuffleRecordedElsewhereGetsItsStoreOnFirstUse) {
+  FakePlacementStore record;
+  FakeNodeDirectory nodes({"n0", "n1"});
+  Server n0("n0", true), n1("n1", true), n2("n2", true);
+  for (Server* s : {&n0, &n1, &n2}) s->node->Joined(&nodes, &record);
+  ASSERT_OK(n1.node->Create({"job", 4, 2}, 2).status());  // every partition on n0 and n1
+  EXPECT_THAT(n0.registry->Get("job").status(), StatusIs(absl::StatusCode::kNotFound, ""));
+  ASSERT_OK(n0.node->PrepareToServe("job", 2));
+  ASSERT_OK_AND_ASSIGN(auto store, n0.registry->Get("job"));
+  EXPECT_EQ(store->params().num_partitions, 4u);
+  EXPECT_EQ(store->params().num_mappers, 2u);
+  // n2 joined after the placement: it keeps nothing of the shuffle.
+  EXPECT_THAT(n2.node->PrepareToPush("job").status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "server n2 holds no partition"));
+  // An unknown shuffle is the store's own NOT_FOUND.
+  EXPECT_OK(n0.node->PrepareToServe("nope", 0));
+  EXPECT_THAT(n0.registry->Get("nope").status(), StatusIs(absl::StatusCode::kNotFound, ""));
+}
+
+// A prepared attempt becomes visible once its mapper is decided; a server applies the
+// decisions others made before it serves the shuffle, and refuses to serve it as whole when it
+// lost what it had prepared.
+TEST(ClusterNodeTest, DecisionsMadeElsewhereAreAppliedAndALostPrepareIsDataLoss) {
+  FakePlacementStore record;
+  FakeNodeDirectory nodes({"n0", "n1"});
+  Server n0("n0", true), n1("n1", true);
+  n0.node->Joined(&nodes, &record);
+  n1.node->Joined(&nodes, &record);
+  ASSERT_OK(n0.node->Create({"job", 2, 2}, 2).status());
+  ASSERT_OK(n1.node->PrepareToServe("job", 0));
+  for (Server* s : {&n0, &n1}) {
+    Prepare(*s, "job", 0, 1, {0, 1});
+    Prepare(*s, "job", 0, 2, {0, 1});
+  }
+  ASSERT_OK_AND_ASSIGN(uint64_t winner, n1.node->DecideMapper("job", 0, 2));
+  EXPECT_EQ(winner, 2u);
+  ASSERT_OK_AND_ASSIGN(auto store0, n0.registry->Get("job"));
+  EXPECT_EQ(store0->CommittedAttempt(0), std::nullopt) << "n0 learns decisions when it serves";
+  ASSERT_OK(n0.node->PrepareToServe("job", 0));
+  EXPECT_EQ(store0->CommittedAttempt(0), std::optional<uint64_t>(2));
+  EXPECT_FALSE(store0->IsPrepared(0, 1)) << "the loser's prepare is dropped";
+  // Deciding again answers the winner, whoever asks.
+  ASSERT_OK_AND_ASSIGN(winner, n0.node->DecideMapper("job", 0, 1));
+  EXPECT_EQ(winner, 2u);
+
+  // Another shuffle whose mapper was prepared on n1 only (n0's copy lost with its data
+  // directory, say) and decided: n0 must not serve it as if it were whole.
+  ASSERT_OK(n1.node->Create({"job2", 2, 2}, 2).status());
+  Prepare(n1, "job2", 1, 1, {0, 1});
+  ASSERT_OK(n1.node->DecideMapper("job2", 1, 1).status());
+  EXPECT_THAT(n0.node->PrepareToServe("job2", 0),
+              StatusIs(absl::StatusCode::kDataLoss, "server n0 lacks 1 mappers of shuffle 'job2'"));
+  EXPECT_THAT(n0.node->PrepareToServe("job2", 0), StatusIs(absl::StatusCode::kDataLoss, ""));
+  EXPECT_OK(n1.node->PrepareToServe("job2", 0));
+}
+
+// etcd unreachable: what a server has remembered still serves; what needs the record is
+// UNAVAILABLE (retry), never the caller's mistake.
+TEST(ClusterNodeTest, WithTheRecordUnreachableRememberedShufflesServeAndTheRestIsUnavailable) {
+  FakePlacementStore record;
+  FakeNodeDirectory nodes({"n0"});
+  Server n0("n0", true);
+  n0.node->Joined(&nodes, &record);
+  ASSERT_OK(n0.node->Create({"job", 2, 1}, 1).status());
+  ASSERT_OK(n0.node->PrepareToServe("job", 1));  // every decision checked once
+  record.Fail(absl::UnavailableError("etcd get at 127.0.0.1:2379 failed"));
+  EXPECT_OK(n0.node->PrepareToServe("job", 1));
+  EXPECT_OK(n0.node->PrepareToPush("job").status());
+  for (absl::Status st :
+       {n0.node->Create({"other", 2, 1}, 1).status(), n0.node->GetPlacement("job").status(),
+        n0.node->Delete("job"), n0.node->CountForCreate("t~", "t~x").status()}) {
+    EXPECT_THAT(st, StatusIs(absl::StatusCode::kUnavailable, "etcd")) << st;
+  }
+  ASSERT_OK(n0.registry->Get("job").status()) << "a failed delete leaves the shuffle";
+}
+
+TEST(ClusterNodeTest, ADeleteRemovesTheRecordFirstAndTheStoreWhereItIs) {
+  FakePlacementStore record;
+  FakeNodeDirectory nodes({"n0", "n1"});
+  Server n0("n0", true), n1("n1", true);
+  n0.node->Joined(&nodes, &record);
+  n1.node->Joined(&nodes, &record);
+  ASSERT_OK(n0.node->Create({"job", 4, 2}, 1).status());
+  ASSERT_OK(n1.node->Delete("job"));  // through a server that may hold none of it
+  ASSERT_OK_AND_ASSIGN(auto placed, record.Get("job"));
+  EXPECT_FALSE(placed.has_value());
+  EXPECT_EQ(n1.registry->Get("job").ok(), false);
+  // n0 still has its store: nobody makes it again from the record, and its own delete takes it.
+  EXPECT_OK(n0.registry->Get("job").status());
+  EXPECT_OK(n0.node->Delete("job"));
+  EXPECT_THAT(n0.registry->Get("job").status(), StatusIs(absl::StatusCode::kNotFound, ""));
+}
+
+TEST(ClusterNodeTest, AQuotaCountsTheTenantsShufflesInTheRecordAndPlacementsNameAddresses) {
+  FakePlacementStore record;
+  FakeNodeDirectory nodes({"n0", "n1"});
+  Server n0("n0", true);
+  n0.node->Joined(&nodes, &record);
+  ASSERT_OK(record.Create("t~a", 2, 1, 1, {"n1"}).status());  // kept elsewhere only
+  ASSERT_OK(record.Create("t~b", 2, 1, 1, {"n0"}).status());
+  ASSERT_OK(record.Create("u~c", 2, 1, 1, {"n0"}).status());
+  ASSERT_OK_AND_ASSIGN(size_t n, n0.node->CountForCreate("t~", "t~new"));
+  EXPECT_EQ(n, 2u);
+  ASSERT_OK_AND_ASSIGN(n, n0.node->CountForCreate("t~", "t~a"));
+  EXPECT_EQ(n, 0u);
+
+  nodes.Remove("n1");  // n1 went away: its address is no longer known
+  ASSERT_OK_AND_ASSIGN(ClusterNode::Placement p, n0.node->GetPlacement("t~a"));
+  EXPECT_TRUE(p.clustered);
+  ASSERT_EQ(p.nodes.size(), 1u);
+  EXPECT_EQ(p.nodes[0].node_id, "n1");
+  EXPECT_EQ(p.nodes[0].address, "");
+  ASSERT_OK_AND_ASSIGN(p, n0.node->GetPlacement("t~b"));
+  EXPECT_EQ(p.nodes[0].address, "n0:7070");
+  EXPECT_THAT(n0.node->GetPlacement("t~nope").status(),
+              StatusIs(absl::StatusCode::kNotFound, "shuffle 'nope' not found in the cluster"));
+}
+
+}  // namespace
+}  // namespace sluice::testing
