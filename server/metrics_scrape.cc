@@ -87,6 +87,9 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
     t.Gauge("sluice_tls_certificate_expiry_seconds",
             "When the TLS certificate served expires, in Unix seconds (alert before it)",
             D(static_cast<uint64_t>(s.tls_expiry_unix)));
+    t.Counter("sluice_tls_reloads_total",
+              "Rotated TLS files taken since the start (a certificate pair, or client CAs)",
+              D(s.tls_reloads));
   }
   return std::move(t.families());
 }

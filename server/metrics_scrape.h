@@ -25,6 +25,7 @@ struct MetricsSources {
   bool draining = false;
   uint64_t started_unix_ms = 0;
   int64_t tls_expiry_unix = 0;  ///< the served certificate's expiry; 0 without TLS
+  uint64_t tls_reloads = 0;     ///< sets of TLS files taken since the start
 };
 
 /// Everything in `sources`, as metric families (MetricsText turns them into the text format).

@@ -319,7 +319,10 @@ std::vector<prometheus::MetricFamily> SluiceServer::Impl::CollectMetrics() const
   s.budget = budget.get();
   s.streams = streams.get();
   s.draining = node->draining();
-  if (tls != nullptr) s.tls_expiry_unix = tls->expiry_unix();
+  if (tls != nullptr) {
+    s.tls_expiry_unix = tls->expiry_unix();
+    s.tls_reloads = tls->reloads();
+  }
   s.started_unix_ms = node->self().started_unix_ms;
   return sluice::CollectMetrics(s);
 }

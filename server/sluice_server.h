@@ -41,7 +41,7 @@ class SluiceServer {
   /// Blocks until a drain has been asked for (Drain, the Drain RPC) and has ended.
   void WaitDrained();
   /// Looks at the TLS files and the credentials file again now (SIGHUP) rather than at their
-  /// next interval.
+  /// next interval, and returns once it has.
   void ReloadFiles();
   uint64_t memory_parked_total() const;
   /// The server-wide memory budget, to count memory the server does not see (tests hold it

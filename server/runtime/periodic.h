@@ -1,6 +1,7 @@
-// A function run on a thread of its own every `every`, or at once when poked (SIGHUP): the
-// watchers of files an operator may change under a running server (TLS certificates, the
-// credentials file) share it. The destructor stops and joins the thread.
+// A function run on a thread of its own every `every`, or on the caller's thread by RunNow
+// (SIGHUP, tests): the watchers of files an operator may change under a running server (TLS
+// certificates, the credentials file) and the shuffle lifetime share it. Runs never overlap.
+// The destructor stops and joins the thread.
 #ifndef SLUICE_SERVER_RUNTIME_PERIODIC_H_
 #define SLUICE_SERVER_RUNTIME_PERIODIC_H_
 
@@ -28,24 +29,23 @@ class Periodic {
   Periodic(const Periodic&) = delete;
   Periodic& operator=(const Periodic&) = delete;
 
-  /// Runs the function now (on its thread) instead of at the next interval.
-  void Poke() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      poked_ = true;
-    }
-    cv_.notify_all();
+  /// Runs the function now, on the calling thread, and returns once it has run (after a run in
+  /// progress on the thread, if there is one).
+  void RunNow() {
+    std::lock_guard<std::mutex> lock(run_mu_);
+    fn_();
   }
 
  private:
   void Loop() {
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
-      cv_.wait_for(lock, every_, [this] { return stop_ || poked_; });
-      if (stop_) return;
-      poked_ = false;
+      if (cv_.wait_for(lock, every_, [this] { return stop_; })) return;
       lock.unlock();
-      fn_();
+      {
+        std::lock_guard<std::mutex> run(run_mu_);
+        fn_();
+      }
       lock.lock();
     }
   }
@@ -54,7 +54,8 @@ class Periodic {
   const std::function<void()> fn_;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false, poked_ = false;  // guarded by mu_
+  bool stop_ = false;  // guarded by mu_
+  std::mutex run_mu_;  // held while fn_ runs
   std::thread thread_;                 // last: starts once the rest is built
 };
 

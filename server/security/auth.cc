@@ -227,7 +227,7 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Open(
 }
 
 void Authenticator::Reload() {
-  if (watcher_ != nullptr) watcher_->Poke();
+  if (watcher_ != nullptr) watcher_->RunNow();
 }
 
 void Authenticator::Check() {

@@ -77,7 +77,7 @@ class Authenticator {
   /// saying what was missing or wrong (never the token itself).
   absl::StatusOr<Identity> Authenticate(absl::string_view authorization,
                                         absl::string_view cert_name) const;
-  /// Reads the file again now (SIGHUP).
+  /// Reads the file again now (SIGHUP); returns once it has.
   void Reload();
 
  private:

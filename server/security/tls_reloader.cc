@@ -101,7 +101,7 @@ absl::StatusOr<std::unique_ptr<TlsReloader>> TlsReloader::Start(const ServerTlsO
 // two per server process.
 TlsReloader::~TlsReloader() { watcher_.reset(); }
 
-void TlsReloader::Reload() { watcher_->Poke(); }
+void TlsReloader::Reload() { watcher_->RunNow(); }
 
 void TlsReloader::Check() {
   absl::StatusOr<rpc::ServerTlsMaterial> m = rpc::LoadServerTls(options_);
@@ -122,6 +122,7 @@ void TlsReloader::Check() {
     if (st.ok()) {
       served_identity_ = std::move(m->identity_pem);
       expiry_unix_.store(m->not_after_unix);
+      reloads_.fetch_add(1);
       spdlog::info("event=tls_reloaded what=certificate {}", m->summary);
     }
   }
@@ -129,6 +130,7 @@ void TlsReloader::Check() {
     st = Publish(m->client_ca_pem, &ca_fd_, &stamp_);
     if (st.ok()) {
       served_ca_ = std::move(m->client_ca_pem);
+      reloads_.fetch_add(1);
       spdlog::info("event=tls_reloaded what=client_ca");
     }
   }

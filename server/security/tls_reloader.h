@@ -37,10 +37,13 @@ class TlsReloader {
   const std::string& client_ca_path() const { return ca_path_; }
   /// The served certificate's subject and expiry, for the log.
   const std::string& summary() const { return summary_; }
-  /// Looks at the files now (SIGHUP) instead of at the next interval.
+  /// Looks at the files now (SIGHUP) instead of at the next interval; returns once looked at.
   void Reload();
   /// When the certificate served expires, in Unix seconds (a metric: alert before it).
   int64_t expiry_unix() const { return expiry_unix_.load(std::memory_order_relaxed); }
+  /// Sets of files taken since the start (a certificate pair or client CAs replaced; a metric:
+  /// a rotation is served once it counts).
+  uint64_t reloads() const { return reloads_.load(std::memory_order_relaxed); }
 
  private:
   explicit TlsReloader(const ServerTlsOptions& options) : options_(options) {}
@@ -53,6 +56,7 @@ class TlsReloader {
   std::string last_error_;                   // logged already (the watcher's thread only)
   time_t stamp_ = 0;                         // the memfds' last modification time
   std::atomic<int64_t> expiry_unix_{0};
+  std::atomic<uint64_t> reloads_{0};
   std::unique_ptr<Periodic> watcher_;  // runs Check
 };
 

@@ -19,7 +19,7 @@
 #include "client/shuffle_client.h"
 #include "client/transport.h"
 #include "server/sluice_server.h"
-#include "tests/harness/etcd_process.h"
+#include "tests/harness/mini_cluster.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"
 #include "tests/harness/wait.h"
@@ -27,7 +27,8 @@
 namespace sluice {
 namespace {
 
-using testing::EtcdProcess;
+using testing::MiniCluster;
+using testing::MiniClusterOptions;
 using testing::StatusIs;
 using testing::TempDir;
 
@@ -47,43 +48,28 @@ std::vector<std::string> Ids(const std::vector<NodeAddress>& nodes) {
   return out;
 }
 
-class MembershipTest : public ::testing::Test {
- protected:
-  void SetUp() override { ASSERT_OK_AND_ASSIGN(etcd_, EtcdProcess::Start()); }
+// n servers registering with a lease of `lease_s`.
+absl::StatusOr<std::unique_ptr<MiniCluster>> StartCluster(size_t n, int lease_s) {
+  MiniClusterOptions options;
+  options.servers = n;
+  options.lease_s = lease_s;
+  options.flags = {"--log_level=warn"};
+  return MiniCluster::Start(options);
+}
 
-  // sluice-server `id` on 127.0.0.<host>, in the cluster, its lease `lease_s`.
-  absl::StatusOr<std::unique_ptr<ServerProcess>> StartServer(const std::string& id, int host,
-                                                             const TempDir& dir, int lease_s,
-                                                             std::vector<std::string> extra = {}) {
-    std::vector<std::string> flags = {"--data_dir=" + dir.path(), "--log_level=warn",
-                                      "--etcd=" + etcd_->endpoint(), "--node_id=" + id,
-                                      "--node_lease_s=" + std::to_string(lease_s)};
-    flags.insert(flags.end(), extra.begin(), extra.end());
-    return ServerProcess::Start(SLUICE_SERVER_BIN, flags, "127.0.0." + std::to_string(host));
-  }
-
-  std::unique_ptr<EtcdProcess> etcd_;
-};
-
-TEST_F(MembershipTest, ServersListEachOtherAndLeaveWhenStoppedOrDead) {
-  TempDir d0, d1, d2;
-  ASSERT_OK_AND_ASSIGN(auto s0, StartServer("n0", 2, d0, 2));
-  ASSERT_OK_AND_ASSIGN(auto s1, StartServer("n1", 3, d1, 2));
-  ASSERT_OK_AND_ASSIGN(auto s2, StartServer("n2", 4, d2, 2));
-  const std::vector<std::string> addresses = {"127.0.0.2:" + std::to_string(s0->port()),
-                                              "127.0.0.3:" + std::to_string(s1->port()),
-                                              "127.0.0.4:" + std::to_string(s2->port())};
+TEST(MembershipTest, ServersListEachOtherAndLeaveWhenStoppedOrDead) {
+  ASSERT_OK_AND_ASSIGN(auto cluster, StartCluster(3, 2));
   for (size_t i = 0; i < 3; ++i) {
-    auto client = ClientOf(addresses[i]);
+    auto client = ClientOf(cluster->address(i));
     ASSERT_OK_AND_ASSIGN(std::vector<NodeAddress> nodes, client->ListNodes());
     ASSERT_EQ(Ids(nodes), (std::vector<std::string>{"n0", "n1", "n2"})) << "asked " << i;
     for (size_t j = 0; j < 3; ++j) {
-      EXPECT_EQ(nodes[j].address, addresses[j]);
+      EXPECT_EQ(nodes[j].address, cluster->address(j));
       EXPECT_GT(nodes[j].started_unix_ms, 0u);
     }
     ASSERT_OK_AND_ASSIGN(NodeStatus self, client->GetNode());
-    EXPECT_EQ(self.node_id, "n" + std::to_string(i));
-    EXPECT_EQ(self.address, addresses[i]);
+    EXPECT_EQ(self.node_id, cluster->node_id(i));
+    EXPECT_EQ(self.address, cluster->address(i));
     EXPECT_TRUE(self.serving);
     EXPECT_TRUE(self.clustered);
     EXPECT_TRUE(self.registered);
@@ -91,13 +77,13 @@ TEST_F(MembershipTest, ServersListEachOtherAndLeaveWhenStoppedOrDead) {
     EXPECT_GE(self.disk_total_bytes, self.disk_free_bytes);
     EXPECT_EQ(self.memory_budget_bytes, uint64_t{256} << 20);
   }
-  auto c0 = ClientOf(addresses[0]);
+  auto c0 = ClientOf(cluster->address(0));
   // Stopped (SIGTERM): it revokes its lease and is gone at once.
-  ASSERT_OK(s1->Stop());
+  ASSERT_OK(cluster->Stop(1));
   ASSERT_OK_AND_ASSIGN(auto after_stop, c0->ListNodes());
   EXPECT_EQ(Ids(after_stop), (std::vector<std::string>{"n0", "n2"}));
   // Killed: listed until its 2 s lease expires, then gone.
-  s2->Signal(SIGKILL);
+  cluster->Kill(2);
   const auto killed = std::chrono::steady_clock::now();
   ASSERT_TRUE(testing::Eventually(
       [&] {
@@ -109,45 +95,40 @@ TEST_F(MembershipTest, ServersListEachOtherAndLeaveWhenStoppedOrDead) {
       << "a dead server should stay listed until its lease expires";
 }
 
-TEST_F(MembershipTest, ARestartAtTheSameAddressTakesItsIdBackAtOnce) {
-  TempDir dir;
-  const int port = *testing::FreePort("127.0.0.2");
-  const std::string listen = "--listen=127.0.0.2:" + std::to_string(port);
+TEST(MembershipTest, ARestartAtTheSameAddressTakesItsIdBackAtOnce) {
   // A 30 s lease: waiting for the dead one's registration to expire would take that long.
-  ASSERT_OK_AND_ASSIGN(auto first, StartServer("n0", 2, dir, 30, {listen}));
-  ASSERT_EQ(first->port(), port);
-  first->Signal(SIGKILL);
+  ASSERT_OK_AND_ASSIGN(auto cluster, StartCluster(1, 30));
+  cluster->Kill(0);
   const auto start = std::chrono::steady_clock::now();
-  ASSERT_OK_AND_ASSIGN(auto second, StartServer("n0", 2, dir, 30, {listen}));
+  ASSERT_OK(cluster->Restart(0));  // the same address
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
-  auto client = ClientOf("127.0.0.2:" + std::to_string(port));
+  auto client = ClientOf(cluster->address(0));
   ASSERT_OK_AND_ASSIGN(auto nodes, client->ListNodes());
   ASSERT_EQ(Ids(nodes), std::vector<std::string>{"n0"});
   ASSERT_OK_AND_ASSIGN(NodeStatus self, client->GetNode());
   EXPECT_EQ(nodes[0].started_unix_ms, self.started_unix_ms) << "the old registration is listed";
-  ASSERT_OK(second->Stop());
+  ASSERT_OK(cluster->Stop(0));
 }
 
-TEST_F(MembershipTest, ATakenIdIsRefusedNamingItsServerAndAnUnreachableEtcdIsNamed) {
-  TempDir d0, d1, d2;
-  ASSERT_OK_AND_ASSIGN(auto s0, StartServer("n0", 2, d0, 2));
+TEST(MembershipTest, ATakenIdIsRefusedNamingItsServerAndAnUnreachableEtcdIsNamed) {
+  ASSERT_OK_AND_ASSIGN(auto cluster, StartCluster(1, 2));
+  TempDir d1, d2;
   ServerOptions o;
   o.data_dir = d1.path();
   o.listen_address = "127.0.0.3:0";
   o.worker_threads = 2;
-  o.etcd_endpoints = etcd_->endpoint();
+  o.etcd_endpoints = cluster->etcd_endpoint();
   o.node_id = "n0";
   o.node_lease_ttl = std::chrono::seconds(2);
   const auto start = std::chrono::steady_clock::now();
   EXPECT_THAT(SluiceServer::Start(o),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       "node id 'n0' is registered by a live server at 127.0.0.2:" +
-                           std::to_string(s0->port())));
+                       "node id 'n0' is registered by a live server at " + cluster->address(0)));
   // It waited for the registration to expire (one TTL and a second), not longer.
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8));
   // The first one was not disturbed.
-  auto client = ClientOf("127.0.0.2:" + std::to_string(s0->port()));
+  auto client = ClientOf(cluster->address(0));
   ASSERT_OK_AND_ASSIGN(NodeStatus self, client->GetNode());
   EXPECT_TRUE(self.registered);
 
@@ -166,16 +147,10 @@ TEST_F(MembershipTest, ATakenIdIsRefusedNamingItsServerAndAnUnreachableEtcdIsNam
 // A shuffle is placed once, by the first CreateShuffle on any server, and recorded in etcd:
 // every server then gives the same placement, a server that joins later changes nothing, and
 // a server holding some of its partitions makes its store on first use.
-TEST_F(MembershipTest, AShuffleIsPlacedOnceAndEveryServerGivesThePlacement) {
-  TempDir d0, d1, d2, d3;
-  ASSERT_OK_AND_ASSIGN(auto s0, StartServer("n0", 2, d0, 5));
-  ASSERT_OK_AND_ASSIGN(auto s1, StartServer("n1", 3, d1, 5));
-  ASSERT_OK_AND_ASSIGN(auto s2, StartServer("n2", 4, d2, 5));
+TEST(MembershipTest, AShuffleIsPlacedOnceAndEveryServerGivesThePlacement) {
+  ASSERT_OK_AND_ASSIGN(auto cluster, StartCluster(3, 5));
   std::vector<std::shared_ptr<ShuffleClient>> clients;
-  for (const auto& [s, host] : {std::pair{s0.get(), 2}, {s1.get(), 3}, {s2.get(), 4}}) {
-    clients.push_back(
-        ClientOf("127.0.0." + std::to_string(host) + ":" + std::to_string(s->port())));
-  }
+  for (size_t i = 0; i < 3; ++i) clients.push_back(ClientOf(cluster->address(i)));
   // Two servers create it at once: both succeed, one of them created it.
   absl::StatusOr<bool> a, b;
   std::thread ta([&] { a = clients[0]->CreateShuffle("job", 12, 4, 2); });
@@ -217,7 +192,7 @@ TEST_F(MembershipTest, AShuffleIsPlacedOnceAndEveryServerGivesThePlacement) {
     EXPECT_EQ(st.num_partitions, 12u);
   }
   // A fourth server joins: the recorded placement does not change.
-  ASSERT_OK_AND_ASSIGN(auto s3, StartServer("n3", 5, d3, 5));
+  ASSERT_OK(cluster->Add().status());
   ASSERT_OK_AND_ASSIGN(PlacementInfo after, clients[1]->GetPlacement("job"));
   EXPECT_EQ(after.replicas, p.replicas);
   EXPECT_EQ(after.nodes.size(), 3u);

@@ -30,6 +30,7 @@
 #include "codec/frame_format.h"
 #include "rpc/tls_options.h"
 #include "tests/harness/etcd_process.h"
+#include "tests/harness/mini_cluster.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"
 #include "tests/harness/wait.h"
@@ -147,28 +148,8 @@ void ExpectExactlyTheWinners(ShuffleClient& client, const Job& job, FetchOrder o
 class ReplicationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(etcd_, EtcdProcess::Start());
-    for (int i = 0; i < kServers; ++i) {
-      const std::string host = absl::StrCat("127.0.0.", i + 2);
-      ASSERT_OK_AND_ASSIGN(const int port, testing::FreePort(host));
-      addresses_.push_back(absl::StrCat(host, ":", port));
-      dirs_.push_back(std::make_unique<TempDir>());
-      servers_.emplace_back();
-      ASSERT_OK(Start(i));
-    }
-    client_ = Connect(absl::StrJoin(addresses_, ","));
-  }
-
-  absl::Status Start(int i) {
-    auto s = ServerProcess::Start(
-        SLUICE_SERVER_BIN,
-        {"--data_dir=" + dirs_[i]->path(), "--log_level=warn", "--etcd=" + etcd_->endpoint(),
-         absl::StrCat("--node_id=n", i), "--node_lease_s=2", "--listen=" + addresses_[i],
-         "--worker_threads=2", "--memory_budget_mb=64"},
-        absl::StrCat("127.0.0.", i + 2));
-    if (!s.ok()) return s.status();
-    servers_[i] = std::move(s).value();
-    return absl::OkStatus();
+    ASSERT_OK_AND_ASSIGN(cluster_, testing::MiniCluster::Start());
+    client_ = Connect(cluster_->addresses());
   }
 
   static std::unique_ptr<ShuffleClient> Connect(const std::string& servers) {
@@ -217,13 +198,8 @@ class ReplicationTest : public ::testing::Test {
     return winners;
   }
 
-  std::unique_ptr<EtcdProcess> etcd_;
-  std::vector<std::string> addresses_;
-  std::vector<std::unique_ptr<TempDir>> dirs_;
-  std::vector<std::unique_ptr<ServerProcess>> servers_;
+  std::unique_ptr<testing::MiniCluster> cluster_;
   std::unique_ptr<ShuffleClient> client_;
-  std::unique_ptr<TempDir> fourth_dir_;
-  std::unique_ptr<ServerProcess> fourth_;
 };
 
 TEST_F(ReplicationTest, RoundTripsAtOneAndTwoReplicasInBothOrders) {
@@ -240,12 +216,7 @@ TEST_F(ReplicationTest, RoundTripsAtOneAndTwoReplicasInBothOrders) {
     for (uint32_t m = 0; m < job.mappers; ++m) {
       if (r == 2 && m == job.mappers / 2) {
         // A fourth server joins mid-shuffle: the shuffle's placement stays as it was.
-        fourth_dir_ = std::make_unique<TempDir>();
-        ASSERT_OK_AND_ASSIGN(
-            fourth_, ServerProcess::Start(SLUICE_SERVER_BIN,
-                                          {"--data_dir=" + fourth_dir_->path(), "--log_level=warn",
-                                           "--etcd=" + etcd_->endpoint(), "--node_id=n3"},
-                                          "127.0.0.5"));
+        ASSERT_OK(cluster_->Add().status());
         ASSERT_OK_AND_ASSIGN(std::vector<NodeAddress> nodes, client_->ListNodes());
         EXPECT_EQ(nodes.size(), 4u);
       }
@@ -258,7 +229,8 @@ TEST_F(ReplicationTest, RoundTripsAtOneAndTwoReplicasInBothOrders) {
     ExpectExactlyTheWinners(*client_, job, FetchOrder::kUnordered, winners, job.items);
     // Every replica of a partition holds the same: each server's own count of it agrees.
     std::vector<ShuffleStatus> per_server;
-    for (const std::string& a : addresses_) {
+    for (size_t i = 0; i < 3; ++i) {
+      const std::string& a = cluster_->address(i);
       ClientOptions options;
       options.server = a;
       std::unique_ptr<ServerLink> one = ConnectServer(options);  // that server alone
@@ -287,7 +259,6 @@ TEST_F(ReplicationTest, KillingEachServerInTurnLosesAndRepeatsNothing) {
   job.id = "kill";
   ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
   std::atomic<bool> killed{false};
-  Clock::time_point kill_time;
   std::map<uint32_t, uint64_t> winners;
   std::mutex mu;
   std::vector<std::thread> threads;
@@ -295,8 +266,7 @@ TEST_F(ReplicationTest, KillingEachServerInTurnLosesAndRepeatsNothing) {
     threads.emplace_back([&, m] {
       auto won = WriteWithRetries(*client_, job, m, [&](int i) {
         if (m == 0 && i == job.items / 2 && !killed.exchange(true)) {
-          kill_time = Clock::now();
-          servers_[0]->Signal(SIGKILL);
+          cluster_->Kill(0);
         }
       });
       EXPECT_OK(won) << "mapper " << m;
@@ -307,20 +277,18 @@ TEST_F(ReplicationTest, KillingEachServerInTurnLosesAndRepeatsNothing) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   while (!killed.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  ASSERT_OK(Start(0));
+  ASSERT_OK(cluster_->Restart(0));
   for (auto& t : threads) t.join();
   ASSERT_EQ(winners.size(), job.mappers);
   EXPECT_GT(winners.at(0), 1u) << "mapper 0's first attempt should have failed with its server";
-  const double recovered_s = std::chrono::duration<double>(Clock::now() - kill_time).count();
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
-  std::printf("kill -9 during pushes: every mapper committed %.1f s after the kill\n", recovered_s);
 
   // (2) n1 killed after the last commit, before the fetches: its partitions come from their
   // other replicas.
-  servers_[1]->Signal(SIGKILL);
+  cluster_->Kill(1);
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kUnordered, winners, job.items);
-  ASSERT_OK(Start(1));
+  ASSERT_OK(cluster_->Restart(1));
 
   // (3) n2 killed in the middle of a KEY fetch of a partition it is primary of: the reader goes
   // on from the other replica where it left off. 8 MB of incompressible values a partition, so
@@ -355,7 +323,7 @@ TEST_F(ReplicationTest, KillingEachServerInTurnLosesAndRepeatsNothing) {
   ASSERT_OK_AND_ASSIGN(auto reader, client_->OpenReader(job.id, p, options));
   Record r;
   for (;;) {
-    if (got.size() == whole.size() / 4) servers_[primary]->Signal(SIGKILL);
+    if (got.size() == whole.size() / 4) cluster_->Kill(primary);
     ASSERT_OK_AND_ASSIGN(bool more, reader->Next(&r));
     if (!more) break;
     got.push_back(std::string(r.key) + "=" + std::string(r.value));
@@ -372,11 +340,11 @@ TEST_F(ReplicationTest, AStoppedServerCostsABoundedWaitThenAReplicaServes) {
   const auto winners = CreateAndWriteAll(job, 2);
   ASSERT_EQ(winners.size(), job.mappers);
   const int stopped = PrimaryOf(job.id, 0);
-  ::kill(servers_[stopped]->pid(), SIGSTOP);
+  cluster_->Pause(stopped);
   const auto start = Clock::now();
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
   const auto waited = Clock::now() - start;
-  ::kill(servers_[stopped]->pid(), SIGCONT);
+  cluster_->Resume(stopped);
   // Keepalive (1 s + 1 s here) ends the calls to it; each partition it is primary of costs
   // about that once.
   EXPECT_LT(waited, std::chrono::seconds(30));
@@ -397,11 +365,11 @@ TEST_F(ReplicationTest, AStoppedServerCostsABoundedWaitThenAReplicaServes) {
   ASSERT_OK(client_->CreateShuffle(pushed.id, pushed.partitions, pushed.mappers, 2).status());
   ASSERT_OK_AND_ASSIGN(PlacementInfo placed, client_->GetPlacement(pushed.id));
   ASSERT_EQ(placed.nodes.size(), static_cast<size_t>(kServers));
-  ::kill(servers_[stopped]->pid(), SIGSTOP);
+  cluster_->Pause(stopped);
   const auto push_start = Clock::now();
   auto failed = WriteMapper(*client_, pushed, 0, 1, pushed.items);
   const auto push_waited = Clock::now() - push_start;
-  ::kill(servers_[stopped]->pid(), SIGCONT);
+  cluster_->Resume(stopped);
   EXPECT_FALSE(failed.ok());
   EXPECT_TRUE(absl::IsUnavailable(failed.status()) || absl::IsDeadlineExceeded(failed.status()))
       << failed.status();
@@ -418,7 +386,7 @@ TEST_F(ReplicationTest, SpeculativeAttemptsRaceAndOneWinsEverywhere) {
   ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
   // Mapper 0's attempts 1 and 2 race, with different data (attempt 2 writes more items); a
   // second client stands for a second worker.
-  auto other = Connect(absl::StrJoin(addresses_, ","));
+  auto other = Connect(cluster_->addresses());
   absl::StatusOr<WriteResult> r1, r2;
   std::thread t1([&] { r1 = WriteMapper(*client_, job, 0, 1, job.items); });
   std::thread t2([&] { r2 = WriteMapper(*other, job, 0, 2, job.items + 500); });
@@ -437,7 +405,7 @@ TEST_F(ReplicationTest, SpeculativeAttemptsRaceAndOneWinsEverywhere) {
   ASSERT_OK_AND_ASSIGN(WriteResult m1, WriteMapper(*client_, job, 1, 1, winner_items));
   EXPECT_FALSE(m1.duplicate);
   // A server killed in between: the survivors agree on the winner in every partition.
-  servers_[PrimaryOf(job.id, 1)]->Signal(SIGKILL);
+  cluster_->Kill(PrimaryOf(job.id, 1));
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, {{0, winner}, {1, 1}}, winner_items);
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kUnordered, {{0, winner}, {1, 1}},
                           winner_items);
@@ -460,7 +428,7 @@ TEST_F(ReplicationTest, AServerRefusesPartitionsItDoesNotKeepAndPlainCommits) {
   ASSERT_GE(own, 0);
   ASSERT_GE(other, 0);
   ClientOptions options;
-  options.server = addresses_[0];
+  options.server = cluster_->address(0);
   std::unique_ptr<ServerLink> n0 = ConnectServer(options);
   ReaderOptions read;
   ASSERT_OK_AND_ASSIGN(auto reader, n0->client().OpenReader(job.id, other, read));
@@ -499,7 +467,7 @@ TEST_F(ReplicationTest, AServerRefusesPartitionsItDoesNotKeepAndPlainCommits) {
   for (const auto& part : all.partitions) records += part.records;
   EXPECT_EQ(records, uint64_t{job.mappers} * job.items);
   EXPECT_TRUE(all.unavailable_partitions.empty());
-  servers_[1]->Signal(SIGKILL);
+  cluster_->Kill(1);
   std::vector<uint32_t> on_n1;
   for (uint32_t p = 0; p < job.partitions; ++p) {
     if (placed.nodes[placed.replicas[p][0]].node_id == "n1") on_n1.push_back(p);
@@ -515,9 +483,9 @@ TEST_F(ReplicationTest, AServerRefusesPartitionsItDoesNotKeepAndPlainCommits) {
               testing::StatusIs(absl::StatusCode::kUnavailable, "remain until deleted there"));
   EXPECT_THAT(client_->GetShuffle(job.id).status(),
               testing::StatusIs(absl::StatusCode::kNotFound, ""));
-  ASSERT_OK(Start(1));
+  ASSERT_OK(cluster_->Restart(1));
   ClientOptions n1_options;
-  n1_options.server = addresses_[1];
+  n1_options.server = cluster_->address(1);
   std::unique_ptr<ServerLink> n1 = ConnectServer(n1_options);
   ASSERT_OK_AND_ASSIGN(auto listed, n1->client().ListShuffles());
   ASSERT_EQ(listed.size(), 1u);
@@ -534,17 +502,16 @@ TEST_F(ReplicationTest, AServerThatLostItsDataIsNotReadFrom) {
   const auto winners = CreateAndWriteAll(job, 2);
   ASSERT_EQ(winners.size(), job.mappers);
   const int victim = PrimaryOf(job.id, 0);
-  servers_[victim]->Signal(SIGKILL);
-  const std::string dir = dirs_[victim]->path();
-  dirs_[victim] = std::make_unique<TempDir>();  // a new, empty disk
-  ASSERT_OK(Start(victim));
+  cluster_->Kill(victim);
+  ASSERT_OK(cluster_->Wipe(victim));  // a new, empty disk
+  ASSERT_OK(cluster_->Restart(victim));
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
   ASSERT_OK_AND_ASSIGN(ShuffleStatus all, client_->GetShuffle(job.id));
   uint64_t records = 0;
   for (const auto& part : all.partitions) records += part.records;
   EXPECT_EQ(records, uint64_t{job.mappers} * job.items);
   ClientOptions options;
-  options.server = addresses_[victim];
+  options.server = cluster_->address(victim);
   std::unique_ptr<ServerLink> alone = ConnectServer(options);
   EXPECT_THAT(alone->client().GetShuffle(job.id).status(),
               testing::StatusIs(absl::StatusCode::kDataLoss, "what it had prepared is gone"));
@@ -575,7 +542,7 @@ TEST_F(ReplicationTest, AReaderResumesOverTheSameMappersWhenMoreCommitMeanwhile)
   for (;;) {
     if (!killed && seen.size() == 300) {
       ASSERT_OK(WriteWithRetries(*client_, job, 1).status());  // committed on both replicas
-      servers_[primary]->Signal(SIGKILL);
+      cluster_->Kill(primary);
       killed = true;
     }
     ASSERT_OK_AND_ASSIGN(bool more, reader->Next(&r));
@@ -602,29 +569,16 @@ TEST_F(ReplicationTest, AReaderResumesOverTheSameMappersWhenMoreCommitMeanwhile)
 // A's shuffles through any server; A's shuffle quota counts what etcd records, wherever the
 // shuffles are kept, so creating through a server that keeps none of them does not pass it.
 TEST(ClusterTenantsTest, IsolationAndTheShuffleQuotaHoldAcrossServers) {
-  ASSERT_OK_AND_ASSIGN(auto etcd, EtcdProcess::Start());
   TempDir creds_dir;
   const std::string creds = creds_dir.path() + "/credentials";
   std::ofstream(creds) << rpc::TokenHash("slc_a") << " team-a tenant\n"
                        << rpc::TokenHash("slc_b") << " team-b tenant\n"
                        << "quota team-a shuffles=3\n";
-  std::vector<std::string> addresses;
-  std::vector<std::unique_ptr<TempDir>> dirs;
-  std::vector<std::unique_ptr<ServerProcess>> servers;
-  for (int i = 0; i < 2; ++i) {
-    const std::string host = absl::StrCat("127.0.0.", i + 2);
-    ASSERT_OK_AND_ASSIGN(const int port, testing::FreePort(host));
-    addresses.push_back(absl::StrCat(host, ":", port));
-    dirs.push_back(std::make_unique<TempDir>());
-    ASSERT_OK_AND_ASSIGN(
-        auto s, ServerProcess::Start(
-                    SLUICE_SERVER_BIN,
-                    {"--data_dir=" + dirs[i]->path(), "--log_level=warn",
-                     "--etcd=" + etcd->endpoint(), absl::StrCat("--node_id=n", i),
-                     "--listen=" + addresses[i], "--worker_threads=2", "--auth_file=" + creds},
-                    host));
-    servers.push_back(std::move(s));
-  }
+  testing::MiniClusterOptions options;
+  options.servers = 2;
+  options.flags.push_back("--auth_file=" + creds);
+  ASSERT_OK_AND_ASSIGN(auto cluster, testing::MiniCluster::Start(options));
+  const std::vector<std::string> addresses = {cluster->address(0), cluster->address(1)};
   auto connect = [&](const std::string& servers_list, const std::string& token) {
     ClientOptions o;
     o.server = servers_list;

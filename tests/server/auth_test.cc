@@ -18,6 +18,7 @@
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/stub.h"
 #include "tests/harness/temp_dir.h"
+#include "tests/harness/wait.h"
 
 namespace sluice::testing {
 namespace {
@@ -175,15 +176,13 @@ TEST_F(AuthServerTest, TheFileIsReadAgainAndABrokenOneKeepsThePrevious) {
   EXPECT_EQ(later->ListShuffles().status().code(), absl::StatusCode::kUnauthenticated);
   std::ofstream(file_ + ".new") << Lines() << rpc::TokenHash(new_token) << " tenant-c tenant\n";
   std::rename((file_ + ".new").c_str(), file_.c_str());
-  absl::Status st;
-  for (int i = 0; i < 50 && !(st = later->ListShuffles().status()).ok(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_OK(st);
-  // A broken file is not taken: the tokens of the last good one still work.
+  // Taken at the next look (every --auth_reload_s: 1 s here).
+  EXPECT_TRUE(Eventually([&] { return later->ListShuffles().ok(); }));
+  // A broken file is not taken: once the server has looked at it (ReloadFiles returns then),
+  // the tokens of the last good one still work.
   std::ofstream(file_ + ".new") << "this is not a credentials file\n";
   std::rename((file_ + ".new").c_str(), file_.c_str());
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  server_->server()->ReloadFiles();
   EXPECT_OK(later->ListShuffles().status());
   ASSERT_OK_AND_ASSIGN(auto a, Client(kTokenA));
   EXPECT_OK(a->ListShuffles().status());

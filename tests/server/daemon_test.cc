@@ -372,7 +372,6 @@ TEST(DaemonTest, AStoppedServerIsUnavailableWithinTheKeepaliveBound) {
   const absl::Status pushed = push.get();
   EXPECT_THAT(pushed, StatusIs(absl::StatusCode::kUnavailable, ""));
   EXPECT_LT(push_s, 10.0);
-  std::printf("push failed %.1f s after the stop: %s\n", push_s, pushed.ToString().c_str());
   EXPECT_TRUE(fetch_done) << "the fetch hung on a stopped server";
   EXPECT_THAT(fetch.get(), StatusIs(absl::StatusCode::kUnavailable, ""));
 }
@@ -491,10 +490,8 @@ TEST(DaemonTest, LargeFramesPushedAtOnceStayWithinTheBudget) {
   // The budget, one frame assembled past it (a frame may always go alone), gRPC's window of
   // each stream (--stream_window_mb, 4) and the process's own ~30 MiB.
   const double peak_mb = static_cast<double>(server->PeakRssBytes()) / (1 << 20);
-  std::printf("server peak RSS %.1f MiB, budget %llu MiB\n", peak_mb,
-              static_cast<unsigned long long>(kBudgetMb));
 #ifndef __SANITIZE_ADDRESS__  // ASan's quarantine keeps freed memory resident on purpose
-  EXPECT_LT(peak_mb, kBudgetMb + 12 + kMappers * 4 + 40);
+  EXPECT_LT(peak_mb, kBudgetMb + 12 + kMappers * 4 + 40) << "budget " << kBudgetMb << " MiB";
 #endif
   ASSERT_OK(server->Stop());
 }

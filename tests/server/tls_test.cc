@@ -339,6 +339,18 @@ TEST(TlsLoopbackTest, ServesInClearOnLoopbackOnly) {
   EXPECT_TRUE(rpc::IsLoopbackAddress("127.0.0.1"));
   EXPECT_FALSE(rpc::IsLoopbackAddress("::1:7070"));  // gRPC dials [::1:7070]:443
   EXPECT_FALSE(rpc::IsLoopbackAddress("localhost.:7070"));
+  EXPECT_TRUE(rpc::IsLoopbackAddress("[::ffff:127.0.0.1]:7070"));  // IPv4-mapped
+  EXPECT_FALSE(rpc::IsLoopbackAddress("[::ffff:10.0.0.1]:7070"));
+  // A call's peer, as gRPC names it.
+  EXPECT_TRUE(rpc::IsLoopbackPeer("ipv4:127.0.0.1:5000"));
+  EXPECT_TRUE(rpc::IsLoopbackPeer("ipv6:[::1]:5000"));
+  EXPECT_TRUE(rpc::IsLoopbackPeer("ipv6:%5B::1%5D:5000"));
+  EXPECT_TRUE(rpc::IsLoopbackPeer("ipv6:%5B::ffff:127.0.0.1%5D:5000"));
+  EXPECT_TRUE(rpc::IsLoopbackPeer("unix:/run/sluice.sock"));
+  EXPECT_FALSE(rpc::IsLoopbackPeer("ipv4:10.0.0.1:5000"));
+  EXPECT_FALSE(rpc::IsLoopbackPeer("ipv6:%5B::ffff:10.0.0.1%5D:5000"));
+  EXPECT_FALSE(rpc::IsLoopbackPeer("ipv6:[fe80::1]:5000"));
+  EXPECT_FALSE(rpc::IsLoopbackPeer("127.0.0.1:5000"));  // not a peer string
 }
 
 // Replaces `to` with a copy of `from` in one step, as an operator (or cert-manager) would.
@@ -373,21 +385,34 @@ struct Watched {
   ServerTlsOptions tls;
 };
 
+// Rotation, driven by the test (ReloadFiles returns once the files have been looked at): a
+// pair caught half-way and an expired one are never taken (the count of sets taken stays), a
+// whole new pair is, and is then served to new connections, same process, same data.
 TEST_F(TlsTest, ARotatedCertificateIsServedWithoutARestartAndAHalfDoneOneNever) {
-  Watched w(this, std::chrono::seconds(1));
+  Watched w(this, std::chrono::seconds(3600));  // only the looks the test asks for
   const std::string &cert = w.cert, &key = w.key, &ca = w.ca;
-  ASSERT_OK_AND_ASSIGN(auto server, StartServer(w.tls));
+  MiniServerOptions o;  // in process: the test asks it to look at its files now
+  o.server.tls = w.tls;
+  ASSERT_OK_AND_ASSIGN(auto server, MiniServer::Start(o));
+  auto reloads = [&] {
+    const std::string text = server->server()->RenderMetrics();
+    const size_t at = text.find("\nsluice_tls_reloads_total ");
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + 26));
+  };
+  EXPECT_EQ(reloads(), 0);
   EXPECT_EQ(ServedName(server->address(), ca), "sluice-server");
   ASSERT_OK_AND_ASSIGN(auto client, Client(*server, ClientTls("ca.pem")));
   ASSERT_OK(client->CreateShuffle("before", 1, 1).status());
-  // Half-way: the new certificate is in place, its key not yet. That pair is never served:
-  // new connections still get the old certificate (gRPC watching the files itself would take
-  // the pair and fail every handshake until the key came).
+  // Half-way: the new certificate is in place, its key not yet. That pair is never taken (gRPC
+  // watching the files itself would take it and fail every handshake until the key came).
   Install(Cert("server2.pem"), cert);
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  server->server()->ReloadFiles();
+  EXPECT_EQ(reloads(), 0);
   EXPECT_EQ(ServedName(server->address(), ca), "sluice-server");
-  // The key arrives: the new pair is served, same process, same data.
+  // The key arrives: the new pair is taken, and served once gRPC reads it (within a second).
   Install(Cert("server2.key"), key);
+  server->server()->ReloadFiles();
+  EXPECT_EQ(reloads(), 1);
   EXPECT_EQ(AwaitServedName(server->address(), ca, "sluice-server-2"), "sluice-server-2");
   ASSERT_OK_AND_ASSIGN(auto after, Client(*server, ClientTls("ca.pem")));
   ASSERT_OK_AND_ASSIGN(auto status, after->GetShuffle("before"));
@@ -395,7 +420,8 @@ TEST_F(TlsTest, ARotatedCertificateIsServedWithoutARestartAndAHalfDoneOneNever) 
   // An expired certificate (with its key) is not taken either.
   Install(Cert("server-expired.pem"), cert);
   Install(Cert("server-expired.key"), key);
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  server->server()->ReloadFiles();
+  EXPECT_EQ(reloads(), 1);
   EXPECT_EQ(ServedName(server->address(), ca), "sluice-server-2");
 }
 

@@ -1,0 +1,89 @@
+// MiniCluster: the one harness of the multi-process tests (Kudu's external mini-cluster): a real
+// etcd and N sluice-server processes, server i on its own loopback address (127.0.0.<i+2>),
+// registered as node n<i>, with its own data directory. Each keeps its address and its data
+// across restarts; tests stop, kill, pause, wipe and restart servers by index.
+//
+//   ASSERT_OK_AND_ASSIGN(auto cluster, MiniCluster::Start({.servers = 3}));
+//   client options.server = cluster->addresses();
+//   cluster->Kill(1);                 // kill -9
+//   ASSERT_OK(cluster->Wipe(1));      // a new, empty disk
+//   ASSERT_OK(cluster->Restart(1));   // same node id, same address
+#ifndef SLUICE_TESTS_HARNESS_MINI_CLUSTER_H_
+#define SLUICE_TESTS_HARNESS_MINI_CLUSTER_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/server_process.h"
+#include "tests/harness/etcd_process.h"
+#include "tests/harness/temp_dir.h"
+
+namespace sluice::testing {
+
+struct MiniClusterOptions {
+  size_t servers = 3;
+  /// --node_lease_s: a dead server leaves the list this long after it stopped renewing.
+  int lease_s = 2;
+  /// Flags every server gets besides the harness's own (data directory, etcd, node id, listen
+  /// address, lease).
+  std::vector<std::string> flags = {"--worker_threads=2", "--memory_budget_mb=64",
+                                    "--log_level=warn"};
+};
+
+class MiniCluster {
+ public:
+  /// etcd, then the servers, each serving and registered when this returns.
+  static absl::StatusOr<std::unique_ptr<MiniCluster>> Start(MiniClusterOptions options = {});
+  ~MiniCluster();  // every server and etcd killed; their directories removed
+
+  size_t size() const { return servers_.size(); }
+  EtcdProcess& etcd() { return *etcd_; }
+  const std::string& etcd_endpoint() const { return etcd_->endpoint(); }
+
+  /// Server i's node id ("n<i>"), address (host:port, kept across restarts), data directory.
+  std::string node_id(size_t i) const;
+  const std::string& address(size_t i) const { return servers_[i].address; }
+  const std::string& data_dir(size_t i) const { return servers_[i].dir->path(); }
+  /// Every server's address, comma-separated: a client's server list.
+  std::string addresses() const;
+  /// Whether server i runs (started and not stopped or killed); its process id then.
+  bool running(size_t i) const { return servers_[i].process != nullptr; }
+  pid_t pid(size_t i) const;
+
+  /// Starts server i again on its directory and address, with `extra` flags this time.
+  absl::Status Restart(size_t i, const std::vector<std::string>& extra = {});
+  /// SIGTERM: it drains and exits; OK if it exited 0.
+  absl::Status Stop(size_t i);
+  /// kill -9; returns the wait status.
+  int Kill(size_t i);
+  /// SIGSTOP and SIGCONT: a hung server, and one that comes back.
+  void Pause(size_t i);
+  void Resume(size_t i);
+  /// Server i's data directory replaced by an empty one (a lost disk); it must not run.
+  absl::Status Wipe(size_t i);
+  /// A server more (index size() before the call) joins, with `extra` flags.
+  absl::StatusOr<size_t> Add(const std::vector<std::string>& extra = {});
+
+ private:
+  struct Server {
+    std::string address;
+    std::unique_ptr<TempDir> dir;
+    std::vector<std::string> extra;  // the flags of its last start
+    std::unique_ptr<ServerProcess> process;
+  };
+  explicit MiniCluster(MiniClusterOptions options) : options_(std::move(options)) {}
+  static std::string Host(size_t i);
+
+  const MiniClusterOptions options_;
+  std::unique_ptr<EtcdProcess> etcd_;
+  std::vector<Server> servers_;
+};
+
+}  // namespace sluice::testing
+
+#endif  // SLUICE_TESTS_HARNESS_MINI_CLUSTER_H_
