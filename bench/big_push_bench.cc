@@ -1,8 +1,8 @@
 // sluice-big-push-bench: N mappers at once each push one large frame of incompressible bytes
 // (two records of half the frame) to a sluice-server child process started with a small memory
 // budget, on 127.0.0.1:0 with a temporary data directory: what the server's peak RSS is
-// against its budget when every stream's first message is a large one (the hardening issue's
-// finding 6, the part still open). One RESULT line of JSON. docs/benchmarks.md has the figures.
+// against its budget when every stream's first message is a large one. One RESULT line of
+// JSON. docs/benchmarks.md has the figures.
 //
 //   sluice-big-push-bench [--mappers 32] [--frame-mb 60] [--budget-mb 64] [--server-bin PATH]
 //                         [--server-arg --flag=value]...

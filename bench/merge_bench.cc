@@ -1,5 +1,5 @@
-// sluice-merge-bench: a KEY-ordered fetch over many tiny frames (issue 15, finding 8), against
-// a sluice-server child process on 127.0.0.1:0 with a temporary data directory. Mappers push
+// sluice-merge-bench: a KEY-ordered fetch over many tiny frames, against a sluice-server
+// child process on 127.0.0.1:0 with a temporary data directory. Mappers push
 // one-record frames into one partition, then one reducer reads it in key order. One RESULT
 // line of JSON: push and fetch seconds, the server's peak RSS, the most descriptors it held
 // during the fetch, the server's CPU per frame pushed and fetched, and the bytes a stored frame

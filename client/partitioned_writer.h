@@ -20,8 +20,8 @@
 // committed). With a `decide` step (cluster mode: the streams only prepared), Close() then
 // calls it, and its answer says whether the attempt won.
 //
-// Memory follows the records, not the partition count (issue 20: a writer of thousands of
-// partitions with a few records in each kept a chunk for every one): at most two fills (the one
+// Memory follows the records, not the partition count (a writer of thousands of partitions
+// with a few records in each holds no chunk per partition): at most two fills (the one
 // being filled and the one being sent), each up to the budget (its chunks, and 56 bytes a
 // record: its entry and the sender's view of it), in chunks reused from fill to fill; besides,
 // the sender's sort scratch (32 bytes a record of the largest partition of a fill) and, per

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "server/metrics/metric_families.h"
 #include "server/metrics/server_metrics.h"
 #include "server/rules/admission.h"
 #include "server/runtime/worker_pool.h"

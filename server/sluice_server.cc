@@ -12,6 +12,7 @@
 #include "cluster/etcd_client.h"
 #include "cluster/membership.h"
 #include "cluster/placement_store.h"
+#include "server/metrics/metric_families.h"
 #include "server/metrics/metrics_http.h"
 #include "server/metrics_scrape.h"
 #include "server/rules/admission.h"

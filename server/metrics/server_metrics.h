@@ -1,20 +1,14 @@
-// The server's metrics: counters bumped on the data path (relaxed atomics, no locks per frame),
-// histograms for commit latencies, calls counted by RPC and status code, and the families a
-// scrape turns them into (docs/operations.md, "Metrics", names each one). Counting is ours, so
-// that the data path pays an atomic add; exposition is prometheus-cpp's (Debian's
-// prometheus-cpp-dev). No gRPC and no HTTP here: the gRPC interceptor that counts calls lives in
-// sluice_server.cc, the HTTP endpoint in metrics_http.h.
+// ServerMetrics: what the server counts as it works (docs/operations.md, "Metrics", names each
+// metric): counters bumped on the data path (relaxed atomics, no locks per frame), histograms
+// of commit latencies, calls counted by RPC and status code. Counting is ours, so that the data
+// path pays an atomic add; a scrape turns the counts into families (metric_families.h,
+// server/metrics_scrape.cc). No gRPC and no HTTP here: the gRPC interceptor that counts calls
+// lives in server/service/grpc_server.cc, the HTTP endpoint in metrics_http.h.
 //
 //   ServerMetrics m;
 //   ServerMetrics::Add(m.push_frames, 1);
-//   MetricFamilies f;
-//   f.Counter("sluice_push_frames_total", "Frames received", m.push_frames.load());
-//   ... MetricsText(f.families()) ...
 #ifndef SLUICE_SERVER_METRICS_SERVER_METRICS_H_
 #define SLUICE_SERVER_METRICS_SERVER_METRICS_H_
-
-#include <prometheus/metric_family.h>
-#include <prometheus/metric_type.h>
 
 #include <atomic>
 #include <cstdint>
@@ -82,30 +76,6 @@ struct ServerMetrics {
   static std::vector<double> DefaultLatencyBounds();
   static void Add(Counter& c, uint64_t n) { c.fetch_add(n, std::memory_order_relaxed); }
 };
-
-/// Builds the families a scrape returns (prometheus-cpp's MetricFamily: its Exposer serves them,
-/// its TextSerializer writes the text format). Names are the caller's constants.
-class MetricFamilies {
- public:
-  using Labels = std::vector<std::pair<std::string, std::string>>;
-  void Counter(const std::string& name, const std::string& help, double value);
-  void Gauge(const std::string& name, const std::string& help, double value);
-  /// A family with one sample per label set.
-  void Family(const std::string& name, prometheus::MetricType type, const std::string& help,
-              const std::vector<std::pair<Labels, double>>& samples);
-  void Histo(const std::string& name, const std::string& help,
-             const sluice::Histogram::Snapshot& h);
-  std::vector<prometheus::MetricFamily>& families() { return families_; }
-
- private:
-  std::vector<prometheus::MetricFamily> families_;
-};
-
-/// The Prometheus text format of `families` (what GET /metrics answers).
-std::string MetricsText(const std::vector<prometheus::MetricFamily>& families);
-
-/// The name of a gRPC status code ("OK", "INVALID_ARGUMENT", ...), or its number.
-std::string StatusCodeName(int code);
 
 }  // namespace sluice
 

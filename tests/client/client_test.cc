@@ -127,10 +127,10 @@ TEST_F(ClientTest, ManyPartitionsStillFlushLargeFrames) {
   EXPECT_EQ(total, 200000u);
 }
 
-// Issue 20: a wide shuffle (thousands of partitions, each mapper a few records in each) costs
-// what its bytes cost. The server holds two descriptors for it, not one per partition written
-// (the earlier layout held 4,096 here), every record comes back in key order from the
-// partition its key hashes to, and a restart on the same directory recovers all of it.
+// A wide shuffle (thousands of partitions, each mapper a few records in each) costs what its
+// bytes cost. The server holds two descriptors for it, not one per partition written (4,096
+// here), every record comes back in key order from the partition its key hashes to, and a
+// restart on the same directory recovers all of it.
 TEST_F(ClientTest, AWideShuffleCostsTwoDescriptorsAndComesBackWhole) {
   constexpr uint32_t kPartitions = 4096, kMappers = 24;
   constexpr int kRecords = 3000;  // per mapper: under one record per partition

@@ -183,9 +183,9 @@ TEST(PartitionedWriterTest, AbortAndDestructionCancelEveryStream) {
   }
 }
 
-// Issue 20: a wide writer's memory follows its records, not its partition count (the earlier
-// writer kept a chunk for every partition it had a record for: 8,192 partitions x 1 KiB here),
-// and its one flush at Close sends one frame per partition it holds records of, each with that
+// A wide writer's memory follows its records, not its partition count (it must not keep a
+// chunk for every partition it has a record for: 8,192 partitions x 1 KiB here), and its one
+// flush at Close sends one frame per partition it holds records of, each with that
 // partition's records in arrival order (sorted by key when asked: stably, keys repeat).
 TEST(PartitionedWriterTest, AWideWritersMemoryFollowsItsRecords) {
   for (bool sorted : {false, true}) {

@@ -108,7 +108,7 @@ INSTANTIATE_TEST_SUITE_P(
              CompressionName(std::get<1>(info.param));
     });
 
-// Issue 20: zstd contexts go back to a shared pool when an encoder or decoder ends, and the
+// zstd contexts go back to a shared pool when an encoder or decoder ends, and the
 // next one that takes a context encodes and decodes exactly as with a new one, whatever level
 // and frames the context saw before (one given back twice, or still in use, would not); the
 // pool keeps at most kMaxIdle of each kind.

@@ -219,9 +219,9 @@ TEST_F(CommitLogTest, ATornTailIsCutAndCorruptionBeforeValidRecordsIsRefused) {
   EXPECT_EQ(LogSize(), whole);  // nothing was truncated
 }
 
-// Issue 15, finding 3: a batch of records torn by a power loss can leave a hole with valid
-// records after it. Past the length the log had proven durable it is an unacknowledged tail and
-// is cut; before it, it is corruption of acknowledged commits and is refused.
+// A batch of records torn by a power loss can leave a hole with valid records after it. Past
+// the length the log had proven durable it is an unacknowledged tail and is cut; before it, it
+// is corruption of acknowledged commits and is refused.
 TEST_F(CommitLogTest, AHoleAfterTheDurableLengthIsATornBatchAndIsCut) {
   ASSERT_OK_AND_ASSIGN(auto log, CommitLog::Create(dir_fd_.get(), dir_.path(), Options()));
   ASSERT_OK(log->Append(0, 1, Blocks(0, 2)));

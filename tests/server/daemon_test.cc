@@ -120,8 +120,8 @@ int RunServer(const std::string& flags, std::string* output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// Issue 15, finding 13: --max_frame_mb=4096 wrapped to a cap of 0 and --memory_budget_mb=0 made
-// every push hang; out-of-range flags now stop the server at start, naming the flag.
+// Out-of-range flags stop the server at start, naming the flag: --max_frame_mb=4096 must not
+// wrap to a cap of 0, nor --memory_budget_mb=0 make every push hang.
 TEST(DaemonTest, OutOfRangeFlagsAreRefusedAtStartAndNamed) {
   testing::TempDir dir;
   const std::string data = " --data_dir=" + dir.path();
@@ -310,9 +310,9 @@ TEST(DaemonTest, KillDashNineMidPushKeepsExactlyTheAcknowledgedCommits) {
   }
 }
 
-// Issue 15, finding 12: a server that stops answering (SIGSTOP: its sockets stay open) used to
-// hang a push or a fetch forever. The client's keepalive pings now find it dead and the call
-// fails with UNAVAILABLE within keepalive_time + keepalive_timeout (plus a ping's scheduling).
+// A server that stops answering (SIGSTOP: its sockets stay open) must not hang a push or a
+// fetch forever: the client's keepalive pings find it dead and the call fails with UNAVAILABLE
+// within keepalive_time + keepalive_timeout (plus a ping's scheduling).
 TEST(DaemonTest, AStoppedServerIsUnavailableWithinTheKeepaliveBound) {
   testing::TempDir dir;
   auto d = StartDaemon(dir.path());
@@ -390,7 +390,7 @@ std::pair<long, long> OpenFilesLimit(pid_t pid) {
   return out;
 }
 
-// Issue 15, finding 4 (the parts that do not depend on the storage layout): the server raises
+// Running out of descriptors, where it does not depend on the storage layout: the server raises
 // its soft open-files limit to the hard one at start, a CreateShuffle that runs out of
 // descriptors fails with RESOURCE_EXHAUSTED naming the limit and leaves no directory behind,
 // and the server still starts on that data directory.
@@ -442,11 +442,9 @@ TEST(DaemonTest, OutOfDescriptorsIsResourceExhaustedAndTheServerStillStarts) {
   ASSERT_OK(server->Stop());
 }
 
-// Issue 15, finding 6: a push stream read its next message as soon as the budget had any room,
-// and a message held whole frames (twice while gRPC handed it over), so mappers that each push
-// one large frame at once took the server far past its budget. Large frames now travel in
-// pieces of at most a push message, announced with their size, and the server reserves that
-// size before it reads a piece.
+// Mappers that each push one large frame at once must not take the server far past its
+// budget: large frames travel in pieces of at most a push message, announced with their size,
+// and the server reserves that size before it reads a piece.
 TEST(DaemonTest, LargeFramesPushedAtOnceStayWithinTheBudget) {
   constexpr int kMappers = 8;
   constexpr size_t kFrameBytes = size_t{12} << 20;

@@ -1,7 +1,7 @@
-// What one client may hold on a real server, and for how long without progress (issue 15,
-// findings 7 and 9): open push and fetch streams are counted and capped, a push stream that
-// sends nothing is ended and its attempt discarded, a fetch whose reader takes nothing is
-// cancelled and gives back its merge slot, and idle connections are closed.
+// What one client may hold on a real server, and for how long without progress: open push
+// and fetch streams are counted and capped, a push stream that sends nothing is ended and its
+// attempt discarded, a fetch whose reader takes nothing is cancelled and gives back its merge
+// slot, and idle connections are closed.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/statvfs.h>
@@ -221,7 +221,7 @@ TEST(ShuffleTtlTest, AServerDeletesItsIdleShuffles) {
               StatusIs(absl::StatusCode::kInvalidArgument, "--shuffle_ttl_s is for a server"));
 }
 
-// Finding 9: an idle push stream (and its uncommitted attempt) lived forever.
+// An idle push stream (and its uncommitted attempt) must not live forever.
 TEST_F(LimitsTest, AnIdlePushStreamIsEndedAndItsAttemptDiscarded) {
   Start([](ServerOptions& o) { o.push_idle_timeout = seconds(1); });
   ASSERT_TRUE(Create("s").ok());
@@ -290,8 +290,8 @@ TEST_F(LimitsTest, ALargeFrameTricklingInIsCutOffAfterTheIdleTimeout) {
   EXPECT_EQ(Info("s").committed_mappers_size(), 0);
 }
 
-// Finding 7: a KEY fetch never read held its merge slot (and budget) forever, so every other
-// KEY fetch waited behind it.
+// A KEY fetch never read must not hold its merge slot (and budget) forever, with every other
+// KEY fetch waiting behind it.
 TEST_F(LimitsTest, AStalledReaderIsCancelledAndGivesBackItsMergeSlot) {
   Start([](ServerOptions& o) {
     o.max_concurrent_merges = 1;
@@ -317,8 +317,8 @@ TEST_F(LimitsTest, AStalledReaderIsCancelledAndGivesBackItsMergeSlot) {
   EXPECT_TRUE(Eventually([&] { return server_->server()->open_fetch_streams() == 0; }));
 }
 
-// Finding 9 (and 7 for fetches): open streams are counted and capped, with an error naming
-// the limit; a slot is free again as soon as its stream ends.
+// Open push and fetch streams are counted and capped, with an error naming the limit; a slot
+// is free again as soon as its stream ends.
 TEST_F(LimitsTest, OpenStreamsAreCappedWithANamedError) {
   Start([](ServerOptions& o) {
     o.max_push_streams = 2;
@@ -364,7 +364,7 @@ TEST_F(LimitsTest, OpenStreamsAreCappedWithANamedError) {
   EXPECT_EQ(responses, 1);
 }
 
-// Finding 9: idle connections stayed open forever.
+// An idle connection must not stay open forever: the server closes it.
 TEST_F(LimitsTest, AnIdleConnectionIsClosed) {
   Start([](ServerOptions& o) { o.connection_idle_timeout = seconds(1); });
   auto channel = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
@@ -379,8 +379,8 @@ TEST_F(LimitsTest, AnIdleConnectionIsClosed) {
   EXPECT_TRUE(stub->ListShuffles(&again, pb::ListShufflesRequest(), &resp).ok());
 }
 
-// Finding 13: a push the client cancelled was sometimes logged as FAILED_PRECONDITION ("ended
-// without a commit message"), when the read failed before OnCancel ran.
+// A push the client cancels is logged as cancelled, never as FAILED_PRECONDITION ("ended
+// without a commit message"), even when the read fails before OnCancel runs.
 TEST_F(LimitsTest, ACancelledPushIsLoggedAsCancelled) {
   Start([](ServerOptions&) {});
   ASSERT_TRUE(Create("s").ok());
@@ -412,10 +412,9 @@ TEST_F(LimitsTest, ACancelledPushIsLoggedAsCancelled) {
   EXPECT_EQ(text.find("FAILED_PRECONDITION"), std::string::npos) << text;
 }
 
-// Finding 8 (the default suite's size; the 1M-frame figure is in docs/benchmarks.md): a KEY
-// fetch over many tiny frames kept one file open per intermediate pass (16,302 fds for 1M
-// frames) and ran its passes in quadratic time, and merges occupied every worker thread, so an
-// unrelated CreateShuffle waited for them.
+// A KEY fetch over many tiny frames (the default suite's size; the 1M-frame figure is in
+// docs/benchmarks.md) holds a bounded number of files, not one per intermediate pass, and its
+// merge does not occupy every worker thread: an unrelated CreateShuffle is answered meanwhile.
 TEST_F(LimitsTest, ManyTinyFramesMergeWithBoundedFilesAndDoNotStarveSmallCalls) {
   Start([](ServerOptions& o) {
     o.worker_threads = 1;
@@ -454,8 +453,8 @@ TEST_F(LimitsTest, ManyTinyFramesMergeWithBoundedFilesAndDoNotStarveSmallCalls) 
   EXPECT_TRUE(fetch.get().ok());
   fetching = false;
   sampler.join();
-  // Intermediate runs share one scratch file instead of a file each (at fan-in 16, 40,000 runs
-  // took ~2,500 files, 2,043 open at once).
+  // Intermediate runs share one scratch file instead of a file each: the descriptors stay
+  // bounded whatever the number of runs.
   EXPECT_LE(max_fds.load(), fds_before + 2 * 2 + 8)
       << "fds before " << fds_before << ", at most " << max_fds.load() << " during the merge";
 }
@@ -482,10 +481,10 @@ std::string ZeroFrame(const std::string& key, size_t mib) {
   return out;
 }
 
-// Finding 5: a KEY merge decoded every run's frame before counting it: 64 frames of one 63 MiB
-// zero record (130 KB on the wire) took one fetch to 4.2 GB. Now a merge plans by the frames'
-// declared sizes: runs that do not fit its share of the budget together are merged in smaller
-// groups through the scratch file, and what cannot fit at all fails before it is allocated.
+// A KEY merge plans by the frames' declared sizes, not by decoding every run's frame first, so
+// frames tiny on the wire cannot take a fetch far past the budget: runs that do not fit its
+// share of the budget together are merged in smaller groups through the scratch file, and what
+// cannot fit at all fails before it is allocated.
 TEST_F(LimitsTest, AKeyMergeStaysWithinItsShareOfTheBudget) {
   Start([](ServerOptions& o) {
     o.memory_budget_bytes = 96ull << 20;
@@ -531,9 +530,8 @@ TEST_F(LimitsTest, AKeyMergeStaysWithinItsShareOfTheBudget) {
       << refused.error_message();
   EXPECT_TRUE(served.ok()) << served.error_message();
   EXPECT_EQ(responses, 12);  // each 20 MiB record is a chunk of its own
-  // Before: +401 MiB (every run's frame decoded at once). Now the merge holds at most its
-  // 96 MiB share, plus one record being encoded, and this process is also the client, holding
-  // 20 MiB responses in gRPC's buffers and in protos.
+  // The merge holds at most its 96 MiB share, plus one record being encoded, and this process
+  // is also the client, holding 20 MiB responses in gRPC's buffers and in protos.
   EXPECT_LT(max_rss.load() - rss_before, 96 + 96) << "the merges went past their budget";
 }
 

@@ -225,9 +225,9 @@ TEST_F(PushAttemptTest, AnAttemptDroppedBeforeItsCommitLeavesNothing) {
   EXPECT_EQ(CommittedRecords(), 4u);
 }
 
-// Issue 15, finding 10: a failed commit-log sync wedged the shuffle until a restart, and the
-// refused attempt's blocks stayed on disk. Once the disk works again and no push writes to it,
-// the next push reopens it (re-verifying, reclaiming the refused attempt) and goes on.
+// A failed commit-log sync wedges the shuffle only until the disk works again and no push
+// writes to it: the next push reopens it (re-verifying what is on disk, reclaiming the refused
+// attempt's blocks) and goes on, without a restart.
 TEST(WedgedShuffleTest, TheNextPushReopensAWedgedShuffleAndItsSpaceComesBack) {
   TempDir dir;
   std::atomic<bool> fail_sync{false};

@@ -533,7 +533,7 @@ TEST_F(ServerTest, AFullMemoryBudgetSlowsPushesDownInsteadOfFailingThem) {
   EXPECT_EQ(got.size(), 4000u);
 }
 
-// Issue 15, finding 6, on the wire: a push message is at most 1 MiB of frames (a larger one is
+// Large frames on the wire: a push message is at most 1 MiB of frames (a larger one is
 // refused by its size before the server holds it); a larger frame is announced, and no piece
 // of it is read until its whole size fits in the budget; a stream that ends in the middle of
 // one gives its reservation back.
@@ -757,11 +757,10 @@ std::string FrameWithPayload(size_t payload, char fill) {
   }
 }
 
-// Issue 15, finding 1: a frame whose payload is within 32 bytes of the cap is accepted and
-// committed; its block (frame header included) is then over the cap, and recovery refused the
-// whole shuffle at the next start, other mappers' data included. Lowering the cap across a
-// restart did the same. Recovery must never refuse committed data because of a limit that
-// applies to new input.
+// A frame whose payload is within 32 bytes of the cap is accepted and committed, though its
+// block (frame header included) is then over the cap. Recovery must never refuse committed
+// data (the shuffle's, other mappers' included) because of a limit that applies to new input:
+// not at the next start, and not after the cap is lowered across a restart.
 TEST_F(ServerTest, AFrameAtTheCapSurvivesRestartsAndALowerCap) {
   constexpr uint32_t kCap = 1 << 20;
   RestartServer(256ull << 20, 64, kCap);
@@ -798,9 +797,9 @@ TEST_F(ServerTest, AFrameAtTheCapSurvivesRestartsAndALowerCap) {
               StatusIs(absl::StatusCode::kInvalidArgument, "exceeds the cap"));
 }
 
-// Issue 15, finding 2: a shuffle that fails recovery was stuck: GetShuffle and DeleteShuffle
-// said NOT_FOUND, CreateShuffle ALREADY_EXISTS. It must be visible as damaged, with the reason
-// (and no server path in it), answer DATA_LOSS for its data, be deletable, and leave the other
+// A shuffle that fails recovery must not be stuck (NOT_FOUND to GetShuffle and DeleteShuffle,
+// ALREADY_EXISTS to CreateShuffle). It must be visible as damaged, with the reason (and no
+// server path in it), answer DATA_LOSS for its data, be deletable, and leave the other
 // shuffles alone.
 TEST_F(ServerTest, AShuffleThatFailsRecoveryIsReportedDamagedAndCanBeDeleted) {
   ASSERT_OK(Create("good", 1, 0));
@@ -896,9 +895,8 @@ TEST_F(ServerTest, ListShufflesListsWhatExists) {
   EXPECT_TRUE(resp.next_page_token().empty());
 }
 
-// Issue 15, finding 13: ListShuffles and GetShuffle answered everything in one message
-// (65,536 partitions' details, every shuffle); both are paged now, and the client reads every
-// page.
+// ListShuffles and GetShuffle are paged rather than answering everything in one message
+// (65,536 partitions' details, every shuffle), and the client reads every page.
 TEST_F(ServerTest, ListAndGetArePagedAndTheClientReadsEveryPage) {
   for (int i = 0; i < 25; ++i) ASSERT_OK(Create("s" + std::to_string(100 + i), 1, 0));
   std::vector<std::string> seen;
@@ -1012,8 +1010,8 @@ TEST_F(DiskFullTest, FullDiskIsResourceExhaustedAndCommittedDataStays) {
   ASSERT_TRUE(push(0, 2).ok());   // ~400 KB: fits
   grpc::Status st = push(1, 30);  // ~6 MB: does not
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
-  // Issue 15, finding 13: the client is told which file, relative to the data directory; the
-  // server's own paths stay in its log.
+  // The client is told which file, relative to the data directory; the server's own paths
+  // stay in its log.
   EXPECT_NE(st.error_message().find("shuffles/d/"), std::string::npos) << st.error_message();
   EXPECT_EQ(st.error_message().find(mount_), std::string::npos) << st.error_message();
   // The failed attempt's space was given back: a small push fits again.

@@ -128,11 +128,11 @@ TEST_F(ShuffleStoreTest, CommittedAttemptsAreVisibleInMapperOrder) {
   EXPECT_EQ(store->Stats(2).frames, 2u);
 }
 
-// Issue 20: fetches read small frames through a mapping of the data file (a copy instead of a
-// pread each). What comes out is what pread gives, damage is still found by the frame's
-// checksum, a page the file no longer has (cut short under the server: what an I/O error looks
-// like to a mapping) is an error of that read and not the process's SIGBUS, and the view is
-// shared while held and unmapped when the last reader lets go.
+// Fetches read small frames through a mapping of the data file (a copy instead of a pread
+// each). What comes out is what pread gives, damage is still found by the frame's checksum, a
+// page the file no longer has (cut short under the server: what an I/O error looks like to a
+// mapping) is an error of that read and not the process's SIGBUS, and the view is shared while
+// held and unmapped when the last reader lets go.
 TEST_F(ShuffleStoreTest, ReadsThroughTheViewAreReadsAndItsFaultsAreErrors) {
   auto store = CreateStore(4, 2);
   const auto b0 = WriteAttempt(*store, 0, 1, 20);
@@ -460,8 +460,8 @@ TEST_F(ShuffleStoreTest, KilledWriterLosesNothingAcknowledged) {
   }
 }
 
-// Issue 15, finding 1: committed frames are read back under the largest cap a server takes,
-// not the one in force now, which may have been lowered since they were pushed.
+// Committed frames are read back under the largest cap a server takes, not the one in force
+// now, which may have been lowered since they were pushed.
 TEST_F(ShuffleStoreTest, CommittedFramesAreReadUnderAnyLaterCap) {
   auto store = CreateStore(2);
   const std::vector<BlockRef> blocks = WriteAttempt(*store, 0, 1, /*records=*/20, /*padding=*/400);
@@ -483,9 +483,9 @@ TEST_F(ShuffleStoreTest, CommittedFramesAreReadUnderAnyLaterCap) {
   EXPECT_FALSE((*reopened)->Append(1, 1, 0, Bytes(big), 20).ok());
 }
 
-// Issue 15, finding 3: a commit log that lost acknowledged records (shortened, emptied or
-// deleted) is refused with DATA_LOSS and every byte of the shuffle is kept, instead of
-// opening with fewer commits and reclaiming their data.
+// A commit log that lost acknowledged records (shortened, emptied or deleted) is refused with
+// DATA_LOSS and every byte of the shuffle is kept, instead of opening with fewer commits and
+// reclaiming their data.
 TEST_F(ShuffleStoreTest, ALostOrShortenedCommitLogIsRefusedAndTheDataKept) {
   {
     auto store = CreateStore(3);
@@ -574,9 +574,9 @@ TEST_F(ShuffleStoreTest, AShuffleOfAnEarlierLayoutIsRefusedAndLeftAsItIs) {
   EXPECT_FALSE(file::Exists(ShuffleDir() + "/data"));
 }
 
-// Issue 15, finding 11: an empty 65,536-partition shuffle cost 6.2 MB (state for every
-// declared partition) and its restart a stat per partition. State is now made for the
-// partitions written to, and a restart lists the directory once.
+// State is made only for the partitions written to, not for every declared one (an empty
+// 65,536-partition shuffle holds none), and a restart lists the directory once instead of
+// a stat per partition.
 TEST_F(ShuffleStoreTest, MemoryFollowsThePartitionsWrittenNotTheDeclaredOnes) {
   {
     auto store = CreateStore(kMaxPartitions, 0);

@@ -1,4 +1,4 @@
-// The hardening issue's heavy campaigns, behind the `stress` label (`bash deploy/dev.sh stress`;
+// Heavy campaigns on the server's limits, behind the `stress` label (`bash deploy/dev.sh stress`;
 // the default suite has smaller versions in limits_test.cc): a thousand idle push streams on one
 // connection, hundreds of idle connections, a KEY fetch over 262,144 tiny frames. Each checks
 // that the server lets go of what was left idle and that its descriptors stay bounded.
