@@ -85,8 +85,9 @@ class ShuffleRegistry {
   /// Removes a shuffle, damaged or not.
   absl::Status Delete(const std::string& id);
 
-  /// Bytes the tenant's shuffles hold here (ShuffleStore::held_bytes, summed by the stores as
-  /// they change; pushes reserve a large frame's size in it), made if needed.
+  /// Bytes the tenant's shuffles hold here: each store adds the bytes of its blocks (committed,
+  /// prepared and being pushed) as they change, and a push's admission reserves a large
+  /// frame's size in it while the frame arrives. Made if needed.
   std::shared_ptr<std::atomic<int64_t>> TenantBytes(const std::string& tenant);
   /// Shuffles here whose ids start with `prefix` (a tenant's: "tenant~"), damaged ones
   /// included.

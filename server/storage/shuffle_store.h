@@ -173,10 +173,6 @@ class ShuffleStore {
   /// Later Appends and Commits fail with NOT_FOUND; the caller removes the (renamed) directory.
   void MarkDeleted();
 
-  /// Bytes of the data file's blocks the store holds: committed, prepared and being pushed
-  /// (blocks given back with Discard and never-owned bytes a start reclaims are not counted).
-  uint64_t held_bytes() const { return static_cast<uint64_t>(held_.load()); }
-
   /// Descriptors the store holds: its log and its data file, whatever its partition count.
   size_t open_files() const;
 
@@ -288,7 +284,7 @@ class ShuffleStore {
   const std::string data_name_;  // shown_dir_/data
   std::atomic<bool> destroyed_{false};
   std::atomic<int> writers_{0};
-  std::atomic<int64_t> held_{0};
+  std::atomic<int64_t> held_{0};  // bytes of its blocks: committed, prepared, being pushed
   std::atomic<std::chrono::steady_clock::rep> last_used_ns_{0};
   const ShuffleParams params_;
   const StoreOptions options_;
