@@ -34,8 +34,7 @@ std::string EncodePlacement(const ShufflePlacement& p) {
 absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
                                                  const std::string& json) {
   const auto bad = [&](const std::string& why) {
-    return absl::DataLossError(
-        absl::StrCat("the placement record of shuffle '", shuffle_id, "' in etcd is ", why));
+    return absl::DataLossError(absl::StrCat("its placement record in etcd is ", why));
   };
   const nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return bad("not a JSON object");
@@ -149,15 +148,13 @@ absl::StatusOr<uint64_t> EtcdPlacementStore::DecideMapper(const std::string& shu
   auto created = etcd_->CreateIfAbsent(absl::StrCat(MappersPrefix(shuffle_id), mapper),
                                        absl::StrCat(attempt), 0, Key(shuffle_id));
   if (absl::IsNotFound(created.status())) {
-    return absl::NotFoundError(
-        absl::StrCat("shuffle '", shuffle_id, "' is not recorded in the cluster (deleted?)"));
+    return absl::NotFoundError("it is not recorded in the cluster (deleted?)");
   }
   if (!created.ok()) return created.status();
   uint64_t winner = 0;
   if (!absl::SimpleAtoi(absl::string_view(created->kv.value), &winner)) {
-    return absl::DataLossError(absl::StrCat("etcd's decision for mapper ", mapper, " of shuffle ",
-                                            shuffle_id, " is not an attempt id: '",
-                                            created->kv.value, "'"));
+    return absl::DataLossError(absl::StrCat("etcd's decision for its mapper ", mapper,
+                                            " is not an attempt id: '", created->kv.value, "'"));
   }
   return winner;
 }
@@ -173,8 +170,9 @@ absl::StatusOr<std::map<uint32_t, uint64_t>> EtcdPlacementStore::Decisions(
     uint64_t attempt = 0;
     if (!absl::SimpleAtoi(absl::string_view(kv.key).substr(prefix.size()), &mapper) ||
         !absl::SimpleAtoi(absl::string_view(kv.value), &attempt)) {
-      return absl::DataLossError(
-          absl::StrCat("malformed decision in etcd: ", kv.key, " = '", kv.value, "'"));
+      return absl::DataLossError(absl::StrCat("a decision of it in etcd is malformed: mapper '",
+                                              kv.key.substr(prefix.size()), "' = '", kv.value,
+                                              "'"));
     }
     out.emplace(mapper, attempt);
   }

@@ -36,6 +36,8 @@ struct ShufflePlacement {
 };
 
 /// The record's JSON, and back (DATA_LOSS naming what is wrong with a malformed record).
+/// Errors about a shuffle's record do not name the shuffle: the caller, who knows how its caller
+/// names it, says which.
 std::string EncodePlacement(const ShufflePlacement& p);
 absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
                                                  const std::string& json);

@@ -65,10 +65,13 @@ struct SluiceServer::Impl {
   std::unique_ptr<MetricsEndpoint> metrics_endpoint;  // with --metrics_listen
   bool stopped = false;
 
-  // The drain: asked for once, its deadline only ever brought forward.
+  // The drain: asked for once, its deadline only ever brought forward. A drain may be asked for
+  // (the Drain RPC) while the server still starts: `serving` and `membership` are set under
+  // drain_mu, and what a drain does to them is done when they come.
   std::mutex drain_mu;
   std::condition_variable drain_cv;
   bool drain_asked = false;
+  bool serving = false;  // `grpc` is set
   std::chrono::steady_clock::time_point drain_deadline;
 
   void Drain(std::chrono::milliseconds grace);
@@ -152,7 +155,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   deps.push.frame = options.limits;
   deps.push.max_frames_per_attempt = options.max_frames_per_attempt;
   deps.push.disk_high_water_pct = options.disk_high_water_pct;
-  deps.push.require_prepare = i.node->clustered();
+  deps.push.require_prepare = i.node->requires_prepare();
   MergeOptions merge;
   merge.fan_in = options.merge_fan_in;
   merge.tmp_dir = tmp_dir;
@@ -174,7 +177,12 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
 
   auto grpc = GrpcServer::Start(options, std::move(deps), i.tls.get(), &i.metrics.calls);
   if (!grpc.ok()) return grpc.status();
-  i.grpc = *std::move(grpc);
+  {
+    std::lock_guard<std::mutex> lock(i.drain_mu);
+    i.grpc = *std::move(grpc);
+    i.serving = true;
+    if (i.drain_asked) i.grpc->SetReady(false);
+  }
   auto server = std::unique_ptr<SluiceServer>(new SluiceServer(std::move(impl)));
   if (absl::Status st = i.JoinCluster(); !st.ok()) {
     server->Shutdown();  // never served as a member: stop
@@ -234,7 +242,11 @@ absl::Status SluiceServer::Impl::JoinCluster() {
     return absl::Status(member.status().code(),
                         absl::StrCat("could not join the cluster: ", member.status().message()));
   }
-  membership = *std::move(member);
+  {
+    std::lock_guard<std::mutex> lock(drain_mu);
+    membership = *std::move(member);
+    if (drain_asked) membership->Leave();  // drained while it joined
+  }
   placements = std::make_unique<EtcdPlacementStore>(etcd, o.etcd_prefix);
   node->Joined(membership.get(), placements.get());
   return absl::OkStatus();
@@ -252,9 +264,10 @@ void SluiceServer::Impl::Drain(std::chrono::milliseconds grace) {
   drain_cv.notify_all();
   if (!first) return;
   node->SetDraining();  // new push streams are refused from now on
-  grpc->SetReady(false);
   spdlog::info("event=drain grace_ms={} push_streams={} fetch_streams={}", grace.count(),
                streams->push(), streams->fetch());
+  std::lock_guard<std::mutex> lock(drain_mu);
+  if (serving) grpc->SetReady(false);
   // Out of the cluster's list: readers go to other replicas, writers are told it is down.
   if (membership != nullptr) membership->Leave();
 }

@@ -1,5 +1,6 @@
 #include "server/rules/admission.h"
 
+#include <cassert>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -45,6 +46,8 @@ absl::StatusOr<std::unique_ptr<StreamAdmission>> StreamAdmission::Enter(StreamKi
 }
 
 StreamAdmission::~StreamAdmission() {
+  // A wait's callback would run on a destroyed admission and keep what it was granted.
+  assert(!waiting_.load() && "an admission destroyed while it waits for memory or a merge slot");
   ReleaseCharge();
   ReleaseLargeFrame();
   if (merge_slot_) deps_.merge_gate->Leave();
@@ -75,6 +78,10 @@ absl::Status StreamAdmission::CheckStored(uint64_t bytes) {
   const int64_t have = stored_->load();
   const uint64_t held = have < 0 ? 0 : static_cast<uint64_t>(have);
   if (held + bytes <= limits_.stored_bytes) return absl::OkStatus();
+  return QuotaRefusal(held, bytes);
+}
+
+absl::Status StreamAdmission::QuotaRefusal(uint64_t held, uint64_t bytes) const {
   return absl::ResourceExhaustedError(absl::StrCat(
       "tenant '", tenant_, "' holds ", held, " bytes on this server; ", bytes,
       " more would pass its quota of ", limits_.stored_bytes,
@@ -90,15 +97,17 @@ absl::Status StreamAdmission::ReserveLargeFrame(uint64_t bytes, std::function<vo
     int64_t have = stored_->load();
     for (;;) {
       const uint64_t held = have < 0 ? 0 : static_cast<uint64_t>(have);
-      if (held + bytes > limits_.stored_bytes) return CheckStored(bytes);  // the refusal
+      if (held + bytes > limits_.stored_bytes) return QuotaRefusal(held, bytes);
       if (stored_->compare_exchange_weak(have, have + static_cast<int64_t>(bytes))) break;
     }
     quota_reserved_ = bytes;
   }
   large_bytes_ = bytes;
+  waiting_.store(true);
   deps_.budget->Reserve(bytes, [this, bytes, granted = std::move(granted)] {
     memory_reserved_.store(bytes);
     reserved_since_ = std::chrono::steady_clock::now();
+    waiting_.store(false);
     granted();
   });
   return absl::OkStatus();
@@ -123,8 +132,10 @@ bool StreamAdmission::TryEnterMerge() {
 }
 
 void StreamAdmission::EnterMerge(std::function<void()> admitted) {
+  waiting_.store(true);
   deps_.merge_gate->Enter([this, admitted = std::move(admitted)] {
     merge_slot_ = true;
+    waiting_.store(false);
     admitted();
   });
 }

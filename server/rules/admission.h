@@ -17,7 +17,9 @@
 //   admitted->ReleaseCharge();
 //   admitted->WhenBudgetAllows([this] { ReadNext(); });
 //
-// Not thread-safe: a stream uses its admission from one callback at a time.
+// Not thread-safe: a stream uses its admission from one callback at a time. An admission must
+// not be destroyed while it waits (for the budget to grant a large frame, for a merge slot):
+// its stream is idle then, and ends only once the wait is over.
 #ifndef SLUICE_SERVER_RULES_ADMISSION_H_
 #define SLUICE_SERVER_RULES_ADMISSION_H_
 
@@ -118,6 +120,8 @@ class StreamAdmission {
  private:
   StreamAdmission(StreamKind kind, const CallContext& call, const AdmissionDeps& deps)
       : kind_(kind), tenant_(call.tenant()), limits_(call.limits()), deps_(deps) {}
+  // RESOURCE_EXHAUSTED: `bytes` more on the `held` the tenant's stores hold pass its quota.
+  absl::Status QuotaRefusal(uint64_t held, uint64_t bytes) const;
 
   const StreamKind kind_;
   const std::string tenant_;
@@ -131,6 +135,7 @@ class StreamAdmission {
   std::atomic<uint64_t> memory_reserved_{0};      // the large frame's, once granted
   std::chrono::steady_clock::time_point reserved_since_;
   bool merge_slot_ = false;
+  std::atomic<bool> waiting_{false};  // a Reserve or EnterMerge callback is outstanding
 };
 
 /// A create's hold on its tenant's shuffle quota: the tenant's creates are serialised while

@@ -8,6 +8,21 @@
 #include "spdlog/spdlog.h"
 
 namespace sluice {
+namespace {
+
+// An error of the cluster's record about shuffle `id`, saying which shuffle as its caller knows
+// it (the record's own errors do not name it). etcd's unavailability speaks of etcd alone.
+absl::Status AboutShuffle(const std::string& id, const absl::Status& st) {
+  if (st.ok() || absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st)) return st;
+  return absl::Status(st.code(), absl::StrCat("shuffle '", ShuffleName(id), "': ", st.message()));
+}
+template <typename T>
+absl::StatusOr<T> About(const std::string& id, absl::StatusOr<T> r) {
+  if (r.ok()) return r;
+  return AboutShuffle(id, r.status());
+}
+
+}  // namespace
 
 void ClusterNode::SetSelf(Self self) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -34,6 +49,8 @@ ClusterNode::View ClusterNode::view() const {
   std::lock_guard<std::mutex> lock(mu_);
   return View{nodes_, placements_, self_.node_id};
 }
+
+bool ClusterNode::joined() const { return view().placements != nullptr; }
 
 bool ClusterNode::registered() const {
   const View c = view();
@@ -76,7 +93,7 @@ absl::StatusOr<std::shared_ptr<const ClusterNode::Kept>> ClusterNode::KeptPartit
   }
   const View c = view();
   SLUICE_RETURN_IF_ERROR(c.Joined());
-  SLUICE_ASSIGN_OR_RETURN(auto placed, c.placements->Get(id));
+  SLUICE_ASSIGN_OR_RETURN(auto placed, About(id, c.placements->Get(id)));
   // Not remembered when unrecorded: it may be created later.
   if (!placed.has_value()) return std::shared_ptr<const Kept>();
   return Remember(id, *placed, c.node_id);
@@ -141,7 +158,7 @@ absl::Status ClusterNode::ResolvePending(const std::string& id) {
   }
   const View c = view();
   SLUICE_RETURN_IF_ERROR(c.Joined());
-  SLUICE_ASSIGN_OR_RETURN(auto decided, c.placements->Decisions(id));
+  SLUICE_ASSIGN_OR_RETURN(auto decided, About(id, c.placements->Decisions(id)));
   std::vector<std::pair<uint32_t, uint64_t>> winners;
   for (uint32_t m : pending) {
     auto d = decided.find(m);
@@ -190,9 +207,10 @@ absl::StatusOr<bool> ClusterNode::Create(const ShuffleParams& params, uint32_t r
   SLUICE_ASSIGN_OR_RETURN(const std::vector<NodeEntry> nodes, c.nodes->Nodes());
   std::vector<std::string> ids;
   for (const NodeEntry& n : nodes) ids.push_back(n.node_id);
-  SLUICE_ASSIGN_OR_RETURN(PlacementStore::Created placed,
-                          c.placements->Create(params.shuffle_id, params.num_partitions,
-                                               params.num_mappers, replication, ids));
+  SLUICE_ASSIGN_OR_RETURN(
+      PlacementStore::Created placed,
+      About(params.shuffle_id, c.placements->Create(params.shuffle_id, params.num_partitions,
+                                                    params.num_mappers, replication, ids)));
   const ShufflePlacement& p = placed.placement;
   if (!placed.created &&
       (p.num_partitions != params.num_partitions || p.num_mappers != params.num_mappers ||
@@ -218,7 +236,7 @@ absl::Status ClusterNode::Delete(const std::string& id) {
   if (clustered_) {  // its record first: no server makes its store again from it
     const View c = view();
     SLUICE_RETURN_IF_ERROR(c.Joined());
-    SLUICE_ASSIGN_OR_RETURN(recorded, c.placements->Delete(id));
+    SLUICE_ASSIGN_OR_RETURN(recorded, About(id, c.placements->Delete(id)));
     std::lock_guard<std::mutex> lock(mu_);
     kept_.erase(id);
     checked_.erase(id);
@@ -237,7 +255,7 @@ absl::StatusOr<size_t> ClusterNode::CountForCreate(const std::string& prefix,
   }
   const View c = view();
   SLUICE_RETURN_IF_ERROR(c.Joined());
-  SLUICE_ASSIGN_OR_RETURN(auto placed, c.placements->Get(id));
+  SLUICE_ASSIGN_OR_RETURN(auto placed, About(id, c.placements->Get(id)));
   if (placed.has_value()) return 0;
   return c.placements->CountWithPrefix(prefix);
 }
@@ -257,7 +275,7 @@ absl::StatusOr<uint64_t> ClusterNode::DecideMapper(const std::string& id, uint32
   if (clustered_) {
     const View c = view();
     SLUICE_RETURN_IF_ERROR(c.Joined());
-    SLUICE_ASSIGN_OR_RETURN(winner, c.placements->DecideMapper(id, mapper, attempt));
+    SLUICE_ASSIGN_OR_RETURN(winner, About(id, c.placements->DecideMapper(id, mapper, attempt)));
   }
   auto outcome = store->Resolve(mapper, winner);
   if (!outcome.ok()) {
@@ -290,7 +308,7 @@ absl::StatusOr<ClusterNode::Placement> ClusterNode::GetPlacement(const std::stri
   }
   const View c = view();
   SLUICE_RETURN_IF_ERROR(c.Joined());
-  SLUICE_ASSIGN_OR_RETURN(auto placed, c.placements->Get(id));
+  SLUICE_ASSIGN_OR_RETURN(auto placed, About(id, c.placements->Get(id)));
   if (!placed.has_value()) {
     return absl::NotFoundError(
         absl::StrCat("shuffle '", ShuffleName(id), "' not found in the cluster"));

@@ -76,6 +76,8 @@ class ClusterNode {
   /// The cluster's servers and record, once this server has joined (both outlive the node's
   /// use of them: the wiring stops serving before it lets them go).
   void Joined(const NodeDirectory* nodes, PlacementStore* placements);
+  /// Whether this server has joined its cluster (false on its own).
+  bool joined() const;
   /// The cluster's servers: this one alone when on its own.
   absl::StatusOr<std::vector<NodeEntry>> Nodes() const;
   /// Whether this server's registration is live (false on its own or before it joined).

@@ -7,6 +7,7 @@
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
 #include "codec/status_macros.h"
+#include "server/storage/shuffle_id.h"
 
 namespace sluice {
 
@@ -28,9 +29,9 @@ absl::Status FetchSession::Setup() {
         "partition ", spec_.partition, " is out of range [0, ", params.num_partitions, ")"));
   }
   if (spec_.require_complete && params.num_mappers == 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("require_complete needs the shuffle's mapper count, and shuffle ",
-                     params.shuffle_id, " was created without one (num_mappers = 0)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "require_complete needs the shuffle's mapper count, and shuffle '",
+        ShuffleName(params.shuffle_id), "' was created without one (num_mappers = 0)"));
   }
   if (spec_.require_complete) {
     const size_t have = store_->CommittedMappers().size();

@@ -1,6 +1,6 @@
 // FetchSession: the rules of one partition's fetch, apart from any transport. The gRPC fetch
-// reactor (shuffle_service.cc) converts the request, asks for one frame at a time and writes
-// it; replication and tests drive the same rules without a stream.
+// reactor (server/service/fetch_reactor.cc) converts the request, asks for one frame at a time
+// and writes it; tests drive the same rules without a stream.
 //
 //   FetchSpec spec{.shuffle_id = "job", .partition = 3, .key_order = true};
 //   SLUICE_ASSIGN_OR_RETURN(auto session, FetchSession::Make(spec, deps));
@@ -10,7 +10,7 @@
 // Make checks the request (partition in range, require_complete, the zstd level) and takes the
 // partition's committed blocks as they are now. UNORDERED: Next hands out the stored frames as
 // they were pushed, each read and checksum-verified. KEY: a k-way merge of the partition's runs
-// (server/merge.h), re-encoded in chunks of the size and layout asked for. A KEY session may
+// (server/rules/merge.h), re-encoded in chunks of the size and layout asked for. A KEY session may
 // hold up to fan-in decoded frames: callers admit at most so many at once (the server's merge
 // gate) before the first Next.
 //

@@ -126,10 +126,10 @@ absl::Status PushAttempt::Kept(uint32_t partition) const {
   if (kept_ == nullptr || partition >= kept_->size() || (*kept_)[partition]) {
     return absl::OkStatus();
   }
-  return absl::FailedPreconditionError(
-      absl::StrCat("partition ", partition, " of shuffle '", store_->params().shuffle_id,
-                   "' is kept on other servers of the cluster, not this one (GetPlacement says "
-                   "which)"));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "partition ", partition, " of shuffle '", ShuffleName(store_->params().shuffle_id),
+      "' is kept on other servers of the cluster, not this one (GetPlacement says "
+      "which)"));
 }
 
 absl::Status PushAttempt::BeginLargeFrame(uint32_t partition, uint64_t size) {
@@ -179,13 +179,13 @@ absl::Status PushAttempt::AddPiece(absl::Span<const uint8_t> piece) {
 
 absl::StatusOr<PushSummary> PushAttempt::Commit(uint64_t frame_count, uint64_t record_count,
                                                 bool prepare) {
-  if (store_ == nullptr) return absl::InvalidArgumentError("commit before the open message");
   if (!prepare && limits_.require_prepare) {
     return absl::FailedPreconditionError(
         "this server is part of a cluster: an attempt is prepared on every server of its "
         "shuffle (a commit message with prepare) and then decided with CommitMapper; use a "
         "client that takes the server list");
   }
+  if (store_ == nullptr) return absl::InvalidArgumentError("commit before the open message");
   SLUICE_RETURN_IF_ERROR(NoLargeFramePending("the commit"));
   if (frame_count != frames_ || record_count != records_) {
     return absl::InvalidArgumentError(absl::StrCat("commit says ", frame_count, " frames and ",

@@ -1,6 +1,6 @@
 // PushAttempt: the rules of one mapper attempt's push, apart from any transport. The gRPC push
-// reactor (shuffle_service.cc) converts each stream message and forwards it here; replication
-// and tests drive the same rules without a stream.
+// reactor (server/service/push_reactor.cc) converts each stream message and forwards it here;
+// tests drive the same rules without a stream.
 //
 //   PushAttempt attempt(&registry, limits);
 //   SLUICE_RETURN_IF_ERROR(attempt.Open("job", /*mapper=*/3, /*attempt=*/1));

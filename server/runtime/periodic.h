@@ -54,9 +54,9 @@ class Periodic {
   const std::function<void()> fn_;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;  // guarded by mu_
-  std::mutex run_mu_;  // held while fn_ runs
-  std::thread thread_;                 // last: starts once the rest is built
+  bool stop_ = false;   // guarded by mu_
+  std::mutex run_mu_;   // held while fn_ runs
+  std::thread thread_;  // last: starts once the rest is built
 };
 
 }  // namespace sluice

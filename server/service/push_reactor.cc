@@ -91,7 +91,7 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
       // Just announced: its whole size is reserved before any piece of it is read.
       st = admission_->ReserveLargeFrame(kBlockHeaderSize + attempt_.large_frame_size(),
                                          [this] { ReadNext(); });
-      if (st.ok()) return;
+      if (st.ok()) return;  // ReadNext once granted
     }
     if (!st.ok()) {
       Fail(st);

@@ -14,6 +14,7 @@
 #include "server/service/call_edge.h"
 #include "server/service/fetch_reactor.h"
 #include "server/service/push_reactor.h"
+#include "spdlog/spdlog.h"
 
 namespace sluice {
 namespace {
@@ -225,7 +226,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
     resp->set_node_id(self.node_id);
     resp->set_address(self.address);
     resp->set_started_unix_ms(self.started_unix_ms);
-    resp->set_clustered(node.clustered());
+    resp->set_clustered(node.joined());  // a member of a cluster (once it has joined)
     resp->set_registered(node.registered());
     resp->set_serving(!node.draining());
     // A tenant's own (the others' are not its business).
@@ -303,6 +304,8 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::Drain(grpc::CallbackServerContext*
                                                 : std::chrono::seconds(req->grace_seconds());
     resp->set_push_streams(static_cast<uint32_t>(deps_.admission.streams->push()));
     resp->set_fetch_streams(static_cast<uint32_t>(deps_.admission.streams->fetch()));
+    spdlog::info("event=drain_asked peer={} tenant={} grace_ms={}", call.peer(),
+                 call.tenant().empty() ? "-" : call.tenant(), grace.count());
     deps_.admin.drain(grace);  // leaves the cluster: asks etcd
     return absl::OkStatus();
   });

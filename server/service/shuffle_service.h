@@ -2,8 +2,8 @@
 // converts the request, forwards it to the transport-free rules (ClusterNode, the admissions,
 // PushAttempt and FetchSession through the stream reactors) and converts the answer. Nothing
 // here blocks a gRPC thread: the small calls run on their own pool (so never behind bulk work),
-// streams on the worker and merge pools. Included only by the wiring (server/sluice_server.cc),
-// so the generated gRPC headers stay out of widely included headers.
+// streams on the worker and merge pools. Included only by grpc_server.cc, so the generated gRPC
+// headers stay out of widely included headers.
 #ifndef SLUICE_SERVER_SERVICE_SHUFFLE_SERVICE_H_
 #define SLUICE_SERVER_SERVICE_SHUFFLE_SERVICE_H_
 

@@ -95,11 +95,15 @@ absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
     reg->FailDirLocked(i, st);
   }
   if (healthy == 0) {
-    // One directory: its own error, as before. Several: each named.
-    if (reg->dirs_.size() == 1) return reg->dirs_[0]->failed;
+    // For the operator starting the server: each directory named by its path.
+    if (reg->dirs_.size() == 1) {
+      const Dir& d = *reg->dirs_[0];
+      return absl::Status(d.failed.code(), absl::StrCat(d.path, ": ", d.failed.message()));
+    }
     std::string why;
-    for (const auto& d : reg->dirs_)
-      absl::StrAppend(&why, why.empty() ? "" : "; ", d->failed.message());
+    for (const auto& d : reg->dirs_) {
+      absl::StrAppend(&why, why.empty() ? "" : "; ", d->path, ": ", d->failed.message());
+    }
     return absl::UnavailableError(absl::StrCat("no data directory can be used: ", why));
   }
   return reg;

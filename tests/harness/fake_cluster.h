@@ -74,7 +74,7 @@ class FakePlacementStore final : public PlacementStore {
     std::lock_guard<std::mutex> lock(mu_);
     if (absl::Status st = Call(); !st.ok()) return st;
     if (shuffles_.count(id) == 0) {
-      return absl::NotFoundError(absl::StrCat("shuffle '", id, "' is not recorded"));
+      return absl::NotFoundError("it is not recorded in the cluster (deleted?)");
     }
     return decisions_[id].emplace(mapper, attempt).first->second;
   }

@@ -141,7 +141,16 @@ TEST(ClusterNodeTest, ACreatePlacesOnceAndEachServerKeepsOnlyItsPartitions) {
   }
   ASSERT_OK_AND_ASSIGN(auto push_kept, n0.node->PrepareToPush("job"));
   ASSERT_NE(push_kept, nullptr);
+  for (uint32_t p : kept) EXPECT_TRUE((*push_kept)[p]);
   for (uint32_t p : other) EXPECT_FALSE((*push_kept)[p]);
+  // n1 too: its store exists exactly when it keeps a part, and it serves only what it keeps.
+  const auto [kept1, other1] = Split(*placed, "n1");
+  EXPECT_EQ(n1.registry->Get("job").ok(), !kept1.empty());
+  for (uint32_t p : kept1) EXPECT_OK(n1.node->PrepareToServe("job", p)) << p;
+  for (uint32_t p : other1) {
+    EXPECT_THAT(n1.node->PrepareToServe("job", p),
+                StatusIs(absl::StatusCode::kFailedPrecondition, "server n1 keeps no replica"));
+  }
   // The placement is remembered: no read of the record for what the server keeps.
   const int calls = record.calls();
   ASSERT_OK(n0.node->KeptPartitions("job").status());
@@ -232,15 +241,24 @@ TEST(ClusterNodeTest, ADeleteRemovesTheRecordFirstAndTheStoreWhereItIs) {
   Server n0("n0", true), n1("n1", true);
   n0.node->Joined(&nodes, &record);
   n1.node->Joined(&nodes, &record);
-  ASSERT_OK(n0.node->Create({"job", 4, 2}, 1).status());
-  ASSERT_OK(n1.node->Delete("job"));  // through a server that may hold none of it
+  ASSERT_OK(n0.node->Create({"job", 4, 2}, 2).status());  // every partition on both
+  ASSERT_OK(n1.node->PrepareToServe("job", 0));           // n1 makes its store from the record
+  ASSERT_OK(n1.registry->Get("job").status());
+  ASSERT_OK(n1.node->Delete("job"));
   ASSERT_OK_AND_ASSIGN(auto placed, record.Get("job"));
   EXPECT_FALSE(placed.has_value());
-  EXPECT_EQ(n1.registry->Get("job").ok(), false);
-  // n0 still has its store: nobody makes it again from the record, and its own delete takes it.
+  EXPECT_THAT(n1.registry->Get("job").status(), StatusIs(absl::StatusCode::kNotFound, ""));
+  // Nobody makes it again from the record: a read through n1 finds no shuffle.
+  ASSERT_OK(n1.node->PrepareToServe("job", 0));
+  EXPECT_THAT(n1.registry->Get("job").status(), StatusIs(absl::StatusCode::kNotFound, ""));
+  // n0 still has its store (only n0's own delete takes it): recorded nowhere, it is deleted here.
   EXPECT_OK(n0.registry->Get("job").status());
   EXPECT_OK(n0.node->Delete("job"));
   EXPECT_THAT(n0.registry->Get("job").status(), StatusIs(absl::StatusCode::kNotFound, ""));
+  // A shuffle recorded but kept only elsewhere: deleted through a server without it, all the same.
+  ASSERT_OK(record.Create("far", 1, 1, 1, {"n0"}).status());
+  EXPECT_OK(n1.node->Delete("far"));
+  EXPECT_THAT(n1.node->Delete("far"), StatusIs(absl::StatusCode::kNotFound, ""));
 }
 
 TEST(ClusterNodeTest, AQuotaCountsTheTenantsShufflesInTheRecordAndPlacementsNameAddresses) {

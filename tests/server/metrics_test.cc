@@ -16,8 +16,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "server/metrics/metrics_http.h"
 #include "server/metrics/metric_families.h"
+#include "server/metrics/metrics_http.h"
 #include "server/metrics/server_metrics.h"
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -24,14 +25,17 @@ TEST(ShuffleExpiryTest, IdleShufflesGoAndUsedOrWrittenOnesStay) {
   for (const char* id : {"idle", "used", "written"})
     ASSERT_OK(registry->Create({id, 1, 0}).status());
   ASSERT_OK_AND_ASSIGN(auto idle, registry->Get("idle"));
-  const auto created = idle->last_used();
-  std::this_thread::sleep_for(milliseconds(2));  // the use below comes strictly later
   ASSERT_OK_AND_ASSIGN(auto used, registry->Get("used"));
+  const auto made = std::max(idle->last_used(), used->last_used());  // both made by then
+  std::this_thread::sleep_for(milliseconds(2));  // the use below comes strictly later
   used->Touch();
+  ASSERT_GT(used->last_used(), made);
   ASSERT_OK_AND_ASSIGN(auto written, registry->GetForWriting("written"));  // a push writes
 
-  EXPECT_EQ(expiry.ExpireIdle(created + ttl - milliseconds(1)), 0u) << "nothing is idle that long";
-  EXPECT_EQ(expiry.ExpireIdle(created + ttl), 1u);
+  EXPECT_EQ(expiry.ExpireIdle(idle->last_used() + ttl - milliseconds(1)), 0u)
+      << "nothing is idle that long";
+  // Past the lifetime of both creations: only the one not used since goes.
+  EXPECT_EQ(expiry.ExpireIdle(made + ttl), 1u);
   EXPECT_THAT(registry->Get("idle").status(), StatusIs(absl::StatusCode::kNotFound, "idle"));
   EXPECT_OK(registry->Get("used").status()) << "its use started its idle time again";
   EXPECT_EQ(expiry.ExpireIdle(used->last_used() + ttl), 1u);

@@ -22,6 +22,8 @@
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
 #include "server/storage/file_util.h"
+#include "server/storage/shuffle_registry.h"
+#include "tests/harness/frames.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"
 
@@ -627,6 +629,46 @@ TEST_F(ShuffleStoreTest, DiscardedBlocksGiveTheirSpaceBack) {
   EXPECT_EQ(after.st_size, before.st_size);  // the size stays; the blocks are freed
   EXPECT_LT(after.st_blocks, before.st_blocks - 100 * 1024 / 512 / 2);
   EXPECT_EQ(ReadPartition(*store, 0).size(), 4000u);  // neighbours untouched
+}
+
+uint64_t Held(ShuffleRegistry& registry, const std::string& tenant) {
+  return static_cast<uint64_t>(registry.TenantBytes(tenant)->load());
+}
+
+// The bytes a tenant's stores hold, summed in the registry as they change (a quota reads it).
+TEST(ShuffleRegistryTest, ATenantsStoredBytesFollowItsBlocks) {
+  TempDir dir;
+  const std::string frame = testing::RandomValueFrame(1000, 1);
+  const uint64_t block = kBlockHeaderSize + frame.size();
+  {
+    ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(dir.path(), StoreOptions{}));
+    ASSERT_OK(registry->Create({"t~s", 2, 2}).status());
+    ASSERT_OK(registry->Create({"u~s", 2, 2}).status());
+    ASSERT_OK(registry->Create({"plain", 2, 2}).status());
+    ASSERT_OK_AND_ASSIGN(auto store, registry->Get("t~s"));
+    ASSERT_OK_AND_ASSIGN(BlockRef lost, store->Append(0, 1, 0, testing::Bytes(frame), 1));
+    EXPECT_EQ(Held(*registry, "t"), block);
+    store->Discard({lost});  // an attempt that failed gives its bytes back
+    EXPECT_EQ(Held(*registry, "t"), 0u);
+    ASSERT_OK_AND_ASSIGN(BlockRef b0, store->Append(0, 2, 0, testing::Bytes(frame), 1));
+    ASSERT_OK_AND_ASSIGN(BlockRef b1, store->Append(0, 2, 1, testing::Bytes(frame), 1));
+    ASSERT_OK(store->Commit(0, 2, {b0, b1}).status());
+    ASSERT_OK_AND_ASSIGN(BlockRef dup, store->Append(0, 3, 0, testing::Bytes(frame), 1));
+    ASSERT_OK_AND_ASSIGN(CommitOutcome o, store->Commit(0, 3, {dup}));
+    EXPECT_EQ(o, CommitOutcome::kDuplicate);
+    store->Discard({dup});
+    // An attempt in flight at a stop: held now, reclaimed by the next start.
+    ASSERT_OK(store->Append(1, 1, 0, testing::Bytes(frame), 1).status());
+    EXPECT_EQ(Held(*registry, "t"), 3 * block);
+    EXPECT_EQ(Held(*registry, "u"), 0u);
+    EXPECT_EQ(registry->CountWithPrefix("t~"), 1u);
+  }
+  ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(dir.path(), StoreOptions{}));
+  EXPECT_EQ(Held(*registry, "t"), 2 * block);
+  ASSERT_OK(registry->Delete("t~s"));
+  EXPECT_EQ(Held(*registry, "t"), 0u);
+  EXPECT_EQ(registry->CountWithPrefix("t~"), 0u);
+  EXPECT_EQ(registry->CountWithPrefix("u~"), 1u);
 }
 
 }  // namespace
