@@ -13,20 +13,21 @@
 #include <thread>
 #include <vector>
 
+#include "tests/harness/wait.h"
+
 namespace sluice {
 namespace {
 
 using std::chrono::milliseconds;
 
-// Waits (up to 10 s) until pred() holds.
-template <typename Pred>
-bool Eventually(Pred pred) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(milliseconds(1));
-  }
-  return true;
+using testing::Eventually;
+
+// Returns once every task submitted to `pool` before it has run (a pool of one thread runs its
+// tasks in order): what has not happened by then will not happen without a new submission.
+void Flush(WorkerPool& pool) {
+  std::promise<void> done;
+  pool.Submit([&done] { done.set_value(); });
+  done.get_future().wait();
 }
 
 TEST(WorkerPoolTest, RunsEveryTaskOnItsThreadsAndDrainsTheQueueWhenDestroyed) {
@@ -74,7 +75,7 @@ TEST(WorkerPoolTest, ThreadsRunConcurrently) {
 // large one that waits), and a reservation over the whole limit goes once nothing else is
 // charged.
 TEST(MemoryBudgetTest, ReservationsAreChargedWhenGrantedAndServedInOrder) {
-  WorkerPool pool(2);
+  WorkerPool pool(1);  // in order: Flush shows what will not happen
   MemoryBudget budget(100, &pool);
   std::atomic<int> order{0}, big_at{-1}, small_at{-1}, huge_at{-1};
   budget.Reserve(60, [&] { order++; });
@@ -82,17 +83,17 @@ TEST(MemoryBudgetTest, ReservationsAreChargedWhenGrantedAndServedInOrder) {
   EXPECT_EQ(budget.used(), 60u);
   budget.Reserve(70, [&] { big_at = order++; });      // 130 > 100: waits
   budget.WhenAvailable([&] { small_at = order++; });  // 60 < 100, but behind the big one
-  std::this_thread::sleep_for(milliseconds(50));
+  Flush(pool);
   EXPECT_EQ(order.load(), 1) << "a waiter passed a reservation that waits before it";
   EXPECT_EQ(budget.parked_total(), 2u);
   budget.Release(60);  // 0: the 70 is charged, and 70 < 100 lets the small one go too
-  // (Both are granted, in order, by this call; they then run on the pool in either order.)
+  // (Both are granted, in order, by this call, and run on the pool.)
   ASSERT_TRUE(Eventually([&] { return order.load() == 3; }));
   EXPECT_GE(big_at.load(), 1);
   EXPECT_GE(small_at.load(), 1);
   EXPECT_EQ(budget.used(), 70u);
   budget.Reserve(250, [&] { huge_at = order++; });  // over the limit: alone, once used is 0
-  std::this_thread::sleep_for(milliseconds(50));
+  Flush(pool);
   EXPECT_EQ(huge_at.load(), -1);
   budget.Release(70);
   ASSERT_TRUE(Eventually([&] { return huge_at.load() == 3; }));
@@ -102,7 +103,7 @@ TEST(MemoryBudgetTest, ReservationsAreChargedWhenGrantedAndServedInOrder) {
 }
 
 TEST(MemoryBudgetTest, WaitersParkWhileFullAndResumeOnThePoolWhenMemoryIsReleased) {
-  WorkerPool pool(2);
+  WorkerPool pool(1);  // in order: Flush shows what will not happen
   MemoryBudget budget(100, &pool);
   std::atomic<int> resumed{0};
   std::atomic<bool> on_caller{false};
@@ -120,11 +121,11 @@ TEST(MemoryBudgetTest, WaitersParkWhileFullAndResumeOnThePoolWhenMemoryIsRelease
   EXPECT_EQ(budget.used(), 150u);
   for (int i = 0; i < 3; ++i) budget.WhenAvailable([&] { ++resumed; });
   EXPECT_EQ(budget.parked_total(), 3u);
-  std::this_thread::sleep_for(milliseconds(50));
+  Flush(pool);
   EXPECT_EQ(resumed.load(), 1) << "a waiter ran while the budget was full";
 
   budget.Release(40);  // 110: still full
-  std::this_thread::sleep_for(milliseconds(50));
+  Flush(pool);
   EXPECT_EQ(resumed.load(), 1);
   budget.Release(20);  // 90: room, every waiter goes
   ASSERT_TRUE(Eventually([&] { return resumed.load() == 4; }));
@@ -133,7 +134,7 @@ TEST(MemoryBudgetTest, WaitersParkWhileFullAndResumeOnThePoolWhenMemoryIsRelease
 }
 
 TEST(GateTest, AdmitsAtMostItsLimitAndPassesSlotsInOrder) {
-  WorkerPool pool(2);
+  WorkerPool pool(1);  // in order: Flush shows what will not happen
   Gate gate(2, &pool);
   std::mutex mu;
   std::vector<int> admitted;
@@ -149,7 +150,7 @@ TEST(GateTest, AdmitsAtMostItsLimitAndPassesSlotsInOrder) {
   };
   for (int i = 0; i < 5; ++i) enter(i);
   ASSERT_TRUE(Eventually([&] { return count() == 2; }));
-  std::this_thread::sleep_for(milliseconds(50));
+  Flush(pool);
   EXPECT_EQ(count(), 2u) << "more holders than the limit";
   gate.Leave();
   ASSERT_TRUE(Eventually([&] { return count() == 3; }));
