@@ -4,6 +4,8 @@
 #ifndef SLUICE_CLIENT_CLI_FLAGS_H_
 #define SLUICE_CLIENT_CLI_FLAGS_H_
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -11,6 +13,7 @@
 #include <set>
 #include <string>
 
+#include "client/shuffle_client.h"
 #include "rpc/tls_options.h"
 
 namespace sluice::cli {
@@ -87,6 +90,28 @@ inline ClientTlsOptions TlsFlags(Flags& f) {
   tls.key_file = f.Get("tls-key", "");
   tls.server_name = f.Get("tls-server-name", "");
   return tls;
+}
+
+/// The timeouts of every command that calls a server (docs/api.md, "Timeouts and hung
+/// servers"), in seconds: --call-timeout-s (each control call), --keepalive-s and
+/// --keepalive-timeout-s (a hung server is found within about their sum; keepalive at least 1).
+inline ClientOptions TimeoutFlags(Flags& f) {
+  ClientOptions o;
+  const auto seconds = [&](const char* name, std::chrono::milliseconds def, double min) {
+    const std::string text = f.Get(name, "");
+    if (text.empty()) return def;
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (end == text.c_str() || *end != '\0' || !(v >= min) || v > 86400) {
+      std::fprintf(stderr, "--%s=%s: give seconds, %g to 86400\n", name, text.c_str(), min);
+      std::exit(2);
+    }
+    return std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
+  };
+  o.call_deadline = seconds("call-timeout-s", o.call_deadline, 0.001);
+  o.keepalive_time = seconds("keepalive-s", o.keepalive_time, 1);
+  o.keepalive_timeout = seconds("keepalive-timeout-s", o.keepalive_timeout, 0.001);
+  return o;
 }
 
 /// The bearer token for servers that ask for credentials: the first line of --token-file FILE

@@ -8,8 +8,14 @@
 //           of the servers (the next on UNAVAILABLE) to decide. No failover: a failed server
 //           fails the attempt, and the engine retries it with a new attempt id.
 //   reader: the partition's primary; on a failure another replica could avoid (unreachable,
-//           hung, damaged, overloaded) the next replica, told to skip the records already
-//           returned. Replicas order a partition alike, so nothing comes twice or is skipped.
+//           hung, damaged, overloaded, or not keeping it: a node renamed at its address) the
+//           next replica, told to skip the records already returned. Replicas order a
+//           partition alike, so nothing comes twice or is skipped.
+//
+// Faults (docs/api.md, "Errors and retries"): a server that timed out or could not be reached
+// is marked unhealthy for a while and asked after the others; a placement is kept past its TTL
+// while no server can give a fresh one (etcd down); an error that is etcd's is not tried on
+// the other servers (they share etcd), but for GetPlacement (another server may remember it).
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -29,6 +35,7 @@
 #include "client/shuffle_client.h"
 #include "client/transport.h"
 #include "codec/status_macros.h"
+#include "rpc/error_reason.h"
 #include "rpc/tls_options.h"
 
 namespace sluice {
@@ -38,6 +45,7 @@ using Clock = std::chrono::steady_clock;
 
 // A failure the next server (a seed, a replica, a decider) may not have.
 bool TryAnother(const absl::Status& st) {
+  if (ReasonOf(st) == ErrorReason::kNotKept) return true;  // the placement names another
   switch (st.code()) {
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kDeadlineExceeded:
@@ -52,6 +60,46 @@ bool TryAnother(const absl::Status& st) {
       return false;
   }
 }
+
+// A failure that says the server itself could not be reached or did not answer in time (not
+// an answer it gave): it is asked after the others for a while.
+bool Unresponsive(const absl::Status& st) {
+  if (IsFromServer(st)) return false;
+  return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st);
+}
+
+// A cluster writer: a server that answers it keeps no part of the shuffle (a node renamed or
+// replaced at its address) means the placement was stale: it is forgotten, and the attempt
+// fails with UNAVAILABLE, for the engine to retry it (the next one is routed afresh).
+class StaleAwareWriter final : public ShuffleWriter {
+ public:
+  StaleAwareWriter(std::unique_ptr<ShuffleWriter> writer, std::function<void()> forget)
+      : writer_(std::move(writer)), forget_(std::move(forget)) {}
+  absl::Status Add(std::string_view key, std::string_view value) override {
+    absl::Status st = writer_->Add(key, value);
+    if (st.ok()) return st;
+    return Retryable(std::move(st));
+  }
+  absl::StatusOr<WriteResult> Close() override {
+    auto r = writer_->Close();
+    if (r.ok()) return r;
+    return Retryable(r.status());
+  }
+  void Abort() override { writer_->Abort(); }
+
+ private:
+  absl::Status Retryable(absl::Status st) {
+    if (ReasonOf(st) != ErrorReason::kNotKept) return st;
+    forget_();
+    return WithReason(absl::UnavailableError(absl::StrCat(
+                          st.message(),
+                          "; the client's placement was stale (a server renamed or replaced at "
+                          "its address): retry the attempt, it is routed afresh")),
+                      ErrorReason::kNotKept);
+  }
+  std::unique_ptr<ShuffleWriter> writer_;
+  std::function<void()> forget_;
+};
 
 // A reader of one partition over its replicas, in order.
 class FailoverReader final : public ShuffleReader {
@@ -99,7 +147,7 @@ class FailoverReader final : public ShuffleReader {
         return more;
       }
       if (!TryAnother(more.status())) return more.status();
-      errors_.push_back(absl::StrCat(names_[current_], ": ", more.status().ToString()));
+      errors_.push_back(absl::StrCat(names_[current_], ": ", Describe(more.status())));
       reader_.reset();
       ++current_;
       if (on_failover_) on_failover_();
@@ -148,14 +196,36 @@ class ClusterClient final : public ShuffleClient {
     bool any = false;
     absl::Status last =
         absl::UnavailableError(absl::StrCat("no server of shuffle '", id, "' is registered now"));
-    for (size_t n = 0; n < p.nodes.size(); ++n) {
-      if (!keeps[n] || p.nodes[n].address.empty()) continue;
-      per_node[n] = Link(p.nodes[n].address)->client().GetShuffle(id);
+    // The servers that answered lately first; one marked unresponsive only if a partition it
+    // keeps has no answer yet.
+    auto ask = [&](size_t n) {
+      const std::string& address = p.nodes[n].address;
+      per_node[n] = Link(address)->client().GetShuffle(id);
+      Mark(address, per_node[n].status());
       if (per_node[n].ok()) {
         any = true;
       } else {
         last = per_node[n].status();
       }
+    };
+    std::vector<size_t> later;
+    for (size_t n = 0; n < p.nodes.size(); ++n) {
+      if (!keeps[n] || p.nodes[n].address.empty()) continue;
+      if (Unhealthy(p.nodes[n].address)) {
+        later.push_back(n);
+      } else {
+        ask(n);
+      }
+    }
+    for (size_t n : later) {
+      bool needed = false;
+      for (const auto& r : p.replicas) {
+        if (std::find(r.begin(), r.end(), n) == r.end()) continue;
+        if (std::none_of(r.begin(), r.end(), [&](uint32_t m) { return per_node[m].ok(); })) {
+          needed = true;
+        }
+      }
+      if (needed) ask(n);
     }
     if (!any) return last;
     ShuffleStatus out;
@@ -261,7 +331,8 @@ class ClusterClient final : public ShuffleClient {
         .status();
   }
   absl::StatusOr<PlacementInfo> GetPlacement(const std::string& id) override {
-    return OnSeed<PlacementInfo>([&](ShuffleClient& c) { return c.GetPlacement(id); });
+    return OnSeed<PlacementInfo>([&](ShuffleClient& c) { return c.GetPlacement(id); }, nullptr,
+                                 /*past_etcd=*/true);
   }
 
   absl::StatusOr<std::unique_ptr<ShuffleWriter>> OpenWriter(const std::string& id, uint32_t mapper,
@@ -269,6 +340,45 @@ class ClusterClient final : public ShuffleClient {
                                                             const WriterOptions& options) override {
     SLUICE_ASSIGN_OR_RETURN(const bool clustered, Clustered());
     if (!clustered) return Seed(0).client().OpenWriter(id, mapper, attempt, options);
+    return OpenClusterWriter(id, mapper, attempt, options);
+  }
+
+  absl::StatusOr<std::unique_ptr<ShuffleReader>> OpenReader(const std::string& id,
+                                                            uint32_t partition,
+                                                            const ReaderOptions& options) override {
+    SLUICE_ASSIGN_OR_RETURN(const bool clustered, Clustered());
+    if (!clustered) return Seed(0).client().OpenReader(id, partition, options);
+    SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, Placed(id));
+    const PlacementInfo& p = placed.info;
+    if (partition >= p.num_partitions) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("partition ", partition, " is out of range [0, ", p.num_partitions, ")"));
+    }
+    std::vector<ServerLink*> replicas;
+    std::vector<std::string> names;
+    for (uint32_t n : p.replicas[partition]) {
+      const NodeAddress& node = p.nodes[n];
+      replicas.push_back(node.address.empty() ? nullptr : Link(node.address));
+      names.push_back(node.address.empty() ? node.node_id
+                                           : absl::StrCat(node.node_id, " at ", node.address));
+    }
+    return std::unique_ptr<ShuffleReader>(
+        new FailoverReader(std::move(replicas), std::move(names), id, partition, options,
+                           options_.limits, [this, id] { Forget(id); }));
+  }
+
+ private:
+  struct CachedPlacement {
+    PlacementInfo info;
+    size_t seed = 0;  // the seed that gave it
+    Clock::time_point at;
+  };
+
+  // A writer over the placement: one stream per server that keeps any replica.
+  absl::StatusOr<std::unique_ptr<ShuffleWriter>> OpenClusterWriter(const std::string& id,
+                                                                   uint32_t mapper,
+                                                                   uint64_t attempt,
+                                                                   const WriterOptions& options) {
     SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, Placed(id));
     const PlacementInfo& p = placed.info;
     // One stream per server that keeps any replica, in node order.
@@ -306,39 +416,9 @@ class ClusterClient final : public ShuffleClient {
     auto writer = PartitionedWriter::Make(p.num_partitions, std::move(streams), std::move(routes),
                                           options, options_.limits, decide, attempt);
     if (!writer.ok()) return writer.status();
-    return std::unique_ptr<ShuffleWriter>(std::move(writer).value());
+    return std::unique_ptr<ShuffleWriter>(
+        new StaleAwareWriter(std::move(writer).value(), [this, id] { Forget(id); }));
   }
-
-  absl::StatusOr<std::unique_ptr<ShuffleReader>> OpenReader(const std::string& id,
-                                                            uint32_t partition,
-                                                            const ReaderOptions& options) override {
-    SLUICE_ASSIGN_OR_RETURN(const bool clustered, Clustered());
-    if (!clustered) return Seed(0).client().OpenReader(id, partition, options);
-    SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, Placed(id));
-    const PlacementInfo& p = placed.info;
-    if (partition >= p.num_partitions) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("partition ", partition, " is out of range [0, ", p.num_partitions, ")"));
-    }
-    std::vector<ServerLink*> replicas;
-    std::vector<std::string> names;
-    for (uint32_t n : p.replicas[partition]) {
-      const NodeAddress& node = p.nodes[n];
-      replicas.push_back(node.address.empty() ? nullptr : Link(node.address));
-      names.push_back(node.address.empty() ? node.node_id
-                                           : absl::StrCat(node.node_id, " at ", node.address));
-    }
-    return std::unique_ptr<ShuffleReader>(
-        new FailoverReader(std::move(replicas), std::move(names), id, partition, options,
-                           options_.limits, [this, id] { Forget(id); }));
-  }
-
- private:
-  struct CachedPlacement {
-    PlacementInfo info;
-    size_t seed = 0;  // the seed that gave it
-    Clock::time_point at;
-  };
 
   // The link to `address`, made on first use and kept (each owns a channel).
   ServerLink* Link(const std::string& address) {
@@ -395,31 +475,64 @@ class ClusterClient final : public ShuffleClient {
   }
 
   // Calls fn on the seeds in turn until one answers (anything but a failure another server
-  // might not have).
+  // might not have): the healthy ones first, in the order given, then those marked
+  // unresponsive. A failure of etcd ends it (every server shares etcd), unless `past_etcd`.
   template <typename T, typename Fn>
-  absl::StatusOr<T> OnSeed(Fn fn, size_t* which = nullptr) {
-    for (size_t i = 0;; ++i) {  // (there is at least one seed)
-      absl::StatusOr<T> r = fn(Seed(i).client());
-      if (r.ok() || !TryAnother(r.status()) || i + 1 == seeds_.size()) {
-        if (which != nullptr) *which = i;
-        return r;
-      }
+  absl::StatusOr<T> OnSeed(Fn fn, size_t* which = nullptr, bool past_etcd = false) {
+    std::vector<size_t> order;
+    std::vector<size_t> later;
+    for (size_t i = 0; i < seeds_.size(); ++i) (Unhealthy(seeds_[i]) ? later : order).push_back(i);
+    order.insert(order.end(), later.begin(), later.end());
+    absl::StatusOr<T> r = absl::UnavailableError("no server");
+    for (size_t k = 0; k < order.size(); ++k) {
+      const size_t i = order[k];
+      r = fn(Seed(i).client());
+      Mark(seeds_[i], r.status());
+      if (which != nullptr) *which = i;
+      if (r.ok() || !TryAnother(r.status())) return r;
+      if (!past_etcd && ReasonOf(r.status()) == ErrorReason::kEtcdUnavailable) return r;
+    }
+    return r;
+  }
+
+  // Whether `address` did not answer lately (asked after the others until the mark ends).
+  bool Unhealthy(const std::string& address) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = unhealthy_.find(address);
+    if (it == unhealthy_.end()) return false;
+    if (Clock::now() < it->second) return true;
+    unhealthy_.erase(it);
+    return false;
+  }
+  // Notes what a call to `address` told of its health.
+  void Mark(const std::string& address, const absl::Status& st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Unresponsive(st)) {
+      unhealthy_[address] = Clock::now() + options_.unhealthy_for;
+    } else {
+      unhealthy_.erase(address);
     }
   }
 
-  // The shuffle's placement, from the cache while fresh.
+  // The shuffle's placement, from the cache while fresh; past its TTL the one held is kept
+  // while no server can give a fresh one (a placement never changes: it is the same one).
   absl::StatusOr<CachedPlacement> Placed(const std::string& id) {
+    std::optional<CachedPlacement> held;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = placements_.find(id);
-      if (it != placements_.end() && Clock::now() - it->second.at < options_.placement_ttl) {
-        return it->second;
+      if (it != placements_.end()) {
+        if (Clock::now() - it->second.at < options_.placement_ttl) return it->second;
+        held = it->second;
       }
     }
     CachedPlacement out;
-    auto info =
-        OnSeed<PlacementInfo>([&](ShuffleClient& c) { return c.GetPlacement(id); }, &out.seed);
-    if (!info.ok()) return info.status();
+    auto info = OnSeed<PlacementInfo>([&](ShuffleClient& c) { return c.GetPlacement(id); },
+                                      &out.seed, /*past_etcd=*/true);
+    if (!info.ok()) {
+      if (held.has_value() && absl::IsUnavailable(info.status())) return *held;
+      return info.status();
+    }
     out.info = std::move(info).value();
     if (out.info.replicas.size() != out.info.num_partitions) {
       return absl::InternalError(absl::StrCat("the placement of shuffle '", id, "' lists ",
@@ -448,6 +561,7 @@ class ClusterClient final : public ShuffleClient {
   std::mutex mu_;  // guards the maps
   std::map<std::string, std::unique_ptr<ServerLink>> links_;
   std::map<std::string, CachedPlacement> placements_;
+  std::map<std::string, Clock::time_point> unhealthy_;  // address -> until when
   std::optional<bool> clustered_;
 };
 

@@ -11,6 +11,7 @@
 #include "client/partitioned_writer.h"
 #include "client/shuffle_client.h"
 #include "client/transport.h"
+#include "rpc/error_reason.h"
 #include "rpc/grpc_glue.h"
 #include "rpc/tls.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
@@ -26,14 +27,31 @@ constexpr size_t kPushMessageBytes = rpc::kPushPayloadBytes;
 // A frame's own bytes in a message, past its payload (field tags and lengths).
 constexpr size_t kFrameOverhead = 16;
 
-// The server's status, with UNAVAILABLE saying which server could not be reached.
+// The server's status as it sent it; a failure of the transport (no server answered it)
+// saying which server could not be reached.
 absl::Status FromGrpc(const grpc::Status& st, const std::string& server) {
   absl::Status s = rpc::FromGrpcStatus(st);
+  if (s.ok() || IsFromServer(s)) return s;
   if (s.code() == absl::StatusCode::kUnavailable) {
     return absl::UnavailableError(
         absl::StrCat("server unreachable at ", server, ": ", s.message()));
   }
   return s;
+}
+
+// A call that failed in the transport, the server not having answered it (a dead connection to
+// a server that restarted, say): sent again once on a new connection, where the call may be
+// sent again (every unary call but Drain is idempotent; a push stream that has sent only its
+// open message, a fetch that has received nothing).
+// A hung server is not such a failure: keepalive finds it only after keepalive_timeout, and a
+// call sent to it again would hang again. So a call is sent again only if the transport failed
+// it sooner than keepalive could have (a dead connection fails at once: reset, broken pipe).
+bool TransportFailed(const absl::Status& st) {
+  return absl::IsUnavailable(st) && !IsFromServer(st);
+}
+bool DeadConnection(const absl::Status& st, std::chrono::steady_clock::time_point sent,
+                    const ClientOptions& options) {
+  return TransportFailed(st) && std::chrono::steady_clock::now() - sent < options.keepalive_timeout;
 }
 
 ShuffleStatus FromProto(const pb::ShuffleInfo& info) {
@@ -78,7 +96,10 @@ class GrpcPushStream final : public PushStream {
     }
   }
 
+  // The server sends its headers once it has taken the stream (admitted it): waiting for them
+  // tells at once a stream refused, or one on a dead connection, before anything is sent.
   absl::Status Open(const std::string& id, uint32_t mapper, uint64_t attempt) {
+    stream_->WaitForInitialMetadata();
     pb::PushRequest open;
     open.mutable_open()->set_shuffle_id(id);
     open.mutable_open()->set_mapper_id(mapper);
@@ -190,26 +211,32 @@ class GrpcPushStream final : public PushStream {
 class GrpcFetchStream final : public FetchStream {
  public:
   GrpcFetchStream(pb::ShuffleService::Stub* stub, const ClientOptions& options,
-                  const pb::FetchRequest& request)
-      : server_(options.server) {
-    SetStreamDeadline(options, &ctx_);
-    stream_ = stub->Fetch(&ctx_, request);
+                  pb::FetchRequest request)
+      : stub_(stub), options_(options), request_(std::move(request)) {
+    Start();
   }
   ~GrpcFetchStream() override {
     if (!done_) {
-      ctx_.TryCancel();
+      ctx_->TryCancel();
       (void)stream_->Finish();
     }
   }
 
   absl::StatusOr<bool> Next(const std::string** frame) override {
     if (done_) return false;
-    if (!stream_->Read(&response_)) {
+    while (!stream_->Read(&response_)) {
+      absl::Status st = FromGrpc(stream_->Finish(), options_.server);
+      // Nothing received yet and the transport failed it: again once, on a new connection.
+      if (!received_ && !restarted_ && DeadConnection(st, started_, options_)) {
+        restarted_ = true;
+        Start();
+        continue;
+      }
       done_ = true;
-      absl::Status st = FromGrpc(stream_->Finish(), server_);
       if (!st.ok()) return st;
       return false;
     }
+    received_ = true;
     *frame = &response_.frame();
     if (response_.mappers_size() > 0) {
       mappers_.assign(response_.mappers().begin(), response_.mappers().end());
@@ -219,15 +246,25 @@ class GrpcFetchStream final : public FetchStream {
 
   const std::vector<uint32_t>& mappers() const override { return mappers_; }
 
-  void Cancel() override { ctx_.TryCancel(); }
+  void Cancel() override { ctx_->TryCancel(); }
 
  private:
-  const std::string server_;
-  grpc::ClientContext ctx_;
+  void Start() {
+    started_ = std::chrono::steady_clock::now();
+    ctx_ = std::make_unique<grpc::ClientContext>();
+    SetStreamDeadline(options_, ctx_.get());
+    stream_ = stub_->Fetch(ctx_.get(), request_);
+  }
+
+  pb::ShuffleService::Stub* const stub_;
+  const ClientOptions& options_;  // the GrpcClient's, which outlives its streams
+  const pb::FetchRequest request_;
+  std::unique_ptr<grpc::ClientContext> ctx_;
   std::unique_ptr<grpc::ClientReader<pb::FetchResponse>> stream_;
   pb::FetchResponse response_;
   std::vector<uint32_t> mappers_;
-  bool done_ = false;
+  bool done_ = false, received_ = false, restarted_ = false;
+  std::chrono::steady_clock::time_point started_;
 };
 
 class GrpcClient final : public ShuffleClient, public ServerLink {
@@ -254,15 +291,14 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
 
   absl::StatusOr<bool> CreateShuffle(const std::string& id, uint32_t num_partitions,
                                      uint32_t num_mappers, uint32_t replication) override {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
     pb::CreateShuffleRequest req;
     req.set_shuffle_id(id);
     req.set_num_partitions(num_partitions);
     req.set_num_mappers(num_mappers);
     req.set_replication(replication);
     pb::CreateShuffleResponse resp;
-    absl::Status st = FromGrpc(stub_->CreateShuffle(&ctx, req, &resp), options_.server);
+    absl::Status st =
+        Unary([&](grpc::ClientContext* ctx) { return stub_->CreateShuffle(ctx, req, &resp); });
     if (!st.ok()) return st;
     return resp.created();
   }
@@ -272,13 +308,12 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     ShuffleStatus out;
     uint32_t next = 0;
     do {
-      grpc::ClientContext ctx;
-      SetDeadline(&ctx);
       pb::GetShuffleRequest req;
       req.set_shuffle_id(id);
       req.set_first_partition(next);
       pb::ShuffleInfo info;
-      absl::Status st = FromGrpc(stub_->GetShuffle(&ctx, req, &info), options_.server);
+      absl::Status st =
+          Unary([&](grpc::ClientContext* ctx) { return stub_->GetShuffle(ctx, req, &info); });
       if (!st.ok()) return st;
       if (next == 0) {
         out = FromProto(info);
@@ -297,12 +332,11 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     std::vector<ShuffleStatus> out;
     std::string token;
     do {
-      grpc::ClientContext ctx;
-      SetDeadline(&ctx);
       pb::ListShufflesRequest req;
       req.set_page_token(token);
       pb::ListShufflesResponse resp;
-      absl::Status st = FromGrpc(stub_->ListShuffles(&ctx, req, &resp), options_.server);
+      absl::Status st =
+          Unary([&](grpc::ClientContext* ctx) { return stub_->ListShuffles(ctx, req, &resp); });
       if (!st.ok()) return st;
       for (const auto& info : resp.shuffles()) out.push_back(FromProto(info));
       token = resp.next_page_token();
@@ -311,10 +345,9 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
   }
 
   absl::StatusOr<NodeStatus> GetNode() override {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
     pb::NodeInfo info;
-    absl::Status st = FromGrpc(stub_->GetNode(&ctx, pb::GetNodeRequest(), &info), options_.server);
+    absl::Status st = Unary(
+        [&](grpc::ClientContext* ctx) { return stub_->GetNode(ctx, pb::GetNodeRequest(), &info); });
     if (!st.ok()) return st;
     NodeStatus n;
     n.node_id = info.node_id();
@@ -339,11 +372,10 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
   }
 
   absl::StatusOr<std::vector<NodeAddress>> ListNodes() override {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
     pb::ListNodesResponse resp;
-    absl::Status st =
-        FromGrpc(stub_->ListNodes(&ctx, pb::ListNodesRequest(), &resp), options_.server);
+    absl::Status st = Unary([&](grpc::ClientContext* ctx) {
+      return stub_->ListNodes(ctx, pb::ListNodesRequest(), &resp);
+    });
     if (!st.ok()) return st;
     std::vector<NodeAddress> out;
     for (const auto& e : resp.nodes()) {
@@ -353,12 +385,11 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
   }
 
   absl::StatusOr<PlacementInfo> GetPlacement(const std::string& id) override {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
     pb::GetPlacementRequest req;
     req.set_shuffle_id(id);
     pb::Placement resp;
-    absl::Status st = FromGrpc(stub_->GetPlacement(&ctx, req, &resp), options_.server);
+    absl::Status st =
+        Unary([&](grpc::ClientContext* ctx) { return stub_->GetPlacement(ctx, req, &resp); });
     if (!st.ok()) return st;
     PlacementInfo p;
     p.shuffle_id = resp.shuffle_id();
@@ -366,6 +397,7 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     p.num_mappers = resp.num_mappers();
     p.replication = resp.replication();
     p.clustered = resp.clustered();
+    p.age = std::chrono::milliseconds(resp.age_ms());
     for (const auto& e : resp.nodes()) {
       p.nodes.push_back(NodeAddress{e.node_id(), e.address(), e.started_unix_ms()});
     }
@@ -375,21 +407,22 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
   }
 
   absl::Status Drain(uint32_t grace_seconds) override {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
     pb::DrainRequest req;
     req.set_grace_seconds(grace_seconds);
     pb::DrainResponse resp;
-    return FromGrpc(stub_->Drain(&ctx, req, &resp), options_.server);
+    return Unary([&](grpc::ClientContext* ctx) { return stub_->Drain(ctx, req, &resp); });
   }
 
   absl::Status DeleteShuffle(const std::string& id) override {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
     pb::DeleteShuffleRequest req;
     req.set_shuffle_id(id);
     pb::DeleteShuffleResponse resp;
-    return FromGrpc(stub_->DeleteShuffle(&ctx, req, &resp), options_.server);
+    bool again = false;
+    absl::Status st = Unary(
+        [&](grpc::ClientContext* ctx) { return stub_->DeleteShuffle(ctx, req, &resp); }, &again);
+    // Sent again after the connection broke: the first may have deleted it.
+    if (again && absl::IsNotFound(st)) return absl::OkStatus();
+    return st;
   }
 
   absl::StatusOr<std::unique_ptr<ShuffleWriter>> OpenWriter(const std::string& id, uint32_t mapper,
@@ -399,13 +432,12 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     // would fetch thousands of them).
     uint32_t partitions = 0;
     {
-      grpc::ClientContext ctx;
-      SetDeadline(&ctx);
       pb::GetShuffleRequest req;
       req.set_shuffle_id(id);
       req.set_max_partitions(1);
       pb::ShuffleInfo info;
-      if (absl::Status st = FromGrpc(stub_->GetShuffle(&ctx, req, &info), options_.server);
+      if (absl::Status st =
+              Unary([&](grpc::ClientContext* ctx) { return stub_->GetShuffle(ctx, req, &info); });
           !st.ok()) {
         return st;
       }
@@ -438,21 +470,26 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
 
   absl::StatusOr<std::unique_ptr<PushStream>> OpenPush(const std::string& id, uint32_t mapper,
                                                        uint64_t attempt, bool prepare) override {
-    auto stream = std::make_unique<GrpcPushStream>(stub_.get(), options_, prepare);
-    if (absl::Status st = stream->Open(id, mapper, attempt); !st.ok()) return st;
-    return std::unique_ptr<PushStream>(std::move(stream));
+    absl::Status st;
+    for (int i = 0; i < 2; ++i) {  // again once if the transport failed it before the server did
+      const auto sent = std::chrono::steady_clock::now();
+      auto stream = std::make_unique<GrpcPushStream>(stub_.get(), options_, prepare);
+      st = stream->Open(id, mapper, attempt);
+      if (st.ok()) return std::unique_ptr<PushStream>(std::move(stream));
+      if (!DeadConnection(st, sent, options_)) return st;
+    }
+    return st;
   }
 
   absl::StatusOr<uint64_t> CommitMapper(const std::string& id, uint32_t mapper,
                                         uint64_t attempt) override {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
     pb::CommitMapperRequest req;
     req.set_shuffle_id(id);
     req.set_mapper_id(mapper);
     req.set_attempt_id(attempt);
     pb::CommitMapperResponse resp;
-    absl::Status st = FromGrpc(stub_->CommitMapper(&ctx, req, &resp), options_.server);
+    absl::Status st =
+        Unary([&](grpc::ClientContext* ctx) { return stub_->CommitMapper(ctx, req, &resp); });
     if (!st.ok()) return st;
     return resp.winning_attempt();
   }
@@ -470,15 +507,26 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     req.set_skip_records(options.skip_records);
     req.mutable_only_mappers()->Add(options.only_mappers.begin(), options.only_mappers.end());
     req.set_report_mappers(report_mappers);
-    return std::make_unique<GrpcFetchStream>(stub_.get(), options_, req);
+    return std::make_unique<GrpcFetchStream>(stub_.get(), options_, std::move(req));
   }
 
  private:
-  void SetDeadline(grpc::ClientContext* ctx) const {
-    if (SendsToken(options_)) ctx->AddMetadata("authorization", "Bearer " + options_.token);
-    if (options_.call_deadline.count() > 0) {
-      ctx->set_deadline(std::chrono::system_clock::now() + options_.call_deadline);
+  // A unary call, `call(context)`: sent again once if a dead connection failed it (*again
+  // then), within the one deadline of the call.
+  template <typename Call>
+  absl::Status Unary(Call&& call, bool* again = nullptr) const {
+    const auto deadline = std::chrono::system_clock::now() + options_.call_deadline;
+    absl::Status st;
+    for (int i = 0; i < 2; ++i) {
+      const auto sent = std::chrono::steady_clock::now();
+      grpc::ClientContext ctx;
+      if (SendsToken(options_)) ctx.AddMetadata("authorization", "Bearer " + options_.token);
+      if (options_.call_deadline.count() > 0) ctx.set_deadline(deadline);
+      st = FromGrpc(call(&ctx), options_.server);
+      if (!DeadConnection(st, sent, options_)) break;
+      if (again != nullptr) *again = true;
     }
+    return st;
   }
 
   const ClientOptions options_;

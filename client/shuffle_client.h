@@ -21,6 +21,11 @@
 //
 // Errors say what happened: UNAVAILABLE "server unreachable at ...", INVALID_ARGUMENT for
 // input the server rejected (with its reason), FAILED_PRECONDITION for missing mappers, etc.
+// Whether a retry can help is the code's to say (Retryable, rpc/error_reason.h, part of this
+// API with ReasonOf and RetryAfterOf; docs/api.md, "Errors and retries"). The client itself
+// sends a call again only where nothing of it reached a server (a dead connection), and asks
+// servers that timed out after the others for a while (ClientOptions::unhealthy_for); a
+// mapper attempt is never retried for the engine, which owns attempts.
 #ifndef SLUICE_CLIENT_SHUFFLE_CLIENT_H_
 #define SLUICE_CLIENT_SHUFFLE_CLIENT_H_
 
@@ -34,6 +39,7 @@
 
 #include "absl/status/statusor.h"
 #include "codec/frame_format.h"
+#include "rpc/error_reason.h"  // (the errors' reasons: part of the API)
 #include "rpc/tls_options.h"
 
 namespace sluice {
@@ -57,6 +63,9 @@ struct ClientOptions {
   /// keepalive_time + keepalive_timeout. The server accepts pings at most once a second.
   std::chrono::milliseconds keepalive_time{10000};
   std::chrono::milliseconds keepalive_timeout{10000};
+  /// A server that timed out, refused the connection or was found hung is tried after the
+  /// others for this long (a cluster's control calls go to healthy servers first).
+  std::chrono::milliseconds unhealthy_for{30000};
   /// Largest frame the client builds or accepts; must fit the server's --max_frame_mb.
   FrameLimits limits;
   /// TLS to the servers (docs/security.md); plaintext when `tls.On()` is false. Connect reads
@@ -127,6 +136,10 @@ struct PlacementInfo {
   std::vector<std::vector<uint32_t>> replicas;
   /// The shuffle lives in a cluster (prepare, then CommitMapper); false: on one server alone.
   bool clustered = false;
+  /// 0: read from the cluster's record now. Else etcd could not be reached and the server
+  /// answered from the placement it had read this long ago (a placement never changes; the
+  /// addresses are the last it saw registered).
+  std::chrono::milliseconds age{0};
 };
 
 /// Maps a key to a partition in [0, num_partitions).

@@ -12,6 +12,7 @@
 // `sluice <command> --help` lists a command's flags.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -29,22 +30,37 @@
 #include "codec/msgpack_scan.h"
 #include "codec/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "rpc/error_reason.h"
 
 namespace {
 
 using sluice::cli::Flags;
 
+// Exit status of a failure a retry may fix (sysexits' EX_TEMPFAIL); 1 for the others.
+constexpr int kExitRetryable = 75;
+
+// Says what failed and whether a retry can help; exits 75 if it can, else 1 (scripts decide on
+// the status alone, as engines decide on the code).
 int Fail(const absl::Status& st) {
-  std::fprintf(stderr, "sluice: %s\n", st.ToString().c_str());
-  return 1;
+  std::string retry;
+  if (sluice::Retryable(st)) {
+    const auto after = sluice::RetryAfterOf(st);
+    retry = after.count() > 0
+                ? absl::StrCat(" (retryable: retry in about ", (after.count() + 999) / 1000, " s)")
+                : " (retryable)";
+  }
+  std::fprintf(stderr, "sluice: %s%s\n", sluice::Describe(st).c_str(), retry.c_str());
+  return sluice::Retryable(st) ? kExitRetryable : 1;
 }
 
-// The TLS flags (cli::TlsFlags) and the token (cli::TokenFlag), read once in main.
+// The TLS flags (cli::TlsFlags), the token (cli::TokenFlag) and the timeouts
+// (cli::TimeoutFlags), read once in main.
 sluice::ClientTlsOptions g_tls;
 std::string g_token;
+sluice::ClientOptions g_timeouts;
 
 std::unique_ptr<sluice::ShuffleClient> Connect(const std::string& server) {
-  sluice::ClientOptions opts;
+  sluice::ClientOptions opts = g_timeouts;
   opts.server = server;
   opts.tls = g_tls;
   opts.token = g_token;
@@ -79,11 +95,12 @@ void PrintStatus(const sluice::ShuffleStatus& s) {
 
 // What the server at `address` says of itself (GetNode), within 5 s.
 absl::StatusOr<sluice::NodeStatus> AskNode(const std::string& address) {
-  sluice::ClientOptions options;
+  sluice::ClientOptions options = g_timeouts;
   options.server = address;
   options.tls = g_tls;
   options.token = g_token;
-  options.call_deadline = std::chrono::seconds(5);
+  options.call_deadline =
+      std::min<std::chrono::milliseconds>(options.call_deadline, std::chrono::seconds(5));
   auto client = sluice::ShuffleClient::Connect(options);
   if (!client.ok()) return client.status();
   return (*client)->GetNode();
@@ -360,7 +377,11 @@ void Usage() {
       "  token  --tenant T [--role tenant|admin]   a new token, and its line for --auth_file\n"
       "TLS (any command; docs/security.md): --tls-ca FILE [--tls-cert FILE --tls-key FILE]\n"
       "  [--tls-server-name NAME], or --tls for the system's CAs; none of them: plaintext\n"
-      "Credentials: --token-file FILE, or $SLUICE_TOKEN\n");
+      "Credentials: --token-file FILE, or $SLUICE_TOKEN\n"
+      "Timeouts (any command; seconds): --call-timeout-s 30 --keepalive-s 10\n"
+      "  --keepalive-timeout-s 10 (a hung server is found within the two)\n"
+      "Exit status: 0 done; 75 failed, and a retry can succeed (UNAVAILABLE, DEADLINE_EXCEEDED,\n"
+      "  ABORTED, RESOURCE_EXHAUSTED); 1 failed, and retrying will not help; 2 usage\n");
 }
 
 }  // namespace
@@ -379,6 +400,7 @@ int main(int argc, char** argv) {
   }
   g_tls = sluice::cli::TlsFlags(flags);
   g_token = sluice::cli::TokenFlag(flags);
+  g_timeouts = sluice::cli::TimeoutFlags(flags);
   if (cmd == "token") return NewToken(flags);
   if (cmd == "push") return Push(flags);
   if (cmd == "fetch") return Fetch(flags);

@@ -6,10 +6,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "etcd/etcd_v3.grpc.pb.h"
+#include "rpc/error_reason.h"
 #include "rpc/grpc_glue.h"
 
 namespace sluice {
 namespace {
+
+// etcd could not be reached or did not answer: UNAVAILABLE, and a fault of etcd.
+absl::Status Unreachable(const std::string& message) {
+  return WithReason(absl::UnavailableError(message), ErrorReason::kEtcdUnavailable);
+}
 
 namespace epb = etcdserverpb;
 
@@ -50,8 +56,10 @@ struct EtcdClient::Impl {
   std::unique_ptr<epb::KV::Stub> kv;
   std::unique_ptr<epb::Lease::Stub> lease;
 
-  void Prepare(grpc::ClientContext* ctx) const {
-    ctx->set_deadline(std::chrono::system_clock::now() + options.deadline);
+  void Prepare(grpc::ClientContext* ctx,
+               std::chrono::milliseconds deadline = std::chrono::milliseconds(0)) const {
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      (deadline.count() > 0 ? deadline : options.deadline));
   }
   // Deletes [key, range_end) (just `key` if range_end is empty); how many keys went.
   absl::StatusOr<int64_t> DeleteRange(std::string_view key, const std::string& range_end) const {
@@ -66,17 +74,32 @@ struct EtcdClient::Impl {
   }
   // One unary call, `rpc(context)`, with the deadline set.
   template <typename Rpc>
-  absl::Status Unary(const char* call, Rpc&& rpc) const {
+  absl::Status Unary(const char* call, Rpc&& rpc,
+                     std::chrono::milliseconds deadline = std::chrono::milliseconds(0)) const {
     grpc::ClientContext ctx;
-    Prepare(&ctx);
+    Prepare(&ctx, deadline);
     return Check(rpc(&ctx), call);
   }
-  // The call's status, saying which etcd it was about.
+  // The call's status, saying which etcd it was about. etcd that cannot be reached or does not
+  // answer in time is UNAVAILABLE (never the caller's mistake, and every server sees the same
+  // etcd: ErrorReason::kEtcdUnavailable); a request etcd refuses as malformed is this code's
+  // (INTERNAL).
   absl::Status Check(const grpc::Status& st, const char* call) const {
     if (st.ok()) return absl::OkStatus();
     const absl::Status s = rpc::FromGrpcStatus(st);
-    return absl::Status(s.code(),
-                        absl::StrCat("etcd ", call, " at ", options.endpoints, ": ", s.message()));
+    const std::string message =
+        absl::StrCat("etcd ", call, " at ", options.endpoints, ": ", s.message());
+    switch (s.code()) {
+      case absl::StatusCode::kInvalidArgument:
+      case absl::StatusCode::kOutOfRange:
+        return absl::InternalError(message);
+      case absl::StatusCode::kNotFound:
+      case absl::StatusCode::kAlreadyExists:
+      case absl::StatusCode::kFailedPrecondition:
+        return absl::Status(s.code(), message);
+      default:
+        return Unreachable(message);
+    }
   }
 };
 
@@ -104,12 +127,14 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(EtcdOptions opti
 
 const std::string& EtcdClient::endpoints() const { return impl_->options.endpoints; }
 
-absl::StatusOr<std::optional<EtcdKeyValue>> EtcdClient::Get(std::string_view key) {
+absl::StatusOr<std::optional<EtcdKeyValue>> EtcdClient::Get(std::string_view key,
+                                                            std::chrono::milliseconds deadline) {
   epb::RangeRequest req;
   req.set_key(std::string(key));
   epb::RangeResponse resp;
   if (absl::Status st = impl_->Unary(
-          "get", [&](grpc::ClientContext* ctx) { return impl_->kv->Range(ctx, req, &resp); });
+          "get", [&](grpc::ClientContext* ctx) { return impl_->kv->Range(ctx, req, &resp); },
+          deadline);
       !st.ok()) {
     return st;
   }
@@ -117,13 +142,15 @@ absl::StatusOr<std::optional<EtcdKeyValue>> EtcdClient::Get(std::string_view key
   return std::optional<EtcdKeyValue>(FromProto(resp.kvs(0)));
 }
 
-absl::StatusOr<std::vector<EtcdKeyValue>> EtcdClient::GetPrefix(std::string_view prefix) {
+absl::StatusOr<std::vector<EtcdKeyValue>> EtcdClient::GetPrefix(
+    std::string_view prefix, std::chrono::milliseconds deadline) {
   epb::RangeRequest req;
   req.set_key(std::string(prefix));
   req.set_range_end(PrefixRangeEnd(prefix));
   epb::RangeResponse resp;
   if (absl::Status st = impl_->Unary(
-          "get", [&](grpc::ClientContext* ctx) { return impl_->kv->Range(ctx, req, &resp); });
+          "get", [&](grpc::ClientContext* ctx) { return impl_->kv->Range(ctx, req, &resp); },
+          deadline);
       !st.ok()) {
     return st;
   }
@@ -235,7 +262,7 @@ absl::StatusOr<int64_t> EtcdClient::GrantLease(std::chrono::seconds ttl) {
     return st;
   }
   if (!resp.error().empty()) {
-    return absl::UnavailableError(
+    return Unreachable(
         absl::StrCat("etcd lease grant at ", impl_->options.endpoints, ": ", resp.error()));
   }
   return resp.id();
@@ -256,7 +283,7 @@ absl::Status EtcdClient::KeepAlive(int64_t lease) {
     if (!st.ok() && st.error_code() != grpc::StatusCode::CANCELLED) {
       return impl_->Check(st, "lease keep-alive");
     }
-    return absl::UnavailableError(
+    return Unreachable(
         absl::StrCat("etcd lease keep-alive at ", impl_->options.endpoints, ": no answer"));
   }
   ctx.TryCancel();  // one round trip is all we want of the stream

@@ -1,7 +1,8 @@
 // EtcdClient: the few etcd v3 calls cluster mode needs, as values: keys read, written,
 // created only if absent (the first writer wins, atomically, whoever asks), and leases that
 // keep a key alive only while its owner does. Every call has a deadline; an etcd that cannot
-// be reached is UNAVAILABLE naming the endpoints, within that deadline.
+// be reached, or does not answer within that deadline, is UNAVAILABLE naming the endpoints
+// (ErrorReason::kEtcdUnavailable: the fault is etcd's, and every server sees the same etcd).
 //
 //   SLUICE_ASSIGN_OR_RETURN(auto etcd, EtcdClient::Connect({"127.0.0.1:2379"}));
 //   SLUICE_ASSIGN_OR_RETURN(EtcdCreate c, etcd->CreateIfAbsent("/sluice/x/winner", "7"));
@@ -54,10 +55,13 @@ class EtcdClient {
   EtcdClient(const EtcdClient&) = delete;
   EtcdClient& operator=(const EtcdClient&) = delete;
 
-  /// The key's value, or nullopt if it does not exist.
-  absl::StatusOr<std::optional<EtcdKeyValue>> Get(std::string_view key);
+  /// The key's value, or nullopt if it does not exist. A `deadline` (> 0) other than the
+  /// client's: a caller that has an answer of its own to fall back on asks briefly.
+  absl::StatusOr<std::optional<EtcdKeyValue>> Get(
+      std::string_view key, std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
   /// Every key that starts with `prefix`, in key order.
-  absl::StatusOr<std::vector<EtcdKeyValue>> GetPrefix(std::string_view prefix);
+  absl::StatusOr<std::vector<EtcdKeyValue>> GetPrefix(
+      std::string_view prefix, std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
   /// Sets `key` (attached to `lease` if not 0: it goes when the lease does).
   absl::Status Put(std::string_view key, std::string_view value, int64_t lease = 0);
   /// Creates `key` = `value` unless the key exists, in one transaction: of any number of

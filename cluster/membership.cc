@@ -158,9 +158,9 @@ void Membership::Leave() {
 
 Membership::~Membership() { Leave(); }
 
-absl::StatusOr<std::vector<NodeEntry>> Membership::Nodes() const {
+absl::StatusOr<std::vector<NodeEntry>> Membership::Nodes(std::chrono::milliseconds deadline) const {
   const std::string prefix = options_.prefix + "nodes/";
-  auto kvs = etcd_->GetPrefix(prefix);
+  auto kvs = etcd_->GetPrefix(prefix, deadline);
   if (!kvs.ok()) return kvs.status();
   std::vector<NodeEntry> out;
   for (const EtcdKeyValue& kv : *kvs) {

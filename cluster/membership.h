@@ -54,8 +54,10 @@ absl::Status ValidateNodeId(const std::string& id);
 class NodeDirectory {
  public:
   virtual ~NodeDirectory() = default;
-  /// Every registered server, in node id order.
-  virtual absl::StatusOr<std::vector<NodeEntry>> Nodes() const = 0;
+  /// Every registered server, in node id order. A `deadline` (> 0) other than etcd's: a caller
+  /// with an answer of its own to fall back on asks briefly.
+  virtual absl::StatusOr<std::vector<NodeEntry>> Nodes(
+      std::chrono::milliseconds deadline = std::chrono::milliseconds(0)) const = 0;
   /// Whether this server's own registration is live.
   virtual bool registered() const = 0;
 };
@@ -69,7 +71,8 @@ class Membership final : public NodeDirectory {
   Membership(const Membership&) = delete;
   Membership& operator=(const Membership&) = delete;
 
-  absl::StatusOr<std::vector<NodeEntry>> Nodes() const override;
+  absl::StatusOr<std::vector<NodeEntry>> Nodes(
+      std::chrono::milliseconds deadline = std::chrono::milliseconds(0)) const override;
   /// Whether the registration is live (false after its lease was lost, until re-registered).
   bool registered() const override { return registered_.load(); }
   /// Stops renewing and revokes the lease: the server is no longer listed. Idempotent.

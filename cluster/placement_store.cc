@@ -132,8 +132,8 @@ absl::StatusOr<size_t> EtcdPlacementStore::CountWithPrefix(const std::string& id
 }
 
 absl::StatusOr<std::optional<ShufflePlacement>> EtcdPlacementStore::Get(
-    const std::string& shuffle_id) {
-  auto kv = etcd_->Get(Key(shuffle_id));
+    const std::string& shuffle_id, std::chrono::milliseconds deadline) {
+  auto kv = etcd_->Get(Key(shuffle_id), deadline);
   if (!kv.ok()) return kv.status();
   if (!kv->has_value()) return std::optional<ShufflePlacement>();
   auto p = DecodePlacement(shuffle_id, (*kv)->value);

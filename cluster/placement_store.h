@@ -9,6 +9,7 @@
 #ifndef SLUICE_CLUSTER_PLACEMENT_STORE_H_
 #define SLUICE_CLUSTER_PLACEMENT_STORE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -67,8 +68,11 @@ class PlacementStore {
   virtual absl::StatusOr<size_t> CountWithPrefix(const std::string& id_prefix) = 0;
   /// Removes the shuffle's record and its mappers' decisions; whether it was recorded.
   virtual absl::StatusOr<bool> Delete(const std::string& shuffle_id) = 0;
-  /// The recorded placement, or nullopt if the shuffle is not recorded.
-  virtual absl::StatusOr<std::optional<ShufflePlacement>> Get(const std::string& shuffle_id) = 0;
+  /// The recorded placement, or nullopt if the shuffle is not recorded. A `deadline` (> 0)
+  /// other than etcd's: a caller with an answer of its own to fall back on asks briefly.
+  virtual absl::StatusOr<std::optional<ShufflePlacement>> Get(
+      const std::string& shuffle_id,
+      std::chrono::milliseconds deadline = std::chrono::milliseconds(0)) = 0;
   /// Decides mapper `mapper`'s winning attempt: the first attempt decided, which this call
   /// returns, whoever decided it. NOT_FOUND once the shuffle is not recorded (deleted).
   virtual absl::StatusOr<uint64_t> DecideMapper(const std::string& shuffle_id, uint32_t mapper,
@@ -98,7 +102,9 @@ class EtcdPlacementStore final : public PlacementStore {
                                  const std::vector<std::string>& nodes) override;
   absl::StatusOr<size_t> CountWithPrefix(const std::string& id_prefix) override;
   absl::StatusOr<bool> Delete(const std::string& shuffle_id) override;
-  absl::StatusOr<std::optional<ShufflePlacement>> Get(const std::string& shuffle_id) override;
+  absl::StatusOr<std::optional<ShufflePlacement>> Get(
+      const std::string& shuffle_id,
+      std::chrono::milliseconds deadline = std::chrono::milliseconds(0)) override;
   absl::StatusOr<uint64_t> DecideMapper(const std::string& shuffle_id, uint32_t mapper,
                                         uint64_t attempt) override;
   absl::StatusOr<std::map<uint32_t, uint64_t>> Decisions(const std::string& shuffle_id) override;

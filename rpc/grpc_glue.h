@@ -15,7 +15,10 @@
 
 namespace sluice::rpc {
 
-/// absl and gRPC number their codes alike: the code is kept, the message copied.
+/// absl and gRPC number their codes alike: the code is kept, the message copied. A server's
+/// status carries an ErrorDetail (its reason, rpc/error_reason.h) in the details; read back,
+/// a status with one is marked as the server's answer (IsFromServer), one without came from
+/// the transport.
 grpc::Status ToGrpcStatus(const absl::Status& st);
 absl::Status FromGrpcStatus(const grpc::Status& st);
 

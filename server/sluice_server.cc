@@ -59,6 +59,7 @@ struct SluiceServer::Impl {
   std::shared_ptr<EtcdClient> etcd;  // with --etcd, once joined
   std::unique_ptr<Membership> membership;
   std::unique_ptr<EtcdPlacementStore> placements;
+  std::unique_ptr<Periodic> watching;  // ClusterNode::WatchMembers, once joined
   std::unique_ptr<GrpcServer> grpc;
   std::unique_ptr<ShuffleExpiry> expiry;  // with --shuffle_ttl_s
   std::unique_ptr<Periodic> expiring;
@@ -140,7 +141,11 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   i.budget = std::make_unique<MemoryBudget>(options.memory_budget_bytes, i.pool.get());
   i.merge_gate = std::make_unique<Gate>(merges, i.merge_pool.get());
   i.watchdog = std::make_unique<Watchdog>();
-  i.node = std::make_unique<ClusterNode>(i.registry.get(), !options.etcd_endpoints.empty());
+  ClusterNode::Options node_options;
+  node_options.clustered = !options.etcd_endpoints.empty();
+  node_options.settle = 2 * std::chrono::duration_cast<std::chrono::milliseconds>(
+                                options.node_lease_ttl);  // servers re-register within a third
+  i.node = std::make_unique<ClusterNode>(i.registry.get(), node_options);
   i.streams = std::make_unique<OpenStreams>(options.max_push_streams, options.max_fetch_streams);
 
   // The rules the service forwards to.
@@ -249,6 +254,13 @@ absl::Status SluiceServer::Impl::JoinCluster() {
   }
   placements = std::make_unique<EtcdPlacementStore>(etcd, o.etcd_prefix);
   node->Joined(membership.get(), placements.get());
+  node->WatchMembers();  // who is registered now: creates do not place on fewer later
+  // A third of the lease, at most a second: an etcd outage is known before a reader waits on
+  // it, and a server gone from the list is seen.
+  const auto every = std::min<std::chrono::milliseconds>(
+      std::chrono::seconds(1),
+      std::chrono::duration_cast<std::chrono::milliseconds>(o.node_lease_ttl) / 3);
+  watching = std::make_unique<Periodic>(every, [this] { node->WatchMembers(); });
   return absl::OkStatus();
 }
 
@@ -302,6 +314,7 @@ void SluiceServer::Shutdown() {
   Impl& i = *impl_;
   i.stopped = true;
   i.expiring.reset();
+  i.watching.reset();
   i.metrics_endpoint.reset();  // (scrapes read the pools and the service)
   // Out of the cluster first, so that no one is sent here while the calls in flight finish.
   if (i.membership != nullptr) i.membership->Leave();

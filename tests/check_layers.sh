@@ -21,12 +21,12 @@ declare -A allowed=(
   [server/security]="server/security/ server/storage/shuffle_id.h server/runtime/ rpc/tls.h
                      rpc/tls_options.h codec/ absl/ spdlog/"
   [server/rules]="server/rules/ server/security/ server/storage/ server/runtime/ server/metrics/
-                  cluster/ codec/ absl/ spdlog/"
+                  cluster/ rpc/error_reason.h codec/ absl/ spdlog/"
   [server/service]="server/ cluster/ rpc/ codec/ absl/ sluice/v1/ spdlog/"
   [server]="server/ cluster/ rpc/ codec/ absl/ sluice/v1/ spdlog/"
   [client]="client/ cluster/ rpc/ codec/ absl/ sluice/v1/ nlohmann/"
-  [client/python]="client/ absl/"
-  [bench]="bench/ client/ codec/ absl/"
+  [client/python]="client/ rpc/error_reason.h absl/"
+  [bench]="bench/ client/ codec/ rpc/error_reason.h absl/"
 )
 for dir in "${!allowed[@]}"; do
   while IFS=: read -r file line inc; do

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "client/python/py_msgpack.h"
 #include "client/shuffle_client.h"
+#include "rpc/error_reason.h"
 
 namespace sluice::py {
 namespace {
@@ -26,6 +27,14 @@ PyObject* g_error = nullptr;  // sluice._sluice.Error
   pb::object err = pb::reinterpret_borrow<pb::object>(g_error)(std::string(st.message()));
   err.attr("code") = absl::StatusCodeToString(st.code());
   err.attr("message") = std::string(st.message());
+  // What an engine decides on (docs/api.md, "Errors and retries").
+  err.attr("retryable") = Retryable(st);
+  const ErrorReason reason = ReasonOf(st);
+  err.attr("reason") = reason == ErrorReason::kNone ? pb::object(pb::none())
+                                                    : pb::object(pb::str(ReasonName(reason)));
+  const auto after = RetryAfterOf(st);
+  err.attr("retry_after") =
+      after.count() > 0 ? pb::object(pb::float_(after.count() / 1000.0)) : pb::none();
   PyErr_SetObject(g_error, err.ptr());
   throw pb::error_already_set();
 }
@@ -292,10 +301,17 @@ class Client {
  public:
   Client(const std::string& servers, double call_timeout_s, bool tls, const std::string& tls_ca,
          const std::string& tls_cert, const std::string& tls_key,
-         const std::string& tls_server_name, const std::string& token) {
+         const std::string& tls_server_name, const std::string& token, double keepalive_s,
+         double keepalive_timeout_s, double placement_ttl_s, double unhealthy_for_s,
+         double stream_timeout_s) {
     ClientOptions o;
     o.server = servers;
     o.call_deadline = Millis(call_timeout_s);
+    o.keepalive_time = Millis(keepalive_s);
+    o.keepalive_timeout = Millis(keepalive_timeout_s);
+    o.placement_ttl = Millis(placement_ttl_s);
+    o.unhealthy_for = Millis(unhealthy_for_s);
+    if (stream_timeout_s != 0) o.stream_deadline = Millis(stream_timeout_s);  // 0: none
     o.tls.enabled = tls;
     o.tls.ca_file = tls_ca;
     o.tls.cert_file = tls_cert;
@@ -383,10 +399,13 @@ PYBIND11_MODULE(_sluice, m) {
 
   pb::class_<Client>(m, "Client")
       .def(pb::init<const std::string&, double, bool, const std::string&, const std::string&,
-                    const std::string&, const std::string&, const std::string&>(),
+                    const std::string&, const std::string&, const std::string&, double, double,
+                    double, double, double>(),
            pb::arg("servers"), pb::arg("call_timeout_s") = 30.0, pb::arg("tls") = false,
            pb::arg("tls_ca") = "", pb::arg("tls_cert") = "", pb::arg("tls_key") = "",
-           pb::arg("tls_server_name") = "", pb::arg("token") = "")
+           pb::arg("tls_server_name") = "", pb::arg("token") = "", pb::arg("keepalive_s") = 10.0,
+           pb::arg("keepalive_timeout_s") = 10.0, pb::arg("placement_ttl_s") = 10.0,
+           pb::arg("unhealthy_for_s") = 30.0, pb::arg("stream_timeout_s") = 0.0)
       .def("create_shuffle", &Client::CreateShuffle, pb::arg("shuffle_id"), pb::arg("partitions"),
            pb::arg("mappers") = 0, pb::arg("replication") = 0)
       .def("delete_shuffle", &Client::DeleteShuffle, pb::arg("shuffle_id"))

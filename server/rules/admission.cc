@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "rpc/error_reason.h"
 #include "server/rules/cluster_node.h"
 
 namespace sluice {
@@ -29,9 +30,12 @@ absl::StatusOr<std::unique_ptr<StreamAdmission>> StreamAdmission::Enter(StreamKi
                                                                         const CallContext& call,
                                                                         const AdmissionDeps& deps) {
   if (kind == StreamKind::kPush && deps.node != nullptr && deps.node->draining()) {
-    return absl::UnavailableError(
-        "the server is draining (shutting down): it takes no new push streams; retry the "
-        "attempt once it is back");
+    return WithReason(
+        absl::UnavailableError(absl::StrCat(
+            "the server is draining (shutting down or restarting): it takes no new push "
+            "streams; retry the attempt in about ",
+            kDrainRetryAfter.count() / 1000, " s (it is back, or out of the cluster, by then)")),
+        ErrorReason::kDraining, kDrainRetryAfter);
   }
   std::unique_ptr<StreamAdmission> a(new StreamAdmission(kind, call, deps));
   if (a->limits_.streams != 0) {

@@ -44,6 +44,11 @@ class ClusterNode;
 
 enum class StreamKind { kPush, kFetch };
 
+/// When a draining server tells a push to retry: by then it has restarted (a rolling restart's
+/// server is back within a few seconds) or left the cluster's list, and the attempt goes to a
+/// server that takes it (docs/api.md, "Errors and retries").
+inline constexpr std::chrono::milliseconds kDrainRetryAfter{2000};
+
 /// The server's open push and fetch streams and their limits.
 class OpenStreams {
  public:

@@ -1,14 +1,19 @@
 #include "server/rules/cluster_node.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "codec/status_macros.h"
+#include "rpc/error_reason.h"
 #include "server/storage/shuffle_id.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 // An error of the cluster's record about shuffle `id`, saying which shuffle as its caller knows
 // it (the record's own errors do not name it). etcd's unavailability speaks of etcd alone.
@@ -16,10 +21,11 @@ absl::Status AboutShuffle(const std::string& id, const absl::Status& st) {
   if (st.ok() || absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st)) return st;
   return absl::Status(st.code(), absl::StrCat("shuffle '", ShuffleName(id), "': ", st.message()));
 }
-template <typename T>
-absl::StatusOr<T> About(const std::string& id, absl::StatusOr<T> r) {
-  if (r.ok()) return r;
-  return AboutShuffle(id, r.status());
+
+bool IsEtcdDown(const absl::Status& st) { return ReasonOf(st) == ErrorReason::kEtcdUnavailable; }
+
+std::chrono::milliseconds Since(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t);
 }
 
 }  // namespace
@@ -42,7 +48,93 @@ void ClusterNode::Joined(const NodeDirectory* nodes, PlacementStore* placements)
 
 absl::Status ClusterNode::View::Joined() const {
   if (placements != nullptr) return absl::OkStatus();
-  return absl::UnavailableError("the server is still joining its cluster; retry");
+  return WithReason(absl::UnavailableError("the server is still joining its cluster; retry"),
+                    ErrorReason::kJoining);
+}
+
+template <typename T>
+absl::StatusOr<T> ClusterNode::Record(const std::string& id, absl::StatusOr<T> r) {
+  Note(r.status());
+  if (r.ok()) return r;
+  return AboutShuffle(id, r.status());
+}
+
+void ClusterNode::Note(const absl::Status& st) {
+  if (st.ok()) {
+    if (etcd_down_.exchange(false)) {
+      spdlog::info("event=etcd_back");
+      // Whoever was registered before the outage may have lost its lease with it, and
+      // registers again within a third of its lease: until then, or the settle time has passed,
+      // creates wait for it.
+      // (A second outage within the settle time adds to those waited for: the list read
+      // between the two may already have lost some to the first.)
+      std::lock_guard<std::mutex> lock(mu_);
+      if (Since(etcd_back_at_) >= options_.settle) before_outage_.clear();
+      for (const NodeEntry& n : members_) before_outage_.insert(n.node_id);
+      etcd_back_at_ = Clock::now();
+    }
+    return;
+  }
+  if (!IsEtcdDown(st)) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!etcd_down_.load()) etcd_down_at_ = Clock::now();
+    etcd_error_ = std::string(st.message());
+  }
+  if (!etcd_down_.exchange(true)) {
+    spdlog::warn("event=etcd_down error=\"{}\" note=\"serving the shuffles it has checked\"",
+                 std::string(st.message()));
+  }
+}
+
+absl::Status ClusterNode::EtcdUp() const {
+  if (!etcd_down_.load()) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(mu_);
+  return WithReason(
+      absl::UnavailableError(absl::StrCat(
+          "etcd has not answered for ", Since(etcd_down_at_).count() / 1000, " s (", etcd_error_,
+          "): this needs etcd, and the shuffles already written are still read; retry")),
+      ErrorReason::kEtcdUnavailable);
+}
+
+void ClusterNode::Seen(const std::vector<NodeEntry>& nodes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  members_ = nodes;
+  members_at_ = Clock::now();
+}
+
+absl::Status ClusterNode::Settled(const std::vector<NodeEntry>& live) const {
+  std::vector<std::string> missing;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!before_outage_.empty() && Since(etcd_back_at_) < options_.settle) {
+      for (const std::string& id : before_outage_) {
+        const bool there = std::any_of(live.begin(), live.end(),
+                                       [&](const NodeEntry& n) { return n.node_id == id; });
+        if (!there) missing.push_back(id);
+      }
+    }
+  }
+  if (missing.empty() && !live.empty()) return absl::OkStatus();
+  if (live.empty()) {
+    return absl::UnavailableError(
+        "no server is registered in the cluster now (etcd may have just expired every lease "
+        "after a stall; the servers register again within a third of their lease): retry");
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "server", missing.size() > 1 ? "s " : " ", absl::StrJoin(missing, ", "),
+      missing.size() > 1 ? " were" : " was",
+      " registered before etcd's outage and not yet again (etcd expires every lease after a "
+      "stall; a server registers again within a third of its lease): a shuffle is not placed "
+      "on fewer servers than the cluster had; retry"));
+}
+
+void ClusterNode::WatchMembers() {
+  const View c = view();
+  if (c.nodes == nullptr) return;
+  absl::StatusOr<std::vector<NodeEntry>> nodes = c.nodes->Nodes(options_.quick_read);
+  Note(nodes.status());
+  if (nodes.ok()) Seen(*nodes);
 }
 
 ClusterNode::View ClusterNode::view() const {
@@ -57,20 +149,34 @@ bool ClusterNode::registered() const {
   return c.nodes != nullptr && c.nodes->registered();
 }
 
-absl::StatusOr<std::vector<NodeEntry>> ClusterNode::Nodes() const {
+absl::StatusOr<std::vector<NodeEntry>> ClusterNode::Nodes() {
   if (!clustered_) {
     const Self s = self();
     return std::vector<NodeEntry>{NodeEntry{s.node_id, s.address, s.started_unix_ms}};
   }
   const View c = view();
   SLUICE_RETURN_IF_ERROR(c.Joined());
-  return c.nodes->Nodes();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (etcd_down_.load() && !members_.empty()) return members_;  // the last list read
+  }
+  absl::StatusOr<std::vector<NodeEntry>> nodes = c.nodes->Nodes();
+  Note(nodes.status());
+  if (nodes.ok()) {
+    Seen(*nodes);
+    return nodes;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (IsEtcdDown(nodes.status()) && !members_.empty()) return members_;
+  return nodes.status();
 }
 
 std::shared_ptr<const ClusterNode::Kept> ClusterNode::Remember(const std::string& id,
                                                                const ShufflePlacement& p,
                                                                const std::string& node_id) {
   auto k = std::make_shared<Kept>();
+  k->placement = p;
+  k->read_at = Clock::now();
   k->partitions = p.num_partitions;
   k->mappers = p.num_mappers;
   k->partition.assign(p.num_partitions, false);
@@ -84,16 +190,20 @@ std::shared_ptr<const ClusterNode::Kept> ClusterNode::Remember(const std::string
   return k;
 }
 
+std::shared_ptr<const ClusterNode::Kept> ClusterNode::Remembered(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = kept_.find(id);
+  return it == kept_.end() ? nullptr : it->second;
+}
+
 absl::StatusOr<std::shared_ptr<const ClusterNode::Kept>> ClusterNode::KeptPartitions(
     const std::string& id) {
   if (!clustered_) return std::shared_ptr<const Kept>();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = kept_.find(id); it != kept_.end()) return it->second;
-  }
+  if (auto kept = Remembered(id)) return kept;
   const View c = view();
   SLUICE_RETURN_IF_ERROR(c.Joined());
-  SLUICE_ASSIGN_OR_RETURN(auto placed, About(id, c.placements->Get(id)));
+  SLUICE_RETURN_IF_ERROR(EtcdUp());
+  SLUICE_ASSIGN_OR_RETURN(auto placed, Record(id, c.placements->Get(id)));
   // Not remembered when unrecorded: it may be created later.
   if (!placed.has_value()) return std::shared_ptr<const Kept>();
   return Remember(id, *placed, c.node_id);
@@ -108,9 +218,10 @@ absl::Status ClusterNode::EnsureLocal(const std::string& id) {
   SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
   if (kept == nullptr) return absl::OkStatus();  // the store's own NOT_FOUND says it
   if (!kept->any) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("server ", c.node_id, " holds no partition of shuffle '", ShuffleName(id),
-                     "' (GetPlacement says which do)"));
+    return WithReason(absl::FailedPreconditionError(
+                          absl::StrCat("server ", c.node_id, " holds no partition of shuffle '",
+                                       ShuffleName(id), "' (GetPlacement says which do)")),
+                      ErrorReason::kNotKept);
   }
   auto created = registry_->Create(ShuffleParams{id, kept->partitions, kept->mappers});
   if (created.ok() && *created) {
@@ -125,9 +236,11 @@ absl::Status ClusterNode::CheckKept(const Kept* kept, const std::string& id,
   if (kept == nullptr || partition >= kept->partition.size() || kept->partition[partition]) {
     return absl::OkStatus();
   }
-  return absl::FailedPreconditionError(
-      absl::StrCat("server ", self().node_id, " keeps no replica of partition ", partition,
-                   " of shuffle '", ShuffleName(id), "' (GetPlacement says which servers do)"));
+  return WithReason(
+      absl::FailedPreconditionError(
+          absl::StrCat("server ", self().node_id, " keeps no replica of partition ", partition,
+                       " of shuffle '", ShuffleName(id), "' (GetPlacement says which servers do)")),
+      ErrorReason::kNotKept);
 }
 
 absl::StatusOr<std::shared_ptr<const std::vector<bool>>> ClusterNode::PrepareToPush(
@@ -158,7 +271,7 @@ absl::Status ClusterNode::ResolvePending(const std::string& id) {
   }
   const View c = view();
   SLUICE_RETURN_IF_ERROR(c.Joined());
-  SLUICE_ASSIGN_OR_RETURN(auto decided, About(id, c.placements->Decisions(id)));
+  SLUICE_ASSIGN_OR_RETURN(auto decided, Record(id, c.placements->Decisions(id)));
   std::vector<std::pair<uint32_t, uint64_t>> winners;
   for (uint32_t m : pending) {
     auto d = decided.find(m);
@@ -204,13 +317,29 @@ absl::StatusOr<bool> ClusterNode::Create(const ShuffleParams& params, uint32_t r
   SLUICE_RETURN_IF_ERROR(ShuffleRegistry::ValidateParams(params));
   const View c = view();
   SLUICE_RETURN_IF_ERROR(c.Joined());
-  SLUICE_ASSIGN_OR_RETURN(const std::vector<NodeEntry> nodes, c.nodes->Nodes());
+  SLUICE_RETURN_IF_ERROR(EtcdUp());
+  absl::StatusOr<std::vector<NodeEntry>> nodes = c.nodes->Nodes();
+  Note(nodes.status());
+  if (!nodes.ok()) return nodes.status();
+  // Never on fewer servers than were registered a moment ago (an etcd stall's expired leases).
+  const absl::Status settled = Settled(*nodes);
+  Seen(*nodes);
+  SLUICE_RETURN_IF_ERROR(settled);
   std::vector<std::string> ids;
-  for (const NodeEntry& n : nodes) ids.push_back(n.node_id);
+  for (const NodeEntry& n : *nodes) ids.push_back(n.node_id);
+  // More replicas than servers registered now is the cluster's state, not the caller's mistake:
+  // servers down or restarting come back (a replication over 3 is refused by the record).
+  if (replication > ids.size() && replication <= 3) {
+    return absl::UnavailableError(absl::StrCat(
+        "replication ", replication, " needs ", replication, " servers and ", ids.size(),
+        ids.size() == 1 ? " is" : " are",
+        " registered now (the others down or restarting?): retry once they are back, or ask "
+        "for less"));
+  }
   SLUICE_ASSIGN_OR_RETURN(
       PlacementStore::Created placed,
-      About(params.shuffle_id, c.placements->Create(params.shuffle_id, params.num_partitions,
-                                                    params.num_mappers, replication, ids)));
+      Record(params.shuffle_id, c.placements->Create(params.shuffle_id, params.num_partitions,
+                                                     params.num_mappers, replication, ids)));
   const ShufflePlacement& p = placed.placement;
   if (!placed.created &&
       (p.num_partitions != params.num_partitions || p.num_mappers != params.num_mappers ||
@@ -236,7 +365,8 @@ absl::Status ClusterNode::Delete(const std::string& id) {
   if (clustered_) {  // its record first: no server makes its store again from it
     const View c = view();
     SLUICE_RETURN_IF_ERROR(c.Joined());
-    SLUICE_ASSIGN_OR_RETURN(recorded, About(id, c.placements->Delete(id)));
+    SLUICE_RETURN_IF_ERROR(EtcdUp());
+    SLUICE_ASSIGN_OR_RETURN(recorded, Record(id, c.placements->Delete(id)));
     std::lock_guard<std::mutex> lock(mu_);
     kept_.erase(id);
     checked_.erase(id);
@@ -255,9 +385,10 @@ absl::StatusOr<size_t> ClusterNode::CountForCreate(const std::string& prefix,
   }
   const View c = view();
   SLUICE_RETURN_IF_ERROR(c.Joined());
-  SLUICE_ASSIGN_OR_RETURN(auto placed, About(id, c.placements->Get(id)));
+  SLUICE_RETURN_IF_ERROR(EtcdUp());
+  SLUICE_ASSIGN_OR_RETURN(auto placed, Record(id, c.placements->Get(id)));
   if (placed.has_value()) return 0;
-  return c.placements->CountWithPrefix(prefix);
+  return Record(id, c.placements->CountWithPrefix(prefix));
 }
 
 absl::StatusOr<uint64_t> ClusterNode::DecideMapper(const std::string& id, uint32_t mapper,
@@ -275,7 +406,8 @@ absl::StatusOr<uint64_t> ClusterNode::DecideMapper(const std::string& id, uint32
   if (clustered_) {
     const View c = view();
     SLUICE_RETURN_IF_ERROR(c.Joined());
-    SLUICE_ASSIGN_OR_RETURN(winner, About(id, c.placements->DecideMapper(id, mapper, attempt)));
+    SLUICE_RETURN_IF_ERROR(EtcdUp());
+    SLUICE_ASSIGN_OR_RETURN(winner, Record(id, c.placements->DecideMapper(id, mapper, attempt)));
   }
   auto outcome = store->Resolve(mapper, winner);
   if (!outcome.ok()) {
@@ -308,24 +440,52 @@ absl::StatusOr<ClusterNode::Placement> ClusterNode::GetPlacement(const std::stri
   }
   const View c = view();
   SLUICE_RETURN_IF_ERROR(c.Joined());
-  SLUICE_ASSIGN_OR_RETURN(auto placed, About(id, c.placements->Get(id)));
-  if (!placed.has_value()) {
-    return absl::NotFoundError(
-        absl::StrCat("shuffle '", ShuffleName(id), "' not found in the cluster"));
+  // A placement never changes: one read before is the answer when etcd cannot give it now (and
+  // etcd is then asked only briefly, or not at all while it is known to be down).
+  std::shared_ptr<const Kept> kept = Remembered(id);
+  ShufflePlacement placed;
+  if (kept != nullptr && etcd_down_.load()) {
+    placed = kept->placement;
+    out.age = std::max(Since(kept->read_at), std::chrono::milliseconds(1));
+  } else {
+    if (kept == nullptr) SLUICE_RETURN_IF_ERROR(EtcdUp());
+    auto got =
+        c.placements->Get(id, kept != nullptr ? options_.quick_read : std::chrono::milliseconds(0));
+    Note(got.status());
+    if (got.ok() && !got->has_value()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      kept_.erase(id);
+      return absl::NotFoundError(
+          absl::StrCat("shuffle '", ShuffleName(id), "' not found in the cluster"));
+    }
+    if (got.ok()) {
+      placed = **got;
+      // Remembered where this server keeps a part (its memory follows its shuffles).
+      const std::shared_ptr<const Kept> fresh = Remember(id, placed, c.node_id);
+      if (kept == nullptr && !fresh->any) {
+        std::lock_guard<std::mutex> lock(mu_);
+        kept_.erase(id);
+      }
+    } else if (kept != nullptr && IsEtcdDown(got.status())) {
+      placed = kept->placement;
+      out.age = std::max(Since(kept->read_at), std::chrono::milliseconds(1));
+    } else {
+      return AboutShuffle(id, got.status());
+    }
   }
-  SLUICE_ASSIGN_OR_RETURN(const std::vector<NodeEntry> live, c.nodes->Nodes());
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<NodeEntry> live, Nodes());  // (the last list, if down)
   out.clustered = true;
-  out.partitions = placed->num_partitions;
-  out.mappers = placed->num_mappers;
-  out.replication = placed->replication;
-  for (const std::string& node_id : placed->nodes) {
+  out.partitions = placed.num_partitions;
+  out.mappers = placed.num_mappers;
+  out.replication = placed.replication;
+  for (const std::string& node_id : placed.nodes) {
     NodeEntry e{node_id, "", 0};
     for (const NodeEntry& n : live) {  // its address now, if it is registered
       if (n.node_id == node_id) e = n;
     }
     out.nodes.push_back(std::move(e));
   }
-  out.replicas = std::move(placed->replicas);
+  out.replicas = std::move(placed.replicas);
   return out;
 }
 

@@ -17,6 +17,20 @@
 // attempt of a mapper resolved here wins. A clustered server serves before it has joined (the
 // port comes first): until Joined, cluster calls answer UNAVAILABLE, "still joining".
 //
+// etcd down (docs/cluster.md, "Failures"): a placement never changes, so what the node has read
+// it keeps, and it serves the shuffles it has applied and checked without etcd; GetPlacement
+// answers from the remembered placement (with its age) when etcd cannot be reached, asking etcd
+// only briefly when it has that to fall back on, and not at all while WatchMembers finds etcd
+// down. What needs etcd (a create, a decision, a first read of a placement) is UNAVAILABLE
+// naming etcd (ErrorReason::kEtcdUnavailable), at once while etcd is known down.
+//
+// Membership settling: after an etcd stall every lease expires at once, and for a moment fewer
+// servers (or none) are registered. A create never places a shuffle on fewer servers than were
+// registered before: while a server registered when etcd went down has not registered again,
+// for at most Options::settle after etcd came back, a create is UNAVAILABLE (retry), and so a
+// replication those servers could give is never INVALID_ARGUMENT because of the stall. (A server
+// that dies while etcd is up leaves the list when its lease ends, and holds nothing back.)
+//
 //   ClusterNode node(&registry, /*clustered=*/true);
 //   node.SetSelf({"n0", "10.0.0.5:7070", now_ms});
 //   node.Joined(&membership, &placements);
@@ -27,6 +41,7 @@
 #define SLUICE_SERVER_RULES_CLUSTER_NODE_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -52,11 +67,13 @@ class ClusterNode {
     std::string address;
     uint64_t started_unix_ms = 0;
   };
-  /// What this server keeps of one shuffle.
+  /// What this server keeps of one shuffle, and the placement it was read from.
   struct Kept {
     uint32_t partitions = 0, mappers = 0;
     std::vector<bool> partition;  ///< kept here, by partition
     bool any = false;
+    ShufflePlacement placement;
+    std::chrono::steady_clock::time_point read_at;  ///< when it was read from the record
   };
   /// A shuffle's placement with each server's address now (empty: not registered).
   struct Placement {
@@ -64,11 +81,24 @@ class ClusterNode {
     uint32_t partitions = 0, mappers = 0, replication = 1;
     std::vector<NodeEntry> nodes;
     std::vector<std::vector<uint32_t>> replicas;  ///< per partition, indexes into `nodes`
+    /// 0: read now; else etcd was down and this is the placement read that long ago.
+    std::chrono::milliseconds age{0};
   };
 
-  /// `clustered`: runs with --etcd (known before the server serves; Joined comes later).
+  struct Options {
+    /// Runs with --etcd (known before the server serves; Joined comes later).
+    bool clustered = false;
+    /// How long after an etcd outage a server registered before it, and not again yet, holds
+    /// creates back (servers re-register within a third of their lease): two leases.
+    std::chrono::milliseconds settle{20000};
+    /// How long a read with an answer of its own to fall back on (a remembered placement, the
+    /// last list of servers) waits for etcd.
+    std::chrono::milliseconds quick_read{1000};
+  };
+  ClusterNode(ShuffleRegistry* registry, Options options)
+      : registry_(registry), options_(options), clustered_(options.clustered) {}
   ClusterNode(ShuffleRegistry* registry, bool clustered)
-      : registry_(registry), clustered_(clustered) {}
+      : ClusterNode(registry, Options{clustered}) {}
 
   void SetSelf(Self self);
   Self self() const;
@@ -78,8 +108,14 @@ class ClusterNode {
   void Joined(const NodeDirectory* nodes, PlacementStore* placements);
   /// Whether this server has joined its cluster (false on its own).
   bool joined() const;
-  /// The cluster's servers: this one alone when on its own.
-  absl::StatusOr<std::vector<NodeEntry>> Nodes() const;
+  /// The cluster's servers: this one alone when on its own; with etcd down, the last list read.
+  absl::StatusOr<std::vector<NodeEntry>> Nodes();
+  /// Reads the list of servers (briefly) and notes who is registered and whether etcd answers:
+  /// run every second or so (the wiring's Periodic), so that an etcd outage is known before a
+  /// reader waits on it and a shrunk list after a stall is told from the cluster's size.
+  void WatchMembers();
+  /// Whether etcd did not answer the last time it was asked.
+  bool etcd_down() const { return etcd_down_.load(); }
   /// Whether this server's registration is live (false on its own or before it joined).
   bool registered() const;
 
@@ -116,6 +152,7 @@ class ClusterNode {
   /// FAILED_PRECONDITION when `attempt` is not prepared here.
   absl::StatusOr<uint64_t> DecideMapper(const std::string& id, uint32_t mapper, uint64_t attempt);
   /// Where the shuffle's partitions are (on its own: all here). NOT_FOUND for an unknown one.
+  /// With etcd down, the remembered placement and the last addresses seen (Placement::age).
   absl::StatusOr<Placement> GetPlacement(const std::string& id);
 
  private:
@@ -129,13 +166,28 @@ class ClusterNode {
   View view() const;
   std::shared_ptr<const Kept> Remember(const std::string& id, const ShufflePlacement& p,
                                        const std::string& node_id);
+  std::shared_ptr<const Kept> Remembered(const std::string& id) const;
+  // A call to the record: what it told of etcd noted, an error saying which shuffle.
+  template <typename T>
+  absl::StatusOr<T> Record(const std::string& id, absl::StatusOr<T> r);
+  // Notes what a call to etcd told of etcd's health (a failure of etcd, or an answer).
+  void Note(const absl::Status& st);
+  // UNAVAILABLE naming etcd while etcd is known down (WatchMembers asks it again every second):
+  // what needs etcd is refused at once rather than after etcd's deadline.
+  absl::Status EtcdUp() const;
+  // Notes a list of registered servers read now.
+  void Seen(const std::vector<NodeEntry>& nodes);
+  // UNAVAILABLE while a server seen within the settle time is not in `live`.
+  absl::Status Settled(const std::vector<NodeEntry>& live) const;
   // The store of a recorded shuffle made here when this server keeps any part of it.
   absl::Status EnsureLocal(const std::string& id);
   absl::Status CheckKept(const Kept* kept, const std::string& id, uint32_t partition) const;
   absl::Status ResolvePending(const std::string& id);
 
   ShuffleRegistry* const registry_;
+  const Options options_;
   const bool clustered_;
+  std::atomic<bool> etcd_down_{false};
   std::atomic<bool> draining_{false};
   mutable std::mutex mu_;
   Self self_;                                                // guarded by mu_
@@ -144,6 +196,15 @@ class ClusterNode {
   std::map<std::string, std::shared_ptr<const Kept>> kept_;  // guarded by mu_
   // Shuffles found holding every mapper the cluster decided (ResolvePending); guarded by mu_.
   std::set<std::string> checked_;
+  // The last list of registered servers read, and when (mu_); the servers registered when etcd
+  // went down, and when it came back (mu_).
+  std::vector<NodeEntry> members_;
+  std::chrono::steady_clock::time_point members_at_;
+  std::set<std::string> before_outage_;
+  std::chrono::steady_clock::time_point etcd_back_at_;
+  // Since when etcd is down, and its last failure (mu_).
+  std::chrono::steady_clock::time_point etcd_down_at_;
+  std::string etcd_error_;
 };
 
 }  // namespace sluice

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codec/status_macros.h"
+#include "rpc/error_reason.h"
 #include "server/storage/shuffle_id.h"
 #include "spdlog/spdlog.h"
 
@@ -126,10 +127,12 @@ absl::Status PushAttempt::Kept(uint32_t partition) const {
   if (kept_ == nullptr || partition >= kept_->size() || (*kept_)[partition]) {
     return absl::OkStatus();
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "partition ", partition, " of shuffle '", ShuffleName(store_->params().shuffle_id),
-      "' is kept on other servers of the cluster, not this one (GetPlacement says "
-      "which)"));
+  return WithReason(
+      absl::FailedPreconditionError(absl::StrCat(
+          "partition ", partition, " of shuffle '", ShuffleName(store_->params().shuffle_id),
+          "' is kept on other servers of the cluster, not this one (GetPlacement "
+          "says which)")),
+      ErrorReason::kNotKept);
 }
 
 absl::Status PushAttempt::BeginLargeFrame(uint32_t partition, uint64_t size) {

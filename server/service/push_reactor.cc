@@ -35,6 +35,9 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
       return;
     }
     admission_ = *std::move(admitted);
+    // Taken: the client learns it before it sends anything (a stream refused, or one on a dead
+    // connection, is told at its open).
+    StartSendInitialMetadata();
     ReadNext();
   }
 

@@ -264,6 +264,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetPlacement(grpc::CallbackServerC
     resp->set_num_partitions(p.partitions);
     resp->set_num_mappers(p.mappers);
     resp->set_replication(p.replication);
+    resp->set_age_ms(static_cast<uint64_t>(p.age.count()));
     for (const NodeEntry& n : p.nodes) FillNode(n, resp->add_nodes());
     for (const auto& replicas : p.replicas) {
       auto* r = resp->add_partitions();

@@ -115,6 +115,22 @@ TEST_F(CliTest, BadInputFailsWithAMessageAndNothingCommits) {
   EXPECT_NE(Run("frobnicate"), 0);
 }
 
+// The exit status says whether a retry can help, as a status code does: 75 for a server that
+// cannot be reached (or any retryable failure), 1 for a mistake, 2 for bad usage.
+TEST_F(CliTest, TheExitStatusSaysWhetherARetryCanHelp) {
+  std::string out;
+  EXPECT_EQ(Run("status --server " + address_ + " --shuffle none"), 1);  // NOT_FOUND
+  EXPECT_EQ(Run("create --server 127.0.0.1:1 --shuffle x --partitions 1 --call-timeout-s 2"), 75);
+  EXPECT_EQ(Run("create --server " + address_ + " --shuffle x --partitions 1 --keepalive-s 0.5"),
+            2);
+  EXPECT_EQ(Run("create --server " + address_ + " --shuffle x --partitions 1 --call-timeout-s x"),
+            2);
+  ASSERT_EQ(Run("create --server " + address_ +
+                " --shuffle x --partitions 1 --call-timeout-s 5 --keepalive-s 2 "
+                "--keepalive-timeout-s 2"),
+            0);
+}
+
 TEST_F(CliTest, NodesListsTheServerWithItsHealthAndSpace) {
   ASSERT_EQ(Run("create --server " + address_ + " --shuffle n --partitions 2"), 0);
   std::string out;

@@ -62,7 +62,8 @@ class FakePlacementStore final : public PlacementStore {
     decisions_.erase(id);
     return shuffles_.erase(id) != 0;
   }
-  absl::StatusOr<std::optional<ShufflePlacement>> Get(const std::string& id) override {
+  absl::StatusOr<std::optional<ShufflePlacement>> Get(
+      const std::string& id, std::chrono::milliseconds = std::chrono::milliseconds(0)) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (absl::Status st = Call(); !st.ok()) return st;
     auto it = shuffles_.find(id);
@@ -111,14 +112,27 @@ class FakeNodeDirectory final : public NodeDirectory {
       }
     }
   }
-  absl::StatusOr<std::vector<NodeEntry>> Nodes() const override {
+  absl::StatusOr<std::vector<NodeEntry>> Nodes(
+      std::chrono::milliseconds = std::chrono::milliseconds(0)) const override {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!fault_.ok()) return fault_;
     return nodes_;
+  }
+  /// Every call fails with `st` until it is OK again (etcd unreachable, say).
+  void Fail(absl::Status st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fault_ = std::move(st);
+  }
+  /// A server (back) in the list.
+  void Add(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    nodes_.push_back(NodeEntry{id, id + ":7070", 1});
   }
   bool registered() const override { return true; }
 
  private:
   mutable std::mutex mu_;
+  absl::Status fault_;
   std::vector<NodeEntry> nodes_;
 };
 

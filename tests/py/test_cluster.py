@@ -3,101 +3,29 @@ on its own loopback address (127.0.0.2-4) with its own data directory, given to 
 server list. Replicated writes and key-ordered reads, the first commit winning across attempts,
 reads that go on after a server is killed -9, and deletes everywhere.
 
-Run by ctest `python_client` (PYTHONPATH=<build>/python, SLUICE_SERVER_BIN set; etcd from
-Debian's etcd-server, SLUICE_ETCD_BIN to override)."""
+Run by ctest `python_cluster` (PYTHONPATH=<build>/python, SLUICE_SERVER_BIN set; etcd from
+Debian's etcd-server, SLUICE_ETCD_BIN to override; the cluster is tests/harness/local_cluster.py)."""
 import os
 import random
-import re
 import signal
-import socket
-import subprocess
+import sys
 import time
-import urllib.request
 from collections import Counter
 
 import pytest
 
 import sluice
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "harness"))
+from local_cluster import LocalCluster  # noqa: E402
+
 SERVER = os.environ.get("SLUICE_SERVER_BIN", "build/server/sluice-server")
-ETCD = os.environ.get("SLUICE_ETCD_BIN", "/usr/bin/etcd")
-
-
-def free_port(host):
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def wait_for(what, ready, timeout=30):
-    until = time.monotonic() + timeout
-    while time.monotonic() < until:
-        if ready():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{what} was not ready within {timeout} s")
-
-
-class Cluster:
-    """etcd on 127.0.0.1 and servers n0..n2 on 127.0.0.2..4."""
-
-    def __init__(self, tmp):
-        assert os.access(ETCD, os.X_OK), f"{ETCD} is missing (Debian's etcd-server)"
-        self.tmp = tmp
-        self.procs = {}
-        cport, pport = free_port("127.0.0.1"), free_port("127.0.0.1")
-        curl, purl = f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
-        self.etcd = subprocess.Popen(
-            [ETCD, "--name=pytest", f"--data-dir={tmp}/etcd", f"--listen-client-urls={curl}",
-             f"--advertise-client-urls={curl}", f"--listen-peer-urls={purl}",
-             f"--initial-advertise-peer-urls={purl}", f"--initial-cluster=pytest={purl}",
-             "--log-level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.etcd_endpoint = f"127.0.0.1:{cport}"
-
-        def healthy():
-            try:
-                with urllib.request.urlopen(curl + "/health", timeout=1) as r:
-                    return b'"health":"true"' in r.read()
-            except OSError:
-                return False
-
-        wait_for("etcd", healthy)
-        self.addresses = []
-        for i in range(3):
-            host = f"127.0.0.{i + 2}"
-            self.addresses.append(f"{host}:{free_port(host)}")
-            self.start(i)
-
-    def start(self, i):
-        p = subprocess.Popen(
-            [SERVER, f"--data_dir={self.tmp}/n{i}", f"--listen={self.addresses[i]}",
-             f"--etcd={self.etcd_endpoint}", f"--node_id=n{i}", "--node_lease_s=2",
-             "--worker_threads=2", "--log_level=warn"], stdout=subprocess.PIPE, text=True)
-        line = p.stdout.readline()
-        assert re.search(r"listening on port \d+", line), f"server n{i} did not start: {line!r}"
-        self.procs[i] = p
-
-    def kill(self, i):
-        self.procs[i].send_signal(signal.SIGKILL)
-        self.procs[i].wait()
-
-    @property
-    def servers(self):
-        return ",".join(self.addresses)
-
-    def stop(self):
-        """kill -9 (a graceful stop is not under test here, and drains take seconds)."""
-        for p in list(self.procs.values()) + [self.etcd]:
-            if p.poll() is None:
-                p.kill()
-            p.wait(timeout=30)
 
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = Cluster(tmp_path)
-    yield c
-    c.stop()
+    with LocalCluster(tmp_path, SERVER) as c:
+        yield c
 
 
 def write_mappers(client, sid, mappers, items_per_mapper, keys):
@@ -173,3 +101,45 @@ def test_delete_removes_it_everywhere(cluster):
         with pytest.raises(sluice.Error) as e:
             sluice.connect(a).shuffle_status("c4")
         assert e.value.code == "NOT_FOUND"
+
+
+def test_with_etcd_stopped_a_new_client_reads_and_errors_say_to_retry(cluster):
+    client = sluice.connect(cluster.servers)
+    client.create_shuffle("c5", partitions=6, mappers=2, replication=2)
+    sent = write_mappers(client, "c5", 2, 500, 50)
+    assert read_groups(client, "c5", 6) == sent  # the servers have read what they serve
+    cluster.etcd.send_signal(signal.SIGSTOP)
+    try:
+        fresh = sluice.connect(cluster.servers, call_timeout=10)
+        assert read_groups(fresh, "c5", 6) == sent
+        with pytest.raises(sluice.Error) as e:
+            fresh.create_shuffle("c6", partitions=2)
+        assert e.value.code == "UNAVAILABLE" and e.value.retryable
+        assert e.value.reason == "ETCD_UNAVAILABLE" and "etcd" in e.value.message
+    finally:
+        cluster.etcd.send_signal(signal.SIGCONT)
+    with pytest.raises(sluice.Error) as e:
+        fresh.shuffle_status("no-such-shuffle")
+    assert e.value.code == "NOT_FOUND" and not e.value.retryable and e.value.reason is None
+
+
+def test_keepalive_set_from_python_finds_a_hung_server_in_seconds(cluster):
+    client = sluice.connect(cluster.servers, keepalive=1, keepalive_timeout=1, call_timeout=3)
+    client.create_shuffle("c7", partitions=6, mappers=2, replication=2)
+    sent = write_mappers(client, "c7", 2, 500, 50)
+    cluster.pause(0)  # hung: its connections stay up
+    try:
+        start = time.monotonic()
+        assert read_groups(client, "c7", 6) == sent  # its partitions from their other replica
+        took = time.monotonic() - start
+        # One keepalive (1 s + 1 s) per stream that was on it, not gRPC's 20 s default.
+        assert took < 15, f"reads took {took:.1f} s"
+    finally:
+        cluster.resume(0)
+
+
+def test_connect_checks_its_timeouts():
+    with pytest.raises(ValueError, match="keepalive"):
+        sluice.connect("127.0.0.1:1", keepalive=0.5)
+    with pytest.raises(ValueError):
+        sluice.connect("127.0.0.1:1", unhealthy_for=0)

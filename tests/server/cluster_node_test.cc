@@ -6,10 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "rpc/error_reason.h"
 #include "tests/harness/fake_cluster.h"
 #include "tests/harness/frames.h"
 #include "tests/harness/status_matchers.h"
@@ -46,6 +49,12 @@ void Prepare(Server& s, const std::string& id, uint32_t mapper, uint64_t attempt
   ASSERT_OK(
       (commit ? store->Commit(mapper, attempt, blocks) : store->Prepare(mapper, attempt, blocks))
           .status());
+}
+
+// What the etcd client answers when etcd cannot be reached.
+absl::Status EtcdDown() {
+  return WithReason(absl::UnavailableError("etcd get at 127.0.0.1:2379: Deadline Exceeded"),
+                    ErrorReason::kEtcdUnavailable);
 }
 
 // The partitions of `p` that `node` keeps, and those it does not.
@@ -224,15 +233,116 @@ TEST(ClusterNodeTest, WithTheRecordUnreachableRememberedShufflesServeAndTheRestI
   n0.node->Joined(&nodes, &record);
   ASSERT_OK(n0.node->Create({"job", 2, 1}, 1).status());
   ASSERT_OK(n0.node->PrepareToServe("job", 1));  // every decision checked once
-  record.Fail(absl::UnavailableError("etcd get at 127.0.0.1:2379 failed"));
+  record.Fail(EtcdDown());
   EXPECT_OK(n0.node->PrepareToServe("job", 1));
   EXPECT_OK(n0.node->PrepareToPush("job").status());
   for (absl::Status st :
-       {n0.node->Create({"other", 2, 1}, 1).status(), n0.node->GetPlacement("job").status(),
+       {n0.node->Create({"other", 2, 1}, 1).status(), n0.node->GetPlacement("unseen").status(),
         n0.node->Delete("job"), n0.node->CountForCreate("t~", "t~x").status()}) {
     EXPECT_THAT(st, StatusIs(absl::StatusCode::kUnavailable, "etcd")) << st;
   }
+  EXPECT_OK(n0.node->GetPlacement("job").status()) << "a placement read before is kept";
   ASSERT_OK(n0.registry->Get("job").status()) << "a failed delete leaves the shuffle";
+}
+
+// Once etcd is known down (WatchMembers found it), what needs it is refused at once, without
+// waiting on etcd; GetPlacement answers from memory with its age; etcd back, all resumes.
+TEST(ClusterNodeTest, WithEtcdKnownDownWhatNeedsItIsRefusedAtOnceAndPlacementsHaveAnAge) {
+  FakePlacementStore record;
+  FakeNodeDirectory nodes({"n0", "n1"});
+  Server n0("n0", true);
+  n0.node->Joined(&nodes, &record);
+  ASSERT_OK(n0.node->Create({"job", 4, 1}, 2).status());
+  Prepare(n0, "job", 0, 1, {0, 1, 2, 3});
+  ASSERT_OK_AND_ASSIGN(ClusterNode::Placement fresh, n0.node->GetPlacement("job"));
+  EXPECT_EQ(fresh.age.count(), 0);
+  record.Fail(EtcdDown());
+  nodes.Fail(EtcdDown());
+  n0.node->WatchMembers();
+  EXPECT_TRUE(n0.node->etcd_down());
+  const int calls = record.calls();
+  for (absl::Status st :
+       {n0.node->Create({"other", 2, 1}, 1).status(), n0.node->Delete("job"),
+        n0.node->DecideMapper("job", 0, 1).status(), n0.node->GetPlacement("unseen").status()}) {
+    EXPECT_THAT(st, StatusIs(absl::StatusCode::kUnavailable, "etcd")) << st;
+    EXPECT_EQ(ReasonOf(st), ErrorReason::kEtcdUnavailable) << st;
+  }
+  ASSERT_OK_AND_ASSIGN(ClusterNode::Placement old, n0.node->GetPlacement("job"));
+  EXPECT_GT(old.age.count(), 0);
+  EXPECT_EQ(old.nodes.size(), 2u);
+  EXPECT_EQ(old.nodes[1].address, "n1:7070") << "the last list of servers read names them";
+  EXPECT_EQ(record.calls(), calls) << "etcd was asked while known down";
+  record.Fail(absl::OkStatus());
+  nodes.Fail(absl::OkStatus());
+  n0.node->WatchMembers();
+  EXPECT_FALSE(n0.node->etcd_down());
+  EXPECT_OK(n0.node->Create({"other", 2, 1}, 1).status());
+}
+
+// An etcd stall longer than the lease expires every lease when etcd resumes: until the servers
+// registered before it are back (or the settle time has passed), a create is UNAVAILABLE and
+// never placed on fewer servers, also across a second outage that read the list half-empty.
+// A server that leaves while etcd is up holds nothing back.
+TEST(ClusterNodeTest, AfterAnEtcdOutageACreateWaitsForTheServersRegisteredBeforeIt) {
+  FakePlacementStore record;
+  FakeNodeDirectory nodes({"n0", "n1", "n2"});
+  Server n0("n0", true);
+  n0.node->Joined(&nodes, &record);
+  n0.node->WatchMembers();
+  nodes.Fail(EtcdDown());
+  n0.node->WatchMembers();
+  nodes.Remove("n0");  // every lease expired at once
+  nodes.Remove("n1");
+  nodes.Remove("n2");
+  nodes.Fail(absl::OkStatus());
+  n0.node->WatchMembers();  // etcd back
+  EXPECT_THAT(n0.node->Create({"a", 6, 1}, 2).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "no server is registered"));
+  nodes.Add("n0");
+  EXPECT_THAT(n0.node->Create({"a", 6, 1}, 2).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "n1, n2 were registered before"));
+  nodes.Fail(EtcdDown());  // a second blip, the list read between the two has n0 alone
+  n0.node->WatchMembers();
+  nodes.Fail(absl::OkStatus());
+  n0.node->WatchMembers();
+  EXPECT_THAT(n0.node->Create({"a", 6, 1}, 2).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "n1, n2 were registered before"));
+  nodes.Add("n1");
+  nodes.Add("n2");
+  ASSERT_OK(n0.node->Create({"a", 6, 1}, 2).status());
+  ASSERT_OK_AND_ASSIGN(ClusterNode::Placement p, n0.node->GetPlacement("a"));
+  EXPECT_EQ(p.nodes.size(), 3u);
+}
+
+// The settle time bounds the wait: a server that does not come back after an outage holds
+// creates back no longer; one that leaves while etcd is up holds nothing back.
+TEST(ClusterNodeTest, AServerGoneForGoodHoldsCreatesBackOnlyForTheSettleTime) {
+  FakePlacementStore record;
+  FakeNodeDirectory nodes({"n0", "n1", "n2"});
+  Server n0("n0", true);
+  n0.node = std::make_unique<ClusterNode>(
+      n0.registry.get(), ClusterNode::Options{true, std::chrono::milliseconds(500)});
+  n0.node->SetSelf({"n0", "n0:7070", 1});
+  n0.node->Joined(&nodes, &record);
+  nodes.Remove("n2");  // dies while etcd is up
+  ASSERT_OK(n0.node->Create({"a", 6, 1}, 2).status());
+  ASSERT_OK_AND_ASSIGN(ClusterNode::Placement p, n0.node->GetPlacement("a"));
+  EXPECT_EQ(p.nodes.size(), 2u);
+  nodes.Fail(EtcdDown());
+  n0.node->WatchMembers();
+  nodes.Remove("n1");  // lost with the outage, never back
+  nodes.Fail(absl::OkStatus());
+  n0.node->WatchMembers();
+  EXPECT_THAT(n0.node->Create({"b", 6, 1}, 2).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "n1 was registered before"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // the settle time has passed
+  EXPECT_THAT(n0.node->Create({"b", 6, 1}, 2).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "replication 2 needs 2 servers and 1 is"));
+  EXPECT_THAT(n0.node->Create({"b", 6, 1}, 4).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "replication 4"));
+  ASSERT_OK(n0.node->Create({"b", 6, 1}, 1).status());
+  ASSERT_OK_AND_ASSIGN(p, n0.node->GetPlacement("b"));
+  EXPECT_EQ(p.nodes.size(), 1u);
 }
 
 TEST(ClusterNodeTest, ADeleteRemovesTheRecordFirstAndTheStoreWhereItIs) {

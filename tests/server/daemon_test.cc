@@ -23,6 +23,7 @@
 #include "client/shuffle_client.h"
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
+#include "rpc/error_reason.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"
@@ -203,11 +204,11 @@ TEST(DaemonTest, SigtermDrainsWhatIsInFlightThenExitsZero) {
   EXPECT_EQ(alive, 1);  // liveness: SERVING while the process lives
   ASSERT_OK_AND_ASSIGN(NodeStatus node, client->GetNode());
   EXPECT_FALSE(node.serving);
-  // A new attempt is refused; the one in flight commits.
-  ASSERT_OK_AND_ASSIGN(auto late, client->OpenWriter("d", 2, 1));
-  absl::Status refused = late->Add("x", "y");
-  if (refused.ok()) refused = late->Close().status();
-  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kUnavailable, "draining"));
+  // A new attempt is refused at its open, saying when to retry; the one in flight commits.
+  absl::StatusOr<std::unique_ptr<ShuffleWriter>> late = client->OpenWriter("d", 2, 1);
+  EXPECT_THAT(late.status(), StatusIs(absl::StatusCode::kUnavailable, "draining"));
+  EXPECT_EQ(ReasonOf(late.status()), ErrorReason::kDraining);
+  EXPECT_EQ(RetryAfterOf(late.status()), std::chrono::seconds(2));
   for (int i = 1000; i < 2000; ++i) ASSERT_OK(pushing->Add("p" + std::to_string(i), value));
   ASSERT_OK_AND_ASSIGN(WriteResult committed, pushing->Close());
   EXPECT_EQ(committed.records, 2000u);

@@ -15,7 +15,9 @@ Keys route as zephyr routes them: xxh3-64 of the key's msgpack bytes, modulo the
 count (`partition_of`), and a KEY-ordered read orders them by those bytes. Objects msgpack
 cannot carry (set, frozenset, custom classes) raise TypeError, unless the writer has
 `pickle_fallback=True` (and the reader `allow_pickle=True`). Every failure raises
-`sluice.Error`, whose `code` is the gRPC status name ("NOT_FOUND", "UNAVAILABLE", ...).
+`sluice.Error`, whose `code` is the gRPC status name ("NOT_FOUND", "UNAVAILABLE", ...),
+`retryable` whether a retry (of a mapper: a new attempt) can succeed, `retry_after` the
+seconds the server suggests waiting (or None) and `reason` why, when it says (docs/api.md).
 docs/python.md is the reference.
 """
 from . import _sluice
@@ -25,8 +27,16 @@ __all__ = ["Client", "Error", "Reader", "Writer", "connect", "packb", "partition
 
 
 def connect(servers="127.0.0.1:7070", *, call_timeout=30.0, tls=False, tls_ca=None,
-            tls_cert=None, tls_key=None, tls_server_name=None, token=None):
+            tls_cert=None, tls_key=None, tls_server_name=None, token=None, keepalive=10.0,
+            keepalive_timeout=10.0, placement_ttl=10.0, unhealthy_for=30.0, stream_timeout=None):
     """A client of one server or a cluster ("h1:p1,h2:p2,..." or a DNS name listing them).
+
+    Timeouts, in seconds (docs/api.md, "Timeouts and hung servers"): `call_timeout` bounds each
+    control call (a retry on a dead connection included); a hung server is found within about
+    `keepalive` + `keepalive_timeout` (`keepalive` at least 1: servers refuse faster pings);
+    `placement_ttl` is how long a shuffle's placement is reused (kept longer while etcd is
+    down); a server that timed out is asked after the others for `unhealthy_for`;
+    `stream_timeout` bounds a whole push or fetch (None: no bound).
 
     TLS (docs/security.md): `tls_ca` is the PEM file of the CAs the servers' certificates must
     chain to (or `tls=True` for the system's CAs); `tls_cert` and `tls_key` a client
@@ -38,9 +48,14 @@ def connect(servers="127.0.0.1:7070", *, call_timeout=30.0, tls=False, tls_ca=No
                         ("tls_server_name", tls_server_name), ("token", token)):
         if value is not None and not value:  # "" (an unset variable?) must not mean plaintext
             raise ValueError(f"{name} is empty: give a value, or None")
+    if keepalive < 1.0:
+        raise ValueError("keepalive must be at least 1 s (servers close connections that ping "
+                         "more often)")
     return Client(_sluice.Client(servers, float(call_timeout), bool(tls), tls_ca or "",
                                  tls_cert or "", tls_key or "", tls_server_name or "",
-                                 token or ""))
+                                 token or "", float(keepalive), float(keepalive_timeout),
+                                 float(placement_ttl), float(unhealthy_for),
+                                 float(stream_timeout) if stream_timeout is not None else 0.0))
 
 
 class Client:
