@@ -61,6 +61,13 @@ bool TryAnother(const absl::Status& st) {
   }
 }
 
+// A failure every server would answer alike: etcd's (they share it), or a cluster whose
+// membership settles after an etcd outage.
+bool EtcdsFault(const absl::Status& st) {
+  const ErrorReason r = ReasonOf(st);
+  return r == ErrorReason::kEtcdUnavailable || r == ErrorReason::kSettling;
+}
+
 // A failure that says the server itself could not be reached or did not answer in time (not
 // an answer it gave): it is asked after the others for a while.
 bool Unresponsive(const absl::Status& st) {
@@ -108,7 +115,7 @@ class FailoverReader final : public ShuffleReader {
   // now, named in `missing`).
   FailoverReader(std::vector<ServerLink*> replicas, std::vector<std::string> names, std::string id,
                  uint32_t partition, ReaderOptions options, FrameLimits limits,
-                 std::function<void()> on_failover)
+                 std::function<void(const absl::Status&)> on_failover)
       : replicas_(std::move(replicas)),
         names_(std::move(names)),
         id_(std::move(id)),
@@ -150,7 +157,7 @@ class FailoverReader final : public ShuffleReader {
       errors_.push_back(absl::StrCat(names_[current_], ": ", Describe(more.status())));
       reader_.reset();
       ++current_;
-      if (on_failover_) on_failover_();
+      if (on_failover_) on_failover_(more.status());
     }
   }
 
@@ -161,7 +168,7 @@ class FailoverReader final : public ShuffleReader {
   const uint32_t partition_;
   const ReaderOptions options_;
   const FrameLimits limits_;
-  const std::function<void()> on_failover_;
+  const std::function<void(const absl::Status&)> on_failover_;
   std::unique_ptr<ShuffleReader> reader_;
   FetchStream* stream_ = nullptr;  // reader_'s
   std::vector<uint32_t> served_;   // the mappers the first replica served
@@ -323,12 +330,9 @@ class ClusterClient final : public ShuffleClient {
   absl::StatusOr<std::vector<NodeAddress>> ListNodes() override {
     return OnSeed<std::vector<NodeAddress>>([&](ShuffleClient& c) { return c.ListNodes(); });
   }
+  // The first server given, and no other: a drain is asked of one server.
   absl::Status Drain(uint32_t grace_seconds) override {
-    return OnSeed<bool>([&](ShuffleClient& c) -> absl::StatusOr<bool> {
-             SLUICE_RETURN_IF_ERROR(c.Drain(grace_seconds));
-             return true;
-           })
-        .status();
+    return Seed(0).client().Drain(grace_seconds);
   }
   absl::StatusOr<PlacementInfo> GetPlacement(const std::string& id) override {
     return OnSeed<PlacementInfo>([&](ShuffleClient& c) { return c.GetPlacement(id); }, nullptr,
@@ -364,7 +368,10 @@ class ClusterClient final : public ShuffleClient {
     }
     return std::unique_ptr<ShuffleReader>(
         new FailoverReader(std::move(replicas), std::move(names), id, partition, options,
-                           options_.limits, [this, id] { Forget(id); }));
+                           options_.limits, [this, id](const absl::Status& st) {
+                             // (etcd's fault says nothing of the placement: it is kept.)
+                             if (!EtcdsFault(st)) Forget(id);
+                           }));
   }
 
  private:
@@ -407,7 +414,10 @@ class ClusterClient final : public ShuffleClient {
       absl::Status last;
       for (ServerLink* link : links) {
         auto winner = link->CommitMapper(id, mapper, attempt);
-        if (winner.ok() || !TryAnother(winner.status())) return winner;
+        // (Every server decides in the same etcd: its fault ends the tries.)
+        if (winner.ok() || !TryAnother(winner.status()) || EtcdsFault(winner.status())) {
+          return winner;
+        }
         last = winner.status();
         Forget(id);
       }
@@ -490,7 +500,7 @@ class ClusterClient final : public ShuffleClient {
       Mark(seeds_[i], r.status());
       if (which != nullptr) *which = i;
       if (r.ok() || !TryAnother(r.status())) return r;
-      if (!past_etcd && ReasonOf(r.status()) == ErrorReason::kEtcdUnavailable) return r;
+      if (!past_etcd && EtcdsFault(r.status())) return r;
     }
     return r;
   }
@@ -530,7 +540,7 @@ class ClusterClient final : public ShuffleClient {
     auto info = OnSeed<PlacementInfo>([&](ShuffleClient& c) { return c.GetPlacement(id); },
                                       &out.seed, /*past_etcd=*/true);
     if (!info.ok()) {
-      if (held.has_value() && absl::IsUnavailable(info.status())) return *held;
+      if (held.has_value() && Retryable(info.status())) return *held;
       return info.status();
     }
     out.info = std::move(info).value();

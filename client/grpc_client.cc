@@ -3,7 +3,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +14,7 @@
 #include "client/partitioned_writer.h"
 #include "client/shuffle_client.h"
 #include "client/transport.h"
+#include "codec/status_macros.h"
 #include "rpc/error_reason.h"
 #include "rpc/grpc_glue.h"
 #include "rpc/tls.h"
@@ -49,9 +53,23 @@ absl::Status FromGrpc(const grpc::Status& st, const std::string& server) {
 bool TransportFailed(const absl::Status& st) {
   return absl::IsUnavailable(st) && !IsFromServer(st);
 }
+//
+// Sooner than keepalive is not enough on its own (a call sent while a ping was already out
+// fails early too), so a call is sent again only once a new connection is made at once: a
+// restarted server completes the handshake in milliseconds, a hung one never does.
+constexpr std::chrono::seconds kReconnectBound{1};
 bool DeadConnection(const absl::Status& st, std::chrono::steady_clock::time_point sent,
-                    const ClientOptions& options) {
-  return TransportFailed(st) && std::chrono::steady_clock::now() - sent < options.keepalive_timeout;
+                    const ClientOptions& options, grpc::Channel* channel,
+                    std::chrono::system_clock::time_point deadline) {
+  if (!TransportFailed(st) ||
+      std::chrono::steady_clock::now() - sent >= options.keepalive_timeout) {
+    return false;
+  }
+  return channel->WaitForConnected(
+      std::min(deadline, std::chrono::system_clock::now() + kReconnectBound));
+}
+std::chrono::system_clock::time_point Never() {
+  return std::chrono::system_clock::time_point::max();
 }
 
 ShuffleStatus FromProto(const pb::ShuffleInfo& info) {
@@ -98,8 +116,8 @@ class GrpcPushStream final : public PushStream {
 
   // The server sends its headers once it has taken the stream (admitted it): waiting for them
   // tells at once a stream refused, or one on a dead connection, before anything is sent.
-  absl::Status Open(const std::string& id, uint32_t mapper, uint64_t attempt) {
-    stream_->WaitForInitialMetadata();
+  absl::Status Open(const std::string& id, uint32_t mapper, uint64_t attempt, bool await_headers) {
+    if (await_headers) stream_->WaitForInitialMetadata();
     pb::PushRequest open;
     open.mutable_open()->set_shuffle_id(id);
     open.mutable_open()->set_mapper_id(mapper);
@@ -210,9 +228,9 @@ class GrpcPushStream final : public PushStream {
 
 class GrpcFetchStream final : public FetchStream {
  public:
-  GrpcFetchStream(pb::ShuffleService::Stub* stub, const ClientOptions& options,
-                  pb::FetchRequest request)
-      : stub_(stub), options_(options), request_(std::move(request)) {
+  GrpcFetchStream(pb::ShuffleService::Stub* stub, grpc::Channel* channel,
+                  const ClientOptions& options, pb::FetchRequest request)
+      : stub_(stub), channel_(channel), options_(options), request_(std::move(request)) {
     Start();
   }
   ~GrpcFetchStream() override {
@@ -227,7 +245,7 @@ class GrpcFetchStream final : public FetchStream {
     while (!stream_->Read(&response_)) {
       absl::Status st = FromGrpc(stream_->Finish(), options_.server);
       // Nothing received yet and the transport failed it: again once, on a new connection.
-      if (!received_ && !restarted_ && DeadConnection(st, started_, options_)) {
+      if (!received_ && !restarted_ && DeadConnection(st, started_, options_, channel_, Never())) {
         restarted_ = true;
         Start();
         continue;
@@ -257,7 +275,8 @@ class GrpcFetchStream final : public FetchStream {
   }
 
   pb::ShuffleService::Stub* const stub_;
-  const ClientOptions& options_;  // the GrpcClient's, which outlives its streams
+  grpc::Channel* const channel_;  // the GrpcClient's, which outlives its streams
+  const ClientOptions& options_;  // the GrpcClient's
   const pb::FetchRequest request_;
   std::unique_ptr<grpc::ClientContext> ctx_;
   std::unique_ptr<grpc::ClientReader<pb::FetchResponse>> stream_;
@@ -410,7 +429,8 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     pb::DrainRequest req;
     req.set_grace_seconds(grace_seconds);
     pb::DrainResponse resp;
-    return Unary([&](grpc::ClientContext* ctx) { return stub_->Drain(ctx, req, &resp); });
+    return Unary([&](grpc::ClientContext* ctx) { return stub_->Drain(ctx, req, &resp); }, nullptr,
+                 /*resend=*/false);
   }
 
   absl::Status DeleteShuffle(const std::string& id) override {
@@ -470,13 +490,17 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
 
   absl::StatusOr<std::unique_ptr<PushStream>> OpenPush(const std::string& id, uint32_t mapper,
                                                        uint64_t attempt, bool prepare) override {
+    // A server that sends the stream's headers once it has taken it lets the open wait for
+    // them: a refusal or a dead connection is then known before anything is sent. (One before
+    // that sends them only at the end: the open does not wait.)
+    SLUICE_ASSIGN_OR_RETURN(const uint32_t protocol, ServerProtocol());
     absl::Status st;
     for (int i = 0; i < 2; ++i) {  // again once if the transport failed it before the server did
       const auto sent = std::chrono::steady_clock::now();
       auto stream = std::make_unique<GrpcPushStream>(stub_.get(), options_, prepare);
-      st = stream->Open(id, mapper, attempt);
+      st = stream->Open(id, mapper, attempt, /*await_headers=*/protocol >= 1);
       if (st.ok()) return std::unique_ptr<PushStream>(std::move(stream));
-      if (!DeadConnection(st, sent, options_)) return st;
+      if (!DeadConnection(st, sent, options_, channel_.get(), Never())) return st;
     }
     return st;
   }
@@ -507,15 +531,18 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     req.set_skip_records(options.skip_records);
     req.mutable_only_mappers()->Add(options.only_mappers.begin(), options.only_mappers.end());
     req.set_report_mappers(report_mappers);
-    return std::make_unique<GrpcFetchStream>(stub_.get(), options_, std::move(req));
+    return std::make_unique<GrpcFetchStream>(stub_.get(), channel_.get(), options_, std::move(req));
   }
 
  private:
   // A unary call, `call(context)`: sent again once if a dead connection failed it (*again
-  // then), within the one deadline of the call.
+  // then), within the one deadline of the call; never a call that must not run twice
+  // (`resend` false: Drain, which a restarted server would take as its own).
   template <typename Call>
-  absl::Status Unary(Call&& call, bool* again = nullptr) const {
-    const auto deadline = std::chrono::system_clock::now() + options_.call_deadline;
+  absl::Status Unary(Call&& call, bool* again = nullptr, bool resend = true) const {
+    const auto deadline = options_.call_deadline.count() > 0
+                              ? std::chrono::system_clock::now() + options_.call_deadline
+                              : Never();
     absl::Status st;
     for (int i = 0; i < 2; ++i) {
       const auto sent = std::chrono::steady_clock::now();
@@ -523,15 +550,32 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
       if (SendsToken(options_)) ctx.AddMetadata("authorization", "Bearer " + options_.token);
       if (options_.call_deadline.count() > 0) ctx.set_deadline(deadline);
       st = FromGrpc(call(&ctx), options_.server);
-      if (!DeadConnection(st, sent, options_)) break;
+      if (!resend || !DeadConnection(st, sent, options_, channel_.get(), deadline)) break;
       if (again != nullptr) *again = true;
     }
     return st;
   }
 
+  // The server's NodeInfo.protocol, asked once (0 for a server too old to say).
+  absl::StatusOr<uint32_t> ServerProtocol() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (protocol_.has_value()) return *protocol_;
+    }
+    pb::NodeInfo info;
+    absl::Status st = Unary(
+        [&](grpc::ClientContext* ctx) { return stub_->GetNode(ctx, pb::GetNodeRequest(), &info); });
+    if (!st.ok() && !absl::IsUnimplemented(st)) return st;
+    std::lock_guard<std::mutex> lock(mu_);
+    protocol_ = st.ok() ? info.protocol() : 0;
+    return *protocol_;
+  }
+
   const ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pb::ShuffleService::Stub> stub_;
+  std::mutex mu_;
+  std::optional<uint32_t> protocol_;  // guarded by mu_
 };
 
 }  // namespace

@@ -231,9 +231,10 @@ class ShuffleClient {
   virtual absl::StatusOr<std::vector<NodeAddress>> ListNodes() = 0;
   /// Where each partition of the shuffle lives (the same from every server of a cluster).
   virtual absl::StatusOr<PlacementInfo> GetPlacement(const std::string& id) = 0;
-  /// Drains the server (the first given one that answers; docs/operations.md): it takes no new
-  /// pushes, finishes what is in flight within `grace_seconds` (0 = its --drain_grace_s), then
-  /// exits. Only from the server's own host unless it runs with --allow_remote_admin.
+  /// Drains the server (the first one given, only: a drain is asked of one server;
+  /// docs/operations.md): it takes no new pushes, finishes what is in flight within `grace_seconds`
+  /// (0 = its --drain_grace_s), then exits. Only from the server's own host unless it runs with
+  /// --allow_remote_admin.
   virtual absl::Status Drain(uint32_t grace_seconds) = 0;
   /// Asks the server for the partition count, then opens the attempt's push stream.
   virtual absl::StatusOr<std::unique_ptr<ShuffleWriter>> OpenWriter(

@@ -82,8 +82,9 @@ struct EtcdClient::Impl {
   }
   // The call's status, saying which etcd it was about. etcd that cannot be reached or does not
   // answer in time is UNAVAILABLE (never the caller's mistake, and every server sees the same
-  // etcd: ErrorReason::kEtcdUnavailable); a request etcd refuses as malformed is this code's
-  // (INTERNAL).
+  // etcd: ErrorReason::kEtcdUnavailable), and so are etcd's own states (FAILED_PRECONDITION:
+  // not the leader, a learner; refused credentials); a request etcd refuses as malformed is
+  // this code's (INTERNAL).
   absl::Status Check(const grpc::Status& st, const char* call) const {
     if (st.ok()) return absl::OkStatus();
     const absl::Status s = rpc::FromGrpcStatus(st);
@@ -93,9 +94,8 @@ struct EtcdClient::Impl {
       case absl::StatusCode::kInvalidArgument:
       case absl::StatusCode::kOutOfRange:
         return absl::InternalError(message);
-      case absl::StatusCode::kNotFound:
+      case absl::StatusCode::kNotFound:  // a lease that has expired
       case absl::StatusCode::kAlreadyExists:
-      case absl::StatusCode::kFailedPrecondition:
         return absl::Status(s.code(), message);
       default:
         return Unreachable(message);

@@ -23,9 +23,11 @@ enum class ErrorReason {
   kNotKept = 2,          ///< the server keeps no replica asked for: the placement names another
   kDraining = 3,         ///< the server drains: retry the attempt elsewhere or later
   kJoining = 4,          ///< the server is still joining its cluster: retry
+  kSettling = 5,  ///< fewer servers registered than needed (after an etcd outage): retry later
 };
 
-/// "ETCD_UNAVAILABLE", "NOT_KEPT", "DRAINING", "JOINING"; "" for kNone (the proto's names).
+/// "ETCD_UNAVAILABLE", "NOT_KEPT", "DRAINING", "JOINING", "SETTLING"; "" for kNone (the
+/// proto's names).
 const char* ReasonName(ErrorReason reason);
 
 /// `st` carrying `reason` (and, if known, when a retry may succeed). OK stays OK.

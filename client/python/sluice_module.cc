@@ -393,7 +393,9 @@ PYBIND11_MODULE(_sluice, m) {
   g_error = PyErr_NewExceptionWithDoc(
       "sluice.Error",
       "A Sluice call failed: `code` is the gRPC status name (NOT_FOUND, UNAVAILABLE, ...), "
-      "`message` what happened.",
+      "`message` what happened, `retryable` whether a retry (of a mapper: a new attempt) can "
+      "succeed, `retry_after` the seconds the server suggests waiting (or None), `reason` why "
+      "when the server says (ETCD_UNAVAILABLE, DRAINING, JOINING, NOT_KEPT, SETTLING; or None).",
       nullptr, nullptr);
   m.attr("Error") = pb::handle(g_error);
 

@@ -116,17 +116,22 @@ absl::Status ClusterNode::Settled(const std::vector<NodeEntry>& live) const {
     }
   }
   if (missing.empty() && !live.empty()) return absl::OkStatus();
+  // (kSettling: every server reads the same list, so a client does not ask the next one.)
   if (live.empty()) {
-    return absl::UnavailableError(
-        "no server is registered in the cluster now (etcd may have just expired every lease "
-        "after a stall; the servers register again within a third of their lease): retry");
+    return WithReason(
+        absl::UnavailableError(
+            "no server is registered in the cluster now (etcd may have just expired every lease "
+            "after a stall; the servers register again within a third of their lease): retry"),
+        ErrorReason::kSettling);
   }
-  return absl::UnavailableError(absl::StrCat(
-      "server", missing.size() > 1 ? "s " : " ", absl::StrJoin(missing, ", "),
-      missing.size() > 1 ? " were" : " was",
-      " registered before etcd's outage and not yet again (etcd expires every lease after a "
-      "stall; a server registers again within a third of its lease): a shuffle is not placed "
-      "on fewer servers than the cluster had; retry"));
+  return WithReason(
+      absl::UnavailableError(absl::StrCat(
+          "server", missing.size() > 1 ? "s " : " ", absl::StrJoin(missing, ", "),
+          missing.size() > 1 ? " were" : " was",
+          " registered before etcd's outage and not yet again (etcd expires every lease after "
+          "a stall; a server registers again within a third of its lease): a shuffle is not "
+          "placed on fewer servers than the cluster had; retry")),
+      ErrorReason::kSettling);
 }
 
 void ClusterNode::WatchMembers() {
@@ -160,7 +165,14 @@ absl::StatusOr<std::vector<NodeEntry>> ClusterNode::Nodes() {
     std::lock_guard<std::mutex> lock(mu_);
     if (etcd_down_.load() && !members_.empty()) return members_;  // the last list read
   }
-  absl::StatusOr<std::vector<NodeEntry>> nodes = c.nodes->Nodes();
+  bool have_list;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    have_list = !members_.empty();
+  }
+  // Briefly when the last list can answer instead (a stall not yet found by WatchMembers).
+  absl::StatusOr<std::vector<NodeEntry>> nodes =
+      c.nodes->Nodes(have_list ? options_.quick_read : std::chrono::milliseconds(0));
   Note(nodes.status());
   if (nodes.ok()) {
     Seen(*nodes);
@@ -271,6 +283,9 @@ absl::Status ClusterNode::ResolvePending(const std::string& id) {
   }
   const View c = view();
   SLUICE_RETURN_IF_ERROR(c.Joined());
+  // (Attempts prepared here and not known decided: serving without the decisions could leave
+  // out a mapper another server has committed.)
+  SLUICE_RETURN_IF_ERROR(EtcdUp());
   SLUICE_ASSIGN_OR_RETURN(auto decided, Record(id, c.placements->Decisions(id)));
   std::vector<std::pair<uint32_t, uint64_t>> winners;
   for (uint32_t m : pending) {
@@ -330,11 +345,13 @@ absl::StatusOr<bool> ClusterNode::Create(const ShuffleParams& params, uint32_t r
   // More replicas than servers registered now is the cluster's state, not the caller's mistake:
   // servers down or restarting come back (a replication over 3 is refused by the record).
   if (replication > ids.size() && replication <= 3) {
-    return absl::UnavailableError(absl::StrCat(
-        "replication ", replication, " needs ", replication, " servers and ", ids.size(),
-        ids.size() == 1 ? " is" : " are",
-        " registered now (the others down or restarting?): retry once they are back, or ask "
-        "for less"));
+    return WithReason(
+        absl::UnavailableError(absl::StrCat(
+            "replication ", replication, " needs ", replication, " servers and ", ids.size(),
+            ids.size() == 1 ? " is" : " are",
+            " registered now (the others down or restarting?): retry once they are back, or "
+            "ask for less")),
+        ErrorReason::kSettling);
   }
   SLUICE_ASSIGN_OR_RETURN(
       PlacementStore::Created placed,

@@ -226,7 +226,10 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
     resp->set_node_id(self.node_id);
     resp->set_address(self.address);
     resp->set_started_unix_ms(self.started_unix_ms);
-    resp->set_clustered(node.joined());  // a member of a cluster (once it has joined)
+    // Runs with --etcd (before it has joined too: a client that asks then must route by
+    // placements, which answer "still joining" until it has).
+    resp->set_clustered(node.clustered());
+    resp->set_protocol(1);
     resp->set_registered(node.registered());
     resp->set_serving(!node.draining());
     // A tenant's own (the others' are not its business).

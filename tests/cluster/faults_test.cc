@@ -14,8 +14,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/shuffle_client.h"
+#include "rpc/error_reason.h"
 #include "tests/harness/mini_cluster.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/wait.h"
@@ -33,10 +35,12 @@ constexpr uint32_t kMappers = 3;
 constexpr int kItems = 400;
 
 std::unique_ptr<ShuffleClient> Connect(
-    const std::string& servers, std::chrono::milliseconds deadline = std::chrono::seconds(5)) {
+    const std::string& servers, std::chrono::milliseconds deadline = std::chrono::seconds(5),
+    std::chrono::milliseconds placement_ttl = std::chrono::seconds(10)) {
   ClientOptions options;
   options.server = servers;
   options.call_deadline = deadline;
+  options.placement_ttl = placement_ttl;
   options.keepalive_time = std::chrono::seconds(1);
   options.keepalive_timeout = std::chrono::seconds(1);
   auto c = ShuffleClient::Connect(options);
@@ -195,13 +199,32 @@ TEST_F(FaultsTest, AServerRestartCostsNoAttempt) {
 // once, instead of failing on "keeps no replica".
 TEST_F(FaultsTest, ANodeRenamedAtItsAddressIsFailedOverAtOnce) {
   MakeShuffle("job");
-  ASSERT_OK(ReadAll(*client_, "job"));  // the client holds the placement now
+  // (A placement kept for long: the reads below route by the old one, whatever the timing.)
+  auto client = Connect(cluster_->addresses(), std::chrono::seconds(5), std::chrono::minutes(10));
+  ASSERT_OK(ReadAll(*client, "job"));  // the client holds the placement now
+  auto writer = Connect(cluster_->addresses(), std::chrono::seconds(5), std::chrono::minutes(10));
+  ASSERT_OK(ReadAll(*writer, "job"));  // and so does this one
   cluster_->Kill(1);
   ASSERT_OK(cluster_->Wipe(1));
   ASSERT_OK(cluster_->Restart(1, {"--node_id=renamed"}));
   const auto start = Clock::now();
-  EXPECT_OK(ReadAll(*client_, "job"));
+  EXPECT_OK(ReadAll(*client, "job"));
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  // A writer routed by a stale placement is told to retry (not that it made a mistake), and
+  // the placement is read again.
+  absl::Status stale = WriteMapper(*writer, "job", 0, 7);
+  EXPECT_THAT(stale, StatusIs(absl::StatusCode::kUnavailable, "placement was stale")) << stale;
+  EXPECT_EQ(ReasonOf(stale), ErrorReason::kNotKept);
+  // Routed afresh, always told to retry: while the old id's registration lives on (its lease,
+  // 2 s here) the placement still names its address, then the old id is not registered.
+  uint64_t attempt = 8;
+  EXPECT_TRUE(testing::Eventually(
+      [&] {
+        absl::Status st = WriteMapper(*writer, "job", 0, attempt++);
+        EXPECT_THAT(st, StatusIs(absl::StatusCode::kUnavailable, "")) << st;
+        return absl::StrContains(st.message(), "not registered now");
+      },
+      std::chrono::seconds(10)));
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ import pytest
 import sluice
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "harness"))
-from local_cluster import LocalCluster  # noqa: E402
+from local_cluster import LocalCluster, wait_for  # noqa: E402
 
 SERVER = os.environ.get("SLUICE_SERVER_BIN", "build/server/sluice-server")
 
@@ -118,9 +118,18 @@ def test_with_etcd_stopped_a_new_client_reads_and_errors_say_to_retry(cluster):
         assert e.value.reason == "ETCD_UNAVAILABLE" and "etcd" in e.value.message
     finally:
         cluster.etcd.send_signal(signal.SIGCONT)
-    with pytest.raises(sluice.Error) as e:
-        fresh.shuffle_status("no-such-shuffle")
-    assert e.value.code == "NOT_FOUND" and not e.value.retryable and e.value.reason is None
+
+    def not_found_again():  # once the servers have seen etcd answer again (within ~2 s)
+        try:
+            fresh.shuffle_status("no-such-shuffle")
+        except sluice.Error as e:
+            if e.code == "UNAVAILABLE":
+                return False
+            assert e.code == "NOT_FOUND" and not e.retryable and e.reason is None, e
+            return True
+        raise AssertionError("a shuffle never created has a status")
+
+    wait_for("NOT_FOUND with etcd back", not_found_again, timeout=15)
 
 
 def test_keepalive_set_from_python_finds_a_hung_server_in_seconds(cluster):
@@ -143,3 +152,5 @@ def test_connect_checks_its_timeouts():
         sluice.connect("127.0.0.1:1", keepalive=0.5)
     with pytest.raises(ValueError):
         sluice.connect("127.0.0.1:1", unhealthy_for=0)
+    with pytest.raises(ValueError, match="stream_timeout"):
+        sluice.connect("127.0.0.1:1", stream_timeout=0)

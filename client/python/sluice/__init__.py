@@ -48,6 +48,8 @@ def connect(servers="127.0.0.1:7070", *, call_timeout=30.0, tls=False, tls_ca=No
                         ("tls_server_name", tls_server_name), ("token", token)):
         if value is not None and not value:  # "" (an unset variable?) must not mean plaintext
             raise ValueError(f"{name} is empty: give a value, or None")
+    if stream_timeout is not None and not stream_timeout > 0:
+        raise ValueError("stream_timeout must be more than 0 (None: no bound)")
     if keepalive < 1.0:
         raise ValueError("keepalive must be at least 1 s (servers close connections that ping "
                          "more often)")
