@@ -48,6 +48,29 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
            "Calls finished, by method and status code (failures: code != \"OK\")", calls);
 
   t.Gauge("sluice_push_streams", "Push streams open", D(s.streams->push()));
+  if (s.connections != nullptr) {
+    t.Gauge("sluice_connections", "Client connections open (accepted and kept)",
+            D(s.connections->open()));
+    t.Gauge("sluice_connections_max", "Client connections the server keeps at most",
+            D(s.connections->limits().max_connections));
+    std::vector<std::pair<MetricFamilies::Labels, double>> refused;
+    for (int r = 0; r < ConnectionGuard::kRefusals; ++r) {
+      const auto why = static_cast<ConnectionGuard::Refusal>(r);
+      refused.push_back(
+          {{{"reason", ConnectionGuard::RefusalName(why)}}, D(s.connections->refused(why))});
+    }
+    if (s.listener_accepting >= 0) {
+      t.Gauge("sluice_listener_accepting",
+              "1 while the listener's last probe connection was accepted, 0 after one was not "
+              "(three in a row: the server drains and exits 1 for a restart)",
+              D(static_cast<uint64_t>(s.listener_accepting)));
+    }
+    t.Family("sluice_connections_refused_total", prometheus::MetricType::Counter,
+             "Connections closed as they were accepted: past --max_connections (server_limit), "
+             "--max_connections_per_address (address_limit), or the descriptors kept in reserve "
+             "(descriptors)",
+             refused);
+  }
   t.Gauge("sluice_fetch_streams", "Fetch streams open", D(s.streams->fetch()));
   t.Gauge("sluice_memory_budget_used_bytes", "Memory counted against --memory_budget_mb",
           D(s.budget->used()));

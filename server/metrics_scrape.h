@@ -11,6 +11,7 @@
 
 #include "server/metrics/metric_families.h"
 #include "server/metrics/server_metrics.h"
+#include "server/net/connection_guard.h"
 #include "server/rules/admission.h"
 #include "server/runtime/worker_pool.h"
 #include "server/storage/shuffle_registry.h"
@@ -22,7 +23,9 @@ struct MetricsSources {
   const ServerMetrics* metrics = nullptr;
   const ShuffleRegistry* registry = nullptr;
   const MemoryBudget* budget = nullptr;
-  const OpenStreams* streams = nullptr;  ///< open push and fetch streams, server-wide
+  const OpenStreams* streams = nullptr;          ///< open push and fetch streams, server-wide
+  const ConnectionGuard* connections = nullptr;  ///< connections kept and refused
+  int listener_accepting = -1;  ///< the last probe of the listener: 1, 0 (-1: not probed)
   bool draining = false;
   uint64_t started_unix_ms = 0;
   int64_t tls_expiry_unix = 0;  ///< the served certificate's expiry; 0 without TLS

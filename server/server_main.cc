@@ -38,6 +38,19 @@ ABSL_FLAG(uint32_t, push_idle_timeout_s, 300,
 ABSL_FLAG(uint32_t, fetch_stall_timeout_s, 120,
           "a fetch whose reader takes no chunk for this long is cancelled");
 ABSL_FLAG(uint32_t, connection_idle_timeout_s, 600, "a connection with no call this long closes");
+ABSL_FLAG(uint64_t, max_connections, 0,
+          "connections open at once; past it a new one is closed (0 = half the open-files limit)");
+ABSL_FLAG(uint64_t, max_connections_per_address, 0,
+          "connections open at once from one client address; past it a new one is closed (0 = "
+          "a quarter of --max_connections, at most 256)");
+ABSL_FLAG(uint32_t, listener_probe_s, 10,
+          "probe the listener this often; three failed probes drain the server and exit 1 (0 = "
+          "never)");
+ABSL_FLAG(bool, guard_connections, true,
+          "apply the connection limits and keep accept failures from the listener (false: count "
+          "only; gRPC's own accept loop, unbounded, which stops for good when out of files)");
+ABSL_FLAG(uint32_t, handshake_timeout_s, 10,
+          "a new connection that has not completed its TLS and HTTP/2 handshake by then closes");
 ABSL_FLAG(std::string, node_id, "",
           "this server's id in its cluster, stable across restarts (default: the host name)");
 ABSL_FLAG(std::string, etcd, "",
@@ -114,6 +127,12 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.push_idle_timeout = seconds(absl::GetFlag(FLAGS_push_idle_timeout_s));
   opts.fetch_stall_timeout = seconds(absl::GetFlag(FLAGS_fetch_stall_timeout_s));
   opts.connection_idle_timeout = seconds(absl::GetFlag(FLAGS_connection_idle_timeout_s));
+  opts.max_connections = absl::GetFlag(FLAGS_max_connections);
+  opts.max_connections_per_address = absl::GetFlag(FLAGS_max_connections_per_address);
+  opts.handshake_timeout = seconds(absl::GetFlag(FLAGS_handshake_timeout_s));
+  opts.guard_connections = absl::GetFlag(FLAGS_guard_connections);
+  opts.install_connection_guard = true;  // server/net/accept_shim.cc is linked in
+  opts.listener_probe_interval = seconds(absl::GetFlag(FLAGS_listener_probe_s));
   opts.node_id = absl::GetFlag(FLAGS_node_id);
   opts.etcd_endpoints = absl::GetFlag(FLAGS_etcd);
   opts.etcd_prefix = absl::GetFlag(FLAGS_etcd_prefix);
@@ -201,10 +220,11 @@ int main(int argc, char** argv) {
     }
   }).detach();
   (*server)->WaitDrained();
+  const bool listener_failed = (*server)->listener_failed();
   (*server)->Shutdown();
   // Out without destructors: the signal thread may still take a late SIGHUP or SIGTERM, and
   // must not find the server destroyed under it.
   spdlog::shutdown();
   std::fflush(nullptr);
-  std::_Exit(0);
+  std::_Exit(listener_failed ? 1 : 0);  // (1: restart me, the listener is gone)
 }

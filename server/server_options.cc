@@ -103,6 +103,25 @@ absl::Status ValidateOptions(const ServerOptions& o) {
   if (auto st = CheckSeconds(o.connection_idle_timeout, "--connection_idle_timeout_s"); !st.ok()) {
     return st;
   }
+  if (o.max_connections > 1000000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_connections=", o.max_connections, " is out of range [0, 1000000]"));
+  }
+  if (o.max_connections_per_address > 1000000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_connections_per_address=", o.max_connections_per_address,
+                     " is out of range [0, 1000000]"));
+  }
+  if (o.listener_probe_interval > std::chrono::hours(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listener_probe_s=", o.listener_probe_interval.count() / 1000,
+                     " is out of range [0, 3600]"));
+  }
+  if (o.handshake_timeout < std::chrono::seconds(1) ||
+      o.handshake_timeout > std::chrono::seconds(300)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--handshake_timeout_s=", o.handshake_timeout.count() / 1000, " is out of range [1, 300]"));
+  }
   if (o.disk_high_water_pct > 100) {
     return absl::InvalidArgumentError(
         absl::StrCat("--disk_high_water_pct=", o.disk_high_water_pct, " is out of range [0, 100]"));

@@ -71,6 +71,23 @@ struct ServerOptions {
   std::chrono::milliseconds fetch_stall_timeout{std::chrono::seconds(120)};
   /// A connection with no call for this long is closed (the client reconnects when it needs to).
   std::chrono::milliseconds connection_idle_timeout{std::chrono::seconds(600)};
+  /// Connections open at once (0 = half the open-files limit), and from one client address (0 =
+  /// a quarter of that, at most 256); a connection past either is closed as it is accepted
+  /// (server/net/connection_guard.h).
+  size_t max_connections = 0;
+  size_t max_connections_per_address = 0;
+  /// A new connection that has not completed its handshake (TLS, HTTP/2's preface) within this
+  /// is closed: one that sends nothing holds nothing for long.
+  std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};
+  /// Apply the connection limits and keep accept failures from gRPC's listener (false: count
+  /// and watch only, gRPC's own behaviour).
+  bool guard_connections = true;
+  /// Route the process's accepts through the guard: sluice-server does (its accept4 shim is
+  /// linked in); an in-process server in a test has no shim, and the guard then sees nothing.
+  bool install_connection_guard = false;
+  /// With the guard installed: how often the listener is probed (a connection to itself that
+  /// must be accepted within 5 s, or the interval if shorter); 0 = never.
+  std::chrono::milliseconds listener_probe_interval{std::chrono::seconds(10)};
 
   // Cluster mode (docs/cluster.md).
   /// This server's id, stable across restarts and address changes (empty = the host name).

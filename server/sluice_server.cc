@@ -1,6 +1,7 @@
 #include "server/sluice_server.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -15,6 +16,8 @@
 #include "server/metrics/metric_families.h"
 #include "server/metrics/metrics_http.h"
 #include "server/metrics_scrape.h"
+#include "server/net/connection_guard.h"
+#include "server/net/listener_probe.h"
 #include "server/rules/admission.h"
 #include "server/rules/cluster_node.h"
 #include "server/rules/shuffle_expiry.h"
@@ -31,6 +34,10 @@ namespace {
 
 // Threads for the small calls (CreateShuffle, GetShuffle, ..., CommitMapper).
 constexpr int kMetaThreads = 2;
+// A probe of the listener waits this long (at most its interval) for its connection to be
+// accepted; this many failed probes in a row (at --listener_probe_s apart) mean it is dead.
+constexpr std::chrono::seconds kListenerProbeWait{5};
+constexpr int kListenerProbeFailures = 3;
 
 uint64_t NowUnixMs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -64,6 +71,14 @@ struct SluiceServer::Impl {
   std::unique_ptr<ShuffleExpiry> expiry;  // with --shuffle_ttl_s
   std::unique_ptr<Periodic> expiring;
   std::unique_ptr<MetricsEndpoint> metrics_endpoint;  // with --metrics_listen
+  // Installed (install_connection_guard) before the port opens; then never destroyed: gRPC's
+  // threads close connections' descriptors through it until the process ends.
+  ConnectionGuard* connections = nullptr;
+  std::unique_ptr<ListenerProbe> probe;  // guarded connections only
+  std::unique_ptr<Periodic> probing;
+  int probe_failures = 0;                   // in a row (the probe's thread)
+  std::atomic<int> listener_accepting{-1};  // 1, 0; -1 not probed
+  std::atomic<bool> listener_failed{false};
   bool stopped = false;
 
   // The drain: asked for once, its deadline only ever brought forward. A drain may be asked for
@@ -75,7 +90,12 @@ struct SluiceServer::Impl {
   bool serving = false;  // `grpc` is set
   std::chrono::steady_clock::time_point drain_deadline;
 
+  ~Impl() {
+    if (connections != nullptr && ConnectionGuard::installed() != connections) delete connections;
+  }
   void Drain(std::chrono::milliseconds grace);
+  // One probe of the listener; the third failure in a row drains the server for a restart.
+  void ProbeListener();
   // Names the server and, with --etcd, registers it.
   absl::Status JoinCluster();
   std::vector<prometheus::MetricFamily> CollectMetrics() const;
@@ -180,6 +200,25 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   deps.admin = AdminDeps{[&i](std::chrono::milliseconds grace) { i.Drain(grace); },
                          options.drain_grace, options.allow_remote_admin};
 
+  // Connections: what one client may hold of them (docs/operations.md, "Connections").
+  ConnectionLimits climits;
+  climits.descriptor_limit = static_cast<int>(std::min<uint64_t>(file::OpenFilesLimit(), 1 << 22));
+  climits.max_connections =
+      options.max_connections != 0
+          ? options.max_connections
+          : std::max<size_t>(static_cast<size_t>(climits.descriptor_limit) / 2, 16);
+  climits.protect = options.guard_connections;
+  climits.max_per_address = options.max_connections_per_address != 0
+                                ? options.max_connections_per_address
+                                : std::clamp<size_t>(climits.max_connections / 4, 1, 256);
+  i.connections = new ConnectionGuard(climits);
+  if (options.install_connection_guard) ConnectionGuard::Install(i.connections);
+  spdlog::info(
+      "event=connection_limits max_connections={} per_address={} descriptors={} "
+      "reserved={} handshake_timeout_ms={} guarded={}",
+      climits.max_connections, climits.max_per_address, climits.descriptor_limit,
+      climits.descriptor_reserve, options.handshake_timeout.count(), options.guard_connections);
+
   auto grpc = GrpcServer::Start(options, std::move(deps), i.tls.get(), &i.metrics.calls);
   if (!grpc.ok()) return grpc.status();
   {
@@ -187,6 +226,13 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
     i.grpc = *std::move(grpc);
     i.serving = true;
     if (i.drain_asked) i.grpc->SetReady(false);
+  }
+  if (options.install_connection_guard && options.listener_probe_interval.count() > 0) {
+    i.probe = std::make_unique<ListenerProbe>(
+        ListenHost(options.listen_address), i.grpc->port(), i.connections,
+        std::min<std::chrono::milliseconds>(kListenerProbeWait, options.listener_probe_interval));
+    i.probing =
+        std::make_unique<Periodic>(options.listener_probe_interval, [&i] { i.ProbeListener(); });
   }
   auto server = std::unique_ptr<SluiceServer>(new SluiceServer(std::move(impl)));
   if (absl::Status st = i.JoinCluster(); !st.ok()) {
@@ -286,6 +332,28 @@ void SluiceServer::Impl::Drain(std::chrono::milliseconds grace) {
 
 void SluiceServer::Drain(std::chrono::milliseconds grace) { impl_->Drain(grace); }
 
+void SluiceServer::Impl::ProbeListener() {
+  if (probe->Check()) {
+    if (listener_accepting.exchange(1) == 0) spdlog::info("event=listener_accepting");
+    probe_failures = 0;
+    return;
+  }
+  listener_accepting.store(0);
+  ++probe_failures;
+  spdlog::warn("event=listener_probe_failed failures={} error=\"{}\"", probe_failures,
+               probe->error());
+  if (probe_failures < kListenerProbeFailures || listener_failed.exchange(true)) return;
+  // It serves the connections it has, and takes no new one: only a restart brings the listener
+  // back. Readiness fails first (the drain), then the process exits 1 for its supervisor.
+  spdlog::critical(
+      "event=listener_dead failures={} note=\"new connections are not accepted: draining, then "
+      "exiting 1 for a restart\"",
+      probe_failures);
+  Drain(options.drain_grace);
+}
+
+bool SluiceServer::listener_failed() const { return impl_->listener_failed.load(); }
+
 void SluiceServer::WaitDrained() {
   Impl& i = *impl_;
   std::unique_lock<std::mutex> lock(i.drain_mu);
@@ -313,6 +381,7 @@ void SluiceServer::Shutdown() {
   if (impl_ == nullptr || impl_->stopped) return;
   Impl& i = *impl_;
   i.stopped = true;
+  i.probing.reset();
   i.expiring.reset();
   i.watching.reset();
   i.metrics_endpoint.reset();  // (scrapes read the pools and the service)
@@ -345,6 +414,8 @@ std::vector<prometheus::MetricFamily> SluiceServer::Impl::CollectMetrics() const
   s.registry = registry.get();
   s.budget = budget.get();
   s.streams = streams.get();
+  s.connections = connections;
+  s.listener_accepting = listener_accepting.load();
   s.draining = node->draining();
   if (tls != nullptr) {
     s.tls_expiry_unix = tls->expiry_unix();

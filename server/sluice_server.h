@@ -38,6 +38,9 @@ class SluiceServer {
   /// or `grace` has passed. Returns
   /// at once; a later call may shorten the grace.
   void Drain(std::chrono::milliseconds grace);
+  /// The listener stopped accepting connections (the probe found it three times in a row): the
+  /// server drained itself, and the process should exit 1 for a restart.
+  bool listener_failed() const;
   /// Blocks until a drain has been asked for (Drain, the Drain RPC) and has ended.
   void WaitDrained();
   /// Looks at the TLS files and the credentials file again now (SIGHUP) rather than at their

@@ -16,6 +16,7 @@ declare -A allowed=(
   [rpc]="rpc/ codec/ absl/ sluice/v1/"
   [cluster]="cluster/ rpc/ codec/ absl/ etcd/ spdlog/ nlohmann/"
   [server/runtime]="server/runtime/ absl/"
+  [server/net]="server/net/ absl/ spdlog/"
   [server/metrics]="server/metrics/ absl/"
   [server/storage]="server/storage/ server/runtime/ server/metrics/ codec/ absl/ spdlog/"
   [server/security]="server/security/ server/storage/shuffle_id.h server/runtime/ rpc/tls.h

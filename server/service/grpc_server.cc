@@ -164,6 +164,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const ServerOption
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kServerKeepaliveTimeoutMs);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
                              Millis(options.connection_idle_timeout));
+  // A connection that says nothing is closed after this, not gRPC's 120 s.
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             Millis(options.handshake_timeout));
   // What gRPC itself buffers of a stream the server is not reading: a fixed window
   // (--stream_window_mb) rather than one grown by bandwidth probing to many MiB a stream
   // (docs/operations.md, "Memory"). 0 keeps gRPC's probing.
