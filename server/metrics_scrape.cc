@@ -31,6 +31,10 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
             "Intermediate merge passes of KEY fetches (more runs than --merge_fan_in, or more "
             "than the memory a merge may hold)",
             D(m.merge_passes.load()));
+  t.Counter("sluice_merges_parked_total",
+            "KEY fetches whose reader took nothing for --merge_park_after_s that gave their merge "
+            "slot and memory to a fetch waiting for one",
+            D(m.merges_parked.load()));
   t.Counter("sluice_merge_spill_bytes_total",
             "Bytes intermediate merge passes wrote to temporary files",
             D(m.merge_spill_bytes.load()));
@@ -79,6 +83,13 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
   t.Counter("sluice_backpressure_waits_total",
             "Times a stream waited for the memory budget before reading on",
             D(s.budget->parked_total()));
+  t.Gauge("sluice_memory_budget_tenants",
+          "Tenants holding or waiting for memory now (each one's share is the budget over them)",
+          D(s.budget->active_tenants()));
+  t.Counter("sluice_memory_promises_revoked_total",
+            "Times memory promised to a large frame of a tenant over its share, and not yet "
+            "received, was taken back for a tenant under its share",
+            D(s.budget->revoked_total()));
   std::vector<std::pair<MetricFamilies::Labels, double>> free, size, failed;
   for (const auto& dir : s.registry->DataDirs()) {
     const MetricFamilies::Labels labels = {{"dir", dir.path}};

@@ -13,7 +13,7 @@
 #include "server/metrics/server_metrics.h"
 #include "server/net/connection_guard.h"
 #include "server/rules/admission.h"
-#include "server/runtime/worker_pool.h"
+#include "server/runtime/memory_budget.h"
 #include "server/storage/shuffle_registry.h"
 
 namespace sluice {

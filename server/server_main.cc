@@ -37,6 +37,9 @@ ABSL_FLAG(uint32_t, push_idle_timeout_s, 300,
           "a push stream waiting this long for a message ends and its attempt is discarded");
 ABSL_FLAG(uint32_t, fetch_stall_timeout_s, 120,
           "a fetch whose reader takes no chunk for this long is cancelled");
+ABSL_FLAG(uint32_t, merge_park_after_s, 2,
+          "a KEY fetch whose reader takes no chunk for this long gives its merge slot to a fetch "
+          "that waits for one (and resumes where it was once its reader reads)");
 ABSL_FLAG(uint32_t, connection_idle_timeout_s, 600, "a connection with no call this long closes");
 ABSL_FLAG(uint64_t, max_connections, 0,
           "connections open at once; past it a new one is closed (0 = half the open-files limit)");
@@ -126,6 +129,7 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   auto seconds = [](uint32_t s) { return std::chrono::milliseconds(uint64_t{s} * 1000); };
   opts.push_idle_timeout = seconds(absl::GetFlag(FLAGS_push_idle_timeout_s));
   opts.fetch_stall_timeout = seconds(absl::GetFlag(FLAGS_fetch_stall_timeout_s));
+  opts.merge_park_after = seconds(absl::GetFlag(FLAGS_merge_park_after_s));
   opts.connection_idle_timeout = seconds(absl::GetFlag(FLAGS_connection_idle_timeout_s));
   opts.max_connections = absl::GetFlag(FLAGS_max_connections);
   opts.max_connections_per_address = absl::GetFlag(FLAGS_max_connections_per_address);

@@ -100,6 +100,7 @@ absl::Status ValidateOptions(const ServerOptions& o) {
   if (auto st = CheckSeconds(o.fetch_stall_timeout, "--fetch_stall_timeout_s"); !st.ok()) {
     return st;
   }
+  if (auto st = CheckSeconds(o.merge_park_after, "--merge_park_after_s"); !st.ok()) return st;
   if (auto st = CheckSeconds(o.connection_idle_timeout, "--connection_idle_timeout_s"); !st.ok()) {
     return st;
   }

@@ -69,6 +69,9 @@ struct ServerOptions {
   std::chrono::milliseconds push_idle_timeout{std::chrono::seconds(300)};
   /// A fetch whose reader takes no chunk for this long is cancelled.
   std::chrono::milliseconds fetch_stall_timeout{std::chrono::seconds(120)};
+  /// A KEY fetch whose reader takes no chunk for this long gives its merge slot and memory to a
+  /// fetch that waits for one, and merges again from where it was once its reader reads.
+  std::chrono::milliseconds merge_park_after{std::chrono::seconds(2)};
   /// A connection with no call for this long is closed (the client reconnects when it needs to).
   std::chrono::milliseconds connection_idle_timeout{std::chrono::seconds(600)};
   /// Connections open at once (0 = half the open-files limit), and from one client address (0 =

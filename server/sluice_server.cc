@@ -192,7 +192,8 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
                                   "; raise the budget or allow fewer merges");
   deps.fetch = FetchDeps{i.registry.get(), i.budget.get(), options.limits, merge};
   deps.watchdog = i.watchdog.get();
-  deps.timeouts = StreamTimeouts{options.push_idle_timeout, options.fetch_stall_timeout};
+  deps.timeouts = StreamTimeouts{options.push_idle_timeout, options.fetch_stall_timeout,
+                                 options.merge_park_after};
   deps.metrics = &i.metrics;
   deps.auth = i.auth.get();
   deps.quotas = TenantLimits{options.tenant_max_shuffles, options.tenant_max_stored_bytes,

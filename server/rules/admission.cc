@@ -60,18 +60,36 @@ StreamAdmission::~StreamAdmission() {
 }
 
 void StreamAdmission::Charge(uint64_t bytes) {
-  deps_.budget->Charge(bytes);
+  deps_.budget->Charge(tenant_, bytes);
   charged_ += bytes;
 }
 
 void StreamAdmission::ReleaseCharge() {
   if (charged_ == 0) return;
-  deps_.budget->Release(charged_);
+  deps_.budget->Release(tenant_, charged_);
   charged_ = 0;
 }
 
+void StreamAdmission::Recharge(uint64_t bytes) {
+  if (bytes > charged_) {
+    deps_.budget->Charge(tenant_, bytes - charged_);
+  } else if (bytes < charged_) {
+    deps_.budget->Release(tenant_, charged_ - bytes);
+  }
+  charged_ = bytes;
+}
+
+void StreamAdmission::ReserveChargeForReader(uint64_t bytes, std::function<void()> granted) {
+  waiting_.store(true);
+  deps_.budget->ReserveLeavingShare(tenant_, bytes, [this, bytes, granted = std::move(granted)] {
+    charged_ += bytes;
+    waiting_.store(false);
+    granted();
+  });
+}
+
 void StreamAdmission::WhenBudgetAllows(std::function<void()> resume) {
-  deps_.budget->WhenAvailable(std::move(resume));
+  deps_.budget->WhenAvailable(tenant_, std::move(resume));
 }
 
 bool StreamAdmission::BudgetMustWait() const { return deps_.budget->MustWait(); }
@@ -107,23 +125,30 @@ absl::Status StreamAdmission::ReserveLargeFrame(uint64_t bytes, std::function<vo
     quota_reserved_ = bytes;
   }
   large_bytes_ = bytes;
-  waiting_.store(true);
-  deps_.budget->Reserve(bytes, [this, bytes, granted = std::move(granted)] {
-    memory_reserved_.store(bytes);
-    reserved_since_ = std::chrono::steady_clock::now();
-    waiting_.store(false);
-    granted();
-  });
+  deps_.budget->Announce(&frame_, tenant_, bytes);
+  PromiseRestOfLargeFrame(std::move(granted));
   return absl::OkStatus();
 }
 
-std::chrono::steady_clock::duration StreamAdmission::large_frame_held() const {
-  if (memory_reserved_.load() == 0) return std::chrono::steady_clock::duration::zero();
-  return std::chrono::steady_clock::now() - reserved_since_;
+void StreamAdmission::PromiseRestOfLargeFrame(std::function<void()> granted) {
+  waiting_.store(true);
+  deps_.budget->Promise(&frame_, [this, granted = std::move(granted)] {
+    promised_since_.store(std::chrono::steady_clock::now().time_since_epoch().count());
+    waiting_.store(false);
+    granted();
+  });
+}
+
+bool StreamAdmission::LargeFrameArrived(uint64_t n) { return deps_.budget->Arrived(&frame_, n); }
+
+std::chrono::steady_clock::time_point StreamAdmission::large_frame_since() const {
+  return std::chrono::steady_clock::time_point(
+      std::chrono::steady_clock::duration(promised_since_.load()));
 }
 
 void StreamAdmission::ReleaseLargeFrame() {
-  if (const uint64_t n = memory_reserved_.exchange(0); n != 0) deps_.budget->Release(n);
+  deps_.budget->Drop(&frame_);
+  promised_since_.store(0);
   if (quota_reserved_ != 0) stored_->fetch_sub(static_cast<int64_t>(quota_reserved_));
   quota_reserved_ = 0;
   large_bytes_ = 0;
@@ -143,6 +168,14 @@ void StreamAdmission::EnterMerge(std::function<void()> admitted) {
     admitted();
   });
 }
+
+void StreamAdmission::LeaveMerge() {
+  if (!merge_slot_) return;
+  merge_slot_ = false;
+  deps_.merge_gate->Leave();
+}
+
+bool StreamAdmission::OthersWaitForMerge() const { return deps_.merge_gate->waiting(); }
 
 absl::StatusOr<std::unique_ptr<CreateAdmission>> CreateAdmission::Enter(
     const CallContext& call, Tenants* tenants, bool clustered,

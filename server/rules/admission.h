@@ -33,7 +33,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/runtime/worker_pool.h"
+#include "server/runtime/memory_budget.h"
 #include "server/security/call_context.h"
 #include "server/security/tenancy.h"
 #include "server/storage/shuffle_registry.h"
@@ -104,23 +104,41 @@ class StreamAdmission {
 
   // A frame larger than a message, announced by its size and sent in pieces.
   /// Counts `bytes` against the tenant's stored-bytes quota at once (RESOURCE_EXHAUSTED past
-  /// it), then runs `granted` on the pool once the budget has room for all of them, charged:
-  /// no number of streams announcing at once takes the server past its budget by more than a
-  /// message each. Asked for holding no charge (ReleaseCharge first), or it could wait on
-  /// itself.
+  /// it), then runs `granted` on the pool once the budget has promised all of them: no number
+  /// of streams announcing at once takes the server past its budget by more than a message
+  /// each. The promise is firm only for the bytes that came (LargeFrameArrived); the rest may
+  /// be taken back for another tenant while this one is over its share. Asked for holding no
+  /// charge (ReleaseCharge first), or it could wait on itself.
   absl::Status ReserveLargeFrame(uint64_t bytes, std::function<void()> granted);
   /// Whether a large frame's reservation is asked for or held (until ReleaseLargeFrame).
   bool holds_large_frame() const { return large_bytes_ != 0; }
-  /// How long the frame's memory has been held (zero while none is).
-  std::chrono::steady_clock::duration large_frame_held() const;
+  /// `n` more bytes of the frame came. False when the rest of its promise was taken back for
+  /// another tenant: PromiseRestOfLargeFrame before the next piece is read.
+  bool LargeFrameArrived(uint64_t n);
+  /// Runs `granted` on the pool once the rest of the frame is promised again.
+  void PromiseRestOfLargeFrame(std::function<void()> granted);
+  /// When the frame's promise was last granted (the epoch while none is).
+  std::chrono::steady_clock::time_point large_frame_since() const;
   /// Gives the frame's memory and quota bytes back (it is complete, or the attempt failed).
   void ReleaseLargeFrame();
+
+  /// Runs `granted` on the pool once `bytes` fit in the budget, charged as by Charge: for what
+  /// waits on the stream's client (a chunk until its reader takes it), which leaves a share of
+  /// the budget free for the next tenant (MemoryBudget::ReserveLeavingShare).
+  void ReserveChargeForReader(uint64_t bytes, std::function<void()> granted);
+  /// Makes the charge `bytes` (what the message being handled holds now).
+  void Recharge(uint64_t bytes);
+  const std::string& tenant() const { return tenant_; }
 
   // The merge gate (KEY fetches).
   /// Takes a merge slot if one is free and nobody waits for one.
   bool TryEnterMerge();
   /// Runs `admitted` on the pool once a merge slot is taken.
   void EnterMerge(std::function<void()> admitted);
+  /// Gives the merge slot back before the stream ends (a fetch whose reader stalls).
+  void LeaveMerge();
+  /// Whether another fetch waits for a merge slot now.
+  bool OthersWaitForMerge() const;
 
  private:
   StreamAdmission(StreamKind kind, const CallContext& call, const AdmissionDeps& deps)
@@ -137,8 +155,8 @@ class StreamAdmission {
   std::shared_ptr<std::atomic<int64_t>> stored_;  // the tenant's stored bytes, with a quota
   uint64_t large_bytes_ = 0;                      // the large frame's size, once asked for
   uint64_t quota_reserved_ = 0;                   // of stored_, for the large frame
-  std::atomic<uint64_t> memory_reserved_{0};      // the large frame's, once granted
-  std::chrono::steady_clock::time_point reserved_since_;
+  MemoryBudget::Frame frame_;                     // its memory
+  std::atomic<int64_t> promised_since_{0};        // steady_clock ticks of the last grant
   bool merge_slot_ = false;
   std::atomic<bool> waiting_{false};  // a Reserve or EnterMerge callback is outstanding
 };

@@ -18,7 +18,7 @@ absl::StatusOr<std::unique_ptr<FetchSession>> FetchSession::Make(
   return session;
 }
 
-FetchSession::~FetchSession() { deps_.budget->Release(charged_ + merge_charged_); }
+FetchSession::~FetchSession() { deps_.budget->Release(spec_.tenant, charged_ + merge_charged_); }
 
 absl::Status FetchSession::Setup() {
   SLUICE_ASSIGN_OR_RETURN(store_, deps_.registry->Get(spec_.shuffle_id));
@@ -83,12 +83,17 @@ absl::Status FetchSession::Setup() {
 
 void FetchSession::Charge(uint64_t n) {
   charged_ = n;
-  deps_.budget->Charge(n);
+  deps_.budget->Charge(spec_.tenant, n);
 }
 
 void FetchSession::Sent() {
-  deps_.budget->Release(charged_);
+  deps_.budget->Release(spec_.tenant, charged_);
   charged_ = 0;
+}
+
+uint64_t FetchSession::next_frame_bytes() const {
+  if (spec_.key_order || next_ == blocks_.size()) return 0;
+  return blocks_[next_].frame_size;
 }
 
 absl::StatusOr<bool> FetchSession::Next(std::string* frame) {
@@ -140,7 +145,7 @@ absl::Status FetchSession::StartMerge() {
   // What the merge is about to decode is counted before it is: pushes slow down at once.
   mopts.reserve = [this](uint64_t bytes) {
     if (bytes > merge_charged_) {
-      deps_.budget->Charge(bytes - merge_charged_);
+      deps_.budget->Charge(spec_.tenant, bytes - merge_charged_);
       merge_charged_ = bytes;
     }
   };
@@ -179,9 +184,9 @@ absl::StatusOr<bool> FetchSession::NextMerged(std::string* frame) {
   const size_t resident =
       merged_->resident_bytes() + run_decoder_.bytes.capacity() + decoder_->scratch_bytes();
   if (resident > merge_charged_) {
-    deps_.budget->Charge(resident - merge_charged_);
+    deps_.budget->Charge(spec_.tenant, resident - merge_charged_);
   } else {
-    deps_.budget->Release(merge_charged_ - resident);
+    deps_.budget->Release(spec_.tenant, merge_charged_ - resident);
   }
   merge_charged_ = resident;
   return true;

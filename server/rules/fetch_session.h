@@ -32,7 +32,7 @@
 #include "codec/frame_encoder.h"
 #include "codec/frame_format.h"
 #include "server/rules/merge.h"
-#include "server/runtime/worker_pool.h"
+#include "server/runtime/memory_budget.h"
 #include "server/storage/shuffle_registry.h"
 
 namespace sluice {
@@ -53,6 +53,8 @@ struct FetchSpec {
   /// Only these mappers' records (sorted, no repeats; empty: every committed mapper). ABORTED
   /// if one of them is not committed here.
   std::vector<uint32_t> only_mappers;
+  /// Whose share of the memory budget the session's frames are counted in.
+  std::string tenant;
 };
 
 /// Fetches compress at most at this zstd level: the server compresses for every reducer.
@@ -87,6 +89,9 @@ class FetchSession {
   bool last() const;
   /// The frame from the last Next is sent: its charge goes back.
   void Sent();
+  /// The size of the stored frame the next Next reads (UNORDERED), to wait for room for it
+  /// first; 0 when done or not known (KEY).
+  uint64_t next_frame_bytes() const;
   /// The committed mappers this fetch serves (only_mappers, or every one committed when it
   /// started), in order.
   const std::vector<uint32_t>& mappers() const { return mappers_; }

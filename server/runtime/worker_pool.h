@@ -1,10 +1,7 @@
 // WorkerPool: a fixed set of threads for the work that must not run on gRPC threads (disk,
 // compression, validation). Tasks are queued; the queue is bounded in practice because every
 // stream keeps at most one task in flight.
-//
-// MemoryBudget: the server-wide byte budget of buffered push data and fetch buffers. A stream
-// that finds it full does not read more: it parks a continuation that runs when memory is
-// released, and HTTP/2 flow control pushes back on its client meanwhile.
+// The memory budget is server/runtime/memory_budget.h.
 #ifndef SLUICE_SERVER_RUNTIME_WORKER_POOL_H_
 #define SLUICE_SERVER_RUNTIME_WORKER_POOL_H_
 
@@ -36,44 +33,6 @@ class WorkerPool {
   std::vector<std::thread> threads_;
 };
 
-class MemoryBudget {
- public:
-  MemoryBudget(uint64_t limit_bytes, WorkerPool* pool) : limit_(limit_bytes), pool_(pool) {}
-
-  /// Counts `n` bytes (always granted: the data is already in memory).
-  void Charge(uint64_t n);
-  /// Returns `n` bytes and wakes parked streams while there is room.
-  void Release(uint64_t n);
-  /// Runs `resume` on the pool as soon as usage is below the limit (at once if it is now).
-  /// Only streams that hold none of the budget while waiting may wait (or they could wait on
-  /// themselves): push streams release their message before they wait.
-  void WhenAvailable(std::function<void()> resume);
-  /// Runs `granted` on the pool once `n` more bytes fit under the limit, or once nothing else
-  /// is charged (a reservation larger than the limit goes alone), with the `n` bytes charged:
-  /// the caller releases them. Waiters are served in order, so a large reservation is not
-  /// passed over by later small ones; the same rule as WhenAvailable on what a waiter may hold.
-  void Reserve(uint64_t n, std::function<void()> granted);
-
-  /// Whether a newcomer would wait now (the budget full, or others waiting before it).
-  bool MustWait() const;
-  uint64_t used() const;
-  uint64_t limit() const { return limit_; }
-  uint64_t parked_total() const;  ///< how many times a stream had to wait (for stats/tests)
-
- private:
-  const uint64_t limit_;
-  WorkerPool* const pool_;
-  mutable std::mutex mu_;
-  uint64_t used_ = 0;
-  uint64_t parked_total_ = 0;
-  struct Waiter {
-    uint64_t reserve = 0;  // bytes to charge when granted; 0: WhenAvailable
-    std::function<void()> resume;
-  };
-  bool Fits(const Waiter& w) const;  // under mu_
-  std::deque<Waiter> waiters_;
-};
-
 /// Admits at most `limit` holders at once (e.g. KEY merges, each of which may keep up to
 /// fan-in decoded frames); the others wait, holding nothing, and resume on the pool.
 class Gate {
@@ -85,11 +44,13 @@ class Gate {
   /// then goes on without a hand-over (and Leaves later, as after Enter).
   bool TryEnter();
   void Leave();
+  /// Whether anyone waits for a slot now.
+  bool waiting() const;
 
  private:
   const size_t limit_;
   WorkerPool* const pool_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   size_t inside_ = 0;
   std::deque<std::function<void()>> waiters_;
 };

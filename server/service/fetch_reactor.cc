@@ -1,11 +1,15 @@
 #include "server/service/fetch_reactor.h"
 
 #include <atomic>
+#include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "codec/status_macros.h"
 #include "rpc/grpc_glue.h"
 #include "server/service/call_edge.h"
 #include "server/service/stream_phase.h"
@@ -48,6 +52,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
       return;
     }
     spec_.shuffle_id = *std::move(id);
+    spec_.tenant = call->tenant();
     auto admitted = StreamAdmission::Enter(StreamKind::kFetch, *call, deps_.admission);
     if (!admitted.ok()) {
       Finish(ToCaller(admitted.status()));
@@ -81,14 +86,28 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
         return;
       }
       session_ = std::move(session).value();
-      Next();
+      NextWhenRoom();
     });
+  }
+
+  // UNORDERED: reads the next stored frame once the budget has room for it and the copy the
+  // transport makes of it, so that many fetches (or many stalled readers) cannot take the
+  // server past its budget. A merge charges the budget as it goes instead, and never waits
+  // once it runs (it would wait on memory it holds): merges are bounded by the merge gate.
+  void NextWhenRoom() {
+    const uint64_t next = session_->next_frame_bytes();
+    if (next == 0) {
+      Next();
+      return;
+    }
+    admission_->ReserveChargeForReader(2 * next, [this] { Next(); });
   }
 
   void OnWriteDone(bool ok) override {
     const bool stalled = !phase_.Claim();
     deps_.watchdog->Disarm(watch_);
-    session_->Sent();
+    StopParking();
+    if (session_ != nullptr) session_->Sent();  // (none while parked)
     if (!ok || stalled) {
       Finish(grpc::Status(grpc::StatusCode::CANCELLED,
                           stalled ? absl::StrCat("the reader took no chunk for ",
@@ -97,35 +116,102 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
                                   : std::string("fetch stream broken")));
       return;
     }
-    if (session_->key_order()) {
-      // A merge holds its runs' frames while it waits: waiting on the budget could wait on
-      // memory this very fetch holds. Merges are bounded by the merge gate instead, and run
-      // on their own pool so that they never hold up pushes or small calls.
+    admission_->ReleaseCharge();  // the transport's copy is gone
+    if (spec_.key_order) {
+      // Merges run on their own pool so that they never hold up pushes or small calls.
       deps_.merge_pool->Submit([this] { Next(); });
     } else {
-      // An UNORDERED fetch holds nothing now: it reads its next frame once the budget has room,
-      // so that many fetches (or many stalled readers) cannot take the server past it.
-      admission_->WhenBudgetAllows([this] { Next(); });
+      NextWhenRoom();
     }
   }
   void OnCancel() override { cancelled_.store(true); }
   void OnDone() override {
     deps_.watchdog->Disarm(watch_);
-    if (session_ != nullptr) {
-      ServerMetrics::Add(deps_.metrics->merge_passes, session_->merge_passes());
-      ServerMetrics::Add(deps_.metrics->merge_spill_bytes, session_->spill_bytes());
-    }
-    session_.reset();  // returns its budget charges, before the admission its merge slot
+    StopParking();
+    EndSession();  // returns its budget charges, before the admission its merge slot
     delete this;
   }
 
  private:
+  void EndSession() {
+    if (session_ == nullptr) return;
+    ServerMetrics::Add(deps_.metrics->merge_passes, session_->merge_passes());
+    ServerMetrics::Add(deps_.metrics->merge_spill_bytes, session_->spill_bytes());
+    session_.reset();
+  }
+
+  // A KEY fetch's chunk is out and its reader has not taken it: after --merge_park_after_s,
+  // if another fetch waits for a merge slot, the merge gives its slot and its memory up (the
+  // chunk out stays counted), and merges again from where it was once the reader reads.
+  void ArmPark() {
+    std::lock_guard<std::mutex> lock(park_mu_);
+    write_pending_ = true;
+    park_watch_ = deps_.watchdog->Arm(Watchdog::Clock::now() + deps_.timeouts.merge_park,
+                                      [this] { MaybePark(); });
+  }
+
+  // On the watchdog's thread.
+  void MaybePark() {
+    std::lock_guard<std::mutex> lock(park_mu_);
+    park_watch_ = 0;
+    if (!write_pending_ || session_ == nullptr) return;
+    if (!admission_->OthersWaitForMerge()) {  // nobody needs it yet: look again soon
+      park_watch_ = deps_.watchdog->Arm(Watchdog::Clock::now() + std::chrono::milliseconds(100),
+                                        [this] { MaybePark(); });
+      return;
+    }
+    admission_->Recharge(2 * response_.frame().size());  // the chunk out, and its copy
+    parked_mappers_ = session_->mappers();
+    EndSession();
+    admission_->LeaveMerge();
+    ServerMetrics::Add(deps_.metrics->merges_parked, 1);
+    spdlog::info(
+        "event=merge_parked tenant={} shuffle={} partition={} records_sent={} reason=\"the "
+        "reader took no chunk for {} s while another fetch waited for a merge slot "
+        "(--merge_park_after_s)\"",
+        TenantField(spec_.shuffle_id), spec_.shuffle_id, spec_.partition, records_sent_,
+        Seconds(deps_.timeouts.merge_park));
+  }
+
+  // The write is done (or the stream is): no park from now on.
+  void StopParking() {
+    uint64_t id;
+    {
+      std::lock_guard<std::mutex> lock(park_mu_);
+      write_pending_ = false;
+      id = park_watch_;
+      park_watch_ = 0;
+    }
+    deps_.watchdog->Disarm(id);  // (a MaybePark running now sees no write pending)
+  }
+
+  // A parked KEY fetch's merge again, skipping what its reader was sent, over the same mappers.
+  absl::Status Resume() {
+    FetchSpec again = spec_;
+    again.skip_records = spec_.skip_records + records_sent_;
+    again.only_mappers = parked_mappers_;
+    SLUICE_ASSIGN_OR_RETURN(session_, FetchSession::Make(again, deps_.fetch, &cancelled_));
+    return absl::OkStatus();
+  }
+
   void Next() {
-    if (session_->key_order() && !admission_->TryEnterMerge()) {
+    if (session_ == nullptr) {  // parked: a merge slot first, then the merge again
+      if (!admission_->TryEnterMerge()) {
+        admission_->EnterMerge([this] { Next(); });
+        return;
+      }
+      if (absl::Status st = Resume(); !st.ok()) {
+        Finish(ToCaller(st));
+        return;
+      }
+    }
+    if (spec_.key_order && !admission_->TryEnterMerge()) {
       // Wait for a merge slot holding nothing; resume on the pool once admitted.
       admission_->EnterMerge([this] { Next(); });
       return;
     }
+    // UNORDERED: of what was reserved for the chunk and its copy, the session takes the chunk.
+    if (!spec_.key_order) admission_->Recharge(session_->next_frame_bytes());
     auto more = session_->Next(response_.mutable_frame());
     if (!more.ok()) {
       spdlog::error("event=fetch_failed tenant={} shuffle={} partition={} error=\"{}\"",
@@ -138,6 +224,8 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
       Finish(grpc::Status::OK);
       return;
     }
+    // The chunk and the transport's serialised copy of it, until written.
+    admission_->Recharge(response_.frame().size());
     CountChunk(response_.frame());
     if (report_mappers_) {  // with the first chunk only
       report_mappers_ = false;
@@ -157,6 +245,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
       StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
       return;
     }
+    if (spec_.key_order) ArmPark();
     StartWrite(&response_);
   }
 
@@ -167,7 +256,10 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     const auto header = ParseFrameHeader(
         absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size()),
         FrameLimits{kMaxFrameCapBytes, ~uint32_t{0}});
-    if (header.ok()) ServerMetrics::Add(m.fetch_records, header->record_count);
+    if (header.ok()) {
+      ServerMetrics::Add(m.fetch_records, header->record_count);
+      records_sent_ += header->record_count;
+    }
   }
 
   // On the watchdog's thread: the write is still pending. Cancelling completes it (ok=false).
@@ -191,6 +283,12 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   bool report_mappers_;  // the first chunk still to carry the session's mappers
   StreamPhase phase_;
   uint64_t watch_ = 0;  // the watchdog entry of the current write
+  // Parking (KEY): the merge given up while the reader stalls.
+  std::mutex park_mu_;
+  bool write_pending_ = false;            // a chunk is out, its reader has not taken it
+  uint64_t park_watch_ = 0;               // the watchdog entry that looks at it
+  uint64_t records_sent_ = 0;             // in the chunks built so far
+  std::vector<uint32_t> parked_mappers_;  // the mappers the merge was over
 };
 
 }  // namespace

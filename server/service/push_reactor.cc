@@ -66,11 +66,21 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   }
 
  private:
-  // Waits for the next message, for at most the idle timeout.
+  // Waits for the next message, for at most the idle timeout; and, while a large frame's
+  // memory is promised, for no longer than the idle timeout since the promise, however its
+  // pieces trickle in.
   void ReadNext() {
     phase_.Wait();
-    watch_ = deps_.watchdog->Arm(Watchdog::Clock::now() + deps_.timeouts.push_idle,
-                                 [this] { Expire(); });
+    auto deadline = Watchdog::Clock::now() + deps_.timeouts.push_idle;
+    frame_deadline_ = false;
+    if (admission_->holds_large_frame()) {
+      const auto frame_deadline = admission_->large_frame_since() + deps_.timeouts.push_idle;
+      if (frame_deadline < deadline) {
+        deadline = frame_deadline;
+        frame_deadline_ = true;
+      }
+    }
+    watch_ = deps_.watchdog->Arm(deadline, [this] { Expire(); });
     StartRead(&request_);
   }
 
@@ -79,9 +89,13 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   void Expire() {
     if (!phase_.Expire()) return;
     deps_.pool->Submit([this] {
-      Fail(absl::DeadlineExceededError(absl::StrCat(
-          "push stream idle for ", Seconds(deps_.timeouts.push_idle),
-          " s waiting for its next message (--push_idle_timeout_s); the attempt was discarded")));
+      Fail(absl::DeadlineExceededError(
+          frame_deadline_
+              ? absl::StrCat("a large frame took over ", Seconds(deps_.timeouts.push_idle),
+                             " s to arrive (--push_idle_timeout_s); the attempt was discarded")
+              : absl::StrCat("push stream idle for ", Seconds(deps_.timeouts.push_idle),
+                             " s waiting for its next message (--push_idle_timeout_s); the "
+                             "attempt was discarded")));
     });
   }
 
@@ -90,11 +104,17 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
     CountTaken();
     admission_->ReleaseCharge();
     if (attempt_.large_frame_size() == 0) admission_->ReleaseLargeFrame();  // stored, or none
-    if (st.ok() && attempt_.large_frame_size() > 0 && !admission_->holds_large_frame()) {
-      // Just announced: its whole size is reserved before any piece of it is read.
-      st = admission_->ReserveLargeFrame(kBlockHeaderSize + attempt_.large_frame_size(),
-                                         [this] { ReadNext(); });
-      if (st.ok()) return;  // ReadNext once granted
+    if (st.ok() && attempt_.large_frame_size() > 0) {
+      if (!admission_->holds_large_frame()) {
+        // Just announced: its whole size is promised before any piece of it is read.
+        st = admission_->ReserveLargeFrame(kBlockHeaderSize + attempt_.large_frame_size(),
+                                           [this] { ReadNext(); });
+        if (st.ok()) return;  // ReadNext once granted
+      } else if (piece_bytes_ > 0 && !admission_->LargeFrameArrived(piece_bytes_)) {
+        // The rest of its promise went to a tenant under its share: ask again.
+        admission_->PromiseRestOfLargeFrame([this] { ReadNext(); });
+        return;
+      }
     }
     if (!st.ok()) {
       Fail(st);
@@ -123,6 +143,7 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   }
 
   absl::Status Forward() {
+    piece_bytes_ = 0;
     switch (request_.kind_case()) {
       case PushRequest::kOpen: {
         const auto& open = request_.open();
@@ -151,13 +172,9 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
         return attempt_.BeginLargeFrame(request_.large_frame().partition_id(),
                                         request_.large_frame().frame_size());
       case PushRequest::kPiece: {
-        // Its reserved memory is held for at most the idle timeout, however the pieces trickle.
-        if (admission_->large_frame_held() > deps_.timeouts.push_idle) {
-          return absl::DeadlineExceededError(
-              absl::StrCat("a large frame took over ", Seconds(deps_.timeouts.push_idle),
-                           " s to arrive (--push_idle_timeout_s); the attempt was discarded"));
-        }
+        // (Its promise lasts the idle timeout: ReadNext waits for a piece no longer.)
         const std::string& data = request_.piece().data();
+        piece_bytes_ = data.size();
         return attempt_.AddPiece(
             absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
       }
@@ -201,6 +218,8 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   std::vector<PushAttempt::Frame> frames_;  // the current message's, for AddFrames
   std::atomic<bool> cancelled_{false};
   bool committed_ = false;
+  uint64_t piece_bytes_ = 0;     // the size of the piece of a large frame just taken
+  bool frame_deadline_ = false;  // the current wait ends when the frame's promise does
   StreamPhase phase_;
   uint64_t watch_ = 0;  // the watchdog entry of the current wait
   uint64_t counted_frames_ = 0, counted_records_ = 0, counted_bytes_ = 0;  // CountTaken

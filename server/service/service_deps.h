@@ -27,6 +27,10 @@ struct StreamTimeouts {
   /// A fetch whose reader takes no chunk for this long is cancelled, giving back its memory
   /// and merge slot (--fetch_stall_timeout_s).
   std::chrono::milliseconds fetch_stall{std::chrono::seconds(120)};
+  /// A KEY fetch whose reader takes no chunk for this long, while another fetch waits for a
+  /// merge slot, gives its slot and its merge's memory up; it merges again from where it was
+  /// once its reader reads (--merge_park_after_s).
+  std::chrono::milliseconds merge_park{std::chrono::seconds(2)};
 };
 
 /// The admin calls' part of the server.

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "codec/frame_encoder.h"
-#include "server/runtime/worker_pool.h"
+#include "server/runtime/memory_budget.h"
 #include "server/storage/file_util.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 #include "spdlog/sinks/ostream_sink.h"

@@ -20,7 +20,7 @@
 
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
-#include "server/runtime/worker_pool.h"
+#include "server/runtime/memory_budget.h"
 #include "server/sluice_server.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 #include "tests/harness/mini_server.h"
@@ -512,10 +512,10 @@ TEST_F(ServerTest, AFullMemoryBudgetSlowsPushesDownInsteadOfFailingThem) {
   // must wait for it, whatever their timing, and then all go through. (Without this, whether
   // two messages were ever in memory at once depended on how fast the server stored them.)
   MemoryBudget& budget = server_->server()->memory_budget();
-  budget.Charge(1 << 20);
+  budget.Charge("", 1 << 20);
   std::thread release([&budget] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    budget.Release(1 << 20);
+    budget.Release("", 1 << 20);
   });
   std::vector<std::thread> mappers;
   for (uint32_t m = 0; m < 4; ++m) {
@@ -560,7 +560,7 @@ TEST_F(ServerTest, LargeFramesWaitForTheirWholeSizeAndGiveItBackWhenTheStreamEnd
     EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
   }
   {  // Announced while 6 of the 8 MiB are taken: it waits, holding nothing, then goes through.
-    budget.Charge(6 << 20);
+    budget.Charge("", 6 << 20);
     const uint64_t parked = budget.parked_total();
     grpc::ClientContext ctx;
     pb::PushResponse resp;
@@ -570,7 +570,7 @@ TEST_F(ServerTest, LargeFramesWaitForTheirWholeSizeAndGiveItBackWhenTheStreamEnd
     ASSERT_TRUE(testing::Eventually([&] { return budget.parked_total() > parked; }));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     EXPECT_EQ(budget.used(), uint64_t{6} << 20) << "a piece was read before the frame fitted";
-    budget.Release(6 << 20);
+    budget.Release("", 6 << 20);
     pusher.join();
     pb::PushRequest commit;
     commit.mutable_commit()->set_frame_count(1);

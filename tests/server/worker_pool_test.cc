@@ -1,5 +1,5 @@
-// The server's scheduling pieces on their own: the worker pool, the memory budget that parks
-// streams, and the gate that bounds concurrent merges.
+// The server's scheduling pieces on their own: the worker pool and the gate that bounds
+// concurrent merges (the memory budget: memory_budget_test.cc).
 #include "server/runtime/worker_pool.h"
 
 #include <gtest/gtest.h>
@@ -68,69 +68,6 @@ TEST(WorkerPoolTest, ThreadsRunConcurrently) {
   });
   EXPECT_TRUE(ok1.get_future().get());
   EXPECT_TRUE(ok2.get_future().get());
-}
-
-// A push stream reserves a large frame's announced size before it reads a piece of it: the
-// bytes are charged when granted, waiters go in order (a later small one does not pass a
-// large one that waits), and a reservation over the whole limit goes once nothing else is
-// charged.
-TEST(MemoryBudgetTest, ReservationsAreChargedWhenGrantedAndServedInOrder) {
-  WorkerPool pool(1);  // in order: Flush shows what will not happen
-  MemoryBudget budget(100, &pool);
-  std::atomic<int> order{0}, big_at{-1}, small_at{-1}, huge_at{-1};
-  budget.Reserve(60, [&] { order++; });
-  ASSERT_TRUE(Eventually([&] { return order.load() == 1; }));
-  EXPECT_EQ(budget.used(), 60u);
-  budget.Reserve(70, [&] { big_at = order++; });      // 130 > 100: waits
-  budget.WhenAvailable([&] { small_at = order++; });  // 60 < 100, but behind the big one
-  Flush(pool);
-  EXPECT_EQ(order.load(), 1) << "a waiter passed a reservation that waits before it";
-  EXPECT_EQ(budget.parked_total(), 2u);
-  budget.Release(60);  // 0: the 70 is charged, and 70 < 100 lets the small one go too
-  // (Both are granted, in order, by this call, and run on the pool.)
-  ASSERT_TRUE(Eventually([&] { return order.load() == 3; }));
-  EXPECT_GE(big_at.load(), 1);
-  EXPECT_GE(small_at.load(), 1);
-  EXPECT_EQ(budget.used(), 70u);
-  budget.Reserve(250, [&] { huge_at = order++; });  // over the limit: alone, once used is 0
-  Flush(pool);
-  EXPECT_EQ(huge_at.load(), -1);
-  budget.Release(70);
-  ASSERT_TRUE(Eventually([&] { return huge_at.load() == 3; }));
-  EXPECT_EQ(budget.used(), 250u);
-  budget.Release(250);
-  EXPECT_EQ(budget.used(), 0u);
-}
-
-TEST(MemoryBudgetTest, WaitersParkWhileFullAndResumeOnThePoolWhenMemoryIsReleased) {
-  WorkerPool pool(1);  // in order: Flush shows what will not happen
-  MemoryBudget budget(100, &pool);
-  std::atomic<int> resumed{0};
-  std::atomic<bool> on_caller{false};
-  const auto caller = std::this_thread::get_id();
-  // Room: runs at once, but on the pool, never on the caller's thread.
-  budget.WhenAvailable([&] {
-    on_caller = std::this_thread::get_id() == caller;
-    ++resumed;
-  });
-  ASSERT_TRUE(Eventually([&] { return resumed.load() == 1; }));
-  EXPECT_FALSE(on_caller.load());
-  EXPECT_EQ(budget.parked_total(), 0u);
-
-  budget.Charge(150);  // always granted (the data is in memory already), now over the limit
-  EXPECT_EQ(budget.used(), 150u);
-  for (int i = 0; i < 3; ++i) budget.WhenAvailable([&] { ++resumed; });
-  EXPECT_EQ(budget.parked_total(), 3u);
-  Flush(pool);
-  EXPECT_EQ(resumed.load(), 1) << "a waiter ran while the budget was full";
-
-  budget.Release(40);  // 110: still full
-  Flush(pool);
-  EXPECT_EQ(resumed.load(), 1);
-  budget.Release(20);  // 90: room, every waiter goes
-  ASSERT_TRUE(Eventually([&] { return resumed.load() == 4; }));
-  budget.Release(1000);  // more than was charged: clamps at zero
-  EXPECT_EQ(budget.used(), 0u);
 }
 
 TEST(GateTest, AdmitsAtMostItsLimitAndPassesSlotsInOrder) {

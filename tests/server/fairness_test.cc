@@ -1,0 +1,293 @@
+// One tenant cannot stop the others (docs/operations.md, "Memory"): on a real server with
+// tenants team-a and team-b, team-a holds the memory budget every way a client can without
+// sending data (large frames announced and never sent, fetches never read), and team-b's
+// pushes still go through in about the time they take alone.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "codec/status_macros.h"
+#include "rpc/tls_options.h"
+#include "server/runtime/memory_budget.h"
+#include "sluice/v1/shuffle.grpc.pb.h"
+#include "tests/harness/frames.h"
+#include "tests/harness/mini_server.h"
+#include "tests/harness/status_matchers.h"
+#include "tests/harness/stub.h"
+#include "tests/harness/temp_dir.h"
+#include "tests/harness/wait.h"
+
+namespace sluice::testing {
+namespace {
+
+namespace pb = sluice::v1;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kTokenA[] = "slc_token-of-tenant-a";
+constexpr char kTokenB[] = "slc_token-of-tenant-b";
+constexpr uint64_t kBudget = 32 << 20;
+
+class FairnessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string file = dir_.path() + "/credentials";
+    std::ofstream(file) << rpc::TokenHash(kTokenA) << " team-a tenant\n"
+                        << rpc::TokenHash(kTokenB) << " team-b tenant\n";
+    MiniServerOptions o;
+    o.server.auth_file = file;
+    o.server.memory_budget_bytes = kBudget;
+    o.server.push_idle_timeout = seconds(30);
+    o.server.fetch_stall_timeout = seconds(60);
+    ASSERT_OK_AND_ASSIGN(server_, MiniServer::Start(o));
+    stub_ = MakeStub(*server_);
+    ClientOptions co;
+    co.token = kTokenB;
+    ASSERT_OK_AND_ASSIGN(b_, server_->Client(co));
+    ASSERT_OK(b_->CreateShuffle("b", 1, 0).status());
+  }
+
+  std::unique_ptr<grpc::ClientContext> As(const char* token) {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    return ctx;
+  }
+
+  // Team-b's one-record push (a new mapper each time), timed.
+  absl::StatusOr<Clock::duration> PushB() {
+    const auto start = Clock::now();
+    SLUICE_ASSIGN_OR_RETURN(auto w, b_->OpenWriter("b", next_mapper_++, 1, {}));
+    SLUICE_RETURN_IF_ERROR(w->Add("key", "value"));
+    SLUICE_RETURN_IF_ERROR(w->Close().status());
+    return Clock::now() - start;
+  }
+
+  // Team-b's pushes while the attack holds: each within `limit` (alone they take milliseconds;
+  // without fairness each waits for the attack's streams to time out, 30 s here).
+  void ExpectBUnhindered(milliseconds limit) {
+    for (int i = 0; i < 5; ++i) {
+      absl::StatusOr<Clock::duration> took = PushB();
+      ASSERT_OK(took.status());
+      EXPECT_LT(*took, limit) << "push " << i << " of team-b took "
+                              << std::chrono::duration_cast<milliseconds>(*took).count() << " ms";
+    }
+  }
+
+  MemoryBudget& budget() { return server_->server()->memory_budget(); }
+
+  // Team-a's shuffle "a": one partition, `frames` committed frames of one ~1 MiB record each.
+  void CreateAndFillA(int frames) {
+    auto ctx = As(kTokenA);
+    pb::CreateShuffleRequest req;
+    req.set_shuffle_id("a");
+    req.set_num_partitions(1);
+    pb::CreateShuffleResponse created;
+    ASSERT_TRUE(stub_->CreateShuffle(ctx.get(), req, &created).ok());
+    auto push_ctx = As(kTokenA);
+    pb::PushResponse resp;
+    auto w = stub_->Push(push_ctx.get(), &resp);
+    pb::PushRequest msg;
+    msg.mutable_open()->set_shuffle_id("a");
+    msg.mutable_open()->set_mapper_id(0);
+    msg.mutable_open()->set_attempt_id(1);
+    ASSERT_TRUE(w->Write(msg));
+    for (int i = 0; i < frames; ++i) {
+      ASSERT_TRUE(WriteFrame(w.get(), 0, RandomValueFrame(1 << 20, i)));
+    }
+    msg.Clear();
+    msg.mutable_commit()->set_frame_count(frames);
+    msg.mutable_commit()->set_record_count(frames);
+    ASSERT_TRUE(w->Write(msg));
+    w->WritesDone();
+    ASSERT_TRUE(w->Finish().ok());
+  }
+
+  TempDir dir_;
+  std::unique_ptr<MiniServer> server_;
+  std::unique_ptr<pb::ShuffleService::Stub> stub_;
+  std::unique_ptr<ShuffleClient> b_;
+  uint32_t next_mapper_ = 0;
+};
+
+// Team-a opens 5 push streams and announces an 8 MiB frame on each, then sends no piece: the
+// announcements are promised the whole budget (four of them, with their block headers; the
+// fifth waits), and team-b's pushes take back what they need of the promises.
+TEST_F(FairnessTest, LargeFramesAnnouncedAndNeverSentDoNotStallAnotherTenant) {
+  {
+    auto ctx = As(kTokenA);
+    pb::CreateShuffleRequest req;
+    req.set_shuffle_id("a");
+    req.set_num_partitions(1);
+    pb::CreateShuffleResponse resp;
+    ASSERT_TRUE(stub_->CreateShuffle(ctx.get(), req, &resp).ok());
+  }
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientWriter<pb::PushRequest>>> streams;
+  std::vector<pb::PushResponse> resps(5);
+  for (int i = 0; i < 5; ++i) {
+    ctxs.push_back(As(kTokenA));
+    streams.push_back(stub_->Push(ctxs.back().get(), &resps[i]));
+    pb::PushRequest msg;
+    msg.mutable_open()->set_shuffle_id("a");
+    msg.mutable_open()->set_mapper_id(i);
+    msg.mutable_open()->set_attempt_id(1);
+    ASSERT_TRUE(streams.back()->Write(msg));
+    msg.Clear();
+    msg.mutable_large_frame()->set_partition_id(0);
+    msg.mutable_large_frame()->set_frame_size((8 << 20) - 32);  // +32: its block header
+    ASSERT_TRUE(streams.back()->Write(msg));
+  }
+  ASSERT_TRUE(Eventually([&] { return budget().used() >= kBudget; }))
+      << "the announcements were not promised the budget: the test holds nothing";
+  ExpectBUnhindered(milliseconds(2000));
+  EXPECT_GT(budget().revoked_total(), 0u);
+  for (auto& ctx : ctxs) ctx->TryCancel();
+  for (auto& s : streams) (void)s->Finish();
+  EXPECT_TRUE(Eventually([&] { return budget().used() == 0; })) << budget().used();
+}
+
+// Team-a opens 50 fetches of its ~1 MiB frames and reads none: each waits for room for its
+// chunk (and the transport's copy) before it reads it, and what waits on a reader leaves a
+// share of the budget free. Team-b's pushes go through; the budget is never passed.
+TEST_F(FairnessTest, FetchesNeverReadStayWithinTheBudgetAndDoNotStallAnotherTenant) {
+  CreateAndFillA(4);
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientReader<pb::FetchResponse>>> readers;
+  pb::FetchRequest req;
+  req.set_shuffle_id("a");
+  req.set_partition_id(0);
+  req.set_order(pb::UNORDERED);
+  for (int i = 0; i < 50; ++i) {
+    ctxs.push_back(As(kTokenA));
+    readers.push_back(stub_->Fetch(ctxs.back().get(), req));
+  }
+  // Every fetch has started: each one's chunk is out or waits for the budget.
+  ASSERT_TRUE(Eventually([&] { return server_->server()->open_fetch_streams() == 50; }));
+  ASSERT_TRUE(Eventually([&] { return budget().used() >= kBudget / 4; }));
+  std::this_thread::sleep_for(milliseconds(300));
+  // (Half the budget, to the framing bytes of the chunks out.)
+  EXPECT_LE(budget().used(), kBudget / 2 + (64 << 10)) << "readers that do not read filled it";
+  ExpectBUnhindered(milliseconds(2000));
+  // With team-b active too, team-a's readers may hold up to a third less than the budget: a
+  // third stays free for a tenant that comes next.
+  EXPECT_LE(budget().used_by("team-a"), kBudget - kBudget / 3);
+  // They read now: every one gets its 4 frames.
+  for (auto& r : readers) {
+    pb::FetchResponse chunk;
+    int n = 0;
+    while (r->Read(&chunk)) ++n;
+    EXPECT_EQ(n, 4);
+    EXPECT_TRUE(r->Finish().ok());
+  }
+  EXPECT_TRUE(Eventually([&] { return budget().used() == 0; })) << budget().used();
+}
+
+// Team-a's two KEY fetches hold both merge slots and read nothing: after --merge_park_after_s
+// each gives its slot and merge memory to the fetch that waits (team-b's), then, once its
+// reader reads, merges again from where it was: every record comes once, in key order.
+TEST_F(FairnessTest, KeyFetchesNeverReadGiveTheirMergeSlotsToOthersAndResumeWhereTheyWere) {
+  server_.reset();
+  {
+    const std::string file = dir_.path() + "/credentials";
+    MiniServerOptions o;
+    o.server.auth_file = file;
+    o.server.memory_budget_bytes = 64 << 20;
+    o.server.max_concurrent_merges = 2;
+    o.server.merge_park_after = seconds(1);
+    o.server.fetch_stall_timeout = seconds(60);
+    ASSERT_OK_AND_ASSIGN(server_, MiniServer::Start(o));
+    stub_ = MakeStub(*server_);
+    ClientOptions co;
+    co.token = kTokenB;
+    ASSERT_OK_AND_ASSIGN(b_, server_->Client(co));
+    ASSERT_OK(b_->CreateShuffle("b", 1, 0).status());
+  }
+  // Team-a: 3 mappers of 8 records of 512 KiB each (12 MiB: more than a reader's window).
+  {
+    auto ctx = As(kTokenA);
+    pb::CreateShuffleRequest req;
+    req.set_shuffle_id("a");
+    req.set_num_partitions(1);
+    pb::CreateShuffleResponse created;
+    ASSERT_TRUE(stub_->CreateShuffle(ctx.get(), req, &created).ok());
+  }
+  for (uint32_t m = 0; m < 3; ++m) {
+    auto ctx = As(kTokenA);
+    pb::PushResponse resp;
+    auto w = stub_->Push(ctx.get(), &resp);
+    pb::PushRequest msg;
+    msg.mutable_open()->set_shuffle_id("a");
+    msg.mutable_open()->set_mapper_id(m);
+    msg.mutable_open()->set_attempt_id(1);
+    ASSERT_TRUE(w->Write(msg));
+    for (int i = 0; i < 8; ++i) {
+      std::mt19937_64 rng(m * 100 + i);
+      std::string value(512 << 10, '\0');
+      for (char& c : value) c = static_cast<char>(rng());  // (zstd cannot shrink it)
+      const int k = i * 3 + static_cast<int>(m);
+      Rows rows = {{absl::StrCat(k < 10 ? "k0" : "k", k), value}};
+      ASSERT_TRUE(WriteFrame(w.get(), 0, EncodeRows(rows)));
+    }
+    msg.Clear();
+    msg.mutable_commit()->set_frame_count(8);
+    msg.mutable_commit()->set_record_count(8);
+    ASSERT_TRUE(w->Write(msg));
+    w->WritesDone();
+    ASSERT_TRUE(w->Finish().ok());
+  }
+  ASSERT_OK(PushB().status());
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientReader<pb::FetchResponse>>> readers;
+  pb::FetchRequest req;
+  req.set_shuffle_id("a");
+  req.set_partition_id(0);
+  req.set_order(pb::KEY);
+  for (int i = 0; i < 2; ++i) {
+    ctxs.push_back(As(kTokenA));
+    readers.push_back(stub_->Fetch(ctxs.back().get(), req));
+  }
+  ASSERT_TRUE(Eventually([&] { return server_->server()->open_fetch_streams() == 2; }));
+  std::this_thread::sleep_for(milliseconds(300));  // both merging, their first chunks out
+  // Team-b's KEY read waits for a slot until a stalled fetch parks (1 s), not for the stall
+  // timeout (60 s).
+  const auto start = Clock::now();
+  ReaderOptions ro;
+  ro.order = FetchOrder::kKey;
+  ASSERT_OK_AND_ASSIGN(auto r, b_->OpenReader("b", 0, ro));
+  Record rec;
+  size_t n = 0;
+  while (true) {
+    ASSERT_OK_AND_ASSIGN(bool more, r->Next(&rec));
+    if (!more) break;
+    ++n;
+  }
+  const auto took = Clock::now() - start;
+  EXPECT_EQ(n, 1u);
+  EXPECT_LT(took, seconds(10)) << "team-b's KEY fetch waited behind readers that do not read";
+  // Team-a reads now: every record once, in key order.
+  for (auto& reader : readers) {
+    std::vector<std::string> keys;
+    pb::FetchResponse chunk;
+    while (reader->Read(&chunk)) {
+      for (const auto& [key, value] : DecodeRows(chunk.frame())) {
+        keys.push_back(key);
+        EXPECT_EQ(value.size(), size_t{512} << 10);
+      }
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+    ASSERT_EQ(keys.size(), 24u);
+    for (int i = 0; i < 24; ++i) EXPECT_EQ(keys[i], absl::StrCat(i < 10 ? "k0" : "k", i));
+  }
+}
+
+}  // namespace
+}  // namespace sluice::testing
