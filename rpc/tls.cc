@@ -1,6 +1,7 @@
 #include "rpc/tls.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
 #include <openssl/bio.h>
@@ -9,6 +10,8 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cassert>
 #include <cerrno>
@@ -42,19 +45,44 @@ using KeyPtr = std::unique_ptr<EVP_PKEY, KeyFree>;
 // PEM files are small: anything larger is not one (and is not read whole into memory).
 constexpr std::streamsize kMaxPemBytes = 1 << 20;
 
+// Regular files only: opening a FIFO (or a device) would wait for a writer for ever, at the
+// start or in the reloader. O_NONBLOCK makes the open itself return; fstat then refuses it.
 absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag, path, ": cannot read it (", std::strerror(errno), ")"));
   }
-  std::string data(static_cast<size_t>(kMaxPemBytes) + 1, '\0');
-  in.read(data.data(), kMaxPemBytes + 1);
-  if (in.gcount() > kMaxPemBytes) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(flag, path, ": not a regular file"));
+  }
+  if (st.st_size > kMaxPemBytes) {
+    ::close(fd);
     return absl::InvalidArgumentError(
         absl::StrCat(flag, path, ": larger than 1 MiB, so not a PEM file"));
   }
-  data.resize(static_cast<size_t>(in.gcount()));
+  std::string data(static_cast<size_t>(kMaxPemBytes) + 1, '\0');
+  size_t have = 0;
+  while (have < data.size()) {
+    const ssize_t n = ::read(fd, data.data() + have, data.size() - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, path, ": cannot read it (", std::strerror(err), ")"));
+    }
+    if (n == 0) break;
+    have += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (have > static_cast<size_t>(kMaxPemBytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, path, ": larger than 1 MiB, so not a PEM file"));
+  }
+  data.resize(have);
   return data;
 }
 

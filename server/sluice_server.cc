@@ -1,5 +1,7 @@
 #include "server/sluice_server.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -43,6 +45,32 @@ uint64_t NowUnixMs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
                                    .count());
+}
+
+// Settings that let others in, said at the start (docs/security.md): a private key other users
+// may read, an auth file other users may write (they could make themselves admins), and the
+// Drain RPC taken from other hosts with no credentials asked.
+void WarnOfUnsafeSettings(const ServerOptions& options) {
+  struct stat st;
+  if (!options.tls.key_file.empty() && ::stat(options.tls.key_file.c_str(), &st) == 0 &&
+      (st.st_mode & S_IRWXO) != 0) {
+    spdlog::warn(
+        "event=unsafe_file flag=--tls_key file={} mode={:o} message=\"the private key is open to "
+        "every user of this host: chmod o-rwx it\"",
+        options.tls.key_file, st.st_mode & 07777);
+  }
+  if (!options.auth_file.empty() && ::stat(options.auth_file.c_str(), &st) == 0 &&
+      (st.st_mode & (S_IWOTH | S_IWGRP)) != 0) {
+    spdlog::warn(
+        "event=unsafe_file flag=--auth_file file={} mode={:o} message=\"other users may write "
+        "the credentials (and make themselves admins): chmod go-w it\"",
+        options.auth_file, st.st_mode & 07777);
+  }
+  if (options.allow_remote_admin && options.auth_file.empty()) {
+    spdlog::warn(
+        "event=unsafe_setting flag=--allow_remote_admin message=\"without --auth_file anyone who "
+        "can reach the server can drain it: give --auth_file (admins only may then)\"");
+  }
 }
 
 }  // namespace
@@ -131,6 +159,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
     spdlog::info("event=auth file={} reload_s={}", options.auth_file,
                  options.auth_reload_interval.count());
   }
+  WarnOfUnsafeSettings(options);
 
   // Storage: every shuffle recovered (docs/storage.md, "Recovery").
   StoreOptions store_options;

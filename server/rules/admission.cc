@@ -79,6 +79,12 @@ void StreamAdmission::Recharge(uint64_t bytes) {
   charged_ = bytes;
 }
 
+bool StreamAdmission::TryReserveChargeForReader(uint64_t bytes) {
+  if (!deps_.budget->TryReserveLeavingShare(tenant_, bytes)) return false;
+  charged_ += bytes;
+  return true;
+}
+
 void StreamAdmission::ReserveChargeForReader(uint64_t bytes, std::function<void()> granted) {
   waiting_.store(true);
   deps_.budget->ReserveLeavingShare(tenant_, bytes, [this, bytes, granted = std::move(granted)] {

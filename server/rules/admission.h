@@ -126,6 +126,8 @@ class StreamAdmission {
   /// waits on the stream's client (a chunk until its reader takes it), which leaves a share of
   /// the budget free for the next tenant (MemoryBudget::ReserveLeavingShare).
   void ReserveChargeForReader(uint64_t bytes, std::function<void()> granted);
+  /// The same, taken at once when it may be (true), for a caller already on the pool.
+  bool TryReserveChargeForReader(uint64_t bytes);
   /// Makes the charge `bytes` (what the message being handled holds now).
   void Recharge(uint64_t bytes);
   const std::string& tenant() const { return tenant_; }

@@ -34,8 +34,8 @@ bool MemoryBudget::Fits(const Waiter& w) const {
   const uint64_t n = Need(w);
   uint64_t limit = limit_;
   if (w.leave_share) {
-    // Within its tenant's share, and a share left free for one more tenant.
-    limit -= limit_ / (std::max<uint64_t>(1, accounts_.size()) + 1);
+    // Within its tenant's share, and a quarter of the budget left free for the others.
+    limit -= limit_ / 4;
     auto it = accounts_.find(w.tenant);
     const uint64_t held = it == accounts_.end() ? 0 : it->second.held;
     if (held + n > Share() && held > 0) return false;
@@ -195,6 +195,21 @@ void MemoryBudget::Reserve(const std::string& tenant, uint64_t n, std::function<
 void MemoryBudget::ReserveLeavingShare(const std::string& tenant, uint64_t n,
                                        std::function<void()> granted) {
   Enqueue(Waiter{tenant, n, nullptr, true, std::move(granted), 0});
+}
+
+bool MemoryBudget::TryReserveLeavingShare(const std::string& tenant, uint64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!waiters_.empty()) return false;
+  ++accounts_[tenant].waiting;  // (counted as a waiter would be: its share is computed so)
+  Waiter w{tenant, n, nullptr, true, nullptr, 0};
+  const bool fits = Fits(w);
+  if (fits) {
+    Grant(w);
+  } else {
+    auto it = accounts_.find(tenant);
+    if (--it->second.waiting == 0 && it->second.held == 0) accounts_.erase(it);
+  }
+  return fits;
 }
 
 void MemoryBudget::Announce(Frame* frame, const std::string& tenant, uint64_t size) {

@@ -73,10 +73,13 @@ class MemoryBudget {
   void Reserve(const std::string& tenant, uint64_t n, std::function<void()> granted);
   /// Reserve for memory that waits on a client (a chunk until its reader takes it), which
   /// cannot be taken back: granted only within the tenant's share (or as its first request)
-  /// and while, with it, the budget keeps a share free for one more tenant (the limit over the
-  /// active tenants plus one). So readers that do not read fill at most half the budget while
-  /// their tenant is alone, and never what a tenant that comes next needs to start.
+  /// and while, with it, a quarter of the budget stays free. So readers that do not read fill
+  /// at most three quarters of the budget while their tenant is alone, and their tenant's share
+  /// once others are active; a tenant that comes next always finds room to start.
   void ReserveLeavingShare(const std::string& tenant, uint64_t n, std::function<void()> granted);
+  /// ReserveLeavingShare's grant, taken at once if nobody waits and it fits now (charged, true);
+  /// false and nothing charged otherwise. For a caller already on the pool.
+  bool TryReserveLeavingShare(const std::string& tenant, uint64_t n);
 
   // Large frames.
   /// Sets `frame` up for `size` bytes of `tenant`'s; nothing is held until Promise is granted.

@@ -29,10 +29,15 @@ absl::StatusOr<CallContext> CallContext::Resolve(const Authenticator* auth,
 }
 
 absl::StatusOr<std::string> CallContext::Kept(absl::string_view id) const {
+  // Checked before anything looks it up or names it in a message.
+  if (const size_t max = prefix_.empty() ? kMaxKeptIdBytes : kMaxShuffleIdBytes; id.size() > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shuffle id ", QuotedId(id), " is too long: an id is 1-128 characters"));
+  }
   if (prefix_.empty()) return std::string(id);
   if (id.find(kTenantSeparator) != absl::string_view::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shuffle id '", id, "' may only use letters, digits, '.', '_' and '-'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shuffle id ", QuotedId(id), " may only use letters, digits, '.', '_' and '-'"));
   }
   return absl::StrCat(prefix_, id);
 }

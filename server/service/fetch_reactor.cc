@@ -86,7 +86,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
         return;
       }
       session_ = std::move(session).value();
-      NextWhenRoom();
+      NextWhenRoom(/*on_pool=*/true);
     });
   }
 
@@ -94,10 +94,14 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   // transport makes of it, so that many fetches (or many stalled readers) cannot take the
   // server past its budget. A merge charges the budget as it goes instead, and never waits
   // once it runs (it would wait on memory it holds): merges are bounded by the merge gate.
-  void NextWhenRoom() {
+  void NextWhenRoom(bool on_pool = false) {
     const uint64_t next = session_->next_frame_bytes();
     if (next == 0) {
       Next();
+      return;
+    }
+    if (on_pool && admission_->TryReserveChargeForReader(2 * next)) {
+      Next();  // (no hand-over: a wide shuffle's fetches are mostly one chunk)
       return;
     }
     admission_->ReserveChargeForReader(2 * next, [this] { Next(); });

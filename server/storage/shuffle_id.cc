@@ -15,22 +15,27 @@ bool ValidTenantName(absl::string_view s) {
   return true;
 }
 
+std::string QuotedId(absl::string_view id) {
+  if (id.size() <= 64) return absl::StrCat("'", id, "'");
+  return absl::StrCat("'", id.substr(0, 32), "...' (", id.size(), " characters)");
+}
+
 absl::Status ValidateShuffleId(absl::string_view id) {
   if (const size_t sep = id.find(kTenantSeparator); sep != absl::string_view::npos) {
     if (!ValidTenantName(id.substr(0, sep))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("shuffle id '", id, "': what comes before '~' is not a tenant name"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shuffle id ", QuotedId(id), ": what comes before '~' is not a tenant name"));
     }
     const absl::string_view rest = id.substr(sep + 1);
     if (rest.find(kTenantSeparator) != absl::string_view::npos) {
       return absl::InvalidArgumentError(
-          absl::StrCat("shuffle id '", id, "' may hold one '~' (tenant~id), not more"));
+          absl::StrCat("shuffle id ", QuotedId(id), " may hold one '~' (tenant~id), not more"));
     }
     return ValidateShuffleId(rest);
   }
-  if (id.empty() || id.size() > 128 || id[0] == '.') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shuffle id '", id, "' must be 1-128 characters and not start with '.'"));
+  if (id.empty() || id.size() > kMaxShuffleIdBytes || id[0] == '.') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shuffle id ", QuotedId(id), " must be 1-128 characters and not start with '.'"));
   }
   for (char c : id) {
     const bool ok =

@@ -20,6 +20,13 @@
 namespace sluice {
 
 inline constexpr char kTenantSeparator = '~';
+/// The longest id a caller gives (a tenant's `job`), and the longest kept id (`tenant~job`).
+inline constexpr size_t kMaxShuffleIdBytes = 128;
+inline constexpr size_t kMaxKeptIdBytes = 64 + 1 + kMaxShuffleIdBytes;
+
+/// `id` quoted for a message: whole when short, else its first characters and its length (a
+/// message must not grow with what a caller sends: gRPC refuses large status messages).
+std::string QuotedId(absl::string_view id);
 
 /// A tenant name: 1-64 of letters, digits, '.', '_', '-', not starting with '.'.
 bool ValidTenantName(absl::string_view s);

@@ -53,6 +53,21 @@ TEST(CallContextTest, TenantsHaveNamespacesOfTheirOwn) {
   EXPECT_FALSE(ValidateShuffleId("a~.job").ok());
 }
 
+// Ids have a length limit, checked where a caller's id comes in, and messages never carry
+// more than a few dozen characters of what a caller sent.
+TEST(CallContextTest, ALongIdIsRefusedWithAShortMessage) {
+  const std::string long_id(10000, 'x');
+  for (const CallContext& call : {CallContext(Tenant("team-a"), TenantLimits{}), CallContext()}) {
+    const absl::Status st = call.Kept(long_id).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("10000 characters"), absl::string_view::npos) << st;
+    EXPECT_LT(st.message().size(), 200u);
+  }
+  EXPECT_OK(CallContext(Tenant("team-a"), TenantLimits{}).Kept(std::string(128, 'x')).status());
+  EXPECT_FALSE(CallContext(Tenant("team-a"), TenantLimits{}).Kept(std::string(129, 'x')).ok());
+  EXPECT_LT(ValidateShuffleId(long_id).message().size(), 200u);
+}
+
 TEST(CallContextTest, QuotaLinesSetLimitsAndFlagsFillTheRest) {
   const std::string text =
       absl::StrCat(rpc::TokenHash(kTokenA), " team-a tenant\n", rpc::TokenHash(kTokenB),

@@ -505,6 +505,50 @@ TEST_F(ServerTest, AbsurdPartitionCountsAreRefused) {
   EXPECT_NE(st.error_message().find("1 to 65536"), std::string::npos) << st.error_message();
 }
 
+// A 10,000-character id is INVALID_ARGUMENT naming its length on every call, not gRPC's
+// RESOURCE_EXHAUSTED "metadata size exceeds limit" for a message that echoed it whole.
+TEST_F(ServerTest, AnOverlongIdIsInvalidArgumentOnEveryCall) {
+  const std::string id(10000, 'x');
+  std::vector<grpc::Status> got;
+  got.push_back(Create(id, 1, 0));
+  {
+    grpc::ClientContext ctx;
+    pb::GetShuffleRequest req;
+    req.set_shuffle_id(id);
+    pb::ShuffleInfo resp;
+    got.push_back(stub_->GetShuffle(&ctx, req, &resp));
+  }
+  {
+    grpc::ClientContext ctx;
+    pb::DeleteShuffleRequest req;
+    req.set_shuffle_id(id);
+    pb::DeleteShuffleResponse resp;
+    got.push_back(stub_->DeleteShuffle(&ctx, req, &resp));
+  }
+  {
+    grpc::ClientContext ctx;
+    pb::FetchRequest req;
+    req.set_shuffle_id(id);
+    auto r = stub_->Fetch(&ctx, req);
+    pb::FetchResponse chunk;
+    while (r->Read(&chunk)) {
+    }
+    got.push_back(r->Finish());
+  }
+  {
+    grpc::ClientContext ctx;
+    pb::PushResponse resp;
+    auto w = stub_->Push(&ctx, &resp);
+    w->Write(OpenMsg(id, 0));
+    w->WritesDone();
+    got.push_back(w->Finish());
+  }
+  for (const grpc::Status& st : got) {
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_NE(st.error_message().find("10000 characters"), std::string::npos) << st.error_message();
+  }
+}
+
 TEST_F(ServerTest, AFullMemoryBudgetSlowsPushesDownInsteadOfFailingThem) {
   RestartServer(/*budget=*/64 << 10);  // 64 KiB; each push message is ~100 KiB
   ASSERT_OK(Create("s", 4, 0));

@@ -310,6 +310,43 @@ TEST_F(TenantServerTest, ALargeFrameHoldsItsBytesAgainstTheQuotaWhileItArrives) 
   EXPECT_TRUE(fits.ok()) << fits.error_message();
 }
 
+// A token taken out of the credentials while its push stream is open commits nothing: the
+// commit checks the credentials again.
+TEST_F(TenantServerTest, ARevokedTokensOpenPushStreamCommitsNothing) {
+  StartServer("");
+  auto a = Client(kTokenA);
+  ASSERT_OK(a->CreateShuffle("job", 1, 1).status());
+  auto stub = MakeStub(*server_);
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", absl::StrCat("Bearer ", kTokenA));
+  v1::PushResponse resp;
+  auto w = stub->Push(&ctx, &resp);
+  v1::PushRequest msg;
+  msg.mutable_open()->set_shuffle_id("job");
+  msg.mutable_open()->set_mapper_id(0);
+  msg.mutable_open()->set_attempt_id(1);
+  ASSERT_TRUE(w->Write(msg));
+  ASSERT_TRUE(WriteFrame(w.get(), 0, EncodeRows({{"k", "v"}})));
+  // (The stream is in: its credentials were taken at its open.)
+  ASSERT_TRUE(Eventually([&] { return server_->server()->open_push_streams() == 1; }));
+  // Team-a's token goes; the server reads the file again.
+  std::ofstream(file_) << rpc::TokenHash(kTokenB) << " team-b tenant\n"
+                       << rpc::TokenHash(kTokenOps) << " ops admin\n";
+  server_->server()->ReloadFiles();
+  EXPECT_EQ(Client(kTokenA)->GetShuffle("job").status().code(), absl::StatusCode::kUnauthenticated);
+  msg.Clear();
+  msg.mutable_commit()->set_frame_count(1);
+  msg.mutable_commit()->set_record_count(1);
+  w->Write(msg);
+  w->WritesDone();
+  const grpc::Status st = w->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
+  EXPECT_NE(st.error_message().find("checked again at the commit"), std::string::npos)
+      << st.error_message();
+  ASSERT_OK_AND_ASSIGN(ShuffleStatus info, Client(kTokenOps)->GetShuffle("team-a~job"));
+  EXPECT_TRUE(info.committed_mappers.empty());
+}
+
 TEST_F(TenantServerTest, StreamQuotaCountsPushesAndFetchesTogether) {
   MiniServerOptions o;
   o.server.tenant_max_streams = 2;  // the flag: team-a has no quota line

@@ -8,6 +8,7 @@
 #include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -20,7 +21,10 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "rpc/tls_options.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"
@@ -297,6 +301,15 @@ TEST_F(TlsTest, BadFilesAndFlagsFailTheStartNamingThem) {
   ExpectRefused(o, "--tls_cert=" + cut + ": the PEM block after certificate 1 is malformed");
   o.tls.cert_file = reversed;
   ExpectRefused(o, "did not sign certificate 1");
+  // A FIFO (or any file but a regular one) is refused at once, not waited on for a writer.
+  const std::string fifo = dir.path() + "/key.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  o.tls = ServerTls(false);
+  o.tls.key_file = fifo;
+  ExpectRefused(o, "--tls_key=" + fifo + ": not a regular file");
+  o.tls = ServerTls(false);
+  o.tls.cert_file = dir.path();  // a directory
+  ExpectRefused(o, ": not a regular file");
   o.tls = {};
   o.tls.client_ca_file = Cert("ca.pem");
   ExpectRefused(o, "--tls_client_ca needs --tls_cert and --tls_key");
@@ -323,6 +336,44 @@ TEST_F(TlsTest, BadFilesAndFlagsFailTheStartNamingThem) {
   EXPECT_NE(st.message().find("TLS CA file " + Cert("missing-ca.pem") + ": cannot read it"),
             std::string::npos)
       << st;
+}
+
+// What lets others in is said at the start: a private key every user may read, an auth file
+// others may write, the Drain RPC from other hosts with no credentials asked.
+TEST_F(TlsTest, UnsafeFilesAndSettingsAreWarnedOf) {
+  TempDir dir;
+  const std::string key = dir.path() + "/server.key", auth = dir.path() + "/credentials";
+  std::ofstream(key) << Pem("server.key");
+  std::ofstream(auth) << rpc::TokenHash("slc_a-token") << " team-a tenant\n";
+  ASSERT_EQ(::chmod(key.c_str(), 0644), 0);
+  ASSERT_EQ(::chmod(auth.c_str(), 0666), 0);
+  std::ostringstream log;
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  ServerOptions o;
+  o.tls = ServerTls(false);
+  o.tls.key_file = key;
+  o.auth_file = auth;
+  EXPECT_OK(StartInProcess(o));
+  ServerOptions open;
+  open.allow_remote_admin = true;
+  EXPECT_OK(StartInProcess(open));
+  ASSERT_EQ(::chmod(key.c_str(), 0600), 0);
+  ASSERT_EQ(::chmod(auth.c_str(), 0644), 0);
+  open.allow_remote_admin = false;
+  const size_t before = log.str().size();
+  EXPECT_OK(StartInProcess(o));
+  spdlog::set_default_logger(previous);
+  const std::string said = log.str();
+  EXPECT_NE(said.find("event=unsafe_file flag=--tls_key file=" + key + " mode=644"),
+            std::string::npos)
+      << said;
+  EXPECT_NE(said.find("event=unsafe_file flag=--auth_file file=" + auth + " mode=666"),
+            std::string::npos)
+      << said;
+  EXPECT_NE(said.find("event=unsafe_setting flag=--allow_remote_admin"), std::string::npos) << said;
+  EXPECT_EQ(said.find("event=unsafe", before), std::string::npos) << "safe files warned of";
 }
 
 TEST(TlsLoopbackTest, ServesInClearOnLoopbackOnly) {
