@@ -178,8 +178,12 @@ bool ConnectionGuard::ShedOne(int listen_fd) {
   // of whether one waits. With the reserve's free, EAGAIN says none does.)
   const int fd = RawAccept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
   if (fd >= 0) RawClose(fd);
-  reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  return fd >= 0;
+  return fd >= 0;  // (the reserve is taken again by RetakeReserve)
+}
+
+void ConnectionGuard::RetakeReserve() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (reserve_fd_ < 0) reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 int ConnectionGuard::Accept(int listen_fd, sockaddr* addr, socklen_t* addr_len, int flags) {
@@ -197,9 +201,13 @@ int ConnectionGuard::Accept(int listen_fd, sockaddr* addr, socklen_t* addr_len, 
       if (err == EMFILE || err == ENFILE) {
         // Out of descriptors: the waiting connection is taken and closed with the reserve one,
         // and the next looked at, until none waits.
-        if (drain && ShedOne(listen_fd)) {
-          NoteRefused(Refusal::kDescriptors, "");
-          continue;
+        if (drain) {
+          const bool shed = ShedOne(listen_fd);
+          // Said while the reserve's descriptor is still free: a log sink (or a sanitizer)
+          // may need one.
+          if (shed) NoteRefused(Refusal::kDescriptors, "");
+          RetakeReserve();
+          if (shed) continue;
         }
         errno = EAGAIN;  // none waits (or the reserve is gone: the next arrival tries again)
         return -1;

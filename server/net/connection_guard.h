@@ -86,8 +86,9 @@ class ConnectionGuard {
 
  private:
   // Takes and closes one waiting connection with the reserve descriptor; false if none waits
-  // (or it could not).
+  // (or it could not). The reserve is left free: RetakeReserve after.
   bool ShedOne(int listen_fd);
+  void RetakeReserve();
   // A warning at most every 10 s per kind, with the count since the last.
   void Warn(Refusal r, std::string_view peer);
 
