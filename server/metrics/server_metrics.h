@@ -65,9 +65,10 @@ struct ServerMetrics {
   Counter aborted_attempts{0};   ///< attempts ended by an error, a cancel or a timeout
   // Fetches, as sent.
   Counter fetch_chunks{0}, fetch_bytes{0}, fetch_records{0};
-  Counter merge_passes{0};       ///< intermediate merge passes (runs beyond --merge_fan_in)
+  Counter merge_passes{0};  ///< intermediate merge passes (runs beyond --merge_fan_in)
   Counter merge_spill_bytes{0};
-  Counter merges_parked{0};  ///< KEY fetches that gave their merge slot up for a stalled reader  ///< bytes those passes wrote to temporary files
+  Counter merges_parked{0};  ///< KEY fetches that gave their merge slot up for a stalled reader
+                             ///< ///< bytes those passes wrote to temporary files
   /// A commit batch's data and log writes and syncs (group commit: one per batch).
   Histogram commit_sync_seconds{DefaultLatencyBounds()};
   /// A commit message's handling, from its arrival to its answer (waiting for a batch included).

@@ -221,12 +221,8 @@ void MemoryBudget::Announce(Frame* frame, const std::string& tenant, uint64_t si
 }
 
 void MemoryBudget::Promise(Frame* frame, std::function<void()> granted) {
-  std::string tenant;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    tenant = frame->tenant_;
-  }
-  Enqueue(Waiter{std::move(tenant), 0, frame, false, std::move(granted), 0});
+  // (Its tenant is set by Announce, from the frame's own stream, as this call is.)
+  Enqueue(Waiter{frame->tenant_, 0, frame, false, std::move(granted), 0});
 }
 
 bool MemoryBudget::Arrived(Frame* frame, uint64_t n) {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -40,14 +41,21 @@ constexpr uint64_t kBudget = 32 << 20;
 class FairnessTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string file = dir_.path() + "/credentials";
-    std::ofstream(file) << rpc::TokenHash(kTokenA) << " team-a tenant\n"
-                        << rpc::TokenHash(kTokenB) << " team-b tenant\n";
+    std::ofstream(dir_.path() + "/credentials") << rpc::TokenHash(kTokenA) << " team-a tenant\n"
+                                                << rpc::TokenHash(kTokenB) << " team-b tenant\n";
+    StartServer([](ServerOptions&) {});
+  }
+
+  // A server with both tenants (a 32 MiB budget, 30 s idle pushes, 60 s stalled fetches, then
+  // `set`), team-b's client and its shuffle "b" (one partition).
+  void StartServer(const std::function<void(ServerOptions&)>& set) {
+    server_.reset();
     MiniServerOptions o;
-    o.server.auth_file = file;
+    o.server.auth_file = dir_.path() + "/credentials";
     o.server.memory_budget_bytes = kBudget;
     o.server.push_idle_timeout = seconds(30);
     o.server.fetch_stall_timeout = seconds(60);
+    set(o.server);
     ASSERT_OK_AND_ASSIGN(server_, MiniServer::Start(o));
     stub_ = MakeStub(*server_);
     ClientOptions co;
@@ -84,31 +92,52 @@ class FairnessTest : public ::testing::Test {
 
   MemoryBudget& budget() { return server_->server()->memory_budget(); }
 
-  // Team-a's shuffle "a": one partition, `frames` committed frames of one ~1 MiB record each.
-  void CreateAndFillA(int frames) {
+  // Team-a's shuffle "a", one partition.
+  void CreateA() {
     auto ctx = As(kTokenA);
     pb::CreateShuffleRequest req;
     req.set_shuffle_id("a");
     req.set_num_partitions(1);
     pb::CreateShuffleResponse created;
     ASSERT_TRUE(stub_->CreateShuffle(ctx.get(), req, &created).ok());
-    auto push_ctx = As(kTokenA);
-    pb::PushResponse resp;
-    auto w = stub_->Push(push_ctx.get(), &resp);
+  }
+
+  // A push stream of team-a's into "a" for `mapper`, its open message sent, held open in
+  // `ctxs`/`streams` (the response in `resp`, which must outlive it).
+  void OpenPushA(uint32_t mapper, pb::PushResponse* resp) {
+    ctxs_.push_back(As(kTokenA));
+    pushes_.push_back(stub_->Push(ctxs_.back().get(), resp));
     pb::PushRequest msg;
     msg.mutable_open()->set_shuffle_id("a");
-    msg.mutable_open()->set_mapper_id(0);
+    msg.mutable_open()->set_mapper_id(mapper);
     msg.mutable_open()->set_attempt_id(1);
-    ASSERT_TRUE(w->Write(msg));
-    for (int i = 0; i < frames; ++i) {
-      ASSERT_TRUE(WriteFrame(w.get(), 0, RandomValueFrame(1 << 20, i)));
-    }
-    msg.Clear();
+    ASSERT_TRUE(pushes_.back()->Write(msg));
+  }
+
+  // Commits the last push stream opened with `frames` one-record frames, and ends it.
+  void CommitLastPushA(int frames) {
+    pb::PushRequest msg;
     msg.mutable_commit()->set_frame_count(frames);
     msg.mutable_commit()->set_record_count(frames);
-    ASSERT_TRUE(w->Write(msg));
-    w->WritesDone();
-    ASSERT_TRUE(w->Finish().ok());
+    ASSERT_TRUE(pushes_.back()->Write(msg));
+    pushes_.back()->WritesDone();
+    ASSERT_TRUE(pushes_.back()->Finish().ok());
+    pushes_.pop_back();
+    ctxs_.pop_back();
+  }
+
+  // `n` fetches of team-a's of "a" partition 0 in `order`, started and not read.
+  void OpenFetchesA(int n, pb::Order order) {
+    pb::FetchRequest req;
+    req.set_shuffle_id("a");
+    req.set_partition_id(0);
+    req.set_order(order);
+    for (int i = 0; i < n; ++i) {
+      ctxs_.push_back(As(kTokenA));
+      readers_.push_back(stub_->Fetch(ctxs_.back().get(), req));
+    }
+    ASSERT_TRUE(Eventually(
+        [&] { return server_->server()->open_fetch_streams() == static_cast<size_t>(n); }));
   }
 
   TempDir dir_;
@@ -116,42 +145,31 @@ class FairnessTest : public ::testing::Test {
   std::unique_ptr<pb::ShuffleService::Stub> stub_;
   std::unique_ptr<ShuffleClient> b_;
   uint32_t next_mapper_ = 0;
+  // Team-a's calls held open.
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs_;
+  std::vector<std::unique_ptr<grpc::ClientWriter<pb::PushRequest>>> pushes_;
+  std::vector<std::unique_ptr<grpc::ClientReader<pb::FetchResponse>>> readers_;
 };
 
 // Team-a opens 5 push streams and announces an 8 MiB frame on each, then sends no piece: the
 // announcements are promised the whole budget (four of them, with their block headers; the
 // fifth waits), and team-b's pushes take back what they need of the promises.
 TEST_F(FairnessTest, LargeFramesAnnouncedAndNeverSentDoNotStallAnotherTenant) {
-  {
-    auto ctx = As(kTokenA);
-    pb::CreateShuffleRequest req;
-    req.set_shuffle_id("a");
-    req.set_num_partitions(1);
-    pb::CreateShuffleResponse resp;
-    ASSERT_TRUE(stub_->CreateShuffle(ctx.get(), req, &resp).ok());
-  }
-  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
-  std::vector<std::unique_ptr<grpc::ClientWriter<pb::PushRequest>>> streams;
+  CreateA();
   std::vector<pb::PushResponse> resps(5);
-  for (int i = 0; i < 5; ++i) {
-    ctxs.push_back(As(kTokenA));
-    streams.push_back(stub_->Push(ctxs.back().get(), &resps[i]));
+  for (uint32_t i = 0; i < 5; ++i) {
+    OpenPushA(i, &resps[i]);
     pb::PushRequest msg;
-    msg.mutable_open()->set_shuffle_id("a");
-    msg.mutable_open()->set_mapper_id(i);
-    msg.mutable_open()->set_attempt_id(1);
-    ASSERT_TRUE(streams.back()->Write(msg));
-    msg.Clear();
     msg.mutable_large_frame()->set_partition_id(0);
     msg.mutable_large_frame()->set_frame_size((8 << 20) - 32);  // +32: its block header
-    ASSERT_TRUE(streams.back()->Write(msg));
+    ASSERT_TRUE(pushes_.back()->Write(msg));
   }
   ASSERT_TRUE(Eventually([&] { return budget().used() >= kBudget; }))
       << "the announcements were not promised the budget: the test holds nothing";
   ExpectBUnhindered(milliseconds(2000));
   EXPECT_GT(budget().revoked_total(), 0u);
-  for (auto& ctx : ctxs) ctx->TryCancel();
-  for (auto& s : streams) (void)s->Finish();
+  for (auto& ctx : ctxs_) ctx->TryCancel();
+  for (auto& s : pushes_) (void)s->Finish();
   EXPECT_TRUE(Eventually([&] { return budget().used() == 0; })) << budget().used();
 }
 
@@ -159,19 +177,15 @@ TEST_F(FairnessTest, LargeFramesAnnouncedAndNeverSentDoNotStallAnotherTenant) {
 // chunk (and the transport's copy) before it reads it, and what waits on readers leaves a
 // quarter of the budget free. Team-b's pushes go through; the budget is never passed.
 TEST_F(FairnessTest, FetchesNeverReadStayWithinTheBudgetAndDoNotStallAnotherTenant) {
-  CreateAndFillA(4);
-  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
-  std::vector<std::unique_ptr<grpc::ClientReader<pb::FetchResponse>>> readers;
-  pb::FetchRequest req;
-  req.set_shuffle_id("a");
-  req.set_partition_id(0);
-  req.set_order(pb::UNORDERED);
-  for (int i = 0; i < 50; ++i) {
-    ctxs.push_back(As(kTokenA));
-    readers.push_back(stub_->Fetch(ctxs.back().get(), req));
+  CreateA();
+  pb::PushResponse pushed;
+  OpenPushA(0, &pushed);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(WriteFrame(pushes_.back().get(), 0, RandomValueFrame(1 << 20, i)));
   }
-  // Every fetch has started: each one's chunk is out or waits for the budget.
-  ASSERT_TRUE(Eventually([&] { return server_->server()->open_fetch_streams() == 50; }));
+  CommitLastPushA(4);
+  // Every fetch started: each one's chunk is out or waits for the budget.
+  OpenFetchesA(50, pb::UNORDERED);
   ASSERT_TRUE(Eventually([&] { return budget().used() >= kBudget / 4; }));
   std::this_thread::sleep_for(milliseconds(300));
   // (Three quarters of the budget, to the framing bytes of the chunks out.)
@@ -180,7 +194,7 @@ TEST_F(FairnessTest, FetchesNeverReadStayWithinTheBudgetAndDoNotStallAnotherTena
   // With team-b active, team-a's readers take no more (they are past its share).
   EXPECT_LE(budget().used_by("team-a"), kBudget * 3 / 4 + (64 << 10));
   // They read now: every one gets its 4 frames.
-  for (auto& r : readers) {
+  for (auto& r : readers_) {
     pb::FetchResponse chunk;
     int n = 0;
     while (r->Read(&chunk)) ++n;
@@ -194,67 +208,28 @@ TEST_F(FairnessTest, FetchesNeverReadStayWithinTheBudgetAndDoNotStallAnotherTena
 // each gives its slot and merge memory to the fetch that waits (team-b's), then, once its
 // reader reads, merges again from where it was: every record comes once, in key order.
 TEST_F(FairnessTest, KeyFetchesNeverReadGiveTheirMergeSlotsToOthersAndResumeWhereTheyWere) {
-  server_.reset();
-  {
-    const std::string file = dir_.path() + "/credentials";
-    MiniServerOptions o;
-    o.server.auth_file = file;
-    o.server.memory_budget_bytes = 64 << 20;
-    o.server.max_concurrent_merges = 2;
-    o.server.merge_park_after = seconds(1);
-    o.server.fetch_stall_timeout = seconds(60);
-    ASSERT_OK_AND_ASSIGN(server_, MiniServer::Start(o));
-    stub_ = MakeStub(*server_);
-    ClientOptions co;
-    co.token = kTokenB;
-    ASSERT_OK_AND_ASSIGN(b_, server_->Client(co));
-    ASSERT_OK(b_->CreateShuffle("b", 1, 0).status());
-  }
+  StartServer([](ServerOptions& o) {
+    o.memory_budget_bytes = 64 << 20;
+    o.max_concurrent_merges = 2;
+    o.merge_park_after = seconds(1);
+  });
   // Team-a: 3 mappers of 8 records of 512 KiB each (12 MiB: more than a reader's window).
-  {
-    auto ctx = As(kTokenA);
-    pb::CreateShuffleRequest req;
-    req.set_shuffle_id("a");
-    req.set_num_partitions(1);
-    pb::CreateShuffleResponse created;
-    ASSERT_TRUE(stub_->CreateShuffle(ctx.get(), req, &created).ok());
-  }
+  CreateA();
   for (uint32_t m = 0; m < 3; ++m) {
-    auto ctx = As(kTokenA);
     pb::PushResponse resp;
-    auto w = stub_->Push(ctx.get(), &resp);
-    pb::PushRequest msg;
-    msg.mutable_open()->set_shuffle_id("a");
-    msg.mutable_open()->set_mapper_id(m);
-    msg.mutable_open()->set_attempt_id(1);
-    ASSERT_TRUE(w->Write(msg));
+    OpenPushA(m, &resp);
     for (int i = 0; i < 8; ++i) {
       std::mt19937_64 rng(m * 100 + i);
       std::string value(512 << 10, '\0');
       for (char& c : value) c = static_cast<char>(rng());  // (zstd cannot shrink it)
       const int k = i * 3 + static_cast<int>(m);
       Rows rows = {{absl::StrCat(k < 10 ? "k0" : "k", k), value}};
-      ASSERT_TRUE(WriteFrame(w.get(), 0, EncodeRows(rows)));
+      ASSERT_TRUE(WriteFrame(pushes_.back().get(), 0, EncodeRows(rows)));
     }
-    msg.Clear();
-    msg.mutable_commit()->set_frame_count(8);
-    msg.mutable_commit()->set_record_count(8);
-    ASSERT_TRUE(w->Write(msg));
-    w->WritesDone();
-    ASSERT_TRUE(w->Finish().ok());
+    CommitLastPushA(8);
   }
   ASSERT_OK(PushB().status());
-  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
-  std::vector<std::unique_ptr<grpc::ClientReader<pb::FetchResponse>>> readers;
-  pb::FetchRequest req;
-  req.set_shuffle_id("a");
-  req.set_partition_id(0);
-  req.set_order(pb::KEY);
-  for (int i = 0; i < 2; ++i) {
-    ctxs.push_back(As(kTokenA));
-    readers.push_back(stub_->Fetch(ctxs.back().get(), req));
-  }
-  ASSERT_TRUE(Eventually([&] { return server_->server()->open_fetch_streams() == 2; }));
+  OpenFetchesA(2, pb::KEY);
   std::this_thread::sleep_for(milliseconds(300));  // both merging, their first chunks out
   // Team-b's KEY read waits for a slot until a stalled fetch parks (1 s), not for the stall
   // timeout (60 s).
@@ -273,7 +248,7 @@ TEST_F(FairnessTest, KeyFetchesNeverReadGiveTheirMergeSlotsToOthersAndResumeWher
   EXPECT_EQ(n, 1u);
   EXPECT_LT(took, seconds(10)) << "team-b's KEY fetch waited behind readers that do not read";
   // Team-a reads now: every record once, in key order.
-  for (auto& reader : readers) {
+  for (auto& reader : readers_) {
     std::vector<std::string> keys;
     pb::FetchResponse chunk;
     while (reader->Read(&chunk)) {
