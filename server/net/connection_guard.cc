@@ -113,12 +113,7 @@ std::optional<ConnectionGuard::Refusal> ConnectionGuard::Admit(int fd, std::stri
       // A descriptor closed without passing Closed (not through the shim) is counted off here.
       const uint32_t stale = slots_[fd].exchange(id + 1, std::memory_order_acq_rel);
       if (stale != 0) {
-        --per_id_[stale - 1];
-        if (per_id_[stale - 1] == 0 && stale - 1 != id) {
-          ids_.erase(addresses_[stale - 1]);
-          addresses_[stale - 1].clear();
-          free_ids_.push_back(stale - 1);
-        }
+        Unref(stale - 1);  // (never `id`: it was just counted)
       } else {
         open_.fetch_add(1, std::memory_order_relaxed);
       }
@@ -135,12 +130,14 @@ void ConnectionGuard::Closed(int fd) {
   if (slot == 0) return;
   std::lock_guard<std::mutex> lock(mu_);
   open_.fetch_sub(1, std::memory_order_relaxed);
-  const uint32_t id = slot - 1;
-  if (--per_id_[id] == 0) {
-    ids_.erase(addresses_[id]);
-    addresses_[id].clear();
-    free_ids_.push_back(id);
-  }
+  Unref(slot - 1);
+}
+
+void ConnectionGuard::Unref(uint32_t id) {
+  if (--per_id_[id] != 0) return;
+  ids_.erase(addresses_[id]);
+  addresses_[id].clear();
+  free_ids_.push_back(id);
 }
 
 void ConnectionGuard::NoteRefused(Refusal r, std::string_view peer) {

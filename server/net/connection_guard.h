@@ -89,6 +89,8 @@ class ConnectionGuard {
   // (or it could not). The reserve is left free: RetakeReserve after.
   bool ShedOne(int listen_fd);
   void RetakeReserve();
+  // One connection of address `id` fewer; the id is freed with its last. Under mu_.
+  void Unref(uint32_t id);
   // A warning at most every 10 s per kind, with the count since the last.
   void Warn(Refusal r, std::string_view peer);
 
