@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "bench/workload.h"
 #include "client/cli_flags.h"
 #include "client/server_process.h"
@@ -27,8 +28,10 @@ constexpr char kUsage[] =
     "         [--keys 10000] [--partitions 8] [--hot-shard-frac 0] [--heavy-tail]\n"
     "         [--layout auto|msgpack|columnar|opaque] [--zstd-level 3]\n"
     "         [--order KEY|UNORDERED] [--repeat 1] [--buffer-mb 4] [--parallel 0]\n"
-    "         [--server-memory-mb 128] [--data-dir DIR] [--server-bin PATH]\n"
-    "  (without --server: a sluice-server child process with the last three)\n"
+    "         [--server-memory-mb 128] [--server-args='FLAGS'] [--data-dir DIR]\n"
+    "         [--server-bin PATH]\n"
+    "  (without --server: a sluice-server child process with the last four;\n"
+    "  --server-args: its further flags, space-separated)\n"
     "  --parallel: mappers, then reducers, at once (0: 4 per hardware thread, 8 to 256)\n"
     "  --servers: a cluster (or any server list); --replication: each partition's replicas\n"
     "  (0 = the cluster's default); a failed mapper attempt is retried with a new attempt id\n"
@@ -52,7 +55,8 @@ struct OwnServer {
   }
 };
 
-absl::Status StartOwnServer(uint64_t memory_mb, std::string bin, OwnServer* own) {
+absl::Status StartOwnServer(uint64_t memory_mb, std::string bin, const std::string& extra_args,
+                            OwnServer* own) {
   if (own->data_dir.empty()) {
     std::string tmpl = (std::filesystem::temp_directory_path() / "sluice-bench-XXXXXX").string();
     if (::mkdtemp(tmpl.data()) == nullptr) return absl::InternalError("mkdtemp failed");
@@ -64,9 +68,13 @@ absl::Status StartOwnServer(uint64_t memory_mb, std::string bin, OwnServer* own)
     if (!found.ok()) return found.status();
     bin = *found;
   }
-  auto process = ServerProcess::Start(
-      bin, {absl::StrCat("--data_dir=", own->data_dir), "--worker_threads=2",
-            absl::StrCat("--memory_budget_mb=", memory_mb), "--log_level=warn"});
+  std::vector<std::string> args = {absl::StrCat("--data_dir=", own->data_dir), "--worker_threads=2",
+                                   absl::StrCat("--memory_budget_mb=", memory_mb),
+                                   "--log_level=warn"};
+  for (absl::string_view arg : absl::StrSplit(extra_args, ' ', absl::SkipEmpty())) {
+    args.emplace_back(arg);
+  }
+  auto process = ServerProcess::Start(bin, args);
   if (!process.ok()) return process.status();
   own->process = std::move(process).value();
   return absl::OkStatus();
@@ -134,6 +142,7 @@ int Main(int argc, char** argv) {
   c.retries = static_cast<int>(flags.Int("retries", c.retries));
   const auto server_memory_mb = static_cast<uint64_t>(flags.Int("server-memory-mb", 128));
   const std::string server_bin = flags.Get("server-bin", "");
+  const std::string server_args = flags.Get("server-args", "");
   OwnServer own;
   own.data_dir = flags.Get("data-dir", "");
   const ClientTlsOptions tls = cli::TlsFlags(flags);
@@ -146,7 +155,8 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (address.empty()) {
-    if (absl::Status st = StartOwnServer(server_memory_mb, server_bin, &own); !st.ok()) {
+    if (absl::Status st = StartOwnServer(server_memory_mb, server_bin, server_args, &own);
+        !st.ok()) {
       return Fail(st);
     }
     address = absl::StrCat("127.0.0.1:", own.process->port());

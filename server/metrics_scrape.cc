@@ -91,8 +91,13 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
             "received, was taken back for a tenant under its share",
             D(s.budget->revoked_total()));
   std::vector<std::pair<MetricFamilies::Labels, double>> free, size, failed;
-  for (const auto& dir : s.registry->DataDirs()) {
-    const MetricFamilies::Labels labels = {{"dir", dir.path}};
+  // Labelled by position in --data_dir (1, 2, ...: "data directory N" in the log, GetNode and
+  // `sluice nodes`), not by path: a scrape does not learn the host's file layout, and a series
+  // keeps its name when a disk is mounted elsewhere.
+  const auto dirs = s.registry->DataDirs();
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    const auto& dir = dirs[i];
+    const MetricFamilies::Labels labels = {{"dir", std::to_string(i + 1)}};
     failed.push_back({labels, dir.failed.ok() ? 0 : 1});
     if (!dir.space_known) continue;
     free.push_back({labels, D(dir.free_bytes)});

@@ -1,6 +1,7 @@
 // sluice-server: the shuffle service daemon. Flags carry units; see docs/operations.md.
 #include <signal.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -31,8 +32,9 @@ ABSL_FLAG(uint32_t, max_concurrent_merges, 0,
 ABSL_FLAG(uint64_t, max_push_streams, 4096, "open push streams, server-wide");
 ABSL_FLAG(uint64_t, max_fetch_streams, 1024, "open fetch streams, server-wide");
 ABSL_FLAG(uint32_t, max_streams_per_connection, 1024, "concurrent streams per connection");
-ABSL_FLAG(uint32_t, stream_window_mb, 4,
-          "HTTP/2 receive window per stream, 0 to 64 (0 = gRPC's bandwidth-probed windows)");
+ABSL_FLAG(double, stream_window_mb, 1,
+          "HTTP/2 receive window per stream in MiB, 0.0625 to 64 (0 = gRPC's bandwidth-probed "
+          "windows)");
 ABSL_FLAG(uint32_t, push_idle_timeout_s, 300,
           "a push stream waiting this long for a message ends and its attempt is discarded");
 ABSL_FLAG(uint32_t, fetch_stall_timeout_s, 120,
@@ -124,7 +126,13 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.max_push_streams = absl::GetFlag(FLAGS_max_push_streams);
   opts.max_fetch_streams = absl::GetFlag(FLAGS_max_fetch_streams);
   opts.max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection);
-  opts.stream_window_bytes = uint64_t{absl::GetFlag(FLAGS_stream_window_mb)} << 20;
+  const double window_mb = absl::GetFlag(FLAGS_stream_window_mb);
+  // (Written so that NaN fails too.) SluiceServer::Start checks the bytes' range again.
+  if (!(window_mb == 0 || (window_mb >= 1.0 / 16 && window_mb <= 64))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--stream_window_mb=", window_mb, " is out of range: 0, or 0.0625 (64 KiB) to 64"));
+  }
+  opts.stream_window_bytes = static_cast<uint64_t>(std::llround(window_mb * (1 << 20)));
   // Seconds to milliseconds cannot overflow from 32 bits; the range is checked at Start.
   auto seconds = [](uint32_t s) { return std::chrono::milliseconds(uint64_t{s} * 1000); };
   opts.push_idle_timeout = seconds(absl::GetFlag(FLAGS_push_idle_timeout_s));

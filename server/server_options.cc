@@ -92,9 +92,11 @@ absl::Status ValidateOptions(const ServerOptions& o) {
           absl::StrCat(flag, "=", n, " is out of range [1, 1000000]"));
     }
   }
-  if (o.stream_window_bytes > (uint64_t{64} << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--stream_window_mb=", o.stream_window_bytes >> 20, " is out of range [0, 64]"));
+  if (o.stream_window_bytes != 0 && (o.stream_window_bytes < (uint64_t{64} << 10) ||
+                                     o.stream_window_bytes > (uint64_t{64} << 20))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--stream_window_mb=", static_cast<double>(o.stream_window_bytes) / (1 << 20),
+                     " is out of range: 0, or 0.0625 (64 KiB) to 64"));
   }
   if (auto st = CheckSeconds(o.push_idle_timeout, "--push_idle_timeout_s"); !st.ok()) return st;
   if (auto st = CheckSeconds(o.fetch_stall_timeout, "--fetch_stall_timeout_s"); !st.ok()) {

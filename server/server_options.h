@@ -64,7 +64,7 @@ struct ServerOptions {
   uint32_t max_streams_per_connection = 1024;  ///< HTTP/2 concurrent streams per connection
   /// HTTP/2 receive window of each stream: what gRPC buffers of a stream the server has not
   /// read yet. 0 = gRPC's bandwidth-probed windows (larger, to many MiB a stream).
-  uint64_t stream_window_bytes = uint64_t{4} << 20;
+  uint64_t stream_window_bytes = uint64_t{1} << 20;
   /// A push stream waiting this long for its next message ends with DEADLINE_EXCEEDED.
   std::chrono::milliseconds push_idle_timeout{std::chrono::seconds(300)};
   /// A fetch whose reader takes no chunk for this long is cancelled.

@@ -1,6 +1,6 @@
 // MetricFamilies: the families a scrape returns, built from the server's counts and gauges
-// (prometheus-cpp's MetricFamily: its Exposer serves them, its TextSerializer writes the text
-// format). Names are the caller's constants (server/metrics_scrape.cc).
+// (prometheus-cpp's MetricFamily; MetricsText writes the text format and MetricsEndpoint serves
+// it). Names are the caller's constants (server/metrics_scrape.cc).
 //
 //   MetricFamilies f;
 //   f.Counter("sluice_push_frames_total", "Frames received", m.push_frames.load());

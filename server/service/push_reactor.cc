@@ -103,6 +103,10 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
     absl::Status st = cancelled_.load() ? absl::CancelledError("push stream cancelled") : Forward();
     CountTaken();
     admission_->ReleaseCharge();
+    // The message's memory goes with its charge: a stream waiting for its client's next
+    // message, or for the budget, holds none of it (a protobuf message keeps its strings'
+    // capacity when cleared: an idle stream used to keep ~1 MiB each, outside the budget).
+    PushRequest().Swap(&request_);
     if (attempt_.large_frame_size() == 0) admission_->ReleaseLargeFrame();  // stored, or none
     if (st.ok() && attempt_.large_frame_size() > 0) {
       if (!admission_->holds_large_frame()) {

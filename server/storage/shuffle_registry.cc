@@ -115,6 +115,16 @@ absl::Status ShuffleRegistry::OpenDir(size_t index, uint64_t* open_fds) {
   // first commit of a job placed on it.
   absl::Status writable = file::MakeDirs(root, "shuffles");
   if (writable.ok()) writable = ProbeWrite(root);
+  if (absl::IsResourceExhausted(writable)) {
+    // Full, not failing: what it holds is served (a full disk must not keep committed data
+    // from its readers until space is freed); its pushes and creates fail with
+    // RESOURCE_EXHAUSTED until there is room again, as on a disk that fills while serving.
+    spdlog::warn(
+        "event=data_dir_full dir={} index={} error=\"{}\" note=\"its shuffles are read; it takes "
+        "new data once space is freed\"",
+        dirs_[index]->path, index + 1, std::string(writable.message()));
+    writable = absl::OkStatus();
+  }
   if (!writable.ok()) {
     ReserveIds(index, root, writable);
     return writable;

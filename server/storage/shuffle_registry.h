@@ -2,7 +2,9 @@
 // <data_dir>/shuffles/ of one of the server's data directories (one per disk). On start it
 // opens every shuffle directory it finds in each (recovering each). A data directory that cannot
 // be opened or listed, or where creating a shuffle fails for a reason other than a full disk, is
-// *failed*: logged, reported (DataDirs), given no new shuffles; the others serve on. New
+// *failed*: logged, reported (DataDirs), given no new shuffles; the others serve on. One found
+// full at start is not failed: its shuffles are opened and read, and its writes fail with
+// RESOURCE_EXHAUSTED until space is freed (event=data_dir_full). New
 // shuffles go to the healthy directory with the fewest partitions (ties: the most free space),
 // skipping those past the disk high-water mark while any other is below it.
 // A shuffle that fails recovery is kept as *damaged*: its files stay as they are, it is listed

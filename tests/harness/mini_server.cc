@@ -39,7 +39,7 @@ absl::StatusOr<std::vector<std::string>> ChildFlags(const ServerOptions& o) {
       absl::StrCat("--max_push_streams=", o.max_push_streams),
       absl::StrCat("--max_fetch_streams=", o.max_fetch_streams),
       absl::StrCat("--max_streams_per_connection=", o.max_streams_per_connection),
-      absl::StrCat("--stream_window_mb=", o.stream_window_bytes >> 20),
+      absl::StrCat("--stream_window_mb=", static_cast<double>(o.stream_window_bytes) / (1 << 20)),
       absl::StrCat("--push_idle_timeout_s=", o.push_idle_timeout.count() / 1000),
       absl::StrCat("--fetch_stall_timeout_s=", o.fetch_stall_timeout.count() / 1000),
       absl::StrCat("--connection_idle_timeout_s=", o.connection_idle_timeout.count() / 1000),

@@ -1,10 +1,12 @@
 // The service end to end: a real SluiceServer on 127.0.0.1:0 with a real temporary data
 // directory, called through the generated gRPC stub.
+#include <fcntl.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -1019,6 +1021,37 @@ class DiskFullTest : public ::testing::Test {
   void TearDown() override {
     if (mounted_) ::umount(mount_.c_str());
   }
+  static grpc::Status Create(pb::ShuffleService::Stub& stub, const std::string& id) {
+    grpc::ClientContext ctx;
+    pb::CreateShuffleRequest req;
+    req.set_shuffle_id(id);
+    req.set_num_partitions(1);
+    pb::CreateShuffleResponse resp;
+    return stub.CreateShuffle(&ctx, req, &resp);
+  }
+  // Mapper `mapper` of shuffle "d": `frames` frames of ~200 KB (200 rows each) into partition 0.
+  static grpc::Status Push(pb::ShuffleService::Stub& stub, uint32_t mapper, int frames) {
+    grpc::ClientContext ctx;
+    pb::PushResponse resp;
+    auto writer = stub.Push(&ctx, &resp);
+    writer->Write(OpenMsg("d", mapper));
+    for (int i = 0; i < frames; ++i) {
+      if (!writer->Write(FramesMsg(0, Frame(Rows(mapper, static_cast<uint32_t>(i), 200, 1000))))) {
+        break;
+      }
+    }
+    writer->Write(CommitMsg(frames, 200ull * frames));
+    writer->WritesDone();
+    return writer->Finish();
+  }
+  static grpc::Status Info(pb::ShuffleService::Stub& stub, const std::string& id,
+                           pb::ShuffleInfo* info) {
+    grpc::ClientContext ctx;
+    pb::GetShuffleRequest req;
+    req.set_shuffle_id(id);
+    return stub.GetShuffle(&ctx, req, info);
+  }
+
   testing::TempDir dir_;
   std::string mount_;
   bool mounted_ = false;
@@ -1029,44 +1062,79 @@ TEST_F(DiskFullTest, FullDiskIsResourceExhaustedAndCommittedDataStays) {
   opts.server.data_dir = mount_;
   ASSERT_OK_AND_ASSIGN(auto server, MiniServer::Start(opts));
   auto stub = MakeStub(*server);
-  auto push = [&](uint32_t mapper, int frames) {
-    grpc::ClientContext ctx;
-    pb::PushResponse resp;
-    auto writer = stub->Push(&ctx, &resp);
-    writer->Write(OpenMsg("d", mapper));
-    for (int i = 0; i < frames; ++i) {  // ~200 KB frames
-      if (!writer->Write(FramesMsg(0, Frame(Rows(mapper, static_cast<uint32_t>(i), 200, 1000))))) {
-        break;
-      }
-    }
-    writer->Write(CommitMsg(frames, 200ull * frames));
-    writer->WritesDone();
-    return writer->Finish();
-  };
-  {
-    grpc::ClientContext ctx;
-    pb::CreateShuffleRequest req;
-    req.set_shuffle_id("d");
-    req.set_num_partitions(1);
-    pb::CreateShuffleResponse resp;
-    ASSERT_OK(stub->CreateShuffle(&ctx, req, &resp));
-  }
-  ASSERT_TRUE(push(0, 2).ok());   // ~400 KB: fits
-  grpc::Status st = push(1, 30);  // ~6 MB: does not
+  ASSERT_OK(Create(*stub, "d"));
+  ASSERT_TRUE(Push(*stub, 0, 2).ok());   // ~400 KB: fits
+  grpc::Status st = Push(*stub, 1, 30);  // ~6 MB: does not
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
   // The client is told which file, relative to the data directory; the server's own paths
   // stay in its log.
   EXPECT_NE(st.error_message().find("shuffles/d/"), std::string::npos) << st.error_message();
   EXPECT_EQ(st.error_message().find(mount_), std::string::npos) << st.error_message();
   // The failed attempt's space was given back: a small push fits again.
-  EXPECT_OK(push(2, 2));
-  grpc::ClientContext ctx;
-  pb::GetShuffleRequest req;
-  req.set_shuffle_id("d");
+  EXPECT_OK(Push(*stub, 2, 2));
   pb::ShuffleInfo info;
-  ASSERT_OK(stub->GetShuffle(&ctx, req, &info));
+  ASSERT_OK(Info(*stub, "d", &info));
   ASSERT_EQ(info.committed_mappers_size(), 2);
   EXPECT_EQ(info.partitions(0).records(), 800u);
+}
+
+// A server whose only data directory is full starts all the same and serves what it holds:
+// committed data must not wait for an operator to free space (it used to refuse to start).
+TEST_F(DiskFullTest, AServerStartsOnAFullDiskAndServesWhatItHolds) {
+  MiniServerOptions opts;
+  opts.server.data_dir = mount_;
+  ASSERT_OK_AND_ASSIGN(auto server, MiniServer::Start(opts));
+  {
+    auto stub = MakeStub(*server);
+    ASSERT_OK(Create(*stub, "d"));
+    ASSERT_OK(Push(*stub, 0, 2));
+  }
+  const std::string filler = mount_ + "/filler";
+  {
+    const int fd = ::open(filler.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    const std::string block(64 << 10, 'x');
+    while (::write(fd, block.data(), block.size()) > 0) {
+    }
+    EXPECT_EQ(errno, ENOSPC);
+    ::close(fd);
+  }
+  ASSERT_OK(server->Restart());
+  auto stub = MakeStub(*server);
+  pb::ShuffleInfo info;
+  ASSERT_OK(Info(*stub, "d", &info));
+  ASSERT_EQ(info.committed_mappers_size(), 1);
+  EXPECT_EQ(info.partitions(0).records(), 400u);
+  uint64_t records = 0;
+  {
+    grpc::ClientContext ctx;
+    pb::FetchRequest req;
+    req.set_shuffle_id("d");
+    req.set_partition_id(0);
+    req.set_order(pb::KEY);
+    auto reader = stub->Fetch(&ctx, req);
+    pb::FetchResponse resp;
+    FrameDecoder dec;
+    DecodedFrame frame;
+    while (reader->Read(&resp)) {
+      ASSERT_OK(dec.Decode(resp.frame(), &frame));
+      records += frame.size();
+    }
+    ASSERT_OK(reader->Finish());
+  }
+  EXPECT_EQ(records, 400u);
+  // New data is refused as on a disk that filled while serving: retry once there is room.
+  grpc::Status st = Push(*stub, 1, 1);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  st = Create(*stub, "e");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  // Space freed: it takes new data again, without a restart (once its look at the disk's
+  // space, kept for a moment, is fresh).
+  ASSERT_EQ(::unlink(filler.c_str()), 0);
+  EXPECT_TRUE(testing::Eventually([&] { return Push(*stub, 2, 2).ok(); }));
+  EXPECT_OK(Create(*stub, "e"));
+  ASSERT_OK(Info(*stub, "d", &info));
+  EXPECT_EQ(info.committed_mappers_size(), 2);
 }
 
 }  // namespace
