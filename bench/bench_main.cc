@@ -7,9 +7,13 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -29,9 +33,10 @@ constexpr char kUsage[] =
     "         [--layout auto|msgpack|columnar|opaque] [--zstd-level 3]\n"
     "         [--order KEY|UNORDERED] [--repeat 1] [--buffer-mb 4] [--parallel 0]\n"
     "         [--server-memory-mb 128] [--server-args='FLAGS'] [--data-dir DIR]\n"
-    "         [--server-bin PATH]\n"
+    "         [--server-bin PATH] [--push-credit 1]\n"
     "  (without --server: a sluice-server child process with the last four;\n"
     "  --server-args: its further flags, space-separated)\n"
+    "  --push-credit 0: the plain Push stream instead of PushFlow's credit (for comparison)\n"
     "  --parallel: mappers, then reducers, at once (0: 4 per hardware thread, 8 to 256)\n"
     "  --servers: a cluster (or any server list); --replication: each partition's replicas\n"
     "  (0 = the cluster's default); a failed mapper attempt is retried with a new attempt id\n"
@@ -45,11 +50,55 @@ int Fail(const absl::Status& st) {
 }
 
 // The sluice-server child: its data directory (a temporary one unless given) and process.
+// The server child's anonymous resident memory (RssAnon: its heap, not the data file's
+// mapped page-cache pages, which VmHWM counts too), sampled every 10 ms: its peak.
+class AnonSampler {
+ public:
+  explicit AnonSampler(pid_t pid) : path_(absl::StrCat("/proc/", pid, "/status")) {
+    thread_ = std::thread([this] {
+      while (!stop_.load()) {
+        Sample();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
+  }
+  ~AnonSampler() {
+    stop_.store(true);
+    thread_.join();
+  }
+  // The peak since the last Take, in MiB; starts again.
+  double Take() {
+    Sample();
+    return static_cast<double>(peak_kb_.exchange(0)) / 1024;
+  }
+
+ private:
+  void Sample() {
+    std::ifstream status(path_);
+    std::string line;
+    while (std::getline(status, line)) {
+      unsigned long long kb = 0;
+      if (std::sscanf(line.c_str(), "RssAnon: %llu kB", &kb) == 1) {
+        uint64_t seen = peak_kb_.load();
+        while (kb > seen && !peak_kb_.compare_exchange_weak(seen, kb)) {
+        }
+        return;
+      }
+    }
+  }
+  const std::string path_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> peak_kb_{0};
+  std::thread thread_;
+};
+
 struct OwnServer {
   std::string data_dir;
   bool remove_dir = false;
   std::unique_ptr<ServerProcess> process;
+  std::unique_ptr<AnonSampler> anon;
   ~OwnServer() {
+    anon.reset();
     process.reset();
     if (remove_dir) std::filesystem::remove_all(data_dir);
   }
@@ -77,6 +126,7 @@ absl::Status StartOwnServer(uint64_t memory_mb, std::string bin, const std::stri
   auto process = ServerProcess::Start(bin, args);
   if (!process.ok()) return process.status();
   own->process = std::move(process).value();
+  own->anon = std::make_unique<AnonSampler>(own->process->pid());
   return absl::OkStatus();
 }
 
@@ -86,6 +136,7 @@ void PrintResult(int r, const BenchConfig& c, const BenchResult& res, const OwnS
   const double client_mb = ru.ru_maxrss / 1024.0;
   const double server_mb =
       own.process != nullptr ? static_cast<double>(own.process->PeakRssBytes()) / (1 << 20) : 0;
+  const double server_anon_mb = own.anon != nullptr ? own.anon->Take() : 0;
   const double items = static_cast<double>(res.expected);
   // peak_rss_mb: the client's peak plus the server child's (the figure the single process of
   // earlier versions reported held both).
@@ -97,7 +148,8 @@ void PrintResult(int r, const BenchConfig& c, const BenchResult& res, const OwnS
       "\"counts_match\": %s, \"gen_s\": %.3f, \"scatter_s\": %.3f, \"reduce_s\": %.3f, "
       "\"stored_bytes\": %llu, \"peak_rss_mb\": %.1f, \"embedded_server\": %s, "
       "\"client_peak_rss_mb\": %.1f, \"server_peak_rss_mb\": %.1f, \"servers\": %zu, "
-      "\"replication\": %u, \"retried_attempts\": %d, \"pushed_bytes_per_item\": %.1f}\n",
+      "\"replication\": %u, \"retried_attempts\": %d, \"pushed_bytes_per_item\": %.1f, "
+      "\"server_peak_anon_mb\": %.1f}\n",
       r, c.shards, c.items_per_shard, c.partitions, c.parallel, c.key_order ? "KEY" : "UNORDERED",
       LayoutChoiceName(c.layout), res.elapsed_s, items / res.elapsed_s,
       static_cast<double>(res.item_bytes) / res.elapsed_s / 1e6,
@@ -105,7 +157,8 @@ void PrintResult(int r, const BenchConfig& c, const BenchResult& res, const OwnS
       res.counts_match ? "true" : "false", res.gen_s, res.scatter_s, res.reduce_s,
       static_cast<unsigned long long>(res.disk_bytes), client_mb + server_mb,
       own.process != nullptr ? "true" : "false", client_mb, server_mb, res.servers, res.replication,
-      res.retried_attempts, items > 0 ? static_cast<double>(res.pushed_bytes) / items : 0.0);
+      res.retried_attempts, items > 0 ? static_cast<double>(res.pushed_bytes) / items : 0.0,
+      server_anon_mb);
   std::fflush(stdout);
 }
 
@@ -143,6 +196,7 @@ int Main(int argc, char** argv) {
   const auto server_memory_mb = static_cast<uint64_t>(flags.Int("server-memory-mb", 128));
   const std::string server_bin = flags.Get("server-bin", "");
   const std::string server_args = flags.Get("server-args", "");
+  const bool push_credit = flags.Int("push-credit", 1) != 0;
   OwnServer own;
   own.data_dir = flags.Get("data-dir", "");
   const ClientTlsOptions tls = cli::TlsFlags(flags);
@@ -163,6 +217,7 @@ int Main(int argc, char** argv) {
   }
   ClientOptions copts;
   copts.server = address;
+  copts.push_credit = push_credit;
   copts.tls = tls;
   copts.token = token;
   auto client = ShuffleClient::Connect(copts);

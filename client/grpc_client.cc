@@ -102,27 +102,40 @@ void SetStreamDeadline(const ClientOptions& options, grpc::ClientContext* ctx) {
 
 class GrpcPushStream final : public PushStream {
  public:
-  GrpcPushStream(pb::ShuffleService::Stub* stub, const ClientOptions& options, bool prepare)
+  // `flow`: PushFlow (each frames or piece message sent within credit the server granted);
+  // else Push.
+  GrpcPushStream(pb::ShuffleService::Stub* stub, const ClientOptions& options, bool prepare,
+                 bool flow)
       : server_(options.server), prepare_(prepare) {
     SetStreamDeadline(options, &ctx_);
-    stream_ = stub->Push(&ctx_, &response_);
+    if (flow) {
+      flow_ = stub->PushFlow(&ctx_);
+    } else {
+      stream_ = stub->Push(&ctx_, &response_);
+    }
   }
   ~GrpcPushStream() override {
     if (!finished_) {
       ctx_.TryCancel();
-      (void)stream_->Finish();
+      (void)Finish();
     }
   }
 
   // The server sends its headers once it has taken the stream (admitted it): waiting for them
   // tells at once a stream refused, or one on a dead connection, before anything is sent.
   absl::Status Open(const std::string& id, uint32_t mapper, uint64_t attempt, bool await_headers) {
-    if (await_headers) stream_->WaitForInitialMetadata();
+    if (await_headers) {
+      if (flow_ != nullptr) {
+        flow_->WaitForInitialMetadata();
+      } else {
+        stream_->WaitForInitialMetadata();
+      }
+    }
     pb::PushRequest open;
     open.mutable_open()->set_shuffle_id(id);
     open.mutable_open()->set_mapper_id(mapper);
     open.mutable_open()->set_attempt_id(attempt);
-    if (!stream_->Write(open)) return WriteFailed();
+    if (!Send(open, /*within_credit=*/false)) return WriteFailed();
     return absl::OkStatus();
   }
 
@@ -155,8 +168,12 @@ class GrpcPushStream final : public PushStream {
     commit.mutable_commit()->set_frame_count(frames);
     commit.mutable_commit()->set_record_count(records);
     commit.mutable_commit()->set_prepare(prepare_);
-    if (!stream_->Write(commit)) return WriteFailed();
-    stream_->WritesDone();
+    if (!Send(commit, /*within_credit=*/false)) return WriteFailed();
+    if (flow_ != nullptr) {
+      flow_->WritesDone();
+    } else {
+      stream_->WritesDone();
+    }
     return absl::OkStatus();
   }
 
@@ -184,10 +201,40 @@ class GrpcPushStream final : public PushStream {
   absl::Status Finish() {
     if (finished_) return absl::FailedPreconditionError("the push stream has ended");
     finished_ = true;
+    if (flow_ != nullptr) {
+      pb::PushReply reply;  // the commit's response comes last
+      while (flow_->Read(&reply)) {
+        if (reply.has_done()) response_ = reply.done();
+      }
+      return FromGrpc(flow_->Finish(), server_);
+    }
     return FromGrpc(stream_->Finish(), server_);
   }
+  // Writes `m`; with PushFlow, a frames message (`within_credit`) first asks for credit for
+  // its size and waits for it (granted once the server's memory budget has room).
+  bool Send(const pb::PushRequest& m, bool within_credit) {
+    if (flow_ == nullptr) return stream_->Write(m);
+    if (within_credit) {
+      const uint64_t size = m.ByteSizeLong();
+      pb::PushRequest ask;
+      ask.mutable_ask()->set_bytes(size);
+      if (!flow_->Write(ask) || !AwaitCredit(size)) return false;
+      credit_ -= size;
+    }
+    return flow_->Write(m);
+  }
+  // Reads credit replies until `n` bytes are granted; false once the stream ended (Finish says
+  // why).
+  bool AwaitCredit(uint64_t n) {
+    pb::PushReply reply;
+    while (credit_ < n) {
+      if (!flow_->Read(&reply)) return false;
+      credit_ += reply.credit();
+    }
+    return true;
+  }
   absl::Status SendPending() {
-    const bool ok = stream_->Write(msg_);
+    const bool ok = Send(msg_, /*within_credit=*/true);
     msg_.mutable_frames()->mutable_frames()->Clear();  // keeps the elements for reuse
     pending_bytes_ = 0;
     return ok ? absl::OkStatus() : WriteFailed();
@@ -199,11 +246,15 @@ class GrpcPushStream final : public PushStream {
     pb::PushRequest msg;
     msg.mutable_large_frame()->set_partition_id(next_.partition_id());
     msg.mutable_large_frame()->set_frame_size(frame.size());
-    if (!stream_->Write(msg)) return WriteFailed();
+    if (!Send(msg, /*within_credit=*/false)) return WriteFailed();
+    // PushFlow: its pieces go once the server has promised the frame's memory, which it says
+    // with credit for the frame's size.
+    if (flow_ != nullptr && !AwaitCredit(frame.size())) return WriteFailed();
     std::string* piece = msg.mutable_piece()->mutable_data();
     for (size_t at = 0; at < frame.size(); at += kPushMessageBytes) {
       piece->assign(frame, at, std::min(kPushMessageBytes, frame.size() - at));
-      if (!stream_->Write(msg)) return WriteFailed();
+      if (flow_ != nullptr) credit_ -= piece->size();
+      if (!Send(msg, /*within_credit=*/false)) return WriteFailed();
     }
     std::string().swap(*next_.mutable_frame());  // not kept for the small frames that follow
     return absl::OkStatus();
@@ -219,10 +270,12 @@ class GrpcPushStream final : public PushStream {
   const bool prepare_;
   grpc::ClientContext ctx_;
   pb::PushResponse response_;
-  pb::PushRequest msg_;       // the frames not sent yet
-  pb::PartitionFrame next_;   // the frame being encoded
-  size_t pending_bytes_ = 0;  // in msg_
-  std::unique_ptr<grpc::ClientWriter<pb::PushRequest>> stream_;
+  pb::PushRequest msg_;                                          // the frames not sent yet
+  pb::PartitionFrame next_;                                      // the frame being encoded
+  size_t pending_bytes_ = 0;                                     // in msg_
+  std::unique_ptr<grpc::ClientWriter<pb::PushRequest>> stream_;  // Push
+  std::unique_ptr<grpc::ClientReaderWriter<pb::PushRequest, pb::PushReply>> flow_;  // PushFlow
+  uint64_t credit_ = 0;  // granted and not used (PushFlow)
   bool finished_ = false;
 };
 
@@ -497,7 +550,8 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     absl::Status st;
     for (int i = 0; i < 2; ++i) {  // again once if the transport failed it before the server did
       const auto sent = std::chrono::steady_clock::now();
-      auto stream = std::make_unique<GrpcPushStream>(stub_.get(), options_, prepare);
+      auto stream = std::make_unique<GrpcPushStream>(stub_.get(), options_, prepare,
+                                                     options_.push_credit && protocol >= 2);
       st = stream->Open(id, mapper, attempt, /*await_headers=*/protocol >= 1);
       if (st.ok()) return std::unique_ptr<PushStream>(std::move(stream));
       if (!DeadConnection(st, sent, options_, channel_.get(), Never())) return st;

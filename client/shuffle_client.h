@@ -75,6 +75,10 @@ struct ClientOptions {
   /// sent only over TLS or to a loopback address: Connect refuses a token that would cross the
   /// network in clear.
   std::string token;
+  /// Push within credit the server grants from its memory budget (PushFlow), where the server
+  /// offers it (NodeInfo.protocol 2): its memory then counts every message before it is sent,
+  /// however many streams push at once. false: the plain Push stream (for comparison).
+  bool push_credit = true;
 };
 
 struct PartitionStatsInfo {

@@ -98,6 +98,19 @@ class StreamAdmission {
   /// Whether a newcomer would wait for the budget now.
   bool BudgetMustWait() const;
 
+  // Credit (PushFlow): memory reserved before the client sends what it is for.
+  /// Reserves `bytes` of the budget for the stream's next message at once if it may (true),
+  /// as Reserve would grant them.
+  bool TryReserveCredit(uint64_t bytes);
+  /// Runs `granted` on the pool once `bytes` are reserved (fairly, as Reserve). Asked for
+  /// holding no charge (ReleaseCharge first).
+  void ReserveCredit(uint64_t bytes, std::function<void()> granted);
+  /// Credit granted but not used yet; it is given back with the admission.
+  uint64_t credit() const { return credit_; }
+  /// The message that came within the credit: its `bytes` become its charge (ReleaseCharge
+  /// gives them back). False, with nothing changed, when it is more than the credit.
+  bool UseCredit(uint64_t bytes);
+
   // The tenant's stored-bytes quota (its stores count what they hold into its total).
   /// RESOURCE_EXHAUSTED when `bytes` more would take the tenant past its quota.
   absl::Status CheckStored(uint64_t bytes);
@@ -154,6 +167,7 @@ class StreamAdmission {
   const AdmissionDeps deps_;
   bool tenant_slot_ = false, server_slot_ = false;
   uint64_t charged_ = 0;
+  uint64_t credit_ = 0;  // reserved for messages not received yet (PushFlow)
   std::shared_ptr<std::atomic<int64_t>> stored_;  // the tenant's stored bytes, with a quota
   uint64_t large_bytes_ = 0;                      // the large frame's size, once asked for
   uint64_t quota_reserved_ = 0;                   // of stored_, for the large frame

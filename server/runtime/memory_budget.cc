@@ -198,10 +198,18 @@ void MemoryBudget::ReserveLeavingShare(const std::string& tenant, uint64_t n,
 }
 
 bool MemoryBudget::TryReserveLeavingShare(const std::string& tenant, uint64_t n) {
+  return TryReserveAs(tenant, n, /*leave_share=*/true);
+}
+
+bool MemoryBudget::TryReserve(const std::string& tenant, uint64_t n) {
+  return TryReserveAs(tenant, n, /*leave_share=*/false);
+}
+
+bool MemoryBudget::TryReserveAs(const std::string& tenant, uint64_t n, bool leave_share) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!waiters_.empty()) return false;
   ++accounts_[tenant].waiting;  // (counted as a waiter would be: its share is computed so)
-  Waiter w{tenant, n, nullptr, true, nullptr, 0};
+  Waiter w{tenant, n, nullptr, leave_share, nullptr, 0};
   const bool fits = Fits(w);
   if (fits) {
     Grant(w);

@@ -80,6 +80,9 @@ class MemoryBudget {
   /// ReserveLeavingShare's grant, taken at once if nobody waits and it fits now (charged, true);
   /// false and nothing charged otherwise. For a caller already on the pool.
   bool TryReserveLeavingShare(const std::string& tenant, uint64_t n);
+  /// Reserve's grant, taken at once if nobody waits and it fits now (charged, true); false and
+  /// nothing charged otherwise.
+  bool TryReserve(const std::string& tenant, uint64_t n);
 
   // Large frames.
   /// Sets `frame` up for `size` bytes of `tenant`'s; nothing is held until Promise is granted.
@@ -120,6 +123,7 @@ class MemoryBudget {
     uint64_t id = 0;
   };
   static uint64_t Need(const Waiter& w);  // the bytes it asks for
+  bool TryReserveAs(const std::string& tenant, uint64_t n, bool leave_share);
   // Everything below is under mu_.
   uint64_t Share() const;
   bool UnderShare(const std::string& tenant) const;  // holds less than its share

@@ -3,41 +3,58 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "codec/status_macros.h"
+#include "rpc/grpc_glue.h"
 #include "server/service/call_edge.h"
 #include "server/service/stream_phase.h"
 
 namespace sluice {
 namespace {
 
+using v1::PushReply;
 using v1::PushRequest;
 using v1::PushResponse;
+using ReadBase = grpc::ServerReadReactor<PushRequest>;
+using FlowBase = grpc::ServerBidiReactor<PushRequest, PushReply>;
 
-class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
+// One reactor for both push calls. Push (ReadBase) reads a message whenever the budget has
+// room and charges it once it is in hand; PushFlow (FlowBase) grants credit from the budget
+// before its client sends a frames or piece message, so nothing arrives that was not counted
+// first.
+template <typename Base>
+class PushReactor final : public Base {
+  static constexpr bool kFlow = std::is_same_v<Base, FlowBase>;
+  // What a message granted credit costs the budget, in copies of it: gRPC's (the bytes it
+  // received, until the message is parsed) and the parsed one being handled.
+  static constexpr uint64_t kCopies = 2;
+
  public:
   PushReactor(const ServiceDeps& deps, grpc::CallbackServerContext* ctx, PushResponse* response)
-      : deps_(deps), ctx_(ctx), response_(response), attempt_(deps.registry, deps.push) {
+      : deps_(deps), ctx_(ctx), attempt_(deps.registry, deps.push) {
+    response_ = kFlow ? reply_.mutable_done() : response;
     absl::StatusOr<CallContext> call = ResolveCaller(deps_, ctx_);
     if (!call.ok()) {
-      Finish(ToCaller(call.status()));
+      this->Finish(ToCaller(call.status()));
       return;
     }
     call_ = *std::move(call);
     auto admitted = StreamAdmission::Enter(StreamKind::kPush, call_, deps_.admission);
     if (!admitted.ok()) {
-      Finish(ToCaller(admitted.status()));
+      this->Finish(ToCaller(admitted.status()));
       return;
     }
     admission_ = *std::move(admitted);
     // Taken: the client learns it before it sends anything (a stream refused, or one on a dead
     // connection, is told at its open).
-    StartSendInitialMetadata();
+    this->StartSendInitialMetadata();
     ReadNext();
   }
 
@@ -55,8 +72,52 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
       });
       return;
     }
-    admission_->Charge(request_.ByteSizeLong());
+    const uint64_t size = request_.ByteSizeLong();
+    const auto kind = request_.kind_case();
+    if (kFlow && kind == PushRequest::kAsk) {
+      // Answered here, off the pool: the client waits for it, and the pool may be busy with
+      // other streams' frames.
+      const absl::Status st = TakeAsk();
+      if (!st.ok()) {
+        deps_.pool->Submit([this, st] { Fail(st); });
+        return;
+      }
+      Grant();
+      return;
+    }
+    if (kFlow && kind == PushRequest::kFrames) {
+      // Its memory was reserved when its credit was granted: that is its charge now.
+      if (!admission_->UseCredit(kCopies * size)) {
+        deps_.pool->Submit(
+            [this, size] { Fail(BeyondCredit(size, admission_->credit() / kCopies)); });
+        return;
+      }
+    } else if (kFlow && kind == PushRequest::kPiece) {
+      // A large frame's piece, its data within the credit its promise gave.
+      const uint64_t data = request_.piece().data().size();
+      if (data > piece_credit_) {
+        deps_.pool->Submit([this, data] { Fail(BeyondCredit(data, piece_credit_)); });
+        return;
+      }
+      piece_credit_ -= data;
+      admission_->Charge(size);
+    } else {
+      admission_->Charge(size);
+    }
     deps_.pool->Submit([this] { Handle(); });
+  }
+
+  void OnWriteDone(bool /*ok*/) {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    writing_ = false;
+    if (final_.has_value()) {
+      const grpc::Status st = *final_;
+      final_.reset();
+      FinalLocked(st);
+    } else if (queued_credit_ != 0) {
+      WriteCreditLocked(queued_credit_);
+      queued_credit_ = 0;
+    }
   }
 
   void OnCancel() override { cancelled_.store(true); }
@@ -66,6 +127,35 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   }
 
  private:
+  static absl::Status BeyondCredit(uint64_t size, uint64_t credit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a ", size, "-byte push message came with ", credit,
+        " bytes of credit: PushFlow sends a frames message only within credit it asked for "
+        "(PushRequest.ask) and was granted, and a large frame's pieces only once its size was "
+        "granted; the attempt was discarded"));
+  }
+
+  // An ask for the next frames message's credit (PushFlow).
+  absl::Status TakeAsk() {
+    const uint64_t bytes = request_.ask().bytes();
+    if (bytes == 0 || bytes > static_cast<uint64_t>(rpc::kMaxPushMessageBytes)) {
+      return absl::InvalidArgumentError(absl::StrCat("an ask for ", bytes,
+                                                     " bytes: a push message is 1 to ",
+                                                     rpc::kMaxPushMessageBytes, " bytes"));
+    }
+    if (attempt_.large_frame_size() > 0) {
+      return absl::InvalidArgumentError(
+          "an ask in the middle of a large frame: its pieces come within the credit its size "
+          "was granted");
+    }
+    if (admission_->credit() / kCopies + bytes > static_cast<uint64_t>(rpc::kMaxPushMessageBytes)) {
+      return absl::InvalidArgumentError(
+          "an ask while holding credit: ask for the next message once the last one is sent");
+    }
+    asked_ = bytes;
+    return absl::OkStatus();
+  }
+
   // Waits for the next message, for at most the idle timeout; and, while a large frame's
   // memory is promised, for no longer than the idle timeout since the promise, however its
   // pieces trickle in.
@@ -81,7 +171,7 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
       }
     }
     watch_ = deps_.watchdog->Arm(deadline, [this] { Expire(); });
-    StartRead(&request_);
+    this->StartRead(&request_);
   }
 
   // On the watchdog's thread: no message came in time. The read stays pending (it completes
@@ -110,9 +200,16 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
     if (attempt_.large_frame_size() == 0) admission_->ReleaseLargeFrame();  // stored, or none
     if (st.ok() && attempt_.large_frame_size() > 0) {
       if (!admission_->holds_large_frame()) {
-        // Just announced: its whole size is promised before any piece of it is read.
-        st = admission_->ReserveLargeFrame(kBlockHeaderSize + attempt_.large_frame_size(),
-                                           [this] { ReadNext(); });
+        // Just announced: its whole size is promised before any piece of it is read (and,
+        // with PushFlow, before its client sends one: the promise is its pieces' credit).
+        const uint64_t size = attempt_.large_frame_size();
+        st = admission_->ReserveLargeFrame(kBlockHeaderSize + size, [this, size] {
+          if constexpr (kFlow) {
+            piece_credit_ = size;
+            SendCredit(size);
+          }
+          ReadNext();
+        });
         if (st.ok()) return;  // ReadNext once granted
       } else if (piece_bytes_ > 0 && !admission_->LargeFrameArrived(piece_bytes_)) {
         // The rest of its promise went to a tenant under its share: ask again.
@@ -125,7 +222,11 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
       return;
     }
     if (committed_) {
-      Finish(grpc::Status::OK);
+      End(grpc::Status::OK);
+      return;
+    }
+    if constexpr (kFlow) {
+      ReadNext();  // what comes next is an ask, or within credit granted
       return;
     }
     if (admission_->holds_large_frame()) {
@@ -133,6 +234,61 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
       return;
     }
     admission_->WhenBudgetAllows([this] { ReadNext(); });
+  }
+
+  // The credit asked for, reserved from the budget at once or once there is room (the client
+  // waits for it meanwhile, its message in its own memory).
+  void Grant() {
+    const uint64_t n = asked_;
+    asked_ = 0;
+    if (admission_->TryReserveCredit(kCopies * n)) {
+      SendCredit(n);
+      ReadNext();
+      return;
+    }
+    admission_->ReserveCredit(kCopies * n, [this, n] {
+      SendCredit(n);
+      ReadNext();
+    });
+  }
+
+  void SendCredit(uint64_t n) {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    if (writing_) {
+      queued_credit_ += n;  // the last one's write has not completed yet
+      return;
+    }
+    WriteCreditLocked(n);
+  }
+  void WriteCreditLocked(uint64_t n) {
+    if constexpr (kFlow) {
+      credit_msg_.set_credit(n);
+      writing_ = true;
+      this->StartWrite(&credit_msg_);
+    }
+  }
+
+  // Ends the stream with `st` (with the commit's response when OK), once no write is out.
+  void End(const grpc::Status& st) {
+    if constexpr (!kFlow) {
+      this->Finish(st);
+    } else {
+      std::lock_guard<std::mutex> lock(write_mu_);
+      if (writing_) {
+        final_ = st;
+        return;
+      }
+      FinalLocked(st);
+    }
+  }
+  void FinalLocked(const grpc::Status& st) {
+    if constexpr (kFlow) {
+      if (st.ok()) {
+        this->StartWriteAndFinish(&reply_, grpc::WriteOptions(), st);
+      } else {
+        this->Finish(st);
+      }
+    }
   }
 
   // What the attempt took since the last message, into the server's counters.
@@ -182,6 +338,9 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
         return attempt_.AddPiece(
             absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
       }
+      case PushRequest::kAsk:  // PushFlow's are taken in OnReadDone
+        return absl::InvalidArgumentError(
+            "an ask message is for PushFlow; Push reads without credit");
       case PushRequest::kCommit: {
         // The credentials again: a token taken out of --auth_file while the stream was open
         // commits nothing (it is read again every --auth_reload_s).
@@ -225,12 +384,12 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
     admission_->ReleaseLargeFrame();
     if (attempt_.opened()) ServerMetrics::Add(deps_.metrics->aborted_attempts, 1);
     attempt_.Abort(st);
-    Finish(ToCaller(st));
+    End(ToCaller(st));
   }
 
   const ServiceDeps& deps_;
   grpc::CallbackServerContext* const ctx_;
-  PushResponse* const response_;
+  PushResponse* response_ = nullptr;  // PushFlow: reply_'s
   CallContext call_;
   std::unique_ptr<StreamAdmission> admission_;  // null until admitted
   PushRequest request_;
@@ -243,6 +402,15 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
   StreamPhase phase_;
   uint64_t watch_ = 0;  // the watchdog entry of the current wait
   uint64_t counted_frames_ = 0, counted_records_ = 0, counted_bytes_ = 0;  // CountTaken
+  // PushFlow.
+  uint64_t asked_ = 0;         // credit asked for by the message just read
+  uint64_t piece_credit_ = 0;  // a large frame's bytes its client may still send
+  PushReply reply_;            // the last message (done)
+  PushReply credit_msg_;
+  std::mutex write_mu_;  // one write out at a time: a credit, or the last message
+  bool writing_ = false;
+  uint64_t queued_credit_ = 0;         // granted while a write was out
+  std::optional<grpc::Status> final_;  // the end, once the write out completes
 };
 
 }  // namespace
@@ -250,7 +418,12 @@ class PushReactor final : public grpc::ServerReadReactor<PushRequest> {
 grpc::ServerReadReactor<v1::PushRequest>* StartPush(const ServiceDeps& deps,
                                                     grpc::CallbackServerContext* ctx,
                                                     v1::PushResponse* response) {
-  return new PushReactor(deps, ctx, response);
+  return new PushReactor<ReadBase>(deps, ctx, response);
+}
+
+grpc::ServerBidiReactor<v1::PushRequest, v1::PushReply>* StartPushFlow(
+    const ServiceDeps& deps, grpc::CallbackServerContext* ctx) {
+  return new PushReactor<FlowBase>(deps, ctx, nullptr);
 }
 
 }  // namespace sluice

@@ -20,6 +20,11 @@ grpc::ServerReadReactor<v1::PushRequest>* StartPush(const ServiceDeps& deps,
                                                     grpc::CallbackServerContext* ctx,
                                                     v1::PushResponse* response);
 
+/// A new PushFlow stream's reactor: the same attempt, its frames and pieces sent within credit
+/// granted from the memory budget (it deletes itself when done).
+grpc::ServerBidiReactor<v1::PushRequest, v1::PushReply>* StartPushFlow(
+    const ServiceDeps& deps, grpc::CallbackServerContext* ctx);
+
 }  // namespace sluice
 
 #endif  // SLUICE_SERVER_SERVICE_PUSH_REACTOR_H_

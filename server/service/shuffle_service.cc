@@ -212,6 +212,11 @@ grpc::ServerReadReactor<v1::PushRequest>* ShuffleServiceImpl::Push(grpc::Callbac
   return StartPush(deps_, ctx, resp);
 }
 
+grpc::ServerBidiReactor<v1::PushRequest, v1::PushReply>* ShuffleServiceImpl::PushFlow(
+    grpc::CallbackServerContext* ctx) {
+  return StartPushFlow(deps_, ctx);
+}
+
 grpc::ServerWriteReactor<v1::FetchResponse>* ShuffleServiceImpl::Fetch(
     grpc::CallbackServerContext* ctx, const v1::FetchRequest* req) {
   return StartFetch(deps_, ctx, req);
@@ -229,7 +234,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
     // Runs with --etcd (before it has joined too: a client that asks then must route by
     // placements, which answer "still joining" until it has).
     resp->set_clustered(node.clustered());
-    resp->set_protocol(1);
+    resp->set_protocol(2);
     resp->set_registered(node.registered());
     resp->set_serving(!node.draining());
     // A tenant's own (the others' are not its business).

@@ -34,6 +34,8 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
                                           v1::DeleteShuffleResponse* resp) override;
   grpc::ServerReadReactor<v1::PushRequest>* Push(grpc::CallbackServerContext* ctx,
                                                  v1::PushResponse* resp) override;
+  grpc::ServerBidiReactor<v1::PushRequest, v1::PushReply>* PushFlow(
+      grpc::CallbackServerContext* ctx) override;
   grpc::ServerWriteReactor<v1::FetchResponse>* Fetch(grpc::CallbackServerContext* ctx,
                                                      const v1::FetchRequest* req) override;
   grpc::ServerUnaryReactor* GetNode(grpc::CallbackServerContext* ctx, const v1::GetNodeRequest* req,

@@ -110,7 +110,7 @@ def main():
             "sluice_push_records_total": total,
             "sluice_fetch_records_total": total,
             "sluice_commits_total": SHARDS,
-            'sum(sluice_rpc_handled_total{method="Push",code="OK"})': SHARDS,
+            'sum(sluice_rpc_handled_total{method="PushFlow",code="OK"})': SHARDS,  # (the client pushes with credit)
             'sum(sluice_rpc_handled_total{method="Fetch",code="OK"})': 8,
             "sluice_commit_seconds_count": SHARDS,
         }

@@ -253,8 +253,8 @@ TEST(ServerMetricsTest, CountersFollowWhatClientsDid) {
   EXPECT_EQ(s["sluice_duplicate_commits_total"], 1);
   EXPECT_EQ(s["sluice_fetch_records_total"], kRecords);
   EXPECT_GE(s["sluice_fetch_chunks_total"], 4);
-  EXPECT_EQ(s["sluice_rpc_handled_total{method=\"Push\",code=\"OK\"}"], 2);
-  EXPECT_EQ(s["sluice_rpc_handled_total{method=\"Push\",code=\"INVALID_ARGUMENT\"}"], 1) << r;
+  EXPECT_EQ(s["sluice_rpc_handled_total{method=\"PushFlow\",code=\"OK\"}"], 2);
+  EXPECT_EQ(s["sluice_rpc_handled_total{method=\"PushFlow\",code=\"INVALID_ARGUMENT\"}"], 1) << r;
   EXPECT_EQ(s["sluice_rpc_handled_total{method=\"Fetch\",code=\"OK\"}"], 4);
   EXPECT_EQ(s["sluice_commit_seconds_count"], 2);
   EXPECT_GE(s["sluice_commit_sync_seconds_count"], 1);

@@ -279,6 +279,114 @@ TEST_F(ServerTest, SecondCommittedAttemptIsADuplicate) {
   EXPECT_EQ(got, Expected({7}, 1, 10));  // once, not twice
 }
 
+// PushFlow: a frames message goes only within credit asked for and granted; the commit's
+// response comes as the last reply.
+TEST_F(ServerTest, PushFlowSendsWithinCreditAndSaysWhenAClientDoesNot) {
+  ASSERT_OK(Create("s", 1, 0));
+  const std::string frame = Frame(Rows(3, 0, 10));
+  auto ask = [](uint64_t bytes) {
+    pb::PushRequest m;
+    m.mutable_ask()->set_bytes(bytes);
+    return m;
+  };
+  {  // The rule kept: ask, get the credit, send; the commit answered as on Push.
+    grpc::ClientContext ctx;
+    auto stream = stub_->PushFlow(&ctx);
+    ASSERT_TRUE(stream->Write(OpenMsg("s", 3)));
+    const pb::PushRequest frames = FramesMsg(0, frame);
+    ASSERT_TRUE(stream->Write(ask(frames.ByteSizeLong())));
+    pb::PushReply reply;
+    ASSERT_TRUE(stream->Read(&reply));
+    EXPECT_EQ(reply.credit(), frames.ByteSizeLong());
+    ASSERT_TRUE(stream->Write(frames));
+    ASSERT_TRUE(stream->Write(CommitMsg(1, 10)));
+    stream->WritesDone();
+    ASSERT_TRUE(stream->Read(&reply));
+    ASSERT_TRUE(reply.has_done());
+    EXPECT_EQ(reply.done().records(), 10u);
+    EXPECT_FALSE(stream->Read(&reply));
+    ASSERT_OK(stream->Finish());
+  }
+  // A frames message without credit, or past it: INVALID_ARGUMENT, the attempt discarded.
+  for (const bool asks : {false, true}) {
+    grpc::ClientContext ctx;
+    auto stream = stub_->PushFlow(&ctx);
+    ASSERT_TRUE(stream->Write(OpenMsg("s", 4)));
+    if (asks) {
+      ASSERT_TRUE(stream->Write(ask(10)));
+      pb::PushReply reply;
+      ASSERT_TRUE(stream->Read(&reply));
+      EXPECT_EQ(reply.credit(), 10u);
+    }
+    stream->Write(FramesMsg(0, frame));
+    stream->Write(CommitMsg(1, 10));
+    stream->WritesDone();
+    pb::PushReply reply;
+    while (stream->Read(&reply)) {
+    }
+    const grpc::Status st = stream->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_NE(st.error_message().find(asks ? "with 10 bytes of credit" : "with 0 bytes of credit"),
+              std::string::npos)
+        << st.error_message();
+  }
+  // An ask past a message's size; an ask on Push.
+  {
+    grpc::ClientContext ctx;
+    auto stream = stub_->PushFlow(&ctx);
+    ASSERT_TRUE(stream->Write(OpenMsg("s", 5)));
+    stream->Write(ask(uint64_t{64} << 20));
+    stream->WritesDone();
+    pb::PushReply reply;
+    while (stream->Read(&reply)) {
+    }
+    const grpc::Status st = stream->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_NE(st.error_message().find("an ask for 67108864 bytes"), std::string::npos)
+        << st.error_message();
+  }
+  // A large frame: its size granted once its memory is promised, then its pieces within it.
+  {
+    grpc::ClientContext ctx;
+    auto stream = stub_->PushFlow(&ctx);
+    ASSERT_TRUE(stream->Write(OpenMsg("s", 7)));
+    pb::PushRequest announce;
+    announce.mutable_large_frame()->set_partition_id(0);
+    announce.mutable_large_frame()->set_frame_size(frame.size());
+    ASSERT_TRUE(stream->Write(announce));
+    pb::PushReply reply;
+    ASSERT_TRUE(stream->Read(&reply));
+    EXPECT_EQ(reply.credit(), frame.size());
+    pb::PushRequest piece;
+    piece.mutable_piece()->set_data(frame.substr(0, 10));
+    ASSERT_TRUE(stream->Write(piece));
+    piece.mutable_piece()->set_data(frame.substr(10));
+    ASSERT_TRUE(stream->Write(piece));
+    piece.mutable_piece()->set_data("x");  // one byte past its size
+    stream->Write(piece);
+    stream->WritesDone();
+    while (stream->Read(&reply)) {
+    }
+    const grpc::Status st = stream->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_NE(st.error_message().find("1-byte push message came with 0 bytes of credit"),
+              std::string::npos)
+        << st.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    pb::PushResponse resp;
+    auto writer = stub_->Push(&ctx, &resp);
+    writer->Write(OpenMsg("s", 6));
+    writer->Write(ask(10));
+    writer->WritesDone();
+    const grpc::Status st = writer->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_NE(st.error_message().find("PushFlow"), std::string::npos) << st.error_message();
+  }
+  ASSERT_EQ(Info("s").committed_mappers_size(), 1);  // mapper 3's only
+}
+
 TEST_F(ServerTest, ConcurrentCommitsAndRacingAttemptsEachCommitOnce) {
   // 12 mappers, 3 racing attempts each, all at once: commits are written in groups, and for
   // each mapper exactly one attempt wins, the others are told they are duplicates.
