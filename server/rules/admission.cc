@@ -55,7 +55,7 @@ StreamAdmission::~StreamAdmission() {
   ReleaseCharge();
   if (credit_ != 0) deps_.budget->Release(tenant_, credit_);
   ReleaseLargeFrame();
-  if (merge_slot_) deps_.merge_gate->Leave();
+  if (merge_slot_) deps_.merge_gate->Leave(tenant_);
   if (server_slot_) deps_.streams->Give(kind_);
   if (tenant_slot_) deps_.tenants->Leave(tenant_);
 }
@@ -185,13 +185,13 @@ void StreamAdmission::ReleaseLargeFrame() {
 
 bool StreamAdmission::TryEnterMerge() {
   if (merge_slot_) return true;
-  merge_slot_ = deps_.merge_gate->TryEnter();
+  merge_slot_ = deps_.merge_gate->TryEnter(tenant_);
   return merge_slot_;
 }
 
 void StreamAdmission::EnterMerge(std::function<void()> admitted) {
   waiting_.store(true);
-  deps_.merge_gate->Enter([this, admitted = std::move(admitted)] {
+  deps_.merge_gate->Enter(tenant_, [this, admitted = std::move(admitted)] {
     merge_slot_ = true;
     waiting_.store(false);
     admitted();
@@ -201,10 +201,14 @@ void StreamAdmission::EnterMerge(std::function<void()> admitted) {
 void StreamAdmission::LeaveMerge() {
   if (!merge_slot_) return;
   merge_slot_ = false;
-  deps_.merge_gate->Leave();
+  deps_.merge_gate->Leave(tenant_);
 }
 
 bool StreamAdmission::OthersWaitForMerge() const { return deps_.merge_gate->waiting(); }
+
+bool StreamAdmission::OverShareOfMerges() const {
+  return deps_.merge_gate->OverShareWhileOthersWait(tenant_);
+}
 
 absl::StatusOr<std::unique_ptr<CreateAdmission>> CreateAdmission::Enter(
     const CallContext& call, Tenants* tenants, bool clustered,

@@ -154,6 +154,9 @@ class StreamAdmission {
   void LeaveMerge();
   /// Whether another fetch waits for a merge slot now.
   bool OthersWaitForMerge() const;
+  /// Whether this stream's tenant holds more than its share of merge slots while a tenant
+  /// under its share waits for one.
+  bool OverShareOfMerges() const;
 
  private:
   StreamAdmission(StreamKind kind, const CallContext& call, const AdmissionDeps& deps)

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <set>
 #include <utility>
 
 namespace sluice {
@@ -46,22 +47,37 @@ void WorkerPool::Run() {
   }
 }
 
-void Gate::Enter(std::function<void()> admitted) {
+size_t Gate::HeldLocked(const std::string& tenant) const {
+  auto it = held_.find(tenant);
+  return it == held_.end() ? 0 : it->second;
+}
+
+size_t Gate::ShareLocked() const {
+  std::set<std::string> active;
+  for (const auto& [tenant, n] : held_) active.insert(tenant);
+  for (const Waiter& w : waiters_) active.insert(w.tenant);
+  const size_t share = active.empty() ? limit_ : limit_ / active.size();
+  return share < 1 ? 1 : share;
+}
+
+void Gate::Enter(const std::string& tenant, std::function<void()> admitted) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (inside_ >= limit_) {
-      waiters_.push_back(std::move(admitted));
+      waiters_.push_back(Waiter{tenant, std::move(admitted)});
       return;
     }
     ++inside_;
+    ++held_[tenant];
   }
   pool_->Submit(std::move(admitted));
 }
 
-bool Gate::TryEnter() {
+bool Gate::TryEnter(const std::string& tenant) {
   std::lock_guard<std::mutex> lock(mu_);
   if (inside_ >= limit_ || !waiters_.empty()) return false;
   ++inside_;
+  ++held_[tenant];
   return true;
 }
 
@@ -70,16 +86,38 @@ bool Gate::waiting() const {
   return !waiters_.empty();
 }
 
-void Gate::Leave() {
+bool Gate::OverShareWhileOthersWait(const std::string& tenant) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t share = ShareLocked();
+  if (HeldLocked(tenant) <= share) return false;
+  for (const Waiter& w : waiters_) {
+    if (w.tenant != tenant && HeldLocked(w.tenant) < share) return true;
+  }
+  return false;
+}
+
+void Gate::Leave(const std::string& tenant) {
   std::function<void()> next;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = held_.find(tenant); it != held_.end() && --it->second == 0) held_.erase(it);
     if (waiters_.empty()) {
       --inside_;
       return;
     }
-    next = std::move(waiters_.front());  // the slot passes straight to the next waiter
-    waiters_.pop_front();
+    // The slot passes straight to a waiter: the first whose tenant is under its share, else
+    // the first.
+    const size_t share = ShareLocked();
+    auto chosen = waiters_.begin();
+    for (auto it = waiters_.begin(); it != waiters_.end(); ++it) {
+      if (HeldLocked(it->tenant) < share) {
+        chosen = it;
+        break;
+      }
+    }
+    ++held_[chosen->tenant];
+    next = std::move(chosen->admitted);
+    waiters_.erase(chosen);
   }
   pool_->Submit(std::move(next));
 }

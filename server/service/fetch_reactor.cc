@@ -1,5 +1,6 @@
 #include "server/service/fetch_reactor.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -146,12 +147,18 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
 
   // A KEY fetch's chunk is out and its reader has not taken it: after --merge_park_after_s,
   // if another fetch waits for a merge slot, the merge gives its slot and its memory up (the
-  // chunk out stays counted), and merges again from where it was once the reader reads.
+  // chunk out stays counted), and merges again from where it was once the reader reads. Sooner
+  // (kOverSharePark) when its tenant holds more than its share of the slots and a tenant under
+  // its share waits: one tenant's stalled readers do not keep another's reads waiting.
+  static constexpr std::chrono::milliseconds kOverSharePark{200};
   void ArmPark() {
     std::lock_guard<std::mutex> lock(park_mu_);
     write_pending_ = true;
-    park_watch_ = deps_.watchdog->Arm(Watchdog::Clock::now() + deps_.timeouts.merge_park,
-                                      [this] { MaybePark(); });
+    stalled_since_ = Watchdog::Clock::now();
+    park_watch_ =
+        deps_.watchdog->Arm(stalled_since_ + std::min<Watchdog::Clock::duration>(
+                                                 kOverSharePark, deps_.timeouts.merge_park),
+                            [this] { MaybePark(); });
   }
 
   // On the watchdog's thread.
@@ -159,7 +166,10 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     std::lock_guard<std::mutex> lock(park_mu_);
     park_watch_ = 0;
     if (!write_pending_ || session_ == nullptr) return;
-    if (!admission_->OthersWaitForMerge()) {  // nobody needs it yet: look again soon
+    const auto stalled = Watchdog::Clock::now() - stalled_since_;
+    const bool over_share = admission_->OverShareOfMerges();
+    if (!over_share && (stalled < deps_.timeouts.merge_park || !admission_->OthersWaitForMerge())) {
+      // Not needed yet: look again soon.
       park_watch_ = deps_.watchdog->Arm(Watchdog::Clock::now() + std::chrono::milliseconds(100),
                                         [this] { MaybePark(); });
       return;
@@ -169,12 +179,20 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     EndSession();
     admission_->LeaveMerge();
     ServerMetrics::Add(deps_.metrics->merges_parked, 1);
-    spdlog::info(
-        "event=merge_parked tenant={} shuffle={} partition={} records_sent={} reason=\"the "
-        "reader took no chunk for {} s while another fetch waited for a merge slot "
-        "(--merge_park_after_s)\"",
-        TenantField(spec_.shuffle_id), spec_.shuffle_id, spec_.partition, records_sent_,
-        Seconds(deps_.timeouts.merge_park));
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(stalled).count();
+    if (over_share) {
+      spdlog::info(
+          "event=merge_parked tenant={} shuffle={} partition={} records_sent={} reason=\"the "
+          "reader took no chunk for {} ms while its tenant held more than its share of merge "
+          "slots and another tenant waited for one\"",
+          TenantField(spec_.shuffle_id), spec_.shuffle_id, spec_.partition, records_sent_, ms);
+    } else {
+      spdlog::info(
+          "event=merge_parked tenant={} shuffle={} partition={} records_sent={} reason=\"the "
+          "reader took no chunk for {} ms while another fetch waited for a merge slot "
+          "(--merge_park_after_s)\"",
+          TenantField(spec_.shuffle_id), spec_.shuffle_id, spec_.partition, records_sent_, ms);
+    }
   }
 
   // The write is done (or the stream is): no park from now on.
@@ -289,10 +307,11 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   uint64_t watch_ = 0;  // the watchdog entry of the current write
   // Parking (KEY): the merge given up while the reader stalls.
   std::mutex park_mu_;
-  bool write_pending_ = false;            // a chunk is out, its reader has not taken it
-  uint64_t park_watch_ = 0;               // the watchdog entry that looks at it
-  uint64_t records_sent_ = 0;             // in the chunks built so far
-  std::vector<uint32_t> parked_mappers_;  // the mappers the merge was over
+  bool write_pending_ = false;                 // a chunk is out, its reader has not taken it
+  uint64_t park_watch_ = 0;                    // the watchdog entry that looks at it
+  Watchdog::Clock::time_point stalled_since_;  // when the chunk out was written
+  uint64_t records_sent_ = 0;                  // in the chunks built so far
+  std::vector<uint32_t> parked_mappers_;       // the mappers the merge was over
 };
 
 }  // namespace

@@ -140,6 +140,63 @@ class FairnessTest : public ::testing::Test {
         [&] { return server_->server()->open_fetch_streams() == static_cast<size_t>(n); }));
   }
 
+  // Team-a: 3 mappers of 8 records of 512 KiB each (12 MiB: more than a reader's window) in
+  // its partition 0, keys k00..k23; team-b: one record.
+  void PushKeyData() {
+    CreateA();
+    for (uint32_t m = 0; m < 3; ++m) {
+      pb::PushResponse resp;
+      OpenPushA(m, &resp);
+      for (int i = 0; i < 8; ++i) {
+        std::mt19937_64 rng(m * 100 + i);
+        std::string value(512 << 10, '\0');
+        for (char& c : value) c = static_cast<char>(rng());  // (zstd cannot shrink it)
+        const int k = i * 3 + static_cast<int>(m);
+        Rows rows = {{absl::StrCat(k < 10 ? "k0" : "k", k), value}};
+        ASSERT_TRUE(WriteFrame(pushes_.back().get(), 0, EncodeRows(rows)));
+      }
+      CommitLastPushA(8);
+    }
+    ASSERT_OK(PushB().status());
+  }
+
+  // How long team-b's KEY read of its record takes.
+  Clock::duration KeyReadB() {
+    const auto start = Clock::now();
+    ReaderOptions ro;
+    ro.order = FetchOrder::kKey;
+    auto r = b_->OpenReader("b", 0, ro);
+    EXPECT_OK(r.status());
+    if (!r.ok()) return Clock::duration::max();
+    Record rec;
+    size_t n = 0;
+    while (true) {
+      absl::StatusOr<bool> more = (*r)->Next(&rec);
+      EXPECT_OK(more.status());
+      if (!more.ok() || !*more) break;
+      ++n;
+    }
+    EXPECT_EQ(n, 1u);
+    return Clock::now() - start;
+  }
+
+  // Team-a's open fetches read now: every record once, in key order.
+  void ExpectAReadsEveryRecordInOrder() {
+    for (auto& reader : readers_) {
+      std::vector<std::string> keys;
+      pb::FetchResponse chunk;
+      while (reader->Read(&chunk)) {
+        for (const auto& [key, value] : DecodeRows(chunk.frame())) {
+          keys.push_back(key);
+          EXPECT_EQ(value.size(), size_t{512} << 10);
+        }
+      }
+      ASSERT_TRUE(reader->Finish().ok());
+      ASSERT_EQ(keys.size(), 24u);
+      for (int i = 0; i < 24; ++i) EXPECT_EQ(keys[i], absl::StrCat(i < 10 ? "k0" : "k", i));
+    }
+  }
+
   TempDir dir_;
   std::unique_ptr<MiniServer> server_;
   std::unique_ptr<pb::ShuffleService::Stub> stub_;
@@ -213,54 +270,29 @@ TEST_F(FairnessTest, KeyFetchesNeverReadGiveTheirMergeSlotsToOthersAndResumeWher
     o.max_concurrent_merges = 2;
     o.merge_park_after = seconds(1);
   });
-  // Team-a: 3 mappers of 8 records of 512 KiB each (12 MiB: more than a reader's window).
-  CreateA();
-  for (uint32_t m = 0; m < 3; ++m) {
-    pb::PushResponse resp;
-    OpenPushA(m, &resp);
-    for (int i = 0; i < 8; ++i) {
-      std::mt19937_64 rng(m * 100 + i);
-      std::string value(512 << 10, '\0');
-      for (char& c : value) c = static_cast<char>(rng());  // (zstd cannot shrink it)
-      const int k = i * 3 + static_cast<int>(m);
-      Rows rows = {{absl::StrCat(k < 10 ? "k0" : "k", k), value}};
-      ASSERT_TRUE(WriteFrame(pushes_.back().get(), 0, EncodeRows(rows)));
-    }
-    CommitLastPushA(8);
-  }
-  ASSERT_OK(PushB().status());
+  PushKeyData();
   OpenFetchesA(2, pb::KEY);
   std::this_thread::sleep_for(milliseconds(300));  // both merging, their first chunks out
-  // Team-b's KEY read waits for a slot until a stalled fetch parks (1 s), not for the stall
-  // timeout (60 s).
-  const auto start = Clock::now();
-  ReaderOptions ro;
-  ro.order = FetchOrder::kKey;
-  ASSERT_OK_AND_ASSIGN(auto r, b_->OpenReader("b", 0, ro));
-  Record rec;
-  size_t n = 0;
-  while (true) {
-    ASSERT_OK_AND_ASSIGN(bool more, r->Next(&rec));
-    if (!more) break;
-    ++n;
-  }
-  const auto took = Clock::now() - start;
-  EXPECT_EQ(n, 1u);
-  EXPECT_LT(took, seconds(10)) << "team-b's KEY fetch waited behind readers that do not read";
-  // Team-a reads now: every record once, in key order.
-  for (auto& reader : readers_) {
-    std::vector<std::string> keys;
-    pb::FetchResponse chunk;
-    while (reader->Read(&chunk)) {
-      for (const auto& [key, value] : DecodeRows(chunk.frame())) {
-        keys.push_back(key);
-        EXPECT_EQ(value.size(), size_t{512} << 10);
-      }
-    }
-    ASSERT_TRUE(reader->Finish().ok());
-    ASSERT_EQ(keys.size(), 24u);
-    for (int i = 0; i < 24; ++i) EXPECT_EQ(keys[i], absl::StrCat(i < 10 ? "k0" : "k", i));
-  }
+  // Team-b's KEY read waits for a slot until a stalled fetch parks, not for the stall timeout
+  // (60 s).
+  EXPECT_LT(KeyReadB(), seconds(10)) << "team-b's KEY fetch waited behind readers that do not read";
+  ExpectAReadsEveryRecordInOrder();
+}
+
+// The same with a long --merge_park_after_s: team-a holds both slots, more than its share (one
+// of two) while team-b waits, so its stalled merges park within a fraction of a second (they
+// used to hold team-b's read for the whole --merge_park_after_s, 2 s by default).
+TEST_F(FairnessTest, ATenantOverItsShareOfMergeSlotsParksItsStalledMergesAtOnce) {
+  StartServer([](ServerOptions& o) {
+    o.memory_budget_bytes = 64 << 20;
+    o.max_concurrent_merges = 2;
+    o.merge_park_after = seconds(30);
+  });
+  PushKeyData();
+  OpenFetchesA(2, pb::KEY);
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_LT(KeyReadB(), seconds(3)) << "team-b's KEY read waited for --merge_park_after_s";
+  ExpectAReadsEveryRecordInOrder();
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ TEST(GateTest, AdmitsAtMostItsLimitAndPassesSlotsInOrder) {
   std::mutex mu;
   std::vector<int> admitted;
   auto enter = [&](int id) {
-    gate.Enter([&, id] {
+    gate.Enter("", [&, id] {
       std::lock_guard<std::mutex> lock(mu);
       admitted.push_back(id);
     });
@@ -89,11 +89,11 @@ TEST(GateTest, AdmitsAtMostItsLimitAndPassesSlotsInOrder) {
   ASSERT_TRUE(Eventually([&] { return count() == 2; }));
   Flush(pool);
   EXPECT_EQ(count(), 2u) << "more holders than the limit";
-  gate.Leave();
+  gate.Leave("");
   ASSERT_TRUE(Eventually([&] { return count() == 3; }));
-  gate.Leave();
+  gate.Leave("");
   ASSERT_TRUE(Eventually([&] { return count() == 4; }));
-  gate.Leave();
+  gate.Leave("");
   ASSERT_TRUE(Eventually([&] { return count() == 5; }));
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(admitted[2], 2);  // waiters in arrival order
@@ -105,9 +105,48 @@ TEST(GateTest, ALimitOfZeroStillAdmitsOne) {
   WorkerPool pool(1);
   Gate gate(0, &pool);
   std::promise<void> in;
-  gate.Enter([&] { in.set_value(); });
+  gate.Enter("", [&] { in.set_value(); });
   EXPECT_EQ(in.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
-  gate.Leave();
+  gate.Leave("");
+}
+
+// Tenants: a freed slot goes to a waiter whose tenant is under its share before earlier ones
+// of a tenant over it, and a tenant holding more than its share while another waits is told.
+TEST(GateTest, AFreedSlotGoesToATenantUnderItsShareFirst) {
+  WorkerPool pool(1);
+  Gate gate(2, &pool);
+  std::mutex mu;
+  std::vector<std::string> admitted;
+  auto enter = [&](const std::string& who) {
+    gate.Enter(who.substr(0, 1), [&, who] {
+      std::lock_guard<std::mutex> lock(mu);
+      admitted.push_back(who);
+    });
+  };
+  auto count = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return admitted.size();
+  };
+  enter("a1");
+  enter("a2");
+  ASSERT_TRUE(Eventually([&] { return count() == 2; }));
+  EXPECT_FALSE(gate.OverShareWhileOthersWait("a")) << "alone, a tenant may hold every slot";
+  enter("a3");
+  EXPECT_FALSE(gate.OverShareWhileOthersWait("a")) << "only its own fetches wait";
+  enter("b1");
+  EXPECT_TRUE(gate.OverShareWhileOthersWait("a")) << "2 of 2 slots, share 1, b waits";
+  EXPECT_FALSE(gate.OverShareWhileOthersWait("b"));
+  gate.Leave("a");
+  ASSERT_TRUE(Eventually([&] { return count() == 3; }));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(admitted[2], "b1") << "b is under its share: it goes before a3";
+  }
+  EXPECT_FALSE(gate.OverShareWhileOthersWait("a"));
+  gate.Leave("a");
+  ASSERT_TRUE(Eventually([&] { return count() == 4; }));
+  gate.Leave("a");
+  gate.Leave("b");
 }
 
 }  // namespace
