@@ -37,6 +37,9 @@ ABSL_FLAG(double, stream_window_mb, 1,
           "windows)");
 ABSL_FLAG(uint32_t, push_idle_timeout_s, 300,
           "a push stream waiting this long for a message ends and its attempt is discarded");
+ABSL_FLAG(uint32_t, push_credit_timeout_s, 10,
+          "credit granted to a push stream whose message does not come this soon goes back and "
+          "its attempt is discarded");
 ABSL_FLAG(uint32_t, fetch_stall_timeout_s, 120,
           "a fetch whose reader takes no chunk for this long is cancelled");
 ABSL_FLAG(uint32_t, merge_park_after_s, 2,
@@ -136,6 +139,7 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   // Seconds to milliseconds cannot overflow from 32 bits; the range is checked at Start.
   auto seconds = [](uint32_t s) { return std::chrono::milliseconds(uint64_t{s} * 1000); };
   opts.push_idle_timeout = seconds(absl::GetFlag(FLAGS_push_idle_timeout_s));
+  opts.push_credit_timeout = seconds(absl::GetFlag(FLAGS_push_credit_timeout_s));
   opts.fetch_stall_timeout = seconds(absl::GetFlag(FLAGS_fetch_stall_timeout_s));
   opts.merge_park_after = seconds(absl::GetFlag(FLAGS_merge_park_after_s));
   opts.connection_idle_timeout = seconds(absl::GetFlag(FLAGS_connection_idle_timeout_s));

@@ -99,6 +99,9 @@ absl::Status ValidateOptions(const ServerOptions& o) {
                      " is out of range: 0, or 0.0625 (64 KiB) to 64"));
   }
   if (auto st = CheckSeconds(o.push_idle_timeout, "--push_idle_timeout_s"); !st.ok()) return st;
+  if (auto st = CheckSeconds(o.push_credit_timeout, "--push_credit_timeout_s"); !st.ok()) {
+    return st;
+  }
   if (auto st = CheckSeconds(o.fetch_stall_timeout, "--fetch_stall_timeout_s"); !st.ok()) {
     return st;
   }

@@ -67,6 +67,7 @@ struct ServerOptions {
   uint64_t stream_window_bytes = uint64_t{1} << 20;
   /// A push stream waiting this long for its next message ends with DEADLINE_EXCEEDED.
   std::chrono::milliseconds push_idle_timeout{std::chrono::seconds(300)};
+  std::chrono::milliseconds push_credit_timeout{std::chrono::seconds(10)};
   /// A fetch whose reader takes no chunk for this long is cancelled.
   std::chrono::milliseconds fetch_stall_timeout{std::chrono::seconds(120)};
   /// A KEY fetch whose reader takes no chunk for this long gives its merge slot and memory to a

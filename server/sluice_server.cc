@@ -222,7 +222,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   deps.fetch = FetchDeps{i.registry.get(), i.budget.get(), options.limits, merge};
   deps.watchdog = i.watchdog.get();
   deps.timeouts = StreamTimeouts{options.push_idle_timeout, options.fetch_stall_timeout,
-                                 options.merge_park_after};
+                                 options.merge_park_after, options.push_credit_timeout};
   deps.metrics = &i.metrics;
   deps.auth = i.auth.get();
   deps.quotas = TenantLimits{options.tenant_max_shuffles, options.tenant_max_stored_bytes,

@@ -161,14 +161,22 @@ class PushReactor final : public Base {
   // pieces trickle in.
   void ReadNext() {
     phase_.Wait();
-    auto deadline = Watchdog::Clock::now() + deps_.timeouts.push_idle;
-    frame_deadline_ = false;
+    const auto now = Watchdog::Clock::now();
+    auto deadline = now + deps_.timeouts.push_idle;
+    frame_deadline_ = credit_deadline_ = false;
     if (admission_->holds_large_frame()) {
       const auto frame_deadline = admission_->large_frame_since() + deps_.timeouts.push_idle;
       if (frame_deadline < deadline) {
         deadline = frame_deadline;
         frame_deadline_ = true;
       }
+    }
+    // Credit granted is memory held for a message the client has in hand: it comes at once, or
+    // the credit goes back with the attempt (a client that asks and sends nothing holds the
+    // budget no longer than this).
+    if (admission_->credit() != 0 && now + deps_.timeouts.push_credit < deadline) {
+      deadline = now + deps_.timeouts.push_credit;
+      credit_deadline_ = true;
     }
     watch_ = deps_.watchdog->Arm(deadline, [this] { Expire(); });
     this->StartRead(&request_);
@@ -180,7 +188,12 @@ class PushReactor final : public Base {
     if (!phase_.Expire()) return;
     deps_.pool->Submit([this] {
       Fail(absl::DeadlineExceededError(
-          frame_deadline_
+          credit_deadline_
+              ? absl::StrCat("credit for a ", admission_->credit() / kCopies,
+                             "-byte message was granted and the message did not come within ",
+                             Seconds(deps_.timeouts.push_credit),
+                             " s (--push_credit_timeout_s); the attempt was discarded")
+          : frame_deadline_
               ? absl::StrCat("a large frame took over ", Seconds(deps_.timeouts.push_idle),
                              " s to arrive (--push_idle_timeout_s); the attempt was discarded")
               : absl::StrCat("push stream idle for ", Seconds(deps_.timeouts.push_idle),
@@ -397,8 +410,9 @@ class PushReactor final : public Base {
   std::vector<PushAttempt::Frame> frames_;  // the current message's, for AddFrames
   std::atomic<bool> cancelled_{false};
   bool committed_ = false;
-  uint64_t piece_bytes_ = 0;     // the size of the piece of a large frame just taken
-  bool frame_deadline_ = false;  // the current wait ends when the frame's promise does
+  uint64_t piece_bytes_ = 0;      // the size of the piece of a large frame just taken
+  bool frame_deadline_ = false;   // the current wait ends when the frame's promise does
+  bool credit_deadline_ = false;  // the current wait ends when unused credit must go back
   StreamPhase phase_;
   uint64_t watch_ = 0;  // the watchdog entry of the current wait
   uint64_t counted_frames_ = 0, counted_records_ = 0, counted_bytes_ = 0;  // CountTaken

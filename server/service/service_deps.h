@@ -31,6 +31,9 @@ struct StreamTimeouts {
   /// merge slot, gives its slot and its merge's memory up; it merges again from where it was
   /// once its reader reads (--merge_park_after_s).
   std::chrono::milliseconds merge_park{std::chrono::seconds(2)};
+  /// Credit granted to a PushFlow stream whose message does not come within this long goes
+  /// back, the stream ended with DEADLINE_EXCEEDED (--push_credit_timeout_s).
+  std::chrono::milliseconds push_credit{std::chrono::seconds(10)};
 };
 
 /// The admin calls' part of the server.

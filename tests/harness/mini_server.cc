@@ -21,7 +21,8 @@ absl::StatusOr<std::vector<std::string>> ChildFlags(const ServerOptions& o) {
     return absl::InvalidArgumentError(
         "a child server's frame cap is whole MiB (--max_frame_mb); run it in process instead");
   }
-  for (auto d : {o.push_idle_timeout, o.fetch_stall_timeout, o.connection_idle_timeout}) {
+  for (auto d : {o.push_idle_timeout, o.push_credit_timeout, o.fetch_stall_timeout,
+                 o.connection_idle_timeout}) {
     if (d.count() % 1000 != 0) {
       return absl::InvalidArgumentError(
           "a child server's timeouts are whole seconds; run it in process instead");
@@ -41,6 +42,7 @@ absl::StatusOr<std::vector<std::string>> ChildFlags(const ServerOptions& o) {
       absl::StrCat("--max_streams_per_connection=", o.max_streams_per_connection),
       absl::StrCat("--stream_window_mb=", static_cast<double>(o.stream_window_bytes) / (1 << 20)),
       absl::StrCat("--push_idle_timeout_s=", o.push_idle_timeout.count() / 1000),
+      absl::StrCat("--push_credit_timeout_s=", o.push_credit_timeout.count() / 1000),
       absl::StrCat("--fetch_stall_timeout_s=", o.fetch_stall_timeout.count() / 1000),
       absl::StrCat("--connection_idle_timeout_s=", o.connection_idle_timeout.count() / 1000),
       absl::StrCat("--drain_grace_s=", o.drain_grace.count() / 1000),

@@ -130,9 +130,9 @@ TEST(DaemonTest, OutOfRangeFlagsAreRefusedAtStartAndNamed) {
        {"--max_frame_mb=4096", "--max_frame_mb=0", "--memory_budget_mb=0", "--worker_threads=0",
         "--merge_fan_in=1", "--max_frames_per_attempt=0", "--log_level=loud",
         "--max_push_streams=0", "--max_fetch_streams=0", "--max_streams_per_connection=0",
-        "--push_idle_timeout_s=0", "--stream_window_mb=65", "--stream_window_mb=0.01",
-        "--stream_window_mb=-1", "--stream_window_mb=nan", "--fetch_stall_timeout_s=0",
-        "--connection_idle_timeout_s=0"}) {
+        "--push_idle_timeout_s=0", "--push_credit_timeout_s=0", "--stream_window_mb=65",
+        "--stream_window_mb=0.01", "--stream_window_mb=-1", "--stream_window_mb=nan",
+        "--fetch_stall_timeout_s=0", "--connection_idle_timeout_s=0"}) {
     std::string out;
     EXPECT_EQ(RunServer(flag + data, &out), 2) << flag << ": " << out;
     const std::string name = std::string(flag).substr(0, std::string(flag).find('='));

@@ -387,6 +387,42 @@ TEST_F(ServerTest, PushFlowSendsWithinCreditAndSaysWhenAClientDoesNot) {
   ASSERT_EQ(Info("s").committed_mappers_size(), 1);  // mapper 3's only
 }
 
+// Credit a client asked for and does not use goes back after --push_credit_timeout_s: a client
+// that asks and sends nothing does not hold the budget for the whole push idle timeout.
+TEST(PushFlowTest, UnusedCreditGoesBackAfterItsTimeout) {
+  MiniServerOptions opts;
+  opts.server.push_credit_timeout = std::chrono::seconds(1);
+  ASSERT_OK_AND_ASSIGN(auto server, MiniServer::Start(opts));
+  auto stub = MakeStub(*server);
+  {
+    grpc::ClientContext ctx;
+    pb::CreateShuffleRequest req;
+    req.set_shuffle_id("s");
+    req.set_num_partitions(1);
+    pb::CreateShuffleResponse resp;
+    ASSERT_OK(stub->CreateShuffle(&ctx, req, &resp));
+  }
+  MemoryBudget& budget = server->server()->memory_budget();
+  grpc::ClientContext ctx;
+  auto stream = stub->PushFlow(&ctx);
+  ASSERT_TRUE(stream->Write(OpenMsg("s", 0)));
+  pb::PushRequest ask;
+  ask.mutable_ask()->set_bytes(100000);
+  ASSERT_TRUE(stream->Write(ask));
+  pb::PushReply reply;
+  ASSERT_TRUE(stream->Read(&reply));
+  EXPECT_EQ(reply.credit(), 100000u);
+  EXPECT_EQ(budget.used(), 200000u) << "the message and gRPC's copy of it";
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(stream->Read(&reply));
+  const grpc::Status st = stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_NE(st.error_message().find("--push_credit_timeout_s"), std::string::npos)
+      << st.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_TRUE(testing::Eventually([&] { return budget.used() == 0; })) << budget.used();
+}
+
 TEST_F(ServerTest, ConcurrentCommitsAndRacingAttemptsEachCommitOnce) {
   // 12 mappers, 3 racing attempts each, all at once: commits are written in groups, and for
   // each mapper exactly one attempt wins, the others are told they are duplicates.
