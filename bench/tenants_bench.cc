@@ -6,6 +6,7 @@
 //   announce  A opens 5 push streams and announces a --frame-mb frame on each, sends no piece
 //   unread    A opens 50 UNORDERED fetches of its 4 MiB frames and reads nothing
 //   key       A opens --merges KEY fetches (every merge slot) of a 24 MiB partition, reads nothing
+//   credit    A opens 420 PushFlow streams, asks for credit on each (the budget), sends nothing
 //
 // Each attack is run after a round of B alone, on the same server; B's figures are p50, p99 and
 // the largest of --calls calls. Then A's calls are cancelled and the server's memory checked.
@@ -190,12 +191,32 @@ struct Attack {
   std::vector<std::unique_ptr<grpc::ClientWriter<pb::PushRequest>>> pushes;
   std::vector<pb::PushResponse> resps = std::vector<pb::PushResponse>(64);
   std::vector<std::unique_ptr<grpc::ClientReader<pb::FetchResponse>>> fetches;
+  std::vector<std::unique_ptr<grpc::ClientReaderWriter<pb::PushRequest, pb::PushReply>>> flows;
   ~Attack() {
     for (auto& c : ctxs) c->TryCancel();
     for (auto& p : pushes) (void)p->Finish();
     for (auto& f : fetches) (void)f->Finish();
+    for (auto& f : flows) (void)f->Finish();
   }
 };
+
+// PushFlow streams that each ask for credit and never send the message: 120 for a whole message
+// (2 x 1.06 MiB reserved each: the budget, were there no cap), then 300 for 4 KiB (what is
+// left, to the last byte a one-record push would need).
+void Credit(pb::ShuffleService::Stub& stub, Attack* a) {
+  for (int i = 0; i < 420; ++i) {
+    a->ctxs.push_back(AsA());
+    a->flows.push_back(stub.PushFlow(a->ctxs.back().get()));
+    pb::PushRequest msg;
+    msg.mutable_open()->set_shuffle_id("announce");
+    msg.mutable_open()->set_mapper_id(1000 + i);
+    msg.mutable_open()->set_attempt_id(1);
+    a->flows.back()->Write(msg);
+    msg.Clear();
+    msg.mutable_ask()->set_bytes(i < 120 ? (1 << 20) + (64 << 10) : 4096);
+    a->flows.back()->Write(msg);
+  }
+}
 
 void Announce(pb::ShuffleService::Stub& stub, size_t frame_mb, Attack* a) {
   for (int i = 0; i < 5; ++i) {
@@ -241,6 +262,8 @@ int RunAttacker(const std::string& address) {
       Announce(*stub, std::strtoul(cmd.c_str() + 9, nullptr, 10), attack.get());
     } else if (cmd.rfind("unread", 0) == 0) {
       Fetches(*stub, "unread", false, 50, attack.get());
+    } else if (cmd.rfind("credit", 0) == 0) {
+      Credit(*stub, attack.get());
     } else if (cmd.rfind("key ", 0) == 0) {
       Fetches(*stub, "key", true, std::atoi(cmd.c_str() + 4), attack.get());
     }
@@ -384,6 +407,8 @@ int Run(int argc, char** argv) {
       {absl::StrCat("5 pushes announce a ", frame_mb, " MiB frame, send nothing; B pushes"),
        absl::StrCat("announce ", frame_mb), false},
       {"50 UNORDERED fetches of 4 MiB frames, never read; B pushes", "unread", false},
+      {"420 PushFlow streams ask for credit (the budget), send nothing; B pushes", "credit",
+       false},
       {absl::StrCat(merges, " KEY fetches (every merge slot), never read; B reads KEY"),
        absl::StrCat("key ", merges), true},
   };

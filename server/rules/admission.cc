@@ -53,7 +53,7 @@ StreamAdmission::~StreamAdmission() {
   // A wait's callback would run on a destroyed admission and keep what it was granted.
   assert(!waiting_.load() && "an admission destroyed while it waits for memory or a merge slot");
   ReleaseCharge();
-  if (credit_ != 0) deps_.budget->Release(tenant_, credit_);
+  if (credit_ != 0) deps_.budget->CreditReturned(tenant_, credit_);
   ReleaseLargeFrame();
   if (merge_slot_) deps_.merge_gate->Leave(tenant_);
   if (server_slot_) deps_.streams->Give(kind_);
@@ -96,14 +96,14 @@ void StreamAdmission::ReserveChargeForReader(uint64_t bytes, std::function<void(
 }
 
 bool StreamAdmission::TryReserveCredit(uint64_t bytes) {
-  if (!deps_.budget->TryReserve(tenant_, bytes)) return false;
+  if (!deps_.budget->TryReserveCredit(tenant_, bytes)) return false;
   credit_ += bytes;
   return true;
 }
 
 void StreamAdmission::ReserveCredit(uint64_t bytes, std::function<void()> granted) {
   waiting_.store(true);
-  deps_.budget->Reserve(tenant_, bytes, [this, bytes, granted = std::move(granted)] {
+  deps_.budget->ReserveCredit(tenant_, bytes, [this, bytes, granted = std::move(granted)] {
     credit_ += bytes;
     waiting_.store(false);
     granted();
@@ -114,6 +114,7 @@ bool StreamAdmission::UseCredit(uint64_t bytes) {
   if (bytes > credit_) return false;
   credit_ -= bytes;
   charged_ += bytes;
+  deps_.budget->CreditUsed(tenant_, bytes);
   return true;
 }
 

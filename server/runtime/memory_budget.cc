@@ -30,7 +30,15 @@ bool MemoryBudget::UnderShare(const std::string& tenant) const {
   return (it == accounts_.end() ? 0 : it->second.held) < Share();
 }
 
+bool MemoryBudget::CreditCapped(const Waiter& w) const {
+  if (!w.credit) return false;
+  auto it = accounts_.find(w.tenant);
+  const uint64_t outstanding = it == accounts_.end() ? 0 : it->second.credit;
+  return outstanding > 0 && outstanding + w.reserve > limit_ / 4;
+}
+
 bool MemoryBudget::Fits(const Waiter& w) const {
+  if (CreditCapped(w)) return false;
   const uint64_t n = Need(w);
   uint64_t limit = limit_;
   if (w.leave_share) {
@@ -109,6 +117,7 @@ void MemoryBudget::Grant(Waiter& w) {
     }
   } else {
     Add(w.tenant, w.reserve);
+    if (w.credit) accounts_[w.tenant].credit += w.reserve;
   }
   it = accounts_.find(w.tenant);
   if (it != accounts_.end() && it->second.held == 0 && it->second.waiting == 0) {
@@ -121,7 +130,11 @@ void MemoryBudget::Pump(std::deque<std::function<void()>>* wake) {
   // its own), with its readers' reservations in a queue of their own: those wait on their own
   // rule (their tenant's share, a share left free), never holding up anyone else's.
   absl::flat_hash_set<std::string> seen;
-  const auto queue = [](const Waiter& w) { return w.leave_share ? w.tenant + '\x01' : w.tenant; };
+  // (Credit waits in a queue of its own too: one capped by its tenant's outstanding credit
+  // holds up nothing else.)
+  const auto queue = [](const Waiter& w) {
+    return w.leave_share ? w.tenant + '\x01' : w.credit ? w.tenant + '\x02' : w.tenant;
+  };
   while (!waiters_.empty()) {
     auto chosen = waiters_.end();
     bool short_of_memory = false;  // a waiter that needs memory holds the rest of its pass up
@@ -131,11 +144,11 @@ void MemoryBudget::Pump(std::deque<std::function<void()>>* wake) {
       for (auto it = waiters_.begin(); it != waiters_.end(); ++it) {
         if (!seen.insert(queue(*it)).second) continue;
         if ((pass == 0) != UnderShare(it->tenant)) continue;
-        if (Fits(*it) || (pass == 0 && Reclaim(*it))) {
+        if (Fits(*it) || (pass == 0 && !CreditCapped(*it) && Reclaim(*it))) {
           chosen = it;
           break;
         }
-        if (!it->leave_share) {
+        if (!it->leave_share && !CreditCapped(*it)) {
           short_of_memory = true;
           break;
         }
@@ -198,18 +211,56 @@ void MemoryBudget::ReserveLeavingShare(const std::string& tenant, uint64_t n,
 }
 
 bool MemoryBudget::TryReserveLeavingShare(const std::string& tenant, uint64_t n) {
-  return TryReserveAs(tenant, n, /*leave_share=*/true);
+  return TryReserveAs(tenant, n, /*leave_share=*/true, /*credit=*/false);
 }
 
 bool MemoryBudget::TryReserve(const std::string& tenant, uint64_t n) {
-  return TryReserveAs(tenant, n, /*leave_share=*/false);
+  return TryReserveAs(tenant, n, /*leave_share=*/false, /*credit=*/false);
 }
 
-bool MemoryBudget::TryReserveAs(const std::string& tenant, uint64_t n, bool leave_share) {
+bool MemoryBudget::TryReserveCredit(const std::string& tenant, uint64_t n) {
+  return TryReserveAs(tenant, n, /*leave_share=*/false, /*credit=*/true);
+}
+
+void MemoryBudget::ReserveCredit(const std::string& tenant, uint64_t n,
+                                 std::function<void()> granted) {
+  Waiter w{tenant, n, nullptr, false, std::move(granted), 0};
+  w.credit = true;
+  Enqueue(std::move(w));
+}
+
+void MemoryBudget::CreditUsed(const std::string& tenant, uint64_t n) {
+  std::deque<std::function<void()>> wake;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = accounts_.find(tenant);
+    if (it == accounts_.end()) return;
+    it->second.credit -= std::min(n, it->second.credit);
+    Pump(&wake);  // (a credit waiter of its own may go now)
+  }
+  Wake(&wake);
+}
+
+void MemoryBudget::CreditReturned(const std::string& tenant, uint64_t n) {
+  std::deque<std::function<void()>> wake;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = accounts_.find(tenant); it != accounts_.end()) {
+      it->second.credit -= std::min(n, it->second.credit);
+    }
+    Sub(tenant, n);
+    Pump(&wake);
+  }
+  Wake(&wake);
+}
+
+bool MemoryBudget::TryReserveAs(const std::string& tenant, uint64_t n, bool leave_share,
+                                bool credit) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!waiters_.empty()) return false;
   ++accounts_[tenant].waiting;  // (counted as a waiter would be: its share is computed so)
   Waiter w{tenant, n, nullptr, leave_share, nullptr, 0};
+  w.credit = credit;
   const bool fits = Fits(w);
   if (fits) {
     Grant(w);

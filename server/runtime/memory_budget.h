@@ -84,6 +84,19 @@ class MemoryBudget {
   /// nothing charged otherwise.
   bool TryReserve(const std::string& tenant, uint64_t n);
 
+  // Credit: memory reserved for a message a client holds and will send once granted (PushFlow).
+  // Until the message comes it is the tenant's *outstanding credit*, of which a tenant may hold
+  // at most a quarter of the budget (or one grant): credit cannot be taken back, so a tenant
+  // that asks and sends nothing leaves the rest to the others.
+  /// As Reserve, within the tenant's outstanding-credit cap.
+  void ReserveCredit(const std::string& tenant, uint64_t n, std::function<void()> granted);
+  /// As TryReserve, within the cap.
+  bool TryReserveCredit(const std::string& tenant, uint64_t n);
+  /// `n` bytes of the tenant's credit came: held as before, no longer outstanding.
+  void CreditUsed(const std::string& tenant, uint64_t n);
+  /// `n` bytes of outstanding credit go back unused (released).
+  void CreditReturned(const std::string& tenant, uint64_t n);
+
   // Large frames.
   /// Sets `frame` up for `size` bytes of `tenant`'s; nothing is held until Promise is granted.
   void Announce(Frame* frame, const std::string& tenant, uint64_t size);
@@ -112,6 +125,7 @@ class MemoryBudget {
  private:
   struct Account {
     uint64_t held = 0;
+    uint64_t credit = 0;  // of held: credit granted whose message has not come
     uint32_t waiting = 0;
   };
   struct Waiter {
@@ -121,9 +135,12 @@ class MemoryBudget {
     bool leave_share = false;  // ReserveLeavingShare
     std::function<void()> resume;
     uint64_t id = 0;
+    bool credit = false;  // ReserveCredit
   };
   static uint64_t Need(const Waiter& w);  // the bytes it asks for
-  bool TryReserveAs(const std::string& tenant, uint64_t n, bool leave_share);
+  bool TryReserveAs(const std::string& tenant, uint64_t n, bool leave_share, bool credit);
+  // A credit waiter that its tenant's outstanding credit keeps waiting (not memory).
+  bool CreditCapped(const Waiter& w) const;
   // Everything below is under mu_.
   uint64_t Share() const;
   bool UnderShare(const std::string& tenant) const;  // holds less than its share

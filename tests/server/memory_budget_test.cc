@@ -218,5 +218,33 @@ TEST(MemoryBudgetTest, ReadersReservationsLeaveAQuarterFreeAndHoldNobodyUp) {
   EXPECT_EQ(budget.used(), 0u);
 }
 
+// Credit (PushFlow) cannot be taken back once granted, so a tenant's outstanding credit (granted,
+// its message not come) is capped at a quarter of the budget: a tenant that asks and sends
+// nothing leaves the rest to the others, and its capped asks hold nobody up.
+TEST(MemoryBudgetTest, ATenantsOutstandingCreditIsCappedAtAQuarter) {
+  WorkerPool pool(1);
+  MemoryBudget budget(100, &pool);
+  EXPECT_TRUE(budget.TryReserveCredit("a", 20));
+  EXPECT_FALSE(budget.TryReserveCredit("a", 10)) << "20 + 10 outstanding is past 25";
+  std::atomic<bool> a_next{false}, b_got{false};
+  budget.ReserveCredit("a", 10, [&] { a_next = true; });
+  budget.Reserve("b", 70, [&] { b_got = true; });  // memory there is: a's capped ask waits alone
+  ASSERT_TRUE(Eventually([&] { return b_got.load(); }));
+  Flush(pool);
+  EXPECT_FALSE(a_next.load());
+  EXPECT_EQ(budget.used(), 90u);
+  budget.CreditUsed("a", 20);  // a's message came: held still, no longer outstanding
+  ASSERT_TRUE(Eventually([&] { return a_next.load(); }));
+  EXPECT_EQ(budget.used(), 100u);
+  budget.Release("a", 20);
+  budget.CreditReturned("a", 10);  // a's second credit goes back unused
+  budget.Release("b", 70);
+  EXPECT_EQ(budget.used(), 0u);
+  // The first grant goes whatever its size (a message larger than the cap is still sent).
+  EXPECT_TRUE(budget.TryReserveCredit("a", 60));
+  budget.CreditReturned("a", 60);
+  EXPECT_EQ(budget.used(), 0u);
+}
+
 }  // namespace
 }  // namespace sluice
