@@ -347,6 +347,46 @@ TEST_F(TenantServerTest, ARevokedTokensOpenPushStreamCommitsNothing) {
   EXPECT_TRUE(info.committed_mappers.empty());
 }
 
+// The same for a fetch: a revoked token's open fetch is ended once it sends its next chunk a
+// second or more after the reload, instead of running to its end.
+TEST_F(TenantServerTest, ARevokedTokensOpenFetchIsEnded) {
+  StartServer("");
+  auto a = Client(kTokenA);
+  ASSERT_OK(a->CreateShuffle("job", 1, 1).status());
+  {
+    WriterOptions w;
+    w.buffer_bytes = w.frame_bytes = size_t{1} << 20;  // ~1 MiB frames: 8 chunks
+    ASSERT_OK_AND_ASSIGN(auto writer, a->OpenWriter("job", 0, 1, w));
+    std::mt19937_64 rng(7);
+    std::string value(128 << 10, '\0');
+    for (int i = 0; i < 256; ++i) {  // 32 MiB that zstd cannot shrink: more than gRPC sends ahead
+      for (char& c : value) c = static_cast<char>(rng());
+      ASSERT_OK(writer->Add(absl::StrCat("k", i), value));
+    }
+    ASSERT_OK(writer->Close().status());
+  }
+  auto stub = MakeStub(*server_);
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", absl::StrCat("Bearer ", kTokenA));
+  v1::FetchRequest req;
+  req.set_shuffle_id("job");
+  req.set_partition_id(0);
+  auto r = stub->Fetch(&ctx, req);
+  v1::FetchResponse chunk;
+  ASSERT_TRUE(r->Read(&chunk)) << r->Finish().error_message();
+  std::ofstream(file_) << rpc::TokenHash(kTokenB) << " team-b tenant\n"
+                       << rpc::TokenHash(kTokenOps) << " ops admin\n";
+  server_->server()->ReloadFiles();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  size_t records = DecodeRows(chunk.frame()).size();
+  while (r->Read(&chunk)) records += DecodeRows(chunk.frame()).size();
+  const grpc::Status st = r->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
+  EXPECT_NE(st.error_message().find("checked again during the fetch"), std::string::npos)
+      << st.error_message();
+  EXPECT_LT(records, 256u) << "the fetch ran to its end after its token was revoked";
+}
+
 TEST_F(TenantServerTest, StreamQuotaCountsPushesAndFetchesTogether) {
   MiniServerOptions o;
   o.server.tenant_max_streams = 2;  // the flag: team-a has no quota line
