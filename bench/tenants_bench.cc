@@ -407,8 +407,7 @@ int Run(int argc, char** argv) {
       {absl::StrCat("5 pushes announce a ", frame_mb, " MiB frame, send nothing; B pushes"),
        absl::StrCat("announce ", frame_mb), false},
       {"50 UNORDERED fetches of 4 MiB frames, never read; B pushes", "unread", false},
-      {"420 PushFlow streams ask for credit (the budget), send nothing; B pushes", "credit",
-       false},
+      {"420 PushFlow streams ask for credit (the budget), send nothing; B pushes", "credit", false},
       {absl::StrCat(merges, " KEY fetches (every merge slot), never read; B reads KEY"),
        absl::StrCat("key ", merges), true},
   };
