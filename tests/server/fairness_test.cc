@@ -160,6 +160,19 @@ class FairnessTest : public ::testing::Test {
     ASSERT_OK(PushB().status());
   }
 
+  // A server with 2 merge slots and `park_after` as --merge_park_after_s; PushKeyData; then two
+  // KEY fetches of team-a's that take both slots, their first chunks out, never read.
+  void HoldBothMergeSlotsA(std::chrono::seconds park_after) {
+    StartServer([park_after](ServerOptions& o) {
+      o.memory_budget_bytes = 64 << 20;
+      o.max_concurrent_merges = 2;
+      o.merge_park_after = park_after;
+    });
+    PushKeyData();
+    OpenFetchesA(2, pb::KEY);
+    std::this_thread::sleep_for(milliseconds(300));
+  }
+
   // How long team-b's KEY read of its record takes.
   Clock::duration KeyReadB() {
     const auto start = Clock::now();
@@ -265,14 +278,7 @@ TEST_F(FairnessTest, FetchesNeverReadStayWithinTheBudgetAndDoNotStallAnotherTena
 // each gives its slot and merge memory to the fetch that waits (team-b's), then, once its
 // reader reads, merges again from where it was: every record comes once, in key order.
 TEST_F(FairnessTest, KeyFetchesNeverReadGiveTheirMergeSlotsToOthersAndResumeWhereTheyWere) {
-  StartServer([](ServerOptions& o) {
-    o.memory_budget_bytes = 64 << 20;
-    o.max_concurrent_merges = 2;
-    o.merge_park_after = seconds(1);
-  });
-  PushKeyData();
-  OpenFetchesA(2, pb::KEY);
-  std::this_thread::sleep_for(milliseconds(300));  // both merging, their first chunks out
+  HoldBothMergeSlotsA(seconds(1));
   // Team-b's KEY read waits for a slot until a stalled fetch parks, not for the stall timeout
   // (60 s).
   EXPECT_LT(KeyReadB(), seconds(10)) << "team-b's KEY fetch waited behind readers that do not read";
@@ -283,14 +289,7 @@ TEST_F(FairnessTest, KeyFetchesNeverReadGiveTheirMergeSlotsToOthersAndResumeWher
 // of two) while team-b waits, so its stalled merges park within a fraction of a second (they
 // used to hold team-b's read for the whole --merge_park_after_s, 2 s by default).
 TEST_F(FairnessTest, ATenantOverItsShareOfMergeSlotsParksItsStalledMergesAtOnce) {
-  StartServer([](ServerOptions& o) {
-    o.memory_budget_bytes = 64 << 20;
-    o.max_concurrent_merges = 2;
-    o.merge_park_after = seconds(30);
-  });
-  PushKeyData();
-  OpenFetchesA(2, pb::KEY);
-  std::this_thread::sleep_for(milliseconds(300));
+  HoldBothMergeSlotsA(seconds(30));
   EXPECT_LT(KeyReadB(), seconds(3)) << "team-b's KEY read waited for --merge_park_after_s";
   ExpectAReadsEveryRecordInOrder();
 }

@@ -1165,6 +1165,11 @@ class DiskFullTest : public ::testing::Test {
   void TearDown() override {
     if (mounted_) ::umount(mount_.c_str());
   }
+  absl::StatusOr<std::unique_ptr<MiniServer>> StartOnTheSmallDisk() {
+    MiniServerOptions opts;
+    opts.server.data_dir = mount_;
+    return MiniServer::Start(opts);
+  }
   static grpc::Status Create(pb::ShuffleService::Stub& stub, const std::string& id) {
     grpc::ClientContext ctx;
     pb::CreateShuffleRequest req;
@@ -1202,9 +1207,7 @@ class DiskFullTest : public ::testing::Test {
 };
 
 TEST_F(DiskFullTest, FullDiskIsResourceExhaustedAndCommittedDataStays) {
-  MiniServerOptions opts;
-  opts.server.data_dir = mount_;
-  ASSERT_OK_AND_ASSIGN(auto server, MiniServer::Start(opts));
+  ASSERT_OK_AND_ASSIGN(auto server, StartOnTheSmallDisk());
   auto stub = MakeStub(*server);
   ASSERT_OK(Create(*stub, "d"));
   ASSERT_TRUE(Push(*stub, 0, 2).ok());   // ~400 KB: fits
@@ -1225,9 +1228,7 @@ TEST_F(DiskFullTest, FullDiskIsResourceExhaustedAndCommittedDataStays) {
 // A server whose only data directory is full starts all the same and serves what it holds:
 // committed data must not wait for an operator to free space (it used to refuse to start).
 TEST_F(DiskFullTest, AServerStartsOnAFullDiskAndServesWhatItHolds) {
-  MiniServerOptions opts;
-  opts.server.data_dir = mount_;
-  ASSERT_OK_AND_ASSIGN(auto server, MiniServer::Start(opts));
+  ASSERT_OK_AND_ASSIGN(auto server, StartOnTheSmallDisk());
   {
     auto stub = MakeStub(*server);
     ASSERT_OK(Create(*stub, "d"));
