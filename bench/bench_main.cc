@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,7 +53,7 @@ int Fail(const absl::Status& st) {
 // mapped page-cache pages, which VmHWM counts too), sampled every 10 ms: its peak.
 class AnonSampler {
  public:
-  explicit AnonSampler(pid_t pid) : path_(absl::StrCat("/proc/", pid, "/status")) {
+  explicit AnonSampler(const ServerProcess* server) : server_(server) {
     thread_ = std::thread([this] {
       while (!stop_.load()) {
         Sample();
@@ -69,26 +68,19 @@ class AnonSampler {
   // The peak since the last Take, in MiB; starts again.
   double Take() {
     Sample();
-    return static_cast<double>(peak_kb_.exchange(0)) / 1024;
+    return static_cast<double>(peak_.exchange(0)) / (1 << 20);
   }
 
  private:
   void Sample() {
-    std::ifstream status(path_);
-    std::string line;
-    while (std::getline(status, line)) {
-      unsigned long long kb = 0;
-      if (std::sscanf(line.c_str(), "RssAnon: %llu kB", &kb) == 1) {
-        uint64_t seen = peak_kb_.load();
-        while (kb > seen && !peak_kb_.compare_exchange_weak(seen, kb)) {
-        }
-        return;
-      }
+    const uint64_t now = server_->AnonRssBytes();
+    uint64_t seen = peak_.load();
+    while (now > seen && !peak_.compare_exchange_weak(seen, now)) {
     }
   }
-  const std::string path_;
+  const ServerProcess* const server_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> peak_kb_{0};
+  std::atomic<uint64_t> peak_{0};
   std::thread thread_;
 };
 
@@ -126,7 +118,7 @@ absl::Status StartOwnServer(uint64_t memory_mb, std::string bin, const std::stri
   auto process = ServerProcess::Start(bin, args);
   if (!process.ok()) return process.status();
   own->process = std::move(process).value();
-  own->anon = std::make_unique<AnonSampler>(own->process->pid());
+  own->anon = std::make_unique<AnonSampler>(own->process.get());
   return absl::OkStatus();
 }
 

@@ -95,16 +95,25 @@ ServerProcess::~ServerProcess() {
   if (!reaped_) Signal(SIGKILL);
 }
 
-uint64_t ServerProcess::PeakRssBytes() const {
-  if (reaped_) return 0;
-  std::ifstream status(absl::StrCat("/proc/", pid_, "/status"));
+namespace {
+
+// A "<field>: N kB" line of /proc/<pid>/status, in bytes (0 if absent).
+uint64_t StatusBytes(pid_t pid, const char* field) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  const std::string format = absl::StrCat(field, ": %llu kB");
   std::string line;
   while (std::getline(status, line)) {
     unsigned long long kb = 0;
-    if (std::sscanf(line.c_str(), "VmHWM: %llu kB", &kb) == 1) return kb << 10;
+    if (std::sscanf(line.c_str(), format.c_str(), &kb) == 1) return kb << 10;
   }
   return 0;
 }
+
+}  // namespace
+
+uint64_t ServerProcess::PeakRssBytes() const { return reaped_ ? 0 : StatusBytes(pid_, "VmHWM"); }
+
+uint64_t ServerProcess::AnonRssBytes() const { return reaped_ ? 0 : StatusBytes(pid_, "RssAnon"); }
 
 int ServerProcess::Signal(int sig) {
   if (reaped_) return 0;

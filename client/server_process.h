@@ -36,6 +36,9 @@ class ServerProcess {
   pid_t pid() const { return pid_; }
   /// Peak resident memory of the child so far (VmHWM), in bytes; 0 once it has exited.
   uint64_t PeakRssBytes() const;
+  /// Its anonymous resident memory now (RssAnon: its heap, not mapped files), in bytes; 0 once
+  /// it has exited.
+  uint64_t AnonRssBytes() const;
   /// Sends `sig` and waits for the child; returns its wait status.
   int Signal(int sig);
   /// SIGTERM and wait: OK if it exited with status 0.

@@ -53,7 +53,7 @@ StreamAdmission::~StreamAdmission() {
   // A wait's callback would run on a destroyed admission and keep what it was granted.
   assert(!waiting_.load() && "an admission destroyed while it waits for memory or a merge slot");
   ReleaseCharge();
-  if (credit_ != 0) deps_.budget->CreditReturned(tenant_, credit_);
+  if (credit_ != 0) deps_.budget->CreditReturned(tenant_, kCreditCopies * credit_);
   ReleaseLargeFrame();
   if (merge_slot_) deps_.merge_gate->Leave(tenant_);
   if (server_slot_) deps_.streams->Give(kind_);
@@ -96,25 +96,26 @@ void StreamAdmission::ReserveChargeForReader(uint64_t bytes, std::function<void(
 }
 
 bool StreamAdmission::TryReserveCredit(uint64_t bytes) {
-  if (!deps_.budget->TryReserveCredit(tenant_, bytes)) return false;
+  if (!deps_.budget->TryReserveCredit(tenant_, kCreditCopies * bytes)) return false;
   credit_ += bytes;
   return true;
 }
 
 void StreamAdmission::ReserveCredit(uint64_t bytes, std::function<void()> granted) {
   waiting_.store(true);
-  deps_.budget->ReserveCredit(tenant_, bytes, [this, bytes, granted = std::move(granted)] {
-    credit_ += bytes;
-    waiting_.store(false);
-    granted();
-  });
+  deps_.budget->ReserveCredit(tenant_, kCreditCopies * bytes,
+                              [this, bytes, granted = std::move(granted)] {
+                                credit_ += bytes;
+                                waiting_.store(false);
+                                granted();
+                              });
 }
 
 bool StreamAdmission::UseCredit(uint64_t bytes) {
   if (bytes > credit_) return false;
   credit_ -= bytes;
-  charged_ += bytes;
-  deps_.budget->CreditUsed(tenant_, bytes);
+  charged_ += kCreditCopies * bytes;
+  deps_.budget->CreditUsed(tenant_, kCreditCopies * bytes);
   return true;
 }
 

@@ -98,17 +98,19 @@ class StreamAdmission {
   /// Whether a newcomer would wait for the budget now.
   bool BudgetMustWait() const;
 
-  // Credit (PushFlow): memory reserved before the client sends what it is for.
-  /// Reserves `bytes` of the budget for the stream's next message at once if it may (true),
-  /// as Reserve would grant them.
+  // Credit (PushFlow): memory reserved before the client sends the message it is for. All
+  /// in message bytes; the budget is charged kCreditCopies times that: gRPC's copy of a message
+  /// (the bytes it received, until it is parsed) and the parsed one being handled.
+  static constexpr uint64_t kCreditCopies = 2;
+  /// Reserves credit for a `bytes`-byte message at once if it may (true), as Reserve would.
   bool TryReserveCredit(uint64_t bytes);
-  /// Runs `granted` on the pool once `bytes` are reserved (fairly, as Reserve). Asked for
-  /// holding no charge (ReleaseCharge first).
+  /// Runs `granted` on the pool once credit for a `bytes`-byte message is reserved (fairly,
+  /// as Reserve). Asked for holding no charge (ReleaseCharge first).
   void ReserveCredit(uint64_t bytes, std::function<void()> granted);
-  /// Credit granted but not used yet; it is given back with the admission.
+  /// Credit granted but not used yet, in message bytes; it is given back with the admission.
   uint64_t credit() const { return credit_; }
-  /// The message that came within the credit: its `bytes` become its charge (ReleaseCharge
-  /// gives them back). False, with nothing changed, when it is more than the credit.
+  /// A `bytes`-byte message came within the credit: its reservation becomes its charge
+  /// (ReleaseCharge gives it back). False, with nothing changed, past the credit.
   bool UseCredit(uint64_t bytes);
 
   // The tenant's stored-bytes quota (its stores count what they hold into its total).
@@ -170,7 +172,7 @@ class StreamAdmission {
   const AdmissionDeps deps_;
   bool tenant_slot_ = false, server_slot_ = false;
   uint64_t charged_ = 0;
-  uint64_t credit_ = 0;  // reserved for messages not received yet (PushFlow)
+  uint64_t credit_ = 0;  // message bytes reserved, not received yet (PushFlow)
   std::shared_ptr<std::atomic<int64_t>> stored_;  // the tenant's stored bytes, with a quota
   uint64_t large_bytes_ = 0;                      // the large frame's size, once asked for
   uint64_t quota_reserved_ = 0;                   // of stored_, for the large frame

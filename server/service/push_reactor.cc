@@ -32,9 +32,6 @@ using FlowBase = grpc::ServerBidiReactor<PushRequest, PushReply>;
 template <typename Base>
 class PushReactor final : public Base {
   static constexpr bool kFlow = std::is_same_v<Base, FlowBase>;
-  // What a message granted credit costs the budget, in copies of it: gRPC's (the bytes it
-  // received, until the message is parsed) and the parsed one being handled.
-  static constexpr uint64_t kCopies = 2;
 
  public:
   PushReactor(const ServiceDeps& deps, grpc::CallbackServerContext* ctx, PushResponse* response)
@@ -77,19 +74,18 @@ class PushReactor final : public Base {
     if (kFlow && kind == PushRequest::kAsk) {
       // Answered here, off the pool: the client waits for it, and the pool may be busy with
       // other streams' frames.
-      const absl::Status st = TakeAsk();
-      if (!st.ok()) {
-        deps_.pool->Submit([this, st] { Fail(st); });
+      const absl::StatusOr<uint64_t> asked = TakeAsk();
+      if (!asked.ok()) {
+        deps_.pool->Submit([this, st = asked.status()] { Fail(st); });
         return;
       }
-      Grant();
+      Grant(*asked);
       return;
     }
     if (kFlow && kind == PushRequest::kFrames) {
       // Its memory was reserved when its credit was granted: that is its charge now.
-      if (!admission_->UseCredit(kCopies * size)) {
-        deps_.pool->Submit(
-            [this, size] { Fail(BeyondCredit(size, admission_->credit() / kCopies)); });
+      if (!admission_->UseCredit(size)) {
+        deps_.pool->Submit([this, size] { Fail(BeyondCredit(size, admission_->credit())); });
         return;
       }
     } else if (kFlow && kind == PushRequest::kPiece) {
@@ -135,8 +131,8 @@ class PushReactor final : public Base {
         "granted; the attempt was discarded"));
   }
 
-  // An ask for the next frames message's credit (PushFlow).
-  absl::Status TakeAsk() {
+  // An ask for the next frames message's credit (PushFlow): the bytes asked for.
+  absl::StatusOr<uint64_t> TakeAsk() {
     const uint64_t bytes = request_.ask().bytes();
     if (bytes == 0 || bytes > static_cast<uint64_t>(rpc::kMaxPushMessageBytes)) {
       return absl::InvalidArgumentError(absl::StrCat("an ask for ", bytes,
@@ -148,12 +144,11 @@ class PushReactor final : public Base {
           "an ask in the middle of a large frame: its pieces come within the credit its size "
           "was granted");
     }
-    if (admission_->credit() / kCopies + bytes > static_cast<uint64_t>(rpc::kMaxPushMessageBytes)) {
+    if (admission_->credit() + bytes > static_cast<uint64_t>(rpc::kMaxPushMessageBytes)) {
       return absl::InvalidArgumentError(
           "an ask while holding credit: ask for the next message once the last one is sent");
     }
-    asked_ = bytes;
-    return absl::OkStatus();
+    return bytes;
   }
 
   // Waits for the next message, for at most the idle timeout; and, while a large frame's
@@ -189,7 +184,7 @@ class PushReactor final : public Base {
     deps_.pool->Submit([this] {
       Fail(absl::DeadlineExceededError(
           credit_deadline_
-              ? absl::StrCat("credit for a ", admission_->credit() / kCopies,
+              ? absl::StrCat("credit for a ", admission_->credit(),
                              "-byte message was granted and the message did not come within ",
                              Seconds(deps_.timeouts.push_credit),
                              " s (--push_credit_timeout_s); the attempt was discarded")
@@ -249,17 +244,15 @@ class PushReactor final : public Base {
     admission_->WhenBudgetAllows([this] { ReadNext(); });
   }
 
-  // The credit asked for, reserved from the budget at once or once there is room (the client
-  // waits for it meanwhile, its message in its own memory).
-  void Grant() {
-    const uint64_t n = asked_;
-    asked_ = 0;
-    if (admission_->TryReserveCredit(kCopies * n)) {
+  // Credit for an `n`-byte message, reserved from the budget at once or once there is room
+  // (the client waits for it meanwhile, its message in its own memory).
+  void Grant(uint64_t n) {
+    if (admission_->TryReserveCredit(n)) {
       SendCredit(n);
       ReadNext();
       return;
     }
-    admission_->ReserveCredit(kCopies * n, [this, n] {
+    admission_->ReserveCredit(n, [this, n] {
       SendCredit(n);
       ReadNext();
     });
@@ -417,7 +410,6 @@ class PushReactor final : public Base {
   uint64_t watch_ = 0;  // the watchdog entry of the current wait
   uint64_t counted_frames_ = 0, counted_records_ = 0, counted_bytes_ = 0;  // CountTaken
   // PushFlow.
-  uint64_t asked_ = 0;         // credit asked for by the message just read
   uint64_t piece_credit_ = 0;  // a large frame's bytes its client may still send
   PushReply reply_;            // the last message (done)
   PushReply credit_msg_;
