@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "rpc/grpc_glue.h"
 #include "rpc/tls_options.h"
 
@@ -25,6 +26,20 @@ absl::StatusOr<CallContext> ResolveCaller(const ServiceDeps& deps,
   const bool local = rpc::IsLoopbackPeer(peer);
   return CallContext::Resolve(deps.auth, deps.quotas, authorization, cert_name, std::move(peer),
                               local);
+}
+
+absl::Status CheckCallerAgain(const ServiceDeps& deps, const grpc::CallbackServerContext* ctx,
+                              const CallContext& opened, absl::string_view then) {
+  if (deps.auth == nullptr) return absl::OkStatus();
+  absl::StatusOr<CallContext> now = ResolveCaller(deps, ctx);
+  if (!now.ok()) {
+    return absl::Status(now.status().code(), absl::StrCat(now.status().message(), " (", then, ")"));
+  }
+  if (now->tenant() != opened.tenant() || now->admin() != opened.admin()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the credentials this stream opened with have changed (", then, ")"));
+  }
+  return absl::OkStatus();
 }
 
 grpc::Status ToCaller(const absl::Status& st) { return rpc::ToGrpcStatus(st); }

@@ -19,6 +19,13 @@ namespace sluice {
 absl::StatusOr<CallContext> ResolveCaller(const ServiceDeps& deps,
                                           const grpc::CallbackServerContext* ctx);
 
+/// The caller of `ctx` again, for a stream that outlives a reload of --auth_file: OK while its
+/// credentials still resolve to `opened`'s tenant and role (always, without --auth_file); else
+/// the refusal (UNAUTHENTICATED, or PERMISSION_DENIED for a changed tenant or role), its
+/// message ending with `then` ("checked again at the commit; the attempt was discarded").
+absl::Status CheckCallerAgain(const ServiceDeps& deps, const grpc::CallbackServerContext* ctx,
+                              const CallContext& opened, absl::string_view then);
+
 /// What the caller is told of `st`. Messages below the edge are made for callers (they name
 /// shuffles as their tenants know them and never a server path), so the code and the message
 /// go out as they are.

@@ -54,7 +54,8 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     }
     spec_.shuffle_id = *std::move(id);
     spec_.tenant = call->tenant();
-    auto admitted = StreamAdmission::Enter(StreamKind::kFetch, *call, deps_.admission);
+    call_ = *call;
+    auto admitted = StreamAdmission::Enter(StreamKind::kFetch, call_, deps_.admission);
     if (!admitted.ok()) {
       Finish(ToCaller(admitted.status()));
       return;
@@ -220,21 +221,10 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   // --auth_file ends the fetches it opened too (within --auth_reload_s and a chunk), as it
   // commits none of its pushes.
   absl::Status StillAdmitted() {
-    if (deps_.auth == nullptr) return absl::OkStatus();
     const auto now = std::chrono::steady_clock::now();
     if (now - checked_ < std::chrono::seconds(1)) return absl::OkStatus();
     checked_ = now;
-    absl::StatusOr<CallContext> call = ResolveCaller(deps_, ctx_);
-    if (!call.ok()) {
-      return absl::Status(call.status().code(),
-                          absl::StrCat(call.status().message(),
-                                       " (checked again during the fetch, which was ended)"));
-    }
-    if (call->tenant() != spec_.tenant) {
-      return absl::PermissionDeniedError(
-          "the credentials this fetch opened with changed while it ran; it was ended");
-    }
-    return absl::OkStatus();
+    return CheckCallerAgain(deps_, ctx_, call_, "checked again during the fetch, which was ended");
   }
 
   void Next() {
@@ -335,6 +325,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   bool write_pending_ = false;                 // a chunk is out, its reader has not taken it
   uint64_t park_watch_ = 0;                    // the watchdog entry that looks at it
   Watchdog::Clock::time_point stalled_since_;  // when the chunk out was written
+  CallContext call_;                           // the caller it opened with
   std::chrono::steady_clock::time_point checked_ = std::chrono::steady_clock::now();  // creds
   uint64_t records_sent_ = 0;             // in the chunks built so far
   std::vector<uint32_t> parked_mappers_;  // the mappers the merge was over

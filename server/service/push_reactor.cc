@@ -350,20 +350,8 @@ class PushReactor final : public Base {
       case PushRequest::kCommit: {
         // The credentials again: a token taken out of --auth_file while the stream was open
         // commits nothing (it is read again every --auth_reload_s).
-        if (deps_.auth != nullptr) {
-          absl::StatusOr<CallContext> now = ResolveCaller(deps_, ctx_);
-          if (!now.ok()) {
-            return absl::Status(now.status().code(),
-                                absl::StrCat(now.status().message(),
-                                             " (checked again at the commit; the attempt was "
-                                             "discarded)"));
-          }
-          if (now->tenant() != call_.tenant() || now->admin() != call_.admin()) {
-            return absl::PermissionDeniedError(
-                "the credentials this push stream opened with changed before its commit; the "
-                "attempt was discarded");
-          }
-        }
+        SLUICE_RETURN_IF_ERROR(CheckCallerAgain(
+            deps_, ctx_, call_, "checked again at the commit; the attempt was discarded"));
         const auto started = std::chrono::steady_clock::now();
         SLUICE_ASSIGN_OR_RETURN(
             const PushSummary summary,
