@@ -54,6 +54,17 @@ absl::StatusOr<LayoutChoice> ParseLayoutChoice(std::string_view name) {
 
 uint64_t PayloadChecksum(const uint8_t* data, size_t n) { return XXH3_64bits(data, n); }
 
+PayloadHasher::PayloadHasher() : state_(XXH3_createState()) {
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
+}
+PayloadHasher::~PayloadHasher() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+void PayloadHasher::Update(const uint8_t* data, size_t n) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data, n);
+}
+uint64_t PayloadHasher::Digest() const {
+  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
+}
+
 static uint32_t HeaderCheck(const uint8_t* header) {
   return static_cast<uint32_t>(XXH3_64bits(header, 28));
 }

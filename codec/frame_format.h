@@ -152,6 +152,21 @@ absl::StatusOr<FrameHeader> ParseFrameHeader(absl::Span<const uint8_t> bytes,
 /// XXH3-64 of `n` bytes (the payload checksum).
 uint64_t PayloadChecksum(const uint8_t* data, size_t n);
 
+/// PayloadChecksum of bytes given piece by piece (a frame read in bounded pieces).
+class PayloadHasher {
+ public:
+  PayloadHasher();
+  ~PayloadHasher();
+  PayloadHasher(const PayloadHasher&) = delete;
+  PayloadHasher& operator=(const PayloadHasher&) = delete;
+  void Update(const uint8_t* data, size_t n);
+  /// PayloadChecksum of everything given so far.
+  uint64_t Digest() const;
+
+ private:
+  void* state_;  // XXH3_state_t (xxhash.h stays out of this header)
+};
+
 }  // namespace sluice
 
 #endif  // SLUICE_CODEC_FRAME_FORMAT_H_

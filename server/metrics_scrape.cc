@@ -31,6 +31,15 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
             "Intermediate merge passes of KEY fetches (more runs than --merge_fan_in, or more "
             "than the memory a merge may hold)",
             D(m.merge_passes.load()));
+  t.Counter("sluice_scrub_bytes_total",
+            "Committed bytes the background scrub read and checked (--scrub_mb_per_s)",
+            D(m.scrub_bytes.load()));
+  t.Counter("sluice_scrub_passes_total", "Scrub passes over every open shuffle completed",
+            D(m.scrub_passes.load()));
+  t.Family("sluice_partitions_damaged_total", prometheus::MetricType::Counter,
+           "Partitions found damaged, by what found them",
+           {{{{"found_by", "fetch"}}, D(m.damaged_by_fetch.load())},
+            {{{"found_by", "scrub"}}, D(m.damaged_by_scrub.load())}});
   t.Counter("sluice_merges_parked_total",
             "KEY fetches whose reader took nothing for --merge_park_after_s that gave their merge "
             "slot and memory to a fetch waiting for one",
@@ -112,10 +121,22 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
            "unavailable until it is repaired and the server restarted)",
            failed);
   const auto stores = s.registry->List();
-  uint64_t partitions = 0;
-  for (const auto& store : stores) partitions += store->params().num_partitions;
-  t.Gauge("sluice_shuffles", "Shuffles held", D(stores.size()));
+  uint64_t partitions = 0, index = 0, damaged = 0;
+  for (const auto& store : stores) {
+    partitions += store->params().num_partitions;
+    index += store->index_bytes();
+    damaged += store->DamagedPartitions().size();
+  }
+  t.Gauge("sluice_shuffles", "Shuffles held (open)", D(stores.size()));
+  t.Gauge("sluice_shuffles_unopened",
+          "Shuffles found at start and not opened yet (each opens when first asked for, or in "
+          "the background)",
+          D(s.registry->unopened()));
   t.Gauge("sluice_partitions", "Partitions of the shuffles held", D(partitions));
+  t.Gauge("sluice_index_bytes", "Memory the open shuffles' frame indexes take", D(index));
+  t.Gauge("sluice_damaged_partitions",
+          "Partitions of open shuffles found damaged (their fetches fail with DATA_LOSS here)",
+          D(damaged));
   t.Gauge("sluice_damaged_shuffles", "Shuffles whose recovery failed (DATA_LOSS until deleted)",
           D(s.registry->ListDamaged().size()));
   t.Gauge("sluice_draining", "1 while the server drains (SIGTERM, the Drain RPC)",

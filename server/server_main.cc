@@ -73,6 +73,8 @@ ABSL_FLAG(uint32_t, drain_grace_s, 30,
 ABSL_FLAG(bool, allow_remote_admin, false, "take the Drain RPC from other hosts than this one");
 ABSL_FLAG(uint32_t, shuffle_ttl_s, 0,
           "delete a shuffle nobody used for this long (0 = never; servers on their own only)");
+ABSL_FLAG(uint32_t, scrub_mb_per_s, 16,
+          "read and check committed data in the background at this rate, MiB/s (0 = off)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port for Prometheus metrics over HTTP (GET /metrics); empty = none");
 ABSL_FLAG(uint32_t, disk_high_water_pct, 95,
@@ -159,6 +161,7 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.disk_high_water_pct = absl::GetFlag(FLAGS_disk_high_water_pct);
   opts.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   opts.shuffle_ttl = std::chrono::seconds(absl::GetFlag(FLAGS_shuffle_ttl_s));
+  opts.scrub_bytes_per_s = uint64_t{absl::GetFlag(FLAGS_scrub_mb_per_s)} << 20;
   opts.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   opts.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   opts.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);

@@ -136,6 +136,10 @@ absl::Status ValidateOptions(const ServerOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--shuffle_ttl_s=", o.shuffle_ttl.count(), " is out of range [0, 31536000]"));
   }
+  if (o.scrub_bytes_per_s > (uint64_t{10000} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--scrub_mb_per_s=", o.scrub_bytes_per_s >> 20, " is out of range [0, 10000]"));
+  }
   if (o.shuffle_ttl.count() > 0 && !o.etcd_endpoints.empty()) {
     return absl::InvalidArgumentError(
         "--shuffle_ttl_s is for a server on its own: in a cluster, a shuffle idle on one server "

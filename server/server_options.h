@@ -33,6 +33,8 @@ struct ServerOptions {
   /// A shuffle nobody pushed to, fetched from or asked about for this long is deleted (0 =
   /// never). Servers on their own only: in a cluster, engines delete their shuffles.
   std::chrono::seconds shuffle_ttl{0};
+  /// The background scrub's rate over committed data, in bytes a second (0 = off).
+  uint64_t scrub_bytes_per_s = uint64_t{16} << 20;
   std::chrono::milliseconds shutdown_grace{5000};
   /// How long a drain (SIGTERM, the Drain RPC) lets pushes and fetches in flight run on.
   std::chrono::milliseconds drain_grace{30000};

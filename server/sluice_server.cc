@@ -22,6 +22,7 @@
 #include "server/net/listener_probe.h"
 #include "server/rules/admission.h"
 #include "server/rules/cluster_node.h"
+#include "server/rules/scrubber.h"
 #include "server/rules/shuffle_expiry.h"
 #include "server/runtime/periodic.h"
 #include "server/security/auth.h"
@@ -98,6 +99,9 @@ struct SluiceServer::Impl {
   std::unique_ptr<GrpcServer> grpc;
   std::unique_ptr<ShuffleExpiry> expiry;  // with --shuffle_ttl_s
   std::unique_ptr<Periodic> expiring;
+  std::unique_ptr<Scrubber> scrubber;  // with --scrub_mb_per_s
+  std::unique_ptr<Periodic> scrubbing;
+  std::unique_ptr<Background> opener;  // the shuffles listed at start, opened one by one
   std::unique_ptr<MetricsEndpoint> metrics_endpoint;  // with --metrics_listen
   // Installed (install_connection_guard) before the port opens; then never destroyed: gRPC's
   // threads close connections' descriptors through it until the process ends.
@@ -161,12 +165,22 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   }
   WarnOfUnsafeSettings(options);
 
-  // Storage: every shuffle recovered (docs/storage.md, "Recovery").
+  // Storage: every shuffle listed, none opened yet: each opens when first asked for, or in the
+  // background once the server serves (docs/storage.md, "Recovery").
   StoreOptions store_options;
   store_options.fsync = options.fsync;
   store_options.limits = options.limits;
   store_options.commit_sync_seconds = &i.metrics.commit_sync_seconds;
-  auto registry = ShuffleRegistry::Open(SplitDataDirs(options.data_dir), store_options);
+  store_options.on_damaged = [&i](const std::string& id, uint32_t partition,
+                                  const absl::Status& why, const char* found_by) {
+    ServerMetrics::Add(std::string_view(found_by) == "scrub" ? i.metrics.damaged_by_scrub
+                                                             : i.metrics.damaged_by_fetch,
+                       1);
+    spdlog::error("event=partition_damaged tenant={} shuffle={} partition={} found_by={} error=\"{}\"",
+                  TenantField(id), id, partition, found_by, std::string(why.message()));
+  };
+  auto registry = ShuffleRegistry::Open(SplitDataDirs(options.data_dir), store_options,
+                                        ShuffleRegistry::Opening::kLazy);
   if (!registry.ok()) return registry.status();
   i.registry = *std::move(registry);
   i.registry->set_high_water_pct(options.disk_high_water_pct);
@@ -269,6 +283,22 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
     server->Shutdown();  // never served as a member: stop
     return st;
   }
+  // The shuffles found at start, opened in the background (those asked for first open at once).
+  const size_t listed = i.registry->unopened();
+  i.opener = std::make_unique<Background>([&i, listed](const std::atomic<bool>& stop) {
+    const auto began = std::chrono::steady_clock::now();
+    while (!stop.load() && i.registry->OpenNextListed()) {
+    }
+    if (listed > 0 && !stop.load()) {
+      spdlog::info("event=shuffles_opened count={} seconds={:.3f}", listed,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+    }
+  });
+  if (options.scrub_bytes_per_s > 0) {
+    i.scrubber = std::make_unique<Scrubber>(i.registry.get(), options.scrub_bytes_per_s, &i.metrics);
+    i.scrubbing = std::make_unique<Periodic>(Scrubber::kPeriod,
+                                             [&i] { i.scrubber->Run(Scrubber::Clock::now()); });
+  }
   if (options.shuffle_ttl.count() > 0) {
     i.expiry = std::make_unique<ShuffleExpiry>(
         i.registry.get(),
@@ -289,7 +319,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   spdlog::info(
       "event=started listen={} port={} data_dir={} shuffles={} memory_budget_mb={} node_id={} "
       "address={} cluster={} metrics_port={}",
-      options.listen_address, i.grpc->port(), options.data_dir, i.registry->List().size(),
+      options.listen_address, i.grpc->port(), options.data_dir, listed + i.registry->List().size(),
       options.memory_budget_bytes >> 20, self.node_id, self.address,
       i.membership != nullptr ? options.etcd_endpoints : std::string("none"),
       i.metrics_endpoint == nullptr ? 0 : i.metrics_endpoint->port());
@@ -413,6 +443,8 @@ void SluiceServer::Shutdown() {
   i.stopped = true;
   i.probing.reset();
   i.expiring.reset();
+  i.scrubbing.reset();
+  i.opener.reset();
   i.watching.reset();
   i.metrics_endpoint.reset();  // (scrapes read the pools and the service)
   // Out of the cluster first, so that no one is sent here while the calls in flight finish.

@@ -28,6 +28,8 @@ absl::Status FetchSession::Setup() {
     return absl::InvalidArgumentError(absl::StrCat(
         "partition ", spec_.partition, " is out of range [0, ", params.num_partitions, ")"));
   }
+  // Found damaged by a fetch or the scrub: a cluster reader goes to another replica.
+  SLUICE_RETURN_IF_ERROR(store_->PartitionDamage(spec_.partition));
   if (spec_.require_complete && params.num_mappers == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "require_complete needs the shuffle's mapper count, and shuffle '",

@@ -5,6 +5,7 @@
 #ifndef SLUICE_SERVER_RUNTIME_PERIODIC_H_
 #define SLUICE_SERVER_RUNTIME_PERIODIC_H_
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -60,5 +61,24 @@ class Periodic {
 };
 
 }  // namespace sluice
+
+/// A function run once on a thread of its own; it is handed a flag the destructor sets before it
+/// joins the thread (the function should return soon after it is set).
+class Background {
+ public:
+  explicit Background(std::function<void(const std::atomic<bool>& stop)> fn)
+      : fn_(std::move(fn)), thread_([this] { fn_(stop_); }) {}
+  ~Background() {
+    stop_.store(true);
+    thread_.join();
+  }
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+
+ private:
+  const std::function<void(const std::atomic<bool>&)> fn_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;  // last: starts once the rest is built
+};
 
 #endif  // SLUICE_SERVER_RUNTIME_PERIODIC_H_

@@ -61,6 +61,10 @@ void FillInfo(const CallContext& call, const ShuffleStore& store, uint32_t first
     pi->set_records(s.records);
     pi->set_bytes(s.bytes);
     pi->set_frames(s.frames);
+    if (absl::Status damage = store.PartitionDamage(i); !damage.ok()) {
+      pi->set_damaged(true);
+      pi->set_damage(std::string(damage.message()));
+    }
   }
   info->set_next_partition(end < p.num_partitions ? end : 0);
 }
@@ -169,6 +173,8 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::ListShuffles(grpc::CallbackServerC
     auto listed = [&](const std::string& id) {
       return id > after && absl::StartsWith(id, call.prefix());
     };
+    // Those not opened since the start yet are opened first (the background opener would).
+    deps_.registry->OpenAllListed();
     // Served and damaged ones, in id order, after the token.
     std::map<std::string, std::shared_ptr<ShuffleStore>> served;
     for (auto& store : deps_.registry->List()) {
@@ -245,6 +251,17 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
     resp->set_shuffles(static_cast<uint32_t>(everything
                                                  ? deps_.registry->List().size()
                                                  : deps_.registry->CountWithPrefix(call.prefix())));
+    if (everything) {
+      uint64_t index = 0, damaged = 0;
+      for (const auto& store : deps_.registry->List()) {
+        index += store->index_bytes();
+        damaged += store->DamagedPartitions().size();
+      }
+      resp->set_shuffles_unopened(static_cast<uint32_t>(deps_.registry->unopened()));
+      resp->set_index_bytes(index);
+      resp->set_damaged_partitions(static_cast<uint32_t>(damaged));
+      if (deps_.metrics != nullptr) resp->set_scrubbed_bytes(deps_.metrics->scrub_bytes.load());
+    }
     resp->set_push_streams(static_cast<uint32_t>(deps_.admission.streams->push()));
     resp->set_fetch_streams(static_cast<uint32_t>(deps_.admission.streams->fetch()));
     return absl::OkStatus();

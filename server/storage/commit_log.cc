@@ -15,12 +15,11 @@ namespace {
 constexpr char kCommitMagic[4] = {'S', 'L', 'C', 'M'};
 constexpr char kPreparedMagic[4] = {'S', 'L', 'P', 'R'};
 constexpr char kHeaderMagic[4] = {'S', 'L', 'L', 'G'};
-// 3 since the shuffle's blocks live in one shared data file (earlier versions, never released,
-// are not read).
-constexpr uint32_t kLogVersion = 3;
 constexpr char kLogFile[] = "commits.log";
 constexpr size_t kCommitFixed = 4 + 8 + 4;  // mapper, attempt, block count
-constexpr size_t kCommitBlock = 20;
+// A block's bytes in a record: version 4 adds its frame's uncompressed size, so that a start
+// builds the index from the log alone.
+size_t BlockBytes(uint32_t version) { return version >= 4 ? 24 : 20; }
 // The header: two checkpoint slots, each in its own 512-byte sector; records follow it.
 constexpr uint64_t kSlotSpacing = 512;
 constexpr uint64_t kRecordsStart = 2 * kSlotSpacing;
@@ -29,11 +28,11 @@ constexpr size_t kSlotSize = 40;  // magic, version, generation, floor, records,
 uint64_t SlotOffset(uint64_t generation) { return (generation % 2) * kSlotSpacing; }
 
 // Parses the records from `p` on until the end or the first bad one; returns where it stopped.
-const uint8_t* ParseRecords(const uint8_t* p, const uint8_t* end,
+const uint8_t* ParseRecords(const uint8_t* p, const uint8_t* end, uint32_t version,
                             std::vector<CommitRecord>* records) {
   CommitRecord record;
   while (p < end) {
-    const size_t n = ParseCommitRecord(p, end, &record);
+    const size_t n = ParseCommitRecord(p, end, &record, version);
     if (n == 0) break;
     records->push_back(std::move(record));
     p += n;
@@ -50,9 +49,9 @@ absl::Status NothingTouched(const std::string& path, absl::string_view why) {
 }  // namespace
 
 std::string EncodeCommitRecord(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks,
-                               bool prepared) {
+                               bool prepared, uint32_t version) {
   std::string body;
-  body.reserve(kCommitFixed + kCommitBlock * blocks.size() + 8);
+  body.reserve(kCommitFixed + BlockBytes(version) * blocks.size() + 8);
   AppendLE32(&body, mapper);
   AppendLE64(&body, attempt);
   AppendLE32(&body, static_cast<uint32_t>(blocks.size()));
@@ -61,6 +60,7 @@ std::string EncodeCommitRecord(uint32_t mapper, uint64_t attempt, absl::Span<con
     AppendLE64(&body, b.offset);
     AppendLE32(&body, b.frame_size);
     AppendLE32(&body, b.records);
+    if (version >= 4) AppendLE32(&body, b.uncompressed);
   }
   AppendLE64(&body, PayloadChecksum(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
   std::string record(prepared ? kPreparedMagic : kCommitMagic, 4);
@@ -69,7 +69,9 @@ std::string EncodeCommitRecord(uint32_t mapper, uint64_t attempt, absl::Span<con
   return record;
 }
 
-size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out) {
+size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out,
+                         uint32_t version) {
+  const size_t block_bytes = BlockBytes(version);
   const auto avail = static_cast<size_t>(end - p);
   if (avail < 8) return 0;
   const bool prepared = std::memcmp(p, kPreparedMagic, 4) == 0;
@@ -79,19 +81,20 @@ size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out
   const uint8_t* b = p + 8;
   if (LoadLE64(b + body - 8) != PayloadChecksum(b, body - 8)) return 0;
   const uint32_t count = LoadLE32(b + 12);
-  if (static_cast<uint64_t>(count) * kCommitBlock + kCommitFixed + 8 != body) return 0;
+  if (static_cast<uint64_t>(count) * block_bytes + kCommitFixed + 8 != body) return 0;
   out->mapper = LoadLE32(b);
   out->attempt = LoadLE64(b + 4);
   out->prepared = prepared;
   out->blocks.clear();
   out->blocks.reserve(count);
   for (uint32_t i = 0; i < count; ++i) {
-    const uint8_t* e = b + kCommitFixed + kCommitBlock * i;
+    const uint8_t* e = b + kCommitFixed + block_bytes * i;
     BlockRef r;
     r.partition = LoadLE32(e);
     r.offset = LoadLE64(e + 4);
     r.frame_size = LoadLE32(e + 12);
     r.records = LoadLE32(e + 16);
+    if (version >= 4) r.uncompressed = LoadLE32(e + 20);
     out->blocks.push_back(r);
   }
   return 8 + body;
@@ -106,7 +109,7 @@ struct CommitLog::Pending {
 
 std::string CommitLog::EncodeCheckpoint(const Checkpoint& c) {
   std::string slot(kHeaderMagic, 4);
-  AppendLE32(&slot, kLogVersion);
+  AppendLE32(&slot, c.version);
   AppendLE64(&slot, c.generation);
   AppendLE64(&slot, c.floor);
   AppendLE64(&slot, c.records);
@@ -115,10 +118,12 @@ std::string CommitLog::EncodeCheckpoint(const Checkpoint& c) {
 }
 
 bool CommitLog::ParseCheckpoint(const uint8_t* p, Checkpoint* out) {
-  if (std::memcmp(p, kHeaderMagic, 4) != 0 || LoadLE32(p + 4) != kLogVersion ||
-      LoadLE64(p + 32) != PayloadChecksum(p, 32)) {
+  const uint32_t version = LoadLE32(p + 4);
+  if (std::memcmp(p, kHeaderMagic, 4) != 0 || version < kOldestLogVersion ||
+      version > kLogVersion || LoadLE64(p + 32) != PayloadChecksum(p, 32)) {
     return false;
   }
+  out->version = version;
   out->generation = LoadLE64(p + 8);
   out->floor = LoadLE64(p + 16);
   out->records = LoadLE64(p + 24);
@@ -130,7 +135,7 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Create(int dir_fd, const s
   const std::string path = absl::StrCat(dir, "/", kLogFile);
   SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenAt(dir_fd, kLogFile, path));
   SLUICE_RETURN_IF_ERROR(file::Truncate(fd.get(), path, 0));
-  const Checkpoint first{1, kRecordsStart, 0};
+  const Checkpoint first{1, kRecordsStart, 0, kLogVersion};
   std::string header(kRecordsStart, '\0');
   header.replace(SlotOffset(first.generation), kSlotSize, EncodeCheckpoint(first));
   SLUICE_RETURN_IF_ERROR(file::PwriteAll(
@@ -181,7 +186,7 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(int dir_fd, const std
   }
 
   const uint8_t* end = base + size;
-  const uint8_t* p = ParseRecords(base + kRecordsStart, end, records);
+  const uint8_t* p = ParseRecords(base + kRecordsStart, end, durable.version, records);
   const auto valid_end = static_cast<uint64_t>(p - base);
   if (valid_end < durable.floor) {
     const std::string how = p == end ? absl::StrCat("the file ends at byte ", valid_end)
@@ -200,7 +205,7 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(int dir_fd, const std
   std::unique_ptr<CommitLog> out(
       new CommitLog(std::move(fd), path, std::move(options), durable, valid_end, count));
   if (durable.floor < valid_end) {  // what recovery serves from now on is protected too
-    const Checkpoint raised{durable.generation + 1, valid_end, count};
+    const Checkpoint raised{durable.generation + 1, valid_end, count, durable.version};
     SLUICE_RETURN_IF_ERROR(out->WriteCheckpoint(raised));
     if (out->options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncData(out->fd_.get(), path));
     out->durable_ = raised;
@@ -230,7 +235,7 @@ absl::Status CommitLog::BrokenError() const {
 absl::Status CommitLog::Append(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks,
                                bool prepared) {
   Pending me;
-  me.record = EncodeCommitRecord(mapper, attempt, blocks, prepared);  // built outside the lock
+  me.record = EncodeCommitRecord(mapper, attempt, blocks, prepared, version());  // outside the lock
   return Write(me);
 }
 
@@ -238,7 +243,7 @@ absl::Status CommitLog::AppendAll(absl::Span<const CommitRecord> records) {
   if (records.empty()) return absl::OkStatus();
   Pending me;
   for (const CommitRecord& r : records) {
-    me.record += EncodeCommitRecord(r.mapper, r.attempt, r.blocks, r.prepared);
+    me.record += EncodeCommitRecord(r.mapper, r.attempt, r.blocks, r.prepared, version());
   }
   me.count = records.size();
   return Write(me);
@@ -264,7 +269,9 @@ absl::Status CommitLog::Write(Pending& me) {
       for (const Pending* c : batch) records += c->record;
       const uint64_t at = end_;
       Checkpoint raise;  // generation 0: the floor is already at `at`
-      if (durable_.floor < at) raise = Checkpoint{durable_.generation + 1, at, records_};
+      if (durable_.floor < at) {
+        raise = Checkpoint{durable_.generation + 1, at, records_, durable_.version};
+      }
       lock.unlock();
       const auto started = std::chrono::steady_clock::now();
       result = WriteBatch(at, records, raise);
@@ -289,7 +296,7 @@ absl::Status CommitLog::Write(Pending& me) {
     if (queue_.empty() && !broken_ && durable_.floor < end_) {
       // Nobody is waiting: raise the floor over this batch now rather than with the next one,
       // so that an idle log's floor covers every record (the batch is acknowledged already).
-      const Checkpoint raise{durable_.generation + 1, end_, records_};
+      const Checkpoint raise{durable_.generation + 1, end_, records_, durable_.version};
       lock.unlock();
       absl::Status st = WriteCheckpoint(raise);
       if (st.ok() && options_.fsync) st = file::SyncData(fd_.get(), path_);

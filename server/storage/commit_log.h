@@ -48,8 +48,8 @@ struct BlockRef {
   uint32_t frame_size = 0;  ///< bytes of the frame; the block adds a 32-byte header
   uint64_t offset = 0;      ///< of the block header in the shuffle's data file
   uint32_t records = 0;
-  /// The frame's uncompressed payload size (what decoding it takes; in memory only: not in
-  /// the commit record, filled from the frame when appended or recovered).
+  /// The frame's uncompressed payload size (what decoding it takes): in the commit record from
+  /// log version 4 on; for a version 3 log, recovery reads it from the frame's header.
   uint32_t uncompressed = 0;
 };
 
@@ -63,14 +63,21 @@ struct CommitRecord {
   bool prepared = false;
 };
 
+/// The log version new logs are written in, and the oldest one read (version 3's records lack
+/// the frames' uncompressed sizes).
+inline constexpr uint32_t kLogVersion = 4;
+inline constexpr uint32_t kOldestLogVersion = 3;
+
 /// The record's bytes: "SLCM" (a commit; "SLPR" for a prepared attempt), u32 body size, then
-/// the body: u32 mapper, u64 attempt, u32 block count, 20 bytes a block (u32 partition, u64
-/// offset, u32 frame size, u32 records), u64 XXH3 of the body before it. All little-endian.
+/// the body: u32 mapper, u64 attempt, u32 block count, 24 bytes a block (u32 partition, u64
+/// offset, u32 frame size, u32 records, u32 uncompressed size; version 3: 20 bytes, without the
+/// uncompressed size), u64 XXH3 of the body before it. All little-endian.
 std::string EncodeCommitRecord(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks,
-                               bool prepared = false);
-/// Parses one record at [p, end). Returns its size, or 0 if the bytes are not a whole valid
-/// record.
-size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out);
+                               bool prepared = false, uint32_t version = kLogVersion);
+/// Parses one record of a log of `version` at [p, end). Returns its size, or 0 if the bytes are
+/// not a whole valid record.
+size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out,
+                         uint32_t version = kLogVersion);
 
 class CommitLog {
  public:
@@ -113,6 +120,9 @@ class CommitLog {
   absl::Status BrokenError() const;
   /// The log as messages name it (`dir`/commits.log).
   const std::string& path() const { return path_; }
+  /// The version its header and records are written in (a log keeps the version it was
+  /// created with: a version 3 log stays version 3).
+  uint32_t version() const { return durable_version_; }
 
  private:
   struct Pending;  // one queued Append
@@ -121,6 +131,7 @@ class CommitLog {
     uint64_t generation = 0;  ///< the newer of the two valid slots wins
     uint64_t floor = 0;       ///< bytes of the file proven durable, header included
     uint64_t records = 0;     ///< records before the floor (for messages)
+    uint32_t version = kLogVersion;
   };
   CommitLog(file::Fd fd, std::string path, Options options, Checkpoint durable, uint64_t end,
             uint64_t records)
@@ -128,6 +139,7 @@ class CommitLog {
         path_(std::move(path)),
         options_(std::move(options)),
         durable_(durable),
+        durable_version_(durable.version),
         end_(end),
         records_(records) {}
   static std::string EncodeCheckpoint(const Checkpoint& c);
@@ -148,6 +160,7 @@ class CommitLog {
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
   Checkpoint durable_;    // the newest checkpoint on disk
+  const uint32_t durable_version_;
   uint64_t end_ = 0;      // where the next batch is written
   uint64_t records_ = 0;  // records before end_
   bool broken_ = false;   // the latch

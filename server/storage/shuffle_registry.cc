@@ -76,17 +76,19 @@ absl::Status CheckFdHeadroom(uint64_t open, uint64_t need, const std::string& wh
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
-    const std::vector<std::string>& data_dirs, const StoreOptions& options) {
+    const std::vector<std::string>& data_dirs, const StoreOptions& options, Opening opening) {
   if (data_dirs.empty()) return absl::InvalidArgumentError("no data directory");
   std::unique_ptr<ShuffleRegistry> reg(new ShuffleRegistry(options));
   for (const std::string& path : data_dirs) {
     reg->dirs_.push_back(std::make_unique<Dir>());
     reg->dirs_.back()->path = path;
   }
-  uint64_t open_fds = file::OpenFdCount();
+  // (Counted once, then as stores open: a start with 10,000 shuffles must not list
+  // /proc/self/fd 10,000 times.)
+  reg->open_fds_ = file::OpenFdCount();
   size_t healthy = 0;
   for (size_t i = 0; i < reg->dirs_.size(); ++i) {
-    const absl::Status st = reg->OpenDir(i, &open_fds);
+    const absl::Status st = reg->ListDir(i);
     if (st.ok()) {
       ++healthy;
       continue;
@@ -106,10 +108,11 @@ absl::StatusOr<std::unique_ptr<ShuffleRegistry>> ShuffleRegistry::Open(
     }
     return absl::UnavailableError(absl::StrCat("no data directory can be used: ", why));
   }
+  if (opening == Opening::kAll) reg->OpenAllListed();
   return reg;
 }
 
-absl::Status ShuffleRegistry::OpenDir(size_t index, uint64_t* open_fds) {
+absl::Status ShuffleRegistry::ListDir(size_t index) {
   const std::string root = absl::StrCat(dirs_[index]->path, "/shuffles");
   // A directory that cannot be written (a read-only or failing disk) fails now, not at the
   // first commit of a job placed on it.
@@ -130,6 +133,7 @@ absl::Status ShuffleRegistry::OpenDir(size_t index, uint64_t* open_fds) {
     return writable;
   }
   std::error_code ec;
+  std::lock_guard<std::mutex> lock(mu_);
   for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
     if (!entry.is_directory()) continue;
     const std::string id = entry.path().filename().string();
@@ -139,35 +143,63 @@ absl::Status ShuffleRegistry::OpenDir(size_t index, uint64_t* open_fds) {
     }
     if (!ValidateShuffleId(id).ok()) continue;  // not ours (or a leftover temp directory)
     if (auto other = home_.find(id); other != home_.end()) {
+      if (unopened_.erase(id) != 0) unopened_count_.fetch_sub(1);
       Duplicate(id, other->second, index);
       continue;
     }
-    // A start must come up whatever the limit: past it, shuffles are left unopened (and say
-    // so) rather than taking the descriptors connections need.
-    // (Counted as stores open, not listed each time: a start with 10,000 shuffles must not
-    // list /proc/self/fd 10,000 times.)
-    const absl::Status room = CheckFdHeadroom(
-        *open_fds, 3, absl::StrCat("shuffle '", ShuffleName(id), "' was not opened at start"));
-    absl::StatusOr<std::unique_ptr<ShuffleStore>> store =
-        room.ok() ? ShuffleStore::Open(entry.path().string(), Shown(id), OptionsForLocked(id))
-                  : absl::StatusOr<std::unique_ptr<ShuffleStore>>(room);
     home_[id] = index;
-    if (store.ok()) *open_fds += (*store)->open_files();
-    if (!store.ok()) {
-      DamagedShuffle damaged;
-      damaged.params = ShuffleStore::ReadParams(entry.path().string(), Shown(id))
-                           .value_or(ShuffleParams{id, 0, 0});
-      damaged.params.shuffle_id = id;
-      damaged.reason = store.status();
-      spdlog::error("event=recovery_failed tenant={} shuffle={} dir={} error=\"{}\"",
-                    TenantField(id), id, dirs_[index]->path, std::string(store.status().message()));
-      damaged_.emplace(id, std::move(damaged));
-      continue;
-    }
-    shuffles_.emplace(id, std::shared_ptr<ShuffleStore>(std::move(store).value()));
+    if (unopened_.insert(id).second) unopened_count_.fetch_add(1);
   }
   if (ec) return file::ErrnoStatus(ec.value(), "list", "shuffles");
   return absl::OkStatus();
+}
+
+bool ShuffleRegistry::OpenNextListed() {
+  std::string id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (unopened_.empty()) return false;
+    id = *unopened_.begin();
+  }
+  OpenListed(id);
+  return true;
+}
+
+void ShuffleRegistry::OpenListed(const std::string& id) {
+  if (unopened_count_.load() == 0) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  opened_cv_.wait(lock, [&] { return opening_.count(id) == 0; });
+  if (unopened_.erase(id) == 0) return;
+  opening_.insert(id);
+  const size_t index = home_.at(id);
+  const std::string dir = ShuffleDirLocked(id);
+  const StoreOptions options = OptionsForLocked(id);
+  // A start must come up whatever the limit: past it, shuffles are left unopened (and say
+  // so) rather than taking the descriptors connections need.
+  const absl::Status room =
+      CheckFdHeadroom(open_fds_, 3, absl::StrCat("shuffle '", ShuffleName(id), "' was not opened"));
+  lock.unlock();
+  absl::StatusOr<std::unique_ptr<ShuffleStore>> store =
+      room.ok() ? ShuffleStore::Open(dir, Shown(id), options)
+                : absl::StatusOr<std::unique_ptr<ShuffleStore>>(room);
+  DamagedShuffle damaged;
+  if (!store.ok()) {
+    damaged.params = ShuffleStore::ReadParams(dir, Shown(id)).value_or(ShuffleParams{id, 0, 0});
+    damaged.params.shuffle_id = id;
+    damaged.reason = store.status();
+    spdlog::error("event=recovery_failed tenant={} shuffle={} dir={} error=\"{}\"",
+                  TenantField(id), id, dirs_[index]->path, std::string(store.status().message()));
+  }
+  lock.lock();
+  opening_.erase(id);
+  unopened_count_.fetch_sub(1);
+  opened_cv_.notify_all();
+  if (store.ok()) {
+    open_fds_ += (*store)->open_files();
+    shuffles_.emplace(id, std::shared_ptr<ShuffleStore>(std::move(store).value()));
+  } else {
+    damaged_.emplace(id, std::move(damaged));
+  }
 }
 
 absl::Status ShuffleRegistry::ProbeWrite(const std::string& root) {
@@ -217,6 +249,11 @@ void ShuffleRegistry::Duplicate(const std::string& id, size_t first, size_t seco
     damaged_.emplace(id, std::move(d));
   }
   auto& d = damaged_[id];
+  if (d.params.num_partitions == 0) {  // (the first copy was listed, not opened)
+    d.params = ShuffleStore::ReadParams(absl::StrCat(dirs_[first]->path, "/shuffles/", id),
+                                        Shown(id))
+                   .value_or(ShuffleParams{});
+  }
   d.params.shuffle_id = id;
   d.reason = absl::FailedPreconditionError(
       absl::StrCat("it is in data directories ", first + 1, " and ", second + 1,
@@ -358,6 +395,7 @@ absl::Status ShuffleRegistry::ValidateParams(const ShuffleParams& params) {
 
 absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
   SLUICE_RETURN_IF_ERROR(ValidateParams(params));
+  OpenListed(params.shuffle_id);
   // Counted before the lock: listing /proc/self/fd of a busy server takes milliseconds.
   const uint64_t open_fds = file::OpenFdCount();
   std::lock_guard<std::mutex> lock(mu_);
@@ -403,7 +441,8 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
   return last;
 }
 
-absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::Get(const std::string& id) const {
+absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::Get(const std::string& id) {
+  OpenListed(id);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = shuffles_.find(id);
   if (it != shuffles_.end()) return it->second;
@@ -422,6 +461,7 @@ absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::Get(const std::st
 
 absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::GetForWriting(
     const std::string& id) {
+  OpenListed(id);
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     auto it = shuffles_.find(id);
@@ -442,7 +482,7 @@ absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::GetForWriting(
     const std::string dir = ShuffleDirLocked(id);
     const StoreOptions options = OptionsForLocked(id);
     lock.unlock();
-    auto reopened = ShuffleStore::Open(dir, Shown(id), options);
+    auto reopened = ShuffleStore::Open(dir, Shown(id), options, OpenCheck::kEveryByte);
     lock.lock();
     reopening_.erase(id);
     it = shuffles_.find(id);
@@ -469,7 +509,8 @@ absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::GetForWriting(
   }
 }
 
-std::optional<DamagedShuffle> ShuffleRegistry::FindDamaged(const std::string& id) const {
+std::optional<DamagedShuffle> ShuffleRegistry::FindDamaged(const std::string& id) {
+  OpenListed(id);
   std::lock_guard<std::mutex> lock(mu_);
   auto d = damaged_.find(id);
   if (d == damaged_.end()) return std::nullopt;
@@ -529,6 +570,7 @@ std::vector<std::shared_ptr<ShuffleStore>> ShuffleRegistry::List() const {
 }
 
 absl::Status ShuffleRegistry::Delete(const std::string& id) {
+  OpenListed(id);
   std::vector<std::string> trash;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -1,6 +1,8 @@
 // ShuffleRegistry: the server's shuffles, by id, each backed by a ShuffleStore directory under
 // <data_dir>/shuffles/ of one of the server's data directories (one per disk). On start it
-// opens every shuffle directory it finds in each (recovering each). A data directory that cannot
+// lists the shuffle directories it finds in each and opens (recovers) them all, or, with
+// Opening::kLazy, none yet: a listed shuffle is opened when first asked for (Get and the other
+// calls by id) or by OpenNextListed (the server's background opener). A data directory that cannot
 // be opened or listed, or where creating a shuffle fails for a reason other than a full disk, is
 // *failed*: logged, reported (DataDirs), given no new shuffles; the others serve on. One found
 // full at start is not failed: its shuffles are opened and read, and its writes fail with
@@ -14,6 +16,7 @@
 #define SLUICE_SERVER_STORAGE_SHUFFLE_REGISTRY_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,12 +39,16 @@ struct DamagedShuffle {
 
 class ShuffleRegistry {
  public:
+  /// When the shuffles found at start are opened: all within Open, or on first use and by
+  /// OpenNextListed.
+  enum class Opening { kAll, kLazy };
   /// Opens the data directories (creating them if needed) and recovers every shuffle in them.
   /// A shuffle whose recovery fails is logged (event=recovery_failed, with its data directory)
   /// and kept as damaged. Fails only when no data directory can be used; `data_dirs` must not
   /// be empty.
   static absl::StatusOr<std::unique_ptr<ShuffleRegistry>> Open(
-      const std::vector<std::string>& data_dirs, const StoreOptions& options);
+      const std::vector<std::string>& data_dirs, const StoreOptions& options,
+      Opening opening = Opening::kAll);
   static absl::StatusOr<std::unique_ptr<ShuffleRegistry>> Open(const std::string& data_dir,
                                                                const StoreOptions& options) {
     return Open(std::vector<std::string>{data_dir}, options);
@@ -72,8 +79,9 @@ class ShuffleRegistry {
 
   /// Creates a shuffle, or returns created=false when one with the same parameters exists.
   absl::StatusOr<bool> Create(const ShuffleParams& params);
-  /// NOT_FOUND for an unknown id, DATA_LOSS for a damaged shuffle.
-  absl::StatusOr<std::shared_ptr<ShuffleStore>> Get(const std::string& id) const;
+  /// NOT_FOUND for an unknown id, DATA_LOSS for a damaged shuffle. A shuffle listed at start
+  /// and not opened yet is opened first (by this call, or it waits for the one opening it).
+  absl::StatusOr<std::shared_ptr<ShuffleStore>> Get(const std::string& id);
   /// Get for a push attempt, counted as a writer of the store (call EndWriter on it when the
   /// attempt ends). A wedged store (a failed disk write stopped its commit log) that no push is
   /// writing to any more is reopened first: its log and committed blocks are re-verified and
@@ -81,8 +89,19 @@ class ShuffleRegistry {
   /// pushes still write to it: UNAVAILABLE, retry. If re-verifying finds damage, the shuffle
   /// becomes damaged (DATA_LOSS).
   absl::StatusOr<std::shared_ptr<ShuffleStore>> GetForWriting(const std::string& id);
+  /// The open shuffles (not those listed at start and not opened yet).
   std::vector<std::shared_ptr<ShuffleStore>> List() const;
-  std::optional<DamagedShuffle> FindDamaged(const std::string& id) const;
+  std::optional<DamagedShuffle> FindDamaged(const std::string& id);
+  /// Opens one shuffle listed at start and not opened yet (the first by id); false when there
+  /// is none left.
+  bool OpenNextListed();
+  /// Opens every shuffle listed at start and not opened yet.
+  void OpenAllListed() {
+    while (OpenNextListed()) {
+    }
+  }
+  /// Shuffles listed at start and not opened yet.
+  size_t unopened() const { return unopened_count_.load(); }
   std::vector<DamagedShuffle> ListDamaged() const;
   /// Removes a shuffle, damaged or not.
   absl::Status Delete(const std::string& id);
@@ -107,8 +126,11 @@ class ShuffleRegistry {
     mutable std::atomic<int64_t> checked_ms{-1000000};
   };
   explicit ShuffleRegistry(StoreOptions options) : options_(options) {}
-  // Opens one data directory's shuffles into the maps; an error fails the directory.
-  absl::Status OpenDir(size_t index, uint64_t* open_fds);
+  // Lists one data directory's shuffles (as unopened); an error fails the directory.
+  absl::Status ListDir(size_t index);
+  // Opens shuffle `id` if it is listed and not opened yet, or waits while another call opens
+  // it.
+  void OpenListed(const std::string& id);
   // Under mu_: the options of shuffle `id`'s store: its bytes counted to its tenant's total.
   StoreOptions OptionsForLocked(const std::string& id);
   std::shared_ptr<std::atomic<int64_t>> TenantBytesLocked(const std::string& tenant);
@@ -144,6 +166,11 @@ class ShuffleRegistry {
   std::map<std::string, std::shared_ptr<ShuffleStore>> shuffles_;
   std::map<std::string, DamagedShuffle> damaged_;
   std::set<std::string> reopening_;  // wedged stores being reopened
+  std::set<std::string> unopened_;   // listed at start, not opened yet
+  std::set<std::string> opening_;    // being opened (OpenListed) outside the lock
+  std::condition_variable opened_cv_;
+  std::atomic<size_t> unopened_count_{0};  // unopened_ + opening_
+  uint64_t open_fds_ = 0;  // descriptors in use, as counted at start plus the stores opened
   uint64_t trash_counter_ = 0;
   // Tenant -> the bytes its stores hold (they add to it themselves).
   std::map<std::string, std::shared_ptr<std::atomic<int64_t>>> tenant_bytes_;

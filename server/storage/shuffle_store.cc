@@ -369,9 +369,114 @@ void ShuffleStore::AddCommitLocked(uint32_t mapper, uint64_t attempt,
     p.stats.bytes += b.frame_size;
     p.stats.frames += 1;
     if (!p.index.empty() && p.index.back().mapper > mapper) p.sorted = false;
+    const size_t capacity = p.index.capacity();
     p.index.push_back(IndexEntry{mapper, b.frame_size, b.offset, b.records, b.uncompressed});
+    if (p.index.capacity() != capacity) {
+      index_bytes_.fetch_add((p.index.capacity() - capacity) * sizeof(IndexEntry),
+                             std::memory_order_relaxed);
+    }
   }
   committed_.emplace(mapper, attempt);
+}
+
+void ShuffleStore::ReserveIndexLocked(Partition& p, size_t frames) {
+  const size_t capacity = p.index.capacity();
+  p.index.reserve(p.index.size() + frames);
+  index_bytes_.fetch_add((p.index.capacity() - capacity) * sizeof(IndexEntry),
+                         std::memory_order_relaxed);
+}
+
+bool ShuffleStore::MarkDamaged(uint32_t partition, const absl::Status& why,
+                               const char* found_by) const {
+  {
+    std::lock_guard<std::mutex> lock(commit_mu_);
+    if (destroyed_.load() || !damaged_.emplace(partition, why).second) return false;
+  }
+  if (options_.on_damaged) options_.on_damaged(params_.shuffle_id, partition, why, found_by);
+  return true;
+}
+
+absl::Status ShuffleStore::PartitionDamage(uint32_t partition) const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  auto it = damaged_.find(partition);
+  if (it == damaged_.end()) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat("partition ", partition, " of shuffle '",
+                                          ShuffleName(params_.shuffle_id),
+                                          "' is damaged on this server: ", it->second.message()));
+}
+
+std::map<uint32_t, absl::Status> ShuffleStore::DamagedPartitions() const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  return damaged_;
+}
+
+ShuffleStore::ScrubStep ShuffleStore::ScrubNext(ScrubCursor* cursor, uint64_t max_bytes,
+                                                std::string* buffer) {
+  ScrubStep step;
+  while (!step.done && (step.bytes == 0 || step.bytes < max_bytes)) {
+    if (cursor->next >= cursor->blocks.size()) {
+      // The next partition with committed blocks and no damage found yet.
+      cursor->blocks.clear();
+      cursor->next = 0;
+      std::lock_guard<std::mutex> lock(commit_mu_);
+      for (; cursor->blocks.empty() && cursor->partition < params_.num_partitions &&
+             !destroyed_.load();
+           ++cursor->partition) {
+        Partition* p = partitions_.Find(cursor->partition);
+        if (p == nullptr || damaged_.count(cursor->partition) != 0) continue;
+        cursor->blocks.reserve(p->index.size());
+        for (const IndexEntry& e : p->index) {
+          cursor->blocks.push_back(ScrubCursor::Block{
+              BlockRef{cursor->partition, e.frame_size, e.offset, e.records, e.uncompressed},
+              e.mapper, committed_.at(e.mapper)});
+        }
+      }
+      if (cursor->blocks.empty()) step.done = true;
+      continue;
+    }
+    const ScrubCursor::Block& b = cursor->blocks[cursor->next++];
+    const absl::Status st = ScrubBlock(b, buffer);
+    step.bytes += kBlockHeaderSize + b.ref.frame_size;
+    if (st.ok()) continue;
+    if (destroyed_.load()) {  // (its file may be going away under it)
+      step.done = true;
+      break;
+    }
+    if (MarkDamaged(b.ref.partition, st, "scrub")) ++step.damaged;
+    cursor->next = cursor->blocks.size();  // its partition is done with
+  }
+  return step;
+}
+
+absl::Status ShuffleStore::ScrubBlock(const ScrubCursor::Block& b, std::string* buffer) const {
+  const BlockRef& block = b.ref;
+  auto corrupt = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat("stored frame of partition ", block.partition, " at ",
+                                            DataName(), ":", block.offset, " is corrupt: ", why));
+  };
+  if (block.frame_size < kFrameHeaderSize) return corrupt("shorter than a frame header");
+  buffer->resize(std::max<size_t>(kScrubPiece, kBlockHeaderSize + kFrameHeaderSize));
+  auto* buf = reinterpret_cast<uint8_t*>(buffer->data());
+  SLUICE_RETURN_IF_ERROR(file::PreadAll(data_fd_.get(), DataName(), block.offset,
+                                        kBlockHeaderSize + kFrameHeaderSize, buf));
+  if (!BlockHeaderMatches(buf, b.mapper, b.attempt, block)) {
+    return corrupt("its block header does not match its commit record");
+  }
+  auto h = ParseFrameHeader(absl::MakeConstSpan(buf + kBlockHeaderSize, kFrameHeaderSize),
+                            StoredFrameLimits(options_.limits));
+  if (!h.ok()) return corrupt(h.status().message());
+  if (h->frame_size() != block.frame_size) return corrupt("its size is not its commit's");
+  PayloadHasher hasher;
+  uint64_t at = block.offset + kBlockHeaderSize + kFrameHeaderSize;
+  for (uint64_t left = h->stored_size; left > 0;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(left, kScrubPiece));
+    SLUICE_RETURN_IF_ERROR(file::PreadAll(data_fd_.get(), DataName(), at, n, buf));
+    hasher.Update(buf, n);
+    at += n;
+    left -= n;
+  }
+  if (hasher.Digest() != h->payload_checksum) return corrupt("payload checksum mismatch");
+  return absl::OkStatus();
 }
 
 void ShuffleStore::Discard(absl::Span<const BlockRef> blocks) { PunchBlocks(blocks); }
@@ -476,19 +581,29 @@ absl::Status ShuffleStore::ReadFrame(const BlockRef& block, std::string* frame, 
   frame->resize(block.frame_size);
   const uint64_t at = block.offset + kBlockHeaderSize;
   auto* out = reinterpret_cast<uint8_t*>(frame->data());
+  absl::Status read;
   if (view != nullptr && block.frame_size <= kViewReadMax && at <= view->length() &&
       block.frame_size <= view->length() - at) {
-    SLUICE_RETURN_IF_ERROR(view->Copy(at, block.frame_size, out));
+    read = view->Copy(at, block.frame_size, out);
   } else {
-    SLUICE_RETURN_IF_ERROR(file::PreadAll(data_fd_.get(), DataName(), at, block.frame_size, out));
+    read = file::PreadAll(data_fd_.get(), DataName(), at, block.frame_size, out);
+  }
+  if (!read.ok()) {
+    // A page the disk cannot give, or a file cut short under the server.
+    if (absl::IsDataLoss(read) && !destroyed_.load()) {
+      MarkDamaged(block.partition, read, "fetch");
+    }
+    return read;
   }
   const auto bytes = Bytes(*frame);
   auto h = ParseFrameHeader(bytes, StoredFrameLimits(options_.limits));
   if (!h.ok() || h->frame_size() != frame->size() ||
       PayloadChecksum(bytes.data() + kFrameHeaderSize, h->stored_size) != h->payload_checksum) {
-    return absl::DataLossError(absl::StrCat(
+    const absl::Status damage = absl::DataLossError(absl::StrCat(
         "stored frame of partition ", block.partition, " at ", DataName(), ":", block.offset,
         " is corrupt", h.ok() ? "" : absl::StrCat(": ", h.status().message())));
+    MarkDamaged(block.partition, damage, "fetch");
+    return damage;
   }
   if (header != nullptr) *header = *h;
   return absl::OkStatus();
@@ -510,6 +625,7 @@ void ShuffleStore::MarkDeleted() {
     p.stats = PartitionStats{};
     p.index = {};
   });
+  index_bytes_.store(0);
 }
 
 }  // namespace sluice

@@ -14,9 +14,11 @@
 // then reports success. For each mapper the first committed attempt wins; a later commit for the
 // same mapper is reported as a duplicate and its blocks discarded. Each partition keeps an index
 // of its committed blocks in memory (24 bytes a block). Open() rebuilds the state from the log
-// (store_recovery.cc): a torn tail record is cut off, every committed block is read back and
-// checksum-verified, and all bytes not owned by a commit (broken or in-flight attempts) are
-// truncated away or punched out. The files' bytes are block_format.h's and CommitLog's.
+// alone (store_recovery.cc): a torn tail record is cut off, every committed block must lie
+// within the data file, and all bytes not owned by a commit (broken or in-flight attempts) are
+// truncated away or punched out; the frames' bytes are checked where they are read (a fetch)
+// and by the scrub (ScrubNext), which mark a partition found damaged (MarkDamaged). The files'
+// bytes are block_format.h's and CommitLog's.
 //
 // Messages name the shuffle's files by their path relative to the data directory (`shown`,
 // "shuffles/<id>"): clients see them, and are not told server paths.
@@ -61,9 +63,17 @@ struct StoreOptions {
   Histogram* commit_sync_seconds = nullptr;
   /// A total the store's held bytes are added to as they change (its tenant's; may be null).
   std::shared_ptr<std::atomic<int64_t>> held_total;
+  /// Told when a partition is first found damaged (MarkDamaged): the shuffle, the partition,
+  /// why, and what found it ("fetch", "scrub"). May be null.
+  std::function<void(const std::string&, uint32_t, const absl::Status&, const char*)> on_damaged;
 };
 
 enum class CommitOutcome { kCommitted, kDuplicate };
+
+/// What Open reads of the committed blocks: kLog, nothing (the log says where they are and
+/// what they hold; their bytes are checked when read); kEveryByte, each block's header and
+/// frame, checksums included (a reopen after a failed disk write, which may have lost pages).
+enum class OpenCheck { kLog, kEveryByte };
 
 struct PartitionStats {
   uint64_t records = 0;
@@ -88,9 +98,9 @@ class ShuffleStore {
                                                               const StoreOptions& options);
   /// Opens an existing shuffle directory and recovers its committed state (store_recovery.cc).
   /// DATA_LOSS for damage, and for a shuffle of an earlier, unreleased layout.
-  static absl::StatusOr<std::unique_ptr<ShuffleStore>> Open(const std::string& dir,
-                                                            const std::string& shown,
-                                                            const StoreOptions& options);
+  static absl::StatusOr<std::unique_ptr<ShuffleStore>> Open(
+      const std::string& dir, const std::string& shown, const StoreOptions& options,
+      OpenCheck check = OpenCheck::kLog);
   /// Just the parameters of the shuffle in `dir` (e.g. of one that failed to open).
   static absl::StatusOr<ShuffleParams> ReadParams(const std::string& dir, const std::string& shown);
 
@@ -157,7 +167,7 @@ class ShuffleStore {
   PartitionStats Stats(uint32_t partition) const;
 
   /// Reads a committed block's frame, checking its frame's checksums (and sets *header, when
-  /// given). With a `view` (ReadView()), a frame of up to kViewReadMax bytes that lies in it is
+  /// given). A frame found damaged (DATA_LOSS) marks its partition (MarkDamaged). With a `view` (ReadView()), a frame of up to kViewReadMax bytes that lies in it is
   /// copied out of it rather than read with a system call.
   absl::Status ReadFrame(const BlockRef& block, std::string* frame, FrameHeader* header = nullptr,
                          const file::Mapping* view = nullptr) const;
@@ -198,6 +208,42 @@ class ShuffleStore {
   /// Partitions whose state exists (with committed blocks): memory follows them, not the
   /// declared count.
   size_t partitions_made() const { return partitions_.made(); }
+  /// Bytes its partitions' indexes take in memory (capacity included).
+  uint64_t index_bytes() const { return index_bytes_.load(std::memory_order_relaxed); }
+
+  /// A partition whose committed data was found damaged (a checksum, a header that does not
+  /// match its commit, a read error): from now on its fetches fail at once with DATA_LOSS
+  /// naming it (in a cluster, readers then use another replica). The first reason is kept.
+  /// Returns whether the partition was not marked before.
+  bool MarkDamaged(uint32_t partition, const absl::Status& why, const char* found_by) const;
+  /// OK, or the DATA_LOSS of a damaged partition.
+  absl::Status PartitionDamage(uint32_t partition) const;
+  /// The damaged partitions and why, in order.
+  std::map<uint32_t, absl::Status> DamagedPartitions() const;
+
+  /// Where a scrub of this store stands (ScrubNext).
+  struct ScrubCursor {
+    uint32_t partition = 0;
+    size_t next = 0;  ///< the next block of `blocks`
+    struct Block {
+      BlockRef ref;
+      uint32_t mapper;
+      uint64_t attempt;
+    };
+    std::vector<Block> blocks;  ///< `partition`'s committed blocks when its scrub began
+  };
+  struct ScrubStep {
+    uint64_t bytes = 0;   ///< read
+    bool done = false;    ///< every partition was walked
+    int damaged = 0;      ///< partitions newly marked damaged
+  };
+  /// Reads and checks committed blocks from `cursor` on, about `max_bytes` of them (at least
+  /// one block): each block's header against its commit, and its frame's header and payload
+  /// checksum, read in pieces of at most kScrubPiece bytes into *buffer (so a scrub's memory is
+  /// one piece, whatever the frames' size). A damaged one marks its partition (MarkDamaged),
+  /// whose scrub then ends.
+  ScrubStep ScrubNext(ScrubCursor* cursor, uint64_t max_bytes, std::string* buffer);
+  static constexpr size_t kScrubPiece = 1 << 20;
 
  private:
   // One committed block of a partition (the partition is implied).
@@ -255,9 +301,14 @@ class ShuffleStore {
   CommitLog::Options LogOptions();
   absl::Status SyncDataFile();
   // Rebuilds the state from the log (docs/storage.md, Recovery).
-  absl::Status Recover(int dir_fd);
-  // Checks a committed block against its record and reads its frame; sets its uncompressed.
-  absl::Status VerifyBlock(uint32_t mapper, uint64_t attempt, BlockRef* block) const;
+  absl::Status Recover(int dir_fd, OpenCheck check);
+  // Checks a committed block's header against its record and its frame's header (and, with
+  // `payload`, reads the frame and checks its checksums); sets its uncompressed size.
+  absl::Status VerifyBlock(uint32_t mapper, uint64_t attempt, BlockRef* block, bool payload) const;
+  // The scrub's check of one committed block (ScrubNext).
+  absl::Status ScrubBlock(const ScrubCursor::Block& b, std::string* buffer) const;
+  // Makes room for `frames` more entries in p's index, counted in index_bytes_.
+  void ReserveIndexLocked(Partition& p, size_t frames);
   absl::Status ReclaimUnowned();
   // Adds `delta` to held_ and to options_.held_total.
   void Hold(int64_t delta);
@@ -286,6 +337,7 @@ class ShuffleStore {
   std::atomic<int> writers_{0};
   std::atomic<int64_t> held_{0};  // bytes of its blocks: committed, prepared, being pushed
   std::atomic<std::chrono::steady_clock::rep> last_used_ns_{0};
+  std::atomic<uint64_t> index_bytes_{0};
   const ShuffleParams params_;
   const StoreOptions options_;
   file::Fd data_fd_;
@@ -302,6 +354,7 @@ class ShuffleStore {
   std::map<uint32_t, uint64_t> committed_;  // mapper -> its winning attempt
   // Cluster mode: mapper -> attempt -> its blocks, prepared and not resolved yet.
   std::map<uint32_t, std::map<uint64_t, std::vector<BlockRef>>> prepared_;
+  mutable std::map<uint32_t, absl::Status> damaged_;  // partition -> why (MarkDamaged)
 };
 
 }  // namespace sluice

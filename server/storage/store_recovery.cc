@@ -15,11 +15,12 @@ namespace sluice {
 
 absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Open(const std::string& dir,
                                                                  const std::string& shown,
-                                                                 const StoreOptions& options) {
+                                                                 const StoreOptions& options,
+                                                                 OpenCheck check) {
   SLUICE_ASSIGN_OR_RETURN(ShuffleParams params, ReadParams(dir, shown));
   std::unique_ptr<ShuffleStore> store(new ShuffleStore(dir, shown, params, options));
   SLUICE_ASSIGN_OR_RETURN(file::Fd dir_fd, file::OpenDirectory(dir, shown));
-  SLUICE_RETURN_IF_ERROR(store->Recover(dir_fd.get()));
+  SLUICE_RETURN_IF_ERROR(store->Recover(dir_fd.get(), check));
   return store;
 }
 
@@ -31,26 +32,38 @@ absl::StatusOr<ShuffleParams> ShuffleStore::ReadParams(const std::string& dir,
   return DecodeParams(encoded, shown_path);
 }
 
-absl::Status ShuffleStore::VerifyBlock(uint32_t mapper, uint64_t attempt,
-                                       BlockRef* block_ref) const {
+absl::Status ShuffleStore::VerifyBlock(uint32_t mapper, uint64_t attempt, BlockRef* block_ref,
+                                       bool payload) const {
   const BlockRef& block = *block_ref;
-  uint8_t h[kBlockHeaderSize];
-  SLUICE_RETURN_IF_ERROR(
-      file::PreadAll(data_fd_.get(), DataName(), block.offset, kBlockHeaderSize, h));
+  // The block's header and its frame's: what a version 3 log does not say.
+  uint8_t h[kBlockHeaderSize + kFrameHeaderSize];
+  const size_t n = std::min<size_t>(sizeof(h), kBlockHeaderSize + block.frame_size);
+  SLUICE_RETURN_IF_ERROR(file::PreadAll(data_fd_.get(), DataName(), block.offset, n, h));
   if (!BlockHeaderMatches(h, mapper, attempt, block)) {
     return absl::DataLossError(absl::StrCat("committed block of mapper ", mapper, " attempt ",
                                             attempt, " for partition ", block.partition, " at ",
                                             DataName(), ":", block.offset,
                                             " does not match its commit record"));
   }
-  std::string frame;
-  FrameHeader header;
-  SLUICE_RETURN_IF_ERROR(ReadFrame(block, &frame, &header));
-  block_ref->uncompressed = header.uncompressed_size;
+  if (payload) {
+    std::string frame;
+    FrameHeader header;
+    SLUICE_RETURN_IF_ERROR(ReadFrame(block, &frame, &header));
+    block_ref->uncompressed = header.uncompressed_size;
+    return absl::OkStatus();
+  }
+  auto header = ParseFrameHeader(absl::MakeConstSpan(h + kBlockHeaderSize, n - kBlockHeaderSize),
+                                 StoredFrameLimits(options_.limits));
+  if (!header.ok() || header->frame_size() != block.frame_size) {
+    return absl::DataLossError(absl::StrCat(
+        "stored frame of partition ", block.partition, " at ", DataName(), ":", block.offset,
+        " is corrupt", header.ok() ? "" : absl::StrCat(": ", header.status().message())));
+  }
+  block_ref->uncompressed = header->uncompressed_size;
   return absl::OkStatus();
 }
 
-absl::Status ShuffleStore::Recover(int dir_fd) {
+absl::Status ShuffleStore::Recover(int dir_fd, OpenCheck check) {
   // 1. The data file, if there is one.
   const bool data_existed = file::ExistsAt(dir_fd, kDataFile);
   uint64_t data_size = 0;
@@ -79,15 +92,40 @@ absl::Status ShuffleStore::Recover(int dir_fd) {
     if (options_.fsync) SLUICE_RETURN_IF_ERROR(file::SyncFd(dir_fd, shown_dir_));
   }
 
-  // 4. Every committed block must be there and whole.
+  // 4. Every committed block must lie within the data file. Its bytes are not read: a fetch
+  //    checks every frame it reads, and the scrub walks them in the background. A version 3
+  //    log lacks the frames' uncompressed sizes: their headers are read (not their payloads).
+  //    A reopen after a failed disk write reads every byte back (kEveryByte): the failed
+  //    sync may have lost pages a record names.
+  const bool headers = log_->version() < 4 || check == OpenCheck::kEveryByte;
   for (auto* list : {&commits, &prepared}) {
     for (CommitRecord& c : *list) {
-      for (BlockRef& b : c.blocks) SLUICE_RETURN_IF_ERROR(VerifyBlock(c.mapper, c.attempt, &b));
+      for (BlockRef& b : c.blocks) {
+        if (b.offset > data_size || kBlockHeaderSize + uint64_t{b.frame_size} > data_size - b.offset) {
+          return absl::DataLossError(absl::StrCat(
+              "committed block of mapper ", c.mapper, " for partition ", b.partition, " at ",
+              DataName(), ":", b.offset, " ends past the end of the file (", data_size,
+              " bytes): the data file was cut short"));
+        }
+        if (headers) {
+          SLUICE_RETURN_IF_ERROR(
+              VerifyBlock(c.mapper, c.attempt, &b, check == OpenCheck::kEveryByte));
+        }
+      }
     }
   }
 
-  // 5. The index, and the bytes no commit owns given back.
+  // 5. The index (each partition's sized exactly), and the bytes no commit owns given back.
   std::lock_guard<std::mutex> lock(commit_mu_);
+  {
+    std::vector<uint32_t> frames(params_.num_partitions, 0);
+    for (const CommitRecord& c : commits) {
+      for (const BlockRef& b : c.blocks) ++frames[b.partition];
+    }
+    for (uint32_t p = 0; p < params_.num_partitions; ++p) {
+      if (frames[p] != 0) ReserveIndexLocked(partitions_.Get(p), frames[p]);
+    }
+  }
   for (const CommitRecord& c : commits) AddCommitLocked(c.mapper, c.attempt, c.blocks);
   for (CommitRecord& c : prepared) prepared_[c.mapper][c.attempt] = std::move(c.blocks);
   return ReclaimUnowned();

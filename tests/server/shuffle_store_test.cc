@@ -16,11 +16,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "codec/endian.h"
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
+#include "codec/frame_format.h"
 #include "server/storage/file_util.h"
 #include "server/storage/shuffle_registry.h"
 #include "tests/harness/frames.h"
@@ -364,7 +367,10 @@ TEST_F(ShuffleStoreTest, CorruptionBeforeValidCommitsIsRefusedNotTruncated) {
   EXPECT_NE(store.status().message().find("refusing"), absl::string_view::npos) << store.status();
 }
 
-TEST_F(ShuffleStoreTest, DamagedCommittedDataIsReportedOnOpen) {
+// Damage in a committed payload is not looked for at the start (which reads the log, not the
+// frames): a fetch's read finds it, and so does the scrub; either marks the partition, whose
+// reads then fail at once with DATA_LOSS naming it, while the others serve on.
+TEST_F(ShuffleStoreTest, DamagedCommittedDataIsFoundByAReadAndMarksItsPartition) {
   std::vector<BlockRef> blocks;
   {
     auto store = CreateStore();
@@ -376,15 +382,162 @@ TEST_F(ShuffleStoreTest, DamagedCommittedDataIsReportedOnOpen) {
     f.seekp(static_cast<std::streamoff>(blocks[3].offset + kBlockHeaderSize + 40));
     f.put('\x00');
   }
-  auto store = ShuffleStore::Open(ShuffleDir(), kShown, StoreOptions{});
-  ASSERT_FALSE(store.ok());
-  EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss);
+  std::vector<std::tuple<std::string, uint32_t, std::string>> told;
+  StoreOptions options;
+  options.on_damaged = [&told](const std::string& id, uint32_t p, const absl::Status&,
+                               const char* by) { told.emplace_back(id, p, by); };
+  auto opened = ShuffleStore::Open(ShuffleDir(), kShown, options);
+  ASSERT_OK(opened);  // the start does not read payloads
+  ShuffleStore& store = **opened;
+  EXPECT_OK(store.PartitionDamage(3));
+  std::string frame;
+  const absl::Status read = store.ReadFrame(store.CommittedBlocks(3)[0], &frame);
+  ASSERT_THAT(read, StatusIs(absl::StatusCode::kDataLoss, "corrupt"));
   // Named by its place in the data directory: clients see this, never a server path.
-  EXPECT_NE(store.status().message().find(
-                absl::StrCat("partition 3 at ", kShown, "/data:", blocks[3].offset)),
+  EXPECT_NE(read.message().find(absl::StrCat("partition 3 at ", kShown, "/data:", blocks[3].offset)),
             absl::string_view::npos)
-      << store.status();
-  EXPECT_EQ(store.status().message().find(dir_.path()), absl::string_view::npos) << store.status();
+      << read;
+  EXPECT_EQ(read.message().find(dir_.path()), absl::string_view::npos) << read;
+  EXPECT_THAT(store.PartitionDamage(3), StatusIs(absl::StatusCode::kDataLoss, "partition 3"));
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0], std::make_tuple(std::string("s1"), 3u, std::string("fetch")));
+  // The other partitions are whole and serve.
+  for (uint32_t p = 0; p < 3; ++p) {
+    EXPECT_OK(store.PartitionDamage(p));
+    EXPECT_EQ(ReadPartition(store, p).size(), 50u);
+  }
+  EXPECT_EQ(store.DamagedPartitions().size(), 1u);
+}
+
+TEST_F(ShuffleStoreTest, TheScrubFindsDamageNobodyReadAndChecksEveryByte) {
+  std::vector<BlockRef> blocks;
+  uint64_t committed = 0;
+  {
+    auto store = CreateStore(4, 8);
+    for (uint32_t m = 0; m < 3; ++m) {
+      auto b = WriteAttempt(*store, m, 1, 200, 100);
+      ASSERT_EQ(*store->Commit(m, 1, b), CommitOutcome::kCommitted);
+      if (m == 1) blocks = b;
+      for (const BlockRef& x : b) committed += kBlockHeaderSize + x.frame_size;
+    }
+  }
+  // One payload byte of mapper 1's block of partition 2, and the header of its block of 0.
+  {
+    std::fstream f(ShuffleDir() + "/data", std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>(blocks[2].offset + kBlockHeaderSize + blocks[2].frame_size -
+                                        7));
+    f.put('\x5a');
+    f.seekp(static_cast<std::streamoff>(blocks[0].offset + 9));
+    f.put('\x7f');
+  }
+  std::vector<std::pair<uint32_t, std::string>> told;
+  StoreOptions options;
+  options.on_damaged = [&told](const std::string&, uint32_t p, const absl::Status& why,
+                               const char* by) {
+    told.emplace_back(p, std::string(by) + ": " + std::string(why.message()));
+  };
+  auto opened = ShuffleStore::Open(ShuffleDir(), kShown, options);
+  ASSERT_OK(opened);
+  ShuffleStore& store = **opened;
+  ShuffleStore::ScrubCursor cursor;
+  std::string buffer;
+  uint64_t read = 0;
+  int damaged = 0, steps = 0;
+  for (;; ++steps) {
+    const ShuffleStore::ScrubStep step = store.ScrubNext(&cursor, 4096, &buffer);
+    read += step.bytes;
+    damaged += step.damaged;
+    if (step.done) break;
+  }
+  EXPECT_GT(steps, 3);  // in steps of about the size asked for
+  EXPECT_EQ(damaged, 2);
+  ASSERT_EQ(told.size(), 2u);
+  EXPECT_EQ(told[0].first, 0u);
+  EXPECT_NE(told[0].second.find("scrub: "), std::string::npos);
+  EXPECT_NE(told[0].second.find("does not match its commit record"), std::string::npos)
+      << told[0].second;
+  EXPECT_EQ(told[1].first, 2u);
+  EXPECT_NE(told[1].second.find("payload checksum mismatch"), std::string::npos)
+      << told[1].second;
+  // Every byte of the undamaged partitions was read, and each damaged one up to its damage.
+  EXPECT_LE(read, committed);
+  EXPECT_GE(read, committed - 2 * (kBlockHeaderSize + blocks[0].frame_size));
+  EXPECT_LE(buffer.size(), ShuffleStore::kScrubPiece + 64);
+  EXPECT_THAT(store.PartitionDamage(2), StatusIs(absl::StatusCode::kDataLoss, "partition 2"));
+  EXPECT_OK(store.PartitionDamage(1));
+  EXPECT_OK(store.PartitionDamage(3));
+  // The next pass leaves the damaged partitions out.
+  ShuffleStore::ScrubCursor again;
+  uint64_t second = 0;
+  for (;;) {
+    const ShuffleStore::ScrubStep step = store.ScrubNext(&again, 1 << 30, &buffer);
+    second += step.bytes;
+    EXPECT_EQ(step.damaged, 0);
+    if (step.done) break;
+  }
+  EXPECT_LT(second, read);
+}
+
+// A start reads the commit log, not the data: it still refuses a data file shorter than what
+// the log commits, naming the block (and changes nothing).
+TEST_F(ShuffleStoreTest, ADataFileCutShortIsRefusedAtOpen) {
+  std::vector<BlockRef> blocks;
+  {
+    auto store = CreateStore();
+    blocks = WriteAttempt(*store, 0, 1, 50);
+    ASSERT_EQ(*store->Commit(0, 1, blocks), CommitOutcome::kCommitted);
+  }
+  const uint64_t cut = blocks.back().offset + kBlockHeaderSize + 10;
+  ASSERT_EQ(::truncate((ShuffleDir() + "/data").c_str(), static_cast<off_t>(cut)), 0);
+  auto store = ShuffleStore::Open(ShuffleDir(), kShown, StoreOptions{});
+  EXPECT_THAT(store, StatusIs(absl::StatusCode::kDataLoss, "cut short"));
+  struct stat st;
+  ASSERT_EQ(::stat((ShuffleDir() + "/data").c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), cut);
+}
+
+// A log of version 3 (records without the frames' uncompressed sizes, written before layout
+// 4's log) still opens: the frames' headers give the sizes, and it keeps its version.
+TEST_F(ShuffleStoreTest, AVersion3LogOpensAndStaysVersion3) {
+  std::vector<BlockRef> blocks;
+  {
+    auto store = CreateStore(4, 8);
+    blocks = WriteAttempt(*store, 0, 1, 30);
+    ASSERT_EQ(*store->Commit(0, 1, blocks), CommitOutcome::kCommitted);
+  }
+  // The same commit as a version 3 log: its header slot, then its record.
+  std::string log(1024, '\0');
+  std::string slot("SLLG", 4);
+  AppendLE32(&slot, 3);
+  AppendLE64(&slot, 1);
+  AppendLE64(&slot, 1024);
+  AppendLE64(&slot, 0);
+  AppendLE64(&slot, PayloadChecksum(reinterpret_cast<const uint8_t*>(slot.data()), slot.size()));
+  log.replace(512, slot.size(), slot);
+  log += EncodeCommitRecord(0, 1, blocks, false, 3);
+  {
+    std::ofstream f(ShuffleDir() + "/commits.log", std::ios::binary | std::ios::trunc);
+    f << log;
+  }
+  {
+    auto store = Reopen();
+    ASSERT_NE(store, nullptr);
+    std::vector<uint32_t> mappers;
+    auto got = store->CommittedBlocksOf(2, {}, &mappers);
+    ASSERT_OK(got);
+    ASSERT_EQ(got->size(), 1u);
+    EXPECT_EQ((*got)[0].uncompressed, blocks[2].uncompressed);
+    EXPECT_GT(blocks[2].uncompressed, 0u);
+    auto more = WriteAttempt(*store, 1, 1, 30);
+    ASSERT_EQ(*store->Commit(1, 1, more), CommitOutcome::kCommitted);
+  }
+  auto store = Reopen();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->CommittedMappers(), (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(ReadPartition(*store, 1).size(), 60u);
+  std::ifstream f(ShuffleDir() + "/commits.log", std::ios::binary);
+  const std::string now((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(LoadLE32(reinterpret_cast<const uint8_t*>(now.data()) + 4), 3u);
 }
 
 TEST_F(ShuffleStoreTest, BadArgumentsAreNamed) {
