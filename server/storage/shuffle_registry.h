@@ -50,8 +50,9 @@ class ShuffleRegistry {
       const std::vector<std::string>& data_dirs, const StoreOptions& options,
       Opening opening = Opening::kAll);
   static absl::StatusOr<std::unique_ptr<ShuffleRegistry>> Open(const std::string& data_dir,
-                                                               const StoreOptions& options) {
-    return Open(std::vector<std::string>{data_dir}, options);
+                                                               const StoreOptions& options,
+                                                               Opening opening = Opening::kAll) {
+    return Open(std::vector<std::string>{data_dir}, options, opening);
   }
 
   /// A data directory as the registry sees it.

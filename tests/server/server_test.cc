@@ -998,13 +998,11 @@ TEST_F(ServerTest, AShuffleThatFailsRecoveryIsReportedDamagedAndCanBeDeleted) {
   ASSERT_OK(Push("good", 0, 1, 1, 30, &resp));
   ASSERT_OK(Push("bad", 0, 1, 2, 30, &resp));
   server_->Stop().IgnoreError();
-  {  // flip a byte of the committed frame: its checksum no longer matches
-    const std::string path = server_->data_dir() + "/shuffles/bad/data";
+  {  // flip a byte of its commit record (below the log's floor): acknowledged commits are lost
+    const std::string path = server_->data_dir() + "/shuffles/bad/commits.log";
     std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
     ASSERT_TRUE(f.good()) << path;
-    f.seekg(0, std::ios::end);
-    const auto size = static_cast<std::streamoff>(f.tellg());
-    f.seekp(size - 3);
+    f.seekp(1024 + 12);
     f.put('\x7f');
   }
   RestartServer();
@@ -1015,7 +1013,7 @@ TEST_F(ServerTest, AShuffleThatFailsRecoveryIsReportedDamagedAndCanBeDeleted) {
   EXPECT_EQ(info.shuffle_id(), "bad");
   EXPECT_EQ(info.num_partitions(), 2u);
   EXPECT_NE(info.damage().find("corrupt"), std::string::npos) << info.damage();
-  EXPECT_NE(info.damage().find("shuffles/bad/data"), std::string::npos) << info.damage();
+  EXPECT_NE(info.damage().find("shuffles/bad/commits.log"), std::string::npos) << info.damage();
   EXPECT_EQ(info.damage().find(server_->data_dir()), std::string::npos) << info.damage();
   {
     grpc::ClientContext ctx;
@@ -1052,6 +1050,102 @@ TEST_F(ServerTest, AShuffleThatFailsRecoveryIsReportedDamagedAndCanBeDeleted) {
   ASSERT_OK(st);
   EXPECT_FALSE(fresh.damaged());
   EXPECT_EQ(fresh.num_partitions(), 3u);
+}
+
+// A committed frame's payload damaged on disk: the start does not read it (the shuffle opens and
+// serves), the first fetch that reads it fails with DATA_LOSS and marks its partition, whose
+// fetches then fail at once naming it; GetShuffle says which partition and why; the other
+// partitions serve. The scrub finds such damage in a partition nobody reads.
+TEST_F(ServerTest, DamagedPayloadsAreFoundByAFetchAndByTheScrubPartitionByPartition) {
+  ASSERT_OK(Create("s", 3, 0));
+  pb::PushResponse resp;
+  ASSERT_OK(Push("s", 0, 1, 3, 30, &resp));
+  ASSERT_OK(Push("s", 1, 1, 3, 30, &resp));
+  const std::string path = server_->data_dir() + "/shuffles/s/data";
+  auto flip_last_byte_of_block = [&](int index) {  // blocks in arrival order: mapper, partition
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    ASSERT_TRUE(f.good()) << path;
+    uint64_t at = 0;
+    for (int i = 0;; ++i) {  // walk the blocks: a 32-byte header, then the frame
+      char h[32];
+      f.seekg(static_cast<std::streamoff>(at));
+      f.read(h, 32);
+      const uint32_t size = static_cast<uint8_t>(h[20]) | static_cast<uint8_t>(h[21]) << 8 |
+                            static_cast<uint8_t>(h[22]) << 16 |
+                            static_cast<uint32_t>(static_cast<uint8_t>(h[23])) << 24;
+      if (i == index) {
+        f.seekp(static_cast<std::streamoff>(at + 32 + size - 2));
+        f.put('\x01');
+        return;
+      }
+      at += 32 + size;
+    }
+  };
+  server_->Stop().IgnoreError();
+  flip_last_byte_of_block(1);  // mapper 0, partition 1
+  MiniServerOptions opts;
+  opts.server.scrub_bytes_per_s = 0;  // (the fetch finds it)
+  stub_.reset();
+  ASSERT_OK(server_->Restart(opts));
+  stub_ = MakeStub(*server_);
+  grpc::Status st;
+  pb::ShuffleInfo info = Info("s", &st);
+  ASSERT_OK(st);
+  EXPECT_FALSE(info.damaged());
+  EXPECT_FALSE(info.partitions(1).damaged());  // nobody has read it yet
+  std::vector<std::string> got;
+  EXPECT_THAT(FetchAll("s", 1, &got), StatusIs(absl::StatusCode::kDataLoss, "corrupt"));
+  got.clear();
+  EXPECT_THAT(FetchAll("s", 1, &got),
+              StatusIs(absl::StatusCode::kDataLoss, "partition 1 of shuffle 's' is damaged"));
+  info = Info("s", &st);
+  ASSERT_OK(st);
+  EXPECT_TRUE(info.partitions(1).damaged());
+  EXPECT_NE(info.partitions(1).damage().find("shuffles/s/data:"), std::string::npos)
+      << info.partitions(1).damage();
+  EXPECT_EQ(info.partitions(1).damage().find(server_->data_dir()), std::string::npos);
+  for (uint32_t p : {0u, 2u}) {
+    got.clear();
+    ASSERT_OK(FetchAll("s", p, &got));
+    EXPECT_EQ(got, Expected({0, 1}, p, 30));
+  }
+
+  // Partition 2 damaged, and the scrub running: it finds it with nobody reading.
+  server_->Stop().IgnoreError();
+  flip_last_byte_of_block(5);  // mapper 1, partition 2
+  opts.server.scrub_bytes_per_s = uint64_t{64} << 20;
+  stub_.reset();
+  ASSERT_OK(server_->Restart(opts));
+  stub_ = MakeStub(*server_);
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        const pb::ShuffleInfo now = Info("s");
+        return now.partitions_size() == 3 && now.partitions(2).damaged();
+      },
+      std::chrono::seconds(20)))
+      << "the scrub did not find the damage";
+  info = Info("s", &st);
+  EXPECT_NE(info.partitions(2).damage().find("payload checksum mismatch"), std::string::npos)
+      << info.partitions(2).damage();
+  EXPECT_TRUE(info.partitions(1).damaged());  // (found again by the scrub after the restart)
+  EXPECT_FALSE(info.partitions(0).damaged());
+  const std::string metrics = server_->server()->RenderMetrics();
+  EXPECT_NE(metrics.find("sluice_partitions_damaged_total{found_by=\"scrub\"} 2"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("sluice_damaged_partitions 2"), std::string::npos);
+  got.clear();
+  EXPECT_THAT(FetchAll("s", 2, &got), StatusIs(absl::StatusCode::kDataLoss, "partition 2"));
+  got.clear();
+  ASSERT_OK(FetchAll("s", 0, &got));
+  EXPECT_EQ(got, Expected({0, 1}, 0, 30));
+  grpc::ClientContext ctx;
+  pb::NodeInfo node;
+  ASSERT_OK(stub_->GetNode(&ctx, pb::GetNodeRequest(), &node));
+  EXPECT_EQ(node.damaged_partitions(), 2u);
+  EXPECT_GT(node.scrubbed_bytes(), 0u);
+  EXPECT_EQ(node.index_bytes(), 6u * 24);  // 6 frames, indexes sized exactly at the start
+  EXPECT_EQ(node.shuffles_unopened(), 0u);
 }
 
 TEST_F(ServerTest, HealthServiceSaysServing) {

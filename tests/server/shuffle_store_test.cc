@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -822,6 +823,72 @@ TEST(ShuffleRegistryTest, ATenantsStoredBytesFollowItsBlocks) {
   EXPECT_EQ(Held(*registry, "t"), 0u);
   EXPECT_EQ(registry->CountWithPrefix("t~"), 0u);
   EXPECT_EQ(registry->CountWithPrefix("u~"), 1u);
+}
+
+// Opening::kLazy: the start lists the shuffles and opens none; a call by id opens its shuffle
+// (once, however many ask at the same moment), OpenNextListed opens the rest in id order, a
+// damaged one becomes damaged when opened, and one can be deleted before it was ever opened.
+TEST(ShuffleRegistryTest, LazyOpeningOpensAShuffleWhenAskedAndTheRestInTheBackground) {
+  TempDir dir;
+  const std::string frame = testing::RandomValueFrame(100, 1);
+  {
+    ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(dir.path(), StoreOptions{}));
+    for (const char* id : {"a", "b", "c", "d", "e"}) {
+      ASSERT_OK(registry->Create({id, 2, 2}).status());
+      ASSERT_OK_AND_ASSIGN(auto store, registry->Get(id));
+      ASSERT_OK_AND_ASSIGN(BlockRef b, store->Append(0, 1, 1, testing::Bytes(frame), 1));
+      ASSERT_OK(store->Commit(0, 1, {b}).status());
+    }
+  }
+  // d's commit log loses its header: d is damaged, which only opening it can tell.
+  {
+    std::fstream f(dir.path() + "/shuffles/d/commits.log",
+                   std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(0);
+    f.write(std::string(1024, '\0').data(), 1024);
+  }
+  ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(dir.path(), StoreOptions{},
+                                                            ShuffleRegistry::Opening::kLazy));
+  EXPECT_EQ(registry->unopened(), 5u);
+  EXPECT_TRUE(registry->List().empty());
+  EXPECT_EQ(registry->CountWithPrefix(""), 5u);  // (quotas count them all the same)
+  // Asked for: opened now, by as many callers as ask at once.
+  std::vector<std::thread> askers;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 4; ++i) {
+    askers.emplace_back([&] {
+      auto store = registry->Get("c");
+      if (store.ok() && (*store)->CommittedMappers().size() == 1) ok.fetch_add(1);
+    });
+  }
+  for (auto& t : askers) t.join();
+  EXPECT_EQ(ok.load(), 4);
+  EXPECT_EQ(registry->unopened(), 4u);
+  ASSERT_EQ(registry->List().size(), 1u);
+  EXPECT_EQ(registry->List()[0]->params().shuffle_id, "c");
+  // Deleted before it was ever opened.
+  ASSERT_OK(registry->Delete("e"));
+  EXPECT_EQ(registry->unopened(), 3u);
+  EXPECT_THAT(registry->Get("e"), StatusIs(absl::StatusCode::kNotFound, "'e'"));
+  // The rest, in id order.
+  ASSERT_TRUE(registry->OpenNextListed());
+  EXPECT_EQ(registry->unopened(), 2u);
+  ASSERT_EQ(registry->List().size(), 2u);
+  EXPECT_EQ(registry->List()[0]->params().shuffle_id, "a");
+  registry->OpenAllListed();
+  EXPECT_FALSE(registry->OpenNextListed());
+  EXPECT_EQ(registry->unopened(), 0u);
+  EXPECT_EQ(registry->List().size(), 3u);  // a, b, c
+  ASSERT_TRUE(registry->FindDamaged("d").has_value());
+  EXPECT_THAT(registry->Get("d"), StatusIs(absl::StatusCode::kDataLoss, "no valid header"));
+  // A create of a listed id that was not opened yet finds it (it is not made again).
+  ASSERT_OK_AND_ASSIGN(auto again, ShuffleRegistry::Open(dir.path(), StoreOptions{},
+                                                         ShuffleRegistry::Opening::kLazy));
+  ASSERT_OK_AND_ASSIGN(bool created, again->Create({"b", 2, 2}));
+  EXPECT_FALSE(created);
+  EXPECT_THAT(again->Create({"a", 3, 2}), StatusIs(absl::StatusCode::kAlreadyExists, "already exists"));
+  ASSERT_OK_AND_ASSIGN(auto b, again->Get("b"));
+  EXPECT_EQ(b->CommittedMappers().size(), 1u);
 }
 
 }  // namespace
