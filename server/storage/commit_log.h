@@ -83,6 +83,8 @@ class CommitLog {
  public:
   struct Options {
     bool fsync = true;
+    /// The version Create writes (kOldestLogVersion to kLogVersion); Open keeps the log's own.
+    uint32_t version = kLogVersion;
     /// Names the shuffle in errors, as callers know it (ShuffleName).
     std::string shuffle_name;
     /// Makes the shuffle's data durable; called once by a batch's leader, outside every lock,

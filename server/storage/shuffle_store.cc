@@ -85,6 +85,7 @@ absl::Status ShuffleStore::DeletedError() const {
 CommitLog::Options ShuffleStore::LogOptions() {
   CommitLog::Options o;
   o.fsync = options_.fsync;
+  o.version = options_.log_version;
   o.shuffle_name = std::string(ShuffleName(params_.shuffle_id));
   o.sync_data = [this] { return SyncDataFile(); };
   if (Histogram* h = options_.commit_sync_seconds; h != nullptr) {

@@ -55,6 +55,9 @@ namespace sluice {
 struct StoreOptions {
   /// Sync the data file and the commit log before a commit is acknowledged.
   bool fsync = true;
+  /// The version a new shuffle's commit log is written in (kOldestLogVersion for benchmarks
+  /// against servers before version 4; an existing log keeps its own).
+  uint32_t log_version = kLogVersion;
   FrameLimits limits;
   /// The fdatasync commits use on the data file (tests inject failures here); null =
   /// file::SyncData.

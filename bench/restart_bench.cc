@@ -1,0 +1,256 @@
+// sluice-restart-bench: what a server's start costs (issue 33; docs/benchmarks.md, "Start").
+//
+//   sluice-restart-bench fill --data_dir D --shuffles N --partitions P --mappers M
+//       --frames F --frame_bytes B [--log_version 4]
+//     writes N committed shuffles into D/shuffles through the server's own storage code (no
+//     server, no network: only the bytes on disk matter here), each of P partitions and M
+//     mappers, every mapper F frames of B incompressible bytes to each partition. With
+//     --log_version 3 the logs are the format servers before fast start read.
+//
+//   sluice-restart-bench start --server BIN --data_dir D [--shuffle ID] [--cold 1]
+//       [--flag --x=y ...]
+//     (as root, with --cold 1: syncs and drops the page cache first) execs BIN on D and reports,
+//     as one JSON line: ms from exec until it listens, until it answers a call (GetNode), until
+//     the first chunk of a fetch of partition 0 of shuffle ID arrives, and until every shuffle
+//     is open (GetNode's shuffles_unopened reaches 0; a server that opens all before it
+//     listens has none), and its resident memory (VmRSS) at each of those moments.
+//
+//   sluice-restart-bench scrub-cost ... is not here: bench/restart_bench.sh interleaves
+//   `sluice bench` runs with the scrub on and off.
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/server_process.h"
+#include "codec/frame_encoder.h"
+#include "server/storage/shuffle_store.h"
+#include "sluice/v1/shuffle.grpc.pb.h"
+
+namespace sluice {
+namespace {
+
+namespace pb = sluice::v1;
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// The flags after the subcommand: --name value pairs (repeated --flag values kept in order).
+struct Args {
+  std::map<std::string, std::string> one;
+  std::vector<std::string> server_flags;
+  std::string Get(const std::string& k, const std::string& def = "") const {
+    auto it = one.find(k);
+    return it == one.end() ? def : it->second;
+  }
+  uint64_t Num(const std::string& k, uint64_t def) const {
+    auto it = one.find(k);
+    return it == one.end() ? def : std::strtoull(it->second.c_str(), nullptr, 10);
+  }
+};
+
+bool ParseArgs(int argc, char** argv, Args* out) {
+  for (int i = 2; i < argc; i += 2) {
+    if (i + 1 >= argc || std::string(argv[i]).rfind("--", 0) != 0) return false;
+    if (std::string(argv[i]) == "--flag") {
+      out->server_flags.push_back(argv[i + 1]);
+    } else {
+      out->one[std::string(argv[i]).substr(2)] = argv[i + 1];
+    }
+  }
+  return true;
+}
+
+// One frame of a single record whose value is `bytes` incompressible bytes, stored uncompressed.
+std::string IncompressibleFrame(size_t bytes, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string value(bytes, '\0');
+  for (size_t i = 0; i + 8 <= bytes; i += 8) {
+    const uint64_t x = rng();
+    std::memcpy(&value[i], &x, 8);
+  }
+  EncodeOptions opts;
+  opts.layout = LayoutChoice::kOpaque;
+  opts.compression = Compression::kNone;
+  FrameEncoder enc(opts);
+  std::string frame;
+  std::vector<Record> records{Record{"key", value}};
+  if (!enc.Encode(records, &frame).ok()) std::abort();
+  return frame;
+}
+
+int Fill(const Args& a) {
+  const std::string dir = a.Get("data_dir");
+  const uint64_t shuffles = a.Num("shuffles", 1), partitions = a.Num("partitions", 8),
+                 mappers = a.Num("mappers", 8), frames = a.Num("frames", 1),
+                 frame_bytes = a.Num("frame_bytes", 1 << 20);
+  if (dir.empty() || partitions == 0 || partitions > kMaxPartitions || mappers == 0) {
+    std::fprintf(stderr, "fill: --data_dir, --partitions 1..65536, --mappers >= 1\n");
+    return 2;
+  }
+  StoreOptions options;
+  options.fsync = false;  // (synced once at the end)
+  options.log_version = static_cast<uint32_t>(a.Num("log_version", kLogVersion));
+  const std::string frame = IncompressibleFrame(frame_bytes, 1);
+  std::filesystem::create_directories(dir + "/shuffles");
+  const auto began = Clock::now();
+  uint64_t total = 0, count = 0;
+  std::vector<ShuffleStore::FrameToAppend> batch;
+  std::vector<BlockRef> blocks;
+  for (uint64_t s = 0; s < shuffles; ++s) {
+    const std::string id = absl::StrCat("s", s);
+    auto store = ShuffleStore::Create(absl::StrCat(dir, "/shuffles/", id), "shuffles/" + id,
+                                      ShuffleParams{id, static_cast<uint32_t>(partitions),
+                                                    static_cast<uint32_t>(mappers)},
+                                      options);
+    if (!store.ok()) {
+      std::fprintf(stderr, "fill: %s\n", store.status().ToString().c_str());
+      return 1;
+    }
+    for (uint32_t m = 0; m < mappers; ++m) {
+      blocks.clear();
+      // A message's worth at a time (as a push writes them): at most 4 MiB or 4,096 frames.
+      for (uint32_t p = 0; p < partitions; ++p) {
+        for (uint64_t f = 0; f < frames; ++f) {
+          batch.push_back({p, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()),
+                                                  frame.size()),
+                           1});
+          if (batch.size() >= 4096 || batch.size() * frame.size() >= (4u << 20)) {
+            if (!(*store)->AppendAll(m, 1, batch, &blocks).ok()) return 1;
+            batch.clear();
+          }
+        }
+      }
+      if (!batch.empty() && !(*store)->AppendAll(m, 1, batch, &blocks).ok()) return 1;
+      batch.clear();
+      if (!(*store)->Commit(m, 1, blocks).ok()) return 1;
+      count += blocks.size();
+      total += blocks.size() * (frame.size() + kBlockHeaderSize);
+    }
+  }
+  ::sync();
+  std::printf(
+      "{\"filled\": %llu, \"frames\": %llu, \"bytes\": %llu, \"frame_bytes\": %zu, "
+      "\"log_version\": %u, \"seconds\": %.1f}\n",
+      static_cast<unsigned long long>(shuffles), static_cast<unsigned long long>(count),
+      static_cast<unsigned long long>(total), frame.size(), options.log_version,
+      MsSince(began) / 1000);
+  return 0;
+}
+
+uint64_t RssBytes(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) << 10;
+  }
+  return 0;
+}
+
+int Start(const Args& a) {
+  const std::string bin = a.Get("server"), dir = a.Get("data_dir"), shuffle = a.Get("shuffle");
+  if (bin.empty() || dir.empty()) {
+    std::fprintf(stderr, "start: --server BIN --data_dir D\n");
+    return 2;
+  }
+  if (a.Num("cold", 0) != 0) {
+    ::sync();
+    std::ofstream drop("/proc/sys/vm/drop_caches");
+    drop << "3\n";
+    drop.close();
+    if (!drop) {
+      std::fprintf(stderr, "start: --cold 1 needs root (/proc/sys/vm/drop_caches)\n");
+      return 1;
+    }
+  }
+  std::vector<std::string> flags{"--data_dir=" + dir, "--log_level=warn"};
+  for (const std::string& f : a.server_flags) flags.push_back(f);
+  const auto t0 = Clock::now();
+  auto server = ServerProcess::Start(bin, flags, "127.0.0.1", std::chrono::minutes(30));
+  if (!server.ok()) {
+    std::fprintf(stderr, "start: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  const double listening = MsSince(t0);
+  const pid_t pid = (*server)->pid();
+  auto stub = pb::ShuffleService::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->port()),
+                          grpc::InsecureChannelCredentials()));
+  pb::NodeInfo node;
+  for (;;) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    if (stub->GetNode(&ctx, pb::GetNodeRequest(), &node).ok()) break;
+  }
+  const double answering = MsSince(t0);
+  const uint64_t rss_answering = RssBytes(pid);
+  double fetched = -1;
+  uint64_t fetch_bytes = 0;
+  if (!shuffle.empty()) {
+    grpc::ClientContext ctx;
+    pb::FetchRequest req;
+    req.set_shuffle_id(shuffle);
+    req.set_partition_id(0);
+    auto reader = stub->Fetch(&ctx, req);
+    pb::FetchResponse resp;
+    if (reader->Read(&resp)) {
+      fetched = MsSince(t0);
+      fetch_bytes = resp.frame().size();
+    }
+    ctx.TryCancel();
+    (void)reader->Finish();
+  }
+  const uint32_t unopened_first = node.shuffles_unopened();
+  for (;;) {
+    grpc::ClientContext ctx;
+    if (stub->GetNode(&ctx, pb::GetNodeRequest(), &node).ok() && node.shuffles_unopened() == 0) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const double all_open = MsSince(t0);
+  const uint64_t rss_all_open = RssBytes(pid);
+  std::printf(
+      "{\"listening_ms\": %.0f, \"answering_ms\": %.0f, \"first_fetch_ms\": %.0f, "
+      "\"first_fetch_bytes\": %llu, \"all_open_ms\": %.0f, \"unopened_when_answering\": %u, "
+      "\"shuffles\": %u, \"index_mb\": %.1f, \"rss_answering_mb\": %.1f, "
+      "\"rss_all_open_mb\": %.1f}\n",
+      listening, answering, fetched, static_cast<unsigned long long>(fetch_bytes), all_open,
+      unopened_first, node.shuffles(), node.index_bytes() / 1048576.0, rss_answering / 1048576.0,
+      rss_all_open / 1048576.0);
+  (void)(*server)->Stop();
+  return 0;
+}
+
+int Run(int argc, char** argv) {
+  Args a;
+  const std::string cmd = argc > 1 ? argv[1] : "";
+  if ((cmd != "fill" && cmd != "start") || !ParseArgs(argc, argv, &a)) {
+    std::fprintf(stderr,
+                 "usage: sluice-restart-bench fill --data_dir D --shuffles N --partitions P "
+                 "--mappers M --frames F --frame_bytes B [--log_version 3|4]\n"
+                 "       sluice-restart-bench start --server BIN --data_dir D [--shuffle ID] "
+                 "[--cold 1] [--flag --x=y]...\n");
+    return 2;
+  }
+  return cmd == "fill" ? Fill(a) : Start(a);
+}
+
+}  // namespace
+}  // namespace sluice
+
+int main(int argc, char** argv) { return sluice::Run(argc, argv); }
