@@ -127,12 +127,13 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
     index += store->index_bytes();
     damaged += store->DamagedPartitions().size();
   }
-  t.Gauge("sluice_shuffles", "Shuffles held (open)", D(stores.size()));
+  t.Gauge("sluice_shuffles", "Shuffles held, open or not (damaged ones apart)",
+          D(stores.size() + s.registry->unopened()));
   t.Gauge("sluice_shuffles_unopened",
-          "Shuffles found at start and not opened yet (each opens when first asked for, or in "
-          "the background)",
+          "Shuffles held and not open now: found at start and not opened yet, or closed while "
+          "idle (each opens when asked for)",
           D(s.registry->unopened()));
-  t.Gauge("sluice_partitions", "Partitions of the shuffles held", D(partitions));
+  t.Gauge("sluice_partitions", "Partitions of the open shuffles", D(partitions));
   t.Gauge("sluice_index_bytes", "Memory the open shuffles' frame indexes take", D(index));
   t.Gauge("sluice_damaged_partitions",
           "Partitions of open shuffles found damaged (their fetches fail with DATA_LOSS here)",

@@ -75,6 +75,11 @@ ABSL_FLAG(uint32_t, shuffle_ttl_s, 0,
           "delete a shuffle nobody used for this long (0 = never; servers on their own only)");
 ABSL_FLAG(uint32_t, scrub_mb_per_s, 16,
           "read and check committed data in the background at this rate, MiB/s (0 = off)");
+ABSL_FLAG(uint64_t, max_open_shuffles, 0,
+          "shuffles open at once; idle ones past it close (0 = what the open-files limit leaves "
+          "beside the connections)");
+ABSL_FLAG(uint64_t, index_memory_mb, 1024,
+          "memory the open shuffles' frame indexes may take; idle shuffles past it close");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port for Prometheus metrics over HTTP (GET /metrics); empty = none");
 ABSL_FLAG(uint32_t, disk_high_water_pct, 95,
@@ -162,6 +167,9 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   opts.shuffle_ttl = std::chrono::seconds(absl::GetFlag(FLAGS_shuffle_ttl_s));
   opts.scrub_bytes_per_s = uint64_t{absl::GetFlag(FLAGS_scrub_mb_per_s)} << 20;
+  opts.max_open_shuffles = absl::GetFlag(FLAGS_max_open_shuffles);
+  const uint64_t index_mb = absl::GetFlag(FLAGS_index_memory_mb);
+  opts.index_memory_bytes = index_mb > (uint64_t{1} << 24) ? uint64_t{1} << 45 : index_mb << 20;
   opts.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   opts.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   opts.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);

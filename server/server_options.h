@@ -35,6 +35,11 @@ struct ServerOptions {
   std::chrono::seconds shuffle_ttl{0};
   /// The background scrub's rate over committed data, in bytes a second (0 = off).
   uint64_t scrub_bytes_per_s = uint64_t{16} << 20;
+  /// Shuffles open at once (each holds 2 descriptors and its index; 0 = what the open-files
+  /// limit leaves beside the connections' share), and memory their indexes may take: past
+  /// either, idle shuffles close (and open again from their logs when asked for).
+  size_t max_open_shuffles = 0;
+  uint64_t index_memory_bytes = uint64_t{1} << 30;
   std::chrono::milliseconds shutdown_grace{5000};
   /// How long a drain (SIGTERM, the Drain RPC) lets pushes and fetches in flight run on.
   std::chrono::milliseconds drain_grace{30000};

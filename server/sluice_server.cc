@@ -102,6 +102,7 @@ struct SluiceServer::Impl {
   std::unique_ptr<Scrubber> scrubber;  // with --scrub_mb_per_s
   std::unique_ptr<Periodic> scrubbing;
   std::unique_ptr<Background> opener;  // the shuffles listed at start, opened one by one
+  std::unique_ptr<Periodic> closing;   // idle shuffles past --max_open_shuffles, --index_memory_mb
   std::unique_ptr<MetricsEndpoint> metrics_endpoint;  // with --metrics_listen
   // Installed (install_connection_guard) before the port opens; then never destroyed: gRPC's
   // threads close connections' descriptors through it until the process ends.
@@ -283,8 +284,20 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
     server->Shutdown();  // never served as a member: stop
     return st;
   }
-  // The shuffles found at start, opened in the background (those asked for first open at once).
+  // The shuffles found at start, opened in the background (those asked for first open at once),
+  // within the open limits: a shuffle holds 2 descriptors, and connections keep their share.
   const size_t listed = i.registry->unopened();
+  const size_t max_open =
+      options.max_open_shuffles != 0
+          ? options.max_open_shuffles
+          : std::max<size_t>(
+                16, (static_cast<size_t>(climits.descriptor_limit) -
+                     std::min<size_t>(climits.descriptor_limit, climits.max_connections + 256)) /
+                        2);
+  i.registry->set_open_limits(max_open, options.index_memory_bytes);
+  i.closing = std::make_unique<Periodic>(std::chrono::seconds(1), [&i] {
+    i.registry->CloseIdle(std::chrono::steady_clock::now());
+  });
   i.opener = std::make_unique<Background>([&i, listed](const std::atomic<bool>& stop) {
     const auto began = std::chrono::steady_clock::now();
     while (!stop.load() && i.registry->OpenNextListed()) {
@@ -318,11 +331,11 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   const ClusterNode::Self self = i.node->self();
   spdlog::info(
       "event=started listen={} port={} data_dir={} shuffles={} memory_budget_mb={} node_id={} "
-      "address={} cluster={} metrics_port={}",
+      "address={} cluster={} metrics_port={} max_open_shuffles={}",
       options.listen_address, i.grpc->port(), options.data_dir, listed + i.registry->List().size(),
       options.memory_budget_bytes >> 20, self.node_id, self.address,
       i.membership != nullptr ? options.etcd_endpoints : std::string("none"),
-      i.metrics_endpoint == nullptr ? 0 : i.metrics_endpoint->port());
+      i.metrics_endpoint == nullptr ? 0 : i.metrics_endpoint->port(), max_open);
   return server;
 }
 
@@ -445,6 +458,7 @@ void SluiceServer::Shutdown() {
   i.expiring.reset();
   i.scrubbing.reset();
   i.opener.reset();
+  i.closing.reset();
   i.watching.reset();
   i.metrics_endpoint.reset();  // (scrapes read the pools and the service)
   // Out of the cluster first, so that no one is sent here while the calls in flight finish.

@@ -8,9 +8,11 @@ namespace sluice {
 
 std::shared_ptr<ShuffleStore> Scrubber::NextStore() {
   while (!pass_.empty()) {
-    std::shared_ptr<ShuffleStore> store = pass_.back().lock();
+    const std::string id = std::move(pass_.back());
     pass_.pop_back();
-    if (store != nullptr) return store;
+    // (Deleted since, damaged, or no room to open it now: the next pass tries again.)
+    auto store = registry_->Get(id);
+    if (store.ok()) return *std::move(store);
   }
   return nullptr;
 }
@@ -29,10 +31,10 @@ uint64_t Scrubber::Run(Clock::time_point now) {
   while (allowance_ > 0) {
     if (store_ == nullptr) {
       if (pass_.empty() && !in_pass_) {
-        // A new pass: every shuffle open now (List's id order), popped from the back.
-        const auto stores = registry_->List();  // (the open ones: it never opens a shuffle)
-        if (stores.empty()) break;
-        pass_.assign(stores.rbegin(), stores.rend());
+        // A new pass: every shuffle held now, in id order (popped from the back).
+        const std::vector<std::string> ids = registry_->Ids();
+        if (ids.empty()) break;
+        pass_.assign(ids.rbegin(), ids.rend());
         in_pass_ = true;
       }
       cursor_ = ShuffleStore::ScrubCursor{};

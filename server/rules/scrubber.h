@@ -1,5 +1,5 @@
-// Scrubber: --scrub_mb_per_s. Walks every open shuffle's committed blocks, one shuffle after
-// another and then again from the first, reading each block at about the rate given and checking
+// Scrubber: --scrub_mb_per_s. Walks every shuffle's committed blocks (opening one that is not
+// open: ShuffleRegistry::Get), one shuffle after another in id order and then again from the first, reading each block at about the rate given and checking
 // it against its commit record and its frame's checksums (ShuffleStore::ScrubNext). A damaged
 // block marks its partition damaged: its fetches then fail with DATA_LOSS naming it, so that in a
 // cluster its readers use another replica. Its memory is one read piece (1 MiB).
@@ -40,7 +40,7 @@ class Scrubber {
   uint64_t passes() const { return passes_; }
 
  private:
-  // The next shuffle of the pass still held, or null once the pass is over.
+  // The next shuffle of the pass that can be opened, or null once the pass is over.
   std::shared_ptr<ShuffleStore> NextStore();
 
   ShuffleRegistry* const registry_;
@@ -49,8 +49,8 @@ class Scrubber {
   bool started_ = false;
   Clock::time_point last_;
   double allowance_ = 0;  // bytes the rate allows now (negative: a large block's debt)
-  // The shuffles left in this pass, the next last (weak: a deleted one is let go).
-  std::vector<std::weak_ptr<ShuffleStore>> pass_;
+  // The shuffles left in this pass, the next last.
+  std::vector<std::string> pass_;
   bool in_pass_ = false;
   std::shared_ptr<ShuffleStore> store_;  // being scrubbed
   ShuffleStore::ScrubCursor cursor_;

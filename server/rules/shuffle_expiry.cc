@@ -31,6 +31,14 @@ size_t ShuffleExpiry::ExpireIdle(Clock::time_point now) {
                    std::string(st.message()));
     }
   }
+  // Those not open (listed at start and not opened yet, or closed while idle) age too.
+  for (const std::string& id : registry_->UnopenedIdleSince(now - ttl_)) {
+    if (registry_->DeleteIfUnopenedSince(id, now - ttl_)) {
+      ++expired;
+      spdlog::info("event=expire tenant={} shuffle={} ttl_s={} open=false", TenantField(id), id,
+                   std::chrono::duration_cast<std::chrono::seconds>(ttl_).count());
+    }
+  }
   return expired;
 }
 

@@ -249,7 +249,8 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
     resp->set_memory_budget_bytes(deps_.admission.budget->limit());
     resp->set_memory_used_bytes(deps_.admission.budget->used());
     resp->set_shuffles(static_cast<uint32_t>(everything
-                                                 ? deps_.registry->List().size()
+                                                 ? deps_.registry->List().size() +
+                                                       deps_.registry->unopened()
                                                  : deps_.registry->CountWithPrefix(call.prefix())));
     if (everything) {
       uint64_t index = 0, damaged = 0;

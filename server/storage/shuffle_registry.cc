@@ -24,6 +24,7 @@ StoreOptions ShuffleRegistry::OptionsForLocked(const std::string& id) {
   StoreOptions o = options_;
   const absl::string_view tenant = TenantOf(id);
   if (!tenant.empty()) o.held_total = TenantBytesLocked(std::string(tenant));
+  o.index_total = index_total_;
   return o;
 }
 
@@ -35,7 +36,30 @@ std::shared_ptr<std::atomic<int64_t>> ShuffleRegistry::TenantBytesLocked(
 }
 
 std::shared_ptr<std::atomic<int64_t>> ShuffleRegistry::TenantBytes(const std::string& tenant) {
-  std::lock_guard<std::mutex> lock(mu_);
+  // Its shuffles not opened since the start hold bytes too: they count once open.
+  const std::string prefix = tenant + kTenantSeparator;
+  std::set<std::string> tried;
+  while (unopened_count_.load() > 0) {
+    std::string id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = never_opened_.lower_bound(prefix);
+           it != never_opened_.end() && absl::StartsWith(*it, prefix); ++it) {
+        if (tried.count(*it) == 0) {
+          id = *it;
+          break;
+        }
+      }
+    }
+    if (id.empty()) break;
+    tried.insert(id);
+    (void)OpenListed(id);  // (no room to open it: its bytes are not counted)
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  opened_cv_.wait(lock, [&] {  // (and those another call is opening)
+    auto it = opening_.lower_bound(prefix);
+    return it == opening_.end() || !absl::StartsWith(*it, prefix);
+  });
   return TenantBytesLocked(tenant);
 }
 
@@ -144,11 +168,16 @@ absl::Status ShuffleRegistry::ListDir(size_t index) {
     if (!ValidateShuffleId(id).ok()) continue;  // not ours (or a leftover temp directory)
     if (auto other = home_.find(id); other != home_.end()) {
       if (unopened_.erase(id) != 0) unopened_count_.fetch_sub(1);
+      never_opened_.erase(id);
       Duplicate(id, other->second, index);
       continue;
     }
     home_[id] = index;
-    if (unopened_.insert(id).second) unopened_count_.fetch_add(1);
+    // Its lifetime (--shuffle_ttl_s) counts from the start until it is opened.
+    if (unopened_.emplace(id, Unopened{0, std::chrono::steady_clock::now()}).second) {
+      unopened_count_.fetch_add(1);
+      never_opened_.insert(id);
+    }
   }
   if (ec) return file::ErrnoStatus(ec.value(), "list", "shuffles");
   return absl::OkStatus();
@@ -158,30 +187,42 @@ bool ShuffleRegistry::OpenNextListed() {
   std::string id;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (unopened_.empty()) return false;
-    id = *unopened_.begin();
+    // Up to half the limits: the rest is room for what is asked for.
+    if (never_opened_.empty() || shuffles_.size() >= max_open_ / 2 ||
+        index_total_->load() >= static_cast<int64_t>(index_budget_ / 2)) {
+      return false;
+    }
+    id = *never_opened_.begin();
   }
-  OpenListed(id);
-  return true;
+  // (A failed open makes it damaged; no room to open it leaves it, and the rest, for later.)
+  return OpenListed(id).ok();
 }
 
-void ShuffleRegistry::OpenListed(const std::string& id) {
-  if (unopened_count_.load() == 0) return;
+absl::Status ShuffleRegistry::OpenListed(const std::string& id) {
+  if (unopened_count_.load() == 0) return absl::OkStatus();
   std::unique_lock<std::mutex> lock(mu_);
   opened_cv_.wait(lock, [&] { return opening_.count(id) == 0; });
-  if (unopened_.erase(id) == 0) return;
+  auto entry = unopened_.find(id);
+  if (entry == unopened_.end()) return absl::OkStatus();
+  const Unopened was = entry->second;
+  // Room for it: idle shuffles close first when the open ones are at their limit.
+  if (shuffles_.size() >= max_open_) {
+    CloseIdleLocked(max_open_ - std::max<size_t>(1, max_open_ / 16), index_budget_,
+                    std::chrono::steady_clock::now(), kMinIdleToMakeRoom);
+  }
+  // (The limit is soft: with none idle enough to close, it opens all the same, and the next
+  // CloseIdle brings the open ones back under the limit. The descriptors are the hard limit.)
+  const absl::Status room = CheckFdHeadroom(
+      open_fds_, 3, absl::StrCat("shuffle '", ShuffleName(id), "' cannot be opened now"));
+  if (!room.ok()) return room;  // (it stays listed, for a later call)
+  unopened_.erase(entry);
+  const bool first_time = never_opened_.erase(id) != 0;
   opening_.insert(id);
   const size_t index = home_.at(id);
   const std::string dir = ShuffleDirLocked(id);
   const StoreOptions options = OptionsForLocked(id);
-  // A start must come up whatever the limit: past it, shuffles are left unopened (and say
-  // so) rather than taking the descriptors connections need.
-  const absl::Status room =
-      CheckFdHeadroom(open_fds_, 3, absl::StrCat("shuffle '", ShuffleName(id), "' was not opened"));
   lock.unlock();
-  absl::StatusOr<std::unique_ptr<ShuffleStore>> store =
-      room.ok() ? ShuffleStore::Open(dir, Shown(id), options)
-                : absl::StatusOr<std::unique_ptr<ShuffleStore>>(room);
+  absl::StatusOr<std::unique_ptr<ShuffleStore>> store = ShuffleStore::Open(dir, Shown(id), options);
   DamagedShuffle damaged;
   if (!store.ok()) {
     damaged.params = ShuffleStore::ReadParams(dir, Shown(id)).value_or(ShuffleParams{id, 0, 0});
@@ -194,12 +235,114 @@ void ShuffleRegistry::OpenListed(const std::string& id) {
   opening_.erase(id);
   unopened_count_.fetch_sub(1);
   opened_cv_.notify_all();
+  if (!first_time && was.held != 0 && options.held_total != nullptr) {
+    // Counted while it was closed; its open counted its bytes again.
+    options.held_total->fetch_sub(was.held);
+  }
   if (store.ok()) {
     open_fds_ += (*store)->open_files();
+    if (!first_time) (*store)->SetLastUsed(was.last_used);  // reopened: its lifetime goes on
     shuffles_.emplace(id, std::shared_ptr<ShuffleStore>(std::move(store).value()));
   } else {
     damaged_.emplace(id, std::move(damaged));
   }
+  return absl::OkStatus();
+}
+
+void ShuffleRegistry::set_open_limits(size_t max_open, uint64_t index_budget) {
+  std::lock_guard<std::mutex> lock(mu_);
+  max_open_ = std::max<size_t>(1, max_open);
+  index_budget_ = index_budget;
+}
+
+size_t ShuffleRegistry::CloseIdle(std::chrono::steady_clock::time_point now) {
+  std::vector<std::shared_ptr<ShuffleStore>> closed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shuffles_.size() <= max_open_ && index_total_->load() <= static_cast<int64_t>(index_budget_)) {
+      return 0;
+    }
+    // Down to 15/16 of the limits, so that a server at its limit does not close one at a time.
+    closed = CloseIdleLocked(max_open_ - max_open_ / 16, index_budget_ - index_budget_ / 16, now,
+                             kMinIdle);
+  }
+  return closed.size();  // (their memory is freed here, outside the lock)
+}
+
+std::vector<std::shared_ptr<ShuffleStore>> ShuffleRegistry::CloseIdleLocked(
+    size_t max_open, uint64_t index_budget, std::chrono::steady_clock::time_point now,
+    std::chrono::milliseconds min_idle) {
+  // Idle: nobody holds it but this map (no push, fetch, scrub or call has it: none can take it
+  // while mu_ is held), nothing it would lose in memory (a wedge, damage found), and neither
+  // opened nor used in the last `min_idle` (a call that has just opened it takes it then).
+  std::vector<std::pair<std::chrono::steady_clock::time_point, std::string>> idle;
+  for (const auto& [id, store] : shuffles_) {
+    if (store.use_count() != 1 || store->writers() > 0 || store->wedged() ||
+        now - store->opened_at() < min_idle || now - store->last_used() < min_idle ||
+        !store->DamagedPartitions().empty()) {
+      continue;
+    }
+    idle.emplace_back(store->last_used(), id);
+  }
+  std::sort(idle.begin(), idle.end());  // least recently used first
+  std::vector<std::shared_ptr<ShuffleStore>> closed;
+  for (const auto& [used, id] : idle) {
+    if (shuffles_.size() <= max_open && index_total_->load() <= static_cast<int64_t>(index_budget)) {
+      break;
+    }
+    auto it = shuffles_.find(id);
+    std::shared_ptr<ShuffleStore> store = std::move(it->second);
+    shuffles_.erase(it);
+    // Its bytes stay counted to its tenant while it is closed (a quota must not forget them).
+    unopened_.emplace(id, Unopened{store->DetachHeld(), used});
+    unopened_count_.fetch_add(1);
+    open_fds_ -= std::min<uint64_t>(open_fds_, store->open_files());
+    closed.push_back(std::move(store));
+  }
+  if (!closed.empty()) {
+    spdlog::debug("event=shuffles_closed count={} open={} index_bytes={}", closed.size(),
+                  shuffles_.size(), index_total_->load());
+  }
+  return closed;
+}
+
+absl::Status ShuffleRegistry::DeleteUnopened(std::unique_lock<std::mutex>& lock,
+                                             const std::string& id) {
+  auto u = unopened_.find(id);
+  SLUICE_ASSIGN_OR_RETURN(std::vector<std::string> trash, MoveToTrash(id));
+  if (u->second.held != 0) {
+    if (auto total = OptionsForLocked(id).held_total) total->fetch_sub(u->second.held);
+  }
+  unopened_.erase(u);
+  never_opened_.erase(id);
+  unopened_count_.fetch_sub(1);
+  home_.erase(id);
+  extra_homes_.erase(id);
+  lock.unlock();
+  for (const std::string& t : trash) {
+    SLUICE_RETURN_IF_ERROR(file::RemoveTree(t, absl::StrCat(Shown(id), " (deleted)")));
+  }
+  return absl::OkStatus();
+}
+
+bool ShuffleRegistry::DeleteIfUnopenedSince(const std::string& id,
+                                            std::chrono::steady_clock::time_point before) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto u = unopened_.find(id);
+  if (u == unopened_.end() || opening_.count(id) != 0 || !(u->second.last_used < before)) {
+    return false;
+  }
+  return DeleteUnopened(lock, id).ok();
+}
+
+std::vector<std::string> ShuffleRegistry::UnopenedIdleSince(
+    std::chrono::steady_clock::time_point before) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [id, u] : unopened_) {
+    if (u.last_used < before) out.push_back(id);
+  }
+  return out;
 }
 
 absl::Status ShuffleRegistry::ProbeWrite(const std::string& root) {
@@ -395,10 +538,15 @@ absl::Status ShuffleRegistry::ValidateParams(const ShuffleParams& params) {
 
 absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
   SLUICE_RETURN_IF_ERROR(ValidateParams(params));
-  OpenListed(params.shuffle_id);
+  SLUICE_RETURN_IF_ERROR(OpenListed(params.shuffle_id));
   // Counted before the lock: listing /proc/self/fd of a busy server takes milliseconds.
   const uint64_t open_fds = file::OpenFdCount();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (unopened_.count(params.shuffle_id) != 0 || opening_.count(params.shuffle_id) != 0) {
+    lock.unlock();  // closed again meanwhile (idle): it exists, opened for the answer
+    SLUICE_RETURN_IF_ERROR(OpenListed(params.shuffle_id));
+    lock.lock();
+  }
   if (auto d = damaged_.find(params.shuffle_id); d != damaged_.end()) {
     if (absl::IsUnavailable(d->second.reason)) {
       return absl::UnavailableError(absl::StrCat("shuffle '", ShuffleName(params.shuffle_id), "' ",
@@ -417,6 +565,10 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
     return absl::AlreadyExistsError(absl::StrCat("shuffle '", ShuffleName(params.shuffle_id),
                                                  "' already exists with ", have.num_partitions,
                                                  " partitions and ", have.num_mappers, " mappers"));
+  }
+  if (shuffles_.size() >= max_open_) {  // (room made as for an open, best effort)
+    CloseIdleLocked(max_open_ - std::max<size_t>(1, max_open_ / 16), index_budget_,
+                    std::chrono::steady_clock::now(), kMinIdleToMakeRoom);
   }
   SLUICE_RETURN_IF_ERROR(CheckFdHeadroom(
       open_fds, 3, absl::StrCat("shuffle '", ShuffleName(params.shuffle_id), "' was not created")));
@@ -442,8 +594,12 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
 }
 
 absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::Get(const std::string& id) {
-  OpenListed(id);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  do {  // (again if it was closed as idle between its open and this look)
+    if (lock.owns_lock()) lock.unlock();
+    SLUICE_RETURN_IF_ERROR(OpenListed(id));
+    lock.lock();
+  } while (unopened_.count(id) != 0);
   auto it = shuffles_.find(id);
   if (it != shuffles_.end()) return it->second;
   if (auto d = damaged_.find(id); d != damaged_.end()) {
@@ -461,7 +617,7 @@ absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::Get(const std::st
 
 absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::GetForWriting(
     const std::string& id) {
-  OpenListed(id);
+  SLUICE_RETURN_IF_ERROR(OpenListed(id));
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     auto it = shuffles_.find(id);
@@ -510,7 +666,7 @@ absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::GetForWriting(
 }
 
 std::optional<DamagedShuffle> ShuffleRegistry::FindDamaged(const std::string& id) {
-  OpenListed(id);
+  (void)OpenListed(id);  // (a shuffle that cannot be opened now is not known to be damaged)
   std::lock_guard<std::mutex> lock(mu_);
   auto d = damaged_.find(id);
   if (d == damaged_.end()) return std::nullopt;
@@ -562,6 +718,16 @@ absl::StatusOr<std::vector<std::string>> ShuffleRegistry::MoveToTrash(const std:
   return trash;
 }
 
+std::vector<std::string> ShuffleRegistry::Ids() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  out.reserve(home_.size());
+  for (const auto& [id, home] : home_) {
+    if (damaged_.count(id) == 0) out.push_back(id);
+  }
+  return out;
+}
+
 std::vector<std::shared_ptr<ShuffleStore>> ShuffleRegistry::List() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::shared_ptr<ShuffleStore>> out;
@@ -570,10 +736,11 @@ std::vector<std::shared_ptr<ShuffleStore>> ShuffleRegistry::List() const {
 }
 
 absl::Status ShuffleRegistry::Delete(const std::string& id) {
-  OpenListed(id);
   std::vector<std::string> trash;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    opened_cv_.wait(lock, [&] { return opening_.count(id) == 0; });
+    if (unopened_.count(id) != 0) return DeleteUnopened(lock, id);  // (never opened for it)
     auto it = shuffles_.find(id);
     auto d = damaged_.find(id);
     if (it == shuffles_.end() && d == damaged_.end()) return NotFoundLocked(id);

@@ -16,6 +16,7 @@
 #define SLUICE_SERVER_STORAGE_SHUFFLE_REGISTRY_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -90,26 +91,52 @@ class ShuffleRegistry {
   /// pushes still write to it: UNAVAILABLE, retry. If re-verifying finds damage, the shuffle
   /// becomes damaged (DATA_LOSS).
   absl::StatusOr<std::shared_ptr<ShuffleStore>> GetForWriting(const std::string& id);
-  /// The open shuffles (not those listed at start and not opened yet).
+  /// The open shuffles (not those listed at start and not opened yet, nor those closed).
   std::vector<std::shared_ptr<ShuffleStore>> List() const;
+  /// Every shuffle's id, open or not (damaged ones apart), in order.
+  std::vector<std::string> Ids() const;
   std::optional<DamagedShuffle> FindDamaged(const std::string& id);
-  /// Opens one shuffle listed at start and not opened yet (the first by id); false when there
-  /// is none left.
+  /// Opens one shuffle listed at start and never opened since (the first by id); false when
+  /// there is none left, or the open shuffles have reached half their limits
+  /// (set_open_limits): the rest open when asked for.
   bool OpenNextListed();
-  /// Opens every shuffle listed at start and not opened yet.
+  /// Opens the shuffles listed at start, as OpenNextListed.
   void OpenAllListed() {
     while (OpenNextListed()) {
     }
   }
-  /// Shuffles listed at start and not opened yet.
+  /// Shuffles not open now: listed at start and not opened yet, or closed while idle.
   size_t unopened() const { return unopened_count_.load(); }
+  /// Those not open now whose last use (their listing at start, for those never opened) was
+  /// before `before` (--shuffle_ttl_s: they expire too).
+  std::vector<std::string> UnopenedIdleSince(std::chrono::steady_clock::time_point before) const;
+  /// Deletes shuffle `id` if it is still not open and unused since before `before`; whether it
+  /// did.
+  bool DeleteIfUnopenedSince(const std::string& id, std::chrono::steady_clock::time_point before);
+
+  /// How many shuffles may be open at once (each holds 2 descriptors and its index), and how
+  /// much memory their indexes may take: past either, idle shuffles are closed, least recently
+  /// used first (CloseIdle; and at once when a shuffle must open and the open ones are at their
+  /// limit). A closed shuffle opens again, from its commit log, when it is next asked for.
+  void set_open_limits(size_t max_open, uint64_t index_budget);
+  /// Closes idle shuffles while either limit is passed (down to 15/16 of them). Idle: nothing
+  /// holds it (no push, fetch, scrub or call in progress), no wedge, no damage found in it,
+  /// neither opened nor used in the last kMinIdle. Returns how many it closed.
+  size_t CloseIdle(std::chrono::steady_clock::time_point now);
+  static constexpr std::chrono::milliseconds kMinIdle{2000};
+  /// When a shuffle must open and the open ones are at their limit, those idle this long are
+  /// closed for it.
+  static constexpr std::chrono::milliseconds kMinIdleToMakeRoom{100};
+  /// Memory the open shuffles' indexes take.
+  uint64_t index_bytes() const { return static_cast<uint64_t>(index_total_->load()); }
   std::vector<DamagedShuffle> ListDamaged() const;
   /// Removes a shuffle, damaged or not.
   absl::Status Delete(const std::string& id);
 
   /// Bytes the tenant's shuffles hold here: each store adds the bytes of its blocks (committed,
   /// prepared and being pushed) as they change, and a push's admission reserves a large
-  /// frame's size in it while the frame arrives. Made if needed.
+  /// frame's size in it while the frame arrives. Made if needed. The tenant's shuffles not
+  /// opened since the start are opened first (their bytes count once open).
   std::shared_ptr<std::atomic<int64_t>> TenantBytes(const std::string& tenant);
   /// Shuffles here whose ids start with `prefix` (a tenant's: "tenant~"), damaged ones
   /// included.
@@ -129,9 +156,17 @@ class ShuffleRegistry {
   explicit ShuffleRegistry(StoreOptions options) : options_(options) {}
   // Lists one data directory's shuffles (as unopened); an error fails the directory.
   absl::Status ListDir(size_t index);
-  // Opens shuffle `id` if it is listed and not opened yet, or waits while another call opens
-  // it.
-  void OpenListed(const std::string& id);
+  // Opens shuffle `id` if it is not open (listed at start, or closed while idle), or waits
+  // while another call opens it. RESOURCE_EXHAUSTED (and it stays unopened) when there is no
+  // room to open it; OK otherwise (a failed open makes it damaged).
+  absl::Status OpenListed(const std::string& id);
+  // Under `lock` (of mu_), which it releases: deletes a shuffle that is not open.
+  absl::Status DeleteUnopened(std::unique_lock<std::mutex>& lock, const std::string& id);
+  // Under mu_: closes idle shuffles until at most `max_open` are open and their indexes take at
+  // most `index_budget`; returns them (to be let go of outside the lock).
+  std::vector<std::shared_ptr<ShuffleStore>> CloseIdleLocked(
+      size_t max_open, uint64_t index_budget, std::chrono::steady_clock::time_point now,
+      std::chrono::milliseconds min_idle);
   // Under mu_: the options of shuffle `id`'s store: its bytes counted to its tenant's total.
   StoreOptions OptionsForLocked(const std::string& id);
   std::shared_ptr<std::atomic<int64_t>> TenantBytesLocked(const std::string& tenant);
@@ -167,7 +202,16 @@ class ShuffleRegistry {
   std::map<std::string, std::shared_ptr<ShuffleStore>> shuffles_;
   std::map<std::string, DamagedShuffle> damaged_;
   std::set<std::string> reopening_;  // wedged stores being reopened
-  std::set<std::string> unopened_;   // listed at start, not opened yet
+  struct Unopened {
+    int64_t held = 0;  // bytes it holds, still counted to its tenant (closed while idle)
+    std::chrono::steady_clock::time_point last_used;
+  };
+  std::map<std::string, Unopened> unopened_;  // not open: listed at start, or closed
+  std::set<std::string> never_opened_;        // of those, listed at start and not opened since
+  size_t max_open_ = ~size_t{0};
+  uint64_t index_budget_ = ~uint64_t{0};
+  // The open stores' index bytes (each store adds its own).
+  std::shared_ptr<std::atomic<int64_t>> index_total_ = std::make_shared<std::atomic<int64_t>>(0);
   std::set<std::string> opening_;    // being opened (OpenListed) outside the lock
   std::condition_variable opened_cv_;
   std::atomic<size_t> unopened_count_{0};  // unopened_ + opening_

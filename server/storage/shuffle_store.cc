@@ -64,7 +64,10 @@ ShuffleStore::ShuffleStore(std::string dir, std::string shown, ShuffleParams par
   Touch();
 }
 
-ShuffleStore::~ShuffleStore() { ReleaseHeld(); }
+ShuffleStore::~ShuffleStore() {
+  ReleaseHeld();
+  AddIndexBytes(-static_cast<int64_t>(index_bytes_.load()));
+}
 
 void ShuffleStore::ReleaseHeld() {
   const int64_t h = held_.exchange(0);
@@ -373,8 +376,7 @@ void ShuffleStore::AddCommitLocked(uint32_t mapper, uint64_t attempt,
     const size_t capacity = p.index.capacity();
     p.index.push_back(IndexEntry{mapper, b.frame_size, b.offset, b.records, b.uncompressed});
     if (p.index.capacity() != capacity) {
-      index_bytes_.fetch_add((p.index.capacity() - capacity) * sizeof(IndexEntry),
-                             std::memory_order_relaxed);
+      AddIndexBytes(static_cast<int64_t>((p.index.capacity() - capacity) * sizeof(IndexEntry)));
     }
   }
   committed_.emplace(mapper, attempt);
@@ -383,8 +385,13 @@ void ShuffleStore::AddCommitLocked(uint32_t mapper, uint64_t attempt,
 void ShuffleStore::ReserveIndexLocked(Partition& p, size_t frames) {
   const size_t capacity = p.index.capacity();
   p.index.reserve(p.index.size() + frames);
-  index_bytes_.fetch_add((p.index.capacity() - capacity) * sizeof(IndexEntry),
-                         std::memory_order_relaxed);
+  AddIndexBytes(static_cast<int64_t>((p.index.capacity() - capacity) * sizeof(IndexEntry)));
+}
+
+void ShuffleStore::AddIndexBytes(int64_t delta) {
+  if (delta == 0) return;
+  index_bytes_.fetch_add(static_cast<uint64_t>(delta), std::memory_order_relaxed);
+  if (options_.index_total != nullptr) options_.index_total->fetch_add(delta);
 }
 
 bool ShuffleStore::MarkDamaged(uint32_t partition, const absl::Status& why,
@@ -626,7 +633,7 @@ void ShuffleStore::MarkDeleted() {
     p.stats = PartitionStats{};
     p.index = {};
   });
-  index_bytes_.store(0);
+  AddIndexBytes(-static_cast<int64_t>(index_bytes_.load()));
 }
 
 }  // namespace sluice

@@ -66,6 +66,8 @@ struct StoreOptions {
   Histogram* commit_sync_seconds = nullptr;
   /// A total the store's held bytes are added to as they change (its tenant's; may be null).
   std::shared_ptr<std::atomic<int64_t>> held_total;
+  /// A total the store's index bytes are added to as they change (the registry's; may be null).
+  std::shared_ptr<std::atomic<int64_t>> index_total;
   /// Told when a partition is first found damaged (MarkDamaged): the shuffle, the partition,
   /// why, and what found it ("fetch", "scrub"). May be null.
   std::function<void(const std::string&, uint32_t, const absl::Status&, const char*)> on_damaged;
@@ -197,6 +199,15 @@ class ShuffleStore {
     return std::chrono::steady_clock::time_point(
         std::chrono::steady_clock::duration(last_used_ns_.load()));
   }
+  /// A reopened store's last use is its last use before it was closed.
+  void SetLastUsed(std::chrono::steady_clock::time_point t) {
+    last_used_ns_.store(t.time_since_epoch().count());
+  }
+  /// When it was created or opened.
+  std::chrono::steady_clock::time_point opened_at() const { return opened_at_; }
+  /// Stops counting its held bytes (they stay in options_.held_total: the registry keeps
+  /// counting them while the store is closed) and returns them.
+  int64_t DetachHeld() { return held_.exchange(0); }
 
   /// Push attempts writing to this store (the registry counts them, under its lock, to know
   /// when a wedged store may be reopened).
@@ -341,6 +352,9 @@ class ShuffleStore {
   std::atomic<int64_t> held_{0};  // bytes of its blocks: committed, prepared, being pushed
   std::atomic<std::chrono::steady_clock::rep> last_used_ns_{0};
   std::atomic<uint64_t> index_bytes_{0};
+  const std::chrono::steady_clock::time_point opened_at_ = std::chrono::steady_clock::now();
+  // Adds to index_bytes_ and options_.index_total.
+  void AddIndexBytes(int64_t delta);
   const ShuffleParams params_;
   const StoreOptions options_;
   file::Fd data_fd_;

@@ -1148,6 +1148,79 @@ TEST_F(ServerTest, DamagedPayloadsAreFoundByAFetchAndByTheScrubPartitionByPartit
   EXPECT_EQ(node.shuffles_unopened(), 0u);
 }
 
+// More shuffles in use than may be open (--max_open_shuffles=3): pushes, fetches and status
+// calls to 12 shuffles from 4 threads at once close idle shuffles and open them again, and
+// every record comes back exactly, before and after a restart.
+TEST_F(ServerTest, ShufflesBeyondTheOpenLimitCloseAndReopenExactly) {
+  MiniServerOptions opts;
+  opts.server.max_open_shuffles = 3;
+  stub_.reset();
+  ASSERT_OK(server_->Restart(opts));
+  stub_ = MakeStub(*server_);
+  constexpr int kShuffles = 12, kThreads = 4, kMappersEach = 6;
+  for (int s = 0; s < kShuffles; ++s) ASSERT_OK(Create("m" + std::to_string(s), 2, 0));
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto stub = MakeStub(*server_);
+      for (int i = 0; i < kShuffles * kMappersEach / kThreads; ++i) {
+        const int n = t + i * kThreads;  // each (shuffle, mapper) once
+        const std::string id = "m" + std::to_string(n % kShuffles);
+        const uint32_t mapper = static_cast<uint32_t>(n / kShuffles);
+        for (int tries = 0;; ++tries) {
+          grpc::ClientContext ctx;
+          pb::PushResponse resp;
+          auto writer = stub->Push(&ctx, &resp);
+          writer->Write(OpenMsg(id, mapper, 1));
+          for (uint32_t p = 0; p < 2; ++p) writer->Write(FramesMsg(p, Frame(Rows(mapper, p, 20))));
+          writer->Write(CommitMsg(2, 40));
+          writer->WritesDone();
+          const grpc::Status st = writer->Finish();
+          if (st.ok()) break;
+          if (st.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED || tries > 200) {
+            ADD_FAILURE() << st.error_message();
+            failures.fetch_add(1);
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_EQ(failures.load(), 0);
+  auto check = [&](const std::string& when) {
+    for (int s = 0; s < kShuffles; ++s) {
+      std::vector<uint32_t> mappers;
+      for (uint32_t m = 0; m < kMappersEach; ++m) mappers.push_back(m);
+      for (uint32_t p = 0; p < 2; ++p) {
+        std::vector<std::string> got;
+        ASSERT_OK(FetchAll("m" + std::to_string(s), p, &got)) << when;
+        EXPECT_EQ(got, Expected(mappers, p, 20)) << when << " shuffle " << s;
+      }
+    }
+  };
+  check("while open and closed by turns");
+  grpc::ClientContext ctx;
+  pb::NodeInfo node;
+  ASSERT_OK(stub_->GetNode(&ctx, pb::GetNodeRequest(), &node));
+  EXPECT_EQ(node.shuffles(), static_cast<uint32_t>(kShuffles));
+  // The limit is soft: the closer brings the open ones back under it once they are idle.
+  EXPECT_TRUE(testing::Eventually(
+      [&] {
+        grpc::ClientContext c;
+        pb::NodeInfo n;
+        return stub_->GetNode(&c, pb::GetNodeRequest(), &n).ok() &&
+               n.shuffles() - n.shuffles_unopened() <= 3;
+      },
+      std::chrono::seconds(10)));
+  stub_.reset();
+  ASSERT_OK(server_->Restart(opts));
+  stub_ = MakeStub(*server_);
+  check("after a restart");
+}
+
 TEST_F(ServerTest, HealthServiceSaysServing) {
   // grpc.health.v1.Health/Check with an empty request; SERVING is field 1 = 1 (bytes 08 01).
   grpc::GenericStub generic(

@@ -817,6 +817,13 @@ TEST(ShuffleRegistryTest, ATenantsStoredBytesFollowItsBlocks) {
     EXPECT_EQ(Held(*registry, "u"), 0u);
     EXPECT_EQ(registry->CountWithPrefix("t~"), 1u);
   }
+  {  // Opened lazily: a tenant's bytes are asked for before its shuffle was opened.
+    ASSERT_OK_AND_ASSIGN(auto lazy, ShuffleRegistry::Open(dir.path(), StoreOptions{},
+                                                          ShuffleRegistry::Opening::kLazy));
+    EXPECT_EQ(lazy->unopened(), 3u);
+    EXPECT_EQ(Held(*lazy, "t"), 2 * block);
+    EXPECT_EQ(lazy->unopened(), 2u);  // its shuffle, not the others
+  }
   ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(dir.path(), StoreOptions{}));
   EXPECT_EQ(Held(*registry, "t"), 2 * block);
   ASSERT_OK(registry->Delete("t~s"));
@@ -889,6 +896,66 @@ TEST(ShuffleRegistryTest, LazyOpeningOpensAShuffleWhenAskedAndTheRestInTheBackgr
   EXPECT_THAT(again->Create({"a", 3, 2}), StatusIs(absl::StatusCode::kAlreadyExists, "already exists"));
   ASSERT_OK_AND_ASSIGN(auto b, again->Get("b"));
   EXPECT_EQ(b->CommittedMappers().size(), 1u);
+}
+
+// Past the open limits, idle shuffles close, least recently used first, and open again from
+// their logs when asked for: whole, their tenant's bytes counted all along, their lifetime
+// going on. One in use (a holder, a push writing) is never closed.
+TEST(ShuffleRegistryTest, IdleShufflesCloseAtTheOpenLimitsAndReopenWhole) {
+  TempDir dir;
+  using Clock = std::chrono::steady_clock;
+  const std::string frame = testing::RandomValueFrame(100, 1);
+  const uint64_t block = kBlockHeaderSize + frame.size();
+  ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(dir.path(), StoreOptions{}));
+  for (const char* id : {"t~a", "t~b", "t~c", "t~d"}) {
+    ASSERT_OK(registry->Create({id, 2, 2}).status());
+    ASSERT_OK_AND_ASSIGN(auto store, registry->Get(id));
+    ASSERT_OK_AND_ASSIGN(BlockRef b, store->Append(0, 1, 1, testing::Bytes(frame), 1));
+    ASSERT_OK(store->Commit(0, 1, {b}).status());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // (distinct last uses)
+  }
+  EXPECT_EQ(Held(*registry, "t"), 4 * block);
+  EXPECT_EQ(registry->index_bytes(), 4u * 24);
+  ASSERT_OK_AND_ASSIGN(auto held_b, registry->Get("t~b"));  // in use: never closed
+  registry->set_open_limits(2, 1 << 20);
+  // Nothing is idle yet (kMinIdle since its open and its last use).
+  EXPECT_EQ(registry->CloseIdle(Clock::now()), 0u);
+  const auto later = Clock::now() + ShuffleRegistry::kMinIdle + std::chrono::seconds(1);
+  EXPECT_EQ(registry->CloseIdle(later), 2u);  // a and c: the least recently used idle ones
+  EXPECT_EQ(registry->unopened(), 2u);
+  std::vector<std::string> open;
+  for (const auto& s : registry->List()) open.push_back(s->params().shuffle_id);
+  EXPECT_EQ(open, (std::vector<std::string>{"t~b", "t~d"}));
+  EXPECT_EQ(registry->index_bytes(), 2u * 24);
+  EXPECT_EQ(Held(*registry, "t"), 4 * block);  // closed ones' bytes still count
+  EXPECT_EQ(registry->CountWithPrefix("t~"), 4u);
+  // Lifetimes go on while closed.
+  EXPECT_EQ(registry->UnopenedIdleSince(later).size(), 2u);
+  // Asked for: opened again, whole; at the limit, d (idle for kMinIdleToMakeRoom) closes to
+  // make room for it.
+  std::this_thread::sleep_for(ShuffleRegistry::kMinIdleToMakeRoom + std::chrono::milliseconds(50));
+  ASSERT_OK_AND_ASSIGN(auto a, registry->Get("t~a"));
+  EXPECT_EQ(registry->List().size(), 2u);
+  EXPECT_EQ(a->CommittedMappers(), (std::vector<uint32_t>{0}));
+  EXPECT_EQ(a->Stats(1).records, 1u);
+  EXPECT_LT(a->last_used(), Clock::now() - std::chrono::milliseconds(5));  // not a new use
+  EXPECT_EQ(Held(*registry, "t"), 4 * block);
+  // Deleted while closed: its bytes leave the tenant's count.
+  ASSERT_OK(registry->Delete("t~c"));
+  EXPECT_EQ(Held(*registry, "t"), 3 * block);
+  EXPECT_EQ(registry->CountWithPrefix("t~"), 3u);
+  // The index budget closes idle ones too.
+  held_b.reset();
+  a.reset();
+  registry->set_open_limits(100, 24);
+  registry->CloseIdle(Clock::now() + std::chrono::seconds(10));
+  EXPECT_LE(registry->index_bytes(), 24u);
+  // Expired while closed: deleted only if still closed and unused since.
+  const std::vector<std::string> idle = registry->UnopenedIdleSince(Clock::now());
+  ASSERT_FALSE(idle.empty());
+  ASSERT_OK(registry->Get(idle[0]).status());  // opened meanwhile: not deleted
+  EXPECT_FALSE(registry->DeleteIfUnopenedSince(idle[0], Clock::now()));
+  EXPECT_OK(registry->Get(idle[0]).status());
 }
 
 }  // namespace
