@@ -114,10 +114,10 @@ int Fill(const Args& a) {
   std::vector<BlockRef> blocks;
   for (uint64_t s = 0; s < shuffles; ++s) {
     const std::string id = absl::StrCat("s", s);
-    auto store = ShuffleStore::Create(absl::StrCat(dir, "/shuffles/", id), "shuffles/" + id,
-                                      ShuffleParams{id, static_cast<uint32_t>(partitions),
-                                                    static_cast<uint32_t>(mappers)},
-                                      options);
+    auto store = ShuffleStore::Create(
+        absl::StrCat(dir, "/shuffles/", id), "shuffles/" + id,
+        ShuffleParams{id, static_cast<uint32_t>(partitions), static_cast<uint32_t>(mappers)},
+        options);
     if (!store.ok()) {
       std::fprintf(stderr, "fill: %s\n", store.status().ToString().c_str());
       return 1;
@@ -127,9 +127,9 @@ int Fill(const Args& a) {
       // A message's worth at a time (as a push writes them): at most 4 MiB or 4,096 frames.
       for (uint32_t p = 0; p < partitions; ++p) {
         for (uint64_t f = 0; f < frames; ++f) {
-          batch.push_back({p, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()),
-                                                  frame.size()),
-                           1});
+          batch.push_back(
+              {p, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size()),
+               1});
           if (batch.size() >= 4096 || batch.size() * frame.size() >= (4u << 20)) {
             if (!(*store)->AppendAll(m, 1, batch, &blocks).ok()) return 1;
             batch.clear();
@@ -188,9 +188,8 @@ int Start(const Args& a) {
   }
   const double listening = MsSince(t0);
   const pid_t pid = (*server)->pid();
-  auto stub = pb::ShuffleService::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->port()),
-                          grpc::InsecureChannelCredentials()));
+  auto stub = pb::ShuffleService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", (*server)->port()), grpc::InsecureChannelCredentials()));
   pb::NodeInfo node;
   for (;;) {
     grpc::ClientContext ctx;
@@ -240,8 +239,8 @@ int Start(const Args& a) {
       "\"shuffles\": %u, \"unopened_after\": %u, \"index_mb\": %.1f, \"rss_answering_mb\": %.1f, "
       "\"rss_all_open_mb\": %.1f}\n",
       listening, answering, fetched, static_cast<unsigned long long>(fetch_bytes), all_open,
-      unopened_first, node.shuffles(), node.shuffles_unopened(), node.index_bytes() / 1048576.0, rss_answering / 1048576.0,
-      rss_all_open / 1048576.0);
+      unopened_first, node.shuffles(), node.shuffles_unopened(), node.index_bytes() / 1048576.0,
+      rss_answering / 1048576.0, rss_all_open / 1048576.0);
   (void)(*server)->Stop();
   return 0;
 }

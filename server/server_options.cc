@@ -137,16 +137,16 @@ absl::Status ValidateOptions(const ServerOptions& o) {
         absl::StrCat("--shuffle_ttl_s=", o.shuffle_ttl.count(), " is out of range [0, 31536000]"));
   }
   if (o.max_open_shuffles > 1000000) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_open_shuffles=", o.max_open_shuffles, " is out of range [0, 1000000]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_open_shuffles=", o.max_open_shuffles, " is out of range [0, 1000000]"));
   }
   if (o.index_memory_bytes < (uint64_t{1} << 20) || o.index_memory_bytes > (uint64_t{1} << 44)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--index_memory_mb=", o.index_memory_bytes >> 20, " is out of range [1, 16777216]"));
+    return absl::InvalidArgumentError(absl::StrCat("--index_memory_mb=", o.index_memory_bytes >> 20,
+                                                   " is out of range [1, 16777216]"));
   }
   if (o.scrub_bytes_per_s > (uint64_t{10000} << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--scrub_mb_per_s=", o.scrub_bytes_per_s >> 20, " is out of range [0, 10000]"));
+    return absl::InvalidArgumentError(absl::StrCat("--scrub_mb_per_s=", o.scrub_bytes_per_s >> 20,
+                                                   " is out of range [0, 10000]"));
   }
   if (o.shuffle_ttl.count() > 0 && !o.etcd_endpoints.empty()) {
     return absl::InvalidArgumentError(

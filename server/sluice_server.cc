@@ -177,8 +177,9 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
     ServerMetrics::Add(std::string_view(found_by) == "scrub" ? i.metrics.damaged_by_scrub
                                                              : i.metrics.damaged_by_fetch,
                        1);
-    spdlog::error("event=partition_damaged tenant={} shuffle={} partition={} found_by={} error=\"{}\"",
-                  TenantField(id), id, partition, found_by, std::string(why.message()));
+    spdlog::error(
+        "event=partition_damaged tenant={} shuffle={} partition={} found_by={} error=\"{}\"",
+        TenantField(id), id, partition, found_by, std::string(why.message()));
   };
   auto registry = ShuffleRegistry::Open(SplitDataDirs(options.data_dir), store_options,
                                         ShuffleRegistry::Opening::kLazy);
@@ -295,9 +296,8 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
                      std::min<size_t>(climits.descriptor_limit, climits.max_connections + 256)) /
                         2);
   i.registry->set_open_limits(max_open, options.index_memory_bytes);
-  i.closing = std::make_unique<Periodic>(std::chrono::seconds(1), [&i] {
-    i.registry->CloseIdle(std::chrono::steady_clock::now());
-  });
+  i.closing = std::make_unique<Periodic>(
+      std::chrono::seconds(1), [&i] { i.registry->CloseIdle(std::chrono::steady_clock::now()); });
   i.opener = std::make_unique<Background>([&i, listed](const std::atomic<bool>& stop) {
     const auto began = std::chrono::steady_clock::now();
     while (!stop.load() && i.registry->OpenNextListed()) {
@@ -308,7 +308,8 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
     }
   });
   if (options.scrub_bytes_per_s > 0) {
-    i.scrubber = std::make_unique<Scrubber>(i.registry.get(), options.scrub_bytes_per_s, &i.metrics);
+    i.scrubber =
+        std::make_unique<Scrubber>(i.registry.get(), options.scrub_bytes_per_s, &i.metrics);
     i.scrubbing = std::make_unique<Periodic>(Scrubber::kPeriod,
                                              [&i] { i.scrubber->Run(Scrubber::Clock::now()); });
   }

@@ -7,7 +7,9 @@
 # storage never includes security, rules or the service; the counters (metrics/) include nothing
 # of the server's; gRPC is seen only by service/ and the wiring.
 # bench/ sees the wire protocol (sluice/v1/) only where a bench plays a misbehaving client
-# (tenants_bench.cc: tenant A announces frames it never sends and opens fetches it never reads).
+# (tenants_bench.cc: tenant A announces frames it never sends and opens fetches it never reads),
+# and the server's storage only to write a data directory a start then reads
+# (restart_bench.cc's `fill`: server/storage/shuffle_store.h).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -29,7 +31,8 @@ declare -A allowed=(
   [server]="server/ cluster/ rpc/ codec/ absl/ sluice/v1/ spdlog/"
   [client]="client/ cluster/ rpc/ codec/ absl/ sluice/v1/ nlohmann/"
   [client/python]="client/ rpc/error_reason.h absl/"
-  [bench]="bench/ client/ codec/ rpc/error_reason.h rpc/tls_options.h sluice/v1/ absl/"
+  [bench]="bench/ client/ codec/ rpc/error_reason.h rpc/tls_options.h sluice/v1/ absl/
+           server/storage/shuffle_store.h"
 )
 for dir in "${!allowed[@]}"; do
   while IFS=: read -r file line inc; do

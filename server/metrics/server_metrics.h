@@ -65,11 +65,11 @@ struct ServerMetrics {
   Counter aborted_attempts{0};   ///< attempts ended by an error, a cancel or a timeout
   // Fetches, as sent.
   Counter fetch_chunks{0}, fetch_bytes{0}, fetch_records{0};
-  Counter merge_passes{0};  ///< intermediate merge passes (runs beyond --merge_fan_in)
+  Counter merge_passes{0};       ///< intermediate merge passes (runs beyond --merge_fan_in)
   Counter merge_spill_bytes{0};  ///< bytes those passes wrote to temporary files
-  Counter merges_parked{0};  ///< KEY fetches that gave their merge slot up for a stalled reader
-  Counter scrub_bytes{0};    ///< committed bytes the scrub read and checked (--scrub_mb_per_s)
-  Counter scrub_passes{0};   ///< scrub passes over every open shuffle completed
+  Counter merges_parked{0};      ///< KEY fetches that gave their merge slot up for a stalled reader
+  Counter scrub_bytes{0};        ///< committed bytes the scrub read and checked (--scrub_mb_per_s)
+  Counter scrub_passes{0};       ///< scrub passes over every open shuffle completed
   /// Partitions found damaged, by what found them (a fetch's read, the scrub).
   Counter damaged_by_fetch{0}, damaged_by_scrub{0};
   /// A commit batch's data and log writes and syncs (group commit: one per batch).

@@ -1,8 +1,9 @@
 // Scrubber: --scrub_mb_per_s. Walks every shuffle's committed blocks (opening one that is not
-// open: ShuffleRegistry::Get), one shuffle after another in id order and then again from the first, reading each block at about the rate given and checking
-// it against its commit record and its frame's checksums (ShuffleStore::ScrubNext). A damaged
-// block marks its partition damaged: its fetches then fail with DATA_LOSS naming it, so that in a
-// cluster its readers use another replica. Its memory is one read piece (1 MiB).
+// open: ShuffleRegistry::Get), one shuffle after another in id order and then again from the first,
+// reading each block at about the rate given and checking it against its commit record and its
+// frame's checksums (ShuffleStore::ScrubNext). A damaged block marks its partition damaged: its
+// fetches then fail with DATA_LOSS naming it, so that in a cluster its readers use another replica.
+// Its memory is one read piece (1 MiB).
 //
 //   Scrubber scrub(&registry, 16 << 20, &metrics);
 //   Periodic every(Scrubber::kPeriod, [&] { scrub.Run(Scrubber::Clock::now()); });

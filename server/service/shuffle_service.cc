@@ -173,9 +173,15 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::ListShuffles(grpc::CallbackServerC
     auto listed = [&](const std::string& id) {
       return id > after && absl::StartsWith(id, call.prefix());
     };
-    // Those not opened since the start yet are opened first (the background opener would).
-    deps_.registry->OpenAllListed();
-    // Served and damaged ones, in id order, after the token.
+    // Open, not open (listed from their SHUFFLE files, not opened for this) and damaged ones,
+    // in id order, after the token.
+    std::map<std::string, ShuffleParams> closed;
+    for (const std::string& id : deps_.registry->UnopenedIds()) {
+      if (!listed(id)) continue;
+      auto params = deps_.registry->ReadParams(id);
+      if (params.ok()) closed.emplace(id, *std::move(params));
+      if (closed.size() > page) break;  // (enough for a page; a SHUFFLE read each)
+    }
     std::map<std::string, std::shared_ptr<ShuffleStore>> served;
     for (auto& store : deps_.registry->List()) {
       if (listed(store->params().shuffle_id)) served.emplace(store->params().shuffle_id, store);
@@ -186,18 +192,29 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::ListShuffles(grpc::CallbackServerC
     }
     auto s = served.begin();
     auto d = damaged.begin();
-    while ((s != served.end() || d != damaged.end()) &&
+    auto c = closed.begin();
+    while ((s != served.end() || d != damaged.end() || c != closed.end()) &&
            static_cast<uint32_t>(resp->shuffles_size()) < page) {
+      const std::string* next = nullptr;  // the smallest id of the three
+      if (s != served.end()) next = &s->first;
+      if (d != damaged.end() && (next == nullptr || d->first < *next)) next = &d->first;
+      if (c != closed.end() && (next == nullptr || c->first < *next)) next = &c->first;
       v1::ShuffleInfo* info = resp->add_shuffles();
-      if (d == damaged.end() || (s != served.end() && s->first < d->first)) {
+      if (s != served.end() && next == &s->first) {
         FillInfo(call, *s->second, 0, 0, info);
         ++s;
-      } else {
+      } else if (d != damaged.end() && next == &d->first) {
         FillDamaged(call, d->second, info);
         ++d;
+      } else {
+        info->set_shuffle_id(call.Shown(c->first));
+        info->set_num_partitions(c->second.num_partitions);
+        info->set_num_mappers(c->second.num_mappers);
+        info->set_unopened(true);
+        ++c;
       }
     }
-    if (s != served.end() || d != damaged.end()) {
+    if (s != served.end() || d != damaged.end() || c != closed.end()) {
       resp->set_next_page_token(resp->shuffles(resp->shuffles_size() - 1).shuffle_id());
     }
     return absl::OkStatus();
@@ -248,10 +265,9 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
     FillDataDirs(*deps_.registry, everything, resp);
     resp->set_memory_budget_bytes(deps_.admission.budget->limit());
     resp->set_memory_used_bytes(deps_.admission.budget->used());
-    resp->set_shuffles(static_cast<uint32_t>(everything
-                                                 ? deps_.registry->List().size() +
-                                                       deps_.registry->unopened()
-                                                 : deps_.registry->CountWithPrefix(call.prefix())));
+    resp->set_shuffles(static_cast<uint32_t>(
+        everything ? deps_.registry->List().size() + deps_.registry->unopened()
+                   : deps_.registry->CountWithPrefix(call.prefix())));
     if (everything) {
       uint64_t index = 0, damaged = 0;
       for (const auto& store : deps_.registry->List()) {

@@ -136,8 +136,8 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Create(int dir_fd, const s
   SLUICE_ASSIGN_OR_RETURN(file::Fd fd, file::OpenAt(dir_fd, kLogFile, path));
   SLUICE_RETURN_IF_ERROR(file::Truncate(fd.get(), path, 0));
   if (options.version < kOldestLogVersion || options.version > kLogVersion) {
-    return absl::InvalidArgumentError(absl::StrCat("commit log version ", options.version,
-                                                   " is not one this server writes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("commit log version ", options.version, " is not one this server writes"));
   }
   const Checkpoint first{1, kRecordsStart, 0, options.version};
   std::string header(kRecordsStart, '\0');

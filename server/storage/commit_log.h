@@ -161,7 +161,7 @@ class CommitLog {
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
-  Checkpoint durable_;    // the newest checkpoint on disk
+  Checkpoint durable_;  // the newest checkpoint on disk
   const uint32_t durable_version_;
   uint64_t end_ = 0;      // where the next batch is written
   uint64_t records_ = 0;  // records before end_

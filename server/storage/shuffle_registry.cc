@@ -228,8 +228,8 @@ absl::Status ShuffleRegistry::OpenListed(const std::string& id) {
     damaged.params = ShuffleStore::ReadParams(dir, Shown(id)).value_or(ShuffleParams{id, 0, 0});
     damaged.params.shuffle_id = id;
     damaged.reason = store.status();
-    spdlog::error("event=recovery_failed tenant={} shuffle={} dir={} error=\"{}\"",
-                  TenantField(id), id, dirs_[index]->path, std::string(store.status().message()));
+    spdlog::error("event=recovery_failed tenant={} shuffle={} dir={} error=\"{}\"", TenantField(id),
+                  id, dirs_[index]->path, std::string(store.status().message()));
   }
   lock.lock();
   opening_.erase(id);
@@ -259,7 +259,8 @@ size_t ShuffleRegistry::CloseIdle(std::chrono::steady_clock::time_point now) {
   std::vector<std::shared_ptr<ShuffleStore>> closed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (shuffles_.size() <= max_open_ && index_total_->load() <= static_cast<int64_t>(index_budget_)) {
+    if (shuffles_.size() <= max_open_ &&
+        index_total_->load() <= static_cast<int64_t>(index_budget_)) {
       return 0;
     }
     // Down to 15/16 of the limits, so that a server at its limit does not close one at a time.
@@ -287,7 +288,8 @@ std::vector<std::shared_ptr<ShuffleStore>> ShuffleRegistry::CloseIdleLocked(
   std::sort(idle.begin(), idle.end());  // least recently used first
   std::vector<std::shared_ptr<ShuffleStore>> closed;
   for (const auto& [used, id] : idle) {
-    if (shuffles_.size() <= max_open && index_total_->load() <= static_cast<int64_t>(index_budget)) {
+    if (shuffles_.size() <= max_open &&
+        index_total_->load() <= static_cast<int64_t>(index_budget)) {
       break;
     }
     auto it = shuffles_.find(id);
@@ -393,9 +395,9 @@ void ShuffleRegistry::Duplicate(const std::string& id, size_t first, size_t seco
   }
   auto& d = damaged_[id];
   if (d.params.num_partitions == 0) {  // (the first copy was listed, not opened)
-    d.params = ShuffleStore::ReadParams(absl::StrCat(dirs_[first]->path, "/shuffles/", id),
-                                        Shown(id))
-                   .value_or(ShuffleParams{});
+    d.params =
+        ShuffleStore::ReadParams(absl::StrCat(dirs_[first]->path, "/shuffles/", id), Shown(id))
+            .value_or(ShuffleParams{});
   }
   d.params.shuffle_id = id;
   d.reason = absl::FailedPreconditionError(
@@ -726,6 +728,24 @@ std::vector<std::string> ShuffleRegistry::Ids() const {
     if (damaged_.count(id) == 0) out.push_back(id);
   }
   return out;
+}
+
+std::vector<std::string> ShuffleRegistry::UnopenedIds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  out.reserve(unopened_.size());
+  for (const auto& [id, u] : unopened_) out.push_back(id);
+  return out;
+}
+
+absl::StatusOr<ShuffleParams> ShuffleRegistry::ReadParams(const std::string& id) const {
+  std::string dir;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (home_.count(id) == 0) return NotFoundLocked(id);
+    dir = ShuffleDirLocked(id);
+  }
+  return ShuffleStore::ReadParams(dir, Shown(id));
 }
 
 std::vector<std::shared_ptr<ShuffleStore>> ShuffleRegistry::List() const {

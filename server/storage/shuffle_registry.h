@@ -95,6 +95,10 @@ class ShuffleRegistry {
   std::vector<std::shared_ptr<ShuffleStore>> List() const;
   /// Every shuffle's id, open or not (damaged ones apart), in order.
   std::vector<std::string> Ids() const;
+  /// The shuffles not open now, in id order.
+  std::vector<std::string> UnopenedIds() const;
+  /// A shuffle's parameters read from its SHUFFLE file, without opening it.
+  absl::StatusOr<ShuffleParams> ReadParams(const std::string& id) const;
   std::optional<DamagedShuffle> FindDamaged(const std::string& id);
   /// Opens one shuffle listed at start and never opened since (the first by id); false when
   /// there is none left, or the open shuffles have reached half their limits
@@ -212,7 +216,7 @@ class ShuffleRegistry {
   uint64_t index_budget_ = ~uint64_t{0};
   // The open stores' index bytes (each store adds its own).
   std::shared_ptr<std::atomic<int64_t>> index_total_ = std::make_shared<std::atomic<int64_t>>(0);
-  std::set<std::string> opening_;    // being opened (OpenListed) outside the lock
+  std::set<std::string> opening_;  // being opened (OpenListed) outside the lock
   std::condition_variable opened_cv_;
   std::atomic<size_t> unopened_count_{0};  // unopened_ + opening_
   uint64_t open_fds_ = 0;  // descriptors in use, as counted at start plus the stores opened

@@ -103,9 +103,10 @@ class ShuffleStore {
                                                               const StoreOptions& options);
   /// Opens an existing shuffle directory and recovers its committed state (store_recovery.cc).
   /// DATA_LOSS for damage, and for a shuffle of an earlier, unreleased layout.
-  static absl::StatusOr<std::unique_ptr<ShuffleStore>> Open(
-      const std::string& dir, const std::string& shown, const StoreOptions& options,
-      OpenCheck check = OpenCheck::kLog);
+  static absl::StatusOr<std::unique_ptr<ShuffleStore>> Open(const std::string& dir,
+                                                            const std::string& shown,
+                                                            const StoreOptions& options,
+                                                            OpenCheck check = OpenCheck::kLog);
   /// Just the parameters of the shuffle in `dir` (e.g. of one that failed to open).
   static absl::StatusOr<ShuffleParams> ReadParams(const std::string& dir, const std::string& shown);
 
@@ -172,8 +173,9 @@ class ShuffleStore {
   PartitionStats Stats(uint32_t partition) const;
 
   /// Reads a committed block's frame, checking its frame's checksums (and sets *header, when
-  /// given). A frame found damaged (DATA_LOSS) marks its partition (MarkDamaged). With a `view` (ReadView()), a frame of up to kViewReadMax bytes that lies in it is
-  /// copied out of it rather than read with a system call.
+  /// given). A frame found damaged (DATA_LOSS) marks its partition (MarkDamaged). With a `view`
+  /// (ReadView()), a frame of up to kViewReadMax bytes that lies in it is copied out of it rather
+  /// than read with a system call.
   absl::Status ReadFrame(const BlockRef& block, std::string* frame, FrameHeader* header = nullptr,
                          const file::Mapping* view = nullptr) const;
   /// A mapping of the data file covering every block committed so far, shared by the readers
@@ -247,9 +249,9 @@ class ShuffleStore {
     std::vector<Block> blocks;  ///< `partition`'s committed blocks when its scrub began
   };
   struct ScrubStep {
-    uint64_t bytes = 0;   ///< read
-    bool done = false;    ///< every partition was walked
-    int damaged = 0;      ///< partitions newly marked damaged
+    uint64_t bytes = 0;  ///< read
+    bool done = false;   ///< every partition was walked
+    int damaged = 0;     ///< partitions newly marked damaged
   };
   /// Reads and checks committed blocks from `cursor` on, about `max_bytes` of them (at least
   /// one block): each block's header against its commit, and its frame's header and payload

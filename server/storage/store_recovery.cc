@@ -101,11 +101,12 @@ absl::Status ShuffleStore::Recover(int dir_fd, OpenCheck check) {
   for (auto* list : {&commits, &prepared}) {
     for (CommitRecord& c : *list) {
       for (BlockRef& b : c.blocks) {
-        if (b.offset > data_size || kBlockHeaderSize + uint64_t{b.frame_size} > data_size - b.offset) {
-          return absl::DataLossError(absl::StrCat(
-              "committed block of mapper ", c.mapper, " for partition ", b.partition, " at ",
-              DataName(), ":", b.offset, " ends past the end of the file (", data_size,
-              " bytes): the data file was cut short"));
+        if (b.offset > data_size ||
+            kBlockHeaderSize + uint64_t{b.frame_size} > data_size - b.offset) {
+          return absl::DataLossError(
+              absl::StrCat("committed block of mapper ", c.mapper, " for partition ", b.partition,
+                           " at ", DataName(), ":", b.offset, " ends past the end of the file (",
+                           data_size, " bytes): the data file was cut short"));
         }
         if (headers) {
           SLUICE_RETURN_IF_ERROR(

@@ -395,8 +395,9 @@ TEST_F(ShuffleStoreTest, DamagedCommittedDataIsFoundByAReadAndMarksItsPartition)
   const absl::Status read = store.ReadFrame(store.CommittedBlocks(3)[0], &frame);
   ASSERT_THAT(read, StatusIs(absl::StatusCode::kDataLoss, "corrupt"));
   // Named by its place in the data directory: clients see this, never a server path.
-  EXPECT_NE(read.message().find(absl::StrCat("partition 3 at ", kShown, "/data:", blocks[3].offset)),
-            absl::string_view::npos)
+  EXPECT_NE(
+      read.message().find(absl::StrCat("partition 3 at ", kShown, "/data:", blocks[3].offset)),
+      absl::string_view::npos)
       << read;
   EXPECT_EQ(read.message().find(dir_.path()), absl::string_view::npos) << read;
   EXPECT_THAT(store.PartitionDamage(3), StatusIs(absl::StatusCode::kDataLoss, "partition 3"));
@@ -458,8 +459,7 @@ TEST_F(ShuffleStoreTest, TheScrubFindsDamageNobodyReadAndChecksEveryByte) {
   EXPECT_NE(told[0].second.find("does not match its commit record"), std::string::npos)
       << told[0].second;
   EXPECT_EQ(told[1].first, 2u);
-  EXPECT_NE(told[1].second.find("payload checksum mismatch"), std::string::npos)
-      << told[1].second;
+  EXPECT_NE(told[1].second.find("payload checksum mismatch"), std::string::npos) << told[1].second;
   // Every byte of the undamaged partitions was read, and each damaged one up to its damage.
   EXPECT_LE(read, committed);
   EXPECT_GE(read, committed - 2 * (kBlockHeaderSize + blocks[0].frame_size));
@@ -893,7 +893,8 @@ TEST(ShuffleRegistryTest, LazyOpeningOpensAShuffleWhenAskedAndTheRestInTheBackgr
                                                          ShuffleRegistry::Opening::kLazy));
   ASSERT_OK_AND_ASSIGN(bool created, again->Create({"b", 2, 2}));
   EXPECT_FALSE(created);
-  EXPECT_THAT(again->Create({"a", 3, 2}), StatusIs(absl::StatusCode::kAlreadyExists, "already exists"));
+  EXPECT_THAT(again->Create({"a", 3, 2}),
+              StatusIs(absl::StatusCode::kAlreadyExists, "already exists"));
   ASSERT_OK_AND_ASSIGN(auto b, again->Get("b"));
   EXPECT_EQ(b->CommittedMappers().size(), 1u);
 }
