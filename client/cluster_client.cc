@@ -256,11 +256,18 @@ class ClusterClient final : public ShuffleClient {
     }
     for (uint32_t part = 0; part < p.num_partitions; ++part) {
       bool found = false;
-      for (uint32_t n : p.replicas[part]) {
+      for (uint32_t n : p.replicas[part]) {  // a whole replica's, else a damaged one's
         if (per_node[n].ok() && part < per_node[n]->partitions.size()) {
-          out.partitions[part] = per_node[n]->partitions[part];
+          const PartitionStatsInfo& here = per_node[n]->partitions[part];
+          if (found && here.damaged) continue;
+          const bool was_damaged = found && out.partitions[part].damaged;
+          out.partitions[part] = here;
+          if (here.damaged) {
+            out.partitions[part].damage = absl::StrCat(p.nodes[n].node_id, ": ", here.damage);
+          }
+          if (found && was_damaged && !here.damaged) break;
           found = true;
-          break;
+          if (!here.damaged) break;
         }
       }
       if (!found) out.unavailable_partitions.push_back(part);

@@ -79,12 +79,14 @@ ShuffleStatus FromProto(const pb::ShuffleInfo& info) {
   s.num_mappers = info.num_mappers();
   s.committed_mappers.assign(info.committed_mappers().begin(), info.committed_mappers().end());
   for (const auto& p : info.partitions()) {
-    s.partitions.push_back(PartitionStatsInfo{p.records(), p.bytes(), p.frames()});
+    s.partitions.push_back(
+        PartitionStatsInfo{p.records(), p.bytes(), p.frames(), p.damaged(), p.damage()});
   }
   s.damaged = info.damaged();
   s.damage = info.damage();
   s.wedged = info.wedged();
   s.wedge = info.wedge();
+  s.unopened = info.unopened();
   return s;
 }
 
@@ -391,7 +393,8 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
         out = FromProto(info);
       } else {
         for (const auto& p : info.partitions()) {
-          out.partitions.push_back(PartitionStatsInfo{p.records(), p.bytes(), p.frames()});
+          out.partitions.push_back(
+              PartitionStatsInfo{p.records(), p.bytes(), p.frames(), p.damaged(), p.damage()});
         }
       }
       next = info.next_partition();

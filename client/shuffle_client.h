@@ -84,6 +84,10 @@ struct ClientOptions {
 struct PartitionStatsInfo {
   uint64_t records = 0, bytes = 0;
   uint32_t frames = 0;
+  /// A fetch or the server's scrub found its committed data damaged (`damage` says where): its
+  /// fetches there fail with DATA_LOSS (in a cluster, only when no replica is whole).
+  bool damaged = false;
+  std::string damage;
 };
 struct ShuffleStatus {
   std::string shuffle_id;
@@ -97,6 +101,8 @@ struct ShuffleStatus {
   /// A failed disk write stopped its commits; it reopens itself on a later push (`wedge` says).
   bool wedged = false;
   std::string wedge;
+  /// ListShuffles: not open on its server now (its committed mappers are not listed).
+  bool unopened = false;
   /// In a cluster: partitions none of whose servers answered (each listed with zero counts).
   /// While they are gone their data cannot be read; if they do not come back, the job must
   /// write the shuffle again under a new id (its mappers' decisions stay with this one).

@@ -78,6 +78,13 @@ void PrintStatus(const sluice::ShuffleStatus& s) {
                 s.damage.c_str());
     return;
   }
+  if (s.unopened) {
+    std::printf(
+        "shuffle %s: %u partitions, %u mappers (not open on its server now; `sluice status "
+        "--shuffle` opens it)\n",
+        s.shuffle_id.c_str(), s.num_partitions, s.num_mappers);
+    return;
+  }
   std::printf("shuffle %s: %u partitions, %u mappers (%zu committed)\n", s.shuffle_id.c_str(),
               s.num_partitions, s.num_mappers, s.committed_mappers.size());
   if (s.wedged) std::printf("  WEDGED: %s\n", s.wedge.c_str());
@@ -90,6 +97,9 @@ void PrintStatus(const sluice::ShuffleStatus& s) {
     std::printf("  partition %zu: %llu records, %llu bytes, %u frames\n", p,
                 static_cast<unsigned long long>(s.partitions[p].records),
                 static_cast<unsigned long long>(s.partitions[p].bytes), s.partitions[p].frames);
+    if (s.partitions[p].damaged) {
+      std::printf("    DAMAGED: %s\n", s.partitions[p].damage.c_str());
+    }
   }
 }
 

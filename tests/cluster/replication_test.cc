@@ -517,6 +517,85 @@ TEST_F(ReplicationTest, AServerThatLostItsDataIsNotReadFrom) {
               testing::StatusIs(absl::StatusCode::kDataLoss, "what it had prepared is gone"));
 }
 
+// Every committed payload of one server's replicas rots on disk (one byte at each frame's end),
+// found at start by nothing (a start reads logs only): readers get DATA_LOSS from that server,
+// read the other replica, and get every record once; the server marks what it read damaged,
+// and its scrub finds the rest.
+TEST_F(ReplicationTest, ARottenReplicaIsReadAroundAndMarkedDamaged) {
+  Job job;
+  job.id = "rot";
+  const auto winners = CreateAndWriteAll(job, 2);
+  ASSERT_EQ(winners.size(), job.mappers);
+  const int victim = PrimaryOf(job.id, 0);
+  cluster_->Kill(victim);
+  {
+    const std::string path = cluster_->data_dir(victim) + "/shuffles/rot/data";
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    ASSERT_TRUE(f.good()) << path;
+    f.seekg(0, std::ios::end);
+    const uint64_t size = static_cast<uint64_t>(f.tellg());
+    int rotted = 0;
+    for (uint64_t at = 0; at + 32 <= size;) {  // each block: a 32-byte header, then its frame
+      char h[32];
+      f.seekg(static_cast<std::streamoff>(at));
+      f.read(h, 32);
+      const uint32_t frame = static_cast<uint8_t>(h[20]) | static_cast<uint8_t>(h[21]) << 8 |
+                             static_cast<uint8_t>(h[22]) << 16 |
+                             static_cast<uint32_t>(static_cast<uint8_t>(h[23])) << 24;
+      if (std::string(h, 4) != "SLBK" || frame == 0) {  // a hole punched out: step on
+        at += 4096 - at % 4096;
+        continue;
+      }
+      f.seekp(static_cast<std::streamoff>(at + 32 + frame - 1));
+      f.put('\x5a');
+      ++rotted;
+      at += 32 + frame;
+    }
+    ASSERT_GT(rotted, 0);
+  }
+  ASSERT_OK(cluster_->Restart(victim, {"--scrub_mb_per_s=0"}));
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kUnordered, winners, job.items);
+  ClientOptions options;
+  options.server = cluster_->address(victim);
+  {
+    std::unique_ptr<ServerLink> alone = ConnectServer(options);
+    ASSERT_OK_AND_ASSIGN(ShuffleStatus here, alone->client().GetShuffle(job.id));
+    ASSERT_GT(here.partitions.size(), 0u);
+    EXPECT_TRUE(here.partitions[0].damaged) << "its primary partition was read and failed";
+  }
+  // The cluster's status takes each partition from a whole replica.
+  ASSERT_OK_AND_ASSIGN(ShuffleStatus all, client_->GetShuffle(job.id));
+  uint64_t records = 0;
+  for (const auto& part : all.partitions) {
+    records += part.records;
+    EXPECT_FALSE(part.damaged) << part.damage;
+  }
+  EXPECT_EQ(records, uint64_t{job.mappers} * job.items);
+  // With the scrub on, every partition it keeps is found damaged with nobody reading.
+  cluster_->Kill(victim);
+  ASSERT_OK(cluster_->Restart(victim, {"--scrub_mb_per_s=64"}));
+  ASSERT_OK_AND_ASSIGN(PlacementInfo placed, client_->GetPlacement(job.id));
+  std::vector<uint32_t> kept;
+  for (uint32_t p = 0; p < job.partitions; ++p) {
+    for (uint32_t n : placed.replicas[p]) {
+      if (placed.nodes[n].node_id == cluster_->node_id(victim)) kept.push_back(p);
+    }
+  }
+  ASSERT_FALSE(kept.empty());
+  EXPECT_TRUE(testing::Eventually(
+      [&] {
+        std::unique_ptr<ServerLink> alone = ConnectServer(options);
+        auto here = alone->client().GetShuffle(job.id);
+        if (!here.ok()) return false;
+        for (uint32_t p : kept) {
+          if (p >= here->partitions.size() || !here->partitions[p].damaged) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(20)));
+}
+
 // A mapper committed while a reader is half-way through a partition: a replica that takes
 // over serves exactly the mappers the first one did, so nothing is skipped or repeated.
 TEST_F(ReplicationTest, AReaderResumesOverTheSameMappersWhenMoreCommitMeanwhile) {
