@@ -29,6 +29,7 @@
 #include "client/transport.h"
 #include "codec/frame_format.h"
 #include "rpc/tls_options.h"
+#include "tests/harness/data_file.h"
 #include "tests/harness/etcd_process.h"
 #include "tests/harness/mini_cluster.h"
 #include "tests/harness/status_matchers.h"
@@ -530,28 +531,9 @@ TEST_F(ReplicationTest, ARottenReplicaIsReadAroundAndMarkedDamaged) {
   cluster_->Kill(victim);
   {
     const std::string path = cluster_->data_dir(victim) + "/shuffles/rot/data";
-    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
-    ASSERT_TRUE(f.good()) << path;
-    f.seekg(0, std::ios::end);
-    const uint64_t size = static_cast<uint64_t>(f.tellg());
-    int rotted = 0;
-    for (uint64_t at = 0; at + 32 <= size;) {  // each block: a 32-byte header, then its frame
-      char h[32];
-      f.seekg(static_cast<std::streamoff>(at));
-      f.read(h, 32);
-      const uint32_t frame = static_cast<uint8_t>(h[20]) | static_cast<uint8_t>(h[21]) << 8 |
-                             static_cast<uint8_t>(h[22]) << 16 |
-                             static_cast<uint32_t>(static_cast<uint8_t>(h[23])) << 24;
-      if (std::string(h, 4) != "SLBK" || frame == 0) {  // a hole punched out: step on
-        at += 4096 - at % 4096;
-        continue;
-      }
-      f.seekp(static_cast<std::streamoff>(at + 32 + frame - 1));
-      f.put('\x5a');
-      ++rotted;
-      at += 32 + frame;
-    }
-    ASSERT_GT(rotted, 0);
+    const auto blocks = testing::DataFileBlocks(path);
+    ASSERT_FALSE(blocks.empty()) << path;
+    for (const auto& [at, frame] : blocks) testing::PutByte(path, at + 32 + frame - 1, '\x5a');
   }
   ASSERT_OK(cluster_->Restart(victim, {"--scrub_mb_per_s=0"}));
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);

@@ -25,6 +25,7 @@
 #include "server/runtime/memory_budget.h"
 #include "server/sluice_server.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
+#include "tests/harness/data_file.h"
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/stub.h"
@@ -1062,24 +1063,10 @@ TEST_F(ServerTest, DamagedPayloadsAreFoundByAFetchAndByTheScrubPartitionByPartit
   ASSERT_OK(Push("s", 0, 1, 3, 30, &resp));
   ASSERT_OK(Push("s", 1, 1, 3, 30, &resp));
   const std::string path = server_->data_dir() + "/shuffles/s/data";
-  auto flip_last_byte_of_block = [&](int index) {  // blocks in arrival order: mapper, partition
-    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
-    ASSERT_TRUE(f.good()) << path;
-    uint64_t at = 0;
-    for (int i = 0;; ++i) {  // walk the blocks: a 32-byte header, then the frame
-      char h[32];
-      f.seekg(static_cast<std::streamoff>(at));
-      f.read(h, 32);
-      const uint32_t size = static_cast<uint8_t>(h[20]) | static_cast<uint8_t>(h[21]) << 8 |
-                            static_cast<uint8_t>(h[22]) << 16 |
-                            static_cast<uint32_t>(static_cast<uint8_t>(h[23])) << 24;
-      if (i == index) {
-        f.seekp(static_cast<std::streamoff>(at + 32 + size - 2));
-        f.put('\x01');
-        return;
-      }
-      at += 32 + size;
-    }
+  auto flip_last_byte_of_block = [&](size_t index) {  // blocks in arrival order
+    const auto blocks = testing::DataFileBlocks(path);
+    ASSERT_GT(blocks.size(), index) << path;
+    testing::PutByte(path, blocks[index].first + 32 + blocks[index].second - 2, '\x01');
   };
   server_->Stop().IgnoreError();
   flip_last_byte_of_block(1);  // mapper 0, partition 1
