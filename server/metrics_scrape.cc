@@ -121,10 +121,9 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
            "unavailable until it is repaired and the server restarted)",
            failed);
   const auto stores = s.registry->List();
-  uint64_t partitions = 0, index = 0, damaged = 0;
+  uint64_t partitions = 0, damaged = 0;
   for (const auto& store : stores) {
     partitions += store->params().num_partitions;
-    index += store->index_bytes();
     damaged += store->DamagedPartitions().size();
   }
   t.Gauge("sluice_shuffles", "Shuffles held, open or not (damaged ones apart)",
@@ -134,7 +133,8 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
           "idle (each opens when asked for)",
           D(s.registry->unopened()));
   t.Gauge("sluice_partitions", "Partitions of the open shuffles", D(partitions));
-  t.Gauge("sluice_index_bytes", "Memory the open shuffles' frame indexes take", D(index));
+  t.Gauge("sluice_index_bytes", "Memory the open shuffles' frame indexes take",
+          D(s.registry->index_bytes()));
   t.Gauge("sluice_damaged_partitions",
           "Partitions of open shuffles found damaged (their fetches fail with DATA_LOSS here)",
           D(damaged));

@@ -269,13 +269,10 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
         everything ? deps_.registry->List().size() + deps_.registry->unopened()
                    : deps_.registry->CountWithPrefix(call.prefix())));
     if (everything) {
-      uint64_t index = 0, damaged = 0;
-      for (const auto& store : deps_.registry->List()) {
-        index += store->index_bytes();
-        damaged += store->DamagedPartitions().size();
-      }
+      uint64_t damaged = 0;
+      for (const auto& store : deps_.registry->List()) damaged += store->DamagedPartitions().size();
       resp->set_shuffles_unopened(static_cast<uint32_t>(deps_.registry->unopened()));
-      resp->set_index_bytes(index);
+      resp->set_index_bytes(deps_.registry->index_bytes());
       resp->set_damaged_partitions(static_cast<uint32_t>(damaged));
       if (deps_.metrics != nullptr) resp->set_scrubbed_bytes(deps_.metrics->scrub_bytes.load());
     }

@@ -200,16 +200,13 @@ bool ShuffleRegistry::OpenNextListed() {
 
 absl::Status ShuffleRegistry::OpenListed(const std::string& id) {
   if (unopened_count_.load() == 0) return absl::OkStatus();
+  std::vector<std::shared_ptr<ShuffleStore>> closed;  // (let go of after the lock)
   std::unique_lock<std::mutex> lock(mu_);
   opened_cv_.wait(lock, [&] { return opening_.count(id) == 0; });
   auto entry = unopened_.find(id);
   if (entry == unopened_.end()) return absl::OkStatus();
   const Unopened was = entry->second;
-  // Room for it: idle shuffles close first when the open ones are at their limit.
-  if (shuffles_.size() >= max_open_) {
-    CloseIdleLocked(max_open_ - std::max<size_t>(1, max_open_ / 16), index_budget_,
-                    std::chrono::steady_clock::now(), kMinIdleToMakeRoom);
-  }
+  closed = MakeRoomLocked();
   // (The limit is soft: with none idle enough to close, it opens all the same, and the next
   // CloseIdle brings the open ones back under the limit. The descriptors are the hard limit.)
   const absl::Status room = CheckFdHeadroom(
@@ -268,6 +265,12 @@ size_t ShuffleRegistry::CloseIdle(std::chrono::steady_clock::time_point now) {
                              kMinIdle);
   }
   return closed.size();  // (their memory is freed here, outside the lock)
+}
+
+std::vector<std::shared_ptr<ShuffleStore>> ShuffleRegistry::MakeRoomLocked() {
+  if (shuffles_.size() < max_open_) return {};
+  return CloseIdleLocked(max_open_ - std::max<size_t>(1, max_open_ / 16), index_budget_,
+                         std::chrono::steady_clock::now(), kMinIdleToMakeRoom);
 }
 
 std::vector<std::shared_ptr<ShuffleStore>> ShuffleRegistry::CloseIdleLocked(
@@ -543,6 +546,7 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
   SLUICE_RETURN_IF_ERROR(OpenListed(params.shuffle_id));
   // Counted before the lock: listing /proc/self/fd of a busy server takes milliseconds.
   const uint64_t open_fds = file::OpenFdCount();
+  std::vector<std::shared_ptr<ShuffleStore>> closed;  // (let go of after the lock)
   std::unique_lock<std::mutex> lock(mu_);
   while (unopened_.count(params.shuffle_id) != 0 || opening_.count(params.shuffle_id) != 0) {
     lock.unlock();  // closed again meanwhile (idle): it exists, opened for the answer
@@ -568,10 +572,7 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
                                                  "' already exists with ", have.num_partitions,
                                                  " partitions and ", have.num_mappers, " mappers"));
   }
-  if (shuffles_.size() >= max_open_) {  // (room made as for an open, best effort)
-    CloseIdleLocked(max_open_ - std::max<size_t>(1, max_open_ / 16), index_budget_,
-                    std::chrono::steady_clock::now(), kMinIdleToMakeRoom);
-  }
+  closed = MakeRoomLocked();  // (as for an open)
   SLUICE_RETURN_IF_ERROR(CheckFdHeadroom(
       open_fds, 3, absl::StrCat("shuffle '", ShuffleName(params.shuffle_id), "' was not created")));
   // In the best data directory that works: one whose disk fails is marked failed (and

@@ -166,6 +166,10 @@ class ShuffleRegistry {
   absl::Status OpenListed(const std::string& id);
   // Under `lock` (of mu_), which it releases: deletes a shuffle that is not open.
   absl::Status DeleteUnopened(std::unique_lock<std::mutex>& lock, const std::string& id);
+  // Under mu_: room for one more open shuffle, when the open ones are at their limit (those
+  // idle for kMinIdleToMakeRoom closed; best effort: the limit is soft). Returns them (to be
+  // let go of outside the lock).
+  std::vector<std::shared_ptr<ShuffleStore>> MakeRoomLocked();
   // Under mu_: closes idle shuffles until at most `max_open` are open and their indexes take at
   // most `index_budget`; returns them (to be let go of outside the lock).
   std::vector<std::shared_ptr<ShuffleStore>> CloseIdleLocked(

@@ -458,33 +458,47 @@ ShuffleStore::ScrubStep ShuffleStore::ScrubNext(ScrubCursor* cursor, uint64_t ma
 
 absl::Status ShuffleStore::ScrubBlock(const ScrubCursor::Block& b, std::string* buffer) const {
   const BlockRef& block = b.ref;
-  auto corrupt = [&](absl::string_view why) {
-    return absl::DataLossError(absl::StrCat("stored frame of partition ", block.partition, " at ",
-                                            DataName(), ":", block.offset, " is corrupt: ", why));
-  };
-  if (block.frame_size < kFrameHeaderSize) return corrupt("shorter than a frame header");
-  buffer->resize(std::max<size_t>(kScrubPiece, kBlockHeaderSize + kFrameHeaderSize));
+  SLUICE_ASSIGN_OR_RETURN(const FrameHeader h, ReadBlockHeaders(b.mapper, b.attempt, block));
+  buffer->resize(kScrubPiece);
   auto* buf = reinterpret_cast<uint8_t*>(buffer->data());
-  SLUICE_RETURN_IF_ERROR(file::PreadAll(data_fd_.get(), DataName(), block.offset,
-                                        kBlockHeaderSize + kFrameHeaderSize, buf));
-  if (!BlockHeaderMatches(buf, b.mapper, b.attempt, block)) {
-    return corrupt("its block header does not match its commit record");
-  }
-  auto h = ParseFrameHeader(absl::MakeConstSpan(buf + kBlockHeaderSize, kFrameHeaderSize),
-                            StoredFrameLimits(options_.limits));
-  if (!h.ok()) return corrupt(h.status().message());
-  if (h->frame_size() != block.frame_size) return corrupt("its size is not its commit's");
   PayloadHasher hasher;
   uint64_t at = block.offset + kBlockHeaderSize + kFrameHeaderSize;
-  for (uint64_t left = h->stored_size; left > 0;) {
+  for (uint64_t left = h.stored_size; left > 0;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(left, kScrubPiece));
     SLUICE_RETURN_IF_ERROR(file::PreadAll(data_fd_.get(), DataName(), at, n, buf));
     hasher.Update(buf, n);
     at += n;
     left -= n;
   }
-  if (hasher.Digest() != h->payload_checksum) return corrupt("payload checksum mismatch");
+  if (hasher.Digest() != h.payload_checksum) {
+    return absl::DataLossError(absl::StrCat("stored frame of partition ", block.partition, " at ",
+                                            DataName(), ":", block.offset,
+                                            " is corrupt: payload checksum mismatch"));
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<FrameHeader> ShuffleStore::ReadBlockHeaders(uint32_t mapper, uint64_t attempt,
+                                                           const BlockRef& block) const {
+  uint8_t h[kBlockHeaderSize + kFrameHeaderSize];
+  const size_t n = std::min<size_t>(sizeof(h), kBlockHeaderSize + block.frame_size);
+  SLUICE_RETURN_IF_ERROR(file::PreadAll(data_fd_.get(), DataName(), block.offset, n, h));
+  if (!BlockHeaderMatches(h, mapper, attempt, block)) {
+    return absl::DataLossError(absl::StrCat("committed block of mapper ", mapper, " attempt ",
+                                            attempt, " for partition ", block.partition, " at ",
+                                            DataName(), ":", block.offset,
+                                            " does not match its commit record"));
+  }
+  auto header = ParseFrameHeader(absl::MakeConstSpan(h + kBlockHeaderSize, n - kBlockHeaderSize),
+                                 StoredFrameLimits(options_.limits));
+  if (!header.ok() || header->frame_size() != block.frame_size) {
+    return absl::DataLossError(absl::StrCat("stored frame of partition ", block.partition, " at ",
+                                            DataName(), ":", block.offset, " is corrupt",
+                                            header.ok()
+                                                ? ": its size is not its commit's"
+                                                : absl::StrCat(": ", header.status().message())));
+  }
+  return *header;
 }
 
 void ShuffleStore::Discard(absl::Span<const BlockRef> blocks) { PunchBlocks(blocks); }

@@ -321,6 +321,10 @@ class ShuffleStore {
   // Checks a committed block's header against its record and its frame's header (and, with
   // `payload`, reads the frame and checks its checksums); sets its uncompressed size.
   absl::Status VerifyBlock(uint32_t mapper, uint64_t attempt, BlockRef* block, bool payload) const;
+  // Reads a committed block's header and its frame's, and checks them against the block's
+  // commit (mapper, attempt, partition, sizes) and their own checks: the frame's header.
+  absl::StatusOr<FrameHeader> ReadBlockHeaders(uint32_t mapper, uint64_t attempt,
+                                               const BlockRef& block) const;
   // The scrub's check of one committed block (ScrubNext).
   absl::Status ScrubBlock(const ScrubCursor::Block& b, std::string* buffer) const;
   // Makes room for `frames` more entries in p's index, counted in index_bytes_.

@@ -34,33 +34,12 @@ absl::StatusOr<ShuffleParams> ShuffleStore::ReadParams(const std::string& dir,
 
 absl::Status ShuffleStore::VerifyBlock(uint32_t mapper, uint64_t attempt, BlockRef* block_ref,
                                        bool payload) const {
-  const BlockRef& block = *block_ref;
   // The block's header and its frame's: what a version 3 log does not say.
-  uint8_t h[kBlockHeaderSize + kFrameHeaderSize];
-  const size_t n = std::min<size_t>(sizeof(h), kBlockHeaderSize + block.frame_size);
-  SLUICE_RETURN_IF_ERROR(file::PreadAll(data_fd_.get(), DataName(), block.offset, n, h));
-  if (!BlockHeaderMatches(h, mapper, attempt, block)) {
-    return absl::DataLossError(absl::StrCat("committed block of mapper ", mapper, " attempt ",
-                                            attempt, " for partition ", block.partition, " at ",
-                                            DataName(), ":", block.offset,
-                                            " does not match its commit record"));
-  }
-  if (payload) {
-    std::string frame;
-    FrameHeader header;
-    SLUICE_RETURN_IF_ERROR(ReadFrame(block, &frame, &header));
-    block_ref->uncompressed = header.uncompressed_size;
-    return absl::OkStatus();
-  }
-  auto header = ParseFrameHeader(absl::MakeConstSpan(h + kBlockHeaderSize, n - kBlockHeaderSize),
-                                 StoredFrameLimits(options_.limits));
-  if (!header.ok() || header->frame_size() != block.frame_size) {
-    return absl::DataLossError(absl::StrCat(
-        "stored frame of partition ", block.partition, " at ", DataName(), ":", block.offset,
-        " is corrupt", header.ok() ? "" : absl::StrCat(": ", header.status().message())));
-  }
-  block_ref->uncompressed = header->uncompressed_size;
-  return absl::OkStatus();
+  SLUICE_ASSIGN_OR_RETURN(const FrameHeader header, ReadBlockHeaders(mapper, attempt, *block_ref));
+  block_ref->uncompressed = header.uncompressed_size;
+  if (!payload) return absl::OkStatus();
+  std::string frame;
+  return ReadFrame(*block_ref, &frame);
 }
 
 absl::Status ShuffleStore::Recover(int dir_fd, OpenCheck check) {
