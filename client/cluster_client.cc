@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,6 +97,7 @@ class StaleAwareWriter final : public ShuffleWriter {
 
  private:
   absl::Status Retryable(absl::Status st) {
+    if (ReasonOf(st) == ErrorReason::kPlacementChanged) forget_();  // routed afresh next time
     if (ReasonOf(st) != ErrorReason::kNotKept) return st;
     forget_();
     return WithReason(absl::UnavailableError(absl::StrCat(
@@ -240,35 +242,33 @@ class ClusterClient final : public ShuffleClient {
     out.num_partitions = p.num_partitions;
     out.num_mappers = p.num_mappers;
     out.partitions.resize(p.num_partitions);
-    bool mappers_taken = false;
+    std::set<uint32_t> committed;  // (a replica taken over in a later epoch lacks some)
     for (size_t n = 0; n < p.nodes.size(); ++n) {
       if (!per_node[n].ok()) continue;
       const ShuffleStatus& s = *per_node[n];
-      if (!mappers_taken) {
-        out.committed_mappers = s.committed_mappers;
-        mappers_taken = true;
-      }
+      committed.insert(s.committed_mappers.begin(), s.committed_mappers.end());
       const std::string who = absl::StrCat(p.nodes[n].node_id, ": ");
       if (s.damaged) out.damage += (out.damaged ? "; " : "") + who + s.damage;
       if (s.wedged) out.wedge += (out.wedged ? "; " : "") + who + s.wedge;
       out.damaged = out.damaged || s.damaged;
       out.wedged = out.wedged || s.wedged;
     }
+    out.committed_mappers.assign(committed.begin(), committed.end());
     for (uint32_t part = 0; part < p.num_partitions; ++part) {
+      // A whole replica's counts, else one missing mappers (the fewest), else a damaged one's.
+      const auto rank = [](const PartitionStatsInfo& s) {
+        return std::make_pair(s.damaged ? 1 : 0, s.missing_mappers);
+      };
       bool found = false;
-      for (uint32_t n : p.replicas[part]) {  // a whole replica's, else a damaged one's
-        if (per_node[n].ok() && part < per_node[n]->partitions.size()) {
-          const PartitionStatsInfo& here = per_node[n]->partitions[part];
-          if (found && here.damaged) continue;
-          const bool was_damaged = found && out.partitions[part].damaged;
-          out.partitions[part] = here;
-          if (here.damaged) {
-            out.partitions[part].damage = absl::StrCat(p.nodes[n].node_id, ": ", here.damage);
-          }
-          if (found && was_damaged && !here.damaged) break;
-          found = true;
-          if (!here.damaged) break;
+      for (uint32_t n : p.replicas[part]) {
+        if (!per_node[n].ok() || part >= per_node[n]->partitions.size()) continue;
+        const PartitionStatsInfo& here = per_node[n]->partitions[part];
+        if (found && rank(here) >= rank(out.partitions[part])) continue;
+        out.partitions[part] = here;
+        if (here.damaged) {
+          out.partitions[part].damage = absl::StrCat(p.nodes[n].node_id, ": ", here.damage);
         }
+        found = true;
       }
       if (!found) out.unavailable_partitions.push_back(part);
     }
@@ -337,6 +337,9 @@ class ClusterClient final : public ShuffleClient {
   absl::StatusOr<std::vector<NodeAddress>> ListNodes() override {
     return OnSeed<std::vector<NodeAddress>>([&](ShuffleClient& c) { return c.ListNodes(); });
   }
+  absl::StatusOr<std::vector<AbsentNode>> AbsentNodes() override {
+    return OnSeed<std::vector<AbsentNode>>([&](ShuffleClient& c) { return c.AbsentNodes(); });
+  }
   // The first server given, and no other: a drain is asked of one server.
   absl::Status Drain(uint32_t grace_seconds) override {
     return Seed(0).client().Drain(grace_seconds);
@@ -404,7 +407,7 @@ class ClusterClient final : public ShuffleClient {
       for (uint32_t n : p.replicas[part]) {
         if (stream_of_node[n] < 0) {
           SLUICE_ASSIGN_OR_RETURN(ServerLink * link, NodeLink(id, p, n));
-          auto stream = link->OpenPush(id, mapper, attempt, /*prepare=*/true);
+          auto stream = link->OpenPush(id, mapper, attempt, /*prepare=*/true, p.epoch);
           if (!stream.ok()) {
             Forget(id);
             return stream.status();
@@ -417,12 +420,16 @@ class ClusterClient final : public ShuffleClient {
       }
     }
     // Any server of the attempt may decide it; the next one if it cannot be reached.
-    auto decide = [this, links, id, mapper, attempt]() -> absl::StatusOr<uint64_t> {
+    const uint32_t epoch = p.epoch;
+    auto decide = [this, links, id, mapper, attempt, epoch]() -> absl::StatusOr<uint64_t> {
       absl::Status last;
       for (ServerLink* link : links) {
-        auto winner = link->CommitMapper(id, mapper, attempt);
-        // (Every server decides in the same etcd: its fault ends the tries.)
-        if (winner.ok() || !TryAnother(winner.status()) || EtcdsFault(winner.status())) {
+        auto winner = link->CommitMapper(id, mapper, attempt, epoch);
+        // (Every server decides in the same etcd: its fault ends the tries, and so does a
+        // newer placement epoch, which every server's decision would find.)
+        if (ReasonOf(winner.status()) == ErrorReason::kPlacementChanged) Forget(id);
+        if (winner.ok() || !TryAnother(winner.status()) || EtcdsFault(winner.status()) ||
+            ReasonOf(winner.status()) == ErrorReason::kPlacementChanged) {
           return winner;
         }
         last = winner.status();

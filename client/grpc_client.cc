@@ -79,8 +79,8 @@ ShuffleStatus FromProto(const pb::ShuffleInfo& info) {
   s.num_mappers = info.num_mappers();
   s.committed_mappers.assign(info.committed_mappers().begin(), info.committed_mappers().end());
   for (const auto& p : info.partitions()) {
-    s.partitions.push_back(
-        PartitionStatsInfo{p.records(), p.bytes(), p.frames(), p.damaged(), p.damage()});
+    s.partitions.push_back(PartitionStatsInfo{p.records(), p.bytes(), p.frames(), p.damaged(),
+                                              p.damage(), p.missing_mappers()});
   }
   s.damaged = info.damaged();
   s.damage = info.damage();
@@ -125,7 +125,8 @@ class GrpcPushStream final : public PushStream {
 
   // The server sends its headers once it has taken the stream (admitted it): waiting for them
   // tells at once a stream refused, or one on a dead connection, before anything is sent.
-  absl::Status Open(const std::string& id, uint32_t mapper, uint64_t attempt, bool await_headers) {
+  absl::Status Open(const std::string& id, uint32_t mapper, uint64_t attempt, uint32_t epoch,
+                    bool await_headers) {
     if (await_headers) {
       if (flow_ != nullptr) {
         flow_->WaitForInitialMetadata();
@@ -137,6 +138,7 @@ class GrpcPushStream final : public PushStream {
     open.mutable_open()->set_shuffle_id(id);
     open.mutable_open()->set_mapper_id(mapper);
     open.mutable_open()->set_attempt_id(attempt);
+    open.mutable_open()->set_placement_epoch(epoch);
     if (!Send(open, /*within_credit=*/false)) return WriteFailed();
     return absl::OkStatus();
   }
@@ -393,8 +395,8 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
         out = FromProto(info);
       } else {
         for (const auto& p : info.partitions()) {
-          out.partitions.push_back(
-              PartitionStatsInfo{p.records(), p.bytes(), p.frames(), p.damaged(), p.damage()});
+          out.partitions.push_back(PartitionStatsInfo{
+              p.records(), p.bytes(), p.frames(), p.damaged(), p.damage(), p.missing_mappers()});
         }
       }
       next = info.next_partition();
@@ -446,6 +448,19 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     return n;
   }
 
+  absl::StatusOr<std::vector<AbsentNode>> AbsentNodes() override {
+    pb::ListNodesResponse resp;
+    absl::Status st = Unary([&](grpc::ClientContext* ctx) {
+      return stub_->ListNodes(ctx, pb::ListNodesRequest(), &resp);
+    });
+    if (!st.ok()) return st;
+    std::vector<AbsentNode> out;
+    for (const auto& a : resp.absent()) {
+      out.push_back(AbsentNode{a.node_id(), std::chrono::milliseconds(a.absent_ms()), a.dead()});
+    }
+    return out;
+  }
+
   absl::StatusOr<std::vector<NodeAddress>> ListNodes() override {
     pb::ListNodesResponse resp;
     absl::Status st = Unary([&](grpc::ClientContext* ctx) {
@@ -473,6 +488,7 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     p.replication = resp.replication();
     p.clustered = resp.clustered();
     p.age = std::chrono::milliseconds(resp.age_ms());
+    p.epoch = resp.placement_epoch();
     for (const auto& e : resp.nodes()) {
       p.nodes.push_back(NodeAddress{e.node_id(), e.address(), e.started_unix_ms()});
     }
@@ -522,7 +538,7 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
       }
       partitions = info.num_partitions();
     }
-    auto stream = OpenPush(id, mapper, attempt, /*prepare=*/false);
+    auto stream = OpenPush(id, mapper, attempt, /*prepare=*/false, /*epoch=*/0);
     if (!stream.ok()) return stream.status();
     std::vector<std::unique_ptr<PushStream>> streams;
     streams.push_back(std::move(stream).value());
@@ -545,7 +561,8 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
   const std::string& address() const override { return options_.server; }
 
   absl::StatusOr<std::unique_ptr<PushStream>> OpenPush(const std::string& id, uint32_t mapper,
-                                                       uint64_t attempt, bool prepare) override {
+                                                       uint64_t attempt, bool prepare,
+                                                       uint32_t epoch) override {
     // A server that sends the stream's headers once it has taken it lets the open wait for
     // them: a refusal or a dead connection is then known before anything is sent. (One before
     // that sends them only at the end: the open does not wait.)
@@ -555,19 +572,20 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
       const auto sent = std::chrono::steady_clock::now();
       auto stream = std::make_unique<GrpcPushStream>(stub_.get(), options_, prepare,
                                                      options_.push_credit && protocol >= 2);
-      st = stream->Open(id, mapper, attempt, /*await_headers=*/protocol >= 1);
+      st = stream->Open(id, mapper, attempt, epoch, /*await_headers=*/protocol >= 1);
       if (st.ok()) return std::unique_ptr<PushStream>(std::move(stream));
       if (!DeadConnection(st, sent, options_, channel_.get(), Never())) return st;
     }
     return st;
   }
 
-  absl::StatusOr<uint64_t> CommitMapper(const std::string& id, uint32_t mapper,
-                                        uint64_t attempt) override {
+  absl::StatusOr<uint64_t> CommitMapper(const std::string& id, uint32_t mapper, uint64_t attempt,
+                                        uint32_t epoch) override {
     pb::CommitMapperRequest req;
     req.set_shuffle_id(id);
     req.set_mapper_id(mapper);
     req.set_attempt_id(attempt);
+    req.set_placement_epoch(epoch);
     pb::CommitMapperResponse resp;
     absl::Status st =
         Unary([&](grpc::ClientContext* ctx) { return stub_->CommitMapper(ctx, req, &resp); });

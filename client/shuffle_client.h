@@ -88,6 +88,10 @@ struct PartitionStatsInfo {
   /// fetches there fail with DATA_LOSS (in a cluster, only when no replica is whole).
   bool damaged = false;
   std::string damage;
+  /// In a cluster, from one server: committed mappers its replica lacks (it took the partition
+  /// over in a later placement epoch and is not repaired yet); ShuffleClient::GetShuffle
+  /// takes a whole replica's counts.
+  uint32_t missing_mappers = 0;
 };
 struct ShuffleStatus {
   std::string shuffle_id;
@@ -114,6 +118,12 @@ struct NodeAddress {
   std::string node_id;
   std::string address;
   uint64_t started_unix_ms = 0;
+};
+/// A server of the shuffles a server knows that is not registered now (ListNodes' `absent`).
+struct AbsentNode {
+  std::string node_id;
+  std::chrono::milliseconds absent{0};  ///< not registered for this long, as that server saw it
+  bool dead = false;  ///< past --dead_after_s: taken out of its shuffles' placements
 };
 /// One server's view of itself (GetNode).
 struct NodeStatus {
@@ -150,6 +160,9 @@ struct PlacementInfo {
   /// answered from the placement it had read this long ago (a placement never changes; the
   /// addresses are the last it saw registered).
   std::chrono::milliseconds age{0};
+  /// The newest placement epoch (0 until a server is taken out; docs/cluster.md, "Placement
+  /// epochs"): `replicas` are its. Writers route by it.
+  uint32_t epoch = 0;
 };
 
 /// Maps a key to a partition in [0, num_partitions).
@@ -239,6 +252,9 @@ class ShuffleClient {
   virtual absl::StatusOr<NodeStatus> GetNode() = 0;
   /// The servers of its cluster (itself alone when it runs without etcd), by node id.
   virtual absl::StatusOr<std::vector<NodeAddress>> ListNodes() = 0;
+  /// The servers of the shuffles the server knows that are not registered now: suspect, or
+  /// dead past its --dead_after_s (docs/cluster.md, "Placement epochs").
+  virtual absl::StatusOr<std::vector<AbsentNode>> AbsentNodes() = 0;
   /// Where each partition of the shuffle lives (the same from every server of a cluster).
   virtual absl::StatusOr<PlacementInfo> GetPlacement(const std::string& id) = 0;
   /// Drains the server (the first one given, only: a drain is asked of one server;

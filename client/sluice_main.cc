@@ -169,8 +169,8 @@ void PrintNode(const sluice::NodeAddress& n) {
   }
   const auto mib = [](uint64_t b) { return static_cast<unsigned long long>(b >> 20); };
   std::printf(
-      "node %s at %s: %s%s, disk %llu of %llu MiB free, memory %llu of %llu MiB used, %u "
-      "shuffles, %u push and %u fetch streams\n",
+      "node %s at %s: alive, %s%s, disk %llu of %llu MiB free, memory %llu of %llu MiB used, "
+      "%u shuffles, %u push and %u fetch streams\n",
       n.node_id.c_str(), n.address.c_str(), st->serving ? "serving" : "NOT SERVING",
       st->clustered && !st->registered ? " (NOT REGISTERED)" : "", mib(st->disk_free_bytes),
       mib(st->disk_total_bytes), mib(st->memory_used_bytes), mib(st->memory_budget_bytes),
@@ -454,6 +454,14 @@ int main(int argc, char** argv) {
     auto nodes = Connect(server)->ListNodes();
     if (!nodes.ok()) return Fail(nodes.status());
     for (const auto& n : *nodes) PrintNode(n);
+    // Servers of its shuffles that are gone: suspect, then dead (taken out of placements).
+    auto absent = Connect(server)->AbsentNodes();
+    if (!absent.ok()) return Fail(absent.status());
+    for (const auto& a : *absent) {
+      std::printf("node %s: %s, not registered for %lld s%s\n", a.node_id.c_str(),
+                  a.dead ? "dead" : "suspect", static_cast<long long>(a.absent.count() / 1000),
+                  a.dead ? " (taken out of its shuffles' placements)" : "");
+    }
     return 0;
   }
   if (cmd == "drain") {

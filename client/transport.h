@@ -59,13 +59,15 @@ class ServerLink {
   virtual ~ServerLink() = default;
   /// The server's own calls (create, status, placement...).
   virtual ShuffleClient& client() = 0;
-  /// Opens a push stream of the attempt; `prepare`: its commit prepares (cluster mode).
+  /// Opens a push stream of the attempt; `prepare`: its commit prepares (cluster mode), routed
+  /// by placement epoch `epoch`.
   virtual absl::StatusOr<std::unique_ptr<PushStream>> OpenPush(const std::string& id,
                                                                uint32_t mapper, uint64_t attempt,
-                                                               bool prepare) = 0;
-  /// Decides the prepared attempt (CommitMapper): the mapper's winning attempt.
+                                                               bool prepare, uint32_t epoch) = 0;
+  /// Decides the prepared attempt (CommitMapper), pushed in placement epoch `epoch`: the
+  /// mapper's winning attempt.
   virtual absl::StatusOr<uint64_t> CommitMapper(const std::string& id, uint32_t mapper,
-                                                uint64_t attempt) = 0;
+                                                uint64_t attempt, uint32_t epoch) = 0;
   /// Opens a fetch of one partition (the reader's options, skip_records included); with
   /// `report_mappers`, the stream's mappers() says which mappers the server serves.
   virtual std::unique_ptr<FetchStream> OpenFetch(const std::string& id, uint32_t partition,

@@ -172,8 +172,21 @@ absl::Status EtcdClient::Put(std::string_view key, std::string_view value, int64
 
 absl::StatusOr<EtcdCreate> EtcdClient::CreateIfAbsent(std::string_view key, std::string_view value,
                                                       int64_t lease, std::string_view guard,
-                                                      std::string_view also) {
+                                                      std::string_view also,
+                                                      const EtcdValueGuard* value_guard) {
   epb::TxnRequest req;
+  if (value_guard != nullptr) {  // the other key holds the value (or, for "", does not exist)
+    epb::Compare* holds = req.add_compare();
+    holds->set_key(value_guard->key);
+    holds->set_result(epb::Compare::EQUAL);
+    if (value_guard->value.empty()) {
+      holds->set_target(epb::Compare::CREATE);
+      holds->set_create_revision(0);
+    } else {
+      holds->set_target(epb::Compare::VALUE);
+      holds->set_value(value_guard->value);
+    }
+  }
   if (!guard.empty()) {  // the guard exists: its creation revision is above 0
     epb::Compare* exists = req.add_compare();
     exists->set_result(epb::Compare::GREATER);
@@ -193,6 +206,9 @@ absl::StatusOr<EtcdCreate> EtcdClient::CreateIfAbsent(std::string_view key, std:
   put->set_lease(lease);
   if (!also.empty()) req.add_success()->mutable_request_put()->set_key(std::string(also));
   req.add_failure()->mutable_request_range()->set_key(std::string(key));
+  if (value_guard != nullptr) {
+    req.add_failure()->mutable_request_range()->set_key(value_guard->key);
+  }
   epb::TxnResponse resp;
   if (absl::Status st = impl_->Unary(
           "create", [&](grpc::ClientContext* ctx) { return impl_->kv->Txn(ctx, req, &resp); });
@@ -205,13 +221,22 @@ absl::StatusOr<EtcdCreate> EtcdClient::CreateIfAbsent(std::string_view key, std:
     out.kv = EtcdKeyValue{std::string(key), std::string(value), resp.header().revision(), lease};
     return out;
   }
-  if (!guard.empty() && resp.responses_size() == 1 &&
+  if (value_guard != nullptr && resp.responses_size() == 2 &&
+      resp.responses(0).response_range().kvs_size() == 0) {
+    const auto& held = resp.responses(1).response_range();
+    const std::string now = held.kvs_size() == 1 ? held.kvs(0).value() : "";
+    if (now != value_guard->value) {
+      out.guard_value_now = now;
+      return out;
+    }
+  }
+  if (!guard.empty() && resp.responses_size() >= 1 &&
       resp.responses(0).response_range().kvs_size() == 0) {
     return absl::NotFoundError(absl::StrCat("etcd create of '", std::string(key), "' at ",
                                             impl_->options.endpoints, ": '", std::string(guard),
                                             "' does not exist"));
   }
-  if (resp.responses_size() != 1 || resp.responses(0).response_range().kvs_size() != 1) {
+  if (resp.responses_size() < 1 || resp.responses(0).response_range().kvs_size() != 1) {
     // The key existed when compared, and was deleted before it could be read: cannot be, in
     // one transaction; say so rather than guess.
     return absl::InternalError(
@@ -220,6 +245,32 @@ absl::StatusOr<EtcdCreate> EtcdClient::CreateIfAbsent(std::string_view key, std:
   }
   out.kv = FromProto(resp.responses(0).response_range().kvs(0));
   return out;
+}
+
+absl::StatusOr<bool> EtcdClient::PutIfUnchanged(std::string_view key, std::string_view value,
+                                                int64_t mod_revision, std::string_view also,
+                                                std::string_view also_value) {
+  epb::TxnRequest req;
+  epb::Compare* same = req.add_compare();
+  same->set_result(epb::Compare::EQUAL);
+  same->set_target(epb::Compare::MOD);
+  same->set_key(std::string(key));
+  same->set_mod_revision(mod_revision);
+  epb::PutRequest* put = req.add_success()->mutable_request_put();
+  put->set_key(std::string(key));
+  put->set_value(std::string(value));
+  if (!also.empty()) {
+    epb::PutRequest* other = req.add_success()->mutable_request_put();
+    other->set_key(std::string(also));
+    other->set_value(std::string(also_value));
+  }
+  epb::TxnResponse resp;
+  if (absl::Status st = impl_->Unary(
+          "put", [&](grpc::ClientContext* ctx) { return impl_->kv->Txn(ctx, req, &resp); });
+      !st.ok()) {
+    return st;
+  }
+  return resp.succeeded();
 }
 
 absl::StatusOr<bool> EtcdClient::Delete(std::string_view key) {

@@ -41,10 +41,18 @@ struct EtcdKeyValue {
   int64_t lease = 0;
 };
 
-/// What CreateIfAbsent found: `created` if the call created the key; the key's value either way.
+/// What CreateIfAbsent found: `created` if the call created the key; the key's value either way
+/// (unless a value guard failed first: then `guard_value_now` holds what its key holds).
 struct EtcdCreate {
   bool created = false;
   EtcdKeyValue kv;
+  std::optional<std::string> guard_value_now;  ///< "" for a key that does not exist
+};
+
+/// A condition on another key: it holds `value` ("": the key does not exist).
+struct EtcdValueGuard {
+  std::string key;
+  std::string value;
 };
 
 class EtcdClient {
@@ -68,9 +76,17 @@ class EtcdClient {
   /// concurrent callers exactly one creates it, and all of them get the value that won.
   /// With a `guard` key, only while that key exists: NOT_FOUND naming it if it does not.
   /// With `also`, that key is set (to "") in the same transaction when `key` is created.
+  /// With a `value_guard`, only while that key holds that value: when it does not and `key`
+  /// does not exist, nothing is created and `guard_value_now` says what it holds.
   absl::StatusOr<EtcdCreate> CreateIfAbsent(std::string_view key, std::string_view value,
                                             int64_t lease = 0, std::string_view guard = {},
-                                            std::string_view also = {});
+                                            std::string_view also = {},
+                                            const EtcdValueGuard* value_guard = nullptr);
+  /// Sets `key` = `value` (and `also` = `also_value`, together) only if `key` was last changed
+  /// at `mod_revision`: false, and nothing set, if it changed since or is gone.
+  absl::StatusOr<bool> PutIfUnchanged(std::string_view key, std::string_view value,
+                                      int64_t mod_revision, std::string_view also = {},
+                                      std::string_view also_value = {});
   /// Deletes `key`; returns whether it existed.
   absl::StatusOr<bool> Delete(std::string_view key);
   /// Deletes every key that starts with `prefix`; returns how many there were.

@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -86,6 +87,51 @@ absl::StatusOr<std::vector<std::vector<uint32_t>>> PlaceReplicas(
                 chosen.begin() + static_cast<std::ptrdiff_t>(lead) + 1);
     ++primaries[chosen[0]];
     for (uint32_t i : chosen) ++load[i];
+  }
+  return out;
+}
+
+std::vector<std::vector<std::string>> ReplaceReplicas(
+    std::string_view shuffle_id, const std::vector<std::vector<std::string>>& current,
+    const std::vector<std::string>& removed, const std::vector<std::string>& live,
+    uint32_t replication) {
+  const auto gone = [&](const std::string& id) {
+    return std::find(removed.begin(), removed.end(), id) != removed.end();
+  };
+  std::vector<std::string> candidates;
+  for (const std::string& id : live) {
+    if (!gone(id) && std::find(candidates.begin(), candidates.end(), id) == candidates.end()) {
+      candidates.push_back(id);
+    }
+  }
+  std::sort(candidates.begin(), candidates.end());
+  std::map<std::string, uint64_t> load;
+  std::vector<std::vector<std::string>> out(current.size());
+  for (size_t p = 0; p < current.size(); ++p) {
+    for (const std::string& id : current[p]) {
+      if (gone(id)) continue;
+      out[p].push_back(id);
+      ++load[id];
+    }
+  }
+  for (size_t p = 0; p < current.size(); ++p) {
+    std::vector<std::string>& kept = out[p];
+    while (kept.size() < replication) {
+      const std::string* best = nullptr;
+      uint64_t best_score = 0;
+      for (const std::string& id : candidates) {
+        if (std::find(kept.begin(), kept.end(), id) != kept.end()) continue;
+        const uint64_t score = RendezvousScore(shuffle_id, static_cast<uint32_t>(p), id);
+        if (best == nullptr || load[id] < load[*best] ||
+            (load[id] == load[*best] && score > best_score)) {
+          best = &id;
+          best_score = score;
+        }
+      }
+      if (best == nullptr) break;
+      kept.push_back(*best);
+      ++load[*best];
+    }
   }
   return out;
 }

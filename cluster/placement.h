@@ -30,6 +30,17 @@ absl::StatusOr<std::vector<std::vector<uint32_t>>> PlaceReplicas(
     std::string_view shuffle_id, uint32_t partitions, absl::Span<const std::string> nodes,
     uint32_t replicas);
 
+/// A new placement epoch's replicas (docs/cluster.md, "Placement epochs"): every partition keeps
+/// its replicas in `current` (node ids, primary first) that are not in `removed`, in their order,
+/// and is filled back to `replication` from `live` nodes not removed and not holding it already:
+/// the one holding the fewest replicas so far, then the best rendezvous score. A partition keeps
+/// fewer when `live` cannot give enough (none when no live node is left). Depends only on the
+/// arguments.
+std::vector<std::vector<std::string>> ReplaceReplicas(
+    std::string_view shuffle_id, const std::vector<std::vector<std::string>>& current,
+    const std::vector<std::string>& removed, const std::vector<std::string>& live,
+    uint32_t replication);
+
 /// The rendezvous score of `node` for one partition of a shuffle.
 uint64_t RendezvousScore(std::string_view shuffle_id, uint32_t partition, std::string_view node);
 

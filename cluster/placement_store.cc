@@ -5,10 +5,29 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cluster/placement.h"
 #include "nlohmann/json.hpp"
+#include "rpc/error_reason.h"
 
 namespace sluice {
+
+std::vector<uint32_t> ShufflePlacement::ReplicasAt(uint32_t p, uint32_t e) const {
+  std::vector<uint32_t> out = p < first_replicas.size() ? first_replicas[p] : replicas[p];
+  for (uint32_t i = 0; i < e && i < epochs.size(); ++i) {
+    for (const auto& [q, list] : epochs[i].changed) {
+      if (q == p) out = list;
+    }
+  }
+  return out;
+}
+
+bool ShufflePlacement::Removed(const std::string& node_id) const {
+  for (const PlacementEpoch& e : epochs) {
+    if (std::find(e.removed.begin(), e.removed.end(), node_id) != e.removed.end()) return true;
+  }
+  return false;
+}
 
 bool ShufflePlacement::Holds(const std::string& node_id) const {
   const auto it = std::find(nodes.begin(), nodes.end(), node_id);
@@ -23,12 +42,21 @@ bool ShufflePlacement::Holds(const std::string& node_id) const {
 uint32_t DefaultReplication(size_t servers) { return servers >= 2 ? 2 : 1; }
 
 std::string EncodePlacement(const ShufflePlacement& p) {
-  return nlohmann::json{{"partitions", p.num_partitions},
-                        {"mappers", p.num_mappers},
-                        {"replication", p.replication},
-                        {"nodes", p.nodes},
-                        {"replicas", p.replicas}}
-      .dump();
+  nlohmann::json j{{"partitions", p.num_partitions},
+                   {"mappers", p.num_mappers},
+                   {"replication", p.replication},
+                   {"nodes", p.nodes},
+                   {"replicas", p.epochs.empty() ? p.replicas : p.first_replicas}};
+  if (!p.epochs.empty()) {
+    nlohmann::json epochs = nlohmann::json::array();
+    for (const PlacementEpoch& e : p.epochs) {
+      nlohmann::json changed = nlohmann::json::array();
+      for (const auto& [q, list] : e.changed) changed.push_back(nlohmann::json{q, list});
+      epochs.push_back(nlohmann::json{{"removed", e.removed}, {"changed", changed}});
+    }
+    j["epochs"] = std::move(epochs);
+  }
+  return j.dump();
 }
 
 absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
@@ -75,7 +103,100 @@ absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
     }
     p.replicas.push_back(std::move(list));
   }
+  p.first_replicas = p.replicas;
+  if (!j.contains("epochs")) return p;
+  const nlohmann::json& epochs = j["epochs"];
+  if (!epochs.is_array() || epochs.size() > kMaxPlacementEpochs) {
+    return bad("holding epochs that are not a list of at most 64");
+  }
+  for (const auto& e : epochs) {
+    if (!e.is_object() || !e.contains("removed") || !e["removed"].is_array() ||
+        !e.contains("changed") || !e["changed"].is_array()) {
+      return bad("holding an epoch without its removed servers and changed partitions");
+    }
+    PlacementEpoch epoch;
+    for (const auto& n : e["removed"]) {
+      if (!n.is_string()) return bad("naming a removed node with something other than a string");
+      epoch.removed.push_back(n.get<std::string>());
+    }
+    for (const auto& c : e["changed"]) {
+      if (!c.is_array() || c.size() != 2 || !c[0].is_number_unsigned() ||
+          c[0].get<uint64_t>() >= p.num_partitions || !c[1].is_array() || c[1].empty() ||
+          c[1].size() > p.replication) {
+        return bad("holding an epoch's change that is not [partition, replicas]");
+      }
+      std::vector<uint32_t> list;
+      for (const auto& i : c[1]) {
+        if (!i.is_number_unsigned() || i.get<uint64_t>() >= p.nodes.size() ||
+            std::find(list.begin(), list.end(), i.get<uint32_t>()) != list.end()) {
+          return bad("holding an epoch's replica list naming a node twice or not in its list");
+        }
+        list.push_back(i.get<uint32_t>());
+      }
+      const uint32_t q = c[0].get<uint32_t>();
+      p.replicas[q] = list;
+      epoch.changed.emplace_back(q, std::move(list));
+    }
+    p.epochs.push_back(std::move(epoch));
+  }
   return p;
+}
+
+absl::StatusOr<ShufflePlacement> NextEpoch(const ShufflePlacement& p,
+                                           const std::vector<std::string>& removed,
+                                           const std::vector<std::string>& live) {
+  bool held = false;
+  for (const std::string& id : removed) held = held || p.Holds(id);
+  if (!held) return p;
+  if (p.epoch() >= kMaxPlacementEpochs) {
+    return absl::UnavailableError(absl::StrCat("its placement has ", kMaxPlacementEpochs,
+                                               " epochs, the most a record takes"));
+  }
+  std::vector<std::vector<std::string>> current(p.num_partitions);
+  for (uint32_t q = 0; q < p.num_partitions; ++q) {
+    for (uint32_t i : p.replicas[q]) current[q].push_back(p.nodes[i]);
+  }
+  const std::vector<std::vector<std::string>> next =
+      ReplaceReplicas(p.shuffle_id, current, removed, live, p.replication);
+  ShufflePlacement out = p;
+  PlacementEpoch epoch;
+  for (const std::string& id : removed) {
+    if (p.Holds(id)) epoch.removed.push_back(id);
+  }
+  for (uint32_t q = 0; q < p.num_partitions; ++q) {
+    if (next[q].empty()) {
+      return absl::UnavailableError(absl::StrCat("no live server is left to hold partition ", q,
+                                                 " (", absl::StrJoin(current[q], ", "), " gone)"));
+    }
+    if (next[q] == current[q]) continue;
+    std::vector<uint32_t> list;
+    for (const std::string& id : next[q]) {
+      auto it = std::find(out.nodes.begin(), out.nodes.end(), id);
+      if (it == out.nodes.end()) it = out.nodes.insert(out.nodes.end(), id);
+      list.push_back(static_cast<uint32_t>(it - out.nodes.begin()));
+    }
+    out.replicas[q] = list;
+    epoch.changed.emplace_back(q, std::move(list));
+  }
+  out.epochs.push_back(std::move(epoch));
+  return out;
+}
+
+std::string EncodeDecision(const MapperDecision& d) {
+  if (d.epoch == 0) return absl::StrCat(d.attempt);
+  return absl::StrCat(d.attempt, "@", d.epoch);
+}
+
+std::optional<MapperDecision> DecodeDecision(std::string_view text) {
+  const absl::string_view value(text.data(), text.size());
+  MapperDecision d;
+  const size_t at = value.find('@');
+  if (!absl::SimpleAtoi(value.substr(0, at), &d.attempt)) return std::nullopt;
+  if (at != absl::string_view::npos &&
+      (!absl::SimpleAtoi(value.substr(at + 1), &d.epoch) || d.epoch == 0)) {
+    return std::nullopt;
+  }
+  return d;
 }
 
 absl::StatusOr<ShufflePlacement> NewPlacement(const std::string& shuffle_id,
@@ -95,6 +216,7 @@ absl::StatusOr<ShufflePlacement> NewPlacement(const std::string& shuffle_id,
   auto placed = PlaceReplicas(shuffle_id, num_partitions, nodes, p.replication);
   if (!placed.ok()) return placed.status();
   p.replicas = std::move(placed).value();
+  p.first_replicas = p.replicas;
   return p;
 }
 
@@ -138,43 +260,79 @@ absl::StatusOr<std::optional<ShufflePlacement>> EtcdPlacementStore::Get(
   if (!kv->has_value()) return std::optional<ShufflePlacement>();
   auto p = DecodePlacement(shuffle_id, (*kv)->value);
   if (!p.ok()) return p.status();
+  p->revision = (*kv)->mod_revision;
   return std::optional<ShufflePlacement>(std::move(p).value());
 }
 
-absl::StatusOr<uint64_t> EtcdPlacementStore::DecideMapper(const std::string& shuffle_id,
-                                                          uint32_t mapper, uint64_t attempt) {
+absl::StatusOr<std::optional<ShufflePlacement>> EtcdPlacementStore::AddEpoch(
+    const std::string& shuffle_id, const std::vector<std::string>& removed,
+    const std::vector<std::string>& live) {
+  // Read, change, write if unchanged since: of servers that race, one writes the epoch and the
+  // others find it there (their next read holds none of `removed`).
+  for (int round = 0; round < 8; ++round) {
+    auto got = Get(shuffle_id);
+    if (!got.ok() || !got->has_value()) return got;
+    const ShufflePlacement& now = **got;
+    auto next = NextEpoch(now, removed, live);
+    if (!next.ok()) return next.status();
+    if (next->epoch() == now.epoch()) return got;
+    auto put = etcd_->PutIfUnchanged(Key(shuffle_id), EncodePlacement(*next), now.revision,
+                                     EpochKey(shuffle_id), absl::StrCat(next->epoch()));
+    if (!put.ok()) return put.status();
+    if (*put) return std::optional<ShufflePlacement>(std::move(next).value());
+  }
+  return absl::UnavailableError("its placement record kept changing while an epoch was added");
+}
+
+absl::StatusOr<MapperDecision> EtcdPlacementStore::DecideMapper(const std::string& shuffle_id,
+                                                                uint32_t mapper, uint64_t attempt,
+                                                                uint32_t epoch) {
   // Only while the shuffle is recorded: a late decision of a deleted shuffle must not be left
-  // for a new one of the same id to find.
-  auto created = etcd_->CreateIfAbsent(absl::StrCat(MappersPrefix(shuffle_id), mapper),
-                                       absl::StrCat(attempt), 0, Key(shuffle_id));
+  // for a new one of the same id to find. And only in the newest epoch: an attempt pushed to
+  // an older one's servers would leave its data where the newest epoch's replicas do not look.
+  const EtcdValueGuard newest{EpochKey(shuffle_id), epoch == 0 ? "" : absl::StrCat(epoch)};
+  auto created =
+      etcd_->CreateIfAbsent(absl::StrCat(MappersPrefix(shuffle_id), mapper),
+                            EncodeDecision({attempt, epoch}), 0, Key(shuffle_id), {}, &newest);
   if (absl::IsNotFound(created.status())) {
     return absl::NotFoundError("it is not recorded in the cluster (deleted?)");
   }
   if (!created.ok()) return created.status();
-  uint64_t winner = 0;
-  if (!absl::SimpleAtoi(absl::string_view(created->kv.value), &winner)) {
+  if (created->guard_value_now.has_value()) {
+    if (created->guard_value_now->empty()) {  // the epoch key goes only with its record
+      return absl::NotFoundError("it is not recorded in the cluster (deleted?)");
+    }
+    return WithReason(
+        absl::UnavailableError(absl::StrCat(
+            "its placement moved to epoch ", *created->guard_value_now,
+            " (a server taken out) after attempt ", attempt, " of mapper ", mapper,
+            " was pushed in epoch ", epoch, ": retry the attempt, it is routed afresh")),
+        ErrorReason::kPlacementChanged);
+  }
+  auto winner = DecodeDecision(created->kv.value);
+  if (!winner.has_value()) {
     return absl::DataLossError(absl::StrCat("etcd's decision for its mapper ", mapper,
                                             " is not an attempt id: '", created->kv.value, "'"));
   }
-  return winner;
+  return *winner;
 }
 
-absl::StatusOr<std::map<uint32_t, uint64_t>> EtcdPlacementStore::Decisions(
+absl::StatusOr<std::map<uint32_t, MapperDecision>> EtcdPlacementStore::Decisions(
     const std::string& shuffle_id) {
   const std::string prefix = MappersPrefix(shuffle_id);
   auto kvs = etcd_->GetPrefix(prefix);
   if (!kvs.ok()) return kvs.status();
-  std::map<uint32_t, uint64_t> out;
+  std::map<uint32_t, MapperDecision> out;
   for (const EtcdKeyValue& kv : *kvs) {
     uint32_t mapper = 0;
-    uint64_t attempt = 0;
+    const std::optional<MapperDecision> attempt = DecodeDecision(kv.value);
     if (!absl::SimpleAtoi(absl::string_view(kv.key).substr(prefix.size()), &mapper) ||
-        !absl::SimpleAtoi(absl::string_view(kv.value), &attempt)) {
+        !attempt.has_value()) {
       return absl::DataLossError(absl::StrCat("a decision of it in etcd is malformed: mapper '",
                                               kv.key.substr(prefix.size()), "' = '", kv.value,
                                               "'"));
     }
-    out.emplace(mapper, attempt);
+    out.emplace(mapper, *attempt);
   }
   return out;
 }

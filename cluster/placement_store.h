@@ -15,6 +15,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -22,18 +24,52 @@
 
 namespace sluice {
 
+/// A placement epoch after the first (docs/cluster.md, "Placement epochs"): the servers it took
+/// out of the placement and the partitions whose replicas it changed.
+struct PlacementEpoch {
+  std::vector<std::string> removed;  ///< node ids (gone for good, or decommissioned)
+  /// Partition -> its replicas from this epoch on (indexes into ShufflePlacement::nodes).
+  std::vector<std::pair<uint32_t, std::vector<uint32_t>>> changed;
+};
+
+/// The most epochs a shuffle's record takes (each a server lost while it lives).
+inline constexpr uint32_t kMaxPlacementEpochs = 64;
+
 /// A shuffle's parameters and where its partitions live.
 struct ShufflePlacement {
   std::string shuffle_id;
   uint32_t num_partitions = 0;
   uint32_t num_mappers = 0;  ///< 0 = not known in advance
   uint32_t replication = 1;
-  std::vector<std::string> nodes;  ///< the node ids placement chose from
-  /// Per partition, indexes into `nodes` of its replicas, primary first.
+  std::vector<std::string> nodes;  ///< the node ids placement chose from (epochs add to it)
+  /// Per partition, indexes into `nodes` of its replicas in the newest epoch, primary first
+  /// (what new attempts push to and readers read). A partition may have fewer than
+  /// `replication` after an epoch that had too few live servers to fill it.
   std::vector<std::vector<uint32_t>> replicas;
+  /// Epoch 0's replicas (the placement made at create) and the epochs after it, oldest first.
+  std::vector<std::vector<uint32_t>> first_replicas;
+  std::vector<PlacementEpoch> epochs;
+  /// The record's mod revision in etcd (not part of the record; 0 when not read from etcd).
+  int64_t revision = 0;
 
-  /// Whether `node_id` holds a replica of any partition.
+  /// The newest epoch's number: 0 until a server is taken out.
+  uint32_t epoch() const { return static_cast<uint32_t>(epochs.size()); }
+  /// Partition `p`'s replicas in epoch `e` (at most epoch()).
+  std::vector<uint32_t> ReplicasAt(uint32_t p, uint32_t e) const;
+  /// Whether `node_id` holds a replica of any partition in the newest epoch.
   bool Holds(const std::string& node_id) const;
+  /// Whether an epoch took `node_id` out.
+  bool Removed(const std::string& node_id) const;
+};
+
+/// A mapper's winning attempt and the placement epoch it was pushed in (its data lives on that
+/// epoch's replicas).
+struct MapperDecision {
+  uint64_t attempt = 0;
+  uint32_t epoch = 0;
+  bool operator==(const MapperDecision& o) const {
+    return attempt == o.attempt && epoch == o.epoch;
+  }
 };
 
 /// The record's JSON, and back (DATA_LOSS naming what is wrong with a malformed record).
@@ -73,13 +109,36 @@ class PlacementStore {
   virtual absl::StatusOr<std::optional<ShufflePlacement>> Get(
       const std::string& shuffle_id,
       std::chrono::milliseconds deadline = std::chrono::milliseconds(0)) = 0;
-  /// Decides mapper `mapper`'s winning attempt: the first attempt decided, which this call
-  /// returns, whoever decided it. NOT_FOUND once the shuffle is not recorded (deleted).
-  virtual absl::StatusOr<uint64_t> DecideMapper(const std::string& shuffle_id, uint32_t mapper,
-                                                uint64_t attempt) = 0;
+  /// Decides mapper `mapper`'s winning attempt, pushed in placement epoch `epoch`: the first
+  /// attempt decided, which this call returns, whoever decided it. NOT_FOUND once the shuffle
+  /// is not recorded (deleted). UNAVAILABLE (ErrorReason::kPlacementChanged) when the mapper
+  /// is not decided and `epoch` is not the shuffle's newest: the attempt pushed to servers that
+  /// are no longer all of its placement, and is retried on the new one.
+  virtual absl::StatusOr<MapperDecision> DecideMapper(const std::string& shuffle_id,
+                                                      uint32_t mapper, uint64_t attempt,
+                                                      uint32_t epoch) = 0;
   /// Every decided mapper of the shuffle and its winning attempt.
-  virtual absl::StatusOr<std::map<uint32_t, uint64_t>> Decisions(const std::string& shuffle_id) = 0;
+  virtual absl::StatusOr<std::map<uint32_t, MapperDecision>> Decisions(
+      const std::string& shuffle_id) = 0;
+  /// Takes `removed` out of the shuffle's placement with a new epoch whose partitions keep
+  /// their other replicas and are filled back from `live` (ReplaceReplicas), decided once
+  /// whoever asks (idempotent: when the newest epoch holds none of `removed`, nothing changes).
+  /// The newest record either way; nullopt when the shuffle is not recorded. UNAVAILABLE when
+  /// no live server is left to move to, or the record has kMaxPlacementEpochs.
+  virtual absl::StatusOr<std::optional<ShufflePlacement>> AddEpoch(
+      const std::string& shuffle_id, const std::vector<std::string>& removed,
+      const std::vector<std::string>& live) = 0;
 };
+
+/// The placement with a new epoch that takes `removed` out (see AddEpoch); unchanged (same
+/// epoch) when its newest epoch holds none of them. UNAVAILABLE as AddEpoch.
+absl::StatusOr<ShufflePlacement> NextEpoch(const ShufflePlacement& p,
+                                           const std::vector<std::string>& removed,
+                                           const std::vector<std::string>& live);
+
+/// A decision as etcd holds it ("<attempt>" for epoch 0, "<attempt>@<epoch>"), and back.
+std::string EncodeDecision(const MapperDecision& d);
+std::optional<MapperDecision> DecodeDecision(std::string_view value);
 
 /// The placement a new shuffle gets on `nodes` (what every PlacementStore records).
 /// INVALID_ARGUMENT for a replication the nodes cannot give.
@@ -105,9 +164,13 @@ class EtcdPlacementStore final : public PlacementStore {
   absl::StatusOr<std::optional<ShufflePlacement>> Get(
       const std::string& shuffle_id,
       std::chrono::milliseconds deadline = std::chrono::milliseconds(0)) override;
-  absl::StatusOr<uint64_t> DecideMapper(const std::string& shuffle_id, uint32_t mapper,
-                                        uint64_t attempt) override;
-  absl::StatusOr<std::map<uint32_t, uint64_t>> Decisions(const std::string& shuffle_id) override;
+  absl::StatusOr<MapperDecision> DecideMapper(const std::string& shuffle_id, uint32_t mapper,
+                                              uint64_t attempt, uint32_t epoch) override;
+  absl::StatusOr<std::map<uint32_t, MapperDecision>> Decisions(
+      const std::string& shuffle_id) override;
+  absl::StatusOr<std::optional<ShufflePlacement>> AddEpoch(
+      const std::string& shuffle_id, const std::vector<std::string>& removed,
+      const std::vector<std::string>& live) override;
 
  private:
   std::string Key(const std::string& shuffle_id) const {
@@ -119,6 +182,9 @@ class EtcdPlacementStore final : public PlacementStore {
   std::string MappersPrefix(const std::string& shuffle_id) const {
     return Key(shuffle_id) + "/mappers/";
   }
+  // The newest epoch's number ("" = 0: the key is made by the first epoch change), which a
+  // decision compares in its transaction.
+  std::string EpochKey(const std::string& shuffle_id) const { return Key(shuffle_id) + "/epoch"; }
   const std::shared_ptr<EtcdClient> etcd_;
   const std::string prefix_;
 };

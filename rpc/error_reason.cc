@@ -32,7 +32,10 @@ std::pair<int, int64_t> Parse(const absl::Status& st) {
   const std::pair<std::string, std::string> parts = absl::StrSplit(std::string(*payload), ':');
   int reason = 0;
   int64_t ms = 0;
-  if (!absl::SimpleAtoi(parts.first, &reason) || reason < 0 || reason > 5) reason = 0;
+  if (!absl::SimpleAtoi(parts.first, &reason) || reason < 0 ||
+      reason > static_cast<int>(ErrorReason::kIncomplete)) {
+    reason = 0;
+  }
   if (!absl::SimpleAtoi(parts.second, &ms) || ms < 0) ms = 0;
   return {reason, ms};
 }
@@ -64,6 +67,10 @@ const char* ReasonName(ErrorReason reason) {
       return "JOINING";
     case ErrorReason::kSettling:
       return "SETTLING";
+    case ErrorReason::kPlacementChanged:
+      return "PLACEMENT_CHANGED";
+    case ErrorReason::kIncomplete:
+      return "INCOMPLETE";
     case ErrorReason::kNone:
       break;
   }

@@ -24,9 +24,12 @@ enum class ErrorReason {
   kDraining = 3,         ///< the server drains: retry the attempt elsewhere or later
   kJoining = 4,          ///< the server is still joining its cluster: retry
   kSettling = 5,  ///< fewer servers registered than needed (after an etcd outage): retry later
+  kPlacementChanged = 6,  ///< the shuffle's placement has a newer epoch: read it, retry
+  kIncomplete = 7,  ///< this replica lacks mappers another has (not yet repaired): read another
 };
 
-/// "ETCD_UNAVAILABLE", "NOT_KEPT", "DRAINING", "JOINING", "SETTLING"; "" for kNone (the
+/// "ETCD_UNAVAILABLE", "NOT_KEPT", "DRAINING", "JOINING", "SETTLING", "PLACEMENT_CHANGED",
+/// "INCOMPLETE"; "" for kNone (the
 /// proto's names).
 const char* ReasonName(ErrorReason reason);
 

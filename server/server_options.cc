@@ -164,6 +164,10 @@ absl::Status ValidateOptions(const ServerOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--node_lease_s=", o.node_lease_ttl.count(), " is out of range [1, 3600]"));
   }
+  if (o.dead_after > std::chrono::hours(24)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dead_after_s=", o.dead_after.count(), " is out of range [0, 86400]"));
+  }
   if (!o.etcd_endpoints.empty() &&
       (o.etcd_prefix.empty() || o.etcd_prefix.front() != '/' || o.etcd_prefix.back() != '/')) {
     return absl::InvalidArgumentError(

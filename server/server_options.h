@@ -111,6 +111,9 @@ struct ServerOptions {
   /// host name for a wildcard host and the port actually bound).
   std::string advertise_address;
   std::chrono::seconds node_lease_ttl{10};  ///< a dead server leaves the cluster after this
+  /// A server of a shuffle unregistered this long is taken out of the shuffle's placement (a
+  /// new epoch); 0 = never by itself (docs/cluster.md, "Placement epochs").
+  std::chrono::seconds dead_after{60};
 };
 
 /// OK if every option is in range; else INVALID_ARGUMENT naming the flag that sets the first

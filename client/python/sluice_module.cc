@@ -395,7 +395,8 @@ PYBIND11_MODULE(_sluice, m) {
       "A Sluice call failed: `code` is the gRPC status name (NOT_FOUND, UNAVAILABLE, ...), "
       "`message` what happened, `retryable` whether a retry (of a mapper: a new attempt) can "
       "succeed, `retry_after` the seconds the server suggests waiting (or None), `reason` why "
-      "when the server says (ETCD_UNAVAILABLE, DRAINING, JOINING, NOT_KEPT, SETTLING; or None).",
+      "when the server says (ETCD_UNAVAILABLE, DRAINING, JOINING, NOT_KEPT, SETTLING, "
+      "PLACEMENT_CHANGED, INCOMPLETE; or None).",
       nullptr, nullptr);
   m.attr("Error") = pb::handle(g_error);
 

@@ -69,6 +69,7 @@ void ClusterNode::Note(const absl::Status& st) {
       // (A second outage within the settle time adds to those waited for: the list read
       // between the two may already have lost some to the first.)
       std::lock_guard<std::mutex> lock(mu_);
+      absent_.clear();  // who is gone is measured afresh from a time etcd answers
       if (Since(etcd_back_at_) >= options_.settle) before_outage_.clear();
       for (const NodeEntry& n : members_) before_outage_.insert(n.node_id);
       etcd_back_at_ = Clock::now();
@@ -139,7 +140,88 @@ void ClusterNode::WatchMembers() {
   if (c.nodes == nullptr) return;
   absl::StatusOr<std::vector<NodeEntry>> nodes = c.nodes->Nodes(options_.quick_read);
   Note(nodes.status());
-  if (nodes.ok()) Seen(*nodes);
+  if (!nodes.ok()) return;
+  Seen(*nodes);
+  // (A server that lost its own registration may be the one cut off: it judges no other.)
+  if (!c.nodes->registered()) return;
+  TrackAbsent(*nodes);
+  RemoveDead(*nodes);
+}
+
+void ClusterNode::TrackAbsent(const std::vector<NodeEntry>& live) {
+  const auto now = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, Clock::time_point> absent;
+  for (const auto& [id, kept] : kept_) {
+    for (const std::string& node_id : kept->placement.nodes) {
+      if (absent.count(node_id) != 0) continue;
+      const bool there = std::any_of(live.begin(), live.end(),
+                                     [&](const NodeEntry& n) { return n.node_id == node_id; });
+      if (there) continue;
+      auto before = absent_.find(node_id);
+      absent.emplace(node_id, before == absent_.end() ? now : before->second);
+    }
+  }
+  absent_ = std::move(absent);
+}
+
+void ClusterNode::RemoveDead(const std::vector<NodeEntry>& live) {
+  if (options_.dead_after.count() <= 0) return;
+  std::vector<std::string> dead;
+  std::vector<std::pair<std::string, std::vector<std::string>>> to_change;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [node_id, since] : absent_) {
+      if (Since(since) >= options_.dead_after) dead.push_back(node_id);
+    }
+    if (dead.empty()) return;
+    for (const auto& [id, kept] : kept_) {
+      std::vector<std::string> held;
+      for (const std::string& d : dead) {
+        if (std::find(kept->holders.begin(), kept->holders.end(), d) != kept->holders.end()) {
+          held.push_back(d);
+        }
+      }
+      if (!held.empty()) to_change.emplace_back(id, std::move(held));
+    }
+  }
+  std::vector<std::string> live_ids;
+  for (const NodeEntry& n : live) live_ids.push_back(n.node_id);
+  const View c = view();
+  for (const auto& [id, removed] : to_change) {
+    const std::shared_ptr<const Kept> before = Remembered(id);
+    auto next = Record(id, c.placements->AddEpoch(id, removed, live_ids));
+    if (!next.ok()) {
+      spdlog::warn("event=placement_epoch_failed shuffle={} removed=\"{}\" error=\"{}\"", id,
+                   absl::StrJoin(removed, ","), std::string(next.status().message()));
+      continue;
+    }
+    if (!next->has_value()) {  // deleted meanwhile
+      std::lock_guard<std::mutex> lock(mu_);
+      kept_.erase(id);
+      continue;
+    }
+    const ShufflePlacement& p = **next;
+    Remember(id, p, c.node_id);
+    if (before == nullptr || p.epoch() > before->placement.epoch()) {
+      spdlog::warn(
+          "event=placement_epoch tenant={} shuffle={} epoch={} removed=\"{}\" "
+          "changed_partitions={}",
+          TenantField(id), id, p.epoch(), absl::StrJoin(p.epochs.back().removed, ","),
+          p.epochs.back().changed.size());
+    }
+  }
+}
+
+std::vector<ClusterNode::Absent> ClusterNode::AbsentNodes() const {
+  std::vector<Absent> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [node_id, since] : absent_) {
+    const auto absent = Since(since);
+    out.push_back(
+        Absent{node_id, absent, options_.dead_after.count() > 0 && absent >= options_.dead_after});
+  }
+  return out;
 }
 
 ClusterNode::View ClusterNode::view() const {
@@ -192,14 +274,37 @@ std::shared_ptr<const ClusterNode::Kept> ClusterNode::Remember(const std::string
   k->partitions = p.num_partitions;
   k->mappers = p.num_mappers;
   k->partition.assign(p.num_partitions, false);
+  std::vector<bool> holds(p.nodes.size(), false);
   for (size_t q = 0; q < p.replicas.size() && q < p.num_partitions; ++q) {
     for (uint32_t i : p.replicas[q]) {
-      if (i < p.nodes.size() && p.nodes[i] == node_id) k->partition[q] = k->any = true;
+      if (i >= p.nodes.size()) continue;
+      holds[i] = true;
+      if (p.nodes[i] == node_id) k->partition[q] = k->any = true;
     }
   }
+  for (size_t i = 0; i < holds.size(); ++i) {
+    if (holds[i]) k->holders.push_back(p.nodes[i]);
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  kept_[id] = k;
+  auto& slot = kept_[id];
+  // (Epochs only go forward: a read racing a newer one does not take it back.)
+  if (slot != nullptr && slot->placement.epoch() > p.epoch()) return slot;
+  slot = k;
   return k;
+}
+
+absl::StatusOr<std::shared_ptr<const ClusterNode::Kept>> ClusterNode::Reread(
+    const std::string& id) {
+  const View c = view();
+  SLUICE_RETURN_IF_ERROR(c.Joined());
+  SLUICE_RETURN_IF_ERROR(EtcdUp());
+  SLUICE_ASSIGN_OR_RETURN(auto placed, Record(id, c.placements->Get(id)));
+  if (!placed.has_value()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    kept_.erase(id);
+    return std::shared_ptr<const Kept>();
+  }
+  return Remember(id, *placed, c.node_id);
 }
 
 std::shared_ptr<const ClusterNode::Kept> ClusterNode::Remembered(const std::string& id) const {
@@ -256,10 +361,24 @@ absl::Status ClusterNode::CheckKept(const Kept* kept, const std::string& id,
 }
 
 absl::StatusOr<std::shared_ptr<const std::vector<bool>>> ClusterNode::PrepareToPush(
-    const std::string& id) {
+    const std::string& id, uint32_t epoch) {
+  if (clustered_) {  // a client routing by a newer epoch than the one remembered: read it
+    SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
+    if (kept != nullptr && kept->placement.epoch() < epoch) {
+      SLUICE_RETURN_IF_ERROR(Reread(id).status());
+    }
+  }
   SLUICE_RETURN_IF_ERROR(EnsureLocal(id));
   SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
   if (kept == nullptr) return std::shared_ptr<const std::vector<bool>>();
+  if (kept->placement.epoch() != epoch) {
+    return WithReason(
+        absl::UnavailableError(absl::StrCat(
+            "shuffle '", ShuffleName(id), "' is at placement epoch ", kept->placement.epoch(),
+            " and this attempt was routed by epoch ", epoch,
+            " (a server was taken out): read the placement again and retry the attempt")),
+        ErrorReason::kPlacementChanged);
+  }
   return std::shared_ptr<const std::vector<bool>>(kept, &kept->partition);
 }
 
@@ -267,9 +386,32 @@ absl::Status ClusterNode::PrepareToServe(const std::string& id, std::optional<ui
   SLUICE_RETURN_IF_ERROR(EnsureLocal(id));
   if (partition.has_value()) {
     SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
-    SLUICE_RETURN_IF_ERROR(CheckKept(kept.get(), id, *partition));
+    absl::Status st = CheckKept(kept.get(), id, *partition);
+    // A newer epoch may have given it this partition: read again (at most once a second).
+    if (!st.ok() && Since(kept->read_at) >= std::chrono::seconds(1) && !etcd_down_.load()) {
+      SLUICE_ASSIGN_OR_RETURN(kept, Reread(id));
+      st = CheckKept(kept.get(), id, *partition);
+    }
+    SLUICE_RETURN_IF_ERROR(st);
   }
-  return ResolvePending(id);
+  SLUICE_RETURN_IF_ERROR(ResolvePending(id));
+  if (!partition.has_value()) return absl::OkStatus();
+  const uint32_t missing = MissingMappers(id, *partition);
+  if (missing == 0) return absl::OkStatus();
+  return WithReason(
+      absl::UnavailableError(absl::StrCat(
+          "server ", self().node_id, " lacks ", missing, " committed mapper",
+          missing == 1 ? "" : "s", " of partition ", *partition, " of shuffle '", ShuffleName(id),
+          "' (it took the partition over in a later placement epoch and is not repaired yet): "
+          "read another replica")),
+      ErrorReason::kIncomplete);
+}
+
+uint32_t ClusterNode::MissingMappers(const std::string& id, uint32_t partition) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = checked_.find(id);
+  if (it == checked_.end() || partition >= it->second.missing.size()) return 0;
+  return it->second.missing[partition];
 }
 
 absl::Status ClusterNode::ResolvePending(const std::string& id) {
@@ -279,7 +421,12 @@ absl::Status ClusterNode::ResolvePending(const std::string& id) {
   const std::vector<uint32_t> pending = (*store)->PendingMappers();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (pending.empty() && checked_.count(id) != 0) return absl::OkStatus();
+    auto checked = checked_.find(id);
+    auto kept = kept_.find(id);
+    if (pending.empty() && checked != checked_.end() &&
+        (kept == kept_.end() || kept->second->placement.epoch() == checked->second.epoch)) {
+      return absl::OkStatus();
+    }
   }
   const View c = view();
   SLUICE_RETURN_IF_ERROR(c.Joined());
@@ -287,18 +434,50 @@ absl::Status ClusterNode::ResolvePending(const std::string& id) {
   // out a mapper another server has committed.)
   SLUICE_RETURN_IF_ERROR(EtcdUp());
   SLUICE_ASSIGN_OR_RETURN(auto decided, Record(id, c.placements->Decisions(id)));
+  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
+  uint32_t newest = 0;
+  for (const auto& [m, d] : decided) newest = std::max(newest, d.epoch);
+  if (kept != nullptr && kept->placement.epoch() < newest) {
+    SLUICE_ASSIGN_OR_RETURN(kept, Reread(id));
+  }
   std::vector<std::pair<uint32_t, uint64_t>> winners;
   for (uint32_t m : pending) {
     auto d = decided.find(m);
     if (d == decided.end()) continue;  // not decided yet: stays invisible
-    winners.emplace_back(m, d->second);
+    winners.emplace_back(m, d->second.attempt);
   }
   SLUICE_RETURN_IF_ERROR((*store)->ResolveAll(winners));
-  // Every decided mapper is here now, unless this server lost what it had prepared: then it
-  // must not serve the shuffle as if it were whole.
+  // Which partitions this server held in each epoch: a winner pushed in epoch e has its data
+  // here for exactly the partitions held in e.
+  const uint32_t partitions = (*store)->params().num_partitions;
+  const uint32_t epochs = kept != nullptr ? kept->placement.epoch() + 1 : 1;
+  std::vector<std::vector<bool>> held(epochs, std::vector<bool>(partitions, true));
+  if (kept != nullptr) {
+    const ShufflePlacement& p = kept->placement;
+    const auto self_it = std::find(p.nodes.begin(), p.nodes.end(), c.node_id);
+    const uint32_t self_index = static_cast<uint32_t>(self_it - p.nodes.begin());
+    std::vector<std::vector<uint32_t>> replicas = p.first_replicas;
+    for (uint32_t e = 0; e < epochs; ++e) {
+      if (e > 0) {
+        for (const auto& [q, list] : p.epochs[e - 1].changed) replicas[q] = list;
+      }
+      for (uint32_t q = 0; q < partitions && q < replicas.size(); ++q) {
+        held[e][q] =
+            std::find(replicas[q].begin(), replicas[q].end(), self_index) != replicas[q].end();
+      }
+    }
+  }
+  // Every decided mapper is here now for what this server held when it was pushed, unless this
+  // server lost what it had prepared: then it must not serve the shuffle as if it were whole.
   std::vector<uint32_t> missing;
-  for (const auto& [m, attempt] : decided) {
-    if ((*store)->CommittedAttempt(m) != std::optional<uint64_t>(attempt)) missing.push_back(m);
+  std::vector<uint64_t> committed_in(epochs, 0);
+  for (const auto& [m, d] : decided) {
+    const uint32_t e = std::min(d.epoch, epochs - 1);
+    if ((*store)->CommittedAttempt(m) == std::optional<uint64_t>(d.attempt)) {
+      ++committed_in[e];
+    } else if (std::find(held[e].begin(), held[e].end(), true) != held[e].end()) {
+      missing.push_back(m);
+    }
   }
   if (!missing.empty()) {
     std::string list;
@@ -314,8 +493,19 @@ absl::Status ClusterNode::ResolvePending(const std::string& id) {
         "): what it had prepared is gone (its data directory lost or replaced?); read another "
         "replica"));
   }
+  // Per partition kept now: the decided mappers whose data is not here (pushed in an epoch
+  // that did not place the partition here, or not committed here).
+  Checked checked;
+  checked.epoch = epochs - 1;
+  checked.missing.assign(partitions, 0);
+  for (uint32_t q = 0; q < partitions; ++q) {
+    if (!held[epochs - 1][q]) continue;
+    uint64_t here = 0;
+    for (uint32_t e = 0; e < epochs; ++e) here += held[e][q] ? committed_in[e] : 0;
+    checked.missing[q] = static_cast<uint32_t>(decided.size() - here);
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  checked_.insert(id);
+  checked_[id] = std::move(checked);
   return absl::OkStatus();
 }
 
@@ -409,7 +599,7 @@ absl::StatusOr<size_t> ClusterNode::CountForCreate(const std::string& prefix,
 }
 
 absl::StatusOr<uint64_t> ClusterNode::DecideMapper(const std::string& id, uint32_t mapper,
-                                                   uint64_t attempt) {
+                                                   uint64_t attempt, uint32_t epoch) {
   SLUICE_RETURN_IF_ERROR(EnsureLocal(id));
   SLUICE_ASSIGN_OR_RETURN(auto store, registry_->Get(id));
   if (auto committed = store->CommittedAttempt(mapper)) return *committed;  // decided before
@@ -424,7 +614,9 @@ absl::StatusOr<uint64_t> ClusterNode::DecideMapper(const std::string& id, uint32
     const View c = view();
     SLUICE_RETURN_IF_ERROR(c.Joined());
     SLUICE_RETURN_IF_ERROR(EtcdUp());
-    SLUICE_ASSIGN_OR_RETURN(winner, Record(id, c.placements->DecideMapper(id, mapper, attempt)));
+    SLUICE_ASSIGN_OR_RETURN(const MapperDecision decided,
+                            Record(id, c.placements->DecideMapper(id, mapper, attempt, epoch)));
+    winner = decided.attempt;
   }
   auto outcome = store->Resolve(mapper, winner);
   if (!outcome.ok()) {
@@ -503,6 +695,7 @@ absl::StatusOr<ClusterNode::Placement> ClusterNode::GetPlacement(const std::stri
     out.nodes.push_back(std::move(e));
   }
   out.replicas = std::move(placed.replicas);
+  out.epoch = placed.epoch();
   return out;
 }
 

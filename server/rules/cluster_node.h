@@ -74,6 +74,7 @@ class ClusterNode {
     bool any = false;
     ShufflePlacement placement;
     std::chrono::steady_clock::time_point read_at;  ///< when it was read from the record
+    std::vector<std::string> holders;  ///< node ids holding a replica in the newest epoch
   };
   /// A shuffle's placement with each server's address now (empty: not registered).
   struct Placement {
@@ -83,6 +84,13 @@ class ClusterNode {
     std::vector<std::vector<uint32_t>> replicas;  ///< per partition, indexes into `nodes`
     /// 0: read now; else etcd was down and this is the placement read that long ago.
     std::chrono::milliseconds age{0};
+    uint32_t epoch = 0;  ///< the newest placement epoch, whose replicas `replicas` are
+  };
+  /// A server of this server's shuffles that is not registered now (ListNodes).
+  struct Absent {
+    std::string node_id;
+    std::chrono::milliseconds absent{0};  ///< not registered for this long, as seen here
+    bool dead = false;                    ///< past Options::dead_after
   };
 
   struct Options {
@@ -94,6 +102,9 @@ class ClusterNode {
     /// How long a read with an answer of its own to fall back on (a remembered placement, the
     /// last list of servers) waits for etcd.
     std::chrono::milliseconds quick_read{1000};
+    /// How long a server of a shuffle may be unregistered before it is taken out of the
+    /// shuffle's placement with a new epoch (--dead_after_s); 0: never by itself.
+    std::chrono::milliseconds dead_after{60000};
   };
   ClusterNode(ShuffleRegistry* registry, Options options)
       : registry_(registry), options_(options), clustered_(options.clustered) {}
@@ -113,7 +124,11 @@ class ClusterNode {
   /// Reads the list of servers (briefly) and notes who is registered and whether etcd answers:
   /// run every second or so (the wiring's Periodic), so that an etcd outage is known before a
   /// reader waits on it and a shrunk list after a stall is told from the cluster's size.
+  /// Then, for the shuffles this server knows, takes servers unregistered past
+  /// Options::dead_after out of their placements (a new epoch, decided once in the record).
   void WatchMembers();
+  /// The servers of this server's shuffles not registered now, and for how long.
+  std::vector<Absent> AbsentNodes() const;
   /// Whether etcd did not answer the last time it was asked.
   bool etcd_down() const { return etcd_down_.load(); }
   /// Whether this server's registration is live (false on its own or before it joined).
@@ -129,13 +144,21 @@ class ClusterNode {
   /// What this server keeps of shuffle `id`: null on its own (it keeps everything) and for a
   /// shuffle the cluster has no record of. From memory after the first read of the record.
   absl::StatusOr<std::shared_ptr<const Kept>> KeptPartitions(const std::string& id);
-  /// Before a push of shuffle `id` opens: its store here (made from the record if needed). The
-  /// partitions kept here (null: every one), for the push to refuse the others' frames.
-  absl::StatusOr<std::shared_ptr<const std::vector<bool>>> PrepareToPush(const std::string& id);
+  /// Before a push of shuffle `id` opens, routed by placement epoch `epoch`: its store here
+  /// (made from the record if needed). The partitions kept here (null: every one), for the push
+  /// to refuse the others' frames. UNAVAILABLE (kPlacementChanged) when the shuffle has a newer
+  /// epoch than `epoch`; a newer `epoch` than the one remembered is read from the record.
+  absl::StatusOr<std::shared_ptr<const std::vector<bool>>> PrepareToPush(const std::string& id,
+                                                                         uint32_t epoch = 0);
   /// Before shuffle `id` is read (`partition`) or its status given (nullopt): its store here
   /// (made from the record if needed), the partition kept here, and every decision the cluster
-  /// made applied (once per shuffle and start: later decisions all come through prepares here).
+  /// made applied (once per shuffle, start and placement epoch: later decisions all come
+  /// through prepares here). A partition this server took over in a later epoch and lacks
+  /// committed mappers of is UNAVAILABLE (kIncomplete): another replica has them.
   absl::Status PrepareToServe(const std::string& id, std::optional<uint32_t> partition);
+  /// Committed mappers partition `partition` of `id` lacks here, as the last PrepareToServe
+  /// found (0 on its own or before it).
+  uint32_t MissingMappers(const std::string& id, uint32_t partition) const;
 
   /// Creates the shuffle (in a cluster: placed and recorded once, and made here if this server
   /// keeps any of it); false when it existed with the same parameters, ALREADY_EXISTS with
@@ -150,7 +173,10 @@ class ClusterNode {
   /// CommitMapper: the mapper's winning attempt, decided in the record in a cluster (on its
   /// own, the first attempt resolved here wins), applied to the store here.
   /// FAILED_PRECONDITION when `attempt` is not prepared here.
-  absl::StatusOr<uint64_t> DecideMapper(const std::string& id, uint32_t mapper, uint64_t attempt);
+  /// `epoch`: the placement epoch the attempt was pushed in (an older one than the newest is
+  /// UNAVAILABLE, kPlacementChanged, unless the mapper is decided already).
+  absl::StatusOr<uint64_t> DecideMapper(const std::string& id, uint32_t mapper, uint64_t attempt,
+                                        uint32_t epoch = 0);
   /// Where the shuffle's partitions are (on its own: all here). NOT_FOUND for an unknown one.
   /// With etcd down, the remembered placement and the last addresses seen (Placement::age).
   absl::StatusOr<Placement> GetPlacement(const std::string& id);
@@ -167,6 +193,11 @@ class ClusterNode {
   std::shared_ptr<const Kept> Remember(const std::string& id, const ShufflePlacement& p,
                                        const std::string& node_id);
   std::shared_ptr<const Kept> Remembered(const std::string& id) const;
+  // Reads the record again (a newer epoch): what this server keeps now.
+  absl::StatusOr<std::shared_ptr<const Kept>> Reread(const std::string& id);
+  // Notes who of the known shuffles' servers is registered; takes the dead out (WatchMembers).
+  void TrackAbsent(const std::vector<NodeEntry>& live);
+  void RemoveDead(const std::vector<NodeEntry>& live);
   // A call to the record: what it told of etcd noted, an error saying which shuffle.
   template <typename T>
   absl::StatusOr<T> Record(const std::string& id, absl::StatusOr<T> r);
@@ -194,8 +225,16 @@ class ClusterNode {
   const NodeDirectory* nodes_ = nullptr;                     // guarded by mu_; set once joined
   PlacementStore* placements_ = nullptr;                     // guarded by mu_; set once joined
   std::map<std::string, std::shared_ptr<const Kept>> kept_;  // guarded by mu_
-  // Shuffles found holding every mapper the cluster decided (ResolvePending); guarded by mu_.
-  std::set<std::string> checked_;
+  // Shuffles found holding every mapper the cluster decided (ResolvePending), at which placement
+  // epoch, and per partition the committed mappers missing here (a partition taken over in a
+  // later epoch, not repaired); guarded by mu_.
+  struct Checked {
+    uint32_t epoch = 0;
+    std::vector<uint32_t> missing;
+  };
+  std::map<std::string, Checked> checked_;
+  // Servers of the known shuffles not registered, since when (as seen here; mu_).
+  std::map<std::string, std::chrono::steady_clock::time_point> absent_;
   // The last list of registered servers read, and when (mu_); the servers registered when etcd
   // went down, and when it came back (mu_).
   std::vector<NodeEntry> members_;

@@ -316,7 +316,7 @@ class PushReactor final : public Base {
         SLUICE_ASSIGN_OR_RETURN(const std::string id, call_.Kept(open.shuffle_id()));
         std::shared_ptr<const std::vector<bool>> kept;
         if (!attempt_.opened()) {
-          SLUICE_ASSIGN_OR_RETURN(kept, deps_.node->PrepareToPush(id));
+          SLUICE_ASSIGN_OR_RETURN(kept, deps_.node->PrepareToPush(id, open.placement_epoch()));
         }
         return attempt_.Open(id, open.mapper_id(), open.attempt_id(), std::move(kept));
       }

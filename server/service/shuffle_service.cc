@@ -158,6 +158,9 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
                               : std::min(req->max_partitions(), kMaxPartitionsPerPage);
     store->Touch();
     FillInfo(call, *store, req->first_partition(), page, resp);
+    for (v1::PartitionInfo& pi : *resp->mutable_partitions()) {
+      pi.set_missing_mappers(deps_.node->MissingMappers(id, pi.partition_id()));
+    }
     return absl::OkStatus();
   });
 }
@@ -288,6 +291,12 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::ListNodes(grpc::CallbackServerCont
   return Unary(ctx, [this, resp](const CallContext&) -> absl::Status {  // asks etcd
     SLUICE_ASSIGN_OR_RETURN(const std::vector<NodeEntry> nodes, deps_.node->Nodes());
     for (const NodeEntry& n : nodes) FillNode(n, resp->add_nodes());
+    for (const ClusterNode::Absent& a : deps_.node->AbsentNodes()) {
+      v1::AbsentNode* out = resp->add_absent();
+      out->set_node_id(a.node_id);
+      out->set_absent_ms(static_cast<uint64_t>(a.absent.count()));
+      out->set_dead(a.dead);
+    }
     return absl::OkStatus();
   });
 }
@@ -304,6 +313,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetPlacement(grpc::CallbackServerC
     resp->set_num_mappers(p.mappers);
     resp->set_replication(p.replication);
     resp->set_age_ms(static_cast<uint64_t>(p.age.count()));
+    resp->set_placement_epoch(p.epoch);
     for (const NodeEntry& n : p.nodes) FillNode(n, resp->add_nodes());
     for (const auto& replicas : p.replicas) {
       auto* r = resp->add_partitions();
@@ -318,8 +328,9 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::CommitMapper(grpc::CallbackServerC
                                                            v1::CommitMapperResponse* resp) {
   return Unary(ctx, [this, req, resp](const CallContext& call) -> absl::Status {  // syncs
     SLUICE_ASSIGN_OR_RETURN(const std::string id, call.Kept(req->shuffle_id()));
-    SLUICE_ASSIGN_OR_RETURN(const uint64_t winner,
-                            deps_.node->DecideMapper(id, req->mapper_id(), req->attempt_id()));
+    SLUICE_ASSIGN_OR_RETURN(
+        const uint64_t winner,
+        deps_.node->DecideMapper(id, req->mapper_id(), req->attempt_id(), req->placement_epoch()));
     resp->set_winning_attempt(winner);
     resp->set_duplicate(winner != req->attempt_id());
     return absl::OkStatus();

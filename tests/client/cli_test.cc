@@ -136,7 +136,7 @@ TEST_F(CliTest, NodesListsTheServerWithItsHealthAndSpace) {
   std::string out;
   ASSERT_EQ(Run("nodes --server " + address_, &out), 0);
   // Without --etcd a server is a cluster of one, its id the host name.
-  EXPECT_NE(out.find(" at " + address_ + ": serving, disk "), std::string::npos) << out;
+  EXPECT_NE(out.find(" at " + address_ + ": alive, serving, disk "), std::string::npos) << out;
   EXPECT_NE(out.find("MiB free, memory 0 of 256 MiB used, 1 shuffles"), std::string::npos) << out;
 }
 

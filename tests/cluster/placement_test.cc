@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "cluster/placement_store.h"
 #include "tests/harness/status_matchers.h"
 
 namespace sluice {
@@ -91,6 +93,83 @@ TEST(PlacementTest, BadArgumentsAreNamed) {
   const std::vector<std::string> dup = {"a", "b", "a"};
   EXPECT_THAT(PlaceReplicas("s", 4, dup, 1),
               StatusIs(absl::StatusCode::kInvalidArgument, "same node id"));
+}
+
+TEST(PlacementTest, ANewEpochKeepsTheSurvivorsAndSpreadsTheLostServersPartitions) {
+  const auto nodes = Nodes(5);
+  ASSERT_OK_AND_ASSIGN(auto placed, PlaceReplicas("job", 1000, nodes, 2));
+  std::vector<std::vector<std::string>> current;
+  for (const auto& r : placed) current.push_back({nodes[r[0]], nodes[r[1]]});
+  std::vector<std::string> live(nodes.begin(), nodes.end() - 1);  // sluice-4 is gone
+  const auto next = ReplaceReplicas("job", current, {"sluice-4"}, live, 2);
+  EXPECT_EQ(next, ReplaceReplicas("job", current, {"sluice-4"}, live, 2)) << "deterministic";
+  std::map<std::string, int> load;
+  for (size_t p = 0; p < current.size(); ++p) {
+    ASSERT_EQ(next[p].size(), 2u);
+    EXPECT_NE(next[p][0], next[p][1]);
+    for (const std::string& id : next[p]) {
+      EXPECT_NE(id, "sluice-4");
+      ++load[id];
+    }
+    // A survivor keeps its place, in order.
+    size_t k = 0;
+    for (const std::string& id : current[p]) {
+      if (id != "sluice-4") {
+        EXPECT_EQ(next[p][k++], id) << p;
+      }
+    }
+  }
+  // The lost server's 400 replicas go to the four others evenly: each ends near 500 (a
+  // partition cannot take a server twice, so a few land one over).
+  for (const auto& [id, n] : load) {
+    EXPECT_GE(n, 495) << id;
+    EXPECT_LE(n, 505) << id;
+  }
+  // Too few servers left: partitions keep what they can.
+  const auto thin = ReplaceReplicas("job", current, {"sluice-4", "sluice-3", "sluice-2"},
+                                    {"sluice-0", "sluice-1"}, 3);
+  for (const auto& r : thin) EXPECT_EQ(r.size(), 2u);
+}
+
+TEST(PlacementTest, EpochsRoundTripThroughTheRecordAndDecisionsNameTheirEpoch) {
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement p, NewPlacement("job", 8, 4, 2, {"n0", "n1", "n2", "n3"}));
+  EXPECT_EQ(p.epoch(), 0u);
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement q, NextEpoch(p, {"n2"}, {"n0", "n1", "n3", "n4"}));
+  ASSERT_EQ(q.epoch(), 1u);
+  EXPECT_FALSE(q.Holds("n2"));
+  EXPECT_TRUE(q.Removed("n2"));
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement same, NextEpoch(q, {"n2"}, {"n0", "n1", "n3"}));
+  EXPECT_EQ(same.epoch(), 1u) << "taking out a server already out changes nothing";
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement r, NextEpoch(q, {"n4"}, {"n0", "n1", "n3"}));
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement back, DecodePlacement("job", EncodePlacement(r)));
+  EXPECT_EQ(back.epoch(), 2u);
+  EXPECT_EQ(back.nodes, r.nodes);
+  EXPECT_EQ(back.replicas, r.replicas);
+  for (uint32_t part = 0; part < 8; ++part) {
+    EXPECT_EQ(back.ReplicasAt(part, 0), p.replicas[part]);
+    EXPECT_EQ(back.ReplicasAt(part, 1), q.replicas[part]);
+    EXPECT_EQ(back.ReplicasAt(part, 2), r.replicas[part]);
+  }
+  // A record without epochs reads as epoch 0, and encodes as it always did.
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement plain, DecodePlacement("job", EncodePlacement(p)));
+  EXPECT_EQ(plain.epoch(), 0u);
+  EXPECT_EQ(EncodePlacement(p).find("epochs"), std::string::npos);
+  // Malformed epochs are DATA_LOSS naming what is wrong.
+  std::string bad = EncodePlacement(q);
+  bad.replace(bad.find("\"changed\":[["), 12, "\"changed\":[[99");
+  EXPECT_THAT(DecodePlacement("job", bad).status(),
+              StatusIs(absl::StatusCode::kDataLoss, "epoch's change"));
+  // Nobody left: UNAVAILABLE, not a placement with an empty partition.
+  EXPECT_THAT(NextEpoch(p, {"n0", "n1", "n2", "n3"}, {}).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "no live server"));
+
+  EXPECT_EQ(EncodeDecision({7, 0}), "7");
+  EXPECT_EQ(EncodeDecision({7, 3}), "7@3");
+  EXPECT_EQ(DecodeDecision("7"), (MapperDecision{7, 0}));
+  EXPECT_EQ(DecodeDecision("7@3"), (MapperDecision{7, 3}));
+  for (const char* wrong : {"", "x", "7@", "7@0", "7@x", "@3"}) {
+    EXPECT_FALSE(DecodeDecision(wrong).has_value()) << wrong;
+  }
 }
 
 }  // namespace

@@ -14,6 +14,8 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -28,6 +30,7 @@
 #include "client/shuffle_client.h"
 #include "client/transport.h"
 #include "codec/frame_format.h"
+#include "rpc/error_reason.h"
 #include "rpc/tls_options.h"
 #include "tests/harness/data_file.h"
 #include "tests/harness/etcd_process.h"
@@ -91,10 +94,12 @@ absl::StatusOr<WriteResult> WriteMapper(ShuffleClient& client, const Job& job, u
 // An engine's mapper: a failed attempt is retried with a new attempt id, 600 ms apart. Returns
 // the attempt that won.
 absl::StatusOr<uint64_t> WriteWithRetries(ShuffleClient& client, const Job& job, uint32_t m,
-                                          const std::function<void(int)>& each = nullptr) {
+                                          const std::function<void(int)>& each = nullptr,
+                                          uint64_t first_attempt = 1, uint64_t attempts = 12) {
   absl::Status last;
-  for (uint64_t attempt = 1; attempt <= 12; ++attempt) {
-    auto r = WriteMapper(client, job, m, attempt, job.items, attempt == 1 ? each : nullptr);
+  for (uint64_t attempt = first_attempt; attempt < first_attempt + attempts; ++attempt) {
+    auto r =
+        WriteMapper(client, job, m, attempt, job.items, attempt == first_attempt ? each : nullptr);
     if (r.ok()) {
       // A duplicate: an earlier attempt won after all (its answer was lost with its server).
       if (r->duplicate) return r->winning_attempt;
@@ -439,7 +444,7 @@ TEST_F(ReplicationTest, AServerRefusesPartitionsItDoesNotKeepAndPlainCommits) {
                                 absl::StrCat("keeps no replica of partition ", other)));
   // A frame of a partition kept elsewhere is refused; so is a plain commit of an attempt.
   {
-    ASSERT_OK_AND_ASSIGN(auto stream, n0->OpenPush(job.id, 0, 1, /*prepare=*/true));
+    ASSERT_OK_AND_ASSIGN(auto stream, n0->OpenPush(job.id, 0, 1, /*prepare=*/true, /*epoch=*/0));
     *stream->NewFrame(static_cast<uint32_t>(other)) = "not even a frame";  // (placement first)
     absl::Status st = stream->SendFrame();
     if (st.ok()) st = stream->SendCommit(1, 1);
@@ -449,13 +454,13 @@ TEST_F(ReplicationTest, AServerRefusesPartitionsItDoesNotKeepAndPlainCommits) {
                                                    " of shuffle 'direct' is "
                                                    "kept on other servers")));
   }
-  ASSERT_OK_AND_ASSIGN(auto plain, n0->OpenPush(job.id, 1, 1, /*prepare=*/false));
+  ASSERT_OK_AND_ASSIGN(auto plain, n0->OpenPush(job.id, 1, 1, /*prepare=*/false, /*epoch=*/0));
   ASSERT_OK(plain->SendCommit(0, 0));
   EXPECT_THAT(plain->FinishCommit().status(),
               testing::StatusIs(absl::StatusCode::kFailedPrecondition, "part of a cluster"));
   // A decision for an attempt the server never prepared.
   EXPECT_THAT(
-      n0->CommitMapper(job.id, 1, 7).status(),
+      n0->CommitMapper(job.id, 1, 7, /*epoch=*/0).status(),
       testing::StatusIs(absl::StatusCode::kFailedPrecondition, "is not prepared on server n0"));
 
   // The cluster's view of the shuffle: each partition counted from its server; with n1 gone
@@ -682,6 +687,224 @@ TEST(ClusterTenantsTest, IsolationAndTheShuffleQuotaHoldAcrossServers) {
   // A delete makes room again.
   ASSERT_OK(a->DeleteShuffle("job2"));
   EXPECT_OK(a->CreateShuffle("job3", 1, 2, 1).status());
+}
+
+// A server lost for good (docs/cluster.md, "Placement epochs"): four servers on 127.0.0.2-5,
+// R = 2, and a server unregistered for 2 s is taken out of its shuffles' placements.
+class LostServerTest : public ReplicationTest {
+ protected:
+  void SetUp() override {
+    testing::MiniClusterOptions options;
+    options.servers = 4;
+    options.flags.push_back("--dead_after_s=2");
+    ASSERT_OK_AND_ASSIGN(cluster_, testing::MiniCluster::Start(options));
+    client_ = Connect(cluster_->addresses());
+  }
+
+  // The shuffle's placement once its newest epoch has none of `gone` (up to 30 s).
+  PlacementInfo PlacedWithout(const std::string& id, const std::string& gone) {
+    PlacementInfo placed;
+    EXPECT_TRUE(testing::Eventually(
+        [&] {
+          auto p = client_->GetPlacement(id);
+          if (!p.ok()) return false;
+          placed = *p;
+          for (const auto& r : placed.replicas) {
+            for (uint32_t n : r) {
+              if (placed.nodes[n].node_id == gone) return false;
+            }
+          }
+          return true;
+        },
+        std::chrono::seconds(30)))
+        << "server " << gone << " is still in the placement of " << id;
+    return placed;
+  }
+
+  // Every partition has `replication` replicas, all registered now.
+  static void ExpectWholeReplicaLists(const PlacementInfo& placed) {
+    for (size_t p = 0; p < placed.replicas.size(); ++p) {
+      EXPECT_EQ(placed.replicas[p].size(), placed.replication) << "partition " << p;
+      for (uint32_t n : placed.replicas[p]) {
+        EXPECT_FALSE(placed.nodes[n].address.empty())
+            << "partition " << p << " on " << placed.nodes[n].node_id << ", not registered";
+      }
+    }
+  }
+
+  // Writes every mapper of `job` at once with an engine's retries, killing server `victim`
+  // (and, with `then`, doing that) half-way through mapper 0's records; returns the winners.
+  std::map<uint32_t, uint64_t> WriteAllKilling(const Job& job, size_t victim,
+                                               const std::function<void()>& then = nullptr) {
+    std::map<uint32_t, uint64_t> winners;
+    std::mutex mu;
+    std::vector<std::thread> threads;
+    for (uint32_t m = 0; m < job.mappers; ++m) {
+      threads.emplace_back([&, m] {
+        std::function<void(int)> each;
+        if (m == 0) {
+          each = [&](int i) {
+            if (i != job.items / 2) return;
+            killed_at_ = Clock::now();
+            cluster_->Kill(victim);
+            if (then) then();
+          };
+        }
+        // Up to ~25 s of retries: the server is taken out after its lease and --dead_after_s.
+        auto won = WriteWithRetries(*client_, job, m, each, 1, 50);
+        EXPECT_OK(won) << "mapper " << m;
+        std::lock_guard<std::mutex> lock(mu);
+        if (won.ok()) winners[m] = *won;
+      });
+    }
+    for (auto& t : threads) t.join();
+    return winners;
+  }
+
+  // The shuffle's status agrees with what was written: every mapper committed, every record
+  // counted once, no partition unavailable.
+  void ExpectCounts(const Job& job) {
+    ASSERT_OK_AND_ASSIGN(ShuffleStatus status, client_->GetShuffle(job.id));
+    EXPECT_EQ(status.committed_mappers.size(), job.mappers);
+    EXPECT_TRUE(status.unavailable_partitions.empty());
+    uint64_t records = 0;
+    for (const PartitionStatsInfo& p : status.partitions) {
+      records += p.records;
+      EXPECT_EQ(p.missing_mappers, 0u);
+    }
+    EXPECT_EQ(records, uint64_t{job.mappers} * static_cast<uint64_t>(job.items));
+  }
+
+  Clock::time_point killed_at_;
+};
+
+TEST_F(LostServerTest, AServerKilledForGoodDuringThePushesStopsNothing) {
+  Job job;
+  job.id = "lost";
+  job.partitions = 8;
+  job.mappers = 6;
+  ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
+  ASSERT_OK_AND_ASSIGN(PlacementInfo before, client_->GetPlacement(job.id));
+  EXPECT_EQ(before.epoch, 0u);
+  const size_t victim = 1;
+  const std::string gone = cluster_->node_id(victim);
+  const auto winners = WriteAllKilling(job, victim);
+  ASSERT_EQ(winners.size(), job.mappers);
+  std::printf("RESULT lost_server_kill_to_complete_s=%.1f\n",
+              std::chrono::duration<double>(Clock::now() - killed_at_).count());
+  const PlacementInfo after = PlacedWithout(job.id, gone);
+  EXPECT_GE(after.epoch, 1u);
+  ExpectWholeReplicaLists(after);
+  // The survivors keep their partitions (and lead them), the lost server's go elsewhere.
+  for (uint32_t p = 0; p < job.partitions; ++p) {
+    const std::string old_primary = before.nodes[before.replicas[p][0]].node_id;
+    if (old_primary != gone) {
+      EXPECT_EQ(after.nodes[after.replicas[p][0]].node_id, old_primary) << "partition " << p;
+    }
+  }
+  ExpectCounts(job);
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kUnordered, winners, job.items);
+  // The servers say why it is gone.
+  ASSERT_OK_AND_ASSIGN(std::vector<AbsentNode> absent, client_->AbsentNodes());
+  ASSERT_EQ(absent.size(), 1u);
+  EXPECT_EQ(absent[0].node_id, gone);
+  EXPECT_TRUE(absent[0].dead);
+  EXPECT_GE(absent[0].absent, std::chrono::seconds(2));
+}
+
+TEST_F(LostServerTest, AServerBackWithAnEmptyDiskUnderANewIdTakesNothingBack) {
+  Job job;
+  job.id = "renamed";
+  job.partitions = 8;
+  job.mappers = 4;
+  ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
+  const size_t victim = 2;
+  const std::string gone = cluster_->node_id(victim);
+  const auto winners = WriteAllKilling(job, victim, [&] {
+    ASSERT_OK(cluster_->Wipe(victim));
+    ASSERT_OK(cluster_->Restart(victim, {"--node_id=n9"}));
+  });
+  ASSERT_EQ(winners.size(), job.mappers);
+  const PlacementInfo after = PlacedWithout(job.id, gone);
+  ExpectWholeReplicaLists(after);
+  ExpectCounts(job);
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kUnordered, winners, job.items);
+}
+
+// Attempts of one mapper across an epoch change: one prepared in the old epoch cannot be
+// decided in the new one (PLACEMENT_CHANGED, retryable); the retry in the new epoch wins; a
+// late one is a duplicate; every replica serves exactly the winner.
+TEST_F(LostServerTest, AttemptsRacingAcrossAnEpochChangeHaveExactlyOneWinner) {
+  Job job;
+  job.id = "race";
+  job.partitions = 8;
+  job.mappers = 2;
+  job.items = 1000;
+  ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
+  ASSERT_OK_AND_ASSIGN(PlacementInfo before, client_->GetPlacement(job.id));
+  // Attempt 1 of mapper 0 prepared (with no records) on every server of epoch 0.
+  std::vector<std::unique_ptr<ServerLink>> links;
+  std::set<uint32_t> servers;
+  for (const auto& r : before.replicas) servers.insert(r.begin(), r.end());
+  for (uint32_t n : servers) {
+    ClientOptions options;
+    options.server = before.nodes[n].address;
+    links.push_back(ConnectServer(options));
+    ASSERT_OK_AND_ASSIGN(auto stream,
+                         links.back()->OpenPush(job.id, 0, 1, /*prepare=*/true, /*epoch=*/0));
+    ASSERT_OK(stream->SendCommit(0, 0));
+    ASSERT_OK(stream->FinishCommit().status());
+  }
+  ASSERT_OK_AND_ASSIGN(uint64_t m1, WriteWithRetries(*client_, job, 1));
+  const size_t victim = 3;
+  cluster_->Kill(victim);
+  const PlacementInfo after = PlacedWithout(job.id, cluster_->node_id(victim));
+  EXPECT_GE(after.epoch, 1u);
+  // Its decision now: refused, retryable, on any server.
+  ServerLink* survivor = nullptr;
+  for (auto& link : links) {
+    if (link->address() != cluster_->address(victim)) survivor = link.get();
+  }
+  ASSERT_NE(survivor, nullptr);
+  absl::StatusOr<uint64_t> late = survivor->CommitMapper(job.id, 0, 1, /*epoch=*/0);
+  EXPECT_THAT(late.status(), testing::StatusIs(absl::StatusCode::kUnavailable, "epoch"));
+  EXPECT_EQ(ReasonOf(late.status()), ErrorReason::kPlacementChanged);
+  // An old-epoch push is refused at its open once the server has read the new epoch (within
+  // a second), or else at its decision: either way retryably.
+  auto old_push = survivor->OpenPush(job.id, 0, 5, /*prepare=*/true, /*epoch=*/0);
+  absl::Status st = old_push.status();
+  if (st.ok()) st = (*old_push)->SendCommit(0, 0);
+  if (st.ok()) st = (*old_push)->FinishCommit().status();
+  if (st.ok()) st = survivor->CommitMapper(job.id, 0, 5, /*epoch=*/0).status();
+  EXPECT_EQ(ReasonOf(st), ErrorReason::kPlacementChanged) << Describe(st);
+  // The engine's retries, routed afresh, win (the first may still follow the client's cached
+  // placement and fail); a later attempt is a duplicate.
+  ASSERT_OK_AND_ASSIGN(uint64_t m0, WriteWithRetries(*client_, job, 0, nullptr, 2));
+  EXPECT_GE(m0, 2u);
+  ASSERT_OK_AND_ASSIGN(WriteResult again, WriteMapper(*client_, job, 0, 9, 10));
+  EXPECT_TRUE(again.duplicate);
+  EXPECT_EQ(again.winning_attempt, m0);
+  ExpectCounts(job);
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, {{0, m0}, {1, m1}}, job.items);
+  // Every replica agrees: each partition read from each of its servers alone.
+  for (uint32_t p = 0; p < job.partitions; ++p) {
+    std::optional<uint64_t> records;
+    for (uint32_t n : after.replicas[p]) {
+      ClientOptions options;
+      options.server = after.nodes[n].address;
+      std::unique_ptr<ServerLink> one = ConnectServer(options);
+      auto here = one->client().GetShuffle(job.id);
+      ASSERT_OK(here);
+      if (here->partitions[p].missing_mappers != 0) continue;  // a replica not repaired yet
+      if (records.has_value()) {
+        EXPECT_EQ(*records, here->partitions[p].records) << "partition " << p;
+      }
+      records = here->partitions[p].records;
+    }
+    EXPECT_TRUE(records.has_value()) << "partition " << p << " has no whole replica";
+  }
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "cluster/membership.h"
 #include "cluster/placement_store.h"
+#include "rpc/error_reason.h"
 
 namespace sluice::testing {
 
@@ -70,19 +71,39 @@ class FakePlacementStore final : public PlacementStore {
     if (it == shuffles_.end()) return std::optional<ShufflePlacement>();
     return std::optional<ShufflePlacement>(it->second);
   }
-  absl::StatusOr<uint64_t> DecideMapper(const std::string& id, uint32_t mapper,
-                                        uint64_t attempt) override {
+  absl::StatusOr<MapperDecision> DecideMapper(const std::string& id, uint32_t mapper,
+                                              uint64_t attempt, uint32_t epoch) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (absl::Status st = Call(); !st.ok()) return st;
-    if (shuffles_.count(id) == 0) {
+    auto it = shuffles_.find(id);
+    if (it == shuffles_.end()) {
       return absl::NotFoundError("it is not recorded in the cluster (deleted?)");
     }
-    return decisions_[id].emplace(mapper, attempt).first->second;
+    auto& decided = decisions_[id];
+    if (auto d = decided.find(mapper); d != decided.end()) return d->second;
+    if (epoch != it->second.epoch()) {
+      return WithReason(
+          absl::UnavailableError(absl::StrCat("its placement moved to epoch ", it->second.epoch())),
+          ErrorReason::kPlacementChanged);
+    }
+    return decided.emplace(mapper, MapperDecision{attempt, epoch}).first->second;
   }
-  absl::StatusOr<std::map<uint32_t, uint64_t>> Decisions(const std::string& id) override {
+  absl::StatusOr<std::map<uint32_t, MapperDecision>> Decisions(const std::string& id) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (absl::Status st = Call(); !st.ok()) return st;
     return decisions_[id];
+  }
+  absl::StatusOr<std::optional<ShufflePlacement>> AddEpoch(
+      const std::string& id, const std::vector<std::string>& removed,
+      const std::vector<std::string>& live) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Status st = Call(); !st.ok()) return st;
+    auto it = shuffles_.find(id);
+    if (it == shuffles_.end()) return std::optional<ShufflePlacement>();
+    auto next = NextEpoch(it->second, removed, live);
+    if (!next.ok()) return next.status();
+    it->second = *next;
+    return std::optional<ShufflePlacement>(*next);
   }
 
  private:
@@ -94,7 +115,7 @@ class FakePlacementStore final : public PlacementStore {
   absl::Status fault_;
   int calls_ = 0;
   std::map<std::string, ShufflePlacement> shuffles_;
-  std::map<std::string, std::map<uint32_t, uint64_t>> decisions_;
+  std::map<std::string, std::map<uint32_t, MapperDecision>> decisions_;
 };
 
 class FakeNodeDirectory final : public NodeDirectory {

@@ -6,8 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,11 +26,12 @@ namespace {
 
 // One server of the test cluster: its data directory, registry and node.
 struct Server {
-  Server(const std::string& id, bool clustered) {
+  Server(const std::string& id, bool clustered) : Server(id, ClusterNode::Options{clustered}) {}
+  Server(const std::string& id, ClusterNode::Options options) {
     auto r = ShuffleRegistry::Open(dir.path(), StoreOptions{});
     EXPECT_OK(r.status());
     registry = *std::move(r);
-    node = std::make_unique<ClusterNode>(registry.get(), clustered);
+    node = std::make_unique<ClusterNode>(registry.get(), options);
     node->SetSelf({id, id + ":7070", 1});
   }
   TempDir dir;
@@ -397,6 +401,89 @@ TEST(ClusterNodeTest, AQuotaCountsTheTenantsShufflesInTheRecordAndPlacementsName
   EXPECT_EQ(p.nodes[0].address, "n0:7070");
   EXPECT_THAT(n0.node->GetPlacement("t~nope").status(),
               StatusIs(absl::StatusCode::kNotFound, "shuffle 'nope' not found in the cluster"));
+}
+
+// A server unregistered past dead_after is taken out of the placement with a new epoch: the
+// survivors keep their partitions, the lost one's are filled from the others; a partition taken
+// over is INCOMPLETE here until it holds every committed mapper; attempts of the old epoch are
+// refused at their open and their decision (PLACEMENT_CHANGED), the new epoch's commit.
+TEST(ClusterNodeTest, AServerGoneForGoodIsTakenOutAndATakenOverPartitionIsIncomplete) {
+  FakePlacementStore record;
+  FakeNodeDirectory nodes({"n0", "n1", "n2"});
+  ClusterNode::Options options;
+  options.clustered = true;
+  options.dead_after = std::chrono::milliseconds(1);
+  Server n0("n0", options), n1("n1", options), n2("n2", options);
+  for (Server* s : {&n0, &n1, &n2}) s->node->Joined(&nodes, &record);
+  ASSERT_OK(n0.node->Create({"job", 6, 3}, 2).status());
+  ASSERT_OK_AND_ASSIGN(auto before, record.Get("job"));
+  ASSERT_TRUE(before.has_value());
+  // Mapper 0 prepared on every server of epoch 0 (each with the partitions it holds), decided.
+  std::map<std::string, Server*> by_id{{"n0", &n0}, {"n1", &n1}, {"n2", &n2}};
+  for (auto& [id, s] : by_id) {
+    ASSERT_OK(s->node->PrepareToPush("job", 0).status());
+    Prepare(*s, "job", 0, 1, Split(*before, id).first);
+  }
+  ASSERT_OK(n0.node->DecideMapper("job", 0, 1, 0).status());
+  ASSERT_OK(n0.node->PrepareToServe("job", std::nullopt));
+
+  nodes.Remove("n2");
+  n0.node->WatchMembers();  // n2 absent from now
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  n0.node->WatchMembers();  // past dead_after: a new epoch
+  ASSERT_OK_AND_ASSIGN(auto after, record.Get("job"));
+  ASSERT_EQ(after->epoch(), 1u);
+  EXPECT_EQ(after->epochs[0].removed, std::vector<std::string>{"n2"});
+  EXPECT_FALSE(after->Holds("n2"));
+  EXPECT_TRUE(after->Removed("n2"));
+  for (uint32_t q = 0; q < 6; ++q) {
+    ASSERT_EQ(after->replicas[q].size(), 2u) << q;
+    // The survivors keep their place (primary first), the lost one's is filled.
+    const auto old = before->replicas[q];
+    if (before->nodes[old[0]] != "n2") {
+      EXPECT_EQ(after->nodes[after->replicas[q][0]], before->nodes[old[0]]) << q;
+    }
+    EXPECT_EQ(after->ReplicasAt(q, 0), old) << q;
+  }
+  const auto absent = n0.node->AbsentNodes();
+  ASSERT_EQ(absent.size(), 1u);
+  EXPECT_EQ(absent[0].node_id, "n2");
+  EXPECT_TRUE(absent[0].dead);
+
+  // On n0: a partition held since epoch 0 is whole; one taken over lacks mapper 0.
+  const auto [held0, other0] = Split(*before, "n0");
+  const auto [held1, other1] = Split(*after, "n0");
+  std::vector<uint32_t> taken;
+  for (uint32_t q : held1) {
+    if (std::find(held0.begin(), held0.end(), q) == held0.end()) taken.push_back(q);
+  }
+  ASSERT_FALSE(taken.empty()) << "n0 takes over some of n2's partitions";
+  for (uint32_t q : held0) EXPECT_OK(n0.node->PrepareToServe("job", q)) << q;
+  for (uint32_t q : taken) {
+    const absl::Status st = n0.node->PrepareToServe("job", q);
+    EXPECT_THAT(st, StatusIs(absl::StatusCode::kUnavailable, "lacks 1 committed mapper"));
+    EXPECT_EQ(ReasonOf(st), ErrorReason::kIncomplete);
+    EXPECT_EQ(n0.node->MissingMappers("job", q), 1u);
+  }
+
+  // Attempts of epoch 0 are refused at their open and their decision; epoch 1's commit.
+  EXPECT_EQ(ReasonOf(n0.node->PrepareToPush("job", 0).status()), ErrorReason::kPlacementChanged);
+  Prepare(n0, "job", 1, 1, held1);
+  EXPECT_EQ(ReasonOf(n0.node->DecideMapper("job", 1, 1, 0).status()),
+            ErrorReason::kPlacementChanged);
+  ASSERT_OK(n1.node->PrepareToPush("job", 1).status());  // n1 reads epoch 1 (a newer one)
+  ASSERT_OK(n0.node->PrepareToPush("job", 1).status());
+  Prepare(n0, "job", 1, 2, held1);
+  Prepare(n1, "job", 1, 2, Split(*after, "n1").first);
+  ASSERT_OK_AND_ASSIGN(uint64_t winner, n0.node->DecideMapper("job", 1, 2, 1));
+  EXPECT_EQ(winner, 2u);
+  for (uint32_t q : taken) {
+    EXPECT_THAT(n0.node->PrepareToServe("job", q),
+                StatusIs(absl::StatusCode::kUnavailable, "lacks 1 committed mapper"));
+  }
+  for (uint32_t q : held0) EXPECT_OK(n0.node->PrepareToServe("job", q)) << q;
+  // A decision of a newer epoch than the one remembered is read before it is judged.
+  ASSERT_OK(n1.node->PrepareToServe("job", std::nullopt));
 }
 
 }  // namespace
