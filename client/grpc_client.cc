@@ -440,6 +440,8 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     n.clustered = info.clustered();
     n.registered = info.registered();
     n.started_unix_ms = info.started_unix_ms();
+    n.repair_backlog = info.repair_backlog();
+    n.repaired_bytes = info.repaired_bytes();
     for (const auto& d : info.data_dirs()) {
       n.data_dirs.push_back(NodeStatus::DataDir{d.index(), d.failed(), d.error(), d.shuffles(),
                                                 d.partitions(), d.disk_free_bytes(),

@@ -135,6 +135,9 @@ struct NodeStatus {
   bool clustered = false;   ///< runs with --etcd
   bool registered = false;  ///< and its registration in etcd is live
   uint64_t started_unix_ms = 0;
+  /// Re-replication: committed (mapper, partition) pairs its replicas lack and will copy from
+  /// other replicas, and the bytes it has copied since its start.
+  uint64_t repair_backlog = 0, repaired_bytes = 0;
   /// Its data directories (--data_dir, one per disk), in order.
   struct DataDir {
     uint32_t index = 0;  ///< 1-based

@@ -36,6 +36,17 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
             D(m.scrub_bytes.load()));
   t.Counter("sluice_scrub_passes_total", "Scrub passes over every open shuffle completed",
             D(m.scrub_passes.load()));
+  t.Counter("sluice_repair_bytes_total",
+            "Bytes copied from other replicas to make this server's replicas whole "
+            "(--repair_mb_per_s)",
+            D(m.repair_bytes.load()));
+  t.Counter("sluice_repair_copies_total",
+            "A mapper's data for a partition copied from another replica (re-replication)",
+            D(m.repair_copies.load()));
+  t.Gauge("sluice_repair_backlog",
+          "Committed (mapper, partition) pairs this server's replicas lack: taken over in a "
+          "later placement epoch and not copied yet",
+          D(m.repair_backlog.load()));
   t.Family("sluice_partitions_damaged_total", prometheus::MetricType::Counter,
            "Partitions found damaged, by what found them",
            {{{{"found_by", "fetch"}}, D(m.damaged_by_fetch.load())},

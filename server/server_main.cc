@@ -67,6 +67,9 @@ ABSL_FLAG(std::string, etcd_prefix, "/sluice/v1/", "the cluster's keys in etcd")
 ABSL_FLAG(std::string, advertise_address, "",
           "host:port clients and servers reach this one at (default: the listen address)");
 ABSL_FLAG(uint32_t, node_lease_s, 10, "a server that stops renewing leaves the cluster after it");
+ABSL_FLAG(uint32_t, repair_mb_per_s, 64,
+          "copy what this server's replicas lack from other replicas at most this fast (a "
+          "partition taken over in a later placement epoch); 0 = off");
 ABSL_FLAG(uint32_t, dead_after_s, 60,
           "a server of a shuffle unregistered this long is taken out of its placement (a new "
           "epoch: new attempts go to live servers); 0 = never");
@@ -165,6 +168,7 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.advertise_address = absl::GetFlag(FLAGS_advertise_address);
   opts.node_lease_ttl = std::chrono::seconds(absl::GetFlag(FLAGS_node_lease_s));
   opts.dead_after = std::chrono::seconds(absl::GetFlag(FLAGS_dead_after_s));
+  opts.repair_bytes_per_s = uint64_t{absl::GetFlag(FLAGS_repair_mb_per_s)} << 20;
   opts.drain_grace = seconds(absl::GetFlag(FLAGS_drain_grace_s));
   opts.allow_remote_admin = absl::GetFlag(FLAGS_allow_remote_admin);
   opts.disk_high_water_pct = absl::GetFlag(FLAGS_disk_high_water_pct);

@@ -164,6 +164,10 @@ absl::Status ValidateOptions(const ServerOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--node_lease_s=", o.node_lease_ttl.count(), " is out of range [1, 3600]"));
   }
+  if (o.repair_bytes_per_s > (uint64_t{10000} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat("--repair_mb_per_s=", o.repair_bytes_per_s >> 20,
+                                                   " is out of range [0, 10000]"));
+  }
   if (o.dead_after > std::chrono::hours(24)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--dead_after_s=", o.dead_after.count(), " is out of range [0, 86400]"));

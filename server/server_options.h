@@ -114,6 +114,9 @@ struct ServerOptions {
   /// A server of a shuffle unregistered this long is taken out of the shuffle's placement (a
   /// new epoch); 0 = never by itself (docs/cluster.md, "Placement epochs").
   std::chrono::seconds dead_after{60};
+  /// Re-replication's rate: what this server's replicas lack is copied from other replicas at
+  /// most this fast (bytes a second); 0 = off.
+  uint64_t repair_bytes_per_s = uint64_t{64} << 20;
 };
 
 /// OK if every option is in range; else INVALID_ARGUMENT naming the flag that sets the first

@@ -22,12 +22,14 @@
 #include "server/net/listener_probe.h"
 #include "server/rules/admission.h"
 #include "server/rules/cluster_node.h"
+#include "server/rules/repairer.h"
 #include "server/rules/scrubber.h"
 #include "server/rules/shuffle_expiry.h"
 #include "server/runtime/periodic.h"
 #include "server/security/auth.h"
 #include "server/security/tls_reloader.h"
 #include "server/service/grpc_server.h"
+#include "server/service/peer_fetcher.h"
 #include "server/storage/file_util.h"
 #include "server/storage/shuffle_id.h"
 #include "spdlog/spdlog.h"
@@ -95,7 +97,10 @@ struct SluiceServer::Impl {
   std::shared_ptr<EtcdClient> etcd;  // with --etcd, once joined
   std::unique_ptr<Membership> membership;
   std::unique_ptr<EtcdPlacementStore> placements;
-  std::unique_ptr<Periodic> watching;  // ClusterNode::WatchMembers, once joined
+  std::unique_ptr<Periodic> watching;      // ClusterNode::WatchMembers, once joined
+  std::unique_ptr<GrpcPeerFetcher> peers;  // with --repair_mb_per_s, once joined
+  std::unique_ptr<Repairer> repairer;
+  std::unique_ptr<Periodic> repairing;
   std::unique_ptr<GrpcServer> grpc;
   std::unique_ptr<ShuffleExpiry> expiry;  // with --shuffle_ttl_s
   std::unique_ptr<Periodic> expiring;
@@ -382,6 +387,18 @@ absl::Status SluiceServer::Impl::JoinCluster() {
       std::chrono::seconds(1),
       std::chrono::duration_cast<std::chrono::milliseconds>(o.node_lease_ttl) / 3);
   watching = std::make_unique<Periodic>(every, [this] { node->WatchMembers(); });
+  if (o.repair_bytes_per_s > 0) {
+    if (o.tls.enabled() || !o.auth_file.empty()) {
+      spdlog::warn(
+          "event=repair_off reason=\"re-replication reads other servers in plaintext without "
+          "a token, and this server runs with TLS or --auth_file\"");
+    } else {
+      peers = std::make_unique<GrpcPeerFetcher>();
+      repairer = std::make_unique<Repairer>(registry.get(), node.get(), peers.get(),
+                                            o.repair_bytes_per_s, &metrics);
+      repairing = std::make_unique<Periodic>(std::chrono::seconds(1), [this] { repairer->Run(); });
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -461,6 +478,8 @@ void SluiceServer::Shutdown() {
   i.scrubbing.reset();
   i.opener.reset();
   i.closing.reset();
+  if (i.repairer != nullptr) i.repairer->Stop();
+  i.repairing.reset();
   i.watching.reset();
   i.metrics_endpoint.reset();  // (scrapes read the pools and the service)
   // Out of the cluster first, so that no one is sent here while the calls in flight finish.

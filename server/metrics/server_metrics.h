@@ -72,6 +72,11 @@ struct ServerMetrics {
   Counter scrub_passes{0};       ///< scrub passes over every open shuffle completed
   /// Partitions found damaged, by what found them (a fetch's read, the scrub).
   Counter damaged_by_fetch{0}, damaged_by_scrub{0};
+  /// Re-replication (--repair_mb_per_s): bytes copied from other replicas, and the (mapper,
+  /// partition) copies made.
+  Counter repair_bytes{0}, repair_copies{0};
+  /// Committed (mapper, partition) pairs this server's replicas lack (set by the repairer).
+  std::atomic<uint64_t> repair_backlog{0};
   /// A commit batch's data and log writes and syncs (group commit: one per batch).
   Histogram commit_sync_seconds{DefaultLatencyBounds()};
   /// A commit message's handling, from its arrival to its answer (waiting for a batch included).

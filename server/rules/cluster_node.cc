@@ -218,8 +218,13 @@ std::vector<ClusterNode::Absent> ClusterNode::AbsentNodes() const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [node_id, since] : absent_) {
     const auto absent = Since(since);
-    out.push_back(
-        Absent{node_id, absent, options_.dead_after.count() > 0 && absent >= options_.dead_after});
+    // Dead as this server judged it, or as a placement it read says (another server may have
+    // seen it go first).
+    bool dead = options_.dead_after.count() > 0 && absent >= options_.dead_after;
+    for (auto it = kept_.begin(); !dead && it != kept_.end(); ++it) {
+      dead = it->second->placement.Removed(node_id);
+    }
+    out.push_back(Absent{node_id, absent, dead});
   }
   return out;
 }
@@ -410,8 +415,68 @@ absl::Status ClusterNode::PrepareToServe(const std::string& id, std::optional<ui
 uint32_t ClusterNode::MissingMappers(const std::string& id, uint32_t partition) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = checked_.find(id);
-  if (it == checked_.end() || partition >= it->second.missing.size()) return 0;
-  return it->second.missing[partition];
+  if (it == checked_.end()) return 0;
+  auto m = it->second.missing.find(partition);
+  return m == it->second.missing.end() ? 0 : static_cast<uint32_t>(m->second.size());
+}
+
+uint64_t ClusterNode::MissingTotal() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t n = 0;
+  for (const auto& [id, checked] : checked_) {
+    for (const auto& [partition, mappers] : checked.missing) n += mappers.size();
+  }
+  return n;
+}
+
+void ClusterNode::Recheck(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  checked_.erase(id);
+}
+
+std::vector<ClusterNode::RepairItem> ClusterNode::RepairBacklog() {
+  if (!clustered_) return {};
+  // Shuffles whose placement moved (only a later epoch gives a server partitions it lacks
+  // mappers of), checked at their newest epoch.
+  std::vector<std::string> to_check;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, kept] : kept_) {
+      if (!kept->any || kept->placement.epoch() == 0) continue;
+      auto checked = checked_.find(id);
+      if (checked == checked_.end() || checked->second.epoch != kept->placement.epoch()) {
+        to_check.push_back(id);
+      }
+    }
+  }
+  for (const std::string& id : to_check) {
+    if (etcd_down_.load()) break;
+    if (absl::Status st = PrepareToServe(id, std::nullopt); !st.ok()) {
+      spdlog::debug("event=repair_check_failed shuffle={} error=\"{}\"", id,
+                    std::string(st.message()));
+    }
+  }
+  std::vector<RepairItem> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, checked] : checked_) {
+    if (checked.missing.empty()) continue;
+    auto kept = kept_.find(id);
+    if (kept == kept_.end()) continue;
+    const ShufflePlacement& p = kept->second->placement;
+    for (const auto& [partition, mappers] : checked.missing) {
+      RepairItem item{id, partition, mappers, {}};
+      if (partition < p.replicas.size()) {
+        for (uint32_t i : p.replicas[partition]) {
+          if (p.nodes[i] == self_.node_id) continue;
+          for (const NodeEntry& n : members_) {  // registered now
+            if (n.node_id == p.nodes[i] && !n.address.empty()) item.sources.push_back(n.address);
+          }
+        }
+      }
+      out.push_back(std::move(item));
+    }
+  }
+  return out;
 }
 
 absl::Status ClusterNode::ResolvePending(const std::string& id) {
@@ -494,15 +559,26 @@ absl::Status ClusterNode::ResolvePending(const std::string& id) {
         "replica"));
   }
   // Per partition kept now: the decided mappers whose data is not here (pushed in an epoch
-  // that did not place the partition here, or not committed here).
+  // that did not place the partition here, and not repaired since). Counted first, listed
+  // where the count is not zero.
   Checked checked;
   checked.epoch = epochs - 1;
-  checked.missing.assign(partitions, 0);
   for (uint32_t q = 0; q < partitions; ++q) {
     if (!held[epochs - 1][q]) continue;
     uint64_t here = 0;
     for (uint32_t e = 0; e < epochs; ++e) here += held[e][q] ? committed_in[e] : 0;
-    checked.missing[q] = static_cast<uint32_t>(decided.size() - here);
+    if (here == decided.size()) continue;
+    const std::vector<uint32_t> repaired = (*store)->RepairedMappers(q);
+    std::vector<std::pair<uint32_t, uint64_t>> lacking;
+    for (const auto& [m, d] : decided) {
+      const uint32_t e = std::min(d.epoch, epochs - 1);
+      const bool committed = (*store)->CommittedAttempt(m) == std::optional<uint64_t>(d.attempt);
+      if (committed && (held[e][q] || std::binary_search(repaired.begin(), repaired.end(), m))) {
+        continue;
+      }
+      lacking.emplace_back(m, d.attempt);
+    }
+    if (!lacking.empty()) checked.missing.emplace(q, std::move(lacking));
   }
   std::lock_guard<std::mutex> lock(mu_);
   checked_[id] = std::move(checked);

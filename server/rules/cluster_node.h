@@ -160,6 +160,23 @@ class ClusterNode {
   /// found (0 on its own or before it).
   uint32_t MissingMappers(const std::string& id, uint32_t partition) const;
 
+  /// Re-replication's work here (docs/cluster.md, "Re-replication"): a partition this server
+  /// keeps in its shuffle's newest epoch and lacks committed mappers of, which mappers (with
+  /// their winning attempts), and the addresses of its other replicas registered now.
+  struct RepairItem {
+    std::string id;
+    uint32_t partition = 0;
+    std::vector<std::pair<uint32_t, uint64_t>> mappers;
+    std::vector<std::string> sources;
+  };
+  /// What this server's replicas lack, checking first the shuffles whose placement moved
+  /// since they were last checked (reads etcd's decisions for those).
+  std::vector<RepairItem> RepairBacklog();
+  /// Committed (mapper, partition) pairs this server's replicas lack, as last checked.
+  uint64_t MissingTotal() const;
+  /// Forgets what was checked of `id` (a repair changed it): the next serve checks again.
+  void Recheck(const std::string& id);
+
   /// Creates the shuffle (in a cluster: placed and recorded once, and made here if this server
   /// keeps any of it); false when it existed with the same parameters, ALREADY_EXISTS with
   /// others. `replication` 0: the default for the cluster's size.
@@ -230,7 +247,8 @@ class ClusterNode {
   // later epoch, not repaired); guarded by mu_.
   struct Checked {
     uint32_t epoch = 0;
-    std::vector<uint32_t> missing;
+    // partition -> the (mapper, winning attempt) pairs missing here
+    std::map<uint32_t, std::vector<std::pair<uint32_t, uint64_t>>> missing;
   };
   std::map<std::string, Checked> checked_;
   // Servers of the known shuffles not registered, since when (as seen here; mu_).

@@ -278,6 +278,8 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
       resp->set_index_bytes(deps_.registry->index_bytes());
       resp->set_damaged_partitions(static_cast<uint32_t>(damaged));
       if (deps_.metrics != nullptr) resp->set_scrubbed_bytes(deps_.metrics->scrub_bytes.load());
+      resp->set_repair_backlog(deps_.node->MissingTotal());
+      if (deps_.metrics != nullptr) resp->set_repaired_bytes(deps_.metrics->repair_bytes.load());
     }
     resp->set_push_streams(static_cast<uint32_t>(deps_.admission.streams->push()));
     resp->set_fetch_streams(static_cast<uint32_t>(deps_.admission.streams->fetch()));

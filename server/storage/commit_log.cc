@@ -14,6 +14,7 @@ namespace {
 
 constexpr char kCommitMagic[4] = {'S', 'L', 'C', 'M'};
 constexpr char kPreparedMagic[4] = {'S', 'L', 'P', 'R'};
+constexpr char kRepairMagic[4] = {'S', 'L', 'R', 'P'};
 constexpr char kHeaderMagic[4] = {'S', 'L', 'L', 'G'};
 constexpr char kLogFile[] = "commits.log";
 constexpr size_t kCommitFixed = 4 + 8 + 4;  // mapper, attempt, block count
@@ -48,8 +49,10 @@ absl::Status NothingTouched(const std::string& path, absl::string_view why) {
 
 }  // namespace
 
-std::string EncodeCommitRecord(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks,
-                               bool prepared, uint32_t version) {
+namespace {
+
+std::string EncodeBody(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks,
+                       const char magic[4], const uint32_t* partition, uint32_t version) {
   std::string body;
   body.reserve(kCommitFixed + BlockBytes(version) * blocks.size() + 8);
   AppendLE32(&body, mapper);
@@ -62,11 +65,30 @@ std::string EncodeCommitRecord(uint32_t mapper, uint64_t attempt, absl::Span<con
     AppendLE32(&body, b.records);
     if (version >= 4) AppendLE32(&body, b.uncompressed);
   }
+  if (partition != nullptr) AppendLE32(&body, *partition);
   AppendLE64(&body, PayloadChecksum(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
-  std::string record(prepared ? kPreparedMagic : kCommitMagic, 4);
+  std::string record(magic, 4);
   AppendLE32(&record, static_cast<uint32_t>(body.size()));
   record += body;
   return record;
+}
+
+}  // namespace
+
+std::string EncodeCommitRecord(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks,
+                               bool prepared, uint32_t version) {
+  return EncodeBody(mapper, attempt, blocks, prepared ? kPreparedMagic : kCommitMagic, nullptr,
+                    version);
+}
+
+std::string EncodeRepairRecord(uint32_t mapper, uint64_t attempt, uint32_t partition,
+                               absl::Span<const BlockRef> blocks, uint32_t version) {
+  return EncodeBody(mapper, attempt, blocks, kRepairMagic, &partition, version);
+}
+
+std::string EncodeRecord(const CommitRecord& r, uint32_t version) {
+  if (r.repair) return EncodeRepairRecord(r.mapper, r.attempt, r.partition, r.blocks, version);
+  return EncodeCommitRecord(r.mapper, r.attempt, r.blocks, r.prepared, version);
 }
 
 size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out,
@@ -75,16 +97,20 @@ size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out
   const auto avail = static_cast<size_t>(end - p);
   if (avail < 8) return 0;
   const bool prepared = std::memcmp(p, kPreparedMagic, 4) == 0;
-  if (!prepared && std::memcmp(p, kCommitMagic, 4) != 0) return 0;
+  const bool repair = version >= kFirstRepairLogVersion && std::memcmp(p, kRepairMagic, 4) == 0;
+  if (!prepared && !repair && std::memcmp(p, kCommitMagic, 4) != 0) return 0;
+  const size_t extra = repair ? 4 : 0;  // the partition
   const uint32_t body = LoadLE32(p + 4);
-  if (body < kCommitFixed + 8 || body > avail - 8) return 0;
+  if (body < kCommitFixed + extra + 8 || body > avail - 8) return 0;
   const uint8_t* b = p + 8;
   if (LoadLE64(b + body - 8) != PayloadChecksum(b, body - 8)) return 0;
   const uint32_t count = LoadLE32(b + 12);
-  if (static_cast<uint64_t>(count) * block_bytes + kCommitFixed + 8 != body) return 0;
+  if (static_cast<uint64_t>(count) * block_bytes + kCommitFixed + extra + 8 != body) return 0;
   out->mapper = LoadLE32(b);
   out->attempt = LoadLE64(b + 4);
   out->prepared = prepared;
+  out->repair = repair;
+  out->partition = repair ? LoadLE32(b + body - 12) : 0;
   out->blocks.clear();
   out->blocks.reserve(count);
   for (uint32_t i = 0; i < count; ++i) {
@@ -247,7 +273,7 @@ absl::Status CommitLog::AppendAll(absl::Span<const CommitRecord> records) {
   if (records.empty()) return absl::OkStatus();
   Pending me;
   for (const CommitRecord& r : records) {
-    me.record += EncodeCommitRecord(r.mapper, r.attempt, r.blocks, r.prepared, version());
+    me.record += EncodeRecord(r, version());
   }
   me.count = records.size();
   return Write(me);

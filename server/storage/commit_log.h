@@ -61,12 +61,17 @@ struct CommitRecord {
   /// A PREPARED record: the blocks are durable but not visible until a commit record of the
   /// same attempt follows (docs/cluster.md, the commit protocol).
   bool prepared = false;
+  /// A REPAIR record (log version 5): the mapper's committed data for `partition`, copied from
+  /// another replica (docs/cluster.md, "Re-replication"); its blocks are all of that partition.
+  bool repair = false;
+  uint32_t partition = 0;
 };
 
 /// The log version new logs are written in, and the oldest one read (version 3's records lack
-/// the frames' uncompressed sizes).
-inline constexpr uint32_t kLogVersion = 4;
+/// the frames' uncompressed sizes; version 5 adds REPAIR records, which older logs cannot take).
+inline constexpr uint32_t kLogVersion = 5;
 inline constexpr uint32_t kOldestLogVersion = 3;
+inline constexpr uint32_t kFirstRepairLogVersion = 5;
 
 /// The record's bytes: "SLCM" (a commit; "SLPR" for a prepared attempt), u32 body size, then
 /// the body: u32 mapper, u64 attempt, u32 block count, 24 bytes a block (u32 partition, u64
@@ -78,6 +83,12 @@ std::string EncodeCommitRecord(uint32_t mapper, uint64_t attempt, absl::Span<con
 /// not a whole valid record.
 size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out,
                          uint32_t version = kLogVersion);
+/// A REPAIR record: "SLRP", u32 body size, the body of a commit record with u32 partition after
+/// the blocks (before the checksum). Version 5 on.
+std::string EncodeRepairRecord(uint32_t mapper, uint64_t attempt, uint32_t partition,
+                               absl::Span<const BlockRef> blocks, uint32_t version = kLogVersion);
+/// Any record, as its fields say.
+std::string EncodeRecord(const CommitRecord& r, uint32_t version = kLogVersion);
 
 class CommitLog {
  public:

@@ -240,6 +240,67 @@ absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t att
   return CommitOutcome::kCommitted;
 }
 
+absl::Status ShuffleStore::Repair(uint32_t mapper, uint64_t attempt, uint32_t partition,
+                                  absl::Span<const BlockRef> blocks) {
+  const std::string what = absl::StrCat("partition ", partition, " of mapper ", mapper,
+                                        " of shuffle '", ShuffleName(params_.shuffle_id), "'");
+  if (partition >= params_.num_partitions ||
+      std::any_of(blocks.begin(), blocks.end(),
+                  [&](const BlockRef& b) { return b.partition != partition; })) {
+    return absl::InvalidArgumentError(absl::StrCat("a repair of ", what, " lists other blocks"));
+  }
+  {
+    std::unique_lock<std::mutex> lock(commit_mu_);
+    SLUICE_RETURN_IF_ERROR(ClaimMapperLocked(lock, mapper));
+    absl::Status refused;
+    if (log_->version() < kFirstRepairLogVersion) {
+      refused = absl::FailedPreconditionError(
+          absl::StrCat("the commit log of shuffle '", ShuffleName(params_.shuffle_id),
+                       "' is version ", log_->version(), ", older than repairs (5)"));
+    } else if (auto c = committed_.find(mapper); c != committed_.end() && c->second != attempt) {
+      refused = absl::FailedPreconditionError(absl::StrCat("a repair of ", what, " with attempt ",
+                                                           attempt, ": attempt ", c->second,
+                                                           " is committed here"));
+    } else if (repaired_.count(partition) != 0 && repaired_[partition].count(mapper) != 0) {
+      refused = absl::AlreadyExistsError(absl::StrCat(what, " is repaired already"));
+    }
+    if (!refused.ok()) {
+      inflight_mappers_.erase(mapper);
+      commit_cv_.notify_all();
+      return refused;
+    }
+  }
+  // Durable once Append returns OK (it syncs the data first); visible once recorded below.
+  CommitRecord record;
+  record.mapper = mapper;
+  record.attempt = attempt;
+  record.blocks.assign(blocks.begin(), blocks.end());
+  record.repair = true;
+  record.partition = partition;
+  const absl::Status written = log_->AppendAll(absl::MakeConstSpan(&record, 1));
+  std::vector<BlockRef> losers;
+  {
+    std::lock_guard<std::mutex> lock(commit_mu_);
+    inflight_mappers_.erase(mapper);
+    commit_cv_.notify_all();
+    if (!written.ok()) return written;
+    if (destroyed_.load()) return DeletedError();
+    ReserveIndexLocked(partitions_.Get(partition), blocks.size());
+    AddCommitLocked(mapper, attempt, blocks);
+    repaired_[partition].insert(mapper);
+    DropPreparedLocked(mapper, attempt, &losers);
+  }
+  PunchBlocks(losers);
+  return absl::OkStatus();
+}
+
+std::vector<uint32_t> ShuffleStore::RepairedMappers(uint32_t partition) const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  auto it = repaired_.find(partition);
+  if (it == repaired_.end()) return {};
+  return std::vector<uint32_t>(it->second.begin(), it->second.end());
+}
+
 void ShuffleStore::DropPreparedLocked(uint32_t mapper, uint64_t winner,
                                       std::vector<BlockRef>* losers) {
   auto m = prepared_.find(mapper);

@@ -151,6 +151,16 @@ class ShuffleStore {
   /// attempt is prepared here and whose mapper has no commit here is committed; the others are
   /// left as they are.
   absl::Status ResolveAll(absl::Span<const std::pair<uint32_t, uint64_t>> winners);
+  /// Cluster mode, re-replication (docs/cluster.md): makes `blocks` (all of `partition`,
+  /// appended under `mapper` and `attempt`) the mapper's committed data for that partition here,
+  /// durably, with a REPAIR record. The mapper's committed attempt here must be `attempt`, or
+  /// none: it then becomes `attempt` (its other prepared attempts are discarded).
+  /// ALREADY_EXISTS when the partition was repaired for the mapper already; FAILED_PRECONDITION
+  /// when another attempt is committed, or the log predates repairs (version < 5).
+  absl::Status Repair(uint32_t mapper, uint64_t attempt, uint32_t partition,
+                      absl::Span<const BlockRef> blocks);
+  /// The mappers whose data for `partition` came by Repair, in order.
+  std::vector<uint32_t> RepairedMappers(uint32_t partition) const;
   /// The mapper's committed attempt here, if it has one.
   std::optional<uint64_t> CommittedAttempt(uint32_t mapper) const;
   /// Mappers with prepared attempts that are not resolved yet, in order.
@@ -348,7 +358,8 @@ class ShuffleStore {
   // Recovery's step 3: the commits (the first commit record of each mapper) and the prepared
   // attempts of mappers with none, checked against the shuffle's parameters.
   absl::Status SortRecords(std::vector<CommitRecord> records, std::vector<CommitRecord>* commits,
-                           std::vector<CommitRecord>* prepared) const;
+                           std::vector<CommitRecord>* prepared,
+                           std::vector<CommitRecord>* repairs) const;
 
   const std::string dir_;
   const std::string shown_dir_;  // relative to the data directory, for messages
@@ -373,8 +384,9 @@ class ShuffleStore {
   mutable std::mutex commit_mu_;  // guards everything below and the partitions' state
   std::condition_variable commit_cv_;
   PartitionTable partitions_;
-  std::set<uint32_t> inflight_mappers_;     // between the duplicate check and the outcome
-  std::map<uint32_t, uint64_t> committed_;  // mapper -> its winning attempt
+  std::set<uint32_t> inflight_mappers_;              // between the duplicate check and the outcome
+  std::map<uint32_t, uint64_t> committed_;           // mapper -> its winning attempt
+  std::map<uint32_t, std::set<uint32_t>> repaired_;  // partition -> mappers come by Repair
   // Cluster mode: mapper -> attempt -> its blocks, prepared and not resolved yet.
   std::map<uint32_t, std::map<uint64_t, std::vector<BlockRef>>> prepared_;
   mutable std::map<uint32_t, absl::Status> damaged_;  // partition -> why (MarkDamaged)

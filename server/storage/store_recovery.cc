@@ -59,9 +59,9 @@ absl::Status ShuffleStore::Recover(int dir_fd, OpenCheck check) {
 
   // 3. The first commit record of each mapper is its commit; prepared attempts of mappers
   //    without one wait for their decision.
-  std::vector<CommitRecord> commits, prepared;
-  SLUICE_RETURN_IF_ERROR(SortRecords(std::move(records), &commits, &prepared));
-  if (!data_existed && !(commits.empty() && prepared.empty())) {
+  std::vector<CommitRecord> commits, prepared, repairs;
+  SLUICE_RETURN_IF_ERROR(SortRecords(std::move(records), &commits, &prepared, &repairs));
+  if (!data_existed && !(commits.empty() && prepared.empty() && repairs.empty())) {
     return absl::DataLossError(
         absl::StrCat(log_->path(), " commits ", commits.size(), " mappers and prepares ",
                      prepared.size(), " attempts but the data file ", DataName(), " is missing"));
@@ -77,7 +77,7 @@ absl::Status ShuffleStore::Recover(int dir_fd, OpenCheck check) {
   //    A reopen after a failed disk write reads every byte back (kEveryByte): the failed
   //    sync may have lost pages a record names.
   const bool headers = log_->version() < 4 || check == OpenCheck::kEveryByte;
-  for (auto* list : {&commits, &prepared}) {
+  for (auto* list : {&commits, &prepared, &repairs}) {
     for (CommitRecord& c : *list) {
       for (BlockRef& b : c.blocks) {
         if (b.offset > data_size ||
@@ -99,26 +99,41 @@ absl::Status ShuffleStore::Recover(int dir_fd, OpenCheck check) {
   std::lock_guard<std::mutex> lock(commit_mu_);
   {
     std::vector<uint32_t> frames(params_.num_partitions, 0);
-    for (const CommitRecord& c : commits) {
-      for (const BlockRef& b : c.blocks) ++frames[b.partition];
+    for (const auto* list : {&commits, &repairs}) {
+      for (const CommitRecord& c : *list) {
+        for (const BlockRef& b : c.blocks) ++frames[b.partition];
+      }
     }
     for (uint32_t p = 0; p < params_.num_partitions; ++p) {
       if (frames[p] != 0) ReserveIndexLocked(partitions_.Get(p), frames[p]);
     }
   }
   for (const CommitRecord& c : commits) AddCommitLocked(c.mapper, c.attempt, c.blocks);
+  // A repair adds a partition's blocks to its mapper's commit (or is the commit, for a mapper
+  // this server never held): the same attempt, once per partition.
+  for (const CommitRecord& c : repairs) {
+    auto committed = committed_.find(c.mapper);
+    if (committed != committed_.end() && committed->second != c.attempt) {
+      return absl::DataLossError(absl::StrCat(log_->path(), " repairs mapper ", c.mapper,
+                                              " with attempt ", c.attempt, " but attempt ",
+                                              committed->second, " is committed"));
+    }
+    if (!repaired_[c.partition].insert(c.mapper).second) continue;  // (never written twice)
+    AddCommitLocked(c.mapper, c.attempt, c.blocks);
+  }
   for (CommitRecord& c : prepared) prepared_[c.mapper][c.attempt] = std::move(c.blocks);
   return ReclaimUnowned();
 }
 
 absl::Status ShuffleStore::SortRecords(std::vector<CommitRecord> records,
                                        std::vector<CommitRecord>* commits,
-                                       std::vector<CommitRecord>* prepared) const {
+                                       std::vector<CommitRecord>* prepared,
+                                       std::vector<CommitRecord>* repairs) const {
   const std::string& log_path = log_->path();
   std::set<uint32_t> committed, taken;
   std::set<std::pair<uint32_t, uint64_t>> seen_prepared;
   for (const CommitRecord& r : records) {
-    if (!r.prepared) committed.insert(r.mapper);
+    if (!r.prepared) committed.insert(r.mapper);  // (a repair commits its mapper too)
   }
   for (CommitRecord& r : records) {
     if (params_.num_mappers != 0 && r.mapper >= params_.num_mappers) {
@@ -127,7 +142,7 @@ absl::Status ShuffleStore::SortRecords(std::vector<CommitRecord> records,
                                               " mappers of the shuffle"));
     }
     for (const BlockRef& b : r.blocks) {
-      if (b.partition >= params_.num_partitions) {
+      if (b.partition >= params_.num_partitions || (r.repair && b.partition != r.partition)) {
         return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", r.mapper,
                                                 " to partition ", b.partition, ", beyond the ",
                                                 params_.num_partitions, " of the shuffle"));
@@ -138,7 +153,14 @@ absl::Status ShuffleStore::SortRecords(std::vector<CommitRecord> records,
                                                 " bytes, beyond any frame cap"));
       }
     }
-    if (r.prepared) {
+    if (r.repair) {
+      if (r.partition >= params_.num_partitions) {
+        return absl::DataLossError(absl::StrCat(log_path, " repairs partition ", r.partition,
+                                                ", beyond the ", params_.num_partitions,
+                                                " of the shuffle"));
+      }
+      repairs->push_back(std::move(r));
+    } else if (r.prepared) {
       // Decided already (its blocks, if it won, are the commit's), or a repeat: not pending.
       if (committed.count(r.mapper) != 0 || !seen_prepared.emplace(r.mapper, r.attempt).second) {
         continue;

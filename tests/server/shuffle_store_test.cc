@@ -330,6 +330,67 @@ TEST_F(ShuffleStoreTest, PreparedAttemptsAreInvisibleUntilResolvedAndSurviveARes
   EXPECT_EQ(ReadPartition(*again, 3).size(), 10u);
 }
 
+// Re-replication (docs/cluster.md): a partition's data of a mapper copied from another replica
+// becomes that mapper's committed data for the partition here, with one REPAIR record, and
+// survives a restart; repairs of blocks no record names are reclaimed.
+TEST_F(ShuffleStoreTest, ARepairAddsAPartitionOfAMapperAtomicallyAndSurvivesARestart) {
+  {
+    auto store = CreateStore(4, 8);
+    // Mapper 0 committed here for partitions 0 and 1 (what this server held when it was pushed).
+    std::vector<BlockRef> own;
+    for (uint32_t p : {0u, 1u}) {
+      const std::string frame = MakeFrame(0, p, 5, 1);
+      ASSERT_OK_AND_ASSIGN(BlockRef b, store->Append(0, 1, p, Bytes(frame), 5));
+      own.push_back(b);
+    }
+    ASSERT_EQ(*store->Commit(0, 1, own), CommitOutcome::kCommitted);
+    // Partition 2 of mapper 0 and of mapper 3 (never held here) come by repair, two frames each.
+    for (uint32_t m : {0u, 3u}) {
+      std::vector<BlockRef> copied;
+      for (int i = 0; i < 2; ++i) {
+        const std::string frame = MakeFrame(m, 2, 4, i);
+        ASSERT_OK_AND_ASSIGN(BlockRef b, store->Append(m, m == 0 ? 1 : 7, 2, Bytes(frame), 4));
+        copied.push_back(b);
+      }
+      ASSERT_OK(store->Repair(m, m == 0 ? 1 : 7, 2, copied));
+    }
+    EXPECT_EQ(store->RepairedMappers(2), (std::vector<uint32_t>{0, 3}));
+    EXPECT_EQ(store->CommittedAttempt(3), std::optional<uint64_t>(7));
+    EXPECT_EQ(ReadPartition(*store, 2).size(), 16u);
+    // A repair with no frames still names its partition: mapper 3 had nothing for partition 0.
+    ASSERT_OK(store->Repair(3, 7, 0, {}));
+    EXPECT_EQ(store->RepairedMappers(0), (std::vector<uint32_t>{3}));
+    // Refused: twice, another attempt, a block of another partition; nothing changes.
+    EXPECT_THAT(store->Repair(3, 7, 2, {}),
+                StatusIs(absl::StatusCode::kAlreadyExists, "repaired already"));
+    EXPECT_THAT(store->Repair(0, 2, 3, {}),
+                StatusIs(absl::StatusCode::kFailedPrecondition, "attempt 1 is committed here"));
+    EXPECT_THAT(store->Repair(5, 1, 3, own),
+                StatusIs(absl::StatusCode::kInvalidArgument, "lists other blocks"));
+    // A repair in flight at a crash: its appended frame has no record.
+    const std::string frame = MakeFrame(5, 3, 4, 0, 4000);
+    ASSERT_OK(store->Append(5, 1, 3, Bytes(frame), 4).status());
+  }
+  auto store = Reopen();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->CommittedMappers(), (std::vector<uint32_t>{0, 3}));
+  EXPECT_EQ(store->RepairedMappers(2), (std::vector<uint32_t>{0, 3}));
+  EXPECT_EQ(store->RepairedMappers(0), (std::vector<uint32_t>{3}));
+  EXPECT_EQ(ReadPartition(*store, 2).size(), 16u);
+  EXPECT_EQ(ReadPartition(*store, 0).size(), 5u);
+  EXPECT_TRUE(store->CommittedBlocks(3).empty()) << "the torn repair is not visible";
+  EXPECT_EQ(store->Stats(2).records, 16u);
+}
+
+TEST_F(ShuffleStoreTest, ALogOlderThanRepairsRefusesThem) {
+  StoreOptions options;
+  options.log_version = 4;
+  ASSERT_OK_AND_ASSIGN(auto store,
+                       ShuffleStore::Create(ShuffleDir(), kShown, {"s1", 4, 8}, options));
+  EXPECT_THAT(store->Repair(0, 1, 0, {}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "older than repairs"));
+}
+
 TEST_F(ShuffleStoreTest, TornCommitLogTailIsCutOff) {
   {
     auto store = CreateStore();

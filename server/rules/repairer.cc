@@ -1,0 +1,107 @@
+#include "server/rules/repairer.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "codec/status_macros.h"
+#include "server/storage/shuffle_id.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice {
+
+uint64_t Repairer::Run() {
+  uint64_t made = 0;
+  for (const ClusterNode::RepairItem& item : node_->RepairBacklog()) {
+    if (stopping_.load()) break;
+    auto store = registry_->Get(item.id);
+    if (!store.ok()) continue;
+    bool changed = false;
+    for (const auto& [mapper, attempt] : item.mappers) {
+      if (stopping_.load()) break;
+      absl::Status st = absl::UnavailableError("no other replica of it is registered now");
+      uint64_t bytes = 0;
+      std::string from;
+      for (const std::string& source : item.sources) {
+        from = source;
+        st = CopyOne(**store, item, mapper, attempt, source, &bytes);
+        if (st.ok() || absl::IsAlreadyExists(st)) break;
+      }
+      if (absl::IsAlreadyExists(st)) st = absl::OkStatus();  // (repaired meanwhile)
+      if (!st.ok()) {
+        spdlog::warn(
+            "event=repair_failed tenant={} shuffle={} partition={} mapper={} error=\"{}\" "
+            "note=\"tried again next round\"",
+            TenantField(item.id), item.id, item.partition, mapper, std::string(st.message()));
+        break;  // the next partition; this one next round
+      }
+      changed = true;
+      ++made;
+      if (metrics_ != nullptr) {
+        ServerMetrics::Add(metrics_->repair_bytes, bytes);
+        ServerMetrics::Add(metrics_->repair_copies, 1);
+      }
+      spdlog::info("event=repaired tenant={} shuffle={} partition={} mapper={} bytes={} from={}",
+                   TenantField(item.id), item.id, item.partition, mapper, bytes, from);
+    }
+    if (changed) node_->Recheck(item.id);
+  }
+  if (metrics_ != nullptr) metrics_->repair_backlog.store(node_->MissingTotal());
+  return made;
+}
+
+absl::Status Repairer::CopyOne(ShuffleStore& store, const ClusterNode::RepairItem& item,
+                               uint32_t mapper, uint64_t attempt, const std::string& source,
+                               uint64_t* bytes) {
+  std::vector<BlockRef> blocks;
+  uint64_t copied = 0;
+  // Any frame a server stored is within the largest cap (the cap may have been lowered since).
+  FrameLimits limits;
+  limits.max_uncompressed_bytes = kMaxFrameCapBytes;
+  limits.max_records = UINT32_MAX;
+  absl::Status st = fetcher_->Fetch(
+      source, item.id, item.partition, mapper,
+      [&](absl::Span<const uint8_t> frame) -> absl::Status {
+        if (!Pace(frame.size())) return absl::CancelledError("the server is stopping");
+        // Checked end to end: the source read it checked, and the bytes that came are checked.
+        absl::StatusOr<FrameHeader> h = ParseFrameHeader(frame, limits);
+        if (!h.ok() || h->frame_size() != frame.size() ||
+            PayloadChecksum(frame.data() + kFrameHeaderSize, h->stored_size) !=
+                h->payload_checksum) {
+          return absl::DataLossError(
+              absl::StrCat("a frame copied from ", source, " failed its checks",
+                           h.ok() ? "" : absl::StrCat(": ", h.status().message())));
+        }
+        SLUICE_ASSIGN_OR_RETURN(
+            BlockRef b, store.Append(mapper, attempt, item.partition, frame, h->record_count));
+        blocks.push_back(b);
+        copied += frame.size();
+        return absl::OkStatus();
+      });
+  if (st.ok()) st = store.Repair(mapper, attempt, item.partition, blocks);
+  if (!st.ok()) {
+    store.Discard(blocks);
+    return st;
+  }
+  *bytes = copied;
+  return absl::OkStatus();
+}
+
+bool Repairer::Pace(uint64_t bytes) {
+  const Clock::time_point now = Clock::now();
+  // (An idle stretch is not made up in a burst: at most a second's worth at once.)
+  if (!paced_ || next_ < now - std::chrono::seconds(1)) next_ = now - std::chrono::seconds(1);
+  paced_ = true;
+  next_ += std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(static_cast<double>(bytes) / static_cast<double>(rate_)));
+  while (Clock::now() < next_) {
+    if (stopping_.load()) return false;
+    std::this_thread::sleep_for(
+        std::min<Clock::duration>(next_ - Clock::now(), std::chrono::milliseconds(100)));
+  }
+  return !stopping_.load();
+}
+
+}  // namespace sluice

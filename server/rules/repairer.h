@@ -1,0 +1,83 @@
+// Repairer: --repair_mb_per_s, re-replication (docs/cluster.md, "Re-replication"). A server that
+// took a partition over in a later placement epoch lacks the mappers committed before it did;
+// this copies each of them, one (mapper, partition) at a time, from another replica of the
+// partition (PeerFetcher: an UNORDERED fetch of that mapper alone, the stored frames as they
+// are), checks every frame (header and payload checksum) as it arrives, appends it, and makes
+// the copy visible with one REPAIR record (ShuffleStore::Repair): all of it or nothing. A copy
+// that fails (the source gone, a bad frame) gives its space back and is tried from the next
+// replica, then in the next round. The partition serves once nothing lacks (INCOMPLETE until
+// then), so a half-copied replica is never read.
+//
+//   Repairer repair(&registry, &node, &fetcher, 64 << 20, &metrics);
+//   Periodic every(std::chrono::seconds(1), [&] { repair.Run(); });
+//
+// The rate is a token bucket over the bytes copied. Not thread-safe: one caller at a time;
+// Stop() may be called from another thread.
+#ifndef SLUICE_SERVER_RULES_REPAIRER_H_
+#define SLUICE_SERVER_RULES_REPAIRER_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "codec/frame_format.h"
+#include "server/metrics/server_metrics.h"
+#include "server/rules/cluster_node.h"
+#include "server/storage/shuffle_registry.h"
+
+namespace sluice {
+
+/// Reads another server's committed data (the transport is the wiring's).
+class PeerFetcher {
+ public:
+  virtual ~PeerFetcher() = default;
+  /// Calls `each` with every stored frame of mapper `mapper`'s committed data for `partition`
+  /// of shuffle `id` on the server at `address`, in their order; stops at the first error of
+  /// `each` or of the fetch, and returns it.
+  virtual absl::Status Fetch(
+      const std::string& address, const std::string& id, uint32_t partition, uint32_t mapper,
+      const std::function<absl::Status(absl::Span<const uint8_t>)>& each) = 0;
+};
+
+class Repairer {
+ public:
+  using Clock = std::chrono::steady_clock;
+  /// `bytes_per_s` > 0. `metrics` may be null.
+  Repairer(ShuffleRegistry* registry, ClusterNode* node, PeerFetcher* fetcher, uint64_t bytes_per_s,
+           ServerMetrics* metrics)
+      : registry_(registry),
+        node_(node),
+        fetcher_(fetcher),
+        rate_(bytes_per_s),
+        metrics_(metrics) {}
+
+  /// One round over the backlog. Returns the (mapper, partition) copies made.
+  uint64_t Run();
+  /// Ends a round in progress at its next frame. Idempotent.
+  void Stop() { stopping_.store(true); }
+
+ private:
+  // Copies one mapper's data for one partition from `source`; its blocks appended, checked and
+  // recorded, or none of them.
+  absl::Status CopyOne(ShuffleStore& store, const ClusterNode::RepairItem& item, uint32_t mapper,
+                       uint64_t attempt, const std::string& source, uint64_t* bytes);
+  // Waits for the rate to allow `bytes` more (false: stopping).
+  bool Pace(uint64_t bytes);
+
+  ShuffleRegistry* const registry_;
+  ClusterNode* const node_;
+  PeerFetcher* const fetcher_;
+  const uint64_t rate_;
+  ServerMetrics* const metrics_;
+  std::atomic<bool> stopping_{false};
+  bool paced_ = false;
+  Clock::time_point next_;  // when the bytes copied so far are paid for
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_RULES_REPAIRER_H_

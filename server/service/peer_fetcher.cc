@@ -1,0 +1,60 @@
+#include "server/service/peer_fetcher.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <climits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "rpc/grpc_glue.h"
+#include "sluice/v1/shuffle.grpc.pb.h"
+
+namespace sluice {
+
+std::shared_ptr<grpc::Channel> GrpcPeerFetcher::Channel(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& channel = channels_[address];
+  if (channel == nullptr) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(INT_MAX);  // a stored frame of any size a server took
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+    channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  }
+  return channel;
+}
+
+absl::Status GrpcPeerFetcher::Fetch(
+    const std::string& address, const std::string& id, uint32_t partition, uint32_t mapper,
+    const std::function<absl::Status(absl::Span<const uint8_t>)>& each) {
+  auto stub = v1::ShuffleService::NewStub(Channel(address));
+  v1::FetchRequest req;
+  req.set_shuffle_id(id);
+  req.set_partition_id(partition);
+  req.set_order(v1::UNORDERED);
+  req.add_only_mappers(mapper);
+  grpc::ClientContext ctx;
+  // (A peer that stops sending is left after the keepalive; a whole copy has no deadline of
+  // its own, only the rate the repairer paces it to.)
+  auto reader = stub->Fetch(&ctx, req);
+  v1::FetchResponse resp;
+  absl::Status failed;
+  while (reader->Read(&resp)) {
+    const std::string& frame = resp.frame();
+    failed =
+        each(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size()));
+    if (!failed.ok()) {
+      ctx.TryCancel();
+      break;
+    }
+  }
+  const absl::Status st = rpc::FromGrpcStatus(reader->Finish());
+  if (!failed.ok()) return failed;
+  if (!st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("fetch of mapper ", mapper, " of partition ",
+                                                partition, " from ", address, ": ", st.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sluice
