@@ -197,7 +197,7 @@ class ClusterClient final : public ShuffleClient {
     if (!clustered) {
       return OnSeed<ShuffleStatus>([&](ShuffleClient& c) { return c.GetShuffle(id); });
     }
-    SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, Placed(id));
+    SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, Placed(id, /*fresh=*/true));
     const PlacementInfo& p = placed.info;
     std::vector<absl::StatusOr<ShuffleStatus>> per_node(
         p.nodes.size(), absl::UnavailableError("not registered now"));
@@ -260,9 +260,11 @@ class ClusterClient final : public ShuffleClient {
         return std::make_pair(s.damaged ? 1 : 0, s.missing_mappers);
       };
       bool found = false;
+      uint32_t whole = 0;
       for (uint32_t n : p.replicas[part]) {
         if (!per_node[n].ok() || part >= per_node[n]->partitions.size()) continue;
         const PartitionStatsInfo& here = per_node[n]->partitions[part];
+        if (!here.damaged && here.missing_mappers == 0) ++whole;
         if (found && rank(here) >= rank(out.partitions[part])) continue;
         out.partitions[part] = here;
         if (here.damaged) {
@@ -271,6 +273,7 @@ class ClusterClient final : public ShuffleClient {
         found = true;
       }
       if (!found) out.unavailable_partitions.push_back(part);
+      if (whole < p.replication) out.under_replicated_partitions.push_back(part);
     }
     return out;
   }
@@ -341,6 +344,9 @@ class ClusterClient final : public ShuffleClient {
     return OnSeed<std::vector<AbsentNode>>([&](ShuffleClient& c) { return c.AbsentNodes(); });
   }
   // The first server given, and no other: a drain is asked of one server.
+  absl::StatusOr<DecommissionProgress> Decommission() override {
+    return Seed(0).client().Decommission();
+  }
   absl::Status Drain(uint32_t grace_seconds) override {
     return Seed(0).client().Drain(grace_seconds);
   }
@@ -540,13 +546,14 @@ class ClusterClient final : public ShuffleClient {
 
   // The shuffle's placement, from the cache while fresh; past its TTL the one held is kept
   // while no server can give a fresh one (a placement never changes: it is the same one).
-  absl::StatusOr<CachedPlacement> Placed(const std::string& id) {
+  // `fresh`: asked of a server even within the TTL (a status reports the newest epoch).
+  absl::StatusOr<CachedPlacement> Placed(const std::string& id, bool fresh = false) {
     std::optional<CachedPlacement> held;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = placements_.find(id);
       if (it != placements_.end()) {
-        if (Clock::now() - it->second.at < options_.placement_ttl) return it->second;
+        if (!fresh && Clock::now() - it->second.at < options_.placement_ttl) return it->second;
         held = it->second;
       }
     }

@@ -442,6 +442,7 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     n.started_unix_ms = info.started_unix_ms();
     n.repair_backlog = info.repair_backlog();
     n.repaired_bytes = info.repaired_bytes();
+    n.decommissioning = info.decommissioning();
     for (const auto& d : info.data_dirs()) {
       n.data_dirs.push_back(NodeStatus::DataDir{d.index(), d.failed(), d.error(), d.shuffles(),
                                                 d.partitions(), d.disk_free_bytes(),
@@ -497,6 +498,16 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     for (const auto& r : resp.partitions())
       p.replicas.emplace_back(r.nodes().begin(), r.nodes().end());
     return p;
+  }
+
+  absl::StatusOr<DecommissionProgress> Decommission() override {
+    pb::DecommissionResponse resp;
+    absl::Status st = Unary([&](grpc::ClientContext* ctx) {
+      return stub_->Decommission(ctx, pb::DecommissionRequest(), &resp);
+    });
+    if (!st.ok()) return st;
+    return DecommissionProgress{resp.done(), resp.shuffles_placed(), resp.partitions_short(),
+                                resp.waiting_for()};
   }
 
   absl::Status Drain(uint32_t grace_seconds) override {

@@ -111,6 +111,10 @@ struct ShuffleStatus {
   /// While they are gone their data cannot be read; if they do not come back, the job must
   /// write the shuffle again under a new id (its mappers' decisions stay with this one).
   std::vector<uint32_t> unavailable_partitions;
+  /// In a cluster: partitions with fewer whole replicas answering than the replication (a
+  /// server down, damaged, or lacking mappers it took over and has not copied yet:
+  /// docs/cluster.md, "Re-replication").
+  std::vector<uint32_t> under_replicated_partitions;
 };
 
 /// A server of the cluster (ListNodes).
@@ -138,6 +142,8 @@ struct NodeStatus {
   /// Re-replication: committed (mapper, partition) pairs its replicas lack and will copy from
   /// other replicas, and the bytes it has copied since its start.
   uint64_t repair_backlog = 0, repaired_bytes = 0;
+  /// A decommission was asked: it takes no new partitions, its replicas move elsewhere.
+  bool decommissioning = false;
   /// Its data directories (--data_dir, one per disk), in order.
   struct DataDir {
     uint32_t index = 0;  ///< 1-based
@@ -265,6 +271,16 @@ class ShuffleClient {
   /// (0 = its --drain_grace_s), then exits. Only from the server's own host unless it runs with
   /// --allow_remote_admin.
   virtual absl::Status Drain(uint32_t grace_seconds) = 0;
+  /// How far a decommission is (Decommission).
+  struct DecommissionProgress {
+    bool done = false;  ///< it may be stopped: no replica would be lost
+    uint32_t shuffles_placed = 0, partitions_short = 0;
+    std::string waiting_for;
+  };
+  /// Decommissions the server (the first one given, only; docs/cluster.md, "Decommission"):
+  /// it takes no new partitions and its replicas move to other servers. Asked again, it says
+  /// how far that is; `done`: a stop loses nothing. Admin.
+  virtual absl::StatusOr<DecommissionProgress> Decommission() = 0;
   /// Asks the server for the partition count, then opens the attempt's push stream.
   virtual absl::StatusOr<std::unique_ptr<ShuffleWriter>> OpenWriter(
       const std::string& id, uint32_t mapper, uint64_t attempt,

@@ -21,6 +21,7 @@
 #include <functional>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -92,6 +93,14 @@ void PrintStatus(const sluice::ShuffleStatus& s) {
     std::string list;
     for (uint32_t p : s.unavailable_partitions) absl::StrAppend(&list, list.empty() ? "" : ", ", p);
     std::printf("  UNAVAILABLE (no server of theirs answers): partitions %s\n", list.c_str());
+  }
+  if (!s.under_replicated_partitions.empty()) {
+    std::string list;
+    for (uint32_t p : s.under_replicated_partitions) {
+      absl::StrAppend(&list, list.empty() ? "" : ", ", p);
+    }
+    std::printf("  UNDER-REPLICATED (fewer whole replicas than the replication): partitions %s\n",
+                list.c_str());
   }
   for (size_t p = 0; p < s.partitions.size(); ++p) {
     std::printf("  partition %zu: %llu records, %llu bytes, %u frames\n", p,
@@ -169,9 +178,10 @@ void PrintNode(const sluice::NodeAddress& n) {
   }
   const auto mib = [](uint64_t b) { return static_cast<unsigned long long>(b >> 20); };
   std::printf(
-      "node %s at %s: alive, %s%s, disk %llu of %llu MiB free, memory %llu of %llu MiB used, "
+      "node %s at %s: %s, %s%s, disk %llu of %llu MiB free, memory %llu of %llu MiB used, "
       "%u shuffles, %u push and %u fetch streams\n",
-      n.node_id.c_str(), n.address.c_str(), st->serving ? "serving" : "NOT SERVING",
+      n.node_id.c_str(), n.address.c_str(), st->decommissioning ? "decommissioning" : "alive",
+      st->serving ? "serving" : "NOT SERVING",
       st->clustered && !st->registered ? " (NOT REGISTERED)" : "", mib(st->disk_free_bytes),
       mib(st->disk_total_bytes), mib(st->memory_used_bytes), mib(st->memory_budget_bytes),
       st->shuffles, st->push_streams, st->fetch_streams);
@@ -383,6 +393,8 @@ void Usage() {
       "  delete --server H:P --shuffle ID\n"
       "  nodes  --server H:P   the servers of its cluster, each one's health and free space\n"
       "  drain  --server H:P [--grace-s N]   stop taking pushes, finish what runs, exit\n"
+      "  decommission --server H:P [--wait [--timeout-s N]]   move its replicas elsewhere; with\n"
+      "         --wait, until it may be stopped (exit 0), or the timeout (exit 1)\n"
       "  push   --server H:P --shuffle ID --mapper M [--attempt A] --input FILE\n"
       "         --key-field NAME [--format jsonl|msgpack] [--sort]\n"
       "  fetch  --server H:P --shuffle ID --partition P [--order KEY|UNORDERED]\n"
@@ -476,6 +488,37 @@ int main(int argc, char** argv) {
     if (!st.ok()) return Fail(st);
     std::printf("draining %s\n", server.c_str());
     return 0;
+  }
+  if (cmd == "decommission") {
+    const std::string wait = flags.Get("wait", "false");
+    const long long timeout_s = flags.Int("timeout-s", 3600);
+    std::string why;
+    if (!flags.Check(&why)) return Fail(absl::InvalidArgumentError(why));
+    if (wait != "true" && wait != "false") {
+      return Fail(absl::InvalidArgumentError("--wait takes no value (or --wait=false)"));
+    }
+    auto client = Connect(server);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    for (;;) {
+      auto progress = client->Decommission();
+      if (!progress.ok()) return Fail(progress.status());
+      if (progress->done) {
+        std::printf(
+            "decommissioned %s: no placement names it and its replicas are whole "
+            "elsewhere; it may be stopped\n",
+            server.c_str());
+        return 0;
+      }
+      std::printf(
+          "decommissioning %s: %u shuffles still placed on it, %u partitions short of "
+          "whole replicas elsewhere (waiting for %s)\n",
+          server.c_str(), progress->shuffles_placed, progress->partitions_short,
+          progress->waiting_for.c_str());
+      std::fflush(stdout);
+      if (wait != "true") return 0;
+      if (std::chrono::steady_clock::now() >= until) return 1;
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+    }
   }
   if (cmd == "delete") {
     std::string why;

@@ -264,6 +264,18 @@ absl::StatusOr<std::optional<ShufflePlacement>> EtcdPlacementStore::Get(
   return std::optional<ShufflePlacement>(std::move(p).value());
 }
 
+absl::Status EtcdPlacementStore::SetDecommissioning(const std::string& node_id) {
+  return etcd_->Put(DecommissionPrefix() + node_id, "");
+}
+
+absl::StatusOr<std::vector<std::string>> EtcdPlacementStore::Decommissioning() {
+  auto kvs = etcd_->GetPrefix(DecommissionPrefix(), std::chrono::milliseconds(1000));
+  if (!kvs.ok()) return kvs.status();
+  std::vector<std::string> out;
+  for (const EtcdKeyValue& kv : *kvs) out.push_back(kv.key.substr(DecommissionPrefix().size()));
+  return out;
+}
+
 absl::StatusOr<std::optional<ShufflePlacement>> EtcdPlacementStore::AddEpoch(
     const std::string& shuffle_id, const std::vector<std::string>& removed,
     const std::vector<std::string>& live) {

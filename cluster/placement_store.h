@@ -128,6 +128,12 @@ class PlacementStore {
   virtual absl::StatusOr<std::optional<ShufflePlacement>> AddEpoch(
       const std::string& shuffle_id, const std::vector<std::string>& removed,
       const std::vector<std::string>& live) = 0;
+  /// Records that `node_id` is being decommissioned (docs/cluster.md, "Decommission"): it
+  /// takes no new partitions and is taken out of every placement. Kept until the server's
+  /// record is cleared by an operator (it is not leased: a restart does not undo it).
+  virtual absl::Status SetDecommissioning(const std::string& node_id) = 0;
+  /// The servers being decommissioned.
+  virtual absl::StatusOr<std::vector<std::string>> Decommissioning() = 0;
 };
 
 /// The placement with a new epoch that takes `removed` out (see AddEpoch); unchanged (same
@@ -171,6 +177,8 @@ class EtcdPlacementStore final : public PlacementStore {
   absl::StatusOr<std::optional<ShufflePlacement>> AddEpoch(
       const std::string& shuffle_id, const std::vector<std::string>& removed,
       const std::vector<std::string>& live) override;
+  absl::Status SetDecommissioning(const std::string& node_id) override;
+  absl::StatusOr<std::vector<std::string>> Decommissioning() override;
 
  private:
   std::string Key(const std::string& shuffle_id) const {
@@ -185,6 +193,7 @@ class EtcdPlacementStore final : public PlacementStore {
   // The newest epoch's number ("" = 0: the key is made by the first epoch change), which a
   // decision compares in its transaction.
   std::string EpochKey(const std::string& shuffle_id) const { return Key(shuffle_id) + "/epoch"; }
+  std::string DecommissionPrefix() const { return prefix_ + "decommissioning/"; }
   const std::shared_ptr<EtcdClient> etcd_;
   const std::string prefix_;
 };

@@ -15,6 +15,8 @@
 #include "cluster/etcd_client.h"
 #include "cluster/membership.h"
 #include "cluster/placement_store.h"
+#include "codec/status_macros.h"
+#include "rpc/error_reason.h"
 #include "server/metrics/metric_families.h"
 #include "server/metrics/metrics_http.h"
 #include "server/metrics_scrape.h"
@@ -132,6 +134,7 @@ struct SluiceServer::Impl {
     if (connections != nullptr && ConnectionGuard::installed() != connections) delete connections;
   }
   void Drain(std::chrono::milliseconds grace);
+  absl::StatusOr<DecommissionState> Decommission();
   // One probe of the listener; the third failure in a row drains the server for a restart.
   void ProbeListener();
   // Names the server and, with --etcd, registers it.
@@ -250,6 +253,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   deps.quotas = TenantLimits{options.tenant_max_shuffles, options.tenant_max_stored_bytes,
                              options.tenant_max_streams};
   deps.admin = AdminDeps{[&i](std::chrono::milliseconds grace) { i.Drain(grace); },
+                         [&i]() -> absl::StatusOr<DecommissionState> { return i.Decommission(); },
                          options.drain_grace, options.allow_remote_admin};
 
   // Connections: what one client may hold of them (docs/operations.md, "Connections").
@@ -379,6 +383,7 @@ absl::Status SluiceServer::Impl::JoinCluster() {
     if (drain_asked) membership->Leave();  // drained while it joined
   }
   placements = std::make_unique<EtcdPlacementStore>(etcd, o.etcd_prefix);
+  peers = std::make_unique<GrpcPeerFetcher>();  // (before Joined: a joined node's calls use it)
   node->Joined(membership.get(), placements.get());
   node->WatchMembers();  // who is registered now: creates do not place on fewer later
   // A third of the lease, at most a second: an etcd outage is known before a reader waits on
@@ -393,13 +398,30 @@ absl::Status SluiceServer::Impl::JoinCluster() {
           "event=repair_off reason=\"re-replication reads other servers in plaintext without "
           "a token, and this server runs with TLS or --auth_file\"");
     } else {
-      peers = std::make_unique<GrpcPeerFetcher>();
       repairer = std::make_unique<Repairer>(registry.get(), node.get(), peers.get(),
                                             o.repair_bytes_per_s, &metrics);
       repairing = std::make_unique<Periodic>(std::chrono::seconds(1), [this] { repairer->Run(); });
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<DecommissionState> SluiceServer::Impl::Decommission() {
+  if (!node->clustered()) {
+    return absl::FailedPreconditionError(
+        "this server runs on its own (no --etcd): there is nowhere to move its shuffles to");
+  }
+  if (!node->joined()) {
+    return WithReason(absl::UnavailableError("the server is still joining its cluster; retry"),
+                      ErrorReason::kJoining);
+  }
+  if (options.tls.enabled() || !options.auth_file.empty() || options.repair_bytes_per_s == 0) {
+    return absl::FailedPreconditionError(
+        "decommission needs re-replication, which this server does not run (TLS, --auth_file "
+        "or --repair_mb_per_s=0; docs/cluster.md, \"Re-replication\")");
+  }
+  SLUICE_RETURN_IF_ERROR(node->StartDecommission());
+  return CheckDecommission(registry.get(), node.get(), peers.get());
 }
 
 void SluiceServer::Impl::Drain(std::chrono::milliseconds grace) {

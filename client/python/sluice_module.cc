@@ -354,6 +354,7 @@ class Client {
     d["partitions"] = parts;
     d["damaged"] = s.damaged;
     d["unavailable_partitions"] = s.unavailable_partitions;
+    d["under_replicated_partitions"] = s.under_replicated_partitions;
     return d;
   }
 

@@ -144,8 +144,34 @@ void ClusterNode::WatchMembers() {
   Seen(*nodes);
   // (A server that lost its own registration may be the one cut off: it judges no other.)
   if (!c.nodes->registered()) return;
+  std::vector<std::string> leaving;
+  if (auto l = c.placements->Decommissioning(); l.ok()) {
+    leaving = *std::move(l);
+    if (std::find(leaving.begin(), leaving.end(), c.node_id) != leaving.end()) {
+      decommissioning_.store(true);  // (asked before a restart: it stays asked)
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    leaving_ = leaving;
+  }
   TrackAbsent(*nodes);
-  RemoveDead(*nodes);
+  RemoveDead(*nodes, leaving);
+}
+
+absl::Status ClusterNode::StartDecommission() {
+  const View c = view();
+  SLUICE_RETURN_IF_ERROR(c.Joined());
+  SLUICE_RETURN_IF_ERROR(EtcdUp());
+  absl::Status st = c.placements->SetDecommissioning(c.node_id);
+  Note(st);
+  SLUICE_RETURN_IF_ERROR(st);
+  if (!decommissioning_.exchange(true)) {
+    spdlog::warn("event=decommission_started node={}", c.node_id);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (std::find(leaving_.begin(), leaving_.end(), c.node_id) == leaving_.end()) {
+    leaving_.push_back(c.node_id);
+  }
+  return absl::OkStatus();
 }
 
 void ClusterNode::TrackAbsent(const std::vector<NodeEntry>& live) {
@@ -165,14 +191,17 @@ void ClusterNode::TrackAbsent(const std::vector<NodeEntry>& live) {
   absent_ = std::move(absent);
 }
 
-void ClusterNode::RemoveDead(const std::vector<NodeEntry>& live) {
-  if (options_.dead_after.count() <= 0) return;
-  std::vector<std::string> dead;
+void ClusterNode::RemoveDead(const std::vector<NodeEntry>& live,
+                             const std::vector<std::string>& leaving) {
+  // Dead past --dead_after_s, or being decommissioned (alive: its data is a repair's source).
+  std::vector<std::string> dead = leaving;
   std::vector<std::pair<std::string, std::vector<std::string>>> to_change;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [node_id, since] : absent_) {
-      if (Since(since) >= options_.dead_after) dead.push_back(node_id);
+      if (options_.dead_after.count() > 0 && Since(since) >= options_.dead_after) {
+        dead.push_back(node_id);
+      }
     }
     if (dead.empty()) return;
     for (const auto& [id, kept] : kept_) {
@@ -186,7 +215,11 @@ void ClusterNode::RemoveDead(const std::vector<NodeEntry>& live) {
     }
   }
   std::vector<std::string> live_ids;
-  for (const NodeEntry& n : live) live_ids.push_back(n.node_id);
+  for (const NodeEntry& n : live) {
+    if (std::find(leaving.begin(), leaving.end(), n.node_id) == leaving.end()) {
+      live_ids.push_back(n.node_id);
+    }
+  }
   const View c = view();
   for (const auto& [id, removed] : to_change) {
     const std::shared_ptr<const Kept> before = Remembered(id);
@@ -279,6 +312,22 @@ std::shared_ptr<const ClusterNode::Kept> ClusterNode::Remember(const std::string
   k->partitions = p.num_partitions;
   k->mappers = p.num_mappers;
   k->partition.assign(p.num_partitions, false);
+  k->ever.assign(p.num_partitions, false);
+  const auto self_it = std::find(p.nodes.begin(), p.nodes.end(), node_id);
+  if (self_it != p.nodes.end()) {
+    const auto self_index = static_cast<uint32_t>(self_it - p.nodes.begin());
+    std::vector<std::vector<uint32_t>> replicas = p.first_replicas;
+    for (uint32_t e = 0; e <= p.epoch(); ++e) {
+      if (e > 0) {
+        for (const auto& [q, list] : p.epochs[e - 1].changed) replicas[q] = list;
+      }
+      for (uint32_t q = 0; q < p.num_partitions && q < replicas.size(); ++q) {
+        if (std::find(replicas[q].begin(), replicas[q].end(), self_index) != replicas[q].end()) {
+          k->ever[q] = true;
+        }
+      }
+    }
+  }
   std::vector<bool> holds(p.nodes.size(), false);
   for (size_t q = 0; q < p.replicas.size() && q < p.num_partitions; ++q) {
     for (uint32_t i : p.replicas[q]) {
@@ -355,7 +404,9 @@ absl::Status ClusterNode::EnsureLocal(const std::string& id) {
 
 absl::Status ClusterNode::CheckKept(const Kept* kept, const std::string& id,
                                     uint32_t partition) const {
-  if (kept == nullptr || partition >= kept->partition.size() || kept->partition[partition]) {
+  // (A partition kept here in an earlier epoch only is still served, while whole: a repair
+  // copies from it. Readers follow the newest epoch.)
+  if (kept == nullptr || partition >= kept->partition.size() || kept->ever[partition]) {
     return absl::OkStatus();
   }
   return WithReason(
@@ -420,11 +471,25 @@ uint32_t ClusterNode::MissingMappers(const std::string& id, uint32_t partition) 
   return m == it->second.missing.end() ? 0 : static_cast<uint32_t>(m->second.size());
 }
 
+bool ClusterNode::KeepsEver(const std::string& id, uint32_t partition) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = kept_.find(id);
+  if (it == kept_.end() || partition >= it->second->ever.size()) return true;
+  return it->second->ever[partition];
+}
+
 uint64_t ClusterNode::MissingTotal() const {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t n = 0;
   for (const auto& [id, checked] : checked_) {
-    for (const auto& [partition, mappers] : checked.missing) n += mappers.size();
+    auto kept = kept_.find(id);
+    for (const auto& [partition, mappers] : checked.missing) {
+      // (Only what this server keeps now is repaired here.)
+      if (kept == kept_.end() || partition >= kept->second->partition.size() ||
+          kept->second->partition[partition]) {
+        n += mappers.size();
+      }
+    }
   }
   return n;
 }
@@ -464,13 +529,20 @@ std::vector<ClusterNode::RepairItem> ClusterNode::RepairBacklog() {
     if (kept == kept_.end()) continue;
     const ShufflePlacement& p = kept->second->placement;
     for (const auto& [partition, mappers] : checked.missing) {
+      if (partition >= p.replicas.size() || !kept->second->partition[partition]) continue;
       RepairItem item{id, partition, mappers, {}};
-      if (partition < p.replicas.size()) {
-        for (uint32_t i : p.replicas[partition]) {
-          if (p.nodes[i] == self_.node_id) continue;
-          for (const NodeEntry& n : members_) {  // registered now
-            if (n.node_id == p.nodes[i] && !n.address.empty()) item.sources.push_back(n.address);
-          }
+      // The newest epoch's other replicas first, then those of earlier epochs still registered
+      // (a server being decommissioned holds what it held).
+      std::vector<uint32_t> from;
+      for (uint32_t e = p.epoch() + 1; e-- > 0;) {
+        for (uint32_t i : p.ReplicasAt(partition, e)) {
+          if (std::find(from.begin(), from.end(), i) == from.end()) from.push_back(i);
+        }
+      }
+      for (uint32_t i : from) {
+        if (p.nodes[i] == self_.node_id) continue;
+        for (const NodeEntry& n : members_) {  // registered now
+          if (n.node_id == p.nodes[i] && !n.address.empty()) item.sources.push_back(n.address);
         }
       }
       out.push_back(std::move(item));
@@ -564,7 +636,9 @@ absl::Status ClusterNode::ResolvePending(const std::string& id) {
   Checked checked;
   checked.epoch = epochs - 1;
   for (uint32_t q = 0; q < partitions; ++q) {
-    if (!held[epochs - 1][q]) continue;
+    bool ever = false;
+    for (uint32_t e = 0; e < epochs; ++e) ever = ever || held[e][q];
+    if (!ever) continue;
     uint64_t here = 0;
     for (uint32_t e = 0; e < epochs; ++e) here += held[e][q] ? committed_in[e] : 0;
     if (here == decided.size()) continue;
@@ -606,8 +680,20 @@ absl::StatusOr<bool> ClusterNode::Create(const ShuffleParams& params, uint32_t r
   const absl::Status settled = Settled(*nodes);
   Seen(*nodes);
   SLUICE_RETURN_IF_ERROR(settled);
+  // (A server being decommissioned takes nothing new: read now, not as last watched.)
+  std::vector<std::string> leaving;
+  if (auto l = c.placements->Decommissioning(); l.ok()) {
+    leaving = *std::move(l);
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    leaving = leaving_;
+  }
   std::vector<std::string> ids;
-  for (const NodeEntry& n : *nodes) ids.push_back(n.node_id);
+  for (const NodeEntry& n : *nodes) {
+    if (std::find(leaving.begin(), leaving.end(), n.node_id) == leaving.end()) {
+      ids.push_back(n.node_id);
+    }
+  }
   // More replicas than servers registered now is the cluster's state, not the caller's mistake:
   // servers down or restarting come back (a replication over 3 is refused by the record).
   if (replication > ids.size() && replication <= 3) {

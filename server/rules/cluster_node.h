@@ -70,7 +70,8 @@ class ClusterNode {
   /// What this server keeps of one shuffle, and the placement it was read from.
   struct Kept {
     uint32_t partitions = 0, mappers = 0;
-    std::vector<bool> partition;  ///< kept here, by partition
+    std::vector<bool> partition;  ///< kept here in the newest epoch, by partition
+    std::vector<bool> ever;       ///< kept here in some epoch (its data may be here), by partition
     bool any = false;
     ShufflePlacement placement;
     std::chrono::steady_clock::time_point read_at;  ///< when it was read from the record
@@ -159,6 +160,9 @@ class ClusterNode {
   /// Committed mappers partition `partition` of `id` lacks here, as the last PrepareToServe
   /// found (0 on its own or before it).
   uint32_t MissingMappers(const std::string& id, uint32_t partition) const;
+  /// Whether this server keeps partition `partition` of `id` in some epoch (true on its own,
+  /// or for a shuffle it has not read the placement of).
+  bool KeepsEver(const std::string& id, uint32_t partition) const;
 
   /// Re-replication's work here (docs/cluster.md, "Re-replication"): a partition this server
   /// keeps in its shuffle's newest epoch and lacks committed mappers of, which mappers (with
@@ -176,6 +180,12 @@ class ClusterNode {
   uint64_t MissingTotal() const;
   /// Forgets what was checked of `id` (a repair changed it): the next serve checks again.
   void Recheck(const std::string& id);
+
+  /// Decommission (docs/cluster.md): records in the cluster that this server is leaving, so
+  /// that no create places on it and every server takes it out of its shuffles' placements
+  /// (WatchMembers). Idempotent.
+  absl::Status StartDecommission();
+  bool decommissioning() const { return decommissioning_.load(); }
 
   /// Creates the shuffle (in a cluster: placed and recorded once, and made here if this server
   /// keeps any of it); false when it existed with the same parameters, ALREADY_EXISTS with
@@ -214,7 +224,7 @@ class ClusterNode {
   absl::StatusOr<std::shared_ptr<const Kept>> Reread(const std::string& id);
   // Notes who of the known shuffles' servers is registered; takes the dead out (WatchMembers).
   void TrackAbsent(const std::vector<NodeEntry>& live);
-  void RemoveDead(const std::vector<NodeEntry>& live);
+  void RemoveDead(const std::vector<NodeEntry>& live, const std::vector<std::string>& leaving);
   // A call to the record: what it told of etcd noted, an error saying which shuffle.
   template <typename T>
   absl::StatusOr<T> Record(const std::string& id, absl::StatusOr<T> r);
@@ -237,6 +247,7 @@ class ClusterNode {
   const bool clustered_;
   std::atomic<bool> etcd_down_{false};
   std::atomic<bool> draining_{false};
+  std::atomic<bool> decommissioning_{false};
   mutable std::mutex mu_;
   Self self_;                                                // guarded by mu_
   const NodeDirectory* nodes_ = nullptr;                     // guarded by mu_; set once joined
@@ -253,6 +264,8 @@ class ClusterNode {
   std::map<std::string, Checked> checked_;
   // Servers of the known shuffles not registered, since when (as seen here; mu_).
   std::map<std::string, std::chrono::steady_clock::time_point> absent_;
+  // Servers being decommissioned, as last read (mu_).
+  std::vector<std::string> leaving_;
   // The last list of registered servers read, and when (mu_); the servers registered when etcd
   // went down, and when it came back (mu_).
   std::vector<NodeEntry> members_;

@@ -1,6 +1,7 @@
 #include "server/rules/repairer.h"
 
 #include <algorithm>
+#include <map>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -87,6 +88,56 @@ absl::Status Repairer::CopyOne(ShuffleStore& store, const ClusterNode::RepairIte
   }
   *bytes = copied;
   return absl::OkStatus();
+}
+
+absl::StatusOr<DecommissionState> CheckDecommission(ShuffleRegistry* registry, ClusterNode* node,
+                                                    PeerFetcher* peers) {
+  DecommissionState out;
+  std::vector<std::string> ids = registry->UnopenedIds();
+  for (const auto& store : registry->List()) ids.push_back(store->params().shuffle_id);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<NodeEntry> live, node->Nodes());
+  const std::string self = node->self().node_id;
+  const auto wait = [&out](std::string why) {
+    if (out.waiting_for.empty()) out.waiting_for = std::move(why);
+  };
+  for (const std::string& id : ids) {
+    SLUICE_ASSIGN_OR_RETURN(auto kept, node->KeptPartitions(id));
+    if (kept == nullptr) continue;  // not recorded (deleted): nothing to keep
+    const ShufflePlacement& p = kept->placement;
+    if (kept->any) {
+      ++out.shuffles_placed;
+      wait(
+          absl::StrCat("shuffle '", ShuffleName(id), "' to take this server out of its placement"));
+      continue;
+    }
+    std::map<std::string, absl::StatusOr<std::vector<uint32_t>>> missing;  // by node id
+    for (uint32_t q = 0; q < p.num_partitions && q < kept->ever.size(); ++q) {
+      if (!kept->ever[q]) continue;
+      uint32_t whole = 0;
+      for (uint32_t i : p.replicas[q]) {
+        const std::string& node_id = p.nodes[i];
+        if (node_id == self) continue;
+        auto at = std::find_if(live.begin(), live.end(),
+                               [&](const NodeEntry& n) { return n.node_id == node_id; });
+        if (at == live.end()) continue;
+        auto it = missing.find(node_id);
+        if (it == missing.end()) {
+          it = missing.emplace(node_id, peers->MissingOf(at->address, id)).first;
+        }
+        if (it->second.ok() && q < it->second->size() && (*it->second)[q] == 0) ++whole;
+      }
+      const uint32_t need = std::min<uint32_t>(p.replication, p.replicas[q].size());
+      if (whole < need) {
+        ++out.partitions_short;
+        wait(absl::StrCat("partition ", q, " of shuffle '", ShuffleName(id), "' to have ", need,
+                          " whole replicas elsewhere (", whole, " now)"));
+      }
+    }
+  }
+  out.done = out.shuffles_placed == 0 && out.partitions_short == 0;
+  return out;
 }
 
 bool Repairer::Pace(uint64_t bytes) {

@@ -21,8 +21,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "codec/frame_format.h"
 #include "server/metrics/server_metrics.h"
@@ -41,7 +43,24 @@ class PeerFetcher {
   virtual absl::Status Fetch(
       const std::string& address, const std::string& id, uint32_t partition, uint32_t mapper,
       const std::function<absl::Status(absl::Span<const uint8_t>)>& each) = 0;
+  /// Per partition of shuffle `id`, the committed mappers the server at `address` lacks
+  /// (GetShuffle's missing_mappers); an error when it cannot tell (down, damaged, lost data).
+  virtual absl::StatusOr<std::vector<uint32_t>> MissingOf(const std::string& address,
+                                                          const std::string& id) = 0;
 };
+
+/// How far a decommission is (docs/cluster.md, "Decommission").
+struct DecommissionState {
+  bool done = false;              ///< it may be stopped: nothing would be lost
+  uint32_t shuffles_placed = 0;   ///< shuffles whose newest epoch still names this server
+  uint32_t partitions_short = 0;  ///< partitions kept here, fewer whole replicas elsewhere
+  std::string waiting_for;        ///< the first of those, in words
+};
+/// Looks at every shuffle this server holds: placed here still, or a partition it kept with
+/// fewer whole replicas on the other servers of its newest epoch than the replication (or than
+/// the servers that epoch could give it).
+absl::StatusOr<DecommissionState> CheckDecommission(ShuffleRegistry* registry, ClusterNode* node,
+                                                    PeerFetcher* peers);
 
 class Repairer {
  public:

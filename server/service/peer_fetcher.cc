@@ -57,4 +57,27 @@ absl::Status GrpcPeerFetcher::Fetch(
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<uint32_t>> GrpcPeerFetcher::MissingOf(const std::string& address,
+                                                                 const std::string& id) {
+  auto stub = v1::ShuffleService::NewStub(Channel(address));
+  std::vector<uint32_t> out;
+  uint32_t next = 0;
+  do {
+    v1::GetShuffleRequest req;
+    req.set_shuffle_id(id);
+    req.set_first_partition(next);
+    v1::ShuffleInfo info;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    const absl::Status st = rpc::FromGrpcStatus(stub->GetShuffle(&ctx, req, &info));
+    if (!st.ok()) return st;
+    if (info.damaged()) return absl::DataLossError(info.damage());
+    for (const auto& p : info.partitions()) {
+      out.push_back(p.damaged() || p.not_kept() ? UINT32_MAX : p.missing_mappers());
+    }
+    next = info.next_partition();
+  } while (next != 0);
+  return out;
+}
+
 }  // namespace sluice

@@ -11,6 +11,7 @@
 #include "server/rules/cluster_node.h"
 #include "server/rules/fetch_session.h"
 #include "server/rules/push_attempt.h"
+#include "server/rules/repairer.h"
 #include "server/runtime/watchdog.h"
 #include "server/runtime/worker_pool.h"
 #include "server/security/auth.h"
@@ -39,8 +40,10 @@ struct StreamTimeouts {
 /// The admin calls' part of the server.
 struct AdminDeps {
   std::function<void(std::chrono::milliseconds grace)> drain;  ///< SluiceServer::Drain
-  std::chrono::milliseconds drain_grace{30000};                ///< --drain_grace_s
-  bool allow_remote = false;                                   ///< --allow_remote_admin
+  /// Starts (or goes on with) the server's decommission and says how far it is.
+  std::function<absl::StatusOr<DecommissionState>()> decommission;
+  std::chrono::milliseconds drain_grace{30000};  ///< --drain_grace_s
+  bool allow_remote = false;                     ///< --allow_remote_admin
 };
 
 struct ServiceDeps {

@@ -160,6 +160,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
     FillInfo(call, *store, req->first_partition(), page, resp);
     for (v1::PartitionInfo& pi : *resp->mutable_partitions()) {
       pi.set_missing_mappers(deps_.node->MissingMappers(id, pi.partition_id()));
+      pi.set_not_kept(!deps_.node->KeepsEver(id, pi.partition_id()));
     }
     return absl::OkStatus();
   });
@@ -279,6 +280,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
       resp->set_damaged_partitions(static_cast<uint32_t>(damaged));
       if (deps_.metrics != nullptr) resp->set_scrubbed_bytes(deps_.metrics->scrub_bytes.load());
       resp->set_repair_backlog(deps_.node->MissingTotal());
+      resp->set_decommissioning(deps_.node->decommissioning());
       if (deps_.metrics != nullptr) resp->set_repaired_bytes(deps_.metrics->repair_bytes.load());
     }
     resp->set_push_streams(static_cast<uint32_t>(deps_.admission.streams->push()));
@@ -335,6 +337,28 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::CommitMapper(grpc::CallbackServerC
         deps_.node->DecideMapper(id, req->mapper_id(), req->attempt_id(), req->placement_epoch()));
     resp->set_winning_attempt(winner);
     resp->set_duplicate(winner != req->attempt_id());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* ShuffleServiceImpl::Decommission(grpc::CallbackServerContext* ctx,
+                                                           const v1::DecommissionRequest*,
+                                                           v1::DecommissionResponse* resp) {
+  return Unary(ctx, [this, resp](const CallContext& call) -> absl::Status {  // asks etcd, peers
+    if (!call.admin()) {
+      return absl::PermissionDeniedError(
+          "Decommission needs an admin credential (role admin in --auth_file)");
+    }
+    if (!deps_.admin.allow_remote && !call.local()) {
+      return absl::PermissionDeniedError(
+          "Decommission is taken only from the server's own host (loopback) unless the server "
+          "runs with --allow_remote_admin");
+    }
+    SLUICE_ASSIGN_OR_RETURN(const DecommissionState state, deps_.admin.decommission());
+    resp->set_done(state.done);
+    resp->set_shuffles_placed(state.shuffles_placed);
+    resp->set_partitions_short(state.partitions_short);
+    resp->set_waiting_for(state.waiting_for);
     return absl::OkStatus();
   });
 }

@@ -780,7 +780,9 @@ class LostServerTest : public ReplicationTest {
       EXPECT_EQ(p.missing_mappers, 0u);
     }
     EXPECT_EQ(records, uint64_t{job.mappers} * static_cast<uint64_t>(job.items));
+    under_replicated_ = status.under_replicated_partitions.size();
   }
+  size_t under_replicated_ = 0;
 
   // Waits (up to `within`) until every partition's replicas in the newest epoch are all
   // registered and whole (none lacks a committed mapper) and agree on its records.
@@ -854,6 +856,8 @@ TEST_F(LostServerTest, AServerKilledForGoodDuringThePushesStopsNothing) {
   EXPECT_GE(absent[0].absent, std::chrono::milliseconds(500));
   // Re-replication: within a bounded time every partition has 2 whole, registered replicas.
   ASSERT_TRUE(EveryReplicaWhole(job.id, std::chrono::seconds(30)));
+  ExpectCounts(job);
+  EXPECT_EQ(under_replicated_, 0u);
   std::printf("RESULT lost_server_kill_to_whole_s=%.1f\n",
               std::chrono::duration<double>(Clock::now() - killed_at_).count());
   uint64_t repaired = 0;
@@ -871,6 +875,7 @@ TEST_F(LostServerTest, AServerKilledForGoodDuringThePushesStopsNothing) {
   while (second == victim || !cluster_->running(second)) ++second;
   cluster_->Kill(second);
   ExpectCounts(job);
+  EXPECT_GT(under_replicated_, 0u) << "the second server's partitions lack a replica";
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kUnordered, winners, job.items);
   // And once it is taken out and repaired in turn, R = 2 on the two servers left.
@@ -971,6 +976,80 @@ TEST_F(LostServerTest, AttemptsRacingAcrossAnEpochChangeHaveExactlyOneWinner) {
     }
     EXPECT_TRUE(records.has_value()) << "partition " << p << " has no whole replica";
   }
+}
+
+// Decommission under load: readers read the whole time and never fail, writers' attempts in
+// flight are retried onto the new placement, and once the server says it may be stopped a kill
+// -9 of it loses nothing.
+TEST_F(LostServerTest, ADecommissionedServerCanBeStoppedWithoutLosingAReplica) {
+  Job job;
+  job.id = "leave";
+  job.partitions = 8;
+  job.mappers = 6;
+  ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
+  std::map<uint32_t, uint64_t> winners;
+  for (uint32_t m = 0; m < job.mappers / 2; ++m) {
+    ASSERT_OK_AND_ASSIGN(winners[m], WriteWithRetries(*client_, job, m));
+  }
+  // Readers of what is committed, all along.
+  std::atomic<bool> reading{true};
+  std::atomic<int> reads{0}, failed_reads{0};
+  const std::map<uint32_t, uint64_t> first = winners;
+  std::thread reader([&] {
+    auto own = Connect(cluster_->addresses());
+    while (reading.load()) {
+      for (uint32_t p = 0; p < job.partitions && reading.load(); ++p) {
+        ReaderOptions options;
+        options.order = FetchOrder::kKey;
+        auto r = own->OpenReader(job.id, p, options);
+        if (!r.ok()) {
+          ++failed_reads;
+          continue;
+        }
+        Record rec;
+        absl::StatusOr<bool> more;
+        while ((more = (*r)->Next(&rec)).ok() && *more) {
+        }
+        more.ok() ? ++reads : ++failed_reads;
+      }
+    }
+  });
+  const size_t leaving = 2;
+  ClientOptions options;
+  options.server = cluster_->address(leaving);
+  std::unique_ptr<ServerLink> link = ConnectServer(options);
+  const auto started = Clock::now();
+  ASSERT_OK_AND_ASSIGN(auto progress, link->client().Decommission());
+  ASSERT_OK_AND_ASSIGN(NodeStatus node, link->client().GetNode());
+  EXPECT_TRUE(node.decommissioning);
+  // The rest of the mappers, while it leaves: attempts routed by the old placement retry.
+  for (uint32_t m = job.mappers / 2; m < job.mappers; ++m) {
+    ASSERT_OK_AND_ASSIGN(winners[m], WriteWithRetries(*client_, job, m, nullptr, 1, 50));
+  }
+  // A shuffle created now is not placed on it.
+  ASSERT_OK(client_->CreateShuffle("after", 8, 1, 2).status());
+  ASSERT_OK_AND_ASSIGN(PlacementInfo after, client_->GetPlacement("after"));
+  for (const auto& r : after.replicas) {
+    for (uint32_t n : r) EXPECT_NE(after.nodes[n].node_id, cluster_->node_id(leaving));
+  }
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        auto p = link->client().Decommission();
+        return p.ok() && p->done;
+      },
+      std::chrono::seconds(30)));
+  std::printf("RESULT decommission_s=%.1f\n",
+              std::chrono::duration<double>(Clock::now() - started).count());
+  reading.store(false);
+  reader.join();
+  EXPECT_EQ(failed_reads.load(), 0);
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_TRUE(EveryReplicaWhole(job.id, std::chrono::seconds(5)));
+  cluster_->Kill(leaving);
+  ExpectCounts(job);
+  EXPECT_EQ(under_replicated_, 0u) << "nothing was kept only on the server that left";
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kUnordered, winners, job.items);
 }
 
 }  // namespace

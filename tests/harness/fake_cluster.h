@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -105,6 +106,17 @@ class FakePlacementStore final : public PlacementStore {
     it->second = *next;
     return std::optional<ShufflePlacement>(*next);
   }
+  absl::Status SetDecommissioning(const std::string& node_id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Status st = Call(); !st.ok()) return st;
+    decommissioning_.insert(node_id);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<std::string>> Decommissioning() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Status st = Call(); !st.ok()) return st;
+    return std::vector<std::string>(decommissioning_.begin(), decommissioning_.end());
+  }
 
  private:
   absl::Status Call() {
@@ -116,6 +128,7 @@ class FakePlacementStore final : public PlacementStore {
   int calls_ = 0;
   std::map<std::string, ShufflePlacement> shuffles_;
   std::map<std::string, std::map<uint32_t, MapperDecision>> decisions_;
+  std::set<std::string> decommissioning_;
 };
 
 class FakeNodeDirectory final : public NodeDirectory {
