@@ -113,7 +113,8 @@ struct ShuffleStatus {
   std::vector<uint32_t> unavailable_partitions;
   /// In a cluster: partitions with fewer whole replicas answering than the replication (a
   /// server down, damaged, or lacking mappers it took over and has not copied yet:
-  /// docs/cluster.md, "Re-replication").
+  /// docs/cluster.md, "Re-replication"). A server this client found unresponsive within
+  /// `unhealthy_for` is not asked while another replica answers, and counts as not whole.
   std::vector<uint32_t> under_replicated_partitions;
 };
 

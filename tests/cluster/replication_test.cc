@@ -1052,5 +1052,83 @@ TEST_F(LostServerTest, ADecommissionedServerCanBeStoppedWithoutLosingAReplica) {
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kUnordered, winners, job.items);
 }
 
+// Re-replication slowed to 1 MB/s, so that a kill lands in the middle of a copy; a server
+// unregistered for 10 s is taken out (the repairing server's restart takes less).
+class SlowRepairTest : public LostServerTest {
+ protected:
+  void SetUp() override {
+    testing::MiniClusterOptions options;
+    options.servers = 4;
+    options.flags.push_back("--dead_after_s=10");
+    options.flags.push_back("--repair_mb_per_s=1");
+    ASSERT_OK_AND_ASSIGN(cluster_, testing::MiniCluster::Start(options));
+    client_ = Connect(cluster_->addresses());
+  }
+};
+
+TEST_F(SlowRepairTest, ARepairCutByAKillResumesAndIsNeverServedHalfCopied) {
+  Job job;
+  job.id = "slow";
+  job.partitions = 4;
+  job.mappers = 4;
+  job.items = 1500;
+  job.filler = 2000;  // ~0.75 MB a mapper a partition: seconds to copy at 1 MB/s
+  const auto winners = CreateAndWriteAll(job, 2);
+  ASSERT_EQ(winners.size(), job.mappers);
+  const size_t victim = 1;
+  cluster_->Kill(victim);
+  const PlacementInfo after = PlacedWithout(job.id, cluster_->node_id(victim));
+  // A server that took a partition over and lacks its mappers: it refuses to serve it.
+  size_t repairing = 0;
+  uint32_t partition = 0;
+  bool found = false;
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        for (uint32_t p = 0; p < job.partitions && !found; ++p) {
+          for (uint32_t n : after.replicas[p]) {
+            ClientOptions options;
+            options.server = after.nodes[n].address;
+            auto here = ConnectServer(options)->client().GetShuffle(job.id);
+            if (here.ok() && here->partitions[p].missing_mappers > 0) {
+              partition = p;
+              repairing = static_cast<size_t>(after.nodes[n].node_id.back() - '0');
+              found = true;
+              break;
+            }
+          }
+        }
+        return found;
+      },
+      std::chrono::seconds(15)));
+  ClientOptions options;
+  options.server = cluster_->address(repairing);
+  std::unique_ptr<ServerLink> link = ConnectServer(options);
+  ReaderOptions read;
+  ASSERT_OK_AND_ASSIGN(auto direct, link->client().OpenReader(job.id, partition, read));
+  Record r;
+  const absl::Status refused = direct->Next(&r).status();
+  EXPECT_EQ(ReasonOf(refused), ErrorReason::kIncomplete) << Describe(refused);
+  // Killed in the middle of its copies (some made, some not), and back at once.
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        auto node = link->client().GetNode();
+        return node.ok() && node->repaired_bytes > 0;
+      },
+      std::chrono::seconds(20)));
+  ASSERT_OK_AND_ASSIGN(NodeStatus before_kill, link->client().GetNode());
+  EXPECT_GT(before_kill.repair_backlog, 0u) << "the kill should land before the copies end";
+  cluster_->Kill(repairing);
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
+  ASSERT_OK(cluster_->Restart(repairing));
+  // It resumes: every replica whole, and the same records everywhere.
+  ASSERT_TRUE(EveryReplicaWhole(job.id, std::chrono::seconds(60)));
+  // (A new client: the first still asks the server it saw die after the others, for a while.)
+  client_ = Connect(cluster_->addresses());
+  ExpectCounts(job);
+  EXPECT_EQ(under_replicated_, 0u);
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kUnordered, winners, job.items);
+}
+
 }  // namespace
 }  // namespace sluice
