@@ -392,7 +392,8 @@ void Usage() {
       "  list   --server H:P\n"
       "  delete --server H:P --shuffle ID\n"
       "  nodes  --server H:P   the servers of its cluster, each one's health and free space\n"
-      "  drain  --server H:P [--grace-s N]   stop taking pushes, finish what runs, exit\n"
+      "  drain  --server H:P [--grace-s N] [--decommission-wait-s N]   stop taking pushes,\n"
+      "         finish what runs, exit (a decommissioning server first moves its replicas)\n"
       "  decommission --server H:P [--wait [--timeout-s N]]   move its replicas elsewhere; with\n"
       "         --wait, until it may be stopped (exit 0), or the timeout (exit 1)\n"
       "  push   --server H:P --shuffle ID --mapper M [--attempt A] --input FILE\n"
@@ -482,9 +483,29 @@ int main(int argc, char** argv) {
   }
   if (cmd == "drain") {
     const auto grace = static_cast<uint32_t>(flags.Int("grace-s", 0));
+    const long long decommission_wait_s = flags.Int("decommission-wait-s", 80);
     std::string why;
     if (!flags.Check(&why)) return Fail(absl::InvalidArgumentError(why));
-    absl::Status st = Connect(server)->Drain(grace);
+    auto client = Connect(server);
+    // A server being decommissioned (a scale-down) first finishes moving its replicas, so
+    // that the stop after the drain loses none: the Kubernetes preStop hook runs this.
+    if (auto node = client->GetNode(); node.ok() && node->decommissioning) {
+      const auto until =
+          std::chrono::steady_clock::now() + std::chrono::seconds(decommission_wait_s);
+      for (;;) {
+        auto progress = client->Decommission();
+        if (progress.ok() && progress->done) break;
+        if (std::chrono::steady_clock::now() >= until) {
+          std::fprintf(stderr, "decommission of %s not done after %lld s (%s); draining anyway\n",
+                       server.c_str(), decommission_wait_s,
+                       progress.ok() ? progress->waiting_for.c_str()
+                                     : std::string(progress.status().message()).c_str());
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+      }
+    }
+    absl::Status st = client->Drain(grace);
     if (!st.ok()) return Fail(st);
     std::printf("draining %s\n", server.c_str());
     return 0;

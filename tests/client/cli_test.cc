@@ -29,9 +29,10 @@ class CliTest : public ::testing::Test {
     address_ = server_->address();
   }
 
-  // Runs `sluice ARGS`; returns its exit code, stdout in *out.
-  int Run(const std::string& args, std::string* out = nullptr) {
-    const std::string cmd = std::string(SLUICE_CLI_BIN) + " " + args + " 2>/dev/null";
+  // Runs `sluice ARGS`; returns its exit code, stdout (and, `errors`, stderr) in *out.
+  int Run(const std::string& args, std::string* out = nullptr, bool errors = false) {
+    const std::string cmd =
+        std::string(SLUICE_CLI_BIN) + " " + args + (errors ? " 2>&1" : " 2>/dev/null");
     FILE* p = ::popen(cmd.c_str(), "r");
     if (p == nullptr) return -1;
     std::string text;
@@ -138,6 +139,16 @@ TEST_F(CliTest, NodesListsTheServerWithItsHealthAndSpace) {
   // Without --etcd a server is a cluster of one, its id the host name.
   EXPECT_NE(out.find(" at " + address_ + ": alive, serving, disk "), std::string::npos) << out;
   EXPECT_NE(out.find("MiB free, memory 0 of 256 MiB used, 1 shuffles"), std::string::npos) << out;
+}
+
+// A server on its own has nowhere to move its shuffles: decommission says so and fails (not
+// retryable); a drain of a server that is not decommissioning does not wait.
+TEST_F(CliTest, DecommissionOfAServerOnItsOwnIsRefusedNamingWhy) {
+  std::string out;
+  EXPECT_EQ(Run("decommission --server " + address_ + " --wait", &out, true), 1);
+  EXPECT_NE(out.find("runs on its own"), std::string::npos) << out;
+  EXPECT_EQ(Run("decommission --server " + address_ + " --wait=maybe", &out, true), 1);
+  EXPECT_NE(out.find("--wait takes no value"), std::string::npos) << out;
 }
 
 TEST_F(CliTest, SmallBenchCountsEveryKey) {
