@@ -39,7 +39,7 @@ constexpr char kUsage[] =
     "  --parallel: mappers, then reducers, at once (0: 4 per hardware thread, 8 to 256)\n"
     "  --servers: a cluster (or any server list); --replication: each partition's replicas\n"
     "  (0 = the cluster's default); a failed mapper attempt is retried with a new attempt id\n"
-    "  up to --retries times, a second apart\n"
+    "  up to --retries times, a second apart; --keep 1: the shuffle is left in place (KEPT ID)\n"
     "  TLS to --server(s): --tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name N]\n"
     "  credentials: --token-file FILE, or $SLUICE_TOKEN\n";
 
@@ -185,6 +185,7 @@ int Main(int argc, char** argv) {
   if (const std::string list = flags.Get("servers", ""); !list.empty()) address = list;
   c.replication = static_cast<uint32_t>(flags.Int("replication", 0));
   c.retries = static_cast<int>(flags.Int("retries", c.retries));
+  c.keep = flags.Int("keep", 0) != 0;
   const auto server_memory_mb = static_cast<uint64_t>(flags.Int("server-memory-mb", 128));
   const std::string server_bin = flags.Get("server-bin", "");
   const std::string server_args = flags.Get("server-args", "");
@@ -223,6 +224,7 @@ int Main(int argc, char** argv) {
       break;
     }
     PrintResult(r, c, *res, own);
+    if (c.keep) std::printf("KEPT %s\n", id.c_str());
     if (!res->counts_match) rc = 1;
   }
   return rc;

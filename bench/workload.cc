@@ -286,7 +286,7 @@ absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string&
   res.scatter_s = std::chrono::duration<double>(t1 - t0).count();
   res.reduce_s = std::chrono::duration<double>(t2 - t1).count();
   res.elapsed_s = std::chrono::duration<double>(t2 - t0).count();
-  (void)client.DeleteShuffle(id);
+  if (!c.keep) (void)client.DeleteShuffle(id);
   return res;
 }
 

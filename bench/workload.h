@@ -39,6 +39,9 @@ struct BenchConfig {
   /// does), `retry_delay_ms` apart.
   int retries = 3;
   int retry_delay_ms = 1000;
+  /// Leaves the shuffle in place after the run (its id is printed) rather than deleting it:
+  /// bench/lost_server_bench.sh reads it again after more servers are lost.
+  bool keep = false;
 };
 
 /// BenchConfig::parallel's default on this machine.
