@@ -8,6 +8,7 @@
 #
 #   bash bench/cluster_bench.sh [BUILD_DIR=build] [ROUNDS=3] [extra sluice-bench flags...]
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 BUILD=${1:-build}
 ROUNDS=${2:-3}
 shift $(($# < 2 ? $# : 2))
@@ -27,24 +28,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_port() {  # host port
-  for _ in $(seq 1 200); do
-    (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "cluster_bench: nothing listens on $1:$2" >&2
-  return 1
-}
-
 BASE=$((20000 + RANDOM % 20000))
 EP=$BASE
-"$ETCD" --name bench --data-dir "$TMP/etcd" \
-  --listen-client-urls "http://127.0.0.1:$EP" --advertise-client-urls "http://127.0.0.1:$EP" \
-  --listen-peer-urls "http://127.0.0.1:$((EP + 1))" \
-  --initial-advertise-peer-urls "http://127.0.0.1:$((EP + 1))" \
-  --initial-cluster "bench=http://127.0.0.1:$((EP + 1))" >"$TMP/etcd.log" 2>&1 &
-PIDS+=($!)
-wait_port 127.0.0.1 "$EP"
+start_etcd "$EP" "$TMP/etcd"
 
 declare -a SPID ADDR
 start_server() {  # index

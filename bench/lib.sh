@@ -30,3 +30,15 @@ scratch() {  # name
   PIDS=()
   trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"' EXIT
 }
+
+# A one-member etcd on 127.0.0.1:PORT (its peers' port PORT+1), its data in DIR and its log in
+# DIR.log, its pid added to $PIDS; returns once it listens.
+start_etcd() {  # port dir
+  "${SLUICE_ETCD_BIN:-/usr/bin/etcd}" --name bench --data-dir "$2" \
+    --listen-client-urls "http://127.0.0.1:$1" --advertise-client-urls "http://127.0.0.1:$1" \
+    --listen-peer-urls "http://127.0.0.1:$(($1 + 1))" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$(($1 + 1))" \
+    --initial-cluster "bench=http://127.0.0.1:$(($1 + 1))" >"$2.log" 2>&1 &
+  PIDS+=($!)
+  wait_port 127.0.0.1 "$1"
+}

@@ -13,45 +13,22 @@
 #
 #   bash bench/lost_server_bench.sh [BUILD_DIR=build] [DEAD_AFTER_S=5] [extra sluice-bench flags...]
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 BUILD=${1:-build}
 DEAD=${2:-5}
 shift $(($# < 2 ? $# : 2))
 SERVER=$BUILD/server/sluice-server
 BENCH=$BUILD/bench/sluice-bench
 CLI=$BUILD/client/sluice
-ETCD=${SLUICE_ETCD_BIN:-/usr/bin/etcd}
-for f in "$SERVER" "$BENCH" "$CLI" "$ETCD"; do
-  [[ -x $f ]] || { echo "lost_server_bench: $f is missing (build first; etcd: apt-get install etcd-server)" >&2; exit 2; }
-done
+need_built "$SERVER" "$BENCH" "$CLI" "${SLUICE_ETCD_BIN:-/usr/bin/etcd}"
 LEASE=3
-TMP=$(mktemp -d /tmp/sluice-lost-bench.XXXXXX)
-declare -a PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
+scratch sluice-lost-bench
 now() { date +%s.%N; }
 since() { echo "$(now) - $1" | bc; }
-wait_port() {  # host port
-  for _ in $(seq 1 200); do
-    (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "lost_server_bench: nothing listens on $1:$2" >&2
-  return 1
-}
 
 BASE=$((20000 + RANDOM % 20000))
 EP=$BASE
-"$ETCD" --name bench --data-dir "$TMP/etcd" \
-  --listen-client-urls "http://127.0.0.1:$EP" --advertise-client-urls "http://127.0.0.1:$EP" \
-  --listen-peer-urls "http://127.0.0.1:$((EP + 1))" \
-  --initial-advertise-peer-urls "http://127.0.0.1:$((EP + 1))" \
-  --initial-cluster "bench=http://127.0.0.1:$((EP + 1))" >"$TMP/etcd.log" 2>&1 &
-PIDS+=($!)
-wait_port 127.0.0.1 "$EP"
+start_etcd "$EP" "$TMP/etcd"
 
 declare -a SPID ADDR
 start_server() {  # index

@@ -545,7 +545,7 @@ class ClusterClient final : public ShuffleClient {
   }
 
   // The shuffle's placement, from the cache while fresh; past its TTL the one held is kept
-  // while no server can give a fresh one (a placement never changes: it is the same one).
+  // while no server can give a fresh one (it changes only by a new epoch, made in etcd).
   // `fresh`: asked of a server even within the TTL (a status reports the newest epoch).
   absl::StatusOr<CachedPlacement> Placed(const std::string& id, bool fresh = false) {
     std::optional<CachedPlacement> held;

@@ -167,8 +167,8 @@ struct PlacementInfo {
   /// The shuffle lives in a cluster (prepare, then CommitMapper); false: on one server alone.
   bool clustered = false;
   /// 0: read from the cluster's record now. Else etcd could not be reached and the server
-  /// answered from the placement it had read this long ago (a placement never changes; the
-  /// addresses are the last it saw registered).
+  /// answered from the placement it had read this long ago (a placement changes only by a
+  /// new epoch, which needs etcd; the addresses are the last it saw registered).
   std::chrono::milliseconds age{0};
   /// The newest placement epoch (0 until a server is taken out; docs/cluster.md, "Placement
   /// epochs"): `replicas` are its. Writers route by it.

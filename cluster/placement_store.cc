@@ -22,6 +22,23 @@ std::vector<uint32_t> ShufflePlacement::ReplicasAt(uint32_t p, uint32_t e) const
   return out;
 }
 
+std::vector<std::vector<bool>> ShufflePlacement::HeldBy(const std::string& node_id) const {
+  std::vector<std::vector<bool>> held(epoch() + 1, std::vector<bool>(num_partitions, false));
+  const auto it = std::find(nodes.begin(), nodes.end(), node_id);
+  if (it == nodes.end()) return held;
+  const auto self = static_cast<uint32_t>(it - nodes.begin());
+  std::vector<std::vector<uint32_t>> at = first_replicas;
+  for (uint32_t e = 0; e <= epoch(); ++e) {
+    if (e > 0) {
+      for (const auto& [q, list] : epochs[e - 1].changed) at[q] = list;
+    }
+    for (uint32_t q = 0; q < num_partitions && q < at.size(); ++q) {
+      held[e][q] = std::find(at[q].begin(), at[q].end(), self) != at[q].end();
+    }
+  }
+  return held;
+}
+
 bool ShufflePlacement::Removed(const std::string& node_id) const {
   for (const PlacementEpoch& e : epochs) {
     if (std::find(e.removed.begin(), e.removed.end(), node_id) != e.removed.end()) return true;

@@ -56,6 +56,8 @@ struct ShufflePlacement {
   uint32_t epoch() const { return static_cast<uint32_t>(epochs.size()); }
   /// Partition `p`'s replicas in epoch `e` (at most epoch()).
   std::vector<uint32_t> ReplicasAt(uint32_t p, uint32_t e) const;
+  /// Per epoch (0 to epoch()), per partition: whether `node_id` holds a replica of it then.
+  std::vector<std::vector<bool>> HeldBy(const std::string& node_id) const;
   /// Whether `node_id` holds a replica of any partition in the newest epoch.
   bool Holds(const std::string& node_id) const;
   /// Whether an epoch took `node_id` out.

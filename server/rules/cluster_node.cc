@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "codec/status_macros.h"
 #include "rpc/error_reason.h"
+#include "server/rules/replica_check.h"
 #include "server/storage/shuffle_id.h"
 #include "spdlog/spdlog.h"
 
@@ -311,29 +312,17 @@ std::shared_ptr<const ClusterNode::Kept> ClusterNode::Remember(const std::string
   k->read_at = Clock::now();
   k->partitions = p.num_partitions;
   k->mappers = p.num_mappers;
-  k->partition.assign(p.num_partitions, false);
+  k->held = p.HeldBy(node_id);
+  k->partition = k->held.back();
+  k->any = std::find(k->partition.begin(), k->partition.end(), true) != k->partition.end();
   k->ever.assign(p.num_partitions, false);
-  const auto self_it = std::find(p.nodes.begin(), p.nodes.end(), node_id);
-  if (self_it != p.nodes.end()) {
-    const auto self_index = static_cast<uint32_t>(self_it - p.nodes.begin());
-    std::vector<std::vector<uint32_t>> replicas = p.first_replicas;
-    for (uint32_t e = 0; e <= p.epoch(); ++e) {
-      if (e > 0) {
-        for (const auto& [q, list] : p.epochs[e - 1].changed) replicas[q] = list;
-      }
-      for (uint32_t q = 0; q < p.num_partitions && q < replicas.size(); ++q) {
-        if (std::find(replicas[q].begin(), replicas[q].end(), self_index) != replicas[q].end()) {
-          k->ever[q] = true;
-        }
-      }
-    }
+  for (const std::vector<bool>& in_epoch : k->held) {
+    for (uint32_t q = 0; q < p.num_partitions; ++q) k->ever[q] = k->ever[q] || in_epoch[q];
   }
   std::vector<bool> holds(p.nodes.size(), false);
   for (size_t q = 0; q < p.replicas.size() && q < p.num_partitions; ++q) {
     for (uint32_t i : p.replicas[q]) {
-      if (i >= p.nodes.size()) continue;
-      holds[i] = true;
-      if (p.nodes[i] == node_id) k->partition[q] = k->any = true;
+      if (i < p.nodes.size()) holds[i] = true;
     }
   }
   for (size_t i = 0; i < holds.size(); ++i) {
@@ -584,38 +573,11 @@ absl::Status ClusterNode::ResolvePending(const std::string& id) {
     winners.emplace_back(m, d->second.attempt);
   }
   SLUICE_RETURN_IF_ERROR((*store)->ResolveAll(winners));
-  // Which partitions this server held in each epoch: a winner pushed in epoch e has its data
-  // here for exactly the partitions held in e.
-  const uint32_t partitions = (*store)->params().num_partitions;
-  const uint32_t epochs = kept != nullptr ? kept->placement.epoch() + 1 : 1;
-  std::vector<std::vector<bool>> held(epochs, std::vector<bool>(partitions, true));
-  if (kept != nullptr) {
-    const ShufflePlacement& p = kept->placement;
-    const auto self_it = std::find(p.nodes.begin(), p.nodes.end(), c.node_id);
-    const uint32_t self_index = static_cast<uint32_t>(self_it - p.nodes.begin());
-    std::vector<std::vector<uint32_t>> replicas = p.first_replicas;
-    for (uint32_t e = 0; e < epochs; ++e) {
-      if (e > 0) {
-        for (const auto& [q, list] : p.epochs[e - 1].changed) replicas[q] = list;
-      }
-      for (uint32_t q = 0; q < partitions && q < replicas.size(); ++q) {
-        held[e][q] =
-            std::find(replicas[q].begin(), replicas[q].end(), self_index) != replicas[q].end();
-      }
-    }
-  }
   // Every decided mapper is here now for what this server held when it was pushed, unless this
   // server lost what it had prepared: then it must not serve the shuffle as if it were whole.
-  std::vector<uint32_t> missing;
-  std::vector<uint64_t> committed_in(epochs, 0);
-  for (const auto& [m, d] : decided) {
-    const uint32_t e = std::min(d.epoch, epochs - 1);
-    if ((*store)->CommittedAttempt(m) == std::optional<uint64_t>(d.attempt)) {
-      ++committed_in[e];
-    } else if (std::find(held[e].begin(), held[e].end(), true) != held[e].end()) {
-      missing.push_back(m);
-    }
-  }
+  ReplicaCheck check = CheckReplicas(
+      kept != nullptr ? kept->held : std::vector<std::vector<bool>>{}, decided, **store);
+  const std::vector<uint32_t>& missing = check.lost;
   if (!missing.empty()) {
     std::string list;
     for (size_t i = 0; i < missing.size() && i < 8; ++i) {
@@ -630,30 +592,9 @@ absl::Status ClusterNode::ResolvePending(const std::string& id) {
         "): what it had prepared is gone (its data directory lost or replaced?); read another "
         "replica"));
   }
-  // Per partition kept now: the decided mappers whose data is not here (pushed in an epoch
-  // that did not place the partition here, and not repaired since). Counted first, listed
-  // where the count is not zero.
   Checked checked;
-  checked.epoch = epochs - 1;
-  for (uint32_t q = 0; q < partitions; ++q) {
-    bool ever = false;
-    for (uint32_t e = 0; e < epochs; ++e) ever = ever || held[e][q];
-    if (!ever) continue;
-    uint64_t here = 0;
-    for (uint32_t e = 0; e < epochs; ++e) here += held[e][q] ? committed_in[e] : 0;
-    if (here == decided.size()) continue;
-    const std::vector<uint32_t> repaired = (*store)->RepairedMappers(q);
-    std::vector<std::pair<uint32_t, uint64_t>> lacking;
-    for (const auto& [m, d] : decided) {
-      const uint32_t e = std::min(d.epoch, epochs - 1);
-      const bool committed = (*store)->CommittedAttempt(m) == std::optional<uint64_t>(d.attempt);
-      if (committed && (held[e][q] || std::binary_search(repaired.begin(), repaired.end(), m))) {
-        continue;
-      }
-      lacking.emplace_back(m, d.attempt);
-    }
-    if (!lacking.empty()) checked.missing.emplace(q, std::move(lacking));
-  }
+  checked.epoch = kept != nullptr ? kept->placement.epoch() : 0;
+  checked.missing = std::move(check.missing);
   std::lock_guard<std::mutex> lock(mu_);
   checked_[id] = std::move(checked);
   return absl::OkStatus();
@@ -811,8 +752,8 @@ absl::StatusOr<ClusterNode::Placement> ClusterNode::GetPlacement(const std::stri
   }
   const View c = view();
   SLUICE_RETURN_IF_ERROR(c.Joined());
-  // A placement never changes: one read before is the answer when etcd cannot give it now (and
-  // etcd is then asked only briefly, or not at all while it is known to be down).
+  // A placement changes only through etcd: one read before is the answer when etcd cannot give it
+  // now (and etcd is then asked only briefly, or not at all while it is known to be down).
   std::shared_ptr<const Kept> kept = Remembered(id);
   ShufflePlacement placed;
   if (kept != nullptr && etcd_down_.load()) {

@@ -1,6 +1,6 @@
 // ClusterNode: this server as a node of its cluster (docs/cluster.md), apart from any transport.
 // It knows who the server is, which partitions of each shuffle it keeps (read from the
-// placement record once and remembered: a placement never changes), and the rules that keep
+// placement record and remembered until a newer placement epoch shows), and the rules that keep
 // its stores in step with the cluster's record:
 //   - a shuffle recorded in the cluster gets its store here on its first push, read or status
 //     call, if this server keeps any of its partitions;
@@ -17,12 +17,12 @@
 // attempt of a mapper resolved here wins. A clustered server serves before it has joined (the
 // port comes first): until Joined, cluster calls answer UNAVAILABLE, "still joining".
 //
-// etcd down (docs/cluster.md, "Failures"): a placement never changes, so what the node has read
-// it keeps, and it serves the shuffles it has applied and checked without etcd; GetPlacement
-// answers from the remembered placement (with its age) when etcd cannot be reached, asking etcd
-// only briefly when it has that to fall back on, and not at all while WatchMembers finds etcd
-// down. What needs etcd (a create, a decision, a first read of a placement) is UNAVAILABLE
-// naming etcd (ErrorReason::kEtcdUnavailable), at once while etcd is known down.
+// etcd down (docs/cluster.md, "Failures"): a placement changes only through etcd, so what the node
+// has read it keeps, and it serves the shuffles it has applied and checked without etcd;
+// GetPlacement answers from the remembered placement (with its age) when etcd cannot be reached,
+// asking etcd only briefly when it has that to fall back on, and not at all while WatchMembers
+// finds etcd down. What needs etcd (a create, a decision, a first read of a placement) is
+// UNAVAILABLE naming etcd (ErrorReason::kEtcdUnavailable), at once while etcd is known down.
 //
 // Membership settling: after an etcd stall every lease expires at once, and for a moment fewer
 // servers (or none) are registered. A create never places a shuffle on fewer servers than were
@@ -72,6 +72,7 @@ class ClusterNode {
     uint32_t partitions = 0, mappers = 0;
     std::vector<bool> partition;  ///< kept here in the newest epoch, by partition
     std::vector<bool> ever;       ///< kept here in some epoch (its data may be here), by partition
+    std::vector<std::vector<bool>> held;  ///< kept here, by epoch and partition (HeldBy)
     bool any = false;
     ShufflePlacement placement;
     std::chrono::steady_clock::time_point read_at;  ///< when it was read from the record

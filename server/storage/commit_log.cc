@@ -269,6 +269,13 @@ absl::Status CommitLog::Append(uint32_t mapper, uint64_t attempt, absl::Span<con
   return Write(me);
 }
 
+absl::Status CommitLog::AppendRepair(uint32_t mapper, uint64_t attempt, uint32_t partition,
+                                     absl::Span<const BlockRef> blocks) {
+  Pending me;
+  me.record = EncodeRepairRecord(mapper, attempt, partition, blocks, version());
+  return Write(me);
+}
+
 absl::Status CommitLog::AppendAll(absl::Span<const CommitRecord> records) {
   if (records.empty()) return absl::OkStatus();
   Pending me;

@@ -124,6 +124,9 @@ class CommitLog {
   /// data it lists (see above).
   absl::Status Append(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks,
                       bool prepared = false);
+  /// Appends a REPAIR record (version 5 on), made durable with the data it lists.
+  absl::Status AppendRepair(uint32_t mapper, uint64_t attempt, uint32_t partition,
+                            absl::Span<const BlockRef> blocks);
   /// Appends several records with one write: all durable when it returns OK.
   absl::Status AppendAll(absl::Span<const CommitRecord> records);
 

@@ -224,7 +224,15 @@ absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t att
     SLUICE_RETURN_IF_ERROR(ClaimMapperLocked(lock, mapper));
   }
   // Durable once Append returns OK (it syncs the data first); visible once recorded below.
-  const absl::Status written = log_->Append(mapper, attempt, blocks);
+  // (On a server of its own a caller may mix both ways: prepared attempts of the mapper lost.)
+  SLUICE_RETURN_IF_ERROR(
+      Recorded(mapper, attempt, blocks, log_->Append(mapper, attempt, blocks), std::nullopt));
+  return CommitOutcome::kCommitted;
+}
+
+absl::Status ShuffleStore::Recorded(uint32_t mapper, uint64_t attempt,
+                                    absl::Span<const BlockRef> blocks, const absl::Status& written,
+                                    std::optional<uint32_t> repaired) {
   std::vector<BlockRef> losers;
   {
     std::lock_guard<std::mutex> lock(commit_mu_);
@@ -233,11 +241,11 @@ absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t att
     if (!written.ok()) return written;
     if (destroyed_.load()) return DeletedError();
     AddCommitLocked(mapper, attempt, blocks);
-    // (On a server of its own a caller may mix both ways: prepared attempts of the mapper lost.)
+    if (repaired.has_value()) repaired_[*repaired].insert(mapper);
     DropPreparedLocked(mapper, attempt, &losers);
   }
   PunchBlocks(losers);
-  return CommitOutcome::kCommitted;
+  return absl::OkStatus();
 }
 
 absl::Status ShuffleStore::Repair(uint32_t mapper, uint64_t attempt, uint32_t partition,
@@ -270,28 +278,9 @@ absl::Status ShuffleStore::Repair(uint32_t mapper, uint64_t attempt, uint32_t pa
       return refused;
     }
   }
-  // Durable once Append returns OK (it syncs the data first); visible once recorded below.
-  CommitRecord record;
-  record.mapper = mapper;
-  record.attempt = attempt;
-  record.blocks.assign(blocks.begin(), blocks.end());
-  record.repair = true;
-  record.partition = partition;
-  const absl::Status written = log_->AppendAll(absl::MakeConstSpan(&record, 1));
-  std::vector<BlockRef> losers;
-  {
-    std::lock_guard<std::mutex> lock(commit_mu_);
-    inflight_mappers_.erase(mapper);
-    commit_cv_.notify_all();
-    if (!written.ok()) return written;
-    if (destroyed_.load()) return DeletedError();
-    ReserveIndexLocked(partitions_.Get(partition), blocks.size());
-    AddCommitLocked(mapper, attempt, blocks);
-    repaired_[partition].insert(mapper);
-    DropPreparedLocked(mapper, attempt, &losers);
-  }
-  PunchBlocks(losers);
-  return absl::OkStatus();
+  // Durable once written (the data synced first); visible once recorded.
+  return Recorded(mapper, attempt, blocks, log_->AppendRepair(mapper, attempt, partition, blocks),
+                  partition);
 }
 
 std::vector<uint32_t> ShuffleStore::RepairedMappers(uint32_t partition) const {

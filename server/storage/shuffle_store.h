@@ -348,6 +348,11 @@ class ShuffleStore {
   // Punches the blocks' ranges out of the data file, adjacent ones together.
   void PunchBlocks(absl::Span<const BlockRef> blocks);
   void AddCommitLocked(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks);
+  // After a commit's (or, `repaired`, a repair's) record was written with result `written`: the
+  // mapper's claim let go; if written, its blocks visible and its other prepared attempts
+  // punched out.
+  absl::Status Recorded(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks,
+                        const absl::Status& written, std::optional<uint32_t> repaired);
   // Waits until no outcome of the mapper is being written, then claims it (inflight_mappers_);
   // the error when the store is deleted or its log is broken.
   bool IsPreparedLocked(uint32_t mapper, uint64_t attempt) const;

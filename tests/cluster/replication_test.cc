@@ -170,6 +170,13 @@ class ReplicationTest : public ::testing::Test {
     return c.ok() ? std::move(c).value() : nullptr;
   }
 
+  // A client of the server at `address` alone.
+  static std::unique_ptr<ServerLink> Alone(const std::string& address) {
+    ClientOptions options;
+    options.server = address;
+    return ConnectServer(options);
+  }
+
   // The server (index) that is primary of `partition`.
   int PrimaryOf(const std::string& id, uint32_t partition) {
     auto p = client_->GetPlacement(id);
@@ -799,9 +806,7 @@ class LostServerTest : public ReplicationTest {
               const NodeAddress& node = placed->nodes[n];
               if (node.address.empty()) return false;
               if (by_node.count(node.node_id) == 0) {
-                ClientOptions options;
-                options.server = node.address;
-                auto here = ConnectServer(options)->client().GetShuffle(id);
+                auto here = Alone(node.address)->client().GetShuffle(id);
                 if (!here.ok()) return false;
                 by_node[node.node_id] = *here;
               }
@@ -863,9 +868,7 @@ TEST_F(LostServerTest, AServerKilledForGoodDuringThePushesStopsNothing) {
   uint64_t repaired = 0;
   for (size_t i = 0; i < cluster_->size(); ++i) {
     if (!cluster_->running(i)) continue;
-    ClientOptions options;
-    options.server = cluster_->address(i);
-    ASSERT_OK_AND_ASSIGN(NodeStatus node, ConnectServer(options)->client().GetNode());
+    ASSERT_OK_AND_ASSIGN(NodeStatus node, Alone(cluster_->address(i))->client().GetNode());
     EXPECT_EQ(node.repair_backlog, 0u) << node.node_id;
     repaired += node.repaired_bytes;
   }
@@ -920,9 +923,7 @@ TEST_F(LostServerTest, AttemptsRacingAcrossAnEpochChangeHaveExactlyOneWinner) {
   std::set<uint32_t> servers;
   for (const auto& r : before.replicas) servers.insert(r.begin(), r.end());
   for (uint32_t n : servers) {
-    ClientOptions options;
-    options.server = before.nodes[n].address;
-    links.push_back(ConnectServer(options));
+    links.push_back(Alone(before.nodes[n].address));
     ASSERT_OK_AND_ASSIGN(auto stream,
                          links.back()->OpenPush(job.id, 0, 1, /*prepare=*/true, /*epoch=*/0));
     ASSERT_OK(stream->SendCommit(0, 0));
@@ -963,9 +964,7 @@ TEST_F(LostServerTest, AttemptsRacingAcrossAnEpochChangeHaveExactlyOneWinner) {
   for (uint32_t p = 0; p < job.partitions; ++p) {
     std::optional<uint64_t> records;
     for (uint32_t n : after.replicas[p]) {
-      ClientOptions options;
-      options.server = after.nodes[n].address;
-      std::unique_ptr<ServerLink> one = ConnectServer(options);
+      std::unique_ptr<ServerLink> one = Alone(after.nodes[n].address);
       auto here = one->client().GetShuffle(job.id);
       ASSERT_OK(here);
       if (here->partitions[p].missing_mappers != 0) continue;  // a replica not repaired yet
@@ -1015,9 +1014,7 @@ TEST_F(LostServerTest, ADecommissionedServerCanBeStoppedWithoutLosingAReplica) {
     }
   });
   const size_t leaving = 2;
-  ClientOptions options;
-  options.server = cluster_->address(leaving);
-  std::unique_ptr<ServerLink> link = ConnectServer(options);
+  std::unique_ptr<ServerLink> link = Alone(cluster_->address(leaving));
   const auto started = Clock::now();
   ASSERT_OK_AND_ASSIGN(auto progress, link->client().Decommission());
   ASSERT_OK_AND_ASSIGN(NodeStatus node, link->client().GetNode());
@@ -1086,9 +1083,7 @@ TEST_F(SlowRepairTest, ARepairCutByAKillResumesAndIsNeverServedHalfCopied) {
       [&] {
         for (uint32_t p = 0; p < job.partitions && !found; ++p) {
           for (uint32_t n : after.replicas[p]) {
-            ClientOptions options;
-            options.server = after.nodes[n].address;
-            auto here = ConnectServer(options)->client().GetShuffle(job.id);
+            auto here = Alone(after.nodes[n].address)->client().GetShuffle(job.id);
             if (here.ok() && here->partitions[p].missing_mappers > 0) {
               partition = p;
               repairing = static_cast<size_t>(after.nodes[n].node_id.back() - '0');
@@ -1100,9 +1095,7 @@ TEST_F(SlowRepairTest, ARepairCutByAKillResumesAndIsNeverServedHalfCopied) {
         return found;
       },
       std::chrono::seconds(15)));
-  ClientOptions options;
-  options.server = cluster_->address(repairing);
-  std::unique_ptr<ServerLink> link = ConnectServer(options);
+  std::unique_ptr<ServerLink> link = Alone(cluster_->address(repairing));
   ReaderOptions read;
   ASSERT_OK_AND_ASSIGN(auto direct, link->client().OpenReader(job.id, partition, read));
   Record r;

@@ -1,0 +1,54 @@
+#include "server/rules/replica_check.h"
+
+#include <algorithm>
+#include <optional>
+
+namespace sluice {
+
+ReplicaCheck CheckReplicas(const std::vector<std::vector<bool>>& held_by_epoch,
+                           const std::map<uint32_t, MapperDecision>& decided,
+                           const ShuffleStore& store) {
+  const uint32_t partitions = store.params().num_partitions;
+  const std::vector<std::vector<bool>> all_held(1, std::vector<bool>(partitions, true));
+  const std::vector<std::vector<bool>>& held = held_by_epoch.empty() ? all_held : held_by_epoch;
+  const auto epochs = static_cast<uint32_t>(held.size());
+  const auto epoch_of = [&](const MapperDecision& d) { return std::min(d.epoch, epochs - 1); };
+  const auto committed = [&](uint32_t m, const MapperDecision& d) {
+    return store.CommittedAttempt(m) == std::optional<uint64_t>(d.attempt);
+  };
+  ReplicaCheck out;
+  // Counted first (committed mappers by epoch), listed only where a partition lacks some.
+  std::vector<uint64_t> committed_in(epochs, 0);
+  for (const auto& [m, d] : decided) {
+    const uint32_t e = epoch_of(d);
+    if (committed(m, d)) {
+      ++committed_in[e];
+    } else if (std::find(held[e].begin(), held[e].end(), true) != held[e].end()) {
+      out.lost.push_back(m);
+    }
+  }
+  for (uint32_t q = 0; q < partitions; ++q) {
+    bool ever = false;
+    uint64_t here = 0;
+    for (uint32_t e = 0; e < epochs; ++e) {
+      if (q >= held[e].size() || !held[e][q]) continue;
+      ever = true;
+      here += committed_in[e];
+    }
+    if (!ever || here == decided.size()) continue;
+    const std::vector<uint32_t> repaired = store.RepairedMappers(q);
+    std::vector<std::pair<uint32_t, uint64_t>> lacking;
+    for (const auto& [m, d] : decided) {
+      const bool in_epoch = held[epoch_of(d)][q];
+      if (committed(m, d) &&
+          (in_epoch || std::binary_search(repaired.begin(), repaired.end(), m))) {
+        continue;
+      }
+      lacking.emplace_back(m, d.attempt);
+    }
+    if (!lacking.empty()) out.missing.emplace(q, std::move(lacking));
+  }
+  return out;
+}
+
+}  // namespace sluice

@@ -1,0 +1,36 @@
+// CheckReplicas: which committed mappers one server's replicas of a shuffle hold (docs/cluster.md,
+// "Placement epochs", "Re-replication"), from the cluster's decisions, the partitions this
+// server held in each placement epoch and its store. A winner pushed in epoch e has its data
+// here for exactly the partitions held in e (or a partition repaired here since). Transport-free
+// and without etcd: ClusterNode reads the decisions and the placement, this judges.
+#ifndef SLUICE_SERVER_RULES_REPLICA_CHECK_H_
+#define SLUICE_SERVER_RULES_REPLICA_CHECK_H_
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "cluster/placement_store.h"
+#include "server/storage/shuffle_store.h"
+
+namespace sluice {
+
+struct ReplicaCheck {
+  /// Decided mappers not committed here although this server held a partition in their epoch:
+  /// what it had prepared is gone (its data directory lost or replaced).
+  std::vector<uint32_t> lost;
+  /// Per partition held here in some epoch: the (mapper, winning attempt) pairs whose data is
+  /// not here (pushed in an epoch that did not place the partition here, not repaired since).
+  std::map<uint32_t, std::vector<std::pair<uint32_t, uint64_t>>> missing;
+};
+
+/// `held`: per epoch, per partition, whether this server held it (ShufflePlacement::HeldBy);
+/// empty for a shuffle without a placement (every partition held, one epoch).
+ReplicaCheck CheckReplicas(const std::vector<std::vector<bool>>& held,
+                           const std::map<uint32_t, MapperDecision>& decided,
+                           const ShuffleStore& store);
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_RULES_REPLICA_CHECK_H_
