@@ -241,6 +241,7 @@ class ClusterClient final : public ShuffleClient {
     out.shuffle_id = id;
     out.num_partitions = p.num_partitions;
     out.num_mappers = p.num_mappers;
+    out.placement_epoch = p.epoch;
     out.partitions.resize(p.num_partitions);
     std::set<uint32_t> committed;  // (a replica taken over in a later epoch lacks some)
     for (size_t n = 0; n < p.nodes.size(); ++n) {
@@ -261,10 +262,14 @@ class ClusterClient final : public ShuffleClient {
       };
       bool found = false;
       uint32_t whole = 0;
+      std::set<uint32_t> lost;
       for (uint32_t n : p.replicas[part]) {
         if (!per_node[n].ok() || part >= per_node[n]->partitions.size()) continue;
         const PartitionStatsInfo& here = per_node[n]->partitions[part];
-        if (!here.damaged && here.missing_mappers == 0) ++whole;
+        // (A server that has not read the newest epoch yet may not know what it lacks.)
+        const bool current = per_node[n]->placement_epoch >= p.epoch;
+        if (!here.damaged && here.missing_mappers == 0 && current) ++whole;
+        lost.insert(here.lost_mappers.begin(), here.lost_mappers.end());
         if (found && rank(here) >= rank(out.partitions[part])) continue;
         out.partitions[part] = here;
         if (here.damaged) {
@@ -274,6 +279,10 @@ class ClusterClient final : public ShuffleClient {
       }
       if (!found) out.unavailable_partitions.push_back(part);
       if (whole < p.replication) out.under_replicated_partitions.push_back(part);
+      if (!lost.empty()) {
+        out.lost_partitions.push_back(
+            LostPartition{part, std::vector<uint32_t>(lost.begin(), lost.end())});
+      }
     }
     return out;
   }

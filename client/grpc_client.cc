@@ -72,6 +72,17 @@ std::chrono::system_clock::time_point Never() {
   return std::chrono::system_clock::time_point::max();
 }
 
+PartitionStatsInfo FromProto(const pb::PartitionInfo& p) {
+  return PartitionStatsInfo{
+      p.records(),
+      p.bytes(),
+      p.frames(),
+      p.damaged(),
+      p.damage(),
+      p.missing_mappers(),
+      std::vector<uint32_t>(p.lost_mappers().begin(), p.lost_mappers().end())};
+}
+
 ShuffleStatus FromProto(const pb::ShuffleInfo& info) {
   ShuffleStatus s;
   s.shuffle_id = info.shuffle_id();
@@ -79,9 +90,9 @@ ShuffleStatus FromProto(const pb::ShuffleInfo& info) {
   s.num_mappers = info.num_mappers();
   s.committed_mappers.assign(info.committed_mappers().begin(), info.committed_mappers().end());
   for (const auto& p : info.partitions()) {
-    s.partitions.push_back(PartitionStatsInfo{p.records(), p.bytes(), p.frames(), p.damaged(),
-                                              p.damage(), p.missing_mappers()});
+    s.partitions.push_back(FromProto(p));
   }
+  s.placement_epoch = info.placement_epoch();
   s.damaged = info.damaged();
   s.damage = info.damage();
   s.wedged = info.wedged();
@@ -395,8 +406,7 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
         out = FromProto(info);
       } else {
         for (const auto& p : info.partitions()) {
-          out.partitions.push_back(PartitionStatsInfo{
-              p.records(), p.bytes(), p.frames(), p.damaged(), p.damage(), p.missing_mappers()});
+          out.partitions.push_back(FromProto(p));
         }
       }
       next = info.next_partition();

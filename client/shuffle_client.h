@@ -92,6 +92,14 @@ struct PartitionStatsInfo {
   /// over in a later placement epoch and is not repaired yet); ShuffleClient::GetShuffle
   /// takes a whole replica's counts.
   uint32_t missing_mappers = 0;
+  /// In a cluster: mappers of this partition no server holds any more (every replica of every
+  /// epoch that held their data is gone for good): see ShuffleStatus::lost_partitions.
+  std::vector<uint32_t> lost_mappers;
+};
+/// A partition with committed data no server holds any more (ShuffleStatus::lost_partitions).
+struct LostPartition {
+  uint32_t partition = 0;
+  std::vector<uint32_t> mappers;  ///< whose records of it are gone
 };
 struct ShuffleStatus {
   std::string shuffle_id;
@@ -116,6 +124,14 @@ struct ShuffleStatus {
   /// docs/cluster.md, "Re-replication"). A server this client found unresponsive within
   /// `unhealthy_for` is not asked while another replica answers, and counts as not whole.
   std::vector<uint32_t> under_replicated_partitions;
+  /// In a cluster: partitions some of whose committed mappers' records no server holds any
+  /// more (every server that held them was taken out of the placement, dead past
+  /// --dead_after_s; docs/cluster.md, "Lost partitions"), each with those mappers. Readers of
+  /// such a partition wait (INCOMPLETE) and then fail; the records come back only by running
+  /// those mappers again into a new shuffle. A decision of this shuffle is never revoked.
+  std::vector<LostPartition> lost_partitions;
+  /// In a cluster: the placement epoch the counts are for (one server's in GetShuffle on it).
+  uint32_t placement_epoch = 0;
 };
 
 /// A server of the cluster (ListNodes).

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/cli_flags.h"
 #include "client/server_process.h"
 #include "client/shuffle_client.h"
@@ -101,6 +102,12 @@ void PrintStatus(const sluice::ShuffleStatus& s) {
     }
     std::printf("  UNDER-REPLICATED (fewer whole replicas than the replication): partitions %s\n",
                 list.c_str());
+  }
+  for (const sluice::LostPartition& lost : s.lost_partitions) {
+    std::printf(
+        "  LOST partition %u: no server holds the records of mappers %s any more (every "
+        "server that held them was taken out); run those mappers again into a new shuffle\n",
+        lost.partition, absl::StrJoin(lost.mappers, ", ").c_str());
   }
   for (size_t p = 0; p < s.partitions.size(); ++p) {
     std::printf("  partition %zu: %llu records, %llu bytes, %u frames\n", p,
@@ -327,7 +334,9 @@ int Fetch(Flags& flags) {
   std::ostream& out = output == "-" ? std::cout : file;
   sluice::ReaderOptions ropts;
   ropts.order = order == "KEY" ? sluice::FetchOrder::kKey : sluice::FetchOrder::kUnordered;
-  auto reader = Connect(server)->OpenReader(id, partition, ropts);
+  // (The reader uses its client's connections: the client must outlive it.)
+  std::unique_ptr<sluice::ShuffleClient> client = Connect(server);
+  auto reader = client->OpenReader(id, partition, ropts);
   if (!reader.ok()) return Fail(reader.status());
   sluice::Record r;
   size_t n = 0;

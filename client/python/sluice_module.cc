@@ -355,6 +355,9 @@ class Client {
     d["damaged"] = s.damaged;
     d["unavailable_partitions"] = s.unavailable_partitions;
     d["under_replicated_partitions"] = s.under_replicated_partitions;
+    pb::dict lost;  // partition -> the mappers whose records of it no server holds
+    for (const auto& l : s.lost_partitions) lost[pb::int_(l.partition)] = l.mappers;
+    d["lost_partitions"] = lost;
     return d;
   }
 

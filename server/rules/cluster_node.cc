@@ -452,12 +452,37 @@ absl::Status ClusterNode::PrepareToServe(const std::string& id, std::optional<ui
       ErrorReason::kIncomplete);
 }
 
-uint32_t ClusterNode::MissingMappers(const std::string& id, uint32_t partition) const {
+std::vector<uint32_t> ClusterNode::LackingMappers(const std::string& id, uint32_t partition) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint32_t> out;
+  auto it = checked_.find(id);
+  if (it == checked_.end()) return out;
+  auto m = it->second.missing.find(partition);
+  if (m == it->second.missing.end()) return out;
+  for (const auto& [mapper, attempt] : m->second) out.push_back(mapper);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<uint32_t> ClusterNode::LostMappers(const std::string& id, uint32_t partition) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = checked_.find(id);
-  if (it == checked_.end()) return 0;
-  auto m = it->second.missing.find(partition);
-  return m == it->second.missing.end() ? 0 : static_cast<uint32_t>(m->second.size());
+  if (it == checked_.end()) return {};
+  auto m = it->second.lost.find(partition);
+  if (m == it->second.lost.end()) return {};
+  return std::vector<uint32_t>(m->second.begin(), m->second.end());
+}
+
+bool ClusterNode::MarkLost(const std::string& id, uint32_t partition, uint32_t mapper) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = checked_.find(id);
+  return it != checked_.end() && it->second.lost[partition].insert(mapper).second;
+}
+
+uint32_t ClusterNode::KnownEpoch(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = kept_.find(id);
+  return it == kept_.end() ? 0 : it->second->placement.epoch();
 }
 
 bool ClusterNode::KeepsEver(const std::string& id, uint32_t partition) const {
@@ -485,7 +510,7 @@ uint64_t ClusterNode::MissingTotal() const {
 
 void ClusterNode::Recheck(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  checked_.erase(id);
+  if (auto it = checked_.find(id); it != checked_.end()) it->second.stale = true;
 }
 
 std::vector<ClusterNode::RepairItem> ClusterNode::RepairBacklog() {
@@ -498,7 +523,8 @@ std::vector<ClusterNode::RepairItem> ClusterNode::RepairBacklog() {
     for (const auto& [id, kept] : kept_) {
       if (!kept->any || kept->placement.epoch() == 0) continue;
       auto checked = checked_.find(id);
-      if (checked == checked_.end() || checked->second.epoch != kept->placement.epoch()) {
+      if (checked == checked_.end() || checked->second.stale ||
+          checked->second.epoch != kept->placement.epoch()) {
         to_check.push_back(id);
       }
     }
@@ -530,9 +556,11 @@ std::vector<ClusterNode::RepairItem> ClusterNode::RepairBacklog() {
       }
       for (uint32_t i : from) {
         if (p.nodes[i] == self_.node_id) continue;
+        const size_t before = item.sources.size();
         for (const NodeEntry& n : members_) {  // registered now
           if (n.node_id == p.nodes[i] && !n.address.empty()) item.sources.push_back(n.address);
         }
+        if (item.sources.size() == before && !p.Removed(p.nodes[i])) ++item.unknown_holders;
       }
       out.push_back(std::move(item));
     }
@@ -549,7 +577,7 @@ absl::Status ClusterNode::ResolvePending(const std::string& id) {
     std::lock_guard<std::mutex> lock(mu_);
     auto checked = checked_.find(id);
     auto kept = kept_.find(id);
-    if (pending.empty() && checked != checked_.end() &&
+    if (pending.empty() && checked != checked_.end() && !checked->second.stale &&
         (kept == kept_.end() || kept->second->placement.epoch() == checked->second.epoch)) {
       return absl::OkStatus();
     }
@@ -596,6 +624,20 @@ absl::Status ClusterNode::ResolvePending(const std::string& id) {
   checked.epoch = kept != nullptr ? kept->placement.epoch() : 0;
   checked.missing = std::move(check.missing);
   std::lock_guard<std::mutex> lock(mu_);
+  // (Found lost at this epoch and missing still: lost still, until the repairer looks again.)
+  if (auto before = checked_.find(id);
+      before != checked_.end() && before->second.epoch == checked.epoch) {
+    for (const auto& [partition, mappers] : before->second.lost) {
+      auto now = checked.missing.find(partition);
+      if (now == checked.missing.end()) continue;
+      for (uint32_t m : mappers) {
+        if (std::any_of(now->second.begin(), now->second.end(),
+                        [m](const auto& missing) { return missing.first == m; })) {
+          checked.lost[partition].insert(m);
+        }
+      }
+    }
+  }
   checked_[id] = std::move(checked);
   return absl::OkStatus();
 }

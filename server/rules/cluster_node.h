@@ -159,8 +159,18 @@ class ClusterNode {
   /// committed mappers of is UNAVAILABLE (kIncomplete): another replica has them.
   absl::Status PrepareToServe(const std::string& id, std::optional<uint32_t> partition);
   /// Committed mappers partition `partition` of `id` lacks here, as the last PrepareToServe
-  /// found (0 on its own or before it).
-  uint32_t MissingMappers(const std::string& id, uint32_t partition) const;
+  /// found (none on its own or before it), in mapper order.
+  std::vector<uint32_t> LackingMappers(const std::string& id, uint32_t partition) const;
+  uint32_t MissingMappers(const std::string& id, uint32_t partition) const {
+    return static_cast<uint32_t>(LackingMappers(id, partition).size());
+  }
+  /// Of those, the ones the repairer found no registered server holding (MarkLost): lost,
+  /// until a check at a newer epoch or a repair says otherwise.
+  std::vector<uint32_t> LostMappers(const std::string& id, uint32_t partition) const;
+  /// Returns whether it was not marked yet.
+  bool MarkLost(const std::string& id, uint32_t partition, uint32_t mapper);
+  /// The placement epoch this server knows of `id` (0 on its own or before reading it).
+  uint32_t KnownEpoch(const std::string& id) const;
   /// Whether this server keeps partition `partition` of `id` in some epoch (true on its own,
   /// or for a shuffle it has not read the placement of).
   bool KeepsEver(const std::string& id, uint32_t partition) const;
@@ -172,14 +182,17 @@ class ClusterNode {
     std::string id;
     uint32_t partition = 0;
     std::vector<std::pair<uint32_t, uint64_t>> mappers;
-    std::vector<std::string> sources;
+    std::vector<std::string> sources;  // addresses of the other holders registered now
+    // Other holders neither registered nor taken out by an epoch (restarting, or not dead
+    // long enough): while there are any, nothing they may hold counts as lost.
+    uint32_t unknown_holders = 0;
   };
   /// What this server's replicas lack, checking first the shuffles whose placement moved
   /// since they were last checked (reads etcd's decisions for those).
   std::vector<RepairItem> RepairBacklog();
   /// Committed (mapper, partition) pairs this server's replicas lack, as last checked.
   uint64_t MissingTotal() const;
-  /// Forgets what was checked of `id` (a repair changed it): the next serve checks again.
+  /// Marks what was checked of `id` stale (a repair changed it): the next serve checks again.
   void Recheck(const std::string& id);
 
   /// Decommission (docs/cluster.md): records in the cluster that this server is leaving, so
@@ -261,6 +274,9 @@ class ClusterNode {
     uint32_t epoch = 0;
     // partition -> the (mapper, winning attempt) pairs missing here
     std::map<uint32_t, std::vector<std::pair<uint32_t, uint64_t>>> missing;
+    // partition -> those of its missing mappers no registered server holds (MarkLost)
+    std::map<uint32_t, std::set<uint32_t>> lost;
+    bool stale = false;  // a repair changed it since (Recheck): checked again at the next serve
   };
   std::map<std::string, Checked> checked_;
   // Servers of the known shuffles not registered, since when (as seen here; mu_).

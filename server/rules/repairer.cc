@@ -20,6 +20,7 @@ uint64_t Repairer::Run() {
     auto store = registry_->Get(item.id);
     if (!store.ok()) continue;
     bool changed = false;
+    PeerStates peers;  // what the sources say they hold, asked once per item
     for (const auto& [mapper, attempt] : item.mappers) {
       if (stopping_.load()) break;
       absl::Status st = absl::UnavailableError("no other replica of it is registered now");
@@ -31,6 +32,16 @@ uint64_t Repairer::Run() {
         if (st.ok() || absl::IsAlreadyExists(st)) break;
       }
       if (absl::IsAlreadyExists(st)) st = absl::OkStatus();  // (repaired meanwhile)
+      if (!st.ok() && Lost(item, mapper, &peers)) {
+        if (node_->MarkLost(item.id, item.partition, mapper)) {
+          spdlog::error(
+              "event=replica_lost tenant={} shuffle={} partition={} mapper={} note=\"no "
+              "registered server holds it and every other holder was taken out: only a new "
+              "run of the mapper, in a new shuffle, brings its records back\"",
+              TenantField(item.id), item.id, item.partition, mapper);
+        }
+        continue;  // the partition's other mappers may still be copied
+      }
       if (!st.ok()) {
         spdlog::warn(
             "event=repair_failed tenant={} shuffle={} partition={} mapper={} error=\"{}\" "
@@ -51,6 +62,19 @@ uint64_t Repairer::Run() {
   }
   if (metrics_ != nullptr) metrics_->repair_backlog.store(node_->MissingTotal());
   return made;
+}
+
+bool Repairer::Lost(const ClusterNode::RepairItem& item, uint32_t mapper, PeerStates* peers) {
+  if (item.unknown_holders > 0) return false;
+  for (const std::string& source : item.sources) {
+    auto it = peers->find(source);
+    if (it == peers->end()) it = peers->emplace(source, fetcher_->MissingOf(source, item.id)).first;
+    const absl::StatusOr<std::vector<PeerPartition>>& there = it->second;
+    // (One that cannot say may hold it.)
+    if (!there.ok() || item.partition >= there->size()) return false;
+    if ((*there)[item.partition].Holds(mapper)) return false;
+  }
+  return true;
 }
 
 absl::Status Repairer::CopyOne(ShuffleStore& store, const ClusterNode::RepairItem& item,
@@ -112,7 +136,7 @@ absl::StatusOr<DecommissionState> CheckDecommission(ShuffleRegistry* registry, C
           absl::StrCat("shuffle '", ShuffleName(id), "' to take this server out of its placement"));
       continue;
     }
-    std::map<std::string, absl::StatusOr<std::vector<uint32_t>>> missing;  // by node id
+    std::map<std::string, absl::StatusOr<std::vector<PeerPartition>>> missing;  // by node id
     for (uint32_t q = 0; q < p.num_partitions && q < kept->ever.size(); ++q) {
       if (!kept->ever[q]) continue;
       uint32_t whole = 0;
@@ -126,7 +150,7 @@ absl::StatusOr<DecommissionState> CheckDecommission(ShuffleRegistry* registry, C
         if (it == missing.end()) {
           it = missing.emplace(node_id, peers->MissingOf(at->address, id)).first;
         }
-        if (it->second.ok() && q < it->second->size() && (*it->second)[q] == 0) ++whole;
+        if (it->second.ok() && q < it->second->size() && (*it->second)[q].Whole()) ++whole;
       }
       const uint32_t need = std::min<uint32_t>(p.replication, p.replicas[q].size());
       if (whole < need) {

@@ -16,10 +16,12 @@
 #ifndef SLUICE_SERVER_RULES_REPAIRER_H_
 #define SLUICE_SERVER_RULES_REPAIRER_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,16 @@
 
 namespace sluice {
 
+/// What another server says of one partition of a shuffle (GetShuffle).
+struct PeerPartition {
+  bool usable = false;            ///< kept there in some epoch, not damaged
+  std::vector<uint32_t> lacking;  ///< committed mappers it lacks (a later epoch's replica)
+  bool Whole() const { return usable && lacking.empty(); }
+  bool Holds(uint32_t mapper) const {
+    return usable && std::find(lacking.begin(), lacking.end(), mapper) == lacking.end();
+  }
+};
+
 /// Reads another server's committed data (the transport is the wiring's).
 class PeerFetcher {
  public:
@@ -43,10 +55,10 @@ class PeerFetcher {
   virtual absl::Status Fetch(
       const std::string& address, const std::string& id, uint32_t partition, uint32_t mapper,
       const std::function<absl::Status(absl::Span<const uint8_t>)>& each) = 0;
-  /// Per partition of shuffle `id`, the committed mappers the server at `address` lacks
-  /// (GetShuffle's missing_mappers); an error when it cannot tell (down, damaged, lost data).
-  virtual absl::StatusOr<std::vector<uint32_t>> MissingOf(const std::string& address,
-                                                          const std::string& id) = 0;
+  /// Per partition of shuffle `id`, what the server at `address` holds of it (GetShuffle's
+  /// lacking_mappers); an error when it cannot tell (down, damaged, lost data).
+  virtual absl::StatusOr<std::vector<PeerPartition>> MissingOf(const std::string& address,
+                                                               const std::string& id) = 0;
 };
 
 /// How far a decommission is (docs/cluster.md, "Decommission").
@@ -82,6 +94,11 @@ class Repairer {
  private:
   // Copies one mapper's data for one partition from `source`; its blocks appended, checked and
   // recorded, or none of them.
+  // Whether no server holds `mapper`'s data of the item's partition: every other holder
+  // registered answers that it lacks it, and every one not registered was taken out.
+  // `peers`: what each source said (asked at the first need).
+  using PeerStates = std::map<std::string, absl::StatusOr<std::vector<PeerPartition>>>;
+  bool Lost(const ClusterNode::RepairItem& item, uint32_t mapper, PeerStates* peers);
   absl::Status CopyOne(ShuffleStore& store, const ClusterNode::RepairItem& item, uint32_t mapper,
                        uint64_t attempt, const std::string& source, uint64_t* bytes);
   // Waits for the rate to allow `bytes` more (false: stopping).

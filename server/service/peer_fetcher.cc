@@ -57,10 +57,10 @@ absl::Status GrpcPeerFetcher::Fetch(
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<uint32_t>> GrpcPeerFetcher::MissingOf(const std::string& address,
-                                                                 const std::string& id) {
+absl::StatusOr<std::vector<PeerPartition>> GrpcPeerFetcher::MissingOf(const std::string& address,
+                                                                      const std::string& id) {
   auto stub = v1::ShuffleService::NewStub(Channel(address));
-  std::vector<uint32_t> out;
+  std::vector<PeerPartition> out;
   uint32_t next = 0;
   do {
     v1::GetShuffleRequest req;
@@ -73,7 +73,12 @@ absl::StatusOr<std::vector<uint32_t>> GrpcPeerFetcher::MissingOf(const std::stri
     if (!st.ok()) return st;
     if (info.damaged()) return absl::DataLossError(info.damage());
     for (const auto& p : info.partitions()) {
-      out.push_back(p.damaged() || p.not_kept() ? UINT32_MAX : p.missing_mappers());
+      PeerPartition here;
+      here.usable = !p.damaged() && !p.not_kept();
+      here.lacking.assign(p.lacking_mappers().begin(), p.lacking_mappers().end());
+      // (A server too old to list them: lacking some it does not name.)
+      if (here.lacking.size() < p.missing_mappers()) here.usable = false;
+      out.push_back(std::move(here));
     }
     next = info.next_partition();
   } while (next != 0);

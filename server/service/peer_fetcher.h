@@ -26,8 +26,8 @@ class GrpcPeerFetcher final : public PeerFetcher {
   absl::Status Fetch(const std::string& address, const std::string& id, uint32_t partition,
                      uint32_t mapper,
                      const std::function<absl::Status(absl::Span<const uint8_t>)>& each) override;
-  absl::StatusOr<std::vector<uint32_t>> MissingOf(const std::string& address,
-                                                  const std::string& id) override;
+  absl::StatusOr<std::vector<PeerPartition>> MissingOf(const std::string& address,
+                                                       const std::string& id) override;
 
  private:
   std::shared_ptr<grpc::Channel> Channel(const std::string& address);

@@ -158,8 +158,13 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
                               : std::min(req->max_partitions(), kMaxPartitionsPerPage);
     store->Touch();
     FillInfo(call, *store, req->first_partition(), page, resp);
+    resp->set_placement_epoch(deps_.node->KnownEpoch(id));
     for (v1::PartitionInfo& pi : *resp->mutable_partitions()) {
-      pi.set_missing_mappers(deps_.node->MissingMappers(id, pi.partition_id()));
+      const std::vector<uint32_t> lacking = deps_.node->LackingMappers(id, pi.partition_id());
+      pi.set_missing_mappers(static_cast<uint32_t>(lacking.size()));
+      pi.mutable_lacking_mappers()->Add(lacking.begin(), lacking.end());
+      const std::vector<uint32_t> lost = deps_.node->LostMappers(id, pi.partition_id());
+      pi.mutable_lost_mappers()->Add(lost.begin(), lost.end());
       pi.set_not_kept(!deps_.node->KeepsEver(id, pi.partition_id()));
     }
     return absl::OkStatus();

@@ -8,7 +8,10 @@
 // attempt per mapper everywhere, nothing twice.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <stdio.h>
+#include <sys/wait.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <fstream>
@@ -263,6 +266,41 @@ TEST_F(ReplicationTest, RoundTripsAtOneAndTwoReplicasInBothOrders) {
     }
     EXPECT_EQ(stored, uint64_t{job.mappers} * job.items);
   }
+}
+
+// The CLI reads a clustered shuffle, before and after a server is killed -9: every record once.
+// (`sluice fetch` once let its client go while the reader still used the client's links: a
+// crash, or a fetch that waited without end.)
+TEST_F(ReplicationTest, TheCliFetchesEveryRecordOfAClusteredShuffle) {
+  Job job;
+  job.id = "cli";
+  CreateAndWriteAll(job, 2);
+  const auto fetched = [&] {
+    int lines = 0;  // records
+    for (uint32_t p = 0; p < job.partitions; ++p) {
+      const std::string cmd =
+          absl::StrCat(SLUICE_CLI_BIN, " fetch --server ", cluster_->addresses(), " --shuffle ",
+                       job.id, " --partition ", p,
+                       " --order UNORDERED --format msgpack --output "
+                       "/dev/null 2>&1");
+      FILE* f = ::popen(cmd.c_str(), "r");
+      if (f == nullptr) return -1;
+      std::string text;
+      std::array<char, 4096> buf;
+      size_t n;
+      while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) text.append(buf.data(), n);
+      const int status = ::pclose(f);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << "partition " << p << ": " << text.substr(0, 400);
+      int records = 0;
+      EXPECT_EQ(std::sscanf(text.c_str(), "fetched %d records", &records), 1) << text;
+      lines += records;
+    }
+    return lines;
+  };
+  EXPECT_EQ(fetched(), static_cast<int>(job.mappers) * job.items);
+  cluster_->Kill(1);
+  EXPECT_EQ(fetched(), static_cast<int>(job.mappers) * job.items);
 }
 
 TEST_F(ReplicationTest, KillingEachServerInTurnLosesAndRepeatsNothing) {
@@ -905,6 +943,81 @@ TEST_F(LostServerTest, AServerBackWithAnEmptyDiskUnderANewIdTakesNothingBack) {
   ExpectCounts(job);
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kUnordered, winners, job.items);
+}
+
+// Both replicas of some partitions killed for good (R = 2): once they are taken out, GetShuffle
+// names exactly those partitions as lost, each with every committed mapper (each wrote to
+// every partition); the others are whole again; a reader of a lost partition never gets a
+// short partition as if whole; `sluice status` says LOST.
+TEST_F(LostServerTest, PartitionsWhoseEveryReplicaIsGoneAreReportedLostWithTheirMappers) {
+  Job job;
+  job.id = "lost";
+  job.partitions = 8;
+  job.mappers = 4;
+  CreateAndWriteAll(job, 2);
+  ASSERT_OK_AND_ASSIGN(const PlacementInfo before, client_->GetPlacement(job.id));
+  std::set<std::string> victims;
+  for (uint32_t n : before.replicas[0]) victims.insert(before.nodes[n].node_id);
+  std::set<uint32_t> expected;  // the partitions kept by the victims alone
+  for (uint32_t p = 0; p < job.partitions; ++p) {
+    bool elsewhere = false;
+    for (uint32_t n : before.replicas[p]) elsewhere |= !victims.count(before.nodes[n].node_id);
+    if (!elsewhere) expected.insert(p);
+  }
+  for (size_t i = 0; i < 4; ++i) {
+    if (victims.count(cluster_->node_id(i))) cluster_->Kill(i);
+  }
+  for (const std::string& gone : victims) PlacedWithout(job.id, gone);
+  std::set<uint32_t> lost;
+  ShuffleStatus status;
+  EXPECT_TRUE(testing::Eventually(
+      [&] {
+        auto st = client_->GetShuffle(job.id);
+        if (!st.ok()) return false;
+        status = *st;
+        lost.clear();
+        for (const LostPartition& l : status.lost_partitions) lost.insert(l.partition);
+        return lost == expected && status.under_replicated_partitions.size() == expected.size();
+      },
+      std::chrono::seconds(30)))
+      << "lost " << absl::StrJoin(lost, ",") << " expected " << absl::StrJoin(expected, ",")
+      << "; under-replicated " << absl::StrJoin(status.under_replicated_partitions, ",");
+  for (const LostPartition& l : status.lost_partitions) {
+    EXPECT_EQ(l.mappers, (std::vector<uint32_t>{0, 1, 2, 3})) << "partition " << l.partition;
+  }
+  // A lost partition's reader fails, retryably (a server may yet come back), never short.
+  ReaderOptions options;
+  options.require_complete = true;
+  ASSERT_OK_AND_ASSIGN(auto reader, client_->OpenReader(job.id, *expected.begin(), options));
+  Record r;
+  absl::StatusOr<bool> more = true;
+  while (more.ok() && *more) more = reader->Next(&r);
+  EXPECT_TRUE(absl::IsUnavailable(more.status())) << more.status();
+  // Every other partition reads whole.
+  for (uint32_t p = 0; p < job.partitions; ++p) {
+    if (expected.count(p)) continue;
+    ASSERT_OK_AND_ASSIGN(auto whole, client_->OpenReader(job.id, p, options));
+    uint64_t n = 0;
+    for (;;) {
+      ASSERT_OK_AND_ASSIGN(bool any, whole->Next(&r));
+      if (!any) break;
+      ++n;
+    }
+    EXPECT_EQ(n, status.partitions[p].records) << "partition " << p;
+  }
+  const std::string cmd = absl::StrCat(SLUICE_CLI_BIN, " status --server ", cluster_->addresses(),
+                                       " --shuffle ", job.id, " 2>&1");
+  FILE* f = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string text;
+  std::array<char, 4096> buf;
+  size_t got;
+  while ((got = std::fread(buf.data(), 1, buf.size(), f)) > 0) text.append(buf.data(), got);
+  ::pclose(f);
+  EXPECT_NE(text.find(absl::StrCat("LOST partition ", *expected.begin(),
+                                   ": no server holds the records of mappers 0, 1, 2, 3")),
+            std::string::npos)
+      << text;
 }
 
 // Attempts of one mapper across an epoch change: one prepared in the old epoch cannot be
