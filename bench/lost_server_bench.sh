@@ -7,7 +7,9 @@
 #      time from the kill to the run's end, then to every partition whole on 2 registered
 #      servers again (no server's repair backlog, no partition UNDER-REPLICATED), the bytes the
 #      new replicas copied and their rate.
-#   2. Then n2 killed -9 too: every record of the shuffle read back (sluice fetch, counted).
+#   2. Then n2 killed -9 too, every mapper committed: the time to every partition whole on the
+#      two servers left, the bytes copied and their rate, and every record of the shuffle read
+#      back (sluice fetch, counted).
 #   3. A fresh shuffle kept, then n3 decommissioned while another run reads and writes: that
 #      run's exit and counts, the time to "decommissioned", the bytes moved (per GiB).
 #
@@ -90,9 +92,19 @@ REPAIR_S=$(echo "$WHOLE - $LEASE - $DEAD" | bc)
 echo "kill -9 to every partition whole on 2 registered servers: $WHOLE s; copied $MIB MiB" \
   "(~$(echo "scale=1; $MIB / $REPAIR_S" | bc) MiB/s over the $REPAIR_S s after lease + dead_after)"
 
-echo "## 2. then n2 killed -9 too"
+echo "## 2. then n2 killed -9 too (every mapper committed: its replicas are copied)"
+LIVE="${ADDR[0]},${ADDR[3]}"
+read -r _ BEFORE < <(repair_state "$LIVE")
+KILLED=$(now)
 kill -9 "${SPID[2]}"
-GOT=$(records "${ADDR[0]},${ADDR[3]}" "$ID" "$PARTS")
+sleep 1  # (the status before the servers see it go)
+for _ in $(seq 1 600); do whole "$LIVE" "$ID" && break; sleep 0.5; done
+WHOLE=$(since "$KILLED")
+read -r _ AFTER < <(repair_state "$LIVE")
+REPAIR_S=$(echo "$WHOLE - $LEASE - $DEAD" | bc)
+echo "kill -9 to every partition whole on the 2 servers left: $WHOLE s; copied $((AFTER - BEFORE)) MiB" \
+  "(~$(echo "scale=1; ($AFTER - $BEFORE) / $REPAIR_S" | bc) MiB/s over the $REPAIR_S s after lease + dead_after)"
+GOT=$(records "$LIVE" "$ID" "$PARTS")
 echo "records read back: $GOT of $EXPECTED"
 
 echo "## 3. n3 decommissioned under load (a kept shuffle, and a run meanwhile)"
