@@ -573,21 +573,32 @@ absl::Status ClusterNode::ResolvePending(const std::string& id) {
   auto store = registry_->Get(id);
   if (!store.ok()) return absl::OkStatus();  // the caller's own lookup says why
   const std::vector<uint32_t> pending = (*store)->PendingMappers();
+  std::optional<std::map<uint32_t, MapperDecision>> known;  // the decisions last read
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto checked = checked_.find(id);
     auto kept = kept_.find(id);
-    if (pending.empty() && checked != checked_.end() && !checked->second.stale &&
+    if (pending.empty() && checked != checked_.end() &&
         (kept == kept_.end() || kept->second->placement.epoch() == checked->second.epoch)) {
-      return absl::OkStatus();
+      if (!checked->second.stale) return absl::OkStatus();
+      // Only a repair changed it since: on a server of the newest epoch nothing waits for a
+      // decision (every attempt of the epoch prepares here), so the decisions read then still
+      // say all; checked again without etcd (a repair during an etcd outage leaves the shuffle
+      // readable).
+      if (kept != kept_.end() && kept->second->any) known = checked->second.decided;
     }
   }
   const View c = view();
   SLUICE_RETURN_IF_ERROR(c.Joined());
-  // (Attempts prepared here and not known decided: serving without the decisions could leave
-  // out a mapper another server has committed.)
-  SLUICE_RETURN_IF_ERROR(EtcdUp());
-  SLUICE_ASSIGN_OR_RETURN(auto decided, Record(id, c.placements->Decisions(id)));
+  std::map<uint32_t, MapperDecision> decided;
+  if (known.has_value()) {
+    decided = std::move(*known);
+  } else {
+    // (Attempts prepared here and not known decided: serving without the decisions could
+    // leave out a mapper another server has committed.)
+    SLUICE_RETURN_IF_ERROR(EtcdUp());
+    SLUICE_ASSIGN_OR_RETURN(decided, Record(id, c.placements->Decisions(id)));
+  }
   SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
   uint32_t newest = 0;
   for (const auto& [m, d] : decided) newest = std::max(newest, d.epoch);
@@ -623,6 +634,7 @@ absl::Status ClusterNode::ResolvePending(const std::string& id) {
   Checked checked;
   checked.epoch = kept != nullptr ? kept->placement.epoch() : 0;
   checked.missing = std::move(check.missing);
+  checked.decided = std::move(decided);
   std::lock_guard<std::mutex> lock(mu_);
   // (Found lost at this epoch and missing still: lost still, until the repairer looks again.)
   if (auto before = checked_.find(id);

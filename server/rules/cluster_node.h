@@ -277,6 +277,7 @@ class ClusterNode {
     // partition -> those of its missing mappers no registered server holds (MarkLost)
     std::map<uint32_t, std::set<uint32_t>> lost;
     bool stale = false;  // a repair changed it since (Recheck): checked again at the next serve
+    std::map<uint32_t, MapperDecision> decided;  // the decisions it was checked against
   };
   std::map<std::string, Checked> checked_;
   // Servers of the known shuffles not registered, since when (as seen here; mu_).

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cluster/etcd_client.h"
+#include "codec/status_macros.h"
 
 namespace sluice::testing {
 
@@ -89,36 +90,50 @@ absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(const std::strin
                                    "--initial-cluster=sluice-test=" + peer_url,
                                    "--logger=zap",
                                    "--log-level=warn"};
-  const std::string log = etcd->dir_.path() + "/etcd.log";
+  etcd->args_ = std::move(args);
+  etcd->host_ = host;
+  etcd->client_port_ = *client_port;
+  SLUICE_RETURN_IF_ERROR(etcd->Launch(/*append_log=*/false));
+  return etcd;
+}
+
+absl::Status EtcdProcess::Restart() {
+  if (pid_ != 0) Signal(SIGKILL);
+  return Launch(/*append_log=*/true);
+}
+
+absl::Status EtcdProcess::Launch(bool append_log) {
+  const std::string log = dir_.path() + "/etcd.log";
   const pid_t pid = ::fork();
   if (pid < 0) return absl::InternalError("fork failed");
   if (pid == 0) {
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int fd =
+        ::open(log.c_str(), O_WRONLY | O_CREAT | (append_log ? O_APPEND : O_TRUNC), 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);
       ::dup2(fd, 2);
     }
     std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
+    for (auto& a : args_) argv.push_back(a.data());
     argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
+    ::execv(argv[0], argv.data());
     ::_exit(127);
   }
-  etcd->pid_ = pid;
+  pid_ = pid;
   EtcdOptions options;
-  options.endpoints = etcd->endpoint_;
+  options.endpoints = endpoint_;
   options.deadline = std::chrono::milliseconds(500);
   auto client = EtcdClient::Connect(options);
   if (!client.ok()) return client.status();
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   absl::Status last;
   while (std::chrono::steady_clock::now() < until) {
-    last = Healthy(host, *client_port) ? (*client)->Get("/sluice-test/ready").status()
-                                       : absl::UnavailableError("not healthy yet");
-    if (last.ok()) return etcd;
+    last = Healthy(host_, client_port_) ? (*client)->Get("/sluice-test/ready").status()
+                                        : absl::UnavailableError("not healthy yet");
+    if (last.ok()) return absl::OkStatus();
     int status = 0;
     if (::waitpid(pid, &status, WNOHANG) == pid) {
-      etcd->pid_ = 0;
+      pid_ = 0;
       return absl::InternalError(
           absl::StrCat("etcd exited at start (status ", status, "); its log: ", log));
     }

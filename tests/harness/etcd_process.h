@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "tests/harness/temp_dir.h"
@@ -34,11 +35,18 @@ class EtcdProcess {
   pid_t pid() const { return pid_; }
   /// Sends `sig` (SIGSTOP and SIGCONT too); after a signal that ends it, waits for it.
   void Signal(int sig);
+  /// Kills it (-9) if it runs, and starts it again on the same ports and data (what it had
+  /// committed is kept); returns once it answers.
+  absl::Status Restart();
 
  private:
   EtcdProcess() = default;
+  absl::Status Launch(bool append_log);
   TempDir dir_;
   std::string endpoint_;
+  std::string host_;
+  int client_port_ = 0;
+  std::vector<std::string> args_;
   pid_t pid_ = 0;
 };
 
