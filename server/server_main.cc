@@ -101,6 +101,17 @@ ABSL_FLAG(std::string, auth_file, "",
           "credentials every call must present (token hashes, certificate names -> tenant, "
           "role); watched for changes");
 ABSL_FLAG(uint32_t, auth_reload_s, 10, "look at --auth_file again this often");
+ABSL_FLAG(std::string, peer_tls_ca, "",
+          "with TLS: PEM CAs the other servers' certificates chain to (re-replication dials "
+          "them; without it a TLS server does not repair)");
+ABSL_FLAG(std::string, peer_tls_server_name, "",
+          "the name the other servers' certificates carry (empty: the host dialled)");
+ABSL_FLAG(std::string, peer_tls_cert, "",
+          "PEM client certificate this server shows servers that ask for one (mutual TLS)");
+ABSL_FLAG(std::string, peer_tls_key, "", "PEM private key of --peer_tls_cert");
+ABSL_FLAG(std::string, peer_token_file, "",
+          "with --auth_file: a file holding a token every server's --auth_file names as admin "
+          "(re-replication presents it; without it such a server does not repair)");
 ABSL_FLAG(uint64_t, tenant_max_shuffles, 1000,
           "shuffles a tenant may hold on this server, unless its quota line says (0 = no limit)");
 ABSL_FLAG(uint64_t, tenant_max_stored_mb, 0,
@@ -185,6 +196,11 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.plaintext = absl::GetFlag(FLAGS_plaintext);
   opts.auth_file = absl::GetFlag(FLAGS_auth_file);
   opts.auth_reload_interval = std::chrono::seconds(absl::GetFlag(FLAGS_auth_reload_s));
+  opts.peer_tls.ca_file = absl::GetFlag(FLAGS_peer_tls_ca);
+  opts.peer_tls.server_name = absl::GetFlag(FLAGS_peer_tls_server_name);
+  opts.peer_tls.cert_file = absl::GetFlag(FLAGS_peer_tls_cert);
+  opts.peer_tls.key_file = absl::GetFlag(FLAGS_peer_tls_key);
+  opts.peer_token_file = absl::GetFlag(FLAGS_peer_token_file);
   opts.tenant_max_shuffles = absl::GetFlag(FLAGS_tenant_max_shuffles);
   const uint64_t stored_mb = absl::GetFlag(FLAGS_tenant_max_stored_mb);
   if (stored_mb > (uint64_t{1} << 43)) {

@@ -182,6 +182,17 @@ absl::Status ValidateOptions(const ServerOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--auth_reload_s=", o.auth_reload_interval.count(), " is out of range [1, 86400]"));
   }
+  if (o.peer_tls.cert_file.empty() != o.peer_tls.key_file.empty()) {
+    return absl::InvalidArgumentError("--peer_tls_cert and --peer_tls_key go together");
+  }
+  if (!o.tls.enabled() && o.peer_tls.On()) {
+    return absl::InvalidArgumentError(
+        "--peer_tls_* are for a server with TLS (--tls_cert, --tls_key): its peers serve TLS");
+  }
+  if (!o.peer_token_file.empty() && o.auth_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--peer_token_file is for a server with --auth_file: its peers ask for credentials");
+  }
   // The listening port: TLS, or plaintext, which leaves this machine only when asked for
   // explicitly.
   if (o.tls.enabled()) {

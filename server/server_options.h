@@ -61,6 +61,14 @@ struct ServerOptions {
   uint64_t tenant_max_shuffles = 1000;
   uint64_t tenant_max_stored_bytes = 0;
   uint64_t tenant_max_streams = 0;
+  /// Re-replication's own calls to the other servers (docs/cluster.md, "Re-replication"). With
+  /// TLS: `peer_tls.ca_file`, the CAs their certificates chain to (needed to repair); its
+  /// `server_name`, the name they carry (empty: the host dialled); its `cert_file` and
+  /// `key_file`, this server's client certificate for servers that ask for one. With
+  /// auth_file: `peer_token_file`, a file holding a token every server's file names as admin
+  /// (needed to repair).
+  ClientTlsOptions peer_tls;
+  std::string peer_token_file;
   /// Serve gRPC server reflection (grpcurl's `list`, `describe`).
   bool reflection = true;
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -17,6 +18,7 @@
 #include "cluster/placement_store.h"
 #include "codec/status_macros.h"
 #include "rpc/error_reason.h"
+#include "rpc/tls_options.h"
 #include "server/metrics/metric_families.h"
 #include "server/metrics/metrics_http.h"
 #include "server/metrics_scrape.h"
@@ -50,6 +52,45 @@ uint64_t NowUnixMs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
                                    .count());
+}
+
+// How this server reaches its peers for re-replication (docs/cluster.md, "Re-replication"); an
+// error names a flag whose file cannot be used; *off says why it cannot repair (a flag missing).
+absl::StatusOr<PeerOptions> PeerAccess(const ServerOptions& o, std::string* off) {
+  PeerOptions peer;
+  if (o.tls.enabled()) {
+    if (o.peer_tls.ca_file.empty()) {
+      *off =
+          "this server serves TLS and --peer_tls_ca (the CAs of the other servers' "
+          "certificates) is not given";
+    }
+    peer.tls = o.peer_tls;
+    peer.tls.enabled = true;
+    if (absl::Status st = rpc::LoadClientTls(&peer.tls); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--peer_tls_*: ", st.message()));
+    }
+  }
+  if (!o.auth_file.empty()) {
+    if (o.peer_token_file.empty()) {
+      if (off->empty()) {
+        *off =
+            "this server asks for credentials (--auth_file) and --peer_token_file (an "
+            "admin's token for the other servers) is not given";
+      }
+      return peer;
+    }
+    SLUICE_ASSIGN_OR_RETURN(std::string token,
+                            file::ReadFile(o.peer_token_file, 4096, "--peer_token_file"));
+    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
+      token.pop_back();
+    }
+    if (token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--peer_token_file=", o.peer_token_file, " holds no token"));
+    }
+    peer.token = std::move(token);
+  }
+  return peer;
 }
 
 // Settings that let others in, said at the start (docs/security.md): a private key other users
@@ -102,6 +143,7 @@ struct SluiceServer::Impl {
   std::unique_ptr<Periodic> watching;      // ClusterNode::WatchMembers, once joined
   std::unique_ptr<GrpcPeerFetcher> peers;  // with --repair_mb_per_s, once joined
   std::unique_ptr<Repairer> repairer;
+  std::string repair_off;  // why this server does not repair (set once, before it joins)
   std::unique_ptr<Periodic> repairing;
   std::unique_ptr<GrpcServer> grpc;
   std::unique_ptr<ShuffleExpiry> expiry;  // with --shuffle_ttl_s
@@ -359,6 +401,11 @@ absl::Status SluiceServer::Impl::JoinCluster() {
   self.started_unix_ms = NowUnixMs();
   node->SetSelf(self);
   if (o.etcd_endpoints.empty()) return absl::OkStatus();
+  // (Before it registers: a peer flag whose file cannot be used stops the start.)
+  std::string off;
+  SLUICE_ASSIGN_OR_RETURN(PeerOptions peer, PeerAccess(o, &off));
+  if (o.repair_bytes_per_s == 0) off = "--repair_mb_per_s=0";
+  repair_off = off;
   // Calls that come in meanwhile hear "still joining" from the node instead of waiting.
   MembershipOptions mo;
   mo.node_id = self.node_id;
@@ -383,7 +430,8 @@ absl::Status SluiceServer::Impl::JoinCluster() {
     if (drain_asked) membership->Leave();  // drained while it joined
   }
   placements = std::make_unique<EtcdPlacementStore>(etcd, o.etcd_prefix);
-  peers = std::make_unique<GrpcPeerFetcher>();  // (before Joined: a joined node's calls use it)
+  // (Before Joined: a joined node's calls use it.)
+  peers = std::make_unique<GrpcPeerFetcher>(std::move(peer));
   node->Joined(membership.get(), placements.get());
   node->WatchMembers();  // who is registered now: creates do not place on fewer later
   // A third of the lease, at most a second: an etcd outage is known before a reader waits on
@@ -393,10 +441,8 @@ absl::Status SluiceServer::Impl::JoinCluster() {
       std::chrono::duration_cast<std::chrono::milliseconds>(o.node_lease_ttl) / 3);
   watching = std::make_unique<Periodic>(every, [this] { node->WatchMembers(); });
   if (o.repair_bytes_per_s > 0) {
-    if (o.tls.enabled() || !o.auth_file.empty()) {
-      spdlog::warn(
-          "event=repair_off reason=\"re-replication reads other servers in plaintext without "
-          "a token, and this server runs with TLS or --auth_file\"");
+    if (!off.empty()) {
+      spdlog::warn("event=repair_off reason=\"{}\"", off);
     } else {
       repairer = std::make_unique<Repairer>(registry.get(), node.get(), peers.get(),
                                             o.repair_bytes_per_s, &metrics);
@@ -415,10 +461,10 @@ absl::StatusOr<DecommissionState> SluiceServer::Impl::Decommission() {
     return WithReason(absl::UnavailableError("the server is still joining its cluster; retry"),
                       ErrorReason::kJoining);
   }
-  if (options.tls.enabled() || !options.auth_file.empty() || options.repair_bytes_per_s == 0) {
+  if (!repair_off.empty()) {
     return absl::FailedPreconditionError(
-        "decommission needs re-replication, which this server does not run (TLS, --auth_file "
-        "or --repair_mb_per_s=0; docs/cluster.md, \"Re-replication\")");
+        absl::StrCat("decommission needs re-replication, which this server does not run (",
+                     repair_off, "; docs/cluster.md, \"Re-replication\")"));
   }
   SLUICE_RETURN_IF_ERROR(node->StartDecommission());
   return CheckDecommission(registry.get(), node.get(), peers.get());

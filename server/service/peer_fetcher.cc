@@ -6,7 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "codec/status_macros.h"
 #include "rpc/grpc_glue.h"
+#include "rpc/tls.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 
 namespace sluice {
@@ -19,9 +21,26 @@ std::shared_ptr<grpc::Channel> GrpcPeerFetcher::Channel(const std::string& addre
     args.SetMaxReceiveMessageSize(INT_MAX);  // a stored frame of any size a server took
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
-    channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    if (!options_.tls.server_name.empty()) {
+      args.SetSslTargetNameOverride(options_.tls.server_name);
+    }
+    channel = grpc::CreateCustomChannel(address,
+                                        options_.tls.On() ? rpc::ChannelCredentials(options_.tls)
+                                                          : grpc::InsecureChannelCredentials(),
+                                        args);
   }
   return channel;
+}
+
+absl::Status GrpcPeerFetcher::Authorize(const std::string& address,
+                                        grpc::ClientContext* ctx) const {
+  if (options_.token.empty()) return absl::OkStatus();
+  if (!options_.tls.On() && !rpc::IsLoopbackAddress(address)) {
+    return absl::FailedPreconditionError(absl::StrCat("the peer token is not sent in clear to ",
+                                                      address, " (serve TLS: docs/security.md)"));
+  }
+  ctx->AddMetadata("authorization", "Bearer " + options_.token);
+  return absl::OkStatus();
 }
 
 absl::Status GrpcPeerFetcher::Fetch(
@@ -34,6 +53,7 @@ absl::Status GrpcPeerFetcher::Fetch(
   req.set_order(v1::UNORDERED);
   req.add_only_mappers(mapper);
   grpc::ClientContext ctx;
+  SLUICE_RETURN_IF_ERROR(Authorize(address, &ctx));
   // (A peer that stops sending is left after the keepalive; a whole copy has no deadline of
   // its own, only the rate the repairer paces it to.)
   auto reader = stub->Fetch(&ctx, req);
@@ -68,6 +88,7 @@ absl::StatusOr<std::vector<PeerPartition>> GrpcPeerFetcher::MissingOf(const std:
     req.set_first_partition(next);
     v1::ShuffleInfo info;
     grpc::ClientContext ctx;
+    SLUICE_RETURN_IF_ERROR(Authorize(address, &ctx));
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     const absl::Status st = rpc::FromGrpcStatus(stub->GetShuffle(&ctx, req, &info));
     if (!st.ok()) return st;

@@ -78,6 +78,18 @@ std::string Filler(uint32_t m, int i, size_t n) {
 
 std::string Key(uint32_t m, int i) { return absl::StrCat("key", (m * 7919 + i * 31) % 500); }
 
+// Runs `sluice ARGS` (stderr with stdout); its exit code (-1: not run or killed) and output.
+int RunCli(const std::string& args, std::string* out) {
+  FILE* f = ::popen(absl::StrCat(SLUICE_CLI_BIN, " ", args, " 2>&1").c_str(), "r");
+  if (f == nullptr) return -1;
+  out->clear();
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out->append(buf.data(), n);
+  const int status = ::pclose(f);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 absl::StatusOr<WriteResult> WriteMapper(ShuffleClient& client, const Job& job, uint32_t m,
                                         uint64_t attempt, int items,
                                         const std::function<void(int)>& each = nullptr) {
@@ -155,6 +167,18 @@ void ExpectExactlyTheWinners(ShuffleClient& client, const Job& job, FetchOrder o
   EXPECT_EQ(seen.size(), winners.size() * static_cast<size_t>(items));
 }
 
+// A client of `servers` with short deadlines (`options` besides).
+std::unique_ptr<ShuffleClient> ConnectTo(const std::string& servers, ClientOptions options = {}) {
+  options.server = servers;
+  options.call_deadline = std::chrono::seconds(5);
+  // A hung server is found within about 2 s.
+  options.keepalive_time = std::chrono::seconds(1);
+  options.keepalive_timeout = std::chrono::seconds(1);
+  auto c = ShuffleClient::Connect(options);
+  EXPECT_OK(c);
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+
 class ReplicationTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -163,15 +187,7 @@ class ReplicationTest : public ::testing::Test {
   }
 
   static std::unique_ptr<ShuffleClient> Connect(const std::string& servers) {
-    ClientOptions options;
-    options.server = servers;
-    options.call_deadline = std::chrono::seconds(5);
-    // A hung server is found within about 2 s.
-    options.keepalive_time = std::chrono::seconds(1);
-    options.keepalive_timeout = std::chrono::seconds(1);
-    auto c = ShuffleClient::Connect(options);
-    EXPECT_OK(c);
-    return c.ok() ? std::move(c).value() : nullptr;
+    return ConnectTo(servers);
   }
 
   // A client of the server at `address` alone.
@@ -279,19 +295,12 @@ TEST_F(ReplicationTest, TheCliFetchesEveryRecordOfAClusteredShuffle) {
   const auto fetched = [&] {
     int lines = 0;  // records
     for (uint32_t p = 0; p < job.partitions; ++p) {
-      const std::string cmd =
-          absl::StrCat(SLUICE_CLI_BIN, " fetch --server ", cluster_->addresses(), " --shuffle ",
-                       job.id, " --partition ", p,
-                       " --order UNORDERED --format msgpack --output "
-                       "/dev/null 2>&1");
-      FILE* f = ::popen(cmd.c_str(), "r");
-      if (f == nullptr) return -1;
       std::string text;
-      std::array<char, 4096> buf;
-      size_t n;
-      while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) text.append(buf.data(), n);
-      const int status = ::pclose(f);
-      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      EXPECT_EQ(RunCli(absl::StrCat("fetch --server ", cluster_->addresses(), " --shuffle ", job.id,
+                                    " --partition ", p,
+                                    " --order UNORDERED --format msgpack --output /dev/null"),
+                       &text),
+                0)
           << "partition " << p << ": " << text.substr(0, 400);
       int records = 0;
       EXPECT_EQ(std::sscanf(text.c_str(), "fetched %d records", &records), 1) << text;
@@ -735,6 +744,88 @@ TEST(ClusterTenantsTest, IsolationAndTheShuffleQuotaHoldAcrossServers) {
   EXPECT_OK(a->CreateShuffle("job3", 1, 2, 1).status());
 }
 
+// Re-replication where the servers serve TLS and ask for credentials: each dials the others
+// over TLS (--peer_tls_ca; their certificates name localhost, hence --peer_tls_server_name) with
+// an admin's token (--peer_token_file); a tenant's shuffle loses a server for good and is whole
+// again on R = 2 registered servers, read exactly through TLS. A server without the peer flags
+// does not repair and refuses a decommission, naming the flag.
+TEST(SecureRepairTest, ServersWithTlsAndTokensRepairEachOther) {
+  TempDir dir;
+  ASSERT_EQ(std::system(absl::StrCat("bash ", SLUICE_SOURCE_DIR, "/tests/harness/make_certs.sh ",
+                                     dir.path(), "/certs >/dev/null 2>&1")
+                            .c_str()),
+            0)
+      << "make_certs.sh failed: is openssl installed?";
+  const std::string certs = dir.path() + "/certs/";
+  std::ofstream(dir.path() + "/credentials") << rpc::TokenHash("slc_peers") << " peers admin\n"
+                                             << rpc::TokenHash("slc_a") << " team-a tenant\n";
+  std::ofstream(dir.path() + "/peer-token") << "slc_peers\n";
+  testing::MiniClusterOptions options;
+  options.servers = 4;
+  const std::vector<std::string> secure = {"--tls_cert=" + certs + "server.pem",
+                                           "--tls_key=" + certs + "server.key",
+                                           "--auth_file=" + dir.path() + "/credentials"};
+  options.flags.insert(options.flags.end(), secure.begin(), secure.end());
+  options.flags.push_back("--dead_after_s=2");
+  options.flags.push_back("--peer_tls_ca=" + certs + "ca.pem");
+  options.flags.push_back("--peer_tls_server_name=localhost");
+  options.flags.push_back("--peer_token_file=" + dir.path() + "/peer-token");
+  ASSERT_OK_AND_ASSIGN(auto cluster, testing::MiniCluster::Start(options));
+  auto connect = [&](const std::string& servers, const std::string& token) {
+    ClientOptions o;
+    o.token = token;
+    o.tls.ca_file = certs + "ca.pem";
+    o.tls.server_name = "localhost";
+    return ConnectTo(servers, o);
+  };
+  auto client = connect(cluster->addresses(), "slc_a");
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        auto nodes = client->ListNodes();
+        return nodes.ok() && nodes->size() == 4;
+      },
+      std::chrono::seconds(20)));
+  Job job;
+  job.id = "secure";
+  job.partitions = 8;
+  ASSERT_OK(client->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
+  std::map<uint32_t, uint64_t> winners;
+  for (uint32_t m = 0; m < job.mappers; ++m) {
+    ASSERT_OK_AND_ASSIGN(winners[m], WriteWithRetries(*client, job, m));
+  }
+  const size_t victim = 1;
+  cluster->Kill(victim);
+  // Taken out, then every partition whole on 2 registered servers (the copies made over TLS).
+  ShuffleStatus status;
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        auto placed = client->GetPlacement(job.id);
+        if (!placed.ok() || placed->epoch == 0) return false;
+        auto st = client->GetShuffle(job.id);
+        if (!st.ok()) return false;
+        status = *st;
+        return status.under_replicated_partitions.empty();
+      },
+      std::chrono::seconds(60)))
+      << "under-replicated: " << absl::StrJoin(status.under_replicated_partitions, ",");
+  uint64_t repaired = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    if (i == victim) continue;
+    ASSERT_OK_AND_ASSIGN(NodeStatus node, connect(cluster->address(i), "slc_peers")->GetNode());
+    repaired += node.repaired_bytes;
+  }
+  EXPECT_GT(repaired, 0u);
+  ExpectExactlyTheWinners(*client, job, FetchOrder::kKey, winners, job.items);
+  // Without --peer_token_file: no repair, and a decommission says what is missing.
+  ASSERT_OK_AND_ASSIGN(size_t plain, cluster->Add({"--peer_token_file="}));
+  auto admin = connect(cluster->address(plain), "slc_peers");
+  absl::StatusOr<ShuffleClient::DecommissionProgress> refused = admin->Decommission();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_NE(refused.status().message().find("--peer_token_file"), absl::string_view::npos)
+      << refused.status();
+}
+
 // A server lost for good (docs/cluster.md, "Placement epochs"): four servers on 127.0.0.2-5,
 // R = 2, and a server unregistered for 2 s is taken out of its shuffles' placements.
 class LostServerTest : public ReplicationTest {
@@ -1006,15 +1097,8 @@ TEST_F(LostServerTest, PartitionsWhoseEveryReplicaIsGoneAreReportedLostWithTheir
     }
     EXPECT_EQ(n, status.partitions[p].records) << "partition " << p;
   }
-  const std::string cmd = absl::StrCat(SLUICE_CLI_BIN, " status --server ", cluster_->addresses(),
-                                       " --shuffle ", job.id, " 2>&1");
-  FILE* f = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(f, nullptr);
   std::string text;
-  std::array<char, 4096> buf;
-  size_t got;
-  while ((got = std::fread(buf.data(), 1, buf.size(), f)) > 0) text.append(buf.data(), got);
-  ::pclose(f);
+  RunCli(absl::StrCat("status --server ", cluster_->addresses(), " --shuffle ", job.id), &text);
   EXPECT_NE(text.find(absl::StrCat("LOST partition ", *expected.begin(),
                                    ": no server holds the records of mappers 0, 1, 2, 3")),
             std::string::npos)

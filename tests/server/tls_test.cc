@@ -319,6 +319,18 @@ TEST_F(TlsTest, BadFilesAndFlagsFailTheStartNamingThem) {
   o.tls.reload_interval = std::chrono::seconds(0);
   o.plaintext = false;
   ExpectRefused(o, "--tls_reload_s=0 is out of range");
+  // Re-replication's flags: each with what it goes with.
+  o.tls = ServerTls(false);
+  o.peer_tls.cert_file = Cert("client-a.pem");
+  ExpectRefused(o, "--peer_tls_cert and --peer_tls_key go together");
+  o.peer_tls = {};
+  o.tls = {};
+  o.peer_tls.ca_file = Cert("ca.pem");
+  ExpectRefused(o, "--peer_tls_* are for a server with TLS");
+  o.peer_tls = {};
+  o.peer_token_file = Cert("ca.pem");
+  ExpectRefused(o, "--peer_token_file is for a server with --auth_file");
+  o.peer_token_file.clear();
   // Plaintext where other hosts can reach it: only with --plaintext (refused before binding).
   o = ServerOptions();
   o.listen_address = "0.0.0.0:0";
