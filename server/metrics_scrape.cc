@@ -47,6 +47,10 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
           "Committed (mapper, partition) pairs this server's replicas lack: taken over in a "
           "later placement epoch and not copied yet",
           D(m.repair_backlog.load()));
+  t.Gauge("sluice_lost_mappers",
+          "Committed (mapper, partition) pairs this server's replicas lack and no server holds "
+          "any more: their records are gone (docs/cluster.md, \"Lost partitions\")",
+          D(m.lost_mappers.load()));
   t.Family("sluice_partitions_damaged_total", prometheus::MetricType::Counter,
            "Partitions found damaged, by what found them",
            {{{{"found_by", "fetch"}}, D(m.damaged_by_fetch.load())},

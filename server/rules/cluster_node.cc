@@ -479,6 +479,15 @@ bool ClusterNode::MarkLost(const std::string& id, uint32_t partition, uint32_t m
   return it != checked_.end() && it->second.lost[partition].insert(mapper).second;
 }
 
+uint64_t ClusterNode::LostTotal() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t n = 0;
+  for (const auto& [id, checked] : checked_) {
+    for (const auto& [partition, mappers] : checked.lost) n += mappers.size();
+  }
+  return n;
+}
+
 uint32_t ClusterNode::KnownEpoch(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = kept_.find(id);

@@ -169,6 +169,8 @@ class ClusterNode {
   std::vector<uint32_t> LostMappers(const std::string& id, uint32_t partition) const;
   /// Returns whether it was not marked yet.
   bool MarkLost(const std::string& id, uint32_t partition, uint32_t mapper);
+  /// Every shuffle's lost (mapper, partition) pairs, as marked.
+  uint64_t LostTotal() const;
   /// The placement epoch this server knows of `id` (0 on its own or before reading it).
   uint32_t KnownEpoch(const std::string& id) const;
   /// Whether this server keeps partition `partition` of `id` in some epoch (true on its own,

@@ -60,7 +60,10 @@ uint64_t Repairer::Run() {
     }
     if (changed) node_->Recheck(item.id);
   }
-  if (metrics_ != nullptr) metrics_->repair_backlog.store(node_->MissingTotal());
+  if (metrics_ != nullptr) {
+    metrics_->repair_backlog.store(node_->MissingTotal());
+    metrics_->lost_mappers.store(node_->LostTotal());
+  }
   return made;
 }
 
