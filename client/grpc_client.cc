@@ -452,6 +452,7 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     n.started_unix_ms = info.started_unix_ms();
     n.repair_backlog = info.repair_backlog();
     n.repaired_bytes = info.repaired_bytes();
+    n.repair_backlog_bytes = info.repair_backlog_bytes();
     n.decommissioning = info.decommissioning();
     for (const auto& d : info.data_dirs()) {
       n.data_dirs.push_back(NodeStatus::DataDir{d.index(), d.failed(), d.error(), d.shuffles(),

@@ -159,6 +159,7 @@ struct NodeStatus {
   /// Re-replication: committed (mapper, partition) pairs its replicas lack and will copy from
   /// other replicas, and the bytes it has copied since its start.
   uint64_t repair_backlog = 0, repaired_bytes = 0;
+  uint64_t repair_backlog_bytes = 0;  ///< what the backlog comes to, as its sources say
   /// A decommission was asked: it takes no new partitions, its replicas move elsewhere.
   bool decommissioning = false;
   /// Its data directories (--data_dir, one per disk), in order.

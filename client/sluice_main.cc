@@ -193,8 +193,9 @@ void PrintNode(const sluice::NodeAddress& n) {
       mib(st->disk_total_bytes), mib(st->memory_used_bytes), mib(st->memory_budget_bytes),
       st->shuffles, st->push_streams, st->fetch_streams);
   if (st->repair_backlog != 0 || st->repaired_bytes != 0) {
-    std::printf("  repair: %llu (mapper, partition) copies to make, %llu MiB copied\n",
-                static_cast<unsigned long long>(st->repair_backlog), mib(st->repaired_bytes));
+    std::printf("  repair: %llu (mapper, partition) copies to make (%llu MiB), %llu MiB copied\n",
+                static_cast<unsigned long long>(st->repair_backlog), mib(st->repair_backlog_bytes),
+                mib(st->repaired_bytes));
   }
   // Data directories: listed when there are several, or when one failed.
   for (const auto& d : st->data_dirs) {

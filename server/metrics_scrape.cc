@@ -47,6 +47,10 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
           "Committed (mapper, partition) pairs this server's replicas lack: taken over in a "
           "later placement epoch and not copied yet",
           D(m.repair_backlog.load()));
+  t.Gauge("sluice_repair_backlog_bytes",
+          "Bytes this server's replicas lack: a partition's frame bytes on a whole replica less "
+          "those here, as of the repairer's last round, less the copies made since",
+          D(m.repair_backlog_bytes.load()));
   t.Gauge("sluice_lost_mappers",
           "Committed (mapper, partition) pairs this server's replicas lack and no server holds "
           "any more: their records are gone (docs/cluster.md, \"Lost partitions\")",

@@ -77,6 +77,8 @@ struct ServerMetrics {
   Counter repair_bytes{0}, repair_copies{0};
   /// Committed (mapper, partition) pairs this server's replicas lack (set by the repairer).
   std::atomic<uint64_t> repair_backlog{0};
+  /// The bytes those come to, as their sources say (set by the repairer; copies take it down).
+  std::atomic<uint64_t> repair_backlog_bytes{0};
   /// Of those, the pairs no server holds any more (lost; set by the repairer).
   std::atomic<uint64_t> lost_mappers{0};
   /// A commit batch's data and log writes and syncs (group commit: one per batch).

@@ -15,7 +15,10 @@ namespace sluice {
 
 uint64_t Repairer::Run() {
   uint64_t made = 0;
-  for (const ClusterNode::RepairItem& item : node_->RepairBacklog()) {
+  const std::vector<ClusterNode::RepairItem> items = node_->RepairBacklog();
+  uint64_t left = BytesLeft(items);
+  if (metrics_ != nullptr) metrics_->repair_backlog_bytes.store(left);
+  for (const ClusterNode::RepairItem& item : items) {
     if (stopping_.load()) break;
     auto store = registry_->Get(item.id);
     if (!store.ok()) continue;
@@ -51,9 +54,11 @@ uint64_t Repairer::Run() {
       }
       changed = true;
       ++made;
+      left -= std::min(left, bytes);
       if (metrics_ != nullptr) {
         ServerMetrics::Add(metrics_->repair_bytes, bytes);
         ServerMetrics::Add(metrics_->repair_copies, 1);
+        metrics_->repair_backlog_bytes.store(left);
       }
       spdlog::info("event=repaired tenant={} shuffle={} partition={} mapper={} bytes={} from={}",
                    TenantField(item.id), item.id, item.partition, mapper, bytes, from);
@@ -65,6 +70,27 @@ uint64_t Repairer::Run() {
     metrics_->lost_mappers.store(node_->LostTotal());
   }
   return made;
+}
+
+uint64_t Repairer::BytesLeft(const std::vector<ClusterNode::RepairItem>& items) {
+  std::map<std::pair<std::string, std::string>, absl::StatusOr<std::vector<PeerPartition>>> asked;
+  uint64_t left = 0;
+  for (const ClusterNode::RepairItem& item : items) {
+    auto store = registry_->Get(item.id);
+    if (!store.ok()) continue;
+    const uint64_t here = (*store)->Stats(item.partition).bytes;
+    for (const std::string& source : item.sources) {
+      auto key = std::make_pair(source, item.id);
+      auto it = asked.find(key);
+      if (it == asked.end()) it = asked.emplace(key, fetcher_->MissingOf(source, item.id)).first;
+      if (!it->second.ok() || item.partition >= it->second->size()) continue;
+      const PeerPartition& there = (*it->second)[item.partition];
+      if (!there.Whole()) continue;
+      left += there.bytes > here ? there.bytes - here : 0;
+      break;
+    }
+  }
+  return left;
 }
 
 bool Repairer::Lost(const ClusterNode::RepairItem& item, uint32_t mapper, PeerStates* peers) {

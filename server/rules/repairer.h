@@ -39,6 +39,7 @@ namespace sluice {
 struct PeerPartition {
   bool usable = false;            ///< kept there in some epoch, not damaged
   std::vector<uint32_t> lacking;  ///< committed mappers it lacks (a later epoch's replica)
+  uint64_t bytes = 0;             ///< its frame bytes of the partition
   bool Whole() const { return usable && lacking.empty(); }
   bool Holds(uint32_t mapper) const {
     return usable && std::find(lacking.begin(), lacking.end(), mapper) == lacking.end();
@@ -94,6 +95,8 @@ class Repairer {
  private:
   // Copies one mapper's data for one partition from `source`; its blocks appended, checked and
   // recorded, or none of them.
+  // What `items` come to in bytes: per partition, a whole source's frame bytes less those here.
+  uint64_t BytesLeft(const std::vector<ClusterNode::RepairItem>& items);
   // Whether no server holds `mapper`'s data of the item's partition: every other holder
   // registered answers that it lacks it, and every one not registered was taken out.
   // `peers`: what each source said (asked at the first need).

@@ -96,6 +96,7 @@ absl::StatusOr<std::vector<PeerPartition>> GrpcPeerFetcher::MissingOf(const std:
     for (const auto& p : info.partitions()) {
       PeerPartition here;
       here.usable = !p.damaged() && !p.not_kept();
+      here.bytes = p.bytes();
       here.lacking.assign(p.lacking_mappers().begin(), p.lacking_mappers().end());
       // (A server too old to list them: lacking some it does not name.)
       if (here.lacking.size() < p.missing_mappers()) here.usable = false;

@@ -286,7 +286,10 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
       if (deps_.metrics != nullptr) resp->set_scrubbed_bytes(deps_.metrics->scrub_bytes.load());
       resp->set_repair_backlog(deps_.node->MissingTotal());
       resp->set_decommissioning(deps_.node->decommissioning());
-      if (deps_.metrics != nullptr) resp->set_repaired_bytes(deps_.metrics->repair_bytes.load());
+      if (deps_.metrics != nullptr) {
+        resp->set_repaired_bytes(deps_.metrics->repair_bytes.load());
+        resp->set_repair_backlog_bytes(deps_.metrics->repair_backlog_bytes.load());
+      }
     }
     resp->set_push_streams(static_cast<uint32_t>(deps_.admission.streams->push()));
     resp->set_fetch_streams(static_cast<uint32_t>(deps_.admission.streams->fetch()));

@@ -1000,6 +1000,15 @@ TEST_F(LostServerTest, AServerKilledForGoodDuringThePushesStopsNothing) {
     if (!cluster_->running(i)) continue;
     ASSERT_OK_AND_ASSIGN(NodeStatus node, Alone(cluster_->address(i))->client().GetNode());
     EXPECT_EQ(node.repair_backlog, 0u) << node.node_id;
+    // (In bytes as of the repairer's last round, once a second: commits made meanwhile may
+    // leave an estimate behind until the next.)
+    EXPECT_TRUE(testing::Eventually(
+        [&] {
+          auto again = Alone(cluster_->address(i))->client().GetNode();
+          return again.ok() && again->repair_backlog_bytes == 0;
+        },
+        std::chrono::seconds(5)))
+        << node.node_id;
     repaired += node.repaired_bytes;
   }
   EXPECT_GT(repaired, 0u) << "the lost server's replicas were copied";
@@ -1308,6 +1317,10 @@ TEST_F(SlowRepairTest, ARepairCutByAKillResumesAndIsNeverServedHalfCopied) {
       std::chrono::seconds(20)));
   ASSERT_OK_AND_ASSIGN(NodeStatus before_kill, link->client().GetNode());
   EXPECT_GT(before_kill.repair_backlog, 0u) << "the kill should land before the copies end";
+  // What is left, in bytes: at most the partitions' frame bytes it lacks (~0.75 MB a mapper).
+  EXPECT_GT(before_kill.repair_backlog_bytes, 0u);
+  EXPECT_LE(before_kill.repair_backlog_bytes,
+            uint64_t{job.partitions} * job.mappers * job.items * (job.filler + 64));
   cluster_->Kill(repairing);
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
   ASSERT_OK(cluster_->Restart(repairing));
