@@ -459,8 +459,7 @@ std::vector<uint32_t> ClusterNode::LackingMappers(const std::string& id, uint32_
   if (it == checked_.end()) return out;
   auto m = it->second.missing.find(partition);
   if (m == it->second.missing.end()) return out;
-  for (const auto& [mapper, attempt] : m->second) out.push_back(mapper);
-  std::sort(out.begin(), out.end());
+  for (const auto& [mapper, attempt] : m->second) out.push_back(mapper);  // (in mapper order)
   return out;
 }
 
@@ -648,16 +647,7 @@ absl::Status ClusterNode::ResolvePending(const std::string& id) {
   // (Found lost at this epoch and missing still: lost still, until the repairer looks again.)
   if (auto before = checked_.find(id);
       before != checked_.end() && before->second.epoch == checked.epoch) {
-    for (const auto& [partition, mappers] : before->second.lost) {
-      auto now = checked.missing.find(partition);
-      if (now == checked.missing.end()) continue;
-      for (uint32_t m : mappers) {
-        if (std::any_of(now->second.begin(), now->second.end(),
-                        [m](const auto& missing) { return missing.first == m; })) {
-          checked.lost[partition].insert(m);
-        }
-      }
-    }
+    checked.lost = StillLost(before->second.lost, checked.missing);
   }
   checked_[id] = std::move(checked);
   return absl::OkStatus();

@@ -16,14 +16,14 @@ namespace sluice {
 uint64_t Repairer::Run() {
   uint64_t made = 0;
   const std::vector<ClusterNode::RepairItem> items = node_->RepairBacklog();
-  uint64_t left = BytesLeft(items);
+  PeerStates peers;  // what each source says of each shuffle, asked once a round
+  uint64_t left = BytesLeft(items, &peers);
   if (metrics_ != nullptr) metrics_->repair_backlog_bytes.store(left);
   for (const ClusterNode::RepairItem& item : items) {
     if (stopping_.load()) break;
     auto store = registry_->Get(item.id);
     if (!store.ok()) continue;
     bool changed = false;
-    PeerStates peers;  // what the sources say they hold, asked once per item
     for (const auto& [mapper, attempt] : item.mappers) {
       if (stopping_.load()) break;
       absl::Status st = absl::UnavailableError("no other replica of it is registered now");
@@ -72,21 +72,25 @@ uint64_t Repairer::Run() {
   return made;
 }
 
-uint64_t Repairer::BytesLeft(const std::vector<ClusterNode::RepairItem>& items) {
-  std::map<std::pair<std::string, std::string>, absl::StatusOr<std::vector<PeerPartition>>> asked;
+const PeerPartition* Repairer::Ask(PeerStates* peers, const std::string& source,
+                                   const ClusterNode::RepairItem& item) {
+  auto key = std::make_pair(source, item.id);
+  auto it = peers->find(key);
+  if (it == peers->end()) it = peers->emplace(key, fetcher_->MissingOf(source, item.id)).first;
+  if (!it->second.ok() || item.partition >= it->second->size()) return nullptr;
+  return &(*it->second)[item.partition];
+}
+
+uint64_t Repairer::BytesLeft(const std::vector<ClusterNode::RepairItem>& items, PeerStates* peers) {
   uint64_t left = 0;
   for (const ClusterNode::RepairItem& item : items) {
     auto store = registry_->Get(item.id);
     if (!store.ok()) continue;
     const uint64_t here = (*store)->Stats(item.partition).bytes;
     for (const std::string& source : item.sources) {
-      auto key = std::make_pair(source, item.id);
-      auto it = asked.find(key);
-      if (it == asked.end()) it = asked.emplace(key, fetcher_->MissingOf(source, item.id)).first;
-      if (!it->second.ok() || item.partition >= it->second->size()) continue;
-      const PeerPartition& there = (*it->second)[item.partition];
-      if (!there.Whole()) continue;
-      left += there.bytes > here ? there.bytes - here : 0;
+      const PeerPartition* there = Ask(peers, source, item);
+      if (there == nullptr || !there->Whole()) continue;
+      left += there->bytes > here ? there->bytes - here : 0;
       break;
     }
   }
@@ -96,12 +100,10 @@ uint64_t Repairer::BytesLeft(const std::vector<ClusterNode::RepairItem>& items) 
 bool Repairer::Lost(const ClusterNode::RepairItem& item, uint32_t mapper, PeerStates* peers) {
   if (item.unknown_holders > 0) return false;
   for (const std::string& source : item.sources) {
-    auto it = peers->find(source);
-    if (it == peers->end()) it = peers->emplace(source, fetcher_->MissingOf(source, item.id)).first;
-    const absl::StatusOr<std::vector<PeerPartition>>& there = it->second;
-    // (One that cannot say may hold it.)
-    if (!there.ok() || item.partition >= there->size()) return false;
-    if ((*there)[item.partition].Holds(mapper)) return false;
+    // (One that cannot say may hold it. An answer from the round's start serves: a source
+    // that has copied the mapper since got it from a holder registered then, which said so.)
+    const PeerPartition* there = Ask(peers, source, item);
+    if (there == nullptr || there->Holds(mapper)) return false;
   }
   return true;
 }

@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -95,12 +96,17 @@ class Repairer {
  private:
   // Copies one mapper's data for one partition from `source`; its blocks appended, checked and
   // recorded, or none of them.
+  // What each source said of each shuffle (MissingOf), by (source address, shuffle id).
+  using PeerStates =
+      std::map<std::pair<std::string, std::string>, absl::StatusOr<std::vector<PeerPartition>>>;
+  // What `source` says of the item's partition (asked at the first need); null when it cannot
+  // tell.
+  const PeerPartition* Ask(PeerStates* peers, const std::string& source,
+                           const ClusterNode::RepairItem& item);
   // What `items` come to in bytes: per partition, a whole source's frame bytes less those here.
-  uint64_t BytesLeft(const std::vector<ClusterNode::RepairItem>& items);
+  uint64_t BytesLeft(const std::vector<ClusterNode::RepairItem>& items, PeerStates* peers);
   // Whether no server holds `mapper`'s data of the item's partition: every other holder
   // registered answers that it lacks it, and every one not registered was taken out.
-  // `peers`: what each source said (asked at the first need).
-  using PeerStates = std::map<std::string, absl::StatusOr<std::vector<PeerPartition>>>;
   bool Lost(const ClusterNode::RepairItem& item, uint32_t mapper, PeerStates* peers);
   absl::Status CopyOne(ShuffleStore& store, const ClusterNode::RepairItem& item, uint32_t mapper,
                        uint64_t attempt, const std::string& source, uint64_t* bytes);

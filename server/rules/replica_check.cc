@@ -51,4 +51,18 @@ ReplicaCheck CheckReplicas(const std::vector<std::vector<bool>>& held_by_epoch,
   return out;
 }
 
+std::map<uint32_t, std::set<uint32_t>> StillLost(
+    const std::map<uint32_t, std::set<uint32_t>>& lost,
+    const std::map<uint32_t, std::vector<std::pair<uint32_t, uint64_t>>>& missing) {
+  std::map<uint32_t, std::set<uint32_t>> out;
+  for (const auto& [partition, mappers] : lost) {
+    auto now = missing.find(partition);
+    if (now == missing.end()) continue;
+    for (const auto& [m, attempt] : now->second) {
+      if (mappers.count(m) != 0) out[partition].insert(m);
+    }
+  }
+  return out;
+}
+
 }  // namespace sluice

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -21,12 +22,18 @@ struct ReplicaCheck {
   /// what it had prepared is gone (its data directory lost or replaced).
   std::vector<uint32_t> lost;
   /// Per partition held here in some epoch: the (mapper, winning attempt) pairs whose data is
-  /// not here (pushed in an epoch that did not place the partition here, not repaired since).
+  /// not here (pushed in an epoch that did not place the partition here, not repaired since),
+  /// in mapper order.
   std::map<uint32_t, std::vector<std::pair<uint32_t, uint64_t>>> missing;
 };
 
 /// `held`: per epoch, per partition, whether this server held it (ShufflePlacement::HeldBy);
 /// empty for a shuffle without a placement (every partition held, one epoch).
+/// Of `lost` (partition -> mappers found lost), those `missing` (a ReplicaCheck's) still lacks.
+std::map<uint32_t, std::set<uint32_t>> StillLost(
+    const std::map<uint32_t, std::set<uint32_t>>& lost,
+    const std::map<uint32_t, std::vector<std::pair<uint32_t, uint64_t>>>& missing);
+
 ReplicaCheck CheckReplicas(const std::vector<std::vector<bool>>& held,
                            const std::map<uint32_t, MapperDecision>& decided,
                            const ShuffleStore& store);

@@ -11,11 +11,13 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "rpc/error_reason.h"
+#include "server/rules/replica_check.h"
 #include "tests/harness/fake_cluster.h"
 #include "tests/harness/frames.h"
 #include "tests/harness/status_matchers.h"
@@ -71,6 +73,17 @@ std::pair<std::vector<uint32_t>, std::vector<uint32_t>> Split(const ShufflePlace
     (here ? kept : other).push_back(q);
   }
   return {kept, other};
+}
+
+// A lost mark stays while the mapper is still missing from its partition, and goes once it is
+// not (copied after all) or the partition lacks nothing.
+TEST(ReplicaCheckTest, StillLostKeepsOnlyMarksOfMappersStillMissing) {
+  const std::map<uint32_t, std::set<uint32_t>> lost = {{0, {1, 2}}, {3, {4}}, {5, {6}}};
+  const std::map<uint32_t, std::vector<std::pair<uint32_t, uint64_t>>> missing = {
+      {0, {{2, 7}, {9, 7}}}, {3, {{4, 1}}}};
+  const std::map<uint32_t, std::set<uint32_t>> expected = {{0, {2}}, {3, {4}}};
+  EXPECT_EQ(StillLost(lost, missing), expected);
+  EXPECT_TRUE(StillLost({}, missing).empty());
 }
 
 TEST(ClusterNodeTest, OnItsOwnItActsOnItsRegistryAlone) {
