@@ -134,15 +134,21 @@ class FailoverReader final : public ShuffleReader {
           ++current_;
         }
         if (current_ >= replicas_.size()) {
-          return absl::UnavailableError(absl::StrCat(
+          const std::string what = absl::StrCat(
               "no replica of partition ", partition_, " of shuffle '", id_, "' could serve it (",
-              returned_, " records returned): ", absl::StrJoin(errors_, "; ")));
+              returned_, " records returned): ", absl::StrJoin(errors_, "; "));
+          // A decision revoked since the read began: only a read from the start is exact.
+          if (revoked_) return WithReason(absl::AbortedError(what), ErrorReason::kRevoked);
+          return absl::UnavailableError(what);
         }
         ReaderOptions o = options_;
         // Where the last one left off, over the same mappers (a replica may have learned of a
         // mapper committed since: counting records over another set would skip or repeat).
         o.skip_records = options_.skip_records + returned_;
-        if (returned_ > 0 && o.only_mappers.empty()) o.only_mappers = served_;
+        if (returned_ > 0 && o.only_mappers.empty()) {
+          o.only_mappers = served_;
+          o.only_attempts = served_attempts_;  // (a decision revoked since: never mixed)
+        }
         ServerLink* link = replicas_[current_];
         std::unique_ptr<FetchStream> fetch =
             link->OpenFetch(id_, partition_, o, /*report_mappers=*/served_.empty());
@@ -150,12 +156,17 @@ class FailoverReader final : public ShuffleReader {
         reader_ = std::make_unique<FrameStreamReader>(std::move(fetch), limits_, link->address());
       }
       absl::StatusOr<bool> more = reader_->Next(out);
-      if (served_.empty()) served_ = stream_->mappers();
+      if (served_.empty()) {
+        served_ = stream_->mappers();
+        served_attempts_ = stream_->attempts();
+        if (served_attempts_.size() != served_.size()) served_attempts_.clear();  // (older server)
+      }
       if (more.ok()) {
         if (*more) ++returned_;
         return more;
       }
       if (!TryAnother(more.status())) return more.status();
+      revoked_ = revoked_ || ReasonOf(more.status()) == ErrorReason::kRevoked;
       errors_.push_back(absl::StrCat(names_[current_], ": ", Describe(more.status())));
       reader_.reset();
       ++current_;
@@ -172,8 +183,10 @@ class FailoverReader final : public ShuffleReader {
   const FrameLimits limits_;
   const std::function<void(const absl::Status&)> on_failover_;
   std::unique_ptr<ShuffleReader> reader_;
-  FetchStream* stream_ = nullptr;  // reader_'s
-  std::vector<uint32_t> served_;   // the mappers the first replica served
+  FetchStream* stream_ = nullptr;          // reader_'s
+  std::vector<uint32_t> served_;           // the mappers the first replica served
+  std::vector<uint64_t> served_attempts_;  // and their attempts
+  bool revoked_ = false;  // a replica found a decision revoked since the read began
   size_t current_ = 0;
   uint64_t returned_ = 0;
   std::vector<std::string> errors_;
@@ -359,6 +372,39 @@ class ClusterClient final : public ShuffleClient {
   absl::Status Drain(uint32_t grace_seconds) override {
     return Seed(0).client().Drain(grace_seconds);
   }
+  // Decided by one server in the record, then every registered server of the shuffle made to
+  // read it (each applies the revocation before it answers), so that no reader routed by an
+  // older epoch is served a revoked attempt by a server that has not learnt of it.
+  absl::StatusOr<Revocation> RevokeMappers(const std::string& id,
+                                           const std::vector<uint32_t>& mappers,
+                                           uint32_t placement_epoch) override {
+    SLUICE_ASSIGN_OR_RETURN(const bool clustered, Clustered());
+    if (!clustered) return Seed(0).client().RevokeMappers(id, mappers, placement_epoch);
+    SLUICE_ASSIGN_OR_RETURN(const Revocation done, OnSeed<Revocation>([&](ShuffleClient& c) {
+                              return c.RevokeMappers(id, mappers, placement_epoch);
+                            }));
+    Forget(id);
+    SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, Placed(id, /*fresh=*/true));
+    std::vector<std::string> behind;
+    for (const NodeAddress& node : placed.info.nodes) {
+      if (node.address.empty()) continue;  // not registered: it reads the record when back
+      auto known = Link(node.address)->CatchUp(id, done.placement_epoch);
+      if (ReasonOf(known.status()) == ErrorReason::kNotKept) continue;  // nothing of it there
+      if (known.ok() && *known >= done.placement_epoch) continue;
+      behind.push_back(
+          absl::StrCat(node.node_id, " at ", node.address, ": ",
+                       known.ok() ? absl::StrCat("at epoch ", *known) : Describe(known.status())));
+    }
+    if (!behind.empty()) {
+      return absl::UnavailableError(
+          absl::StrCat("the decisions of shuffle '", id,
+                       "' are revoked in the cluster's record (placement "
+                       "epoch ",
+                       done.placement_epoch, ") but not every server has applied it yet: ",
+                       absl::StrJoin(behind, "; "), "; retry (a repeat revokes nothing new)"));
+    }
+    return done;
+  }
   absl::StatusOr<PlacementInfo> GetPlacement(const std::string& id) override {
     return OnSeed<PlacementInfo>([&](ShuffleClient& c) { return c.GetPlacement(id); }, nullptr,
                                  /*past_etcd=*/true);
@@ -385,18 +431,21 @@ class ClusterClient final : public ShuffleClient {
     }
     std::vector<ServerLink*> replicas;
     std::vector<std::string> names;
+    ReaderOptions routed = options;
+    routed.placement_epoch = std::max(options.placement_epoch, p.epoch);
     for (uint32_t n : p.replicas[partition]) {
       const NodeAddress& node = p.nodes[n];
       replicas.push_back(node.address.empty() ? nullptr : Link(node.address));
       names.push_back(node.address.empty() ? node.node_id
                                            : absl::StrCat(node.node_id, " at ", node.address));
     }
-    return std::unique_ptr<ShuffleReader>(
-        new FailoverReader(std::move(replicas), std::move(names), id, partition, options,
-                           options_.limits, [this, id](const absl::Status& st) {
-                             // (etcd's fault says nothing of the placement: it is kept.)
-                             if (!EtcdsFault(st)) Forget(id);
-                           }));
+    return std::unique_ptr<ShuffleReader>(new FailoverReader(std::move(replicas), std::move(names),
+                                                             id, partition, routed, options_.limits,
+                                                             [this, id](const absl::Status& st) {
+                                                               // (etcd's fault says nothing of the
+                                                               // placement: it is kept.)
+                                                               if (!EtcdsFault(st)) Forget(id);
+                                                             }));
   }
 
  private:

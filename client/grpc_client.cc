@@ -326,11 +326,13 @@ class GrpcFetchStream final : public FetchStream {
     *frame = &response_.frame();
     if (response_.mappers_size() > 0) {
       mappers_.assign(response_.mappers().begin(), response_.mappers().end());
+      attempts_.assign(response_.attempts().begin(), response_.attempts().end());
     }
     return true;
   }
 
   const std::vector<uint32_t>& mappers() const override { return mappers_; }
+  const std::vector<uint64_t>& attempts() const override { return attempts_; }
 
   void Cancel() override { ctx_->TryCancel(); }
 
@@ -350,6 +352,7 @@ class GrpcFetchStream final : public FetchStream {
   std::unique_ptr<grpc::ClientReader<pb::FetchResponse>> stream_;
   pb::FetchResponse response_;
   std::vector<uint32_t> mappers_;
+  std::vector<uint64_t> attempts_;
   bool done_ = false, received_ = false, restarted_ = false;
   std::chrono::steady_clock::time_point started_;
 };
@@ -511,6 +514,33 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     return p;
   }
 
+  absl::StatusOr<Revocation> RevokeMappers(const std::string& id,
+                                           const std::vector<uint32_t>& mappers,
+                                           uint32_t placement_epoch) override {
+    pb::RevokeMappersRequest req;
+    req.set_shuffle_id(id);
+    req.mutable_mappers()->Add(mappers.begin(), mappers.end());
+    req.set_placement_epoch(placement_epoch);
+    pb::RevokeMappersResponse resp;
+    absl::Status st =
+        Unary([&](grpc::ClientContext* ctx) { return stub_->RevokeMappers(ctx, req, &resp); });
+    if (!st.ok()) return st;
+    return Revocation{resp.placement_epoch(),
+                      std::vector<uint64_t>(resp.attempts().begin(), resp.attempts().end())};
+  }
+
+  absl::StatusOr<uint32_t> CatchUp(const std::string& id, uint32_t epoch) override {
+    pb::GetShuffleRequest req;
+    req.set_shuffle_id(id);
+    req.set_max_partitions(1);
+    req.set_placement_epoch(epoch);
+    pb::ShuffleInfo info;
+    absl::Status st =
+        Unary([&](grpc::ClientContext* ctx) { return stub_->GetShuffle(ctx, req, &info); });
+    if (!st.ok()) return st;
+    return info.placement_epoch();
+  }
+
   absl::StatusOr<DecommissionProgress> Decommission() override {
     pb::DecommissionResponse resp;
     absl::Status st = Unary([&](grpc::ClientContext* ctx) {
@@ -629,6 +659,8 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     req.set_target_chunk_bytes(static_cast<uint32_t>(options.chunk_bytes));
     req.set_skip_records(options.skip_records);
     req.mutable_only_mappers()->Add(options.only_mappers.begin(), options.only_mappers.end());
+    req.mutable_only_attempts()->Add(options.only_attempts.begin(), options.only_attempts.end());
+    req.set_placement_epoch(options.placement_epoch);
     req.set_report_mappers(report_mappers);
     return std::make_unique<GrpcFetchStream>(stub_.get(), channel_.get(), options_, std::move(req));
   }

@@ -247,6 +247,13 @@ struct ReaderOptions {
   /// that has not committed one of them refuses with ABORTED. The cluster client sets it when
   /// it resumes on another replica, to read exactly the mappers the first one served.
   std::vector<uint32_t> only_mappers;
+  /// With only_mappers: the attempt of each that the read began with (empty: any); a server
+  /// whose committed attempt of one is another refuses with ABORTED, reason REVOKED (docs/
+  /// cluster.md, "Revoking decisions"). The cluster client sets it with only_mappers.
+  std::vector<uint64_t> only_attempts;
+  /// In a cluster: the placement epoch the reader routes by (the cluster client sets it); a
+  /// server that knows an older one reads the shuffle's record first.
+  uint32_t placement_epoch = 0;
 };
 
 /// One partition's records. Views stay valid until the next call.
@@ -299,6 +306,22 @@ class ShuffleClient {
   /// it takes no new partitions and its replicas move to other servers. Asked again, it says
   /// how far that is; `done`: a stop loses nothing. Admin.
   virtual absl::StatusOr<DecommissionProgress> Decommission() = 0;
+  /// What RevokeMappers did.
+  struct Revocation {
+    uint32_t placement_epoch = 0;    ///< the epoch that revoked them: new attempts push in it
+    std::vector<uint64_t> attempts;  ///< the attempts revoked, one per mapper asked
+  };
+  /// In a cluster: revokes the winning decisions of `mappers` of the shuffle, as its status at
+  /// `placement_epoch` (ShuffleStatus::placement_epoch) showed them, so that the engine re-runs
+  /// them into the same shuffle: typically the mappers of its lost partitions (docs/cluster.md,
+  /// "Revoking decisions"). Decided once in the cluster's record; returns once every registered
+  /// server of the shuffle has applied it (UNAVAILABLE naming those that did not: retry, a
+  /// repeat revokes nothing new). ABORTED when the placement moved since `placement_epoch`
+  /// (read the status again); FAILED_PRECONDITION for a mapper not committed, and on a server on
+  /// its own.
+  virtual absl::StatusOr<Revocation> RevokeMappers(const std::string& id,
+                                                   const std::vector<uint32_t>& mappers,
+                                                   uint32_t placement_epoch) = 0;
   /// Asks the server for the partition count, then opens the attempt's push stream.
   virtual absl::StatusOr<std::unique_ptr<ShuffleWriter>> OpenWriter(
       const std::string& id, uint32_t mapper, uint64_t attempt,

@@ -20,12 +20,15 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "client/cli_flags.h"
 #include "client/server_process.h"
 #include "client/shuffle_client.h"
@@ -106,7 +109,8 @@ void PrintStatus(const sluice::ShuffleStatus& s) {
   for (const sluice::LostPartition& lost : s.lost_partitions) {
     std::printf(
         "  LOST partition %u: no server holds the records of mappers %s any more (every "
-        "server that held them was taken out); run those mappers again into a new shuffle\n",
+        "server that held them was taken out); revoke them (sluice revoke --lost) and run them "
+        "again\n",
         lost.partition, absl::StrJoin(lost.mappers, ", ").c_str());
   }
   for (size_t p = 0; p < s.partitions.size(); ++p) {
@@ -406,6 +410,9 @@ void Usage() {
       "         finish what runs, exit (a decommissioning server first moves its replicas)\n"
       "  decommission --server H:P [--wait [--timeout-s N]]   move its replicas elsewhere; with\n"
       "         --wait, until it may be stopped (exit 0), or the timeout (exit 1)\n"
+      "  revoke --server H:P --shuffle ID (--mappers M,M,... | --lost) [--epoch E]   revoke\n"
+      "         the mappers' winning decisions (a cluster), to run them again into the shuffle;\n"
+      "         --lost: those of its lost partitions; --epoch: as the status showed them\n"
       "  push   --server H:P --shuffle ID --mapper M [--attempt A] --input FILE\n"
       "         --key-field NAME [--format jsonl|msgpack] [--sort]\n"
       "  fetch  --server H:P --shuffle ID --partition P [--order KEY|UNORDERED]\n"
@@ -550,6 +557,60 @@ int main(int argc, char** argv) {
       if (std::chrono::steady_clock::now() >= until) return 1;
       std::this_thread::sleep_for(std::chrono::seconds(2));
     }
+  }
+  if (cmd == "revoke") {
+    const std::string list = flags.Get("mappers", "");
+    const std::string lost = flags.Get("lost", "false");
+    const long long epoch_flag = flags.Int("epoch", -1);
+    std::string why;
+    if (!flags.Check(&why)) return Fail(absl::InvalidArgumentError(why));
+    if (lost != "true" && lost != "false") {
+      return Fail(absl::InvalidArgumentError("--lost takes no value (or --lost=false)"));
+    }
+    if (id.empty() || (list.empty() == (lost == "false"))) {
+      return Fail(absl::InvalidArgumentError(
+          "revoke needs --shuffle and exactly one of --mappers M,M,... and --lost"));
+    }
+    if (epoch_flag < -1 || epoch_flag > UINT32_MAX) {
+      return Fail(absl::InvalidArgumentError("--epoch must be a placement epoch (0 or more)"));
+    }
+    std::vector<uint32_t> mappers;
+    for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+      uint32_t m = 0;
+      if (!absl::SimpleAtoi(part, &m)) {
+        return Fail(
+            absl::InvalidArgumentError(absl::StrCat("--mappers: '", part, "' is not a mapper id")));
+      }
+      mappers.push_back(m);
+    }
+    auto client = Connect(server);
+    uint32_t epoch = static_cast<uint32_t>(epoch_flag);
+    if (epoch_flag < 0 || lost == "true") {
+      auto status = client->GetShuffle(id);
+      if (!status.ok()) return Fail(status.status());
+      if (epoch_flag < 0) epoch = status->placement_epoch;
+      if (lost == "true") {
+        std::set<uint32_t> all;
+        for (const sluice::LostPartition& p : status->lost_partitions) {
+          all.insert(p.mappers.begin(), p.mappers.end());
+        }
+        if (all.empty()) {
+          std::printf("no lost partition in %s: nothing to revoke\n", id.c_str());
+          return 0;
+        }
+        mappers.assign(all.begin(), all.end());
+      }
+    }
+    auto revoked = client->RevokeMappers(id, mappers, epoch);
+    if (!revoked.ok()) return Fail(revoked.status());
+    std::vector<std::string> pairs;
+    for (size_t i = 0; i < mappers.size() && i < revoked->attempts.size(); ++i) {
+      pairs.push_back(absl::StrCat(mappers[i], " (attempt ", revoked->attempts[i], ")"));
+    }
+    std::printf(
+        "revoked in %s at placement epoch %u: mappers %s; run them again (new attempt ids)\n",
+        id.c_str(), revoked->placement_epoch, absl::StrJoin(pairs, ", ").c_str());
+    return 0;
   }
   if (cmd == "delete") {
     std::string why;

@@ -51,6 +51,8 @@ class FetchStream {
   /// The committed mappers the server serves, when the fetch asked it to say (report_mappers),
   /// once the first frame came; empty before or otherwise.
   virtual const std::vector<uint32_t>& mappers() const = 0;
+  /// Their committed attempts, one per mapper (as mappers()).
+  virtual const std::vector<uint64_t>& attempts() const = 0;
 };
 
 /// One server of a cluster, for the cluster client. Thread-safe.
@@ -74,6 +76,9 @@ class ServerLink {
                                                  const ReaderOptions& options,
                                                  bool report_mappers) = 0;
   virtual const std::string& address() const = 0;
+  /// Has the server read shuffle `id`'s placement at `epoch` or newer (a GetShuffle routed by
+  /// it: the server reads the record first when it knows an older one); the epoch it knows.
+  virtual absl::StatusOr<uint32_t> CatchUp(const std::string& id, uint32_t epoch) = 0;
 };
 
 /// A gRPC link to the one server `options.server` (grpc_client.cc).

@@ -249,7 +249,8 @@ absl::StatusOr<EtcdCreate> EtcdClient::CreateIfAbsent(std::string_view key, std:
 
 absl::StatusOr<bool> EtcdClient::PutIfUnchanged(std::string_view key, std::string_view value,
                                                 int64_t mod_revision, std::string_view also,
-                                                std::string_view also_value) {
+                                                std::string_view also_value,
+                                                const std::vector<std::string>& deletes) {
   epb::TxnRequest req;
   epb::Compare* same = req.add_compare();
   same->set_result(epb::Compare::EQUAL);
@@ -263,6 +264,9 @@ absl::StatusOr<bool> EtcdClient::PutIfUnchanged(std::string_view key, std::strin
     epb::PutRequest* other = req.add_success()->mutable_request_put();
     other->set_key(std::string(also));
     other->set_value(std::string(also_value));
+  }
+  for (const std::string& k : deletes) {
+    req.add_success()->mutable_request_delete_range()->set_key(k);
   }
   epb::TxnResponse resp;
   if (absl::Status st = impl_->Unary(

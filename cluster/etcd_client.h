@@ -83,10 +83,12 @@ class EtcdClient {
                                             std::string_view also = {},
                                             const EtcdValueGuard* value_guard = nullptr);
   /// Sets `key` = `value` (and `also` = `also_value`, together) only if `key` was last changed
-  /// at `mod_revision`: false, and nothing set, if it changed since or is gone.
+  /// at `mod_revision`: false, and nothing set, if it changed since or is gone. The keys in
+  /// `deletes` are deleted in the same transaction.
   absl::StatusOr<bool> PutIfUnchanged(std::string_view key, std::string_view value,
                                       int64_t mod_revision, std::string_view also = {},
-                                      std::string_view also_value = {});
+                                      std::string_view also_value = {},
+                                      const std::vector<std::string>& deletes = {});
   /// Deletes `key`; returns whether it existed.
   absl::StatusOr<bool> Delete(std::string_view key);
   /// Deletes every key that starts with `prefix`; returns how many there were.

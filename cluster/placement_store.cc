@@ -46,6 +46,14 @@ bool ShufflePlacement::Removed(const std::string& node_id) const {
   return false;
 }
 
+std::vector<std::pair<uint32_t, uint64_t>> ShufflePlacement::RevokedAfter(uint32_t after) const {
+  std::vector<std::pair<uint32_t, uint64_t>> out;
+  for (size_t e = after; e < epochs.size(); ++e) {
+    out.insert(out.end(), epochs[e].revoked.begin(), epochs[e].revoked.end());
+  }
+  return out;
+}
+
 bool ShufflePlacement::Holds(const std::string& node_id) const {
   const auto it = std::find(nodes.begin(), nodes.end(), node_id);
   if (it == nodes.end()) return false;
@@ -69,7 +77,13 @@ std::string EncodePlacement(const ShufflePlacement& p) {
     for (const PlacementEpoch& e : p.epochs) {
       nlohmann::json changed = nlohmann::json::array();
       for (const auto& [q, list] : e.changed) changed.push_back(nlohmann::json{q, list});
-      epochs.push_back(nlohmann::json{{"removed", e.removed}, {"changed", changed}});
+      nlohmann::json epoch{{"removed", e.removed}, {"changed", changed}};
+      if (!e.revoked.empty()) {
+        nlohmann::json revoked = nlohmann::json::array();
+        for (const auto& [m, attempt] : e.revoked) revoked.push_back(nlohmann::json{m, attempt});
+        epoch["revoked"] = std::move(revoked);
+      }
+      epochs.push_back(std::move(epoch));
     }
     j["epochs"] = std::move(epochs);
   }
@@ -154,9 +168,77 @@ absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
       p.replicas[q] = list;
       epoch.changed.emplace_back(q, std::move(list));
     }
+    if (e.contains("revoked")) {
+      if (!e["revoked"].is_array()) return bad("holding an epoch's revoked decisions not a list");
+      for (const auto& r : e["revoked"]) {
+        if (!r.is_array() || r.size() != 2 || !r[0].is_number_unsigned() ||
+            !r[1].is_number_unsigned() || r[0].get<uint64_t>() > UINT32_MAX ||
+            (p.num_mappers != 0 && r[0].get<uint64_t>() >= p.num_mappers)) {
+          return bad("holding a revoked decision that is not [mapper, attempt]");
+        }
+        epoch.revoked.emplace_back(r[0].get<uint32_t>(), r[1].get<uint64_t>());
+      }
+    }
     p.epochs.push_back(std::move(epoch));
   }
   return p;
+}
+
+absl::StatusOr<Revocation> PlanRevocation(const ShufflePlacement& now,
+                                          const std::map<uint32_t, MapperDecision>& decided,
+                                          const std::vector<uint32_t>& mappers, uint32_t seen) {
+  if (mappers.empty()) return absl::InvalidArgumentError("no mapper to revoke");
+  std::vector<uint32_t> sorted = mappers;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    return absl::InvalidArgumentError("a mapper is named twice");
+  }
+  if (now.num_mappers != 0 && sorted.back() >= now.num_mappers) {
+    return absl::InvalidArgumentError(absl::StrCat("mapper ", sorted.back(), " is beyond the ",
+                                                   now.num_mappers, " mappers of the shuffle"));
+  }
+  Revocation out;
+  if (seen > now.epoch()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("placement epoch ", seen, " is newer than its newest, ", now.epoch()));
+  }
+  if (seen < now.epoch()) {
+    // A repeat of a revocation made since `seen` revokes nothing new; anything else moved the
+    // record under the caller, who reads the status again.
+    const auto since = now.RevokedAfter(seen);
+    for (uint32_t m : mappers) {
+      auto it =
+          std::find_if(since.begin(), since.end(), [m](const auto& r) { return r.first == m; });
+      if (it == since.end()) {
+        return WithReason(absl::AbortedError(absl::StrCat(
+                              "its placement moved from epoch ", seen, " to ", now.epoch(),
+                              " since the caller read it, without revoking mapper ", m,
+                              ": read its status again and revoke at the newest epoch")),
+                          ErrorReason::kPlacementChanged);
+      }
+      out.attempts.push_back(it->second);
+    }
+    return out;
+  }
+  if (now.epoch() >= kMaxPlacementEpochs) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("its placement has ", kMaxPlacementEpochs,
+                     " epochs, the most a record takes: no decision of it can be revoked any "
+                     "more (write the shuffle again under a new id)"));
+  }
+  PlacementEpoch epoch;
+  for (uint32_t m : mappers) {
+    auto d = decided.find(m);
+    if (d == decided.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("mapper ", m, " is not committed: there is no decision of it to revoke"));
+    }
+    out.attempts.push_back(d->second.attempt);
+    epoch.revoked.emplace_back(m, d->second.attempt);
+  }
+  out.next = now;
+  out.next->epochs.push_back(std::move(epoch));
+  return out;
 }
 
 absl::StatusOr<ShufflePlacement> NextEpoch(const ShufflePlacement& p,
@@ -311,6 +393,31 @@ absl::StatusOr<std::optional<ShufflePlacement>> EtcdPlacementStore::AddEpoch(
     if (*put) return std::optional<ShufflePlacement>(std::move(next).value());
   }
   return absl::UnavailableError("its placement record kept changing while an epoch was added");
+}
+
+absl::StatusOr<std::pair<std::vector<uint64_t>, ShufflePlacement>> EtcdPlacementStore::Revoke(
+    const std::string& shuffle_id, const std::vector<uint32_t>& mappers, uint32_t seen) {
+  // Read, plan, write if unchanged since (the record's revision guards the decisions read with
+  // it too: a decision is made only while the epoch key holds the record's newest epoch).
+  for (int round = 0; round < 8; ++round) {
+    auto got = Get(shuffle_id);
+    if (!got.ok()) return got.status();
+    if (!got->has_value()) return absl::NotFoundError("it is not recorded in the cluster");
+    auto decided = Decisions(shuffle_id);
+    if (!decided.ok()) return decided.status();
+    ShufflePlacement& now = **got;
+    auto plan = PlanRevocation(now, *decided, mappers, seen);
+    if (!plan.ok()) return plan.status();
+    if (!plan->next.has_value()) return std::make_pair(plan->attempts, std::move(now));
+    std::vector<std::string> deletes;
+    for (uint32_t m : mappers) deletes.push_back(absl::StrCat(MappersPrefix(shuffle_id), m));
+    auto put =
+        etcd_->PutIfUnchanged(Key(shuffle_id), EncodePlacement(*plan->next), now.revision,
+                              EpochKey(shuffle_id), absl::StrCat(plan->next->epoch()), deletes);
+    if (!put.ok()) return put.status();
+    if (*put) return std::make_pair(plan->attempts, std::move(*plan->next));
+  }
+  return absl::UnavailableError("its placement record kept changing while decisions were revoked");
 }
 
 absl::StatusOr<MapperDecision> EtcdPlacementStore::DecideMapper(const std::string& shuffle_id,

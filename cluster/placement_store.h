@@ -30,6 +30,9 @@ struct PlacementEpoch {
   std::vector<std::string> removed;  ///< node ids (gone for good, or decommissioned)
   /// Partition -> its replicas from this epoch on (indexes into ShufflePlacement::nodes).
   std::vector<std::pair<uint32_t, std::vector<uint32_t>>> changed;
+  /// (mapper, attempt): winning decisions this epoch revoked (docs/cluster.md, "Revoking
+  /// decisions"); an epoch that revokes changes no replica.
+  std::vector<std::pair<uint32_t, uint64_t>> revoked;
 };
 
 /// The most epochs a shuffle's record takes (each a server lost while it lives).
@@ -62,6 +65,8 @@ struct ShufflePlacement {
   bool Holds(const std::string& node_id) const;
   /// Whether an epoch took `node_id` out.
   bool Removed(const std::string& node_id) const;
+  /// Every (mapper, attempt) revoked by epochs after `after` (0: all), oldest first.
+  std::vector<std::pair<uint32_t, uint64_t>> RevokedAfter(uint32_t after = 0) const;
 };
 
 /// A mapper's winning attempt and the placement epoch it was pushed in (its data lives on that
@@ -73,6 +78,24 @@ struct MapperDecision {
     return attempt == o.attempt && epoch == o.epoch;
   }
 };
+
+/// What revoking decisions comes to (PlanRevocation): the attempts revoked, one per mapper
+/// asked, and the record with the epoch that revokes them (nullopt: an epoch after the one the
+/// caller saw revoked them all already, and nothing is to be written).
+struct Revocation {
+  std::vector<uint64_t> attempts;
+  std::optional<ShufflePlacement> next;
+};
+
+/// Revoking the decisions of `mappers` of the shuffle whose record is `now` and whose decided
+/// mappers are `decided`, as a caller that saw epoch `seen` asks (docs/cluster.md, "Revoking
+/// decisions"). INVALID_ARGUMENT: no mapper, a repeat, or one beyond the shuffle's;
+/// FAILED_PRECONDITION: a mapper not decided, or the record at kMaxPlacementEpochs; ABORTED
+/// (ErrorReason::kPlacementChanged): the record moved past `seen` otherwise than by revoking
+/// them (the caller reads the status again).
+absl::StatusOr<Revocation> PlanRevocation(const ShufflePlacement& now,
+                                          const std::map<uint32_t, MapperDecision>& decided,
+                                          const std::vector<uint32_t>& mappers, uint32_t seen);
 
 /// The record's JSON, and back (DATA_LOSS naming what is wrong with a malformed record).
 /// Errors about a shuffle's record do not name the shuffle: the caller, who knows how its caller
@@ -130,6 +153,12 @@ class PlacementStore {
   virtual absl::StatusOr<std::optional<ShufflePlacement>> AddEpoch(
       const std::string& shuffle_id, const std::vector<std::string>& removed,
       const std::vector<std::string>& live) = 0;
+  /// Revokes the winning decisions of `mappers` as PlanRevocation says, in one write of the
+  /// record (a new epoch) that also removes their decisions, so that a later attempt of each can
+  /// win; of callers that race, each gets the same attempts. NOT_FOUND when the shuffle is not
+  /// recorded. The attempts revoked and the newest record.
+  virtual absl::StatusOr<std::pair<std::vector<uint64_t>, ShufflePlacement>> Revoke(
+      const std::string& shuffle_id, const std::vector<uint32_t>& mappers, uint32_t seen) = 0;
   /// Records that `node_id` is being decommissioned (docs/cluster.md, "Decommission"): it
   /// takes no new partitions and is taken out of every placement. Kept until the server's
   /// record is cleared by an operator (it is not leased: a restart does not undo it).
@@ -179,6 +208,8 @@ class EtcdPlacementStore final : public PlacementStore {
   absl::StatusOr<std::optional<ShufflePlacement>> AddEpoch(
       const std::string& shuffle_id, const std::vector<std::string>& removed,
       const std::vector<std::string>& live) override;
+  absl::StatusOr<std::pair<std::vector<uint64_t>, ShufflePlacement>> Revoke(
+      const std::string& shuffle_id, const std::vector<uint32_t>& mappers, uint32_t seen) override;
   absl::Status SetDecommissioning(const std::string& node_id) override;
   absl::StatusOr<std::vector<std::string>> Decommissioning() override;
 

@@ -26,10 +26,11 @@ enum class ErrorReason {
   kSettling = 5,  ///< fewer servers registered than needed (after an etcd outage): retry later
   kPlacementChanged = 6,  ///< the shuffle's placement has a newer epoch: read it, retry
   kIncomplete = 7,  ///< this replica lacks mappers another has (not yet repaired): read another
+  kRevoked = 8,     ///< a mapper's decision was revoked since the read began: read it again
 };
 
 /// "ETCD_UNAVAILABLE", "NOT_KEPT", "DRAINING", "JOINING", "SETTLING", "PLACEMENT_CHANGED",
-/// "INCOMPLETE"; "" for kNone (the
+/// "INCOMPLETE", "REVOKED"; "" for kNone (the
 /// proto's names).
 const char* ReasonName(ErrorReason reason);
 

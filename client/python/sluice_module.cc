@@ -358,6 +358,18 @@ class Client {
     pb::dict lost;  // partition -> the mappers whose records of it no server holds
     for (const auto& l : s.lost_partitions) lost[pb::int_(l.partition)] = l.mappers;
     d["lost_partitions"] = lost;
+    d["placement_epoch"] = s.placement_epoch;
+    return d;
+  }
+
+  pb::dict RevokeMappers(const std::string& id, const std::vector<uint32_t>& mappers,
+                         uint32_t placement_epoch) {
+    absl::StatusOr<ShuffleClient::Revocation> r =
+        CallWithoutGil([&] { return client_->RevokeMappers(id, mappers, placement_epoch); });
+    ShuffleClient::Revocation done = Check(std::move(r));
+    pb::dict d;
+    d["placement_epoch"] = done.placement_epoch;
+    d["attempts"] = done.attempts;
     return d;
   }
 
@@ -400,7 +412,7 @@ PYBIND11_MODULE(_sluice, m) {
       "`message` what happened, `retryable` whether a retry (of a mapper: a new attempt) can "
       "succeed, `retry_after` the seconds the server suggests waiting (or None), `reason` why "
       "when the server says (ETCD_UNAVAILABLE, DRAINING, JOINING, NOT_KEPT, SETTLING, "
-      "PLACEMENT_CHANGED, INCOMPLETE; or None).",
+      "PLACEMENT_CHANGED, INCOMPLETE, REVOKED; or None).",
       nullptr, nullptr);
   m.attr("Error") = pb::handle(g_error);
 
@@ -417,6 +429,8 @@ PYBIND11_MODULE(_sluice, m) {
            pb::arg("mappers") = 0, pb::arg("replication") = 0)
       .def("delete_shuffle", &Client::DeleteShuffle, pb::arg("shuffle_id"))
       .def("get_shuffle", &Client::GetShuffle, pb::arg("shuffle_id"))
+      .def("revoke_mappers", &Client::RevokeMappers, pb::arg("shuffle_id"), pb::arg("mappers"),
+           pb::arg("placement_epoch"))
       .def("open_writer", &Client::OpenWriter, pb::keep_alive<0, 1>(), pb::arg("shuffle_id"),
            pb::arg("mapper"), pb::arg("attempt"), pb::arg("sort_by_key"), pb::arg("buffer_bytes"),
            pb::arg("zstd_level"), pb::arg("pickle_fallback"))

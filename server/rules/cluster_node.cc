@@ -233,6 +233,7 @@ void ClusterNode::RemoveDead(const std::vector<NodeEntry>& live,
     if (!next->has_value()) {  // deleted meanwhile
       std::lock_guard<std::mutex> lock(mu_);
       kept_.erase(id);
+      revoked_applied_.erase(id);
       continue;
     }
     const ShufflePlacement& p = **next;
@@ -345,6 +346,7 @@ absl::StatusOr<std::shared_ptr<const ClusterNode::Kept>> ClusterNode::Reread(
   if (!placed.has_value()) {
     std::lock_guard<std::mutex> lock(mu_);
     kept_.erase(id);
+    revoked_applied_.erase(id);
     return std::shared_ptr<const Kept>();
   }
   return Remember(id, *placed, c.node_id);
@@ -414,6 +416,7 @@ absl::StatusOr<std::shared_ptr<const std::vector<bool>>> ClusterNode::PrepareToP
     }
   }
   SLUICE_RETURN_IF_ERROR(EnsureLocal(id));
+  SLUICE_RETURN_IF_ERROR(ApplyRevoked(id));  // (a revoked mapper may commit again)
   SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
   if (kept == nullptr) return std::shared_ptr<const std::vector<bool>>();
   if (kept->placement.epoch() != epoch) {
@@ -427,7 +430,14 @@ absl::StatusOr<std::shared_ptr<const std::vector<bool>>> ClusterNode::PrepareToP
   return std::shared_ptr<const std::vector<bool>>(kept, &kept->partition);
 }
 
-absl::Status ClusterNode::PrepareToServe(const std::string& id, std::optional<uint32_t> partition) {
+absl::Status ClusterNode::PrepareToServe(const std::string& id, std::optional<uint32_t> partition,
+                                         uint32_t epoch) {
+  if (clustered_ && epoch > 0) {  // a caller routing by a newer epoch than the one remembered
+    SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
+    if (kept != nullptr && kept->placement.epoch() < epoch) {
+      SLUICE_RETURN_IF_ERROR(Reread(id).status());
+    }
+  }
   SLUICE_RETURN_IF_ERROR(EnsureLocal(id));
   if (partition.has_value()) {
     SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
@@ -576,8 +586,58 @@ std::vector<ClusterNode::RepairItem> ClusterNode::RepairBacklog() {
   return out;
 }
 
+absl::Status ClusterNode::ApplyRevoked(const std::string& id) {
+  if (!clustered_) return absl::OkStatus();
+  auto store = registry_->Get(id);
+  if (!store.ok()) return absl::OkStatus();  // nothing here to hide (the caller's lookup says why)
+  // (Read from the record when not remembered: a restarted server must not serve an attempt
+  // revoked while it was down.)
+  SLUICE_ASSIGN_OR_RETURN(const std::shared_ptr<const Kept> kept, KeptPartitions(id));
+  if (kept == nullptr || kept->placement.epochs.empty()) return absl::OkStatus();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto done = revoked_applied_.find(id);
+    if (done != revoked_applied_.end() && done->second >= kept->placement.epoch()) {
+      return absl::OkStatus();
+    }
+  }
+  for (const auto& [mapper, attempt] : kept->placement.RevokedAfter(0)) {
+    if ((*store)->IsRevoked(mapper, attempt)) continue;
+    const bool held = (*store)->CommittedAttempt(mapper) == std::optional<uint64_t>(attempt);
+    SLUICE_RETURN_IF_ERROR((*store)->Revoke(mapper, attempt));
+    spdlog::warn("event=decision_revoked tenant={} shuffle={} mapper={} attempt={} held={}",
+                 TenantField(id), id, mapper, attempt, held);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  uint32_t& done = revoked_applied_[id];
+  done = std::max(done, kept->placement.epoch());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ClusterNode::Revoked> ClusterNode::RevokeMappers(
+    const std::string& id, const std::vector<uint32_t>& mappers, uint32_t seen) {
+  if (!clustered_) {
+    return absl::FailedPreconditionError(
+        "this server runs on its own (no --etcd): its decisions are its commits, and a partition "
+        "is lost only with the server; revoking decisions is for clustered shuffles");
+  }
+  const View c = view();
+  SLUICE_RETURN_IF_ERROR(c.Joined());
+  SLUICE_RETURN_IF_ERROR(EtcdUp());
+  SLUICE_ASSIGN_OR_RETURN(auto revoked, Record(id, c.placements->Revoke(id, mappers, seen)));
+  Revoked out;
+  out.attempts = std::move(revoked.first);
+  out.epoch = revoked.second.epoch();
+  Remember(id, revoked.second, c.node_id);
+  SLUICE_RETURN_IF_ERROR(ApplyRevoked(id));
+  spdlog::warn("event=revoke tenant={} shuffle={} mappers=\"{}\" epoch={}", TenantField(id), id,
+               absl::StrJoin(mappers, ","), out.epoch);
+  return out;
+}
+
 absl::Status ClusterNode::ResolvePending(const std::string& id) {
   if (!clustered_) return absl::OkStatus();
+  SLUICE_RETURN_IF_ERROR(ApplyRevoked(id));
   auto store = registry_->Get(id);
   if (!store.ok()) return absl::OkStatus();  // the caller's own lookup says why
   const std::vector<uint32_t> pending = (*store)->PendingMappers();
@@ -732,6 +792,7 @@ absl::Status ClusterNode::Delete(const std::string& id) {
     SLUICE_ASSIGN_OR_RETURN(recorded, Record(id, c.placements->Delete(id)));
     std::lock_guard<std::mutex> lock(mu_);
     kept_.erase(id);
+    revoked_applied_.erase(id);
     checked_.erase(id);
   }
   absl::Status st = registry_->Delete(id);
@@ -756,7 +817,14 @@ absl::StatusOr<size_t> ClusterNode::CountForCreate(const std::string& prefix,
 
 absl::StatusOr<uint64_t> ClusterNode::DecideMapper(const std::string& id, uint32_t mapper,
                                                    uint64_t attempt, uint32_t epoch) {
+  if (clustered_ && epoch > 0) {  // routed by a newer epoch (one that may revoke decisions)
+    SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
+    if (kept != nullptr && kept->placement.epoch() < epoch) {
+      SLUICE_RETURN_IF_ERROR(Reread(id).status());
+    }
+  }
   SLUICE_RETURN_IF_ERROR(EnsureLocal(id));
+  SLUICE_RETURN_IF_ERROR(ApplyRevoked(id));
   SLUICE_ASSIGN_OR_RETURN(auto store, registry_->Get(id));
   if (auto committed = store->CommittedAttempt(mapper)) return *committed;  // decided before
   if (!store->IsPrepared(mapper, attempt)) {
@@ -820,6 +888,7 @@ absl::StatusOr<ClusterNode::Placement> ClusterNode::GetPlacement(const std::stri
     if (got.ok() && !got->has_value()) {
       std::lock_guard<std::mutex> lock(mu_);
       kept_.erase(id);
+      revoked_applied_.erase(id);
       return absl::NotFoundError(
           absl::StrCat("shuffle '", ShuffleName(id), "' not found in the cluster"));
     }
@@ -830,6 +899,7 @@ absl::StatusOr<ClusterNode::Placement> ClusterNode::GetPlacement(const std::stri
       if (kept == nullptr && !fresh->any) {
         std::lock_guard<std::mutex> lock(mu_);
         kept_.erase(id);
+        revoked_applied_.erase(id);
       }
     } else if (kept != nullptr && IsEtcdDown(got.status())) {
       placed = kept->placement;

@@ -157,7 +157,10 @@ class ClusterNode {
   /// made applied (once per shuffle, start and placement epoch: later decisions all come
   /// through prepares here). A partition this server took over in a later epoch and lacks
   /// committed mappers of is UNAVAILABLE (kIncomplete): another replica has them.
-  absl::Status PrepareToServe(const std::string& id, std::optional<uint32_t> partition);
+  /// `epoch`: the placement epoch the caller routes by; a newer one than the one remembered is
+  /// read from the record first (and the decisions it revoked applied here).
+  absl::Status PrepareToServe(const std::string& id, std::optional<uint32_t> partition,
+                              uint32_t epoch = 0);
   /// Committed mappers partition `partition` of `id` lacks here, as the last PrepareToServe
   /// found (none on its own or before it), in mapper order.
   std::vector<uint32_t> LackingMappers(const std::string& id, uint32_t partition) const;
@@ -220,6 +223,18 @@ class ClusterNode {
   /// UNAVAILABLE, kPlacementChanged, unless the mapper is decided already).
   absl::StatusOr<uint64_t> DecideMapper(const std::string& id, uint32_t mapper, uint64_t attempt,
                                         uint32_t epoch = 0);
+  /// Revokes the winning decisions of `mappers` of shuffle `id` (docs/cluster.md, "Revoking
+  /// decisions"), as a caller that saw placement epoch `seen` asks: decided once in the record
+  /// (a new epoch; see PlacementStore::Revoke), applied here at once and by every other server
+  /// before it serves the shuffle at that epoch. The attempts revoked (one per mapper) and the
+  /// new epoch. FAILED_PRECONDITION on its own (no decisions to revoke: nothing is lost without
+  /// the server itself).
+  struct Revoked {
+    std::vector<uint64_t> attempts;
+    uint32_t epoch = 0;
+  };
+  absl::StatusOr<Revoked> RevokeMappers(const std::string& id, const std::vector<uint32_t>& mappers,
+                                        uint32_t seen);
   /// Where the shuffle's partitions are (on its own: all here). NOT_FOUND for an unknown one.
   /// With etcd down, the remembered placement and the last addresses seen (Placement::age).
   absl::StatusOr<Placement> GetPlacement(const std::string& id);
@@ -257,6 +272,9 @@ class ClusterNode {
   absl::Status EnsureLocal(const std::string& id);
   absl::Status CheckKept(const Kept* kept, const std::string& id, uint32_t partition) const;
   absl::Status ResolvePending(const std::string& id);
+  // Applies to the store here the decisions the remembered placement of `id` revoked (once per
+  // epoch read; the store's Revoke is idempotent and durable).
+  absl::Status ApplyRevoked(const std::string& id);
 
   ShuffleRegistry* const registry_;
   const Options options_;
@@ -282,6 +300,8 @@ class ClusterNode {
     std::map<uint32_t, MapperDecision> decided;  // the decisions it was checked against
   };
   std::map<std::string, Checked> checked_;
+  // Per shuffle, the placement epoch whose revoked decisions were applied to the store here.
+  std::map<std::string, uint32_t> revoked_applied_;
   // Servers of the known shuffles not registered, since when (as seen here; mu_).
   std::map<std::string, std::chrono::steady_clock::time_point> absent_;
   // Servers being decommissioned, as last read (mu_).

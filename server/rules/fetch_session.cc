@@ -7,6 +7,7 @@
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
 #include "codec/status_macros.h"
+#include "rpc/error_reason.h"
 #include "server/storage/shuffle_id.h"
 
 namespace sluice {
@@ -62,8 +63,32 @@ absl::Status FetchSession::Setup() {
           spec_.only_mappers.end()) {
     return absl::InvalidArgumentError("only_mappers must be in increasing order, without repeats");
   }
-  SLUICE_ASSIGN_OR_RETURN(
-      blocks_, store_->CommittedBlocksOf(spec_.partition, spec_.only_mappers, &mappers_));
+  if (!spec_.only_attempts.empty() && spec_.only_attempts.size() != spec_.only_mappers.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("only_attempts names ", spec_.only_attempts.size(), " attempts for ",
+                     spec_.only_mappers.size(), " mappers (one per mapper)"));
+  }
+  // A decision revoked since the read began: another attempt (or none) is the mapper's now.
+  const auto revoked = [&](uint32_t mapper, uint64_t attempt, const std::string& now) {
+    return WithReason(absl::AbortedError(absl::StrCat(
+                          "mapper ", mapper, " of shuffle '", ShuffleName(spec_.shuffle_id),
+                          "' was read at attempt ", attempt, ", whose decision was revoked since (",
+                          now, "): read the partition again from its start")),
+                      ErrorReason::kRevoked);
+  };
+  for (size_t i = 0; i < spec_.only_attempts.size(); ++i) {
+    if (store_->IsRevoked(spec_.only_mappers[i], spec_.only_attempts[i])) {
+      return revoked(spec_.only_mappers[i], spec_.only_attempts[i], "revoked on this server");
+    }
+  }
+  SLUICE_ASSIGN_OR_RETURN(blocks_, store_->CommittedBlocksOf(spec_.partition, spec_.only_mappers,
+                                                             &mappers_, &attempts_));
+  for (size_t i = 0; i < spec_.only_attempts.size() && i < attempts_.size(); ++i) {
+    if (attempts_[i] != spec_.only_attempts[i]) {
+      return revoked(mappers_[i], spec_.only_attempts[i],
+                     absl::StrCat("attempt ", attempts_[i], " is committed here"));
+    }
+  }
   // A view (after the blocks: it covers every one of them) when enough frames are small
   // enough to read from it: for a few, a pread each costs less than mapping and unmapping.
   size_t small = 0;

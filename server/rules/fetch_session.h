@@ -53,6 +53,9 @@ struct FetchSpec {
   /// Only these mappers' records (sorted, no repeats; empty: every committed mapper). ABORTED
   /// if one of them is not committed here.
   std::vector<uint32_t> only_mappers;
+  /// With only_mappers: the attempt of each the read began with (empty: any). ABORTED
+  /// (ErrorReason::kRevoked) when one's committed attempt here is another.
+  std::vector<uint64_t> only_attempts;
   /// Whose share of the memory budget the session's frames are counted in.
   std::string tenant;
 };
@@ -95,6 +98,8 @@ class FetchSession {
   /// The committed mappers this fetch serves (only_mappers, or every one committed when it
   /// started), in order.
   const std::vector<uint32_t>& mappers() const { return mappers_; }
+  /// Their committed attempts, one per mapper.
+  const std::vector<uint64_t>& attempts() const { return attempts_; }
   /// A KEY session's intermediate merge passes so far, and the bytes they spilled.
   size_t merge_passes() const { return merged_ == nullptr ? 0 : merged_->intermediate_passes(); }
   uint64_t spill_bytes() const { return merged_ == nullptr ? 0 : merged_->spill_bytes(); }
@@ -119,6 +124,7 @@ class FetchSession {
   size_t chunk_bytes_ = 1 << 20;
   std::vector<BlockRef> blocks_;
   std::vector<uint32_t> mappers_;
+  std::vector<uint64_t> attempts_;  // mappers_' committed attempts
   size_t next_ = 0;
   uint64_t skip_ = 0;     // records still to leave out (FetchSpec::skip_records)
   uint64_t charged_ = 0;  // the frame handed out, until Sent()

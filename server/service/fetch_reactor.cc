@@ -35,6 +35,7 @@ FetchSpec SpecFromRequest(const FetchRequest& req) {
   spec.target_chunk_bytes = req.target_chunk_bytes();
   spec.skip_records = req.skip_records();
   spec.only_mappers.assign(req.only_mappers().begin(), req.only_mappers().end());
+  spec.only_attempts.assign(req.only_attempts().begin(), req.only_attempts().end());
   return spec;
 }
 
@@ -45,7 +46,8 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
       : deps_(deps),
         ctx_(ctx),
         spec_(SpecFromRequest(*request)),
-        report_mappers_(request->report_mappers()) {
+        report_mappers_(request->report_mappers()),
+        placement_epoch_(request->placement_epoch()) {
     absl::StatusOr<CallContext> call = ResolveCaller(deps_, ctx_);
     absl::StatusOr<std::string> id = call.ok() ? call->Kept(spec_.shuffle_id) : call.status();
     if (!id.ok()) {
@@ -77,7 +79,8 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   void SetUp() {
     WorkerPool* setup = spec_.key_order ? deps_.merge_pool : deps_.pool;
     setup->Submit([this] {
-      absl::Status st = deps_.node->PrepareToServe(spec_.shuffle_id, spec_.partition);
+      absl::Status st =
+          deps_.node->PrepareToServe(spec_.shuffle_id, spec_.partition, placement_epoch_);
       if (!st.ok()) {
         Finish(ToCaller(st));
         return;
@@ -177,6 +180,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     }
     admission_->Recharge(2 * response_.frame().size());  // the chunk out, and its copy
     parked_mappers_ = session_->mappers();
+    parked_attempts_ = session_->attempts();
     EndSession();
     admission_->LeaveMerge();
     ServerMetrics::Add(deps_.metrics->merges_parked, 1);
@@ -213,6 +217,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     FetchSpec again = spec_;
     again.skip_records = spec_.skip_records + records_sent_;
     again.only_mappers = parked_mappers_;
+    again.only_attempts = parked_attempts_;  // (a revocation meanwhile fails it: never mixed)
     SLUICE_ASSIGN_OR_RETURN(session_, FetchSession::Make(again, deps_.fetch, &cancelled_));
     return absl::OkStatus();
   }
@@ -267,8 +272,10 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     if (report_mappers_) {  // with the first chunk only
       report_mappers_ = false;
       response_.mutable_mappers()->Add(session_->mappers().begin(), session_->mappers().end());
+      response_.mutable_attempts()->Add(session_->attempts().begin(), session_->attempts().end());
     } else if (response_.mappers_size() > 0) {
       response_.clear_mappers();
+      response_.clear_attempts();
     }
     // The reader must take the chunk within the stall timeout, or the fetch is cancelled (a
     // stalled write cannot be finished with a status: it never leaves the server).
@@ -317,7 +324,8 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   std::atomic<bool> cancelled_{false};
   std::unique_ptr<FetchSession> session_;
   FetchResponse response_;
-  bool report_mappers_;  // the first chunk still to carry the session's mappers
+  bool report_mappers_;             // the first chunk still to carry the session's mappers
+  const uint32_t placement_epoch_;  // the epoch the reader routes by (0: not said)
   StreamPhase phase_;
   uint64_t watch_ = 0;  // the watchdog entry of the current write
   // Parking (KEY): the merge given up while the reader stalls.
@@ -327,8 +335,9 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   Watchdog::Clock::time_point stalled_since_;  // when the chunk out was written
   CallContext call_;                           // the caller it opened with
   std::chrono::steady_clock::time_point checked_ = std::chrono::steady_clock::now();  // creds
-  uint64_t records_sent_ = 0;             // in the chunks built so far
-  std::vector<uint32_t> parked_mappers_;  // the mappers the merge was over
+  uint64_t records_sent_ = 0;              // in the chunks built so far
+  std::vector<uint32_t> parked_mappers_;   // the mappers the merge was over
+  std::vector<uint64_t> parked_attempts_;  // and their attempts
 };
 
 }  // namespace

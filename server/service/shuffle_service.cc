@@ -142,7 +142,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
                                                          v1::ShuffleInfo* resp) {
   return Unary(ctx, [this, req, resp](const CallContext& call) -> absl::Status {
     SLUICE_ASSIGN_OR_RETURN(const std::string id, call.Kept(req->shuffle_id()));
-    SLUICE_RETURN_IF_ERROR(deps_.node->PrepareToServe(id, std::nullopt));
+    SLUICE_RETURN_IF_ERROR(deps_.node->PrepareToServe(id, std::nullopt, req->placement_epoch()));
     if (auto damaged = deps_.registry->FindDamaged(id)) {
       FillDamaged(call, *damaged, resp);
       return absl::OkStatus();
@@ -345,6 +345,20 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::CommitMapper(grpc::CallbackServerC
         deps_.node->DecideMapper(id, req->mapper_id(), req->attempt_id(), req->placement_epoch()));
     resp->set_winning_attempt(winner);
     resp->set_duplicate(winner != req->attempt_id());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* ShuffleServiceImpl::RevokeMappers(grpc::CallbackServerContext* ctx,
+                                                            const v1::RevokeMappersRequest* req,
+                                                            v1::RevokeMappersResponse* resp) {
+  return Unary(ctx, [this, req, resp](const CallContext& call) -> absl::Status {  // asks etcd
+    SLUICE_ASSIGN_OR_RETURN(const std::string id, call.Kept(req->shuffle_id()));
+    const std::vector<uint32_t> mappers(req->mappers().begin(), req->mappers().end());
+    SLUICE_ASSIGN_OR_RETURN(const ClusterNode::Revoked revoked,
+                            deps_.node->RevokeMappers(id, mappers, req->placement_epoch()));
+    resp->set_placement_epoch(revoked.epoch);
+    resp->mutable_attempts()->Add(revoked.attempts.begin(), revoked.attempts.end());
     return absl::OkStatus();
   });
 }

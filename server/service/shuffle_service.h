@@ -51,6 +51,9 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
                                          v1::CommitMapperResponse* resp) override;
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx, const v1::DrainRequest* req,
                                   v1::DrainResponse* resp) override;
+  grpc::ServerUnaryReactor* RevokeMappers(grpc::CallbackServerContext* ctx,
+                                          const v1::RevokeMappersRequest* req,
+                                          v1::RevokeMappersResponse* resp) override;
   grpc::ServerUnaryReactor* Decommission(grpc::CallbackServerContext* ctx,
                                          const v1::DecommissionRequest* req,
                                          v1::DecommissionResponse* resp) override;

@@ -15,6 +15,7 @@ namespace {
 constexpr char kCommitMagic[4] = {'S', 'L', 'C', 'M'};
 constexpr char kPreparedMagic[4] = {'S', 'L', 'P', 'R'};
 constexpr char kRepairMagic[4] = {'S', 'L', 'R', 'P'};
+constexpr char kRevokeMagic[4] = {'S', 'L', 'R', 'V'};
 constexpr char kHeaderMagic[4] = {'S', 'L', 'L', 'G'};
 constexpr char kLogFile[] = "commits.log";
 constexpr size_t kCommitFixed = 4 + 8 + 4;  // mapper, attempt, block count
@@ -86,7 +87,12 @@ std::string EncodeRepairRecord(uint32_t mapper, uint64_t attempt, uint32_t parti
   return EncodeBody(mapper, attempt, blocks, kRepairMagic, &partition, version);
 }
 
+std::string EncodeRevokeRecord(uint32_t mapper, uint64_t attempt, uint32_t version) {
+  return EncodeBody(mapper, attempt, {}, kRevokeMagic, nullptr, version);
+}
+
 std::string EncodeRecord(const CommitRecord& r, uint32_t version) {
+  if (r.revoke) return EncodeRevokeRecord(r.mapper, r.attempt, version);
   if (r.repair) return EncodeRepairRecord(r.mapper, r.attempt, r.partition, r.blocks, version);
   return EncodeCommitRecord(r.mapper, r.attempt, r.blocks, r.prepared, version);
 }
@@ -98,7 +104,8 @@ size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out
   if (avail < 8) return 0;
   const bool prepared = std::memcmp(p, kPreparedMagic, 4) == 0;
   const bool repair = version >= kFirstRepairLogVersion && std::memcmp(p, kRepairMagic, 4) == 0;
-  if (!prepared && !repair && std::memcmp(p, kCommitMagic, 4) != 0) return 0;
+  const bool revoke = version >= kFirstRevokeLogVersion && std::memcmp(p, kRevokeMagic, 4) == 0;
+  if (!prepared && !repair && !revoke && std::memcmp(p, kCommitMagic, 4) != 0) return 0;
   const size_t extra = repair ? 4 : 0;  // the partition
   const uint32_t body = LoadLE32(p + 4);
   if (body < kCommitFixed + extra + 8 || body > avail - 8) return 0;
@@ -106,10 +113,12 @@ size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out
   if (LoadLE64(b + body - 8) != PayloadChecksum(b, body - 8)) return 0;
   const uint32_t count = LoadLE32(b + 12);
   if (static_cast<uint64_t>(count) * block_bytes + kCommitFixed + extra + 8 != body) return 0;
+  if (revoke && count != 0) return 0;
   out->mapper = LoadLE32(b);
   out->attempt = LoadLE64(b + 4);
   out->prepared = prepared;
   out->repair = repair;
+  out->revoke = revoke;
   out->partition = repair ? LoadLE32(b + body - 12) : 0;
   out->blocks.clear();
   out->blocks.reserve(count);
@@ -273,6 +282,12 @@ absl::Status CommitLog::AppendRepair(uint32_t mapper, uint64_t attempt, uint32_t
                                      absl::Span<const BlockRef> blocks) {
   Pending me;
   me.record = EncodeRepairRecord(mapper, attempt, partition, blocks, version());
+  return Write(me);
+}
+
+absl::Status CommitLog::AppendRevoke(uint32_t mapper, uint64_t attempt) {
+  Pending me;
+  me.record = EncodeRevokeRecord(mapper, attempt, version());
   return Write(me);
 }
 

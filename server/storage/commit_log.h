@@ -65,13 +65,20 @@ struct CommitRecord {
   /// another replica (docs/cluster.md, "Re-replication"); its blocks are all of that partition.
   bool repair = false;
   uint32_t partition = 0;
+  /// A REVOKE record (log version 6): the mapper's committed `attempt` is no longer its winner
+  /// (the cluster revoked the decision: docs/cluster.md, "Revoking decisions"); its blocks are
+  /// not visible from here on and no longer owned, and the attempt never commits again. No
+  /// blocks.
+  bool revoke = false;
 };
 
 /// The log version new logs are written in, and the oldest one read (version 3's records lack
-/// the frames' uncompressed sizes; version 5 adds REPAIR records, which older logs cannot take).
-inline constexpr uint32_t kLogVersion = 5;
+/// the frames' uncompressed sizes; version 5 adds REPAIR records and version 6 REVOKE records,
+/// which older logs cannot take).
+inline constexpr uint32_t kLogVersion = 6;
 inline constexpr uint32_t kOldestLogVersion = 3;
 inline constexpr uint32_t kFirstRepairLogVersion = 5;
+inline constexpr uint32_t kFirstRevokeLogVersion = 6;
 
 /// The record's bytes: "SLCM" (a commit; "SLPR" for a prepared attempt), u32 body size, then
 /// the body: u32 mapper, u64 attempt, u32 block count, 24 bytes a block (u32 partition, u64
@@ -87,6 +94,9 @@ size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out
 /// the blocks (before the checksum). Version 5 on.
 std::string EncodeRepairRecord(uint32_t mapper, uint64_t attempt, uint32_t partition,
                                absl::Span<const BlockRef> blocks, uint32_t version = kLogVersion);
+/// A REVOKE record: "SLRV", u32 body size, the body of a commit record without blocks. Version
+/// 6 on.
+std::string EncodeRevokeRecord(uint32_t mapper, uint64_t attempt, uint32_t version = kLogVersion);
 /// Any record, as its fields say.
 std::string EncodeRecord(const CommitRecord& r, uint32_t version = kLogVersion);
 
@@ -127,6 +137,8 @@ class CommitLog {
   /// Appends a REPAIR record (version 5 on), made durable with the data it lists.
   absl::Status AppendRepair(uint32_t mapper, uint64_t attempt, uint32_t partition,
                             absl::Span<const BlockRef> blocks);
+  /// Appends a REVOKE record (version 6 on), durable when it returns OK.
+  absl::Status AppendRevoke(uint32_t mapper, uint64_t attempt);
   /// Appends several records with one write: all durable when it returns OK.
   absl::Status AppendAll(absl::Span<const CommitRecord> records);
 

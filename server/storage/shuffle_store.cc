@@ -265,6 +265,9 @@ absl::Status ShuffleStore::Repair(uint32_t mapper, uint64_t attempt, uint32_t pa
       refused = absl::FailedPreconditionError(
           absl::StrCat("the commit log of shuffle '", ShuffleName(params_.shuffle_id),
                        "' is version ", log_->version(), ", older than repairs (5)"));
+    } else if (revoked_.count({mapper, attempt}) != 0) {
+      refused = absl::FailedPreconditionError(absl::StrCat("a repair of ", what, " with attempt ",
+                                                           attempt, ": its decision was revoked"));
     } else if (auto c = committed_.find(mapper); c != committed_.end() && c->second != attempt) {
       refused = absl::FailedPreconditionError(absl::StrCat("a repair of ", what, " with attempt ",
                                                            attempt, ": attempt ", c->second,
@@ -281,6 +284,61 @@ absl::Status ShuffleStore::Repair(uint32_t mapper, uint64_t attempt, uint32_t pa
   // Durable once written (the data synced first); visible once recorded.
   return Recorded(mapper, attempt, blocks, log_->AppendRepair(mapper, attempt, partition, blocks),
                   partition);
+}
+
+absl::Status ShuffleStore::Revoke(uint32_t mapper, uint64_t attempt) {
+  std::vector<BlockRef> dropped;
+  {
+    std::unique_lock<std::mutex> lock(commit_mu_);
+    if (revoked_.count({mapper, attempt}) != 0) return absl::OkStatus();
+    if (log_->version() < kFirstRevokeLogVersion) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the commit log of shuffle '", ShuffleName(params_.shuffle_id),
+                       "' is version ", log_->version(), ", older than revocations (",
+                       kFirstRevokeLogVersion, "): its decisions cannot be revoked here"));
+    }
+    SLUICE_RETURN_IF_ERROR(ClaimMapperLocked(lock, mapper));
+  }
+  const absl::Status written = log_->AppendRevoke(mapper, attempt);
+  {
+    std::lock_guard<std::mutex> lock(commit_mu_);
+    inflight_mappers_.erase(mapper);
+    commit_cv_.notify_all();
+    if (!written.ok()) return written;
+    if (destroyed_.load()) return DeletedError();
+    revoked_.emplace(mapper, attempt);
+    if (auto c = committed_.find(mapper); c != committed_.end() && c->second == attempt) {
+      committed_.erase(c);
+      // Out of every partition's index (repaired ones too). The bytes stay until the next open:
+      // a fetch begun before may still read them (its blocks were taken in one instant).
+      partitions_.ForEach([mapper](uint32_t, Partition& p) {
+        auto gone = std::remove_if(p.index.begin(), p.index.end(),
+                                   [mapper](const IndexEntry& e) { return e.mapper == mapper; });
+        for (auto e = gone; e != p.index.end(); ++e) {
+          p.stats.records -= e->records;
+          p.stats.bytes -= e->frame_size;
+          p.stats.frames -= 1;
+        }
+        p.index.erase(gone, p.index.end());
+      });
+      for (auto& [partition, mappers] : repaired_) mappers.erase(mapper);
+    }
+    // A prepared copy of the attempt (not resolved here yet) never will be.
+    if (auto m = prepared_.find(mapper); m != prepared_.end()) {
+      if (auto a = m->second.find(attempt); a != m->second.end()) {
+        dropped = std::move(a->second);
+        m->second.erase(a);
+        if (m->second.empty()) prepared_.erase(m);
+      }
+    }
+  }
+  PunchBlocks(dropped);  // never visible: no reader has them
+  return absl::OkStatus();
+}
+
+bool ShuffleStore::IsRevoked(uint32_t mapper, uint64_t attempt) const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  return revoked_.count({mapper, attempt}) != 0;
 }
 
 std::vector<uint32_t> ShuffleStore::RepairedMappers(uint32_t partition) const {
@@ -309,6 +367,10 @@ absl::StatusOr<CommitOutcome> ShuffleStore::Prepare(uint32_t mapper, uint64_t at
     if (auto c = committed_.find(mapper); c != committed_.end() && c->second == attempt) {
       refused = absl::AlreadyExistsError(
           absl::StrCat("attempt ", attempt, " of mapper ", mapper, " is committed already"));
+    } else if (revoked_.count({mapper, attempt}) != 0) {
+      refused = absl::AlreadyExistsError(absl::StrCat(
+          "attempt ", attempt, " of mapper ", mapper,
+          " was committed and its decision revoked; push a retry with a new attempt id"));
     } else if (IsPreparedLocked(mapper, attempt)) {
       refused = absl::AlreadyExistsError(
           absl::StrCat("attempt ", attempt, " of mapper ", mapper,
@@ -579,19 +641,27 @@ std::vector<BlockRef> ShuffleStore::CommittedBlocks(uint32_t partition) const {
 }
 
 absl::StatusOr<std::vector<BlockRef>> ShuffleStore::CommittedBlocksOf(
-    uint32_t partition, const std::vector<uint32_t>& only, std::vector<uint32_t>* mappers) const {
+    uint32_t partition, const std::vector<uint32_t>& only, std::vector<uint32_t>* mappers,
+    std::vector<uint64_t>* attempts) const {
   std::vector<BlockRef> out;
   std::lock_guard<std::mutex> lock(commit_mu_);
   mappers->clear();
+  if (attempts != nullptr) attempts->clear();
   if (only.empty()) {
-    for (const auto& [mapper, attempt] : committed_) mappers->push_back(mapper);
+    for (const auto& [mapper, attempt] : committed_) {
+      mappers->push_back(mapper);
+      if (attempts != nullptr) attempts->push_back(attempt);
+    }
   } else {
-    for (uint32_t m : only) {
-      if (committed_.count(m) == 0) {
+    for (size_t i = 0; i < only.size(); ++i) {
+      const uint32_t m = only[i];
+      auto c = committed_.find(m);
+      if (c == committed_.end()) {
         return absl::AbortedError(absl::StrCat("mapper ", m, " of shuffle '",
                                                ShuffleName(params_.shuffle_id), "'",
                                                " is not committed on this server"));
       }
+      if (attempts != nullptr) attempts->push_back(c->second);
     }
     *mappers = only;
   }

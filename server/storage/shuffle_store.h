@@ -159,6 +159,17 @@ class ShuffleStore {
   /// when another attempt is committed, or the log predates repairs (version < 5).
   absl::Status Repair(uint32_t mapper, uint64_t attempt, uint32_t partition,
                       absl::Span<const BlockRef> blocks);
+  /// Cluster mode, a revoked decision (docs/cluster.md, "Revoking decisions"): `attempt` of
+  /// `mapper` is no longer its winner. Durably (a REVOKE record), its commit here (all its
+  /// partitions, repaired ones included) stops being visible and the mapper is uncommitted, so
+  /// that a later attempt can win; a prepare, resolve or repair of `attempt` is refused from then
+  /// on. Fetches begun before it go on with what they started with; its bytes are given back at
+  /// the next open (a reader may still be reading them). Recorded also when `attempt` is not
+  /// committed here (a replica that lacked it must never take it by a repair). Idempotent.
+  /// FAILED_PRECONDITION when the log predates revocations (version < 6).
+  absl::Status Revoke(uint32_t mapper, uint64_t attempt);
+  /// Whether `attempt` of `mapper` was revoked here.
+  bool IsRevoked(uint32_t mapper, uint64_t attempt) const;
   /// The mappers whose data for `partition` came by Repair, in order.
   std::vector<uint32_t> RepairedMappers(uint32_t partition) const;
   /// The mapper's committed attempt here, if it has one.
@@ -177,9 +188,10 @@ class ShuffleStore {
   /// CommittedBlocks, with the committed mappers in the same instant (*mappers); with `only`
   /// (sorted; empty: all), only those mappers' blocks, and ABORTED naming one that is not
   /// committed here.
-  absl::StatusOr<std::vector<BlockRef>> CommittedBlocksOf(uint32_t partition,
-                                                          const std::vector<uint32_t>& only,
-                                                          std::vector<uint32_t>* mappers) const;
+  /// `attempts` (may be null): set to the committed attempt of each of *mappers.
+  absl::StatusOr<std::vector<BlockRef>> CommittedBlocksOf(
+      uint32_t partition, const std::vector<uint32_t>& only, std::vector<uint32_t>* mappers,
+      std::vector<uint64_t>* attempts = nullptr) const;
   PartitionStats Stats(uint32_t partition) const;
 
   /// Reads a committed block's frame, checking its frame's checksums (and sets *header, when
@@ -363,8 +375,8 @@ class ShuffleStore {
   // Recovery's step 3: the commits (the first commit record of each mapper) and the prepared
   // attempts of mappers with none, checked against the shuffle's parameters.
   absl::Status SortRecords(std::vector<CommitRecord> records, std::vector<CommitRecord>* commits,
-                           std::vector<CommitRecord>* prepared,
-                           std::vector<CommitRecord>* repairs) const;
+                           std::vector<CommitRecord>* prepared, std::vector<CommitRecord>* repairs,
+                           std::set<std::pair<uint32_t, uint64_t>>* revoked) const;
 
   const std::string dir_;
   const std::string shown_dir_;  // relative to the data directory, for messages
@@ -392,6 +404,7 @@ class ShuffleStore {
   std::set<uint32_t> inflight_mappers_;              // between the duplicate check and the outcome
   std::map<uint32_t, uint64_t> committed_;           // mapper -> its winning attempt
   std::map<uint32_t, std::set<uint32_t>> repaired_;  // partition -> mappers come by Repair
+  std::set<std::pair<uint32_t, uint64_t>> revoked_;  // (mapper, attempt) revoked (REVOKE)
   // Cluster mode: mapper -> attempt -> its blocks, prepared and not resolved yet.
   std::map<uint32_t, std::map<uint64_t, std::vector<BlockRef>>> prepared_;
   mutable std::map<uint32_t, absl::Status> damaged_;  // partition -> why (MarkDamaged)

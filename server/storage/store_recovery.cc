@@ -3,6 +3,7 @@
 // rebuilds the store's state from it and the data file and reclaims what no commit owns, and
 // nothing else of the store changes here.
 #include <algorithm>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -60,7 +61,8 @@ absl::Status ShuffleStore::Recover(int dir_fd, OpenCheck check) {
   // 3. The first commit record of each mapper is its commit; prepared attempts of mappers
   //    without one wait for their decision.
   std::vector<CommitRecord> commits, prepared, repairs;
-  SLUICE_RETURN_IF_ERROR(SortRecords(std::move(records), &commits, &prepared, &repairs));
+  std::set<std::pair<uint32_t, uint64_t>> revoked;
+  SLUICE_RETURN_IF_ERROR(SortRecords(std::move(records), &commits, &prepared, &repairs, &revoked));
   if (!data_existed && !(commits.empty() && prepared.empty() && repairs.empty())) {
     return absl::DataLossError(
         absl::StrCat(log_->path(), " commits ", commits.size(), " mappers and prepares ",
@@ -122,20 +124,38 @@ absl::Status ShuffleStore::Recover(int dir_fd, OpenCheck check) {
     AddCommitLocked(c.mapper, c.attempt, c.blocks);
   }
   for (CommitRecord& c : prepared) prepared_[c.mapper][c.attempt] = std::move(c.blocks);
+  revoked_ = std::move(revoked);
   return ReclaimUnowned();
 }
 
 absl::Status ShuffleStore::SortRecords(std::vector<CommitRecord> records,
                                        std::vector<CommitRecord>* commits,
                                        std::vector<CommitRecord>* prepared,
-                                       std::vector<CommitRecord>* repairs) const {
+                                       std::vector<CommitRecord>* repairs,
+                                       std::set<std::pair<uint32_t, uint64_t>>* revoked) const {
   const std::string& log_path = log_->path();
-  std::set<uint32_t> committed, taken;
+  std::set<uint32_t> taken;
   std::set<std::pair<uint32_t, uint64_t>> seen_prepared;
-  for (const CommitRecord& r : records) {
-    if (!r.prepared) committed.insert(r.mapper);  // (a repair commits its mapper too)
+  // A revoked attempt's records own nothing (their bytes are reclaimed below). A prepared record
+  // is decided (not pending) when a commit or repair of its mapper follows it: revocations do
+  // not bring back an attempt that lost before.
+  std::map<uint32_t, size_t> last_commit;  // mapper -> index of its last commit or repair
+  for (size_t i = 0; i < records.size(); ++i) {
+    const CommitRecord& r = records[i];
+    if (r.revoke) revoked->emplace(r.mapper, r.attempt);
+    if (!r.prepared && !r.revoke) last_commit[r.mapper] = i;  // (a repair commits it too)
   }
-  for (CommitRecord& r : records) {
+  for (size_t i = 0; i < records.size(); ++i) {
+    CommitRecord& r = records[i];
+    if (r.revoke) {
+      if (params_.num_mappers != 0 && r.mapper >= params_.num_mappers) {
+        return absl::DataLossError(absl::StrCat(log_path, " revokes mapper ", r.mapper,
+                                                ", beyond the ", params_.num_mappers,
+                                                " mappers of the shuffle"));
+      }
+      continue;
+    }
+    const bool gone = revoked->count({r.mapper, r.attempt}) != 0;
     if (params_.num_mappers != 0 && r.mapper >= params_.num_mappers) {
       return absl::DataLossError(absl::StrCat(log_path, " commits mapper ", r.mapper,
                                               ", beyond the ", params_.num_mappers,
@@ -159,14 +179,16 @@ absl::Status ShuffleStore::SortRecords(std::vector<CommitRecord> records,
                                                 ", beyond the ", params_.num_partitions,
                                                 " of the shuffle"));
       }
-      repairs->push_back(std::move(r));
+      if (!gone) repairs->push_back(std::move(r));
     } else if (r.prepared) {
       // Decided already (its blocks, if it won, are the commit's), or a repeat: not pending.
-      if (committed.count(r.mapper) != 0 || !seen_prepared.emplace(r.mapper, r.attempt).second) {
+      auto decided = last_commit.find(r.mapper);
+      if (gone || (decided != last_commit.end() && decided->second > i) ||
+          !seen_prepared.emplace(r.mapper, r.attempt).second) {
         continue;
       }
       prepared->push_back(std::move(r));
-    } else if (taken.insert(r.mapper).second) {
+    } else if (!gone && taken.insert(r.mapper).second) {
       commits->push_back(std::move(r));  // a later record for a mapper is never visible
     }
   }

@@ -418,9 +418,11 @@ class FakeFetchStream final : public FetchStream {
   }
   void Cancel() override { *cancelled_ = true; }
   const std::vector<uint32_t>& mappers() const override { return mappers_; }
+  const std::vector<uint64_t>& attempts() const override { return attempts_; }
 
  private:
   std::vector<uint32_t> mappers_;
+  std::vector<uint64_t> attempts_;
   std::vector<std::string> frames_;
   absl::Status end_;
   std::atomic<bool>* cancelled_;

@@ -131,6 +131,52 @@ TEST(PlacementTest, ANewEpochKeepsTheSurvivorsAndSpreadsTheLostServersPartitions
   for (const auto& r : thin) EXPECT_EQ(r.size(), 2u);
 }
 
+// Revoking decisions (docs/cluster.md, "Revoking decisions") is an epoch that changes no replica
+// and names the attempts it revoked; a repeat from the epoch before revokes nothing new, and
+// anything else that moved the record under the caller is ABORTED.
+TEST(PlacementTest, ARevocationIsAnEpochNamingItsAttemptsAndARepeatRevokesNothingNew) {
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement p, NewPlacement("job", 8, 4, 2, {"n0", "n1", "n2", "n3"}));
+  const std::map<uint32_t, MapperDecision> decided{{0, {11, 0}}, {2, {12, 0}}, {3, {13, 0}}};
+  ASSERT_OK_AND_ASSIGN(Revocation r, PlanRevocation(p, decided, {3, 0}, 0));
+  EXPECT_EQ(r.attempts, (std::vector<uint64_t>{13, 11}));
+  ASSERT_TRUE(r.next.has_value());
+  ASSERT_EQ(r.next->epoch(), 1u);
+  EXPECT_EQ(r.next->replicas, p.replicas) << "no replica moves";
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement back, DecodePlacement("job", EncodePlacement(*r.next)));
+  using Pairs = std::vector<std::pair<uint32_t, uint64_t>>;
+  EXPECT_EQ(back.RevokedAfter(0), (Pairs{{3, 13}, {0, 11}}));
+  EXPECT_TRUE(back.RevokedAfter(1).empty());
+  for (uint32_t part = 0; part < 8; ++part) EXPECT_EQ(back.ReplicasAt(part, 1), p.replicas[part]);
+  // The same call again, from epoch 0: what it revoked, nothing written.
+  ASSERT_OK_AND_ASSIGN(Revocation again, PlanRevocation(back, {{2, {12, 0}}}, {0, 3}, 0));
+  EXPECT_EQ(again.attempts, (std::vector<uint64_t>{11, 13}));
+  EXPECT_FALSE(again.next.has_value());
+  // A mapper that epoch did not revoke: the caller's view is old.
+  EXPECT_THAT(PlanRevocation(back, {{2, {12, 0}}}, {2}, 0).status(),
+              StatusIs(absl::StatusCode::kAborted, "read its status again"));
+  // The caller's mistakes, and a mapper with no decision.
+  EXPECT_THAT(PlanRevocation(p, decided, {}, 0).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "no mapper"));
+  EXPECT_THAT(PlanRevocation(p, decided, {0, 0}, 0).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "twice"));
+  EXPECT_THAT(PlanRevocation(p, decided, {4}, 0).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "beyond the 4 mappers"));
+  EXPECT_THAT(PlanRevocation(p, decided, {1}, 0).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "mapper 1 is not committed"));
+  EXPECT_THAT(PlanRevocation(p, decided, {0}, 5).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "newer than its newest"));
+  // A record full of epochs takes no more.
+  ShufflePlacement full = p;
+  full.epochs.resize(kMaxPlacementEpochs);
+  EXPECT_THAT(PlanRevocation(full, decided, {0}, kMaxPlacementEpochs).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "new id"));
+  // A malformed revocation is DATA_LOSS.
+  std::string bad = EncodePlacement(*r.next);
+  bad.replace(bad.find("\"revoked\":[["), 12, "\"revoked\":[[9");
+  EXPECT_THAT(DecodePlacement("job", bad).status(),
+              StatusIs(absl::StatusCode::kDataLoss, "revoked decision"));
+}
+
 TEST(PlacementTest, EpochsRoundTripThroughTheRecordAndDecisionsNameTheirEpoch) {
   ASSERT_OK_AND_ASSIGN(ShufflePlacement p, NewPlacement("job", 8, 4, 2, {"n0", "n1", "n2", "n3"}));
   EXPECT_EQ(p.epoch(), 0u);

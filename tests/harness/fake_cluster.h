@@ -106,6 +106,20 @@ class FakePlacementStore final : public PlacementStore {
     it->second = *next;
     return std::optional<ShufflePlacement>(*next);
   }
+  absl::StatusOr<std::pair<std::vector<uint64_t>, ShufflePlacement>> Revoke(
+      const std::string& id, const std::vector<uint32_t>& mappers, uint32_t seen) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Status st = Call(); !st.ok()) return st;
+    auto it = shuffles_.find(id);
+    if (it == shuffles_.end()) return absl::NotFoundError("it is not recorded in the cluster");
+    auto plan = PlanRevocation(it->second, decisions_[id], mappers, seen);
+    if (!plan.ok()) return plan.status();
+    if (plan->next.has_value()) {
+      it->second = *plan->next;
+      for (uint32_t m : mappers) decisions_[id].erase(m);
+    }
+    return std::make_pair(plan->attempts, it->second);
+  }
   absl::Status SetDecommissioning(const std::string& node_id) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (absl::Status st = Call(); !st.ok()) return st;

@@ -83,6 +83,29 @@ def test_first_commit_wins_across_attempts(cluster):
     assert sorted(values) == sorted(f"first {i}" for i in range(100))
 
 
+def test_a_revoked_mapper_runs_again_into_the_same_shuffle(cluster):
+    client = sluice.connect(cluster.servers)
+    client.create_shuffle("c5", partitions=4, mappers=2, replication=2)
+    for m in range(2):
+        with client.writer("c5", mapper=m, attempt=1) as w:
+            w.write_many((i, f"m{m} first {i}") for i in range(200))
+    status = client.shuffle_status("c5")
+    assert status["committed_mappers"] == [0, 1] and status["lost_partitions"] == {}
+    done = client.revoke_mappers("c5", [0], status["placement_epoch"])
+    assert done["attempts"] == [1] and done["placement_epoch"] == status["placement_epoch"] + 1
+    assert client.shuffle_status("c5")["committed_mappers"] == [1]
+    # A view older than the record that did not revoke this mapper: read the status again.
+    with pytest.raises(sluice.Error) as stale:
+        client.revoke_mappers("c5", [1], status["placement_epoch"])
+    assert stale.value.code == "ABORTED" and stale.value.retryable
+    with client.writer("c5", mapper=0, attempt=2) as w:
+        w.write_many((i, f"m0 again {i}") for i in range(150))
+    assert not w.result["duplicate"] and w.result["winning_attempt"] == 2
+    values = sorted(v for p in range(4) for _, v in client.reader("c5", p, require_complete=True))
+    assert values == sorted([f"m0 again {i}" for i in range(150)] +
+                            [f"m1 first {i}" for i in range(200)])
+
+
 def test_reads_go_on_after_a_server_is_killed(cluster):
     client = sluice.connect(cluster.servers)
     client.create_shuffle("c3", partitions=6, mappers=2, replication=2)

@@ -241,6 +241,74 @@ TEST(ClusterNodeTest, DecisionsMadeElsewhereAreAppliedAndALostPrepareIsDataLoss)
   EXPECT_OK(n1.node->PrepareToServe("job2", 0));
 }
 
+// Revoking decisions (docs/cluster.md): decided once in the record as an epoch, applied at once
+// by the server asked and by every other before it serves a caller routed by that epoch; the
+// mapper is then undecided everywhere and a re-run of it wins. On its own: refused.
+TEST(ClusterNodeTest, ARevokedDecisionIsAppliedEverywhereBeforeServingAndAReRunWins) {
+  FakePlacementStore record;
+  FakeNodeDirectory nodes({"n0", "n1"});
+  Server n0("n0", true), n1("n1", true);
+  n0.node->Joined(&nodes, &record);
+  n1.node->Joined(&nodes, &record);
+  ASSERT_OK(n0.node->Create({"job", 2, 2}, 2).status());
+  ASSERT_OK(n1.node->PrepareToServe("job", 0));
+  for (uint32_t m : {0u, 1u}) {
+    for (Server* s : {&n0, &n1}) Prepare(*s, "job", m, 1, {0, 1});
+    ASSERT_OK(n0.node->DecideMapper("job", m, 1).status());
+  }
+  for (Server* s : {&n0, &n1}) ASSERT_OK(s->node->PrepareToServe("job", 0));
+  ASSERT_OK_AND_ASSIGN(auto store0, n0.registry->Get("job"));
+  ASSERT_OK_AND_ASSIGN(auto store1, n1.registry->Get("job"));
+  ASSERT_EQ(store1->CommittedMappers(), (std::vector<uint32_t>{0, 1}));
+
+  ASSERT_OK_AND_ASSIGN(ClusterNode::Revoked revoked, n0.node->RevokeMappers("job", {0}, 0));
+  EXPECT_EQ(revoked.attempts, (std::vector<uint64_t>{1}));
+  EXPECT_EQ(revoked.epoch, 1u);
+  EXPECT_EQ(store0->CommittedMappers(), (std::vector<uint32_t>{1})) << "applied at once here";
+  // n1 has not read the record since epoch 0: it learns before it serves a caller routed by
+  // epoch 1 (a reader, or the client's CatchUp after a revocation).
+  EXPECT_EQ(n1.node->KnownEpoch("job"), 0u);
+  ASSERT_OK(n1.node->PrepareToServe("job", std::nullopt, 1));
+  EXPECT_EQ(n1.node->KnownEpoch("job"), 1u);
+  EXPECT_EQ(store1->CommittedMappers(), (std::vector<uint32_t>{1}));
+  // A repeat from the epoch the caller saw: the same answer, nothing new.
+  ASSERT_OK_AND_ASSIGN(ClusterNode::Revoked repeat, n1.node->RevokeMappers("job", {0}, 0));
+  EXPECT_EQ(repeat.attempts, (std::vector<uint64_t>{1}));
+  EXPECT_EQ(repeat.epoch, 1u);
+
+  // The old attempt can never win again; a re-run in the new epoch does, on every replica.
+  EXPECT_THAT(n0.node->DecideMapper("job", 0, 1, 1),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "not prepared"));
+  EXPECT_THAT(n0.node->PrepareToPush("job", 0).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "epoch"));
+  for (Server* s : {&n0, &n1}) {
+    ASSERT_OK(s->node->PrepareToPush("job", 1).status());
+    Prepare(*s, "job", 0, 2, {0, 1});
+  }
+  ASSERT_OK_AND_ASSIGN(uint64_t winner, n1.node->DecideMapper("job", 0, 2, 1));
+  EXPECT_EQ(winner, 2u);
+  for (Server* s : {&n0, &n1}) ASSERT_OK(s->node->PrepareToServe("job", 0, 1));
+  EXPECT_EQ(store0->CommittedAttempt(0), std::optional<uint64_t>(2));
+  EXPECT_EQ(store1->CommittedAttempt(0), std::optional<uint64_t>(2));
+  // A server down while a decision was revoked applies it before it serves again, whoever asks.
+  ASSERT_OK(n0.node->RevokeMappers("job", {1}, 1).status());
+  EXPECT_EQ(store1->CommittedAttempt(1), std::optional<uint64_t>(1)) << "n1 not told";
+  ClusterNode restarted(n1.registry.get(), true);
+  restarted.SetSelf({"n1", "n1:7070", 2});
+  restarted.Joined(&nodes, &record);
+  ASSERT_OK(restarted.PrepareToServe("job", 0));
+  EXPECT_EQ(store1->CommittedAttempt(1), std::nullopt);
+  EXPECT_TRUE(store1->IsRevoked(1, 1));
+  // The caller's view is stale once a revocation it did not ask for moved the record.
+  EXPECT_THAT(n0.node->RevokeMappers("job", {0}, 1).status(),
+              StatusIs(absl::StatusCode::kAborted, "read its status again"));
+
+  Server alone("a", false);
+  ASSERT_OK(alone.node->Create({"solo", 1, 1}, 0).status());
+  EXPECT_THAT(alone.node->RevokeMappers("solo", {0}, 0).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "on its own"));
+}
+
 // etcd unreachable: what a server has remembered still serves; what needs the record is
 // UNAVAILABLE (retry), never the caller's mistake.
 TEST(ClusterNodeTest, WithTheRecordUnreachableRememberedShufflesServeAndTheRestIsUnavailable) {

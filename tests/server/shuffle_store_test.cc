@@ -391,6 +391,84 @@ TEST_F(ShuffleStoreTest, ALogOlderThanRepairsRefusesThem) {
               StatusIs(absl::StatusCode::kFailedPrecondition, "older than repairs"));
 }
 
+// A revoked decision (docs/cluster.md, "Revoking decisions"): the mapper's commit stops being
+// visible at once, everywhere (repaired partitions too), a fetch that took its blocks before
+// still reads them, the attempt never commits again, a new attempt of the mapper wins, and a
+// restart keeps all of it and gives the revoked bytes back.
+TEST_F(ShuffleStoreTest, ARevokedCommitIsHiddenAtOnceNeverReturnsAndItsBytesGoAtTheNextOpen) {
+  std::vector<std::vector<std::string>> kept(4);
+  {
+    auto store = CreateStore(4, 8);
+    // Mapper 0, attempt 1 wins (big frames: their bytes show in the file's blocks); mapper 1's
+    // attempt 9 lost to it before, and mapper 2 stays committed throughout.
+    ASSERT_EQ(*store->Prepare(0, 9, WriteAttempt(*store, 0, 9)), CommitOutcome::kCommitted);
+    ASSERT_EQ(*store->Prepare(0, 1, WriteAttempt(*store, 0, 1, 5, 40000)),
+              CommitOutcome::kCommitted);
+    ASSERT_EQ(*store->Resolve(0, 1), CommitOutcome::kCommitted);
+    ASSERT_EQ(*store->Commit(2, 4, WriteAttempt(*store, 2, 4)), CommitOutcome::kCommitted);
+    const std::string copied = MakeFrame(0, 3, 2, 1);
+    ASSERT_OK_AND_ASSIGN(BlockRef extra, store->Append(0, 1, 3, Bytes(copied), 2));
+    // (a second frame of partition 3 for mapper 0, as a repair would add it)
+    ASSERT_OK(store->Repair(0, 1, 3, {extra}));
+    const std::vector<BlockRef> taken = store->CommittedBlocks(0);  // a fetch under way
+    ASSERT_EQ(taken.size(), 2u);
+
+    ASSERT_OK(store->Revoke(0, 1));
+    EXPECT_TRUE(store->IsRevoked(0, 1));
+    EXPECT_EQ(store->CommittedMappers(), (std::vector<uint32_t>{2}));
+    EXPECT_EQ(store->CommittedAttempt(0), std::nullopt);
+    EXPECT_TRUE(store->RepairedMappers(3).empty());
+    for (uint32_t p = 0; p < 4; ++p) {
+      EXPECT_EQ(ReadPartition(*store, p).size(), 5u) << "partition " << p;
+      EXPECT_EQ(store->Stats(p).records, 5u);
+      EXPECT_EQ(store->Stats(p).frames, 1u);
+    }
+    std::string frame;
+    for (const BlockRef& b : taken) EXPECT_OK(store->ReadFrame(b, &frame)) << "read on";
+    // The revoked attempt is refused for good; a repeat is nothing new.
+    EXPECT_THAT(store->Prepare(0, 1, {}), StatusIs(absl::StatusCode::kAlreadyExists, "revoked"));
+    EXPECT_THAT(store->Repair(0, 1, 2, {}),
+                StatusIs(absl::StatusCode::kFailedPrecondition, "revoked"));
+    EXPECT_THAT(store->Resolve(0, 1),
+                StatusIs(absl::StatusCode::kFailedPrecondition, "not prepared"));
+    ASSERT_OK(store->Revoke(0, 1));
+    // A re-run of the mapper wins; an attempt never committed here can be revoked too (a
+    // replica that lacked it must never take it by a repair).
+    ASSERT_EQ(*store->Prepare(0, 3, WriteAttempt(*store, 0, 3, 7)), CommitOutcome::kCommitted);
+    ASSERT_OK(store->ResolveAll({{0, 3}}));
+    EXPECT_EQ(store->CommittedAttempt(0), std::optional<uint64_t>(3));
+    ASSERT_OK(store->Revoke(5, 11));
+    EXPECT_THAT(store->Repair(5, 11, 1, {}),
+                StatusIs(absl::StatusCode::kFailedPrecondition, "revoked"));
+    for (uint32_t p = 0; p < 4; ++p) kept[p] = ReadPartition(*store, p);
+    EXPECT_EQ(kept[1].size(), 12u);
+  }
+  struct stat before;
+  ASSERT_EQ(::stat((ShuffleDir() + "/data").c_str(), &before), 0);
+  auto store = Reopen();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->CommittedMappers(), (std::vector<uint32_t>{0, 2}));
+  EXPECT_EQ(store->CommittedAttempt(0), std::optional<uint64_t>(3));
+  EXPECT_TRUE(store->IsRevoked(0, 1));
+  EXPECT_TRUE(store->IsRevoked(5, 11));
+  EXPECT_TRUE(store->PendingMappers().empty()) << "attempt 9 lost before the revocation";
+  for (uint32_t p = 0; p < 4; ++p) EXPECT_EQ(ReadPartition(*store, p), kept[p]);
+  EXPECT_THAT(store->Prepare(0, 1, {}), StatusIs(absl::StatusCode::kAlreadyExists, "revoked"));
+  struct stat after;
+  ASSERT_EQ(::stat((ShuffleDir() + "/data").c_str(), &after), 0);
+  EXPECT_LT(after.st_blocks * 512 + 4 * 40000, before.st_blocks * 512)
+      << "the revoked attempt's bytes were given back";
+}
+
+TEST_F(ShuffleStoreTest, ALogOlderThanRevocationsRefusesThem) {
+  StoreOptions options;
+  options.log_version = 5;
+  ASSERT_OK_AND_ASSIGN(auto store,
+                       ShuffleStore::Create(ShuffleDir(), kShown, {"s1", 4, 8}, options));
+  EXPECT_THAT(store->Revoke(0, 1),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "older than revocations"));
+}
+
 TEST_F(ShuffleStoreTest, TornCommitLogTailIsCutOff) {
   {
     auto store = CreateStore();

@@ -78,6 +78,14 @@ class Client:
         """A dict: num_partitions, num_mappers, committed_mappers, partitions (counts)..."""
         return self._c.get_shuffle(shuffle_id)
 
+    def revoke_mappers(self, shuffle_id, mappers, placement_epoch):
+        """In a cluster: revokes the winning decisions of `mappers` as the status at
+        `placement_epoch` showed them (shuffle_status()["placement_epoch"]), so that they are run
+        again into the same shuffle, with new attempt ids: typically the mappers of
+        shuffle_status()["lost_partitions"]. Returns {"placement_epoch", "attempts"}; a repeat
+        revokes nothing new. Error ABORTED: the placement moved since, read the status again."""
+        return self._c.revoke_mappers(shuffle_id, list(mappers), placement_epoch)
+
     def writer(self, shuffle_id, mapper, attempt=1, *, sort_by_key=False, buffer_mb=64,
                zstd_level=3, pickle_fallback=False):
         """One mapper attempt. As a context manager it commits on a clean exit and discards the
