@@ -16,11 +16,19 @@
 //     second: the open limits keep the rest closed until asked for; a server that opens all
 //     before it listens has none), and its resident memory (VmRSS) at each of those moments.
 //
+//   sluice-restart-bench plan --server BIN --data_dir D --shuffle ID [--calls 9]
+//     (issue 35, "plan reduces from what the server knows"; docs/benchmarks.md, "Reduce
+//     planning") execs BIN on D and times the GetShuffle calls an engine makes to size its
+//     reducers: the first (it opens the shuffle from its commit log) and then --calls more
+//     (min, median, max), every page of them, with the bytes of the answers, the partitions
+//     with records and the committed mappers they report; and the same through the C++ client.
+//
 //   sluice-restart-bench scrub-cost ... is not here: bench/restart_bench.sh interleaves
 //   `sluice bench` runs with the scrub on and off.
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +44,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/server_process.h"
+#include "client/shuffle_client.h"
 #include "codec/frame_encoder.h"
 #include "server/storage/shuffle_store.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
@@ -245,17 +254,111 @@ int Start(const Args& a) {
   return 0;
 }
 
+// Every page of GetShuffle's answer for `id`: the partitions with records, the committed
+// mappers, and the answers' bytes on the wire (their protobuf sizes).
+struct Plan {
+  uint64_t bytes = 0, nonempty = 0, records = 0, mappers = 0;
+  bool ok = true;
+};
+Plan AskPlan(pb::ShuffleService::Stub* stub, const std::string& id) {
+  Plan out;
+  uint32_t next = 0;
+  do {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(5));
+    pb::GetShuffleRequest req;
+    req.set_shuffle_id(id);
+    req.set_first_partition(next);
+    pb::ShuffleInfo info;
+    const grpc::Status st = stub->GetShuffle(&ctx, req, &info);
+    if (!st.ok()) {
+      std::fprintf(stderr, "plan: GetShuffle: %s\n", st.error_message().c_str());
+      out.ok = false;
+      return out;
+    }
+    out.bytes += info.ByteSizeLong();
+    out.mappers = info.committed_mappers_size();
+    for (const pb::PartitionInfo& p : info.partitions()) {
+      out.nonempty += p.records() > 0 ? 1 : 0;
+      out.records += p.records();
+    }
+    next = info.next_partition();
+  } while (next != 0);
+  return out;
+}
+
+int PlanCost(const Args& a) {
+  const std::string bin = a.Get("server"), dir = a.Get("data_dir"), shuffle = a.Get("shuffle");
+  const uint64_t calls = a.Num("calls", 9);
+  if (bin.empty() || dir.empty() || shuffle.empty() || calls == 0) {
+    std::fprintf(stderr, "plan: --server BIN --data_dir D --shuffle ID [--calls N >= 1]\n");
+    return 2;
+  }
+  std::vector<std::string> flags{"--data_dir=" + dir, "--log_level=warn"};
+  for (const std::string& f : a.server_flags) flags.push_back(f);
+  auto server = ServerProcess::Start(bin, flags, "127.0.0.1", std::chrono::minutes(30));
+  if (!server.ok()) {
+    std::fprintf(stderr, "plan: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+  auto stub =
+      pb::ShuffleService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto t = Clock::now();
+  const Plan first = AskPlan(stub.get(), shuffle);
+  const double first_ms = MsSince(t);
+  if (!first.ok) return 1;
+  std::vector<double> ms;
+  Plan plan;
+  for (uint64_t i = 0; i < calls; ++i) {
+    t = Clock::now();
+    plan = AskPlan(stub.get(), shuffle);
+    ms.push_back(MsSince(t));
+    if (!plan.ok) return 1;
+  }
+  std::sort(ms.begin(), ms.end());
+  // The same through the C++ client (what an engine links), decoded into ShuffleStatus.
+  ClientOptions co;
+  co.server = address;
+  auto client = ShuffleClient::Connect(co);
+  std::vector<double> client_ms;
+  for (uint64_t i = 0; client.ok() && i < calls; ++i) {
+    t = Clock::now();
+    auto st = (*client)->GetShuffle(shuffle);
+    client_ms.push_back(MsSince(t));
+    if (!st.ok()) {
+      std::fprintf(stderr, "plan: client GetShuffle: %s\n", st.status().ToString().c_str());
+      return 1;
+    }
+  }
+  std::sort(client_ms.begin(), client_ms.end());
+  std::printf(
+      "{\"first_ms\": %.1f, \"min_ms\": %.2f, \"median_ms\": %.2f, \"max_ms\": %.2f, "
+      "\"client_median_ms\": %.2f, \"bytes\": %llu, \"partitions_with_records\": %llu, "
+      "\"records\": %llu, \"committed_mappers\": %llu, \"rss_mb\": %.1f}\n",
+      first_ms, ms.front(), ms[ms.size() / 2], ms.back(),
+      client_ms.empty() ? -1.0 : client_ms[client_ms.size() / 2],
+      static_cast<unsigned long long>(plan.bytes), static_cast<unsigned long long>(plan.nonempty),
+      static_cast<unsigned long long>(plan.records), static_cast<unsigned long long>(plan.mappers),
+      RssBytes((*server)->pid()) / 1048576.0);
+  (void)(*server)->Stop();
+  return 0;
+}
+
 int Run(int argc, char** argv) {
   Args a;
   const std::string cmd = argc > 1 ? argv[1] : "";
-  if ((cmd != "fill" && cmd != "start") || !ParseArgs(argc, argv, &a)) {
+  if ((cmd != "fill" && cmd != "start" && cmd != "plan") || !ParseArgs(argc, argv, &a)) {
     std::fprintf(stderr,
                  "usage: sluice-restart-bench fill --data_dir D --shuffles N --partitions P "
                  "--mappers M --frames F --frame_bytes B [--log_version 3|4]\n"
                  "       sluice-restart-bench start --server BIN --data_dir D [--shuffle ID] "
-                 "[--cold 1] [--flag --x=y]...\n");
+                 "[--cold 1] [--flag --x=y]...\n"
+                 "       sluice-restart-bench plan --server BIN --data_dir D --shuffle ID "
+                 "[--calls N] [--flag --x=y]...\n");
     return 2;
   }
+  if (cmd == "plan") return PlanCost(a);
   return cmd == "fill" ? Fill(a) : Start(a);
 }
 

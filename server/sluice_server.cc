@@ -72,10 +72,14 @@ absl::StatusOr<PeerOptions> PeerAccess(const ServerOptions& o, std::string* off)
   }
   if (!o.auth_file.empty()) {
     if (o.peer_token_file.empty()) {
+      // Under mutual TLS the certificate it shows is its credential: a `cn:` line of the other
+      // servers' --auth_file makes its name an admin.
+      if (o.tls.enabled() && !o.peer_tls.cert_file.empty()) return peer;
       if (off->empty()) {
         *off =
-            "this server asks for credentials (--auth_file) and --peer_token_file (an "
-            "admin's token for the other servers) is not given";
+            "this server asks for credentials (--auth_file) and neither --peer_token_file (an "
+            "admin's token for the other servers) nor, under mutual TLS, --peer_tls_cert (a "
+            "certificate whose name their --auth_file makes an admin) is given";
       }
       return peer;
     }

@@ -37,6 +37,8 @@
 //   SLUICE_RETURN_IF_ERROR(node.PrepareToServe("job", /*partition=*/3));
 //
 // Thread-safe. Tests drive it with an in-memory record (tests/harness/fake_cluster.h).
+// Its code is in two files: cluster_node.cc (shuffles, epochs, serving, decisions) and
+// cluster_membership.cc (who is registered, etcd's health, the dead taken out).
 #ifndef SLUICE_SERVER_RULES_CLUSTER_NODE_H_
 #define SLUICE_SERVER_RULES_CLUSTER_NODE_H_
 

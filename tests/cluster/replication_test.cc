@@ -744,6 +744,45 @@ TEST(ClusterTenantsTest, IsolationAndTheShuffleQuotaHoldAcrossServers) {
   EXPECT_OK(a->CreateShuffle("job3", 1, 2, 1).status());
 }
 
+// Four secured servers: writes `job` at R = 2 (its winners in *winners), kills server `victim`
+// for good, and waits until it is taken out and every partition is whole again on 2 registered
+// servers, copied by the servers themselves (`admin(i)`: a client of server i allowed GetNode).
+void WriteThenLoseOneForGood(ShuffleClient& client, testing::MiniCluster& cluster, const Job& job,
+                             size_t victim,
+                             const std::function<std::unique_ptr<ShuffleClient>(size_t)>& admin,
+                             std::map<uint32_t, uint64_t>* winners) {
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        auto nodes = client.ListNodes();
+        return nodes.ok() && nodes->size() == 4;
+      },
+      std::chrono::seconds(20)));
+  ASSERT_OK(client.CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
+  for (uint32_t m = 0; m < job.mappers; ++m) {
+    ASSERT_OK_AND_ASSIGN((*winners)[m], WriteWithRetries(client, job, m));
+  }
+  cluster.Kill(victim);
+  ShuffleStatus status;
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        auto placed = client.GetPlacement(job.id);
+        if (!placed.ok() || placed->epoch == 0) return false;
+        auto st = client.GetShuffle(job.id);
+        if (!st.ok()) return false;
+        status = *st;
+        return status.under_replicated_partitions.empty();
+      },
+      std::chrono::seconds(60)))
+      << "under-replicated: " << absl::StrJoin(status.under_replicated_partitions, ",");
+  uint64_t repaired = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    if (i == victim) continue;
+    ASSERT_OK_AND_ASSIGN(NodeStatus node, admin(i)->GetNode());
+    repaired += node.repaired_bytes;
+  }
+  EXPECT_GT(repaired, 0u) << "the copies were made over TLS by the servers";
+}
+
 // Re-replication where the servers serve TLS and ask for credentials: each dials the others
 // over TLS (--peer_tls_ca; their certificates name localhost, hence --peer_tls_server_name) with
 // an admin's token (--peer_token_file); a tenant's shuffle loses a server for good and is whole
@@ -780,42 +819,14 @@ TEST(SecureRepairTest, ServersWithTlsAndTokensRepairEachOther) {
   };
   auto client = connect(cluster->addresses(), "slc_a");
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(testing::Eventually(
-      [&] {
-        auto nodes = client->ListNodes();
-        return nodes.ok() && nodes->size() == 4;
-      },
-      std::chrono::seconds(20)));
   Job job;
   job.id = "secure";
   job.partitions = 8;
-  ASSERT_OK(client->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
   std::map<uint32_t, uint64_t> winners;
-  for (uint32_t m = 0; m < job.mappers; ++m) {
-    ASSERT_OK_AND_ASSIGN(winners[m], WriteWithRetries(*client, job, m));
-  }
-  const size_t victim = 1;
-  cluster->Kill(victim);
-  // Taken out, then every partition whole on 2 registered servers (the copies made over TLS).
-  ShuffleStatus status;
-  ASSERT_TRUE(testing::Eventually(
-      [&] {
-        auto placed = client->GetPlacement(job.id);
-        if (!placed.ok() || placed->epoch == 0) return false;
-        auto st = client->GetShuffle(job.id);
-        if (!st.ok()) return false;
-        status = *st;
-        return status.under_replicated_partitions.empty();
-      },
-      std::chrono::seconds(60)))
-      << "under-replicated: " << absl::StrJoin(status.under_replicated_partitions, ",");
-  uint64_t repaired = 0;
-  for (size_t i = 0; i < 4; ++i) {
-    if (i == victim) continue;
-    ASSERT_OK_AND_ASSIGN(NodeStatus node, connect(cluster->address(i), "slc_peers")->GetNode());
-    repaired += node.repaired_bytes;
-  }
-  EXPECT_GT(repaired, 0u);
+  WriteThenLoseOneForGood(
+      *client, *cluster, job, /*victim=*/1,
+      [&](size_t i) { return connect(cluster->address(i), "slc_peers"); }, &winners);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
   ExpectExactlyTheWinners(*client, job, FetchOrder::kKey, winners, job.items);
   // Without --peer_token_file: no repair, and a decommission says what is missing.
   ASSERT_OK_AND_ASSIGN(size_t plain, cluster->Add({"--peer_token_file="}));
@@ -824,6 +835,51 @@ TEST(SecureRepairTest, ServersWithTlsAndTokensRepairEachOther) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
   EXPECT_NE(refused.status().message().find("--peer_token_file"), absl::string_view::npos)
       << refused.status();
+}
+
+// Under mutual TLS the servers show each other a client certificate (--peer_tls_cert) whose
+// name the credentials file makes an admin: no token needed. Four servers that require client
+// certificates, one killed for good: every partition whole again, copied over mutual TLS.
+TEST(SecureRepairTest, ServersWithMutualTlsRepairEachOtherWithTheirCertificate) {
+  TempDir dir;
+  ASSERT_EQ(std::system(absl::StrCat("bash ", SLUICE_SOURCE_DIR, "/tests/harness/make_certs.sh ",
+                                     dir.path(), "/certs >/dev/null 2>&1")
+                            .c_str()),
+            0)
+      << "make_certs.sh failed: is openssl installed?";
+  const std::string certs = dir.path() + "/certs/";
+  std::ofstream(dir.path() + "/credentials") << "cn:sluice-peer peers admin\n"
+                                             << "cn:tenant-a team-a tenant\n";
+  testing::MiniClusterOptions options;
+  options.servers = 4;
+  for (const std::string& flag :
+       {"--tls_cert=" + certs + "server.pem", "--tls_key=" + certs + "server.key",
+        "--tls_client_ca=" + certs + "ca.pem", "--auth_file=" + dir.path() + "/credentials",
+        std::string("--dead_after_s=2"), "--peer_tls_ca=" + certs + "ca.pem",
+        std::string("--peer_tls_server_name=localhost"), "--peer_tls_cert=" + certs + "peer.pem",
+        "--peer_tls_key=" + certs + "peer.key"}) {
+    options.flags.push_back(flag);
+  }
+  ASSERT_OK_AND_ASSIGN(auto cluster, testing::MiniCluster::Start(options));
+  auto connect = [&](const std::string& servers, const std::string& who) {
+    ClientOptions o;
+    o.tls.ca_file = certs + "ca.pem";
+    o.tls.server_name = "localhost";
+    o.tls.cert_file = certs + who + ".pem";
+    o.tls.key_file = certs + who + ".key";
+    return ConnectTo(servers, o);
+  };
+  auto client = connect(cluster->addresses(), "client-a");
+  ASSERT_NE(client, nullptr);
+  Job job;
+  job.id = "mutual";
+  job.partitions = 8;
+  std::map<uint32_t, uint64_t> winners;
+  WriteThenLoseOneForGood(
+      *client, *cluster, job, /*victim=*/2,
+      [&](size_t i) { return connect(cluster->address(i), "peer"); }, &winners);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  ExpectExactlyTheWinners(*client, job, FetchOrder::kUnordered, winners, job.items);
 }
 
 // A server lost for good (docs/cluster.md, "Placement epochs"): four servers on 127.0.0.2-5,

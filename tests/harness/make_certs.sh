@@ -6,6 +6,8 @@
 #   server-expired.pem .key            expired yesterday (by ca)
 #   client-a.pem .key, client-b.pem .key   CN=tenant-a, CN=tenant-b (by ca)
 #   client-expired.pem .key            CN=tenant-a, expired yesterday (by ca)
+#   peer.pem peer.key                  CN=sluice-peer, a client certificate the servers show each
+#                                      other (--peer_tls_cert) under mutual TLS (by ca)
 #   other-ca.pem other-ca.key          another CA; other-client.pem .key (CN=tenant-a) by it
 #   inter.pem inter.key                an intermediate CA signed by ca
 #   chained.pem chained.key            CN=sluice-server-chained by inter; chained-full.pem is it
@@ -51,6 +53,7 @@ cert server-expired sluice-server ca -1 server
 cert client-a tenant-a ca 30
 cert client-b tenant-b ca 30
 cert client-expired tenant-a ca -1
+cert peer sluice-peer ca 30
 cert other-client tenant-a other-ca 30
 ca inter "Sluice test intermediate" ca
 cert chained sluice-server-chained inter 30 server
