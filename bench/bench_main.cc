@@ -28,7 +28,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: sluice bench [--server H:P | --servers H:P,H:P,...] [--replication 0] [--retries 3]\n"
     "         [--shards 8] [--items-per-shard 50000] [--item-bytes 200]\n"
-    "         [--keys 10000] [--partitions 8] [--hot-shard-frac 0] [--heavy-tail]\n"
+    "         [--keys 10000] [--partitions 8] [--hot-shard-frac 0] [--skew 0] [--heavy-tail]\n"
     "         [--layout auto|msgpack|columnar|opaque] [--zstd-level 3]\n"
     "         [--order KEY|UNORDERED] [--repeat 1] [--buffer-mb 4] [--parallel 0]\n"
     "         [--server-memory-mb 128] [--server-args='FLAGS'] [--data-dir DIR]\n"
@@ -36,6 +36,7 @@ constexpr char kUsage[] =
     "  (without --server: a sluice-server child process with the last four;\n"
     "  --server-args: its further flags, space-separated)\n"
     "  --push-credit 0: the plain Push stream instead of PushFlow's credit (for comparison)\n"
+    "  --skew F: a share F (0 to 1) of the items on partition 0, over its many keys\n"
     "  --parallel: mappers, then reducers, at once (0: 4 per hardware thread, 8 to 256)\n"
     "  --servers: a cluster (or any server list); --replication: each partition's replicas\n"
     "  (0 = the cluster's default); a failed mapper attempt is retried with a new attempt id\n"
@@ -167,6 +168,7 @@ int Main(int argc, char** argv) {
   c.keys = static_cast<int>(flags.Int("keys", c.keys));
   c.partitions = static_cast<int>(flags.Int("partitions", c.partitions));
   c.hot_frac = flags.Double("hot-shard-frac", 0);
+  c.skew = flags.Double("skew", 0);
   c.heavy_tail = flags.Get("heavy-tail", "false") == "true";
   auto layout = ParseLayoutChoice(flags.Get("layout", "auto"));
   if (!layout.ok()) return Fail(layout.status());
@@ -196,7 +198,8 @@ int Main(int argc, char** argv) {
   const std::string token = cli::TokenFlag(flags);
   std::string why;
   if (!flags.Check(&why) || c.shards < 1 || c.partitions < 1 || c.keys < 1 || c.parallel < 1 ||
-      c.replication > 3 || c.retries < 0) {
+      c.replication > 3 || c.retries < 0 || !(c.skew >= 0 && c.skew <= 1) ||
+      !(c.hot_frac >= 0 && c.hot_frac <= 1)) {
     std::fprintf(stderr, "sluice bench: %s\n%s", why.empty() ? "bad arguments" : why.c_str(),
                  kUsage);
     return 2;

@@ -109,6 +109,20 @@ absl::Status MapShardAttempt(ShuffleClient& client, const std::string& id, const
   auto writer = client.OpenWriter(id, static_cast<uint32_t>(s), attempt, wopts);
   if (!writer.ok()) return writer.status();
   Rng rng(static_cast<uint64_t>(s) + 1);
+  // --skew: the keys of the key space that partition 0 takes, drawn from for that share.
+  std::vector<int> skewed;
+  if (c.skew > 0) {
+    char key[16];
+    for (int k = 0; k < c.keys; ++k) {
+      const size_t n = static_cast<size_t>(WriteInt(key, k) - key);
+      if (HashPartition(std::string_view(key, n), static_cast<uint32_t>(c.partitions)) == 0) {
+        skewed.push_back(k);
+      }
+    }
+    if (skewed.empty()) {
+      return absl::InvalidArgumentError("--skew: no key of --keys falls in partition 0");
+    }
+  }
   static constexpr int kBatch = 256;
   const auto& pairs = AlnumPairs();
   std::string batch;
@@ -119,9 +133,12 @@ absl::Status MapShardAttempt(ShuffleClient& client, const std::string& id, const
     batch.clear();
     ends.clear();
     for (int n = 0; n < kBatch && i < c.items_per_shard; ++n, ++i) {
-      const int k = c.hot_frac > 0 && rng.Uniform() < c.hot_frac
-                        ? 0
-                        : static_cast<int>(rng.Next() % static_cast<uint64_t>(c.keys));
+      int k = c.hot_frac > 0 && rng.Uniform() < c.hot_frac
+                  ? 0
+                  : static_cast<int>(rng.Next() % static_cast<uint64_t>(c.keys));
+      if (!skewed.empty() && rng.Uniform() < c.skew) {
+        k = skewed[rng.Next() % skewed.size()];
+      }
       const size_t payload_len = PayloadLength(rng, c);
       // key (<= 9 bytes), map header, 4 names (<= 24), 3 ints (<= 27), payload header (5)
       const size_t start = batch.size();

@@ -21,7 +21,10 @@ struct BenchConfig {
   int item_bytes = 200;
   int keys = 10000;
   int partitions = 8;
-  double hot_frac = 0;      ///< share of items with key 0 (a hot key)
+  double hot_frac = 0;  ///< share of items with key 0 (a hot key)
+  /// Share of items put on partition 0 (a skewed partition: many keys, all of them partition
+  /// 0's under HashPartition); the rest spread as usual.
+  double skew = 0;
   bool heavy_tail = false;  ///< payload sizes lognormal with a Pareto tail, about the same mean
   LayoutChoice layout = LayoutChoice::kAuto;
   int zstd_level = 3;

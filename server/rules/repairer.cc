@@ -118,7 +118,7 @@ absl::Status Repairer::CopyOne(ShuffleStore& store, const ClusterNode::RepairIte
   limits.max_uncompressed_bytes = kMaxFrameCapBytes;
   limits.max_records = UINT32_MAX;
   absl::Status st = fetcher_->Fetch(
-      source, item.id, item.partition, mapper,
+      source, item.id, item.partition, mapper, attempt,
       [&](absl::Span<const uint8_t> frame) -> absl::Status {
         if (!Pace(frame.size())) return absl::CancelledError("the server is stopping");
         // Checked end to end: the source read it checked, and the bytes that came are checked.

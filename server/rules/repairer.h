@@ -53,10 +53,12 @@ class PeerFetcher {
   virtual ~PeerFetcher() = default;
   /// Calls `each` with every stored frame of mapper `mapper`'s committed data for `partition`
   /// of shuffle `id` on the server at `address`, in their order; stops at the first error of
-  /// `each` or of the fetch, and returns it.
+  /// `each` or of the fetch, and returns it. The server refuses unless its committed attempt of
+  /// the mapper is `attempt` (a source that has not yet applied a revocation never passes the
+  /// revoked attempt's frames off as its re-run's).
   virtual absl::Status Fetch(
       const std::string& address, const std::string& id, uint32_t partition, uint32_t mapper,
-      const std::function<absl::Status(absl::Span<const uint8_t>)>& each) = 0;
+      uint64_t attempt, const std::function<absl::Status(absl::Span<const uint8_t>)>& each) = 0;
   /// Per partition of shuffle `id`, what the server at `address` holds of it (GetShuffle's
   /// lacking_mappers); an error when it cannot tell (down, damaged, lost data).
   virtual absl::StatusOr<std::vector<PeerPartition>> MissingOf(const std::string& address,

@@ -45,13 +45,14 @@ absl::Status GrpcPeerFetcher::Authorize(const std::string& address,
 
 absl::Status GrpcPeerFetcher::Fetch(
     const std::string& address, const std::string& id, uint32_t partition, uint32_t mapper,
-    const std::function<absl::Status(absl::Span<const uint8_t>)>& each) {
+    uint64_t attempt, const std::function<absl::Status(absl::Span<const uint8_t>)>& each) {
   auto stub = v1::ShuffleService::NewStub(Channel(address));
   v1::FetchRequest req;
   req.set_shuffle_id(id);
   req.set_partition_id(partition);
   req.set_order(v1::UNORDERED);
   req.add_only_mappers(mapper);
+  req.add_only_attempts(attempt);
   grpc::ClientContext ctx;
   SLUICE_RETURN_IF_ERROR(Authorize(address, &ctx));
   // (A peer that stops sending is left after the keepalive; a whole copy has no deadline of

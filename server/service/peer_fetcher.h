@@ -36,7 +36,7 @@ class GrpcPeerFetcher final : public PeerFetcher {
  public:
   explicit GrpcPeerFetcher(PeerOptions options = {}) : options_(std::move(options)) {}
   absl::Status Fetch(const std::string& address, const std::string& id, uint32_t partition,
-                     uint32_t mapper,
+                     uint32_t mapper, uint64_t attempt,
                      const std::function<absl::Status(absl::Span<const uint8_t>)>& each) override;
   absl::StatusOr<std::vector<PeerPartition>> MissingOf(const std::string& address,
                                                        const std::string& id) override;
