@@ -167,6 +167,10 @@ class FailoverReader final : public ShuffleReader {
       }
       if (!TryAnother(more.status())) return more.status();
       revoked_ = revoked_ || ReasonOf(more.status()) == ErrorReason::kRevoked;
+      if (returned_ == 0) {  // nothing returned yet: the next replica starts the read afresh
+        served_.clear();
+        served_attempts_.clear();
+      }
       errors_.push_back(absl::StrCat(names_[current_], ": ", Describe(more.status())));
       reader_.reset();
       ++current_;
@@ -386,15 +390,25 @@ class ClusterClient final : public ShuffleClient {
     Forget(id);
     SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, Placed(id, /*fresh=*/true));
     std::vector<std::string> behind;
+    absl::Status lasting;  // a server's answer a retry would not change
     for (const NodeAddress& node : placed.info.nodes) {
       if (node.address.empty()) continue;  // not registered: it reads the record when back
       auto known = Link(node.address)->CatchUp(id, done.placement_epoch);
       if (ReasonOf(known.status()) == ErrorReason::kNotKept) continue;  // nothing of it there
       if (known.ok() && *known >= done.placement_epoch) continue;
+      if (!known.ok() && !Retryable(known.status()) && lasting.ok()) {
+        lasting = absl::Status(known.status().code(),
+                               absl::StrCat("the decisions of shuffle '", id,
+                                            "' are revoked in the cluster's record (placement "
+                                            "epoch ",
+                                            done.placement_epoch, ") but ", node.node_id, " at ",
+                                            node.address, " answers: ", known.status().message()));
+      }
       behind.push_back(
           absl::StrCat(node.node_id, " at ", node.address, ": ",
                        known.ok() ? absl::StrCat("at epoch ", *known) : Describe(known.status())));
     }
+    if (!lasting.ok()) return lasting;
     if (!behind.empty()) {
       return absl::UnavailableError(
           absl::StrCat("the decisions of shuffle '", id,

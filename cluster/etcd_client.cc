@@ -142,8 +142,9 @@ absl::StatusOr<std::optional<EtcdKeyValue>> EtcdClient::Get(std::string_view key
   return std::optional<EtcdKeyValue>(FromProto(resp.kvs(0)));
 }
 
-absl::StatusOr<std::vector<EtcdKeyValue>> EtcdClient::GetPrefix(
-    std::string_view prefix, std::chrono::milliseconds deadline) {
+absl::StatusOr<std::vector<EtcdKeyValue>> EtcdClient::GetPrefix(std::string_view prefix,
+                                                                std::chrono::milliseconds deadline,
+                                                                int64_t* revision) {
   epb::RangeRequest req;
   req.set_key(std::string(prefix));
   req.set_range_end(PrefixRangeEnd(prefix));
@@ -157,6 +158,7 @@ absl::StatusOr<std::vector<EtcdKeyValue>> EtcdClient::GetPrefix(
   std::vector<EtcdKeyValue> out;
   out.reserve(resp.kvs_size());
   for (const auto& kv : resp.kvs()) out.push_back(FromProto(kv));
+  if (revision != nullptr) *revision = resp.header().revision();
   return out;
 }
 
@@ -247,16 +249,24 @@ absl::StatusOr<EtcdCreate> EtcdClient::CreateIfAbsent(std::string_view key, std:
   return out;
 }
 
-absl::StatusOr<bool> EtcdClient::PutIfUnchanged(std::string_view key, std::string_view value,
-                                                int64_t mod_revision, std::string_view also,
-                                                std::string_view also_value,
-                                                const std::vector<std::string>& deletes) {
+absl::StatusOr<bool> EtcdClient::PutIfUnchanged(
+    std::string_view key, std::string_view value, int64_t mod_revision, std::string_view also,
+    std::string_view also_value, const std::vector<std::pair<std::string, std::string>>& deletes,
+    const EtcdRangeGuard* unchanged) {
   epb::TxnRequest req;
   epb::Compare* same = req.add_compare();
   same->set_result(epb::Compare::EQUAL);
   same->set_target(epb::Compare::MOD);
   same->set_key(std::string(key));
   same->set_mod_revision(mod_revision);
+  if (unchanged != nullptr) {  // every key of the prefix last changed at or before the revision
+    epb::Compare* range = req.add_compare();
+    range->set_result(epb::Compare::LESS);
+    range->set_target(epb::Compare::MOD);
+    range->set_key(unchanged->prefix);
+    range->set_range_end(PrefixRangeEnd(unchanged->prefix));
+    range->set_mod_revision(unchanged->revision + 1);
+  }
   epb::PutRequest* put = req.add_success()->mutable_request_put();
   put->set_key(std::string(key));
   put->set_value(std::string(value));
@@ -265,8 +275,10 @@ absl::StatusOr<bool> EtcdClient::PutIfUnchanged(std::string_view key, std::strin
     other->set_key(std::string(also));
     other->set_value(std::string(also_value));
   }
-  for (const std::string& k : deletes) {
-    req.add_success()->mutable_request_delete_range()->set_key(k);
+  for (const auto& [from, to] : deletes) {
+    epb::DeleteRangeRequest* d = req.add_success()->mutable_request_delete_range();
+    d->set_key(from);
+    d->set_range_end(to);
   }
   epb::TxnResponse resp;
   if (absl::Status st = impl_->Unary(

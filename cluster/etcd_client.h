@@ -49,6 +49,13 @@ struct EtcdCreate {
   std::optional<std::string> guard_value_now;  ///< "" for a key that does not exist
 };
 
+/// A transaction guard: no key that starts with `prefix` was created or changed after
+/// `revision` (the revision they were read at). A key deleted since is not seen by it.
+struct EtcdRangeGuard {
+  std::string prefix;
+  int64_t revision = 0;
+};
+
 /// A condition on another key: it holds `value` ("": the key does not exist).
 struct EtcdValueGuard {
   std::string key;
@@ -67,9 +74,11 @@ class EtcdClient {
   /// client's: a caller that has an answer of its own to fall back on asks briefly.
   absl::StatusOr<std::optional<EtcdKeyValue>> Get(
       std::string_view key, std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
-  /// Every key that starts with `prefix`, in key order.
+  /// Every key that starts with `prefix`, in key order. `revision` (may be null): the store's
+  /// revision they were read at.
   absl::StatusOr<std::vector<EtcdKeyValue>> GetPrefix(
-      std::string_view prefix, std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
+      std::string_view prefix, std::chrono::milliseconds deadline = std::chrono::milliseconds(0),
+      int64_t* revision = nullptr);
   /// Sets `key` (attached to `lease` if not 0: it goes when the lease does).
   absl::Status Put(std::string_view key, std::string_view value, int64_t lease = 0);
   /// Creates `key` = `value` unless the key exists, in one transaction: of any number of
@@ -83,12 +92,14 @@ class EtcdClient {
                                             std::string_view also = {},
                                             const EtcdValueGuard* value_guard = nullptr);
   /// Sets `key` = `value` (and `also` = `also_value`, together) only if `key` was last changed
-  /// at `mod_revision`: false, and nothing set, if it changed since or is gone. The keys in
-  /// `deletes` are deleted in the same transaction.
-  absl::StatusOr<bool> PutIfUnchanged(std::string_view key, std::string_view value,
-                                      int64_t mod_revision, std::string_view also = {},
-                                      std::string_view also_value = {},
-                                      const std::vector<std::string>& deletes = {});
+  /// at `mod_revision`: false, and nothing set, if it changed since or is gone. The key ranges
+  /// in `deletes` ([from, to)) are deleted in the same transaction, which with `unchanged` also
+  /// requires that no key of its prefix was created or changed after its revision.
+  absl::StatusOr<bool> PutIfUnchanged(
+      std::string_view key, std::string_view value, int64_t mod_revision,
+      std::string_view also = {}, std::string_view also_value = {},
+      const std::vector<std::pair<std::string, std::string>>& deletes = {},
+      const EtcdRangeGuard* unchanged = nullptr);
   /// Deletes `key`; returns whether it existed.
   absl::StatusOr<bool> Delete(std::string_view key);
   /// Deletes every key that starts with `prefix`; returns how many there were.

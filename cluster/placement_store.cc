@@ -1,6 +1,7 @@
 #include "cluster/placement_store.h"
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -72,6 +73,7 @@ std::string EncodePlacement(const ShufflePlacement& p) {
                    {"replication", p.replication},
                    {"nodes", p.nodes},
                    {"replicas", p.epochs.empty() ? p.replicas : p.first_replicas}};
+  if (p.revocable) j["revocable"] = true;
   if (!p.epochs.empty()) {
     nlohmann::json epochs = nlohmann::json::array();
     for (const PlacementEpoch& e : p.epochs) {
@@ -135,6 +137,10 @@ absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
     p.replicas.push_back(std::move(list));
   }
   p.first_replicas = p.replicas;
+  if (j.contains("revocable")) {
+    if (!j["revocable"].is_boolean()) return bad("holding a revocable that is not a boolean");
+    p.revocable = j["revocable"].get<bool>();
+  }
   if (!j.contains("epochs")) return p;
   const nlohmann::json& epochs = j["epochs"];
   if (!epochs.is_array() || epochs.size() > kMaxPlacementEpochs) {
@@ -197,6 +203,11 @@ absl::StatusOr<Revocation> PlanRevocation(const ShufflePlacement& now,
     return absl::InvalidArgumentError(absl::StrCat("mapper ", sorted.back(), " is beyond the ",
                                                    now.num_mappers, " mappers of the shuffle"));
   }
+  if (!now.revocable) {
+    return absl::FailedPreconditionError(
+        "it was created before revocations (its servers' commit logs may not take them): its "
+        "decisions cannot be revoked; write it again under a new id");
+  }
   Revocation out;
   if (seen > now.epoch()) {
     return absl::InvalidArgumentError(
@@ -207,9 +218,10 @@ absl::StatusOr<Revocation> PlanRevocation(const ShufflePlacement& now,
     // record under the caller, who reads the status again.
     const auto since = now.RevokedAfter(seen);
     for (uint32_t m : mappers) {
+      // (The latest revocation of it, should it have been revoked more than once since.)
       auto it =
-          std::find_if(since.begin(), since.end(), [m](const auto& r) { return r.first == m; });
-      if (it == since.end()) {
+          std::find_if(since.rbegin(), since.rend(), [m](const auto& r) { return r.first == m; });
+      if (it == since.rend()) {
         return WithReason(absl::AbortedError(absl::StrCat(
                               "its placement moved from epoch ", seen, " to ", now.epoch(),
                               " since the caller read it, without revoking mapper ", m,
@@ -316,6 +328,7 @@ absl::StatusOr<ShufflePlacement> NewPlacement(const std::string& shuffle_id,
   if (!placed.ok()) return placed.status();
   p.replicas = std::move(placed).value();
   p.first_replicas = p.replicas;
+  p.revocable = true;
   return p;
 }
 
@@ -397,23 +410,54 @@ absl::StatusOr<std::optional<ShufflePlacement>> EtcdPlacementStore::AddEpoch(
 
 absl::StatusOr<std::pair<std::vector<uint64_t>, ShufflePlacement>> EtcdPlacementStore::Revoke(
     const std::string& shuffle_id, const std::vector<uint32_t>& mappers, uint32_t seen) {
-  // Read, plan, write if unchanged since (the record's revision guards the decisions read with
-  // it too: a decision is made only while the epoch key holds the record's newest epoch).
+  // Read, plan, write if unchanged since: the record's revision, and no decision made or changed
+  // since they were read (a decision is made only while the epoch key holds the record's newest
+  // epoch, but one may land between the two reads and this write).
+  const std::string prefix = MappersPrefix(shuffle_id);
   for (int round = 0; round < 8; ++round) {
     auto got = Get(shuffle_id);
     if (!got.ok()) return got.status();
     if (!got->has_value()) return absl::NotFoundError("it is not recorded in the cluster");
-    auto decided = Decisions(shuffle_id);
+    int64_t read_at = 0;
+    auto kvs = etcd_->GetPrefix(prefix, std::chrono::milliseconds(0), &read_at);
+    if (!kvs.ok()) return kvs.status();
+    auto decided = ParseDecisions(prefix, *kvs);
     if (!decided.ok()) return decided.status();
     ShufflePlacement& now = **got;
     auto plan = PlanRevocation(now, *decided, mappers, seen);
     if (!plan.ok()) return plan.status();
     if (!plan->next.has_value()) return std::make_pair(plan->attempts, std::move(now));
-    std::vector<std::string> deletes;
-    for (uint32_t m : mappers) deletes.push_back(absl::StrCat(MappersPrefix(shuffle_id), m));
-    auto put =
-        etcd_->PutIfUnchanged(Key(shuffle_id), EncodePlacement(*plan->next), now.revision,
-                              EpochKey(shuffle_id), absl::StrCat(plan->next->epoch()), deletes);
+    // The revoked decisions' keys, as ranges of keys adjacent in etcd's order (every mapper of a
+    // lost partition is usually one range): a transaction takes at most 128 operations.
+    const std::set<uint32_t> gone(mappers.begin(), mappers.end());
+    std::vector<std::pair<std::string, std::string>> ranges;
+    bool open = false;
+    for (const EtcdKeyValue& kv : *kvs) {
+      uint32_t m = 0;
+      const bool revoked =
+          absl::SimpleAtoi(absl::string_view(kv.key).substr(prefix.size()), &m) && gone.count(m);
+      if (!revoked) {
+        open = false;
+        continue;
+      }
+      std::string end = kv.key + '\0';  // (the key's immediate successor)
+      if (open) {
+        ranges.back().second = std::move(end);
+      } else {
+        ranges.emplace_back(kv.key, std::move(end));
+        open = true;
+      }
+    }
+    if (ranges.size() > kMaxRevokeRanges) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the ", mappers.size(), " decisions to revoke lie in ", ranges.size(),
+                       " separate ranges of etcd's keys, more than one transaction takes (",
+                       kMaxRevokeRanges, "): revoke them in parts"));
+    }
+    const EtcdRangeGuard unchanged{prefix, read_at};
+    auto put = etcd_->PutIfUnchanged(Key(shuffle_id), EncodePlacement(*plan->next), now.revision,
+                                     EpochKey(shuffle_id), absl::StrCat(plan->next->epoch()),
+                                     ranges, &unchanged);
     if (!put.ok()) return put.status();
     if (*put) return std::make_pair(plan->attempts, std::move(*plan->next));
   }
@@ -458,8 +502,13 @@ absl::StatusOr<std::map<uint32_t, MapperDecision>> EtcdPlacementStore::Decisions
   const std::string prefix = MappersPrefix(shuffle_id);
   auto kvs = etcd_->GetPrefix(prefix);
   if (!kvs.ok()) return kvs.status();
+  return ParseDecisions(prefix, *kvs);
+}
+
+absl::StatusOr<std::map<uint32_t, MapperDecision>> EtcdPlacementStore::ParseDecisions(
+    const std::string& prefix, const std::vector<EtcdKeyValue>& kvs) {
   std::map<uint32_t, MapperDecision> out;
-  for (const EtcdKeyValue& kv : *kvs) {
+  for (const EtcdKeyValue& kv : kvs) {
     uint32_t mapper = 0;
     const std::optional<MapperDecision> attempt = DecodeDecision(kv.value);
     if (!absl::SimpleAtoi(absl::string_view(kv.key).substr(prefix.size()), &mapper) ||

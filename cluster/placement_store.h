@@ -52,6 +52,9 @@ struct ShufflePlacement {
   /// Epoch 0's replicas (the placement made at create) and the epochs after it, oldest first.
   std::vector<std::vector<uint32_t>> first_replicas;
   std::vector<PlacementEpoch> epochs;
+  /// Recorded by a server that knows revocations (every store of it takes REVOKE records): its
+  /// decisions may be revoked. False for a shuffle created before (PlanRevocation refuses).
+  bool revocable = false;
   /// The record's mod revision in etcd (not part of the record; 0 when not read from etcd).
   int64_t revision = 0;
 
@@ -223,6 +226,12 @@ class EtcdPlacementStore final : public PlacementStore {
   std::string MappersPrefix(const std::string& shuffle_id) const {
     return Key(shuffle_id) + "/mappers/";
   }
+  // The decisions under `prefix` (MappersPrefix) that `kvs` hold.
+  static absl::StatusOr<std::map<uint32_t, MapperDecision>> ParseDecisions(
+      const std::string& prefix, const std::vector<EtcdKeyValue>& kvs);
+  // At most this many key ranges of revoked decisions in one revocation (etcd's transaction
+  // takes 128 operations by default; the record and the epoch key are two more).
+  static constexpr size_t kMaxRevokeRanges = 120;
   // The newest epoch's number ("" = 0: the key is made by the first epoch change), which a
   // decision compares in its transaction.
   std::string EpochKey(const std::string& shuffle_id) const { return Key(shuffle_id) + "/epoch"; }

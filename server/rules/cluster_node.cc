@@ -228,7 +228,16 @@ std::vector<uint32_t> ClusterNode::LostMappers(const std::string& id, uint32_t p
 bool ClusterNode::MarkLost(const std::string& id, uint32_t partition, uint32_t mapper) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = checked_.find(id);
-  return it != checked_.end() && it->second.lost[partition].insert(mapper).second;
+  if (it == checked_.end()) return false;
+  // Only while it is still missing as last checked (a repairer's round may end after a newer
+  // check: the mapper copied, or its decision revoked).
+  auto missing = it->second.missing.find(partition);
+  if (missing == it->second.missing.end() ||
+      std::none_of(missing->second.begin(), missing->second.end(),
+                   [mapper](const auto& m) { return m.first == mapper; })) {
+    return false;
+  }
+  return it->second.lost[partition].insert(mapper).second;
 }
 
 uint64_t ClusterNode::LostTotal() const {
@@ -344,12 +353,30 @@ absl::Status ClusterNode::ApplyRevoked(const std::string& id) {
       return absl::OkStatus();
     }
   }
+  std::vector<std::pair<uint32_t, uint64_t>> fresh;  // not applied here yet
   for (const auto& [mapper, attempt] : kept->placement.RevokedAfter(0)) {
-    if ((*store)->IsRevoked(mapper, attempt)) continue;
-    const bool held = (*store)->CommittedAttempt(mapper) == std::optional<uint64_t>(attempt);
-    SLUICE_RETURN_IF_ERROR((*store)->Revoke(mapper, attempt));
-    spdlog::warn("event=decision_revoked tenant={} shuffle={} mapper={} attempt={} held={}",
-                 TenantField(id), id, mapper, attempt, held);
+    if (!(*store)->IsRevoked(mapper, attempt)) fresh.emplace_back(mapper, attempt);
+  }
+  if (!fresh.empty()) {
+    size_t held = 0;
+    for (const auto& [mapper, attempt] : fresh) {
+      held += (*store)->CommittedAttempt(mapper) == std::optional<uint64_t>(attempt) ? 1 : 0;
+    }
+    if (absl::Status st = (*store)->RevokeAll(fresh); !st.ok()) {
+      // This replica cannot hide the attempts (a log that predates revocations, a failed
+      // write): it must not serve the shuffle as if it had; readers use another replica.
+      spdlog::error("event=revoke_failed tenant={} shuffle={} decisions={} error=\"{}\"",
+                    TenantField(id), id, fresh.size(), std::string(st.message()));
+      if (absl::IsUnavailable(st)) return st;  // (a broken log: it reopens and retries)
+      return absl::DataLossError(absl::StrCat("server ", self().node_id,
+                                              " cannot apply the revocation of ", fresh.size(),
+                                              " decisions of shuffle '", ShuffleName(id),
+                                              "': ", st.message(), "; read another replica"));
+    }
+    spdlog::warn(
+        "event=decisions_revoked tenant={} shuffle={} decisions={} held={} first_mapper={} "
+        "first_attempt={}",
+        TenantField(id), id, fresh.size(), held, fresh.front().first, fresh.front().second);
   }
   std::lock_guard<std::mutex> lock(mu_);
   uint32_t& done = revoked_applied_[id];
@@ -409,6 +436,10 @@ absl::Status ClusterNode::ResolvePending(const std::string& id) {
     // leave out a mapper another server has committed.)
     SLUICE_RETURN_IF_ERROR(EtcdUp());
     SLUICE_ASSIGN_OR_RETURN(decided, Record(id, c.placements->Decisions(id)));
+  }
+  // A decision read just before a revocation this server has applied since is no decision.
+  for (auto d = decided.begin(); d != decided.end();) {
+    d = (*store)->IsRevoked(d->first, d->second.attempt) ? decided.erase(d) : std::next(d);
   }
   SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
   uint32_t newest = 0;

@@ -172,7 +172,8 @@ class ClusterNode {
   /// Of those, the ones the repairer found no registered server holding (MarkLost): lost,
   /// until a check at a newer epoch or a repair says otherwise.
   std::vector<uint32_t> LostMappers(const std::string& id, uint32_t partition) const;
-  /// Returns whether it was not marked yet.
+  /// Only a mapper the partition still lacks as last checked is marked. Returns whether it was
+  /// not marked yet.
   bool MarkLost(const std::string& id, uint32_t partition, uint32_t mapper);
   /// Every shuffle's lost (mapper, partition) pairs, as marked.
   uint64_t LostTotal() const;

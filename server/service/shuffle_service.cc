@@ -145,6 +145,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
     SLUICE_RETURN_IF_ERROR(deps_.node->PrepareToServe(id, std::nullopt, req->placement_epoch()));
     if (auto damaged = deps_.registry->FindDamaged(id)) {
       FillDamaged(call, *damaged, resp);
+      resp->set_placement_epoch(deps_.node->KnownEpoch(id));
       return absl::OkStatus();
     }
     SLUICE_ASSIGN_OR_RETURN(const auto store, deps_.registry->Get(id));

@@ -287,33 +287,70 @@ absl::Status ShuffleStore::Repair(uint32_t mapper, uint64_t attempt, uint32_t pa
 }
 
 absl::Status ShuffleStore::Revoke(uint32_t mapper, uint64_t attempt) {
-  std::vector<BlockRef> dropped;
+  const std::pair<uint32_t, uint64_t> one(mapper, attempt);
+  return RevokeAll(absl::MakeConstSpan(&one, 1));
+}
+
+absl::Status ShuffleStore::RevokeAll(absl::Span<const std::pair<uint32_t, uint64_t>> revoked) {
+  std::vector<CommitRecord> records;
   {
     std::unique_lock<std::mutex> lock(commit_mu_);
-    if (revoked_.count({mapper, attempt}) != 0) return absl::OkStatus();
     if (log_->version() < kFirstRevokeLogVersion) {
       return absl::FailedPreconditionError(
           absl::StrCat("the commit log of shuffle '", ShuffleName(params_.shuffle_id),
                        "' is version ", log_->version(), ", older than revocations (",
                        kFirstRevokeLogVersion, "): its decisions cannot be revoked here"));
     }
-    SLUICE_RETURN_IF_ERROR(ClaimMapperLocked(lock, mapper));
+    // All claimed at once (never some held while waiting for others), as ResolveAll.
+    commit_cv_.wait(lock, [&] {
+      return std::none_of(revoked.begin(), revoked.end(),
+                          [&](const auto& r) { return inflight_mappers_.count(r.first) != 0; });
+    });
+    if (destroyed_.load()) return DeletedError();
+    for (const auto& [mapper, attempt] : revoked) {
+      if (revoked_.count({mapper, attempt}) != 0) continue;  // (applied before)
+      if (log_->broken()) return log_->BrokenError();
+      if (!inflight_mappers_.insert(mapper).second) continue;  // named twice
+      CommitRecord r;
+      r.mapper = mapper;
+      r.attempt = attempt;
+      r.revoke = true;
+      records.push_back(std::move(r));
+    }
   }
-  const absl::Status written = log_->AppendRevoke(mapper, attempt);
+  if (records.empty()) return absl::OkStatus();
+  const absl::Status written = log_->AppendAll(records);  // one write, one sync
+  std::vector<BlockRef> dropped;
   {
     std::lock_guard<std::mutex> lock(commit_mu_);
-    inflight_mappers_.erase(mapper);
+    for (const CommitRecord& r : records) inflight_mappers_.erase(r.mapper);
     commit_cv_.notify_all();
     if (!written.ok()) return written;
     if (destroyed_.load()) return DeletedError();
-    revoked_.emplace(mapper, attempt);
-    if (auto c = committed_.find(mapper); c != committed_.end() && c->second == attempt) {
-      committed_.erase(c);
-      // Out of every partition's index (repaired ones too). The bytes stay until the next open:
-      // a fetch begun before may still read them (its blocks were taken in one instant).
-      partitions_.ForEach([mapper](uint32_t, Partition& p) {
-        auto gone = std::remove_if(p.index.begin(), p.index.end(),
-                                   [mapper](const IndexEntry& e) { return e.mapper == mapper; });
+    std::set<uint32_t> hidden;  // mappers whose commit here was a revoked attempt
+    for (const CommitRecord& r : records) {
+      revoked_.emplace(r.mapper, r.attempt);
+      if (auto c = committed_.find(r.mapper); c != committed_.end() && c->second == r.attempt) {
+        committed_.erase(c);
+        hidden.insert(r.mapper);
+      }
+      // A prepared copy of the attempt (not resolved here yet) never will be.
+      if (auto m = prepared_.find(r.mapper); m != prepared_.end()) {
+        if (auto a = m->second.find(r.attempt); a != m->second.end()) {
+          dropped.insert(dropped.end(), a->second.begin(), a->second.end());
+          m->second.erase(a);
+          if (m->second.empty()) prepared_.erase(m);
+        }
+      }
+    }
+    if (!hidden.empty()) {
+      // Out of every partition's index (repaired ones too), in one pass. The bytes stay until
+      // the next open: a fetch begun before may still read them (its blocks were taken in one
+      // instant).
+      partitions_.ForEach([&hidden](uint32_t, Partition& p) {
+        auto gone = std::remove_if(p.index.begin(), p.index.end(), [&](const IndexEntry& e) {
+          return hidden.count(e.mapper) != 0;
+        });
         for (auto e = gone; e != p.index.end(); ++e) {
           p.stats.records -= e->records;
           p.stats.bytes -= e->frame_size;
@@ -321,14 +358,8 @@ absl::Status ShuffleStore::Revoke(uint32_t mapper, uint64_t attempt) {
         }
         p.index.erase(gone, p.index.end());
       });
-      for (auto& [partition, mappers] : repaired_) mappers.erase(mapper);
-    }
-    // A prepared copy of the attempt (not resolved here yet) never will be.
-    if (auto m = prepared_.find(mapper); m != prepared_.end()) {
-      if (auto a = m->second.find(attempt); a != m->second.end()) {
-        dropped = std::move(a->second);
-        m->second.erase(a);
-        if (m->second.empty()) prepared_.erase(m);
+      for (auto& [partition, mappers] : repaired_) {
+        for (uint32_t m : hidden) mappers.erase(m);
       }
     }
   }

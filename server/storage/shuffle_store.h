@@ -168,6 +168,9 @@ class ShuffleStore {
   /// committed here (a replica that lacked it must never take it by a repair). Idempotent.
   /// FAILED_PRECONDITION when the log predates revocations (version < 6).
   absl::Status Revoke(uint32_t mapper, uint64_t attempt);
+  /// Revoke for many (mapper, attempt) pairs at once: one log write and one pass over the index,
+  /// however many (a lost partition's revocation names every mapper of a wide shuffle).
+  absl::Status RevokeAll(absl::Span<const std::pair<uint32_t, uint64_t>> revoked);
   /// Whether `attempt` of `mapper` was revoked here.
   bool IsRevoked(uint32_t mapper, uint64_t attempt) const;
   /// The mappers whose data for `partition` came by Repair, in order.

@@ -170,6 +170,13 @@ TEST(PlacementTest, ARevocationIsAnEpochNamingItsAttemptsAndARepeatRevokesNothin
   full.epochs.resize(kMaxPlacementEpochs);
   EXPECT_THAT(PlanRevocation(full, decided, {0}, kMaxPlacementEpochs).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, "new id"));
+  // A shuffle recorded before revocations (no "revocable") refuses them.
+  std::string old = EncodePlacement(p);
+  old.replace(old.find(",\"revocable\":true"), 17, "");
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement before, DecodePlacement("job", old));
+  EXPECT_FALSE(before.revocable);
+  EXPECT_THAT(PlanRevocation(before, decided, {0}, 0).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "created before revocations"));
   // A malformed revocation is DATA_LOSS.
   std::string bad = EncodePlacement(*r.next);
   bad.replace(bad.find("\"revoked\":[["), 12, "\"revoked\":[[9");

@@ -460,6 +460,29 @@ TEST_F(ShuffleStoreTest, ARevokedCommitIsHiddenAtOnceNeverReturnsAndItsBytesGoAt
       << "the revoked attempt's bytes were given back";
 }
 
+// Many revocations at once (a lost partition's, every mapper of a wide shuffle): one write,
+// one pass over the index; a pair named twice, or revoked before, is nothing new.
+TEST_F(ShuffleStoreTest, ManyRevocationsAtOnceHideExactlyThoseMappers) {
+  {
+    auto store = CreateStore(4, 8);
+    for (uint32_t m = 0; m < 6; ++m) {
+      ASSERT_EQ(*store->Commit(m, 10 + m, WriteAttempt(*store, m, 10 + m)),
+                CommitOutcome::kCommitted);
+    }
+    ASSERT_OK(store->Revoke(5, 15));
+    ASSERT_OK(store->RevokeAll({{1, 11}, {3, 13}, {5, 15}, {3, 13}, {7, 99}}));
+    EXPECT_EQ(store->CommittedMappers(), (std::vector<uint32_t>{0, 2, 4}));
+    for (uint32_t p = 0; p < 4; ++p) EXPECT_EQ(store->Stats(p).records, 15u);
+    EXPECT_TRUE(store->IsRevoked(7, 99));
+    EXPECT_FALSE(store->IsRevoked(0, 10));
+  }
+  auto store = Reopen();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->CommittedMappers(), (std::vector<uint32_t>{0, 2, 4}));
+  for (uint32_t p = 0; p < 4; ++p) EXPECT_EQ(ReadPartition(*store, p).size(), 15u);
+  EXPECT_TRUE(store->IsRevoked(1, 11) && store->IsRevoked(3, 13) && store->IsRevoked(5, 15));
+}
+
 TEST_F(ShuffleStoreTest, ALogOlderThanRevocationsRefusesThem) {
   StoreOptions options;
   options.log_version = 5;
