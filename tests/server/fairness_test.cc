@@ -263,13 +263,23 @@ TEST_F(FairnessTest, FetchesNeverReadStayWithinTheBudgetAndDoNotStallAnotherTena
   ExpectBUnhindered(milliseconds(2000));
   // With team-b active, team-a's readers take no more (they are past its share).
   EXPECT_LE(budget().used_by("team-a"), kBudget * 3 / 4 + (64 << 10));
-  // They read now: every one gets its 4 frames.
-  for (auto& r : readers_) {
-    pb::FetchResponse chunk;
-    int n = 0;
-    while (r->Read(&chunk)) ++n;
-    EXPECT_EQ(n, 4);
-    EXPECT_TRUE(r->Finish().ok());
+  // They read now, all at once (as 50 reducers would): every one gets its 4 frames. (Read one
+  // after another, a reader's next chunk could wait for room behind the other 49 fetches'
+  // chunks, which wait for readers that are not reading yet: until --fetch_stall_timeout_s.)
+  std::vector<std::thread> reading;
+  std::vector<int> got(readers_.size(), 0);
+  std::vector<char> finished(readers_.size(), 0);
+  for (size_t i = 0; i < readers_.size(); ++i) {
+    reading.emplace_back([&, i] {
+      pb::FetchResponse chunk;
+      while (readers_[i]->Read(&chunk)) ++got[i];
+      finished[i] = readers_[i]->Finish().ok() ? 1 : 0;
+    });
+  }
+  for (auto& t : reading) t.join();
+  for (size_t i = 0; i < readers_.size(); ++i) {
+    EXPECT_EQ(got[i], 4) << "reader " << i;
+    EXPECT_TRUE(finished[i]) << "reader " << i;
   }
   EXPECT_TRUE(Eventually([&] { return budget().used() == 0; })) << budget().used();
 }
