@@ -150,14 +150,16 @@ absl::Status ClusterNode::CheckKept(const Kept* kept, const std::string& id,
       ErrorReason::kNotKept);
 }
 
+absl::Status ClusterNode::ReadUpTo(const std::string& id, uint32_t epoch) {
+  if (!clustered_ || epoch == 0) return absl::OkStatus();
+  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
+  if (kept == nullptr || kept->placement.epoch() >= epoch) return absl::OkStatus();
+  return Reread(id).status();
+}
+
 absl::StatusOr<std::shared_ptr<const std::vector<bool>>> ClusterNode::PrepareToPush(
     const std::string& id, uint32_t epoch) {
-  if (clustered_) {  // a client routing by a newer epoch than the one remembered: read it
-    SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
-    if (kept != nullptr && kept->placement.epoch() < epoch) {
-      SLUICE_RETURN_IF_ERROR(Reread(id).status());
-    }
-  }
+  SLUICE_RETURN_IF_ERROR(ReadUpTo(id, epoch));
   SLUICE_RETURN_IF_ERROR(EnsureLocal(id));
   SLUICE_RETURN_IF_ERROR(ApplyRevoked(id));  // (a revoked mapper may commit again)
   SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
@@ -175,12 +177,7 @@ absl::StatusOr<std::shared_ptr<const std::vector<bool>>> ClusterNode::PrepareToP
 
 absl::Status ClusterNode::PrepareToServe(const std::string& id, std::optional<uint32_t> partition,
                                          uint32_t epoch) {
-  if (clustered_ && epoch > 0) {  // a caller routing by a newer epoch than the one remembered
-    SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
-    if (kept != nullptr && kept->placement.epoch() < epoch) {
-      SLUICE_RETURN_IF_ERROR(Reread(id).status());
-    }
-  }
+  SLUICE_RETURN_IF_ERROR(ReadUpTo(id, epoch));
   SLUICE_RETURN_IF_ERROR(EnsureLocal(id));
   if (partition.has_value()) {
     SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
@@ -591,12 +588,7 @@ absl::StatusOr<size_t> ClusterNode::CountForCreate(const std::string& prefix,
 
 absl::StatusOr<uint64_t> ClusterNode::DecideMapper(const std::string& id, uint32_t mapper,
                                                    uint64_t attempt, uint32_t epoch) {
-  if (clustered_ && epoch > 0) {  // routed by a newer epoch (one that may revoke decisions)
-    SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
-    if (kept != nullptr && kept->placement.epoch() < epoch) {
-      SLUICE_RETURN_IF_ERROR(Reread(id).status());
-    }
-  }
+  SLUICE_RETURN_IF_ERROR(ReadUpTo(id, epoch));
   SLUICE_RETURN_IF_ERROR(EnsureLocal(id));
   SLUICE_RETURN_IF_ERROR(ApplyRevoked(id));
   SLUICE_ASSIGN_OR_RETURN(auto store, registry_->Get(id));

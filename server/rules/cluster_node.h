@@ -254,6 +254,9 @@ class ClusterNode {
   std::shared_ptr<const Kept> Remember(const std::string& id, const ShufflePlacement& p,
                                        const std::string& node_id);
   std::shared_ptr<const Kept> Remembered(const std::string& id) const;
+  // A caller routes by placement epoch `epoch`: when it is newer than the one remembered of
+  // `id`, reads the record again (its epochs may take servers out or revoke decisions).
+  absl::Status ReadUpTo(const std::string& id, uint32_t epoch);
   // Reads the record again (a newer epoch): what this server keeps now.
   absl::StatusOr<std::shared_ptr<const Kept>> Reread(const std::string& id);
   // Notes who of the known shuffles' servers is registered; takes the dead out (WatchMembers).

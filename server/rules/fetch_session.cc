@@ -76,13 +76,17 @@ absl::Status FetchSession::Setup() {
                           now, "): read the partition again from its start")),
                       ErrorReason::kRevoked);
   };
-  for (size_t i = 0; i < spec_.only_attempts.size(); ++i) {
-    if (store_->IsRevoked(spec_.only_mappers[i], spec_.only_attempts[i])) {
-      return revoked(spec_.only_mappers[i], spec_.only_attempts[i], "revoked on this server");
+  auto blocks =
+      store_->CommittedBlocksOf(spec_.partition, spec_.only_mappers, &mappers_, &attempts_);
+  if (!blocks.ok()) {  // (a mapper not committed here: revoked, if it was read at an attempt)
+    for (size_t i = 0; i < spec_.only_attempts.size(); ++i) {
+      if (store_->IsRevoked(spec_.only_mappers[i], spec_.only_attempts[i])) {
+        return revoked(spec_.only_mappers[i], spec_.only_attempts[i], "revoked on this server");
+      }
     }
+    return blocks.status();
   }
-  SLUICE_ASSIGN_OR_RETURN(blocks_, store_->CommittedBlocksOf(spec_.partition, spec_.only_mappers,
-                                                             &mappers_, &attempts_));
+  blocks_ = *std::move(blocks);
   for (size_t i = 0; i < spec_.only_attempts.size() && i < attempts_.size(); ++i) {
     if (attempts_[i] != spec_.only_attempts[i]) {
       return revoked(mappers_[i], spec_.only_attempts[i],

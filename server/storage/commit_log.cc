@@ -285,12 +285,6 @@ absl::Status CommitLog::AppendRepair(uint32_t mapper, uint64_t attempt, uint32_t
   return Write(me);
 }
 
-absl::Status CommitLog::AppendRevoke(uint32_t mapper, uint64_t attempt) {
-  Pending me;
-  me.record = EncodeRevokeRecord(mapper, attempt, version());
-  return Write(me);
-}
-
 absl::Status CommitLog::AppendAll(absl::Span<const CommitRecord> records) {
   if (records.empty()) return absl::OkStatus();
   Pending me;

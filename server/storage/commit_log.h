@@ -137,8 +137,6 @@ class CommitLog {
   /// Appends a REPAIR record (version 5 on), made durable with the data it lists.
   absl::Status AppendRepair(uint32_t mapper, uint64_t attempt, uint32_t partition,
                             absl::Span<const BlockRef> blocks);
-  /// Appends a REVOKE record (version 6 on), durable when it returns OK.
-  absl::Status AppendRevoke(uint32_t mapper, uint64_t attempt);
   /// Appends several records with one write: all durable when it returns OK.
   absl::Status AppendAll(absl::Span<const CommitRecord> records);
 

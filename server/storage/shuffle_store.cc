@@ -214,6 +214,17 @@ absl::Status ShuffleStore::ClaimMapperLocked(std::unique_lock<std::mutex>& lock,
   return absl::OkStatus();
 }
 
+absl::Status ShuffleStore::WaitForNoneInflightLocked(
+    std::unique_lock<std::mutex>& lock, absl::Span<const std::pair<uint32_t, uint64_t>> pairs) {
+  // All of them claimed at once afterwards, never some held while waiting for others: no
+  // deadlock between two callers.
+  commit_cv_.wait(lock, [&] {
+    return std::none_of(pairs.begin(), pairs.end(),
+                        [&](const auto& p) { return inflight_mappers_.count(p.first) != 0; });
+  });
+  return destroyed_.load() ? DeletedError() : absl::OkStatus();
+}
+
 absl::StatusOr<CommitOutcome> ShuffleStore::Commit(uint32_t mapper, uint64_t attempt,
                                                    absl::Span<const BlockRef> blocks) {
   {
@@ -301,12 +312,7 @@ absl::Status ShuffleStore::RevokeAll(absl::Span<const std::pair<uint32_t, uint64
                        "' is version ", log_->version(), ", older than revocations (",
                        kFirstRevokeLogVersion, "): its decisions cannot be revoked here"));
     }
-    // All claimed at once (never some held while waiting for others), as ResolveAll.
-    commit_cv_.wait(lock, [&] {
-      return std::none_of(revoked.begin(), revoked.end(),
-                          [&](const auto& r) { return inflight_mappers_.count(r.first) != 0; });
-    });
-    if (destroyed_.load()) return DeletedError();
+    SLUICE_RETURN_IF_ERROR(WaitForNoneInflightLocked(lock, revoked));
     for (const auto& [mapper, attempt] : revoked) {
       if (revoked_.count({mapper, attempt}) != 0) continue;  // (applied before)
       if (log_->broken()) return log_->BrokenError();
@@ -449,13 +455,7 @@ absl::Status ShuffleStore::ResolveAll(absl::Span<const std::pair<uint32_t, uint6
   std::vector<CommitRecord> records;
   {
     std::unique_lock<std::mutex> lock(commit_mu_);
-    // All of them claimed at once (never some held while waiting for others: no deadlock
-    // between two callers).
-    commit_cv_.wait(lock, [&] {
-      return std::none_of(winners.begin(), winners.end(),
-                          [&](const auto& w) { return inflight_mappers_.count(w.first) != 0; });
-    });
-    if (destroyed_.load()) return DeletedError();
+    SLUICE_RETURN_IF_ERROR(WaitForNoneInflightLocked(lock, winners));
     const bool broken = log_->broken();  // (nothing to write is no error even then)
     for (const auto& [mapper, attempt] : winners) {
       if (committed_.count(mapper) != 0 || !IsPreparedLocked(mapper, attempt)) continue;

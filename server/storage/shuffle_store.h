@@ -375,6 +375,10 @@ class ShuffleStore {
   // PunchBlocks, outside the lock, once the winner's commit record is durable).
   void DropPreparedLocked(uint32_t mapper, uint64_t winner, std::vector<BlockRef>* losers);
   absl::Status ClaimMapperLocked(std::unique_lock<std::mutex>& lock, uint32_t mapper);
+  // Waits until no outcome of any of the pairs' mappers is being written (ResolveAll,
+  // RevokeAll); the error when the store is deleted.
+  absl::Status WaitForNoneInflightLocked(std::unique_lock<std::mutex>& lock,
+                                         absl::Span<const std::pair<uint32_t, uint64_t>> pairs);
   // Recovery's step 3: the commits (the first commit record of each mapper) and the prepared
   // attempts of mappers with none, checked against the shuffle's parameters.
   absl::Status SortRecords(std::vector<CommitRecord> records, std::vector<CommitRecord>* commits,
