@@ -28,15 +28,18 @@ namespace {
 constexpr char kUsage[] =
     "usage: sluice bench [--server H:P | --servers H:P,H:P,...] [--replication 0] [--retries 3]\n"
     "         [--shards 8] [--items-per-shard 50000] [--item-bytes 200]\n"
-    "         [--keys 10000] [--partitions 8] [--hot-shard-frac 0] [--skew 0] [--heavy-tail]\n"
+    "         [--keys 10000] [--partitions 8] [--hot-shard-frac 0] [--skew 0] [--split 0] "
+    "[--heavy-tail]\n"
     "         [--layout auto|msgpack|columnar|opaque] [--zstd-level 3]\n"
-    "         [--order KEY|UNORDERED] [--repeat 1] [--buffer-mb 4] [--parallel 0]\n"
+    "         [--order KEY|UNORDERED] [--repeat 1] [--buffer-mb 4] [--frame-kb 0] [--parallel 0]\n"
     "         [--server-memory-mb 128] [--server-args='FLAGS'] [--data-dir DIR]\n"
     "         [--server-bin PATH] [--push-credit 1]\n"
     "  (without --server: a sluice-server child process with the last four;\n"
     "  --server-args: its further flags, space-separated)\n"
     "  --push-credit 0: the plain Push stream instead of PushFlow's credit (for comparison)\n"
     "  --skew F: a share F (0 to 1) of the items on partition 0, over its many keys\n"
+    "  --split N: then partition 0 read whole and as N slices at once (GetSplits; KEY order):\n"
+    "  a SPLIT line (bytes read and server CPU of both, slice balance, first records)\n"
     "  --parallel: mappers, then reducers, at once (0: 4 per hardware thread, 8 to 256)\n"
     "  --servers: a cluster (or any server list); --replication: each partition's replicas\n"
     "  (0 = the cluster's default); a failed mapper attempt is retried with a new attempt id\n"
@@ -142,7 +145,7 @@ void PrintResult(int r, const BenchConfig& c, const BenchResult& res, const OwnS
       "\"stored_bytes\": %llu, \"peak_rss_mb\": %.1f, \"embedded_server\": %s, "
       "\"client_peak_rss_mb\": %.1f, \"server_peak_rss_mb\": %.1f, \"servers\": %zu, "
       "\"replication\": %u, \"retried_attempts\": %d, \"pushed_bytes_per_item\": %.1f, "
-      "\"server_peak_anon_mb\": %.1f}\n",
+      "\"server_peak_anon_mb\": %.1f, \"hot_key\": %lld, \"hot_key_share\": %.3f}\n",
       r, c.shards, c.items_per_shard, c.partitions, c.parallel, c.key_order ? "KEY" : "UNORDERED",
       LayoutChoiceName(c.layout), res.elapsed_s, items / res.elapsed_s,
       static_cast<double>(res.item_bytes) / res.elapsed_s / 1e6,
@@ -151,7 +154,34 @@ void PrintResult(int r, const BenchConfig& c, const BenchResult& res, const OwnS
       static_cast<unsigned long long>(res.disk_bytes), client_mb + server_mb,
       own.process != nullptr ? "true" : "false", client_mb, server_mb, res.servers, res.replication,
       res.retried_attempts, items > 0 ? static_cast<double>(res.pushed_bytes) / items : 0.0,
-      server_anon_mb);
+      server_anon_mb, static_cast<long long>(res.hot_key), res.hot_share);
+  if (res.split.slices > 0) {
+    const BenchResult::Split& s = res.split;
+    uint64_t least = UINT64_MAX, most = 0;
+    double first_max = 0;
+    for (uint64_t n : s.slice_records) {
+      least = std::min(least, n);
+      most = std::max(most, n);
+    }
+    for (double f : s.first_record_s) first_max = std::max(first_max, f);
+    std::printf(
+        "SPLIT {\"repeat\": %d, \"partition_bytes\": %llu, \"records\": %llu, "
+        "\"full_s\": %.3f, \"full_server_cpu_s\": %.3f, \"full_read_bytes\": %llu, "
+        "\"slices\": %zu, \"plan_s\": %.4f, \"sliced_s\": %.3f, "
+        "\"sliced_server_cpu_s\": %.3f, \"sliced_read_bytes\": %llu, "
+        "\"read_ratio\": %.3f, \"cpu_ratio\": %.3f, \"slice_records_min\": %llu, "
+        "\"slice_records_max\": %llu, \"slice_balance\": %.3f, \"first_record_max_s\": %.3f}\n",
+        r, static_cast<unsigned long long>(s.partition_bytes),
+        static_cast<unsigned long long>(s.records), s.full_s, s.full_cpu_s,
+        static_cast<unsigned long long>(s.full_read_bytes), s.slices, s.plan_s, s.sliced_s,
+        s.sliced_cpu_s, static_cast<unsigned long long>(s.sliced_read_bytes),
+        s.full_read_bytes > 0
+            ? static_cast<double>(s.sliced_read_bytes) / static_cast<double>(s.full_read_bytes)
+            : 0.0,
+        s.full_cpu_s > 0 ? s.sliced_cpu_s / s.full_cpu_s : 0.0,
+        static_cast<unsigned long long>(least), static_cast<unsigned long long>(most),
+        least > 0 ? static_cast<double>(most) / static_cast<double>(least) : 0.0, first_max);
+  }
   std::fflush(stdout);
 }
 
@@ -188,6 +218,8 @@ int Main(int argc, char** argv) {
   c.replication = static_cast<uint32_t>(flags.Int("replication", 0));
   c.retries = static_cast<int>(flags.Int("retries", c.retries));
   c.keep = flags.Int("keep", 0) != 0;
+  c.split = static_cast<int>(flags.Int("split", 0));
+  c.frame_kb = static_cast<size_t>(flags.Int("frame-kb", 0));
   const auto server_memory_mb = static_cast<uint64_t>(flags.Int("server-memory-mb", 128));
   const std::string server_bin = flags.Get("server-bin", "");
   const std::string server_args = flags.Get("server-args", "");
@@ -199,7 +231,8 @@ int Main(int argc, char** argv) {
   std::string why;
   if (!flags.Check(&why) || c.shards < 1 || c.partitions < 1 || c.keys < 1 || c.parallel < 1 ||
       c.replication > 3 || c.retries < 0 || !(c.skew >= 0 && c.skew <= 1) ||
-      !(c.hot_frac >= 0 && c.hot_frac <= 1)) {
+      !(c.hot_frac >= 0 && c.hot_frac <= 1) || c.split < 0 || c.split > 4096 ||
+      (c.split > 0 && !c.key_order)) {
     std::fprintf(stderr, "sluice bench: %s\n%s", why.empty() ? "bad arguments" : why.c_str(),
                  kUsage);
     return 2;
@@ -210,6 +243,7 @@ int Main(int argc, char** argv) {
       return Fail(st);
     }
     address = absl::StrCat("127.0.0.1:", own.process->port());
+    c.server_cpu = [&own] { return own.process->CpuSeconds(); };
   }
   ClientOptions copts;
   copts.server = address;

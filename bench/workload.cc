@@ -11,7 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "codec/msgpack_scan.h"
+#include "codec/status_macros.h"
 
 namespace sluice::shuffle_bench {
 namespace {
@@ -105,6 +107,7 @@ absl::Status MapShardAttempt(ShuffleClient& client, const std::string& id, const
   wopts.layout = c.layout;
   wopts.zstd_level = c.zstd_level;
   wopts.sort_by_key = c.key_order;
+  if (c.frame_kb > 0) wopts.frame_bytes = c.frame_kb << 10;
   wopts.buffer_bytes = c.buffer_mb << 20;
   auto writer = client.OpenWriter(id, static_cast<uint32_t>(s), attempt, wopts);
   if (!writer.ok()) return writer.status();
@@ -240,6 +243,75 @@ absl::Status OnThreads(int n, int slots, const char* name, Fn fn) {
   return absl::OkStatus();
 }
 
+// Stored bytes the server read for fetches so far.
+absl::StatusOr<uint64_t> StoredRead(ShuffleClient& client) {
+  auto node = client.GetNode();
+  if (!node.ok()) return node.status();
+  return node->fetch_stored_bytes;
+}
+
+// Reads partition 0 with `options` to the end: its records, and when the first came.
+absl::Status ReadAll(ShuffleClient& client, const std::string& id, const ReaderOptions& options,
+                     uint64_t* records, double* first_s) {
+  const auto start = Clock::now();
+  auto reader = client.OpenReader(id, 0, options);
+  if (!reader.ok()) return reader.status();
+  Record r;
+  for (;;) {
+    auto more = (*reader)->Next(&r);
+    if (!more.ok()) return more.status();
+    if (!*more) return absl::OkStatus();
+    if (*records == 0 && first_s != nullptr) {
+      *first_s = std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    ++*records;
+  }
+}
+
+// --split: partition 0 whole, then as c.split slices at once.
+absl::StatusOr<BenchResult::Split> ReadSplit(ShuffleClient& client, const std::string& id,
+                                             const BenchConfig& c) {
+  BenchResult::Split out;
+  const auto cpu = [&c] { return c.server_cpu ? c.server_cpu() : 0.0; };
+  ReaderOptions whole;
+  whole.order = FetchOrder::kKey;
+  auto read0 = StoredRead(client);
+  if (!read0.ok()) return read0.status();
+  double cpu0 = cpu();
+  auto t0 = Clock::now();
+  SLUICE_RETURN_IF_ERROR(ReadAll(client, id, whole, &out.records, nullptr));
+  out.full_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  out.full_cpu_s = cpu() - cpu0;
+  auto read1 = StoredRead(client);
+  if (!read1.ok()) return read1.status();
+  out.full_read_bytes = *read1 - *read0;
+  // The slices: planned, then read at once, one reader each.
+  cpu0 = cpu();
+  t0 = Clock::now();
+  auto splits = client.GetSplits(id, 0, static_cast<uint32_t>(c.split));
+  if (!splits.ok()) return splits.status();
+  out.plan_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  out.partition_bytes = splits->partition_bytes;
+  out.slices = splits->keys.size() + 1;
+  out.slice_records.assign(out.slices, 0);
+  out.first_record_s.assign(out.slices, 0);
+  SLUICE_RETURN_IF_ERROR(OnThreads(
+      static_cast<int>(out.slices), static_cast<int>(out.slices), "bench-slice", [&](int i) {
+        return ReadAll(client, id, splits->Slice(i), &out.slice_records[i], &out.first_record_s[i]);
+      }));
+  out.sliced_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  out.sliced_cpu_s = cpu() - cpu0;
+  auto read2 = StoredRead(client);
+  if (!read2.ok()) return read2.status();
+  out.sliced_read_bytes = *read2 - *read1;
+  for (uint64_t n : out.slice_records) out.sliced_records += n;
+  if (out.sliced_records != out.records) {
+    return absl::DataLossError(absl::StrCat("the slices held ", out.sliced_records,
+                                            " records, partition 0 ", out.records));
+  }
+  return out;
+}
+
 }  // namespace
 
 int DefaultParallel() {
@@ -292,13 +364,31 @@ absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string&
   res.retried_attempts = retried.load();
   // Stored bytes: each partition once; pushed: every replica's copy (replicas hold the same
   // frames).
-  auto status = client.GetShuffle(id);
+  StatusOptions status_options;
+  status_options.hot_keys = 1;
+  auto status = client.GetShuffle(id, status_options);
   if (status.ok()) {
     for (size_t p = 0; p < status->partitions.size(); ++p) {
+      // The heaviest key the server's sketch names, of the whole shuffle.
+      for (const auto& h : status->partitions[p].hot_keys) {
+        if (static_cast<double>(h.records) / static_cast<double>(res.expected) > res.hot_share) {
+          int64_t k = -1;
+          const auto* kp = reinterpret_cast<const uint8_t*>(h.key.data());
+          if (mp::ReadCanonicalInt(kp, kp + h.key.size(), &k) != nullptr) {
+            res.hot_key = k;
+            res.hot_share = static_cast<double>(h.records) / static_cast<double>(res.expected);
+          }
+        }
+      }
       const uint64_t bytes = status->partitions[p].bytes;
       res.disk_bytes += bytes;
       res.pushed_bytes += bytes * (p < placed->replicas.size() ? placed->replicas[p].size() : 1);
     }
+  }
+  if (c.split > 0 && res.counts_match) {
+    auto split = ReadSplit(client, id, c);
+    if (!split.ok()) return split.status();
+    res.split = *std::move(split);
   }
   res.scatter_s = std::chrono::duration<double>(t1 - t0).count();
   res.reduce_s = std::chrono::duration<double>(t2 - t1).count();

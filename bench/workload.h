@@ -7,7 +7,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "client/shuffle_client.h"
@@ -30,6 +32,7 @@ struct BenchConfig {
   int zstd_level = 3;
   bool key_order = true;  ///< KEY-ordered fetches (and writers sort their frames)
   size_t buffer_mb = 4;   ///< each writer's buffer
+  size_t frame_kb = 0;    ///< each writer's largest frame (0: WriterOptions' default)
   /// Mappers (and then reducers) running at once, like a cluster's task slots (0: four per
   /// hardware thread of this machine, 8 to 256; 256 keeps a 2,048-partition reduce under the
   /// server's fetch stream limit). A cluster runs a task or two per core: 256 tasks on the 2
@@ -45,6 +48,12 @@ struct BenchConfig {
   /// Leaves the shuffle in place after the run (its id is printed) rather than deleting it:
   /// bench/lost_server_bench.sh reads it again after more servers are lost.
   bool keep = false;
+  /// After the run, partition 0 is read again whole and then as `split` slices (GetSplits) in
+  /// parallel, KEY order: BenchResult::split. 0: not.
+  int split = 0;
+  /// The server's CPU seconds so far (the bench's own child), for the split figures; may be
+  /// null.
+  std::function<double()> server_cpu;
 };
 
 /// BenchConfig::parallel's default on this machine.
@@ -60,6 +69,24 @@ struct BenchResult {
   /// Frame bytes stored over all the shuffle's servers (every replica's copy): what the pushes
   /// carried over the network.
   uint64_t pushed_bytes = 0;
+  /// The heaviest key the server names (GetShuffle's hot keys) and its share of all items.
+  int64_t hot_key = -1;
+  double hot_share = 0;
+  /// --split: partition 0 read whole, then as slices in parallel. Bytes are stored frame
+  /// bytes the server read (GetNode's fetch_stored_bytes), CPU the server's.
+  struct Split {
+    uint64_t partition_bytes = 0, records = 0;
+    double full_s = 0, full_cpu_s = 0;
+    uint64_t full_read_bytes = 0;
+    size_t slices = 0;
+    double sliced_s = 0, sliced_cpu_s = 0;
+    uint64_t sliced_read_bytes = 0;
+    uint64_t sliced_records = 0;
+    std::vector<uint64_t> slice_records;
+    std::vector<double> first_record_s;  ///< per slice, from its open
+    double plan_s = 0;
+  };
+  Split split;
 };
 
 /// Creates shuffle `id`, scatters and reduces it through `client`, checks the counts and

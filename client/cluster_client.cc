@@ -209,10 +209,12 @@ class ClusterClient final : public ShuffleClient {
     });
   }
   // In a cluster: each partition's counts from the first of its replicas that answers.
-  absl::StatusOr<ShuffleStatus> GetShuffle(const std::string& id) override {
+  using ShuffleClient::GetShuffle;
+  absl::StatusOr<ShuffleStatus> GetShuffle(const std::string& id,
+                                           const StatusOptions& options) override {
     SLUICE_ASSIGN_OR_RETURN(const bool clustered, Clustered());
     if (!clustered) {
-      return OnSeed<ShuffleStatus>([&](ShuffleClient& c) { return c.GetShuffle(id); });
+      return OnSeed<ShuffleStatus>([&](ShuffleClient& c) { return c.GetShuffle(id, options); });
     }
     SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, Placed(id, /*fresh=*/true));
     const PlacementInfo& p = placed.info;
@@ -226,7 +228,7 @@ class ClusterClient final : public ShuffleClient {
     // keeps has no answer yet.
     auto ask = [&](size_t n) {
       const std::string& address = p.nodes[n].address;
-      per_node[n] = Link(address)->client().GetShuffle(id);
+      per_node[n] = Link(address)->client().GetShuffle(id, options);
       Mark(address, per_node[n].status());
       if (per_node[n].ok()) {
         any = true;
@@ -430,6 +432,38 @@ class ClusterClient final : public ShuffleClient {
     SLUICE_ASSIGN_OR_RETURN(const bool clustered, Clustered());
     if (!clustered) return Seed(0).client().OpenWriter(id, mapper, attempt, options);
     return OpenClusterWriter(id, mapper, attempt, options);
+  }
+
+  // Asked of the partition's replicas in order, as a reader would read it.
+  absl::StatusOr<SplitKeys> GetSplits(const std::string& id, uint32_t partition, uint32_t slices,
+                                      uint32_t placement_epoch) override {
+    SLUICE_ASSIGN_OR_RETURN(const bool clustered, Clustered());
+    if (!clustered) return Seed(0).client().GetSplits(id, partition, slices, placement_epoch);
+    SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, Placed(id));
+    const PlacementInfo& p = placed.info;
+    if (partition >= p.num_partitions) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("partition ", partition, " is out of range [0, ", p.num_partitions, ")"));
+    }
+    std::vector<std::string> errors;
+    for (uint32_t n : p.replicas[partition]) {
+      const NodeAddress& node = p.nodes[n];
+      if (node.address.empty()) {
+        errors.push_back(absl::StrCat(node.node_id, ": not registered now"));
+        continue;
+      }
+      absl::StatusOr<SplitKeys> keys =
+          Link(node.address)
+              ->client()
+              .GetSplits(id, partition, slices, std::max(placement_epoch, p.epoch));
+      if (keys.ok() || !TryAnother(keys.status())) return keys;
+      errors.push_back(
+          absl::StrCat(node.node_id, " at ", node.address, ": ", Describe(keys.status())));
+      if (!EtcdsFault(keys.status())) Forget(id);
+    }
+    return absl::UnavailableError(
+        absl::StrCat("no replica of partition ", partition, " of shuffle '", id,
+                     "' could plan its splits: ", absl::StrJoin(errors, "; ")));
   }
 
   absl::StatusOr<std::unique_ptr<ShuffleReader>> OpenReader(const std::string& id,

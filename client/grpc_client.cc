@@ -72,15 +72,24 @@ std::chrono::system_clock::time_point Never() {
   return std::chrono::system_clock::time_point::max();
 }
 
+std::vector<PartitionStatsInfo::HotKey> HotKeysFromProto(const pb::PartitionInfo& p) {
+  std::vector<PartitionStatsInfo::HotKey> out;
+  for (const pb::HotKey& h : p.hot_keys()) {
+    out.push_back(
+        PartitionStatsInfo::HotKey{h.key(), h.key_cut(), h.records(), h.bytes(), h.error()});
+  }
+  return out;
+}
+
 PartitionStatsInfo FromProto(const pb::PartitionInfo& p) {
-  return PartitionStatsInfo{
-      p.records(),
-      p.bytes(),
-      p.frames(),
-      p.damaged(),
-      p.damage(),
-      p.missing_mappers(),
-      std::vector<uint32_t>(p.lost_mappers().begin(), p.lost_mappers().end())};
+  return PartitionStatsInfo{p.records(),
+                            p.bytes(),
+                            p.frames(),
+                            p.damaged(),
+                            p.damage(),
+                            p.missing_mappers(),
+                            std::vector<uint32_t>(p.lost_mappers().begin(), p.lost_mappers().end()),
+                            HotKeysFromProto(p)};
 }
 
 ShuffleStatus FromProto(const pb::ShuffleInfo& info) {
@@ -322,6 +331,17 @@ class GrpcFetchStream final : public FetchStream {
       if (!st.ok()) return st;
       return false;
     }
+    if (!received_ && (!request_.from_key().empty() || request_.has_to_key()) &&
+        !response_.key_range()) {
+      // A server before key ranges ignores them and sends the whole partition.
+      ctx_->TryCancel();
+      (void)stream_->Finish();
+      done_ = true;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the server at ", options_.server,
+          " does not read key ranges (from_key, to_key): it runs a version before them; "
+          "upgrade it"));
+    }
     received_ = true;
     *frame = &response_.frame();
     if (response_.mappers_size() > 0) {
@@ -394,13 +414,16 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
   }
 
   // Every page of the partitions' details (the server sends at most 16,384 a call).
-  absl::StatusOr<ShuffleStatus> GetShuffle(const std::string& id) override {
+  using ShuffleClient::GetShuffle;
+  absl::StatusOr<ShuffleStatus> GetShuffle(const std::string& id,
+                                           const StatusOptions& options) override {
     ShuffleStatus out;
     uint32_t next = 0;
     do {
       pb::GetShuffleRequest req;
       req.set_shuffle_id(id);
       req.set_first_partition(next);
+      req.set_hot_keys(options.hot_keys);
       pb::ShuffleInfo info;
       absl::Status st =
           Unary([&](grpc::ClientContext* ctx) { return stub_->GetShuffle(ctx, req, &info); });
@@ -455,6 +478,7 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     n.started_unix_ms = info.started_unix_ms();
     n.repair_backlog = info.repair_backlog();
     n.repaired_bytes = info.repaired_bytes();
+    n.fetch_stored_bytes = info.fetch_stored_bytes();
     n.repair_backlog_bytes = info.repair_backlog_bytes();
     n.decommissioning = info.decommissioning();
     for (const auto& d : info.data_dirs()) {
@@ -512,6 +536,26 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     for (const auto& r : resp.partitions())
       p.replicas.emplace_back(r.nodes().begin(), r.nodes().end());
     return p;
+  }
+
+  absl::StatusOr<SplitKeys> GetSplits(const std::string& id, uint32_t partition, uint32_t slices,
+                                      uint32_t placement_epoch) override {
+    pb::GetSplitsRequest req;
+    req.set_shuffle_id(id);
+    req.set_partition_id(partition);
+    req.set_slices(slices);
+    req.set_placement_epoch(placement_epoch);
+    pb::GetSplitsResponse resp;
+    absl::Status st =
+        Unary([&](grpc::ClientContext* ctx) { return stub_->GetSplits(ctx, req, &resp); });
+    if (!st.ok()) return st;
+    SplitKeys out;
+    out.keys.assign(resp.split_keys().begin(), resp.split_keys().end());
+    out.slice_bytes.assign(resp.slice_bytes().begin(), resp.slice_bytes().end());
+    out.partition_bytes = resp.partition_bytes();
+    out.frames = resp.frames();
+    out.frames_without_bounds = resp.frames_without_bounds();
+    return out;
   }
 
   absl::StatusOr<Revocation> RevokeMappers(const std::string& id,
@@ -662,6 +706,8 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     req.mutable_only_attempts()->Add(options.only_attempts.begin(), options.only_attempts.end());
     req.set_placement_epoch(options.placement_epoch);
     req.set_report_mappers(report_mappers);
+    req.set_from_key(options.from_key);
+    if (options.to_key.has_value()) req.set_to_key(*options.to_key);
     return std::make_unique<GrpcFetchStream>(stub_.get(), channel_.get(), options_, std::move(req));
   }
 

@@ -115,6 +115,19 @@ uint64_t ServerProcess::PeakRssBytes() const { return reaped_ ? 0 : StatusBytes(
 
 uint64_t ServerProcess::AnonRssBytes() const { return reaped_ ? 0 : StatusBytes(pid_, "RssAnon"); }
 
+double ServerProcess::CpuSeconds() const {
+  if (reaped_) return 0;
+  std::ifstream in(absl::StrCat("/proc/", pid_, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Fields after the command (which may hold spaces): state is the 3rd field, utime the 14th.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::vector<std::string> f = absl::StrSplit(stat.substr(close + 2), ' ');
+  if (f.size() < 13) return 0;
+  const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return (std::strtod(f[11].c_str(), nullptr) + std::strtod(f[12].c_str(), nullptr)) / ticks;
+}
+
 int ServerProcess::Signal(int sig) {
   if (reaped_) return 0;
   ::kill(pid_, sig);

@@ -39,6 +39,8 @@ class ServerProcess {
   /// Its anonymous resident memory now (RssAnon: its heap, not mapped files), in bytes; 0 once
   /// it has exited.
   uint64_t AnonRssBytes() const;
+  /// The CPU time (user and system) it has used, in seconds; 0 once reaped.
+  double CpuSeconds() const;
   /// Sends `sig` and waits for the child; returns its wait status.
   int Signal(int sig);
   /// SIGTERM and wait: OK if it exited with status 0.

@@ -28,6 +28,15 @@ Partitioner RangePartitioner(std::vector<std::string> splits) {
   };
 }
 
+ReaderOptions SplitKeys::Slice(size_t i, ReaderOptions base) const {
+  base.order = FetchOrder::kKey;
+  base.from_key = i == 0 || i > keys.size() ? std::string() : keys[i - 1];
+  base.to_key.reset();
+  if (i < keys.size()) base.to_key = keys[i];
+  if (i > keys.size()) base.to_key = std::string();  // no such slice: an empty range
+  return base;
+}
+
 absl::StatusOr<bool> ShuffleReader::NextGroup(std::string* key, std::vector<std::string>* values) {
   values->clear();
   Record r;

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -95,6 +96,20 @@ struct PartitionStatsInfo {
   /// In a cluster: mappers of this partition no server holds any more (every replica of every
   /// epoch that held their data is gone for good): see ShuffleStatus::lost_partitions.
   std::vector<uint32_t> lost_mappers;
+  /// Asked for (StatusOptions::hot_keys): its heaviest keys by records, heaviest first, summed
+  /// over the frames each was the heaviest key of (docs/api.md, "Hot keys").
+  struct HotKey {
+    std::string key;  ///< its first 32 bytes when `cut`
+    bool cut = false;
+    uint64_t records = 0, bytes = 0;
+    uint64_t error = 0;  ///< records may be up to this many too high
+  };
+  std::vector<HotKey> hot_keys;
+};
+/// What GetShuffle reports beyond the counts.
+struct StatusOptions {
+  /// Each partition's heaviest keys, at most this many (0 to 8).
+  uint32_t hot_keys = 0;
 };
 /// A partition with committed data no server holds any more (ShuffleStatus::lost_partitions).
 struct LostPartition {
@@ -160,6 +175,8 @@ struct NodeStatus {
   /// other replicas, and the bytes it has copied since its start.
   uint64_t repair_backlog = 0, repaired_bytes = 0;
   uint64_t repair_backlog_bytes = 0;  ///< what the backlog comes to, as its sources say
+  /// Stored frame bytes its fetches read since its start (a key range: the frames meeting it).
+  uint64_t fetch_stored_bytes = 0;
   /// A decommission was asked: it takes no new partitions, its replicas move elsewhere.
   bool decommissioning = false;
   /// Its data directories (--data_dir, one per disk), in order.
@@ -254,6 +271,23 @@ struct ReaderOptions {
   /// In a cluster: the placement epoch the reader routes by (the cluster client sets it); a
   /// server that knows an older one reads the shuffle's record first.
   uint32_t placement_epoch = 0;
+  /// KEY order only: the records with keys in [from_key, to_key) (no to_key: to the end); the
+  /// server reads only the stored frames whose key bounds meet the range (a slice of
+  /// ShuffleClient::GetSplits; docs/api.md, "Split reads").
+  std::string from_key;
+  std::optional<std::string> to_key;
+};
+
+/// Keys that cut a partition into slices of nearly equal stored bytes (ShuffleClient::GetSplits).
+struct SplitKeys {
+  /// Increasing: slice i is the keys in [keys[i-1], keys[i]), the first from the start and the
+  /// last to the end. Fewer than asked when the partition cannot be cut finer.
+  std::vector<std::string> keys;
+  std::vector<uint64_t> slice_bytes;  ///< each slice's stored bytes, as estimated
+  uint64_t partition_bytes = 0;
+  uint32_t frames = 0, frames_without_bounds = 0;
+  /// ReaderOptions for slice i (of keys.size() + 1), KEY order.
+  ReaderOptions Slice(size_t i, ReaderOptions base = {}) const;
 };
 
 /// One partition's records. Views stay valid until the next call.
@@ -279,7 +313,9 @@ class ShuffleClient {
   /// a cluster, the servers that keep each partition (0 = 2 with two or more servers).
   virtual absl::StatusOr<bool> CreateShuffle(const std::string& id, uint32_t num_partitions,
                                              uint32_t num_mappers, uint32_t replication = 0) = 0;
-  virtual absl::StatusOr<ShuffleStatus> GetShuffle(const std::string& id) = 0;
+  absl::StatusOr<ShuffleStatus> GetShuffle(const std::string& id) { return GetShuffle(id, {}); }
+  virtual absl::StatusOr<ShuffleStatus> GetShuffle(const std::string& id,
+                                                   const StatusOptions& options) = 0;
   virtual absl::StatusOr<std::vector<ShuffleStatus>> ListShuffles() = 0;
   virtual absl::Status DeleteShuffle(const std::string& id) = 0;
   /// The server's node id, address, health and free resources.
@@ -322,6 +358,11 @@ class ShuffleClient {
   virtual absl::StatusOr<Revocation> RevokeMappers(const std::string& id,
                                                    const std::vector<uint32_t>& mappers,
                                                    uint32_t placement_epoch) = 0;
+  /// Keys cutting `partition` into at most `slices` (1 to 4,096) slices of nearly equal stored
+  /// bytes, planned by a server that keeps it from its frames' key bounds (no data is read).
+  /// Read each slice with OpenReader(..., keys.Slice(i)).
+  virtual absl::StatusOr<SplitKeys> GetSplits(const std::string& id, uint32_t partition,
+                                              uint32_t slices, uint32_t placement_epoch = 0) = 0;
   /// Asks the server for the partition count, then opens the attempt's push stream.
   virtual absl::StatusOr<std::unique_ptr<ShuffleWriter>> OpenWriter(
       const std::string& id, uint32_t mapper, uint64_t attempt,

@@ -6,6 +6,8 @@
 //   sluice delete --server HOST:PORT --shuffle ID
 //   sluice push   --server HOST:PORT --shuffle ID --mapper M --input FILE --key-field NAME
 //   sluice fetch  --server HOST:PORT --shuffle ID --partition P [--order KEY] [--output FILE]
+//                 [--from KEY --to KEY]
+//   sluice splits --server HOST:PORT --shuffle ID --partition P --n N
 //   sluice bench  [--server HOST:PORT] [flags]      (runs sluice-bench; no --server: it starts
 //                                                   a sluice-server child)
 //
@@ -20,11 +22,13 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -77,6 +81,14 @@ std::unique_ptr<sluice::ShuffleClient> Connect(const std::string& server) {
   return std::move(client).value();
 }
 
+// A key as the CLI shows it: its JSON when it is a msgpack value, and its bytes in hex.
+std::string ShowKey(const std::string& key) {
+  nlohmann::json v = nlohmann::json::from_msgpack(key.begin(), key.end(), true, false);
+  const std::string hex = absl::BytesToHexString(key);
+  if (v.is_discarded()) return absl::StrCat("hex ", hex.empty() ? "(empty)" : hex);
+  return absl::StrCat(v.dump(), " (hex ", hex, ")");
+}
+
 void PrintStatus(const sluice::ShuffleStatus& s) {
   if (s.damaged) {
     std::printf("shuffle %s: DAMAGED: %s (delete it to reuse the id)\n", s.shuffle_id.c_str(),
@@ -119,6 +131,17 @@ void PrintStatus(const sluice::ShuffleStatus& s) {
                 static_cast<unsigned long long>(s.partitions[p].bytes), s.partitions[p].frames);
     if (s.partitions[p].damaged) {
       std::printf("    DAMAGED: %s\n", s.partitions[p].damage.c_str());
+    }
+    // Its heaviest keys, those with 1% of its records or more.
+    for (const auto& h : s.partitions[p].hot_keys) {
+      const double share = s.partitions[p].records == 0
+                               ? 0
+                               : 100.0 * static_cast<double>(h.records) /
+                                     static_cast<double>(s.partitions[p].records);
+      if (share < 1) continue;
+      std::printf("    hot key %s%s: %llu records (%.1f%%), %llu bytes\n", ShowKey(h.key).c_str(),
+                  h.cut ? " (its first 32 bytes)" : "", static_cast<unsigned long long>(h.records),
+                  share, static_cast<unsigned long long>(h.bytes));
     }
   }
 }
@@ -318,6 +341,63 @@ int Push(Flags& flags) {
   return 0;
 }
 
+// A range key from --NAME (a JSON value, as `push` makes keys: msgpack of the key field) or
+// --NAME-hex (the key's bytes in hex). Not given: nullopt.
+absl::StatusOr<std::optional<std::string>> RangeKey(Flags& flags, const std::string& name) {
+  const std::string json = flags.Get(name, "");
+  const std::string hex = flags.Get(name + "-hex", "");
+  if (!json.empty() && !hex.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("give --", name, " or --", name, "-hex"));
+  }
+  if (!hex.empty()) {
+    if (hex.size() % 2 != 0 || hex.find_first_not_of("0123456789abcdefABCDEF") != hex.npos) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, "-hex is not hex: ", hex));
+    }
+    return absl::HexStringToBytes(hex);
+  }
+  if (json.empty()) return std::optional<std::string>();
+  nlohmann::json value = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " is not a JSON value (a string needs its quotes: --", name,
+                     " '\"k\"'; raw bytes: --", name, "-hex)"));
+  }
+  const std::vector<uint8_t> key = nlohmann::json::to_msgpack(value);
+  return std::string(key.begin(), key.end());
+}
+
+// sluice splits: keys that cut a partition into slices of nearly equal bytes.
+int Splits(Flags& flags) {
+  const std::string server = flags.Get("server", "127.0.0.1:7070");
+  const std::string id = flags.Get("shuffle", "");
+  const auto partition = static_cast<uint32_t>(flags.Int("partition", 0));
+  const auto n = static_cast<uint32_t>(flags.Int("n", 2));
+  std::string why;
+  if (!flags.Check(&why)) return Fail(absl::InvalidArgumentError(why));
+  auto splits = Connect(server)->GetSplits(id, partition, n);
+  if (!splits.ok()) return Fail(splits.status());
+  if (splits->slice_bytes.size() != splits->keys.size() + 1) {
+    return Fail(
+        absl::InternalError(absl::StrCat("the server answered ", splits->keys.size(), " keys and ",
+                                         splits->slice_bytes.size(), " slice sizes")));
+  }
+  std::printf("partition %u: %llu bytes in %u frames%s; %zu slices\n", partition,
+              static_cast<unsigned long long>(splits->partition_bytes), splits->frames,
+              splits->frames_without_bounds == 0
+                  ? ""
+                  : absl::StrCat(" (", splits->frames_without_bounds,
+                                 " without key bounds, counted evenly)")
+                        .c_str(),
+              splits->keys.size() + 1);
+  for (size_t i = 0; i <= splits->keys.size(); ++i) {
+    std::printf("slice %zu  ~%llu bytes  from %s  to %s\n", i,
+                static_cast<unsigned long long>(splits->slice_bytes[i]),
+                i == 0 ? "the start" : ShowKey(splits->keys[i - 1]).c_str(),
+                i == splits->keys.size() ? "the end" : ShowKey(splits->keys[i]).c_str());
+  }
+  return 0;
+}
+
 int Fetch(Flags& flags) {
   const std::string server = flags.Get("server", "127.0.0.1:7070");
   const std::string id = flags.Get("shuffle", "");
@@ -325,12 +405,16 @@ int Fetch(Flags& flags) {
   const std::string order = flags.Get("order", "UNORDERED");
   const std::string output = flags.Get("output", "-");
   const std::string format = flags.Get("format", "jsonl");
+  auto from = RangeKey(flags, "from");
+  auto to = RangeKey(flags, "to");
   std::string why;
   if (!flags.Check(&why) || (format != "jsonl" && format != "msgpack") ||
       (order != "KEY" && order != "UNORDERED")) {
     return Fail(absl::InvalidArgumentError(
         why.empty() ? "fetch takes --format jsonl|msgpack and --order KEY|UNORDERED" : why));
   }
+  if (!from.ok()) return Fail(from.status());
+  if (!to.ok()) return Fail(to.status());
   std::ofstream file;
   if (output != "-") {
     file.open(output, std::ios::binary);
@@ -339,6 +423,11 @@ int Fetch(Flags& flags) {
   std::ostream& out = output == "-" ? std::cout : file;
   sluice::ReaderOptions ropts;
   ropts.order = order == "KEY" ? sluice::FetchOrder::kKey : sluice::FetchOrder::kUnordered;
+  if (from->has_value() || to->has_value()) {  // a key range is read in KEY order
+    ropts.order = sluice::FetchOrder::kKey;
+    ropts.from_key = from->value_or("");
+    ropts.to_key = *to;
+  }
   // (The reader uses its client's connections: the client must outlive it.)
   std::unique_ptr<sluice::ShuffleClient> client = Connect(server);
   auto reader = client->OpenReader(id, partition, ropts);
@@ -417,6 +506,10 @@ void Usage() {
       "         --key-field NAME [--format jsonl|msgpack] [--sort]\n"
       "  fetch  --server H:P --shuffle ID --partition P [--order KEY|UNORDERED]\n"
       "         [--output FILE|-] [--format jsonl|msgpack]\n"
+      "         [--from KEY] [--to KEY]   the keys in [from, to), KEY order (KEY: a JSON value,\n"
+      "         as push's --key-field makes keys; --from-hex/--to-hex: the key's bytes)\n"
+      "  splits --server H:P --shuffle ID --partition P [--n 2]   keys cutting the partition\n"
+      "         into at most N slices of nearly equal bytes, each read with fetch --from/--to\n"
       "  bench  [flags]   the end-to-end benchmark (runs sluice-bench; `sluice bench --help`)\n"
       "  token  --tenant T [--role tenant|admin]   a new token, and its line for --auth_file\n"
       "TLS (any command; docs/security.md): --tls-ca FILE [--tls-cert FILE --tls-key FILE]\n"
@@ -448,6 +541,7 @@ int main(int argc, char** argv) {
   if (cmd == "token") return NewToken(flags);
   if (cmd == "push") return Push(flags);
   if (cmd == "fetch") return Fetch(flags);
+  if (cmd == "splits") return Splits(flags);
   const std::string server = flags.Get("server", "127.0.0.1:7070");
   const std::string id = flags.Get("shuffle", "");
   if (cmd == "create") {
@@ -466,7 +560,9 @@ int main(int argc, char** argv) {
     std::string why;
     if (!flags.Check(&why)) return Fail(absl::InvalidArgumentError(why));
     auto client = Connect(server);
-    auto st = client->GetShuffle(id);
+    sluice::StatusOptions options;
+    options.hot_keys = 3;
+    auto st = client->GetShuffle(id, options);
     if (!st.ok()) return Fail(st.status());
     PrintStatus(*st);
     auto placement = client->GetPlacement(id);

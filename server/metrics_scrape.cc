@@ -63,6 +63,10 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
             "KEY fetches whose reader took nothing for --merge_park_after_s that gave their merge "
             "slot and memory to a fetch waiting for one",
             D(m.merges_parked.load()));
+  t.Counter("sluice_fetch_stored_bytes_total",
+            "Stored frame bytes fetches read (a key range's fetch: only the frames whose key "
+            "bounds meet it)",
+            D(m.fetch_stored_bytes.load()));
   t.Counter("sluice_merge_spill_bytes_total",
             "Bytes intermediate merge passes wrote to temporary files",
             D(m.merge_spill_bytes.load()));

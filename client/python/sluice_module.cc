@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -335,8 +336,11 @@ class Client {
     Check(st);
   }
 
-  pb::dict GetShuffle(const std::string& id) {
-    absl::StatusOr<ShuffleStatus> r = CallWithoutGil([&] { return client_->GetShuffle(id); });
+  pb::dict GetShuffle(const std::string& id, uint32_t hot_keys) {
+    StatusOptions options;
+    options.hot_keys = hot_keys;
+    absl::StatusOr<ShuffleStatus> r =
+        CallWithoutGil([&] { return client_->GetShuffle(id, options); });
     ShuffleStatus s = Check(std::move(r));
     pb::dict d;
     d["shuffle_id"] = s.shuffle_id;
@@ -349,6 +353,19 @@ class Client {
       pd["records"] = p.records;
       pd["bytes"] = p.bytes;
       pd["frames"] = p.frames;
+      if (hot_keys > 0) {
+        pb::list hot;
+        for (const auto& h : p.hot_keys) {
+          pb::dict hd;
+          hd["key"] = pb::bytes(h.key);
+          hd["cut"] = h.cut;
+          hd["records"] = h.records;
+          hd["bytes"] = h.bytes;
+          hd["error"] = h.error;
+          hot.append(hd);
+        }
+        pd["hot_keys"] = hot;
+      }
       parts.append(pd);
     }
     d["partitions"] = parts;
@@ -359,6 +376,21 @@ class Client {
     for (const auto& l : s.lost_partitions) lost[pb::int_(l.partition)] = l.mappers;
     d["lost_partitions"] = lost;
     d["placement_epoch"] = s.placement_epoch;
+    return d;
+  }
+
+  pb::dict GetSplits(const std::string& id, uint32_t partition, uint32_t slices) {
+    absl::StatusOr<SplitKeys> r =
+        CallWithoutGil([&] { return client_->GetSplits(id, partition, slices); });
+    SplitKeys s = Check(std::move(r));
+    pb::dict d;
+    pb::list keys;
+    for (const std::string& k : s.keys) keys.append(pb::bytes(k));
+    d["keys"] = keys;
+    d["slice_bytes"] = s.slice_bytes;
+    d["partition_bytes"] = s.partition_bytes;
+    d["frames"] = s.frames;
+    d["frames_without_bounds"] = s.frames_without_bounds;
     return d;
   }
 
@@ -386,10 +418,14 @@ class Client {
   }
 
   std::unique_ptr<Reader> OpenReader(const std::string& id, uint32_t partition, bool key_order,
-                                     bool require_complete, bool raw, bool allow_pickle) {
+                                     bool require_complete, bool raw, bool allow_pickle,
+                                     std::optional<std::string> from_key,
+                                     std::optional<std::string> to_key) {
     ReaderOptions o;
     o.order = key_order ? FetchOrder::kKey : FetchOrder::kUnordered;
     o.require_complete = require_complete;
+    o.from_key = from_key.value_or("");
+    o.to_key = std::move(to_key);
     absl::StatusOr<std::unique_ptr<ShuffleReader>> r =
         CallWithoutGil([&] { return client_->OpenReader(id, partition, o); });
     return std::make_unique<Reader>(Check(std::move(r)), raw, allow_pickle);
@@ -428,7 +464,9 @@ PYBIND11_MODULE(_sluice, m) {
       .def("create_shuffle", &Client::CreateShuffle, pb::arg("shuffle_id"), pb::arg("partitions"),
            pb::arg("mappers") = 0, pb::arg("replication") = 0)
       .def("delete_shuffle", &Client::DeleteShuffle, pb::arg("shuffle_id"))
-      .def("get_shuffle", &Client::GetShuffle, pb::arg("shuffle_id"))
+      .def("get_shuffle", &Client::GetShuffle, pb::arg("shuffle_id"), pb::arg("hot_keys") = 0)
+      .def("get_splits", &Client::GetSplits, pb::arg("shuffle_id"), pb::arg("partition"),
+           pb::arg("slices"))
       .def("revoke_mappers", &Client::RevokeMappers, pb::arg("shuffle_id"), pb::arg("mappers"),
            pb::arg("placement_epoch"))
       .def("open_writer", &Client::OpenWriter, pb::keep_alive<0, 1>(), pb::arg("shuffle_id"),
@@ -436,7 +474,8 @@ PYBIND11_MODULE(_sluice, m) {
            pb::arg("zstd_level"), pb::arg("pickle_fallback"))
       .def("open_reader", &Client::OpenReader, pb::keep_alive<0, 1>(), pb::arg("shuffle_id"),
            pb::arg("partition"), pb::arg("key_order"), pb::arg("require_complete"), pb::arg("raw"),
-           pb::arg("allow_pickle"));
+           pb::arg("allow_pickle"), pb::arg("from_key") = pb::none(),
+           pb::arg("to_key") = pb::none());
   pb::class_<Writer>(m, "Writer")
       .def("write", &Writer::Write, pb::arg("key"), pb::arg("value"))
       .def("write_many", &Writer::WriteMany, pb::arg("items"))

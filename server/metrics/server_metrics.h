@@ -65,6 +65,8 @@ struct ServerMetrics {
   Counter aborted_attempts{0};   ///< attempts ended by an error, a cancel or a timeout
   // Fetches, as sent.
   Counter fetch_chunks{0}, fetch_bytes{0}, fetch_records{0};
+  /// Stored frame bytes the fetches set to read (a key range's: the frames that meet it).
+  Counter fetch_stored_bytes{0};
   Counter merge_passes{0};       ///< intermediate merge passes (runs beyond --merge_fan_in)
   Counter merge_spill_bytes{0};  ///< bytes those passes wrote to temporary files
   Counter merges_parked{0};      ///< KEY fetches that gave their merge slot up for a stalled reader

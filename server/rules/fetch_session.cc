@@ -8,6 +8,7 @@
 #include "codec/frame_encoder.h"
 #include "codec/status_macros.h"
 #include "rpc/error_reason.h"
+#include "server/storage/key_bounds.h"
 #include "server/storage/shuffle_id.h"
 
 namespace sluice {
@@ -58,6 +59,21 @@ absl::Status FetchSession::Setup() {
   const size_t cap = deps_.limits.max_uncompressed_bytes / 2;
   chunk_bytes_ = spec_.target_chunk_bytes == 0 ? (1u << 20) : spec_.target_chunk_bytes;
   chunk_bytes_ = std::min(chunk_bytes_, cap);
+  const bool ranged = !spec_.from_key.empty() || spec_.to_key.has_value();
+  if (ranged && !spec_.key_order) {
+    return absl::InvalidArgumentError(
+        "a key range (from_key, to_key) is read in KEY order only; UNORDERED reads whole stored "
+        "frames");
+  }
+  if (spec_.from_key.size() > kMaxRangeKeyBytes ||
+      (spec_.to_key.has_value() && spec_.to_key->size() > kMaxRangeKeyBytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a range key is longer than ", kMaxRangeKeyBytes, " bytes, the most taken"));
+  }
+  if (spec_.to_key.has_value() && CompareKeys(spec_.from_key, *spec_.to_key) > 0) {
+    return absl::InvalidArgumentError(
+        "from_key is after to_key: a range [from_key, to_key) must not go backwards");
+  }
   if (!std::is_sorted(spec_.only_mappers.begin(), spec_.only_mappers.end()) ||
       std::adjacent_find(spec_.only_mappers.begin(), spec_.only_mappers.end()) !=
           spec_.only_mappers.end()) {
@@ -76,8 +92,9 @@ absl::Status FetchSession::Setup() {
                           now, "): read the partition again from its start")),
                       ErrorReason::kRevoked);
   };
-  auto blocks =
-      store_->CommittedBlocksOf(spec_.partition, spec_.only_mappers, &mappers_, &attempts_);
+  // (Bounds only where they are used: a KEY read's chains and ranges.)
+  auto blocks = store_->CommittedBlocksOf(spec_.partition, spec_.only_mappers, &mappers_,
+                                          &attempts_, /*with_bounds=*/spec_.key_order);
   if (!blocks.ok()) {  // (a mapper not committed here: revoked, if it was read at an attempt)
     for (size_t i = 0; i < spec_.only_attempts.size(); ++i) {
       if (store_->IsRevoked(spec_.only_mappers[i], spec_.only_attempts[i])) {
@@ -87,6 +104,16 @@ absl::Status FetchSession::Setup() {
     return blocks.status();
   }
   blocks_ = *std::move(blocks);
+  if (spec_.to_key.has_value() && CompareKeys(spec_.from_key, *spec_.to_key) == 0) {
+    blocks_.clear();  // an empty range: nothing to read
+  }
+  if (ranged) {  // only the frames whose keys may meet the range: the rest is never read
+    blocks_.erase(std::remove_if(blocks_.begin(), blocks_.end(),
+                                 [&](const BlockRef& b) {
+                                   return !MayHoldKeyIn(b.bounds, spec_.from_key, spec_.to_key);
+                                 }),
+                  blocks_.end());
+  }
   for (size_t i = 0; i < spec_.only_attempts.size() && i < attempts_.size(); ++i) {
     if (attempts_[i] != spec_.only_attempts[i]) {
       return revoked(mappers_[i], spec_.only_attempts[i],
@@ -110,6 +137,12 @@ absl::Status FetchSession::Setup() {
     skip_ -= blocks_[next_++].records;
   }
   return absl::OkStatus();
+}
+
+uint64_t FetchSession::bytes_to_read() const {
+  uint64_t n = 0;
+  for (const BlockRef& b : blocks_) n += b.frame_size;
+  return n;
 }
 
 void FetchSession::Charge(uint64_t n) {
@@ -180,17 +213,51 @@ absl::Status FetchSession::StartMerge() {
       merge_charged_ = bytes;
     }
   };
+  // Frames listed one after another that follow each other in key order (their bounds say so:
+  // a sorted flush cut into frames) are one run, loaded a frame at a time.
+  chains_.clear();
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    if (i == 0 || !FollowsInKeyOrder(blocks_[i - 1].bounds, blocks_[i].bounds)) {
+      chains_.push_back(i);
+    }
+  }
+  chains_.push_back(blocks_.size());
   // Runs are made as the merge reaches them (a partition may hold a million tiny frames).
   SLUICE_ASSIGN_OR_RETURN(
       merged_,
       MergedStream::Make(
-          blocks_.size(), [this](size_t i) { return uint64_t{blocks_[i].frame_size}; },
-          [this](size_t i) -> absl::StatusOr<uint64_t> {
-            // The index knows what the frame decodes to (filled at append and at recovery):
-            // no read for planning.
-            return DecodedCost(blocks_[i].uncompressed, blocks_[i].records);
+          chains_.size() - 1,
+          [this](size_t c) {
+            uint64_t n = 0;
+            for (size_t i = chains_[c]; i < chains_[c + 1]; ++i) n += blocks_[i].frame_size;
+            return n;
           },
-          [this](size_t i) { return StoredFrameRun(store_, blocks_[i], &run_decoder_); }, mopts));
+          [this](size_t c) -> absl::StatusOr<uint64_t> {
+            // The index knows what a frame decodes to (filled at append and at recovery): no
+            // read for planning. A chain holds one frame at a time, and the one before it until
+            // the merge releases its records: twice its largest.
+            uint64_t cost = 0;
+            for (size_t i = chains_[c]; i < chains_[c + 1]; ++i) {
+              cost = std::max(cost, DecodedCost(blocks_[i].uncompressed, blocks_[i].records));
+            }
+            return chains_[c + 1] - chains_[c] > 1 ? 2 * cost : cost;
+          },
+          [this](size_t c) {
+            const size_t first = chains_[c], count = chains_[c + 1] - first;
+            uint64_t size = 0;
+            for (size_t i = first; i < first + count; ++i) size += blocks_[i].frame_size;
+            std::unique_ptr<RunSource> run =
+                count == 1 ? StoredFrameRun(store_, blocks_[first], &run_decoder_)
+                           : ChainedRun(
+                                 count,
+                                 [this, first](size_t j) {
+                                   return StoredFrameRun(store_, blocks_[first + j], &run_decoder_);
+                                 },
+                                 size);
+            if (spec_.from_key.empty() && !spec_.to_key.has_value()) return run;
+            return KeyRangeRun(std::move(run), spec_.from_key, &spec_.to_key);
+          },
+          mopts));
   encoder_ = std::make_unique<FrameEncoder>(encode_);
   return absl::OkStatus();
 }

@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,12 +57,19 @@ struct FetchSpec {
   /// With only_mappers: the attempt of each the read began with (empty: any). ABORTED
   /// (ErrorReason::kRevoked) when one's committed attempt here is another.
   std::vector<uint64_t> only_attempts;
+  /// KEY only: the records with keys in [from_key, to_key) (no to_key: to the end). Only the
+  /// stored frames whose key bounds meet the range are read (server/storage/key_bounds.h);
+  /// skip_records counts within the range.
+  std::string from_key;
+  std::optional<std::string> to_key;
   /// Whose share of the memory budget the session's frames are counted in.
   std::string tenant;
 };
 
 /// Fetches compress at most at this zstd level: the server compresses for every reducer.
 inline constexpr uint32_t kMaxFetchZstdLevel = 9;
+/// Longest from_key or to_key a fetch may name.
+inline constexpr size_t kMaxRangeKeyBytes = 64u << 10;
 
 struct FetchDeps {
   ShuffleRegistry* registry = nullptr;
@@ -103,6 +111,10 @@ class FetchSession {
   /// A KEY session's intermediate merge passes so far, and the bytes they spilled.
   size_t merge_passes() const { return merged_ == nullptr ? 0 : merged_->intermediate_passes(); }
   uint64_t spill_bytes() const { return merged_ == nullptr ? 0 : merged_->spill_bytes(); }
+  /// The stored frames this fetch reads (of a key range: those whose bounds meet it), and
+  /// their bytes.
+  size_t frames_to_read() const { return blocks_.size(); }
+  uint64_t bytes_to_read() const;
 
  private:
   FetchSession(const FetchSpec& spec, const FetchDeps& deps, const std::atomic<bool>* cancelled)
@@ -123,6 +135,7 @@ class FetchSession {
   EncodeOptions encode_;
   size_t chunk_bytes_ = 1 << 20;
   std::vector<BlockRef> blocks_;
+  std::vector<size_t> chains_;  // KEY: where each run of blocks_ starts (and their end)
   std::vector<uint32_t> mappers_;
   std::vector<uint64_t> attempts_;  // mappers_' committed attempts
   size_t next_ = 0;

@@ -154,6 +154,95 @@ std::unique_ptr<RunSource> StoredFrameRun(std::shared_ptr<ShuffleStore> store, B
   return std::make_unique<StoredRun>(std::move(store), block, decoder);
 }
 
+namespace {
+
+class RangeRun final : public RunSource {
+ public:
+  RangeRun(std::unique_ptr<RunSource> run, std::string_view from,
+           const std::optional<std::string>* to)
+      : run_(std::move(run)), size_(run_->size_bytes()), from_(from), to_(to) {}
+  absl::StatusOr<bool> Next(Record* out) override {
+    if (done_) return false;
+    for (;;) {
+      SLUICE_ASSIGN_OR_RETURN(const bool more, run_->Next(out));
+      if (!more) break;
+      if (CompareKeys(out->key, from_) < 0) continue;                    // before the range
+      if (to_->has_value() && CompareKeys(out->key, **to_) >= 0) break;  // past it: the end
+      return true;
+    }
+    done_ = true;
+    return false;
+  }
+  void Release() override {
+    if (done_) {
+      run_.reset();  // past the range: its frame goes now, not when the fetch ends
+    } else {
+      run_->Release();
+    }
+  }
+  size_t resident_bytes() const override { return run_ == nullptr ? 0 : run_->resident_bytes(); }
+  uint64_t size_bytes() const override { return size_; }
+
+ private:
+  std::unique_ptr<RunSource> run_;
+  const uint64_t size_;
+  const std::string_view from_;
+  const std::optional<std::string>* const to_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+namespace {
+
+class ChainRun final : public RunSource {
+ public:
+  ChainRun(size_t count, std::function<std::unique_ptr<RunSource>(size_t)> open, uint64_t size)
+      : count_(count), open_(std::move(open)), size_(size) {}
+  absl::StatusOr<bool> Next(Record* out) override {
+    for (;;) {
+      if (current_ == nullptr) {
+        if (next_ == count_) return false;
+        current_ = open_(next_++);
+      }
+      SLUICE_ASSIGN_OR_RETURN(const bool more, current_->Next(out));
+      if (more) return true;
+      retired_.push_back(std::move(current_));  // its records may be in use until Release()
+    }
+  }
+  void Release() override {
+    retired_.clear();
+    if (current_ != nullptr) current_->Release();
+  }
+  size_t resident_bytes() const override {
+    size_t n = current_ == nullptr ? 0 : current_->resident_bytes();
+    for (const auto& r : retired_) n += r->resident_bytes();
+    return n;
+  }
+  uint64_t size_bytes() const override { return size_; }
+
+ private:
+  const size_t count_;
+  const std::function<std::unique_ptr<RunSource>(size_t)> open_;
+  const uint64_t size_;
+  size_t next_ = 0;
+  std::unique_ptr<RunSource> current_;
+  std::vector<std::unique_ptr<RunSource>> retired_;
+};
+
+}  // namespace
+
+std::unique_ptr<RunSource> ChainedRun(size_t count,
+                                      std::function<std::unique_ptr<RunSource>(size_t)> open,
+                                      uint64_t size) {
+  return std::make_unique<ChainRun>(count, std::move(open), size);
+}
+
+std::unique_ptr<RunSource> KeyRangeRun(std::unique_ptr<RunSource> run, std::string_view from,
+                                       const std::optional<std::string>* to) {
+  return std::make_unique<RangeRun>(std::move(run), from, to);
+}
+
 MergedStream::~MergedStream() {
   runs_.clear();  // (they read the scratch file)
   if (scratch_fd_.valid()) ::unlink(scratch_path_.c_str());

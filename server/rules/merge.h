@@ -16,7 +16,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -54,6 +56,20 @@ struct RunDecoder {
 /// One stored frame of a shuffle, decoded when first read.
 std::unique_ptr<RunSource> StoredFrameRun(std::shared_ptr<ShuffleStore> store, BlockRef block,
                                           RunDecoder* decoder);
+
+/// Runs read one after another as one run: `count` runs, run j made by `open(j)` when the one
+/// before it is done, so only one of them is loaded at a time. For stored frames that follow
+/// each other in key order (FollowsInKeyOrder of their bounds), in the order they are listed in:
+/// equal keys then come out as they would from separate runs. `size` is their stored bytes.
+std::unique_ptr<RunSource> ChainedRun(size_t count,
+                                      std::function<std::unique_ptr<RunSource>(size_t)> open,
+                                      uint64_t size);
+
+/// The records of `run` (in key order, as every run is) with keys in [from, to) only (no `to`:
+/// no end): those before `from` are passed over, and the run ends at the first key at or past
+/// `to`, without loading the rest. `from` and `to` must outlive the run.
+std::unique_ptr<RunSource> KeyRangeRun(std::unique_ptr<RunSource> run, std::string_view from,
+                                       const std::optional<std::string>* to);
 
 /// What a frame takes in memory once decoded, from what its header declares (its records'
 /// bytes, and a view and an order slot per record): what a merge plans with before it decodes

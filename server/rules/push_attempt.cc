@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "codec/status_macros.h"
 #include "rpc/error_reason.h"
+#include "server/storage/key_bounds.h"
 #include "server/storage/shuffle_id.h"
 #include "spdlog/spdlog.h"
 
@@ -80,6 +81,8 @@ absl::Status PushAttempt::AddFrames(absl::Span<const Frame> frames) {
   if (store_ == nullptr) return absl::InvalidArgumentError("frames before the open message");
   SLUICE_RETURN_IF_ERROR(NoLargeFramePending("frames"));
   validated_.clear();
+  bounds_.clear();
+  bounds_at_.clear();
   uint64_t records = 0, bytes = 0;
   for (const Frame& f : frames) {
     const uint64_t n = frames_ + validated_.size();  // the frame's number in the attempt
@@ -99,14 +102,21 @@ absl::Status PushAttempt::AddFrames(absl::Span<const Frame> frames) {
     Validator& v = ThreadValidator(limits_.frame);
     absl::Status st = v.decoder->Decode(f.bytes, &v.decoded);
     const auto count = static_cast<uint32_t>(v.decoded.size());
+    bounds_at_.push_back(bounds_.size());
+    if (st.ok()) AppendFrameBounds(v.decoded, &bounds_, &bound_keys_);
     v.Trim();
     if (!st.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("frame ", n, " for partition ", f.partition, ": ", st.message()));
     }
-    validated_.push_back(ShuffleStore::FrameToAppend{f.partition, f.bytes, count});
+    validated_.push_back(ShuffleStore::FrameToAppend{f.partition, f.bytes, count, {}});
     records += count;
     bytes += f.bytes.size();
+  }
+  bounds_at_.push_back(bounds_.size());
+  for (size_t i = 0; i < validated_.size(); ++i) {
+    validated_[i].bounds =
+        std::string_view(bounds_).substr(bounds_at_[i], bounds_at_[i + 1] - bounds_at_[i]);
   }
   SLUICE_RETURN_IF_ERROR(store_->AppendAll(mapper_, attempt_, validated_, &blocks_));
   store_->Touch();

@@ -118,6 +118,9 @@ class PushAttempt {
   uint64_t attempt_ = 0;
   std::vector<BlockRef> blocks_;
   std::vector<ShuffleStore::FrameToAppend> validated_;  // AddFrames' scratch
+  std::string bounds_;                                  // their key bounds, back to back
+  std::vector<size_t> bounds_at_;                       // where each frame's start in bounds_
+  std::vector<std::string_view> bound_keys_;            // AppendFrameBounds' scratch
   uint64_t frames_ = 0, records_ = 0, bytes_ = 0;
   bool commit_tried_ = false;
   bool ended_ = false;  // committed or aborted

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "codec/frame_decoder.h"
 #include "codec/status_macros.h"
+#include "server/storage/key_bounds.h"
 #include "server/storage/shuffle_id.h"
 #include "spdlog/spdlog.h"
 
@@ -117,6 +119,15 @@ absl::Status Repairer::CopyOne(ShuffleStore& store, const ClusterNode::RepairIte
   FrameLimits limits;
   limits.max_uncompressed_bytes = kMaxFrameCapBytes;
   limits.max_records = UINT32_MAX;
+  // The copies get key bounds like pushed frames (a range read and the split plan go by them):
+  // each frame is decoded for them, up to a size (larger ones get none: any key).
+  DecodeOptions dopts;
+  dopts.limits = limits;
+  dopts.keys_only = true;  // (as a push validates: the bounds need the keys)
+  FrameDecoder decoder(dopts);
+  DecodedFrame decoded;
+  std::string bounds;
+  std::vector<std::string_view> bound_keys;
   absl::Status st = fetcher_->Fetch(
       source, item.id, item.partition, mapper, attempt,
       [&](absl::Span<const uint8_t> frame) -> absl::Status {
@@ -130,9 +141,14 @@ absl::Status Repairer::CopyOne(ShuffleStore& store, const ClusterNode::RepairIte
               absl::StrCat("a frame copied from ", source, " failed its checks",
                            h.ok() ? "" : absl::StrCat(": ", h.status().message())));
         }
-        SLUICE_ASSIGN_OR_RETURN(
-            BlockRef b, store.Append(mapper, attempt, item.partition, frame, h->record_count));
-        blocks.push_back(b);
+        bounds.clear();
+        if (h->uncompressed_size <= kMaxBoundsDecodeBytes && decoder.Decode(frame, &decoded).ok()) {
+          AppendFrameBounds(decoded, &bounds, &bound_keys);
+        }
+        decoded.Clear();
+        const ShuffleStore::FrameToAppend one{item.partition, frame, h->record_count, bounds};
+        SLUICE_RETURN_IF_ERROR(
+            store.AppendAll(mapper, attempt, absl::MakeConstSpan(&one, 1), &blocks));
         copied += frame.size();
         return absl::OkStatus();
       });

@@ -80,6 +80,8 @@ absl::StatusOr<DecommissionState> CheckDecommission(ShuffleRegistry* registry, C
 
 class Repairer {
  public:
+  /// Frames copied are decoded for their key bounds up to this size (uncompressed).
+  static constexpr uint32_t kMaxBoundsDecodeBytes = 16u << 20;
   using Clock = std::chrono::steady_clock;
   /// `bytes_per_s` > 0. `metrics` may be null.
   Repairer(ShuffleRegistry* registry, ClusterNode* node, PeerFetcher* fetcher, uint64_t bytes_per_s,

@@ -36,6 +36,8 @@ FetchSpec SpecFromRequest(const FetchRequest& req) {
   spec.skip_records = req.skip_records();
   spec.only_mappers.assign(req.only_mappers().begin(), req.only_mappers().end());
   spec.only_attempts.assign(req.only_attempts().begin(), req.only_attempts().end());
+  spec.from_key = req.from_key();
+  if (req.has_to_key()) spec.to_key = req.to_key();
   return spec;
 }
 
@@ -47,6 +49,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
         ctx_(ctx),
         spec_(SpecFromRequest(*request)),
         report_mappers_(request->report_mappers()),
+        report_range_(!request->from_key().empty() || request->has_to_key()),
         placement_epoch_(request->placement_epoch()) {
     absl::StatusOr<CallContext> call = ResolveCaller(deps_, ctx_);
     absl::StatusOr<std::string> id = call.ok() ? call->Kept(spec_.shuffle_id) : call.status();
@@ -91,6 +94,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
         return;
       }
       session_ = std::move(session).value();
+      ServerMetrics::Add(deps_.metrics->fetch_stored_bytes, session_->bytes_to_read());
       NextWhenRoom(/*on_pool=*/true);
     });
   }
@@ -269,6 +273,12 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
     // The chunk and the transport's serialised copy of it, until written.
     admission_->Recharge(response_.frame().size());
     CountChunk(response_.frame());
+    if (report_range_) {  // with the first chunk only: the range was applied
+      report_range_ = false;
+      response_.set_key_range(true);
+    } else if (response_.key_range()) {
+      response_.clear_key_range();
+    }
     if (report_mappers_) {  // with the first chunk only
       report_mappers_ = false;
       response_.mutable_mappers()->Add(session_->mappers().begin(), session_->mappers().end());
@@ -325,6 +335,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<FetchResponse> {
   std::unique_ptr<FetchSession> session_;
   FetchResponse response_;
   bool report_mappers_;             // the first chunk still to carry the session's mappers
+  bool report_range_;               // ... and that it read a key range
   const uint32_t placement_epoch_;  // the epoch the reader routes by (0: not said)
   StreamPhase phase_;
   uint64_t watch_ = 0;  // the watchdog entry of the current write

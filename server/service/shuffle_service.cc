@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "codec/status_macros.h"
+#include "server/rules/split_plan.h"
 #include "server/service/call_edge.h"
 #include "server/service/fetch_reactor.h"
 #include "server/service/push_reactor.h"
@@ -41,7 +42,7 @@ void FillDamaged(const CallContext& call, const DamagedShuffle& d, v1::ShuffleIn
 // The shuffle's summary, as the caller knows it, and, when `max_partitions` > 0, the details of
 // up to that many of its partitions from `first` on.
 void FillInfo(const CallContext& call, const ShuffleStore& store, uint32_t first,
-              uint32_t max_partitions, v1::ShuffleInfo* info) {
+              uint32_t max_partitions, v1::ShuffleInfo* info, uint32_t hot_keys = 0) {
   const ShuffleParams& p = store.params();
   info->set_shuffle_id(call.Shown(p.shuffle_id));
   info->set_num_partitions(p.num_partitions);
@@ -61,6 +62,16 @@ void FillInfo(const CallContext& call, const ShuffleStore& store, uint32_t first
     pi->set_records(s.records);
     pi->set_bytes(s.bytes);
     pi->set_frames(s.frames);
+    if (hot_keys > 0) {
+      for (const HotKey& h : store.HotKeys(i, hot_keys)) {
+        v1::HotKey* k = pi->add_hot_keys();
+        k->set_key(h.key);
+        k->set_key_cut(h.cut);
+        k->set_records(h.records);
+        k->set_bytes(h.bytes);
+        k->set_error(h.error);
+      }
+    }
     if (absl::Status damage = store.PartitionDamage(i); !damage.ok()) {
       pi->set_damaged(true);
       pi->set_damage(std::string(damage.message()));
@@ -157,8 +168,13 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
     const uint32_t page = req->max_partitions() == 0
                               ? kMaxPartitionsPerPage
                               : std::min(req->max_partitions(), kMaxPartitionsPerPage);
+    if (req->hot_keys() > kHotKeysKept) {
+      return absl::InvalidArgumentError(absl::StrCat("hot_keys ", req->hot_keys(),
+                                                     " is more than the ", kHotKeysKept,
+                                                     " a partition's sketch keeps"));
+    }
     store->Touch();
-    FillInfo(call, *store, req->first_partition(), page, resp);
+    FillInfo(call, *store, req->first_partition(), page, resp, req->hot_keys());
     resp->set_placement_epoch(deps_.node->KnownEpoch(id));
     for (v1::PartitionInfo& pi : *resp->mutable_partitions()) {
       const std::vector<uint32_t> lacking = deps_.node->LackingMappers(id, pi.partition_id());
@@ -289,6 +305,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
       resp->set_decommissioning(deps_.node->decommissioning());
       if (deps_.metrics != nullptr) {
         resp->set_repaired_bytes(deps_.metrics->repair_bytes.load());
+        resp->set_fetch_stored_bytes(deps_.metrics->fetch_stored_bytes.load());
         resp->set_repair_backlog_bytes(deps_.metrics->repair_backlog_bytes.load());
       }
     }
@@ -360,6 +377,39 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::RevokeMappers(grpc::CallbackServer
                             deps_.node->RevokeMappers(id, mappers, req->placement_epoch()));
     resp->set_placement_epoch(revoked.epoch);
     resp->mutable_attempts()->Add(revoked.attempts.begin(), revoked.attempts.end());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* ShuffleServiceImpl::GetSplits(grpc::CallbackServerContext* ctx,
+                                                        const v1::GetSplitsRequest* req,
+                                                        v1::GetSplitsResponse* resp) {
+  return Unary(ctx, [this, req, resp](const CallContext& call) -> absl::Status {
+    SLUICE_ASSIGN_OR_RETURN(const std::string id, call.Kept(req->shuffle_id()));
+    SLUICE_RETURN_IF_ERROR(
+        deps_.node->PrepareToServe(id, req->partition_id(), req->placement_epoch()));
+    SLUICE_ASSIGN_OR_RETURN(const auto store, deps_.registry->Get(id));
+    if (req->partition_id() >= store->params().num_partitions) {
+      return absl::InvalidArgumentError(absl::StrCat("partition ", req->partition_id(),
+                                                     " is out of range [0, ",
+                                                     store->params().num_partitions, ")"));
+    }
+    SLUICE_RETURN_IF_ERROR(store->PartitionDamage(req->partition_id()));
+    store->Touch();
+    // A sample of at most kMaxPlanFrames frames (each standing for `stride`), and the exact
+    // totals.
+    const ShuffleStore::BlockSample sample =
+        store->SampleBlocks(req->partition_id(), kMaxPlanFrames);
+    SLUICE_ASSIGN_OR_RETURN(SplitPlan plan,
+                            PlanSplits(sample.blocks, req->slices(), sample.stride));
+    const PartitionStats stats = store->Stats(req->partition_id());
+    plan.bytes = stats.bytes;
+    plan.frames = stats.frames;
+    for (const std::string& key : plan.keys) resp->add_split_keys(key);
+    resp->mutable_slice_bytes()->Add(plan.slice_bytes.begin(), plan.slice_bytes.end());
+    resp->set_partition_bytes(plan.bytes);
+    resp->set_frames(plan.frames);
+    resp->set_frames_without_bounds(plan.frames_without_bounds);
     return absl::OkStatus();
   });
 }

@@ -54,6 +54,9 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
   grpc::ServerUnaryReactor* RevokeMappers(grpc::CallbackServerContext* ctx,
                                           const v1::RevokeMappersRequest* req,
                                           v1::RevokeMappersResponse* resp) override;
+  grpc::ServerUnaryReactor* GetSplits(grpc::CallbackServerContext* ctx,
+                                      const v1::GetSplitsRequest* req,
+                                      v1::GetSplitsResponse* resp) override;
   grpc::ServerUnaryReactor* Decommission(grpc::CallbackServerContext* ctx,
                                          const v1::DecommissionRequest* req,
                                          v1::DecommissionResponse* resp) override;

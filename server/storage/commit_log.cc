@@ -8,6 +8,7 @@
 #include "codec/endian.h"
 #include "codec/frame_format.h"
 #include "codec/status_macros.h"
+#include "server/storage/key_bounds.h"
 
 namespace sluice {
 namespace {
@@ -19,6 +20,8 @@ constexpr char kRevokeMagic[4] = {'S', 'L', 'R', 'V'};
 constexpr char kHeaderMagic[4] = {'S', 'L', 'L', 'G'};
 constexpr char kLogFile[] = "commits.log";
 constexpr size_t kCommitFixed = 4 + 8 + 4;  // mapper, attempt, block count
+// A block's bounds in a record when not known (no valid encoding starts with it).
+constexpr char kUnknownBounds = '\xff';
 // A block's bytes in a record: version 4 adds its frame's uncompressed size, so that a start
 // builds the index from the log alone.
 size_t BlockBytes(uint32_t version) { return version >= 4 ? 24 : 20; }
@@ -66,6 +69,15 @@ std::string EncodeBody(uint32_t mapper, uint64_t attempt, absl::Span<const Block
     AppendLE32(&body, b.records);
     if (version >= 4) AppendLE32(&body, b.uncompressed);
   }
+  if (version >= kFirstBoundsLogVersion) {
+    for (const BlockRef& b : blocks) {
+      if (b.bounds.empty() || KeyBoundsSize(b.bounds) != b.bounds.size()) {
+        body.push_back(kUnknownBounds);  // (never a record that would not parse back)
+      } else {
+        body += b.bounds;
+      }
+    }
+  }
   if (partition != nullptr) AppendLE32(&body, *partition);
   AppendLE64(&body, PayloadChecksum(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
   std::string record(magic, 4);
@@ -112,7 +124,9 @@ size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out
   const uint8_t* b = p + 8;
   if (LoadLE64(b + body - 8) != PayloadChecksum(b, body - 8)) return 0;
   const uint32_t count = LoadLE32(b + 12);
-  if (static_cast<uint64_t>(count) * block_bytes + kCommitFixed + extra + 8 != body) return 0;
+  const uint64_t fixed = static_cast<uint64_t>(count) * block_bytes + kCommitFixed + extra + 8;
+  const bool bounds = version >= kFirstBoundsLogVersion;
+  if (bounds ? fixed > body : fixed != body) return 0;
   if (revoke && count != 0) return 0;
   out->mapper = LoadLE32(b);
   out->attempt = LoadLE64(b + 4);
@@ -130,7 +144,22 @@ size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out
     r.frame_size = LoadLE32(e + 12);
     r.records = LoadLE32(e + 16);
     if (version >= 4) r.uncompressed = LoadLE32(e + 20);
-    out->blocks.push_back(r);
+    out->blocks.push_back(std::move(r));
+  }
+  if (bounds) {  // each block's, back to back, filling the body exactly
+    std::string_view rest(reinterpret_cast<const char*>(b) + kCommitFixed + block_bytes * count,
+                          body - fixed);
+    for (BlockRef& r : out->blocks) {
+      if (!rest.empty() && rest[0] == kUnknownBounds) {
+        rest.remove_prefix(1);
+        continue;
+      }
+      const size_t n = KeyBoundsSize(rest);
+      if (n == 0) return 0;
+      r.bounds.assign(rest.substr(0, n));
+      rest.remove_prefix(n);
+    }
+    if (!rest.empty()) return 0;
   }
   return 8 + body;
 }

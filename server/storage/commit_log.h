@@ -51,6 +51,9 @@ struct BlockRef {
   /// The frame's uncompressed payload size (what decoding it takes): in the commit record from
   /// log version 4 on; for a version 3 log, recovery reads it from the frame's header.
   uint32_t uncompressed = 0;
+  /// The frame's key bounds, encoded (server/storage/key_bounds.h; empty: not known): in the
+  /// commit record from log version 7 on.
+  std::string bounds{};
 };
 
 /// One committed (or, in a cluster, prepared) mapper attempt, as its log record lists it.
@@ -73,17 +76,19 @@ struct CommitRecord {
 };
 
 /// The log version new logs are written in, and the oldest one read (version 3's records lack
-/// the frames' uncompressed sizes; version 5 adds REPAIR records and version 6 REVOKE records,
-/// which older logs cannot take).
-inline constexpr uint32_t kLogVersion = 6;
+/// the frames' uncompressed sizes; version 5 adds REPAIR records, version 6 REVOKE records,
+/// which older logs cannot take, and version 7 the frames' key bounds).
+inline constexpr uint32_t kLogVersion = 7;
 inline constexpr uint32_t kOldestLogVersion = 3;
 inline constexpr uint32_t kFirstRepairLogVersion = 5;
 inline constexpr uint32_t kFirstRevokeLogVersion = 6;
+inline constexpr uint32_t kFirstBoundsLogVersion = 7;
 
 /// The record's bytes: "SLCM" (a commit; "SLPR" for a prepared attempt), u32 body size, then
 /// the body: u32 mapper, u64 attempt, u32 block count, 24 bytes a block (u32 partition, u64
 /// offset, u32 frame size, u32 records, u32 uncompressed size; version 3: 20 bytes, without the
-/// uncompressed size), u64 XXH3 of the body before it. All little-endian.
+/// uncompressed size), from version 7 each block's key bounds (key_bounds.h) back to back, u64
+/// XXH3 of the body before it. All little-endian.
 std::string EncodeCommitRecord(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks,
                                bool prepared = false, uint32_t version = kLogVersion);
 /// Parses one record of a log of `version` at [p, end). Returns its size, or 0 if the bytes are

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "codec/endian.h"
 #include "codec/status_macros.h"
+#include "server/storage/key_bounds.h"
 #include "server/storage/shuffle_id.h"
 
 namespace sluice {
@@ -133,7 +134,7 @@ absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Create(const std::st
 absl::StatusOr<BlockRef> ShuffleStore::Append(uint32_t mapper, uint64_t attempt, uint32_t partition,
                                               absl::Span<const uint8_t> frame, uint32_t records) {
   std::vector<BlockRef> blocks;
-  const FrameToAppend one{partition, frame, records};
+  const FrameToAppend one{partition, frame, records, {}};
   SLUICE_RETURN_IF_ERROR(AppendAll(mapper, attempt, absl::MakeConstSpan(&one, 1), &blocks));
   return blocks.front();
 }
@@ -163,7 +164,9 @@ absl::Status ShuffleStore::AppendAll(uint32_t mapper, uint64_t attempt,
       return h.status();
     }
     const auto size = static_cast<uint32_t>(f.frame.size());
-    blocks->push_back(BlockRef{f.partition, size, total, f.records, h->uncompressed_size});
+    blocks->push_back(BlockRef{
+        f.partition, size, total, f.records, h->uncompressed_size,
+        log_->version() >= kFirstBoundsLogVersion ? std::string(f.bounds) : std::string()});
     total += kBlockHeaderSize + size;
   }
   if (frames.empty()) return absl::OkStatus();
@@ -357,12 +360,18 @@ absl::Status ShuffleStore::RevokeAll(absl::Span<const std::pair<uint32_t, uint64
         auto gone = std::remove_if(p.index.begin(), p.index.end(), [&](const IndexEntry& e) {
           return hidden.count(e.mapper) != 0;
         });
+        if (gone == p.index.end()) return;  // (nothing of theirs here)
         for (auto e = gone; e != p.index.end(); ++e) {
           p.stats.records -= e->records;
           p.stats.bytes -= e->frame_size;
           p.stats.frames -= 1;
         }
         p.index.erase(gone, p.index.end());
+        // The sketch again from the frames left (space-saving cannot take counts away).
+        p.hot.clear();
+        for (const IndexEntry& e : p.index) {
+          if (e.bounds_at != kNoBounds) AddHotKey(p, BoundsOf(p, e));
+        }
       });
       for (auto& [partition, mappers] : repaired_) {
         for (uint32_t m : hidden) mappers.erase(m);
@@ -517,18 +526,32 @@ void ShuffleStore::AddCommitLocked(uint32_t mapper, uint64_t attempt,
     p.stats.frames += 1;
     if (!p.index.empty() && p.index.back().mapper > mapper) p.sorted = false;
     const size_t capacity = p.index.capacity();
-    p.index.push_back(IndexEntry{mapper, b.frame_size, b.offset, b.records, b.uncompressed});
-    if (p.index.capacity() != capacity) {
-      AddIndexBytes(static_cast<int64_t>((p.index.capacity() - capacity) * sizeof(IndexEntry)));
+    const size_t bounds_capacity = p.bounds.capacity();
+    const size_t hot_capacity = p.hot.capacity();
+    uint32_t at = kNoBounds;
+    if (!b.bounds.empty() && p.bounds.size() + b.bounds.size() < kNoBounds) {
+      at = static_cast<uint32_t>(p.bounds.size());
+      p.bounds += b.bounds;
+    }
+    p.index.push_back(IndexEntry{mapper, b.frame_size, b.offset, b.records, b.uncompressed, at});
+    if (at != kNoBounds) AddHotKey(p, BoundsOf(p, p.index.back()));
+    if (p.index.capacity() != capacity || p.bounds.capacity() != bounds_capacity ||
+        p.hot.capacity() != hot_capacity) {
+      AddIndexBytes(static_cast<int64_t>((p.index.capacity() - capacity) * sizeof(IndexEntry)) +
+                    static_cast<int64_t>(p.bounds.capacity() - bounds_capacity) +
+                    static_cast<int64_t>((p.hot.capacity() - hot_capacity) * sizeof(HotKey)));
     }
   }
   committed_.emplace(mapper, attempt);
 }
 
-void ShuffleStore::ReserveIndexLocked(Partition& p, size_t frames) {
+void ShuffleStore::ReserveIndexLocked(Partition& p, size_t frames, uint64_t bounds_bytes) {
   const size_t capacity = p.index.capacity();
+  const size_t bounds_capacity = p.bounds.capacity();
   p.index.reserve(p.index.size() + frames);
-  AddIndexBytes(static_cast<int64_t>((p.index.capacity() - capacity) * sizeof(IndexEntry)));
+  p.bounds.reserve(p.bounds.size() + std::min<uint64_t>(bounds_bytes, kNoBounds));
+  AddIndexBytes(static_cast<int64_t>((p.index.capacity() - capacity) * sizeof(IndexEntry)) +
+                static_cast<int64_t>(p.bounds.capacity() - bounds_capacity));
 }
 
 void ShuffleStore::AddIndexBytes(int64_t delta) {
@@ -578,7 +601,7 @@ ShuffleStore::ScrubStep ShuffleStore::ScrubNext(ScrubCursor* cursor, uint64_t ma
         cursor->blocks.reserve(p->index.size());
         for (const IndexEntry& e : p->index) {
           cursor->blocks.push_back(ScrubCursor::Block{
-              BlockRef{cursor->partition, e.frame_size, e.offset, e.records, e.uncompressed},
+              BlockRef{cursor->partition, e.frame_size, e.offset, e.records, e.uncompressed, {}},
               e.mapper, committed_.at(e.mapper)});
         }
       }
@@ -666,6 +689,12 @@ void ShuffleStore::PunchBlocks(absl::Span<const BlockRef> blocks) {
   }
 }
 
+std::string_view ShuffleStore::BoundsOf(const Partition& p, const IndexEntry& e) {
+  if (e.bounds_at == kNoBounds) return {};
+  const std::string_view rest = std::string_view(p.bounds).substr(e.bounds_at);
+  return rest.substr(0, KeyBoundsSize(rest));
+}
+
 std::vector<BlockRef> ShuffleStore::CommittedBlocks(uint32_t partition) const {
   std::vector<uint32_t> mappers;
   return *CommittedBlocksOf(partition, {}, &mappers);  // (all mappers: it cannot fail)
@@ -673,7 +702,7 @@ std::vector<BlockRef> ShuffleStore::CommittedBlocks(uint32_t partition) const {
 
 absl::StatusOr<std::vector<BlockRef>> ShuffleStore::CommittedBlocksOf(
     uint32_t partition, const std::vector<uint32_t>& only, std::vector<uint32_t>* mappers,
-    std::vector<uint64_t>* attempts) const {
+    std::vector<uint64_t>* attempts, bool with_bounds) const {
   std::vector<BlockRef> out;
   std::lock_guard<std::mutex> lock(commit_mu_);
   mappers->clear();
@@ -706,7 +735,8 @@ absl::StatusOr<std::vector<BlockRef>> ShuffleStore::CommittedBlocksOf(
   out.reserve(p->index.size());
   for (const IndexEntry& e : p->index) {
     if (!only.empty() && !std::binary_search(only.begin(), only.end(), e.mapper)) continue;
-    out.push_back(BlockRef{partition, e.frame_size, e.offset, e.records, e.uncompressed});
+    out.push_back(BlockRef{partition, e.frame_size, e.offset, e.records, e.uncompressed,
+                           with_bounds ? std::string(BoundsOf(*p, e)) : std::string()});
   }
   return out;
 }
@@ -716,6 +746,63 @@ std::vector<uint32_t> ShuffleStore::CommittedMappers() const {
   std::vector<uint32_t> out;
   out.reserve(committed_.size());
   for (const auto& [mapper, attempt] : committed_) out.push_back(mapper);
+  return out;
+}
+
+void ShuffleStore::AddHotKey(Partition& p, std::string_view bounds) {
+  const HeavyKey h = ReadHeavyKey(bounds);
+  if (h.records == 0) return;
+  for (HotKey& k : p.hot) {
+    if (k.cut == h.cut && k.key == h.key) {
+      k.records += h.records;
+      k.bytes += h.bytes;
+      return;
+    }
+  }
+  if (p.hot.size() < kHotKeysKept) {
+    if (p.hot.capacity() == 0) p.hot.reserve(kHotKeysKept);
+    p.hot.push_back(HotKey{std::string(h.key), h.cut, h.records, h.bytes, 0});
+    return;
+  }
+  // Space-saving: the key takes the place of the least one, whose count it inherits as its error.
+  HotKey& least =
+      *std::min_element(p.hot.begin(), p.hot.end(),
+                        [](const HotKey& a, const HotKey& b) { return a.records < b.records; });
+  least.key.assign(h.key);
+  least.cut = h.cut;
+  least.error = least.records;
+  least.records += h.records;
+  least.bytes += h.bytes;
+}
+
+std::vector<HotKey> ShuffleStore::HotKeys(uint32_t partition, size_t most) const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  const Partition* p = partitions_.Find(partition);
+  if (p == nullptr) return {};
+  std::vector<HotKey> out = p->hot;
+  std::sort(out.begin(), out.end(),
+            [](const HotKey& a, const HotKey& b) { return a.records > b.records; });
+  if (out.size() > most) out.resize(most);
+  return out;
+}
+
+ShuffleStore::BlockSample ShuffleStore::SampleBlocks(uint32_t partition, size_t max) const {
+  BlockSample out;
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  Partition* p = partitions_.Find(partition);
+  if (p == nullptr || max == 0) return out;
+  if (!p->sorted) {  // (CommittedBlocks' order)
+    std::stable_sort(p->index.begin(), p->index.end(),
+                     [](const IndexEntry& a, const IndexEntry& b) { return a.mapper < b.mapper; });
+    p->sorted = true;
+  }
+  out.stride = std::max<uint64_t>(1, (p->index.size() + max - 1) / max);
+  out.blocks.reserve(std::min(max, p->index.size()));
+  for (size_t i = 0; i < p->index.size(); i += out.stride) {
+    const IndexEntry& e = p->index[i];
+    out.blocks.push_back(BlockRef{partition, e.frame_size, e.offset, e.records, e.uncompressed,
+                                  std::string(BoundsOf(*p, e))});
+  }
   return out;
 }
 
@@ -797,6 +884,8 @@ void ShuffleStore::MarkDeleted() {
   partitions_.ForEach([](uint32_t, Partition& p) {
     p.stats = PartitionStats{};
     p.index = {};
+    p.bounds = {};
+    p.hot = {};
   });
   AddIndexBytes(-static_cast<int64_t>(index_bytes_.load()));
 }

@@ -80,6 +80,17 @@ enum class CommitOutcome { kCommitted, kDuplicate };
 /// frame, checksums included (a reopen after a failed disk write, which may have lost pages).
 enum class OpenCheck { kLog, kEveryByte };
 
+/// One of a partition's heaviest keys (ShuffleStore::HotKeys).
+struct HotKey {
+  std::string key;  ///< its first kMaxBoundKey bytes when `cut`
+  bool cut = false;
+  /// Its records and their bytes (keys and values) over the frames it was the heaviest key of:
+  /// at most `error` more than that, where the sketch put it in another key's place.
+  uint64_t records = 0, bytes = 0, error = 0;
+};
+/// Keys a partition's sketch keeps (space-saving over its frames' heaviest keys).
+inline constexpr size_t kHotKeysKept = 8;
+
 struct PartitionStats {
   uint64_t records = 0;
   uint64_t bytes = 0;  ///< frame bytes
@@ -125,6 +136,9 @@ class ShuffleStore {
     uint32_t partition = 0;
     absl::Span<const uint8_t> frame;
     uint32_t records = 0;
+    /// Its key bounds, encoded (key_bounds.h; empty: not known). Kept only by a log of version
+    /// 7 on (an older log's blocks have none).
+    std::string_view bounds{};
   };
   /// Appends several frames of one attempt with one write (a push message's worth); their
   /// blocks are added to *blocks in order. On error nothing is added.
@@ -191,11 +205,26 @@ class ShuffleStore {
   /// CommittedBlocks, with the committed mappers in the same instant (*mappers); with `only`
   /// (sorted; empty: all), only those mappers' blocks, and ABORTED naming one that is not
   /// committed here.
-  /// `attempts` (may be null): set to the committed attempt of each of *mappers.
-  absl::StatusOr<std::vector<BlockRef>> CommittedBlocksOf(
-      uint32_t partition, const std::vector<uint32_t>& only, std::vector<uint32_t>* mappers,
-      std::vector<uint64_t>* attempts = nullptr) const;
+  /// `attempts` (may be null): set to the committed attempt of each of *mappers. Without
+  /// `with_bounds`, the blocks' bounds are left empty (no copy).
+  absl::StatusOr<std::vector<BlockRef>> CommittedBlocksOf(uint32_t partition,
+                                                          const std::vector<uint32_t>& only,
+                                                          std::vector<uint32_t>* mappers,
+                                                          std::vector<uint64_t>* attempts = nullptr,
+                                                          bool with_bounds = true) const;
   PartitionStats Stats(uint32_t partition) const;
+  /// Every stride-th committed block of the partition (with its bounds; stride the least that
+  /// takes at most `max`), in CommittedBlocks' order: what a split plan reads.
+  struct BlockSample {
+    std::vector<BlockRef> blocks;
+    uint64_t stride = 1;
+  };
+  BlockSample SampleBlocks(uint32_t partition, size_t max) const;
+  /// The partition's heaviest keys by records, at most `most` (of kHotKeysKept), heaviest first:
+  /// a space-saving sketch over its committed frames' heaviest keys (key_bounds.h), so a key
+  /// that dominates the frames it is in is counted exactly, and any key with more records than
+  /// the sketch's least entry is in it. Frames without bounds count for nothing.
+  std::vector<HotKey> HotKeys(uint32_t partition, size_t most = kHotKeysKept) const;
 
   /// Reads a committed block's frame, checking its frame's checksums (and sets *header, when
   /// given). A frame found damaged (DATA_LOSS) marks its partition (MarkDamaged). With a `view`
@@ -294,13 +323,21 @@ class ShuffleStore {
     uint64_t offset;
     uint32_t records;
     uint32_t uncompressed;
+    uint32_t bounds_at;  // where its key bounds start in the partition's `bounds`; kNoBounds
   };
+  static constexpr uint32_t kNoBounds = UINT32_MAX;
   // A partition's committed data, guarded by the store's commit_mu_.
   struct Partition {
     PartitionStats stats;
     std::vector<IndexEntry> index;  // in commit order; stable-sorted by mapper when read
+    std::string bounds;             // the blocks' key bounds, back to back (key_bounds.h)
+    std::vector<HotKey> hot;        // the sketch of its heaviest keys (HotKeys)
     bool sorted = true;
   };
+  // The bounds of an entry of `p`, encoded (empty: not known).
+  static std::string_view BoundsOf(const Partition& p, const IndexEntry& e);
+  // Adds a frame's heaviest key (its encoded bounds) to p's sketch.
+  static void AddHotKey(Partition& p, std::string_view bounds);
   // Partition state, made on first use, in chunks of 256 behind a table of one pointer a chunk:
   // a 65,536-partition shuffle nobody wrote to takes 2 KiB, not a state for each partition.
   class PartitionTable {
@@ -353,7 +390,7 @@ class ShuffleStore {
   // The scrub's check of one committed block (ScrubNext).
   absl::Status ScrubBlock(const ScrubCursor::Block& b, std::string* buffer) const;
   // Makes room for `frames` more entries in p's index, counted in index_bytes_.
-  void ReserveIndexLocked(Partition& p, size_t frames);
+  void ReserveIndexLocked(Partition& p, size_t frames, uint64_t bounds_bytes);
   absl::Status ReclaimUnowned();
   // Adds `delta` to held_ and to options_.held_total.
   void Hold(int64_t delta);

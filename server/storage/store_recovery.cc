@@ -101,13 +101,17 @@ absl::Status ShuffleStore::Recover(int dir_fd, OpenCheck check) {
   std::lock_guard<std::mutex> lock(commit_mu_);
   {
     std::vector<uint32_t> frames(params_.num_partitions, 0);
+    std::vector<uint64_t> bounds(params_.num_partitions, 0);
     for (const auto* list : {&commits, &repairs}) {
       for (const CommitRecord& c : *list) {
-        for (const BlockRef& b : c.blocks) ++frames[b.partition];
+        for (const BlockRef& b : c.blocks) {
+          ++frames[b.partition];
+          bounds[b.partition] += b.bounds.size();
+        }
       }
     }
     for (uint32_t p = 0; p < params_.num_partitions; ++p) {
-      if (frames[p] != 0) ReserveIndexLocked(partitions_.Get(p), frames[p]);
+      if (frames[p] != 0) ReserveIndexLocked(partitions_.Get(p), frames[p], bounds[p]);
     }
   }
   for (const CommitRecord& c : commits) AddCommitLocked(c.mapper, c.attempt, c.blocks);

@@ -2,6 +2,7 @@
 // round trips through files, and a small `bench` run that verifies every key's count.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -80,6 +81,45 @@ TEST_F(CliTest, JsonLinesRoundTripInKeyOrder) {
             std::string::npos)
       << out;
   EXPECT_NE(out.find(" MiB free\n  partition 0 on "), std::string::npos) << out;
+}
+
+// Split reads from the command line: `splits` prints slices, `fetch --from/--to` reads them
+// (by JSON keys as push makes them, or by hex), and `status` names a hot key.
+TEST_F(CliTest, SplitsAndKeyRangesAndTheHotKey) {
+  ASSERT_EQ(Run("create --server " + address_ + " --shuffle s --partitions 1 --mappers 1"), 0);
+  {
+    std::ofstream f(Path("s.jsonl"));
+    for (int i = 0; i < 400; ++i) {
+      f << "{\"w\":\"" << (i % 2 == 0 ? std::string("zz") : "w" + std::to_string(i))
+        << "\",\"n\":" << i << "}\n";
+    }
+  }
+  ASSERT_EQ(Run("push --server " + address_ + " --shuffle s --mapper 0 --input " + Path("s.jsonl") +
+                " --key-field w --sort"),
+            0);
+  std::string out;
+  ASSERT_EQ(Run("splits --server " + address_ + " --shuffle s --partition 0 --n 2", &out), 0);
+  EXPECT_NE(out.find("partition 0: "), std::string::npos) << out;
+  EXPECT_NE(out.find("slice 0  ~"), std::string::npos) << out;
+  // "zz" (200 records) by its JSON key, and nothing else.
+  ASSERT_EQ(Run("fetch --server " + address_ + " --shuffle s --partition 0 --from '\"zz\"'" +
+                    " --to-hex a27a7a00",
+                &out),
+            0);
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 200) << out;
+  EXPECT_EQ(out.find("\"w1\""), std::string::npos);
+  // A key that is not JSON is refused, naming the flag; a range backwards by the server.
+  EXPECT_EQ(Run("fetch --server " + address_ + " --shuffle s --partition 0 --from zz", &out,
+                /*errors=*/true),
+            1);
+  EXPECT_NE(out.find("--from is not a JSON value"), std::string::npos) << out;
+  EXPECT_EQ(
+      Run("fetch --server " + address_ + " --shuffle s --partition 0 --from-hex 02 --to-hex 01",
+          &out, /*errors=*/true),
+      1);
+  EXPECT_NE(out.find("from_key is after to_key"), std::string::npos) << out;
+  ASSERT_EQ(Run("status --server " + address_ + " --shuffle s", &out), 0);
+  EXPECT_NE(out.find("hot key \"zz\" (hex a27a7a): 200 records (50.0%)"), std::string::npos) << out;
 }
 
 TEST_F(CliTest, MsgpackFilesRoundTripByteForByte) {

@@ -1068,6 +1068,18 @@ TEST_F(LostServerTest, AServerKilledForGoodDuringThePushesStopsNothing) {
     repaired += node.repaired_bytes;
   }
   EXPECT_GT(repaired, 0u) << "the lost server's replicas were copied";
+  // Copied frames got their key bounds like pushed ones: every replica, repaired ones too, plans
+  // splits from bounds alone (docs/api.md, "Split reads").
+  for (uint32_t p = 0; p < job.partitions; ++p) {
+    for (uint32_t n : after.replicas[p]) {
+      if (after.nodes[n].address.empty()) continue;
+      ASSERT_OK_AND_ASSIGN(SplitKeys splits,
+                           Alone(after.nodes[n].address)->client().GetSplits(job.id, p, 2));
+      EXPECT_GT(splits.frames, 0u) << "partition " << p << " on " << after.nodes[n].node_id;
+      EXPECT_EQ(splits.frames_without_bounds, 0u)
+          << "partition " << p << " on " << after.nodes[n].node_id;
+    }
+  }
   // Then a second server is lost for good: nothing is lost, the counts stay exact.
   size_t second = 0;
   while (second == victim || !cluster_->running(second)) ++second;

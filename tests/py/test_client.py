@@ -284,3 +284,45 @@ def test_the_encoding_agrees_with_msgpack_python_both_ways():
     rows = sluice.unpackb(sluice.packb(objs[2]))
     assert [sorted(r) for r in rows] == [["key", "payload", "seq", "src"]] * 300
     assert all(type(k) is str for r in rows for k in r)
+
+
+def test_a_skewed_partition_is_read_as_slices_and_its_hot_key_is_named(client):
+    """split_keys plans slices from the server's key bounds; read with from_key/to_key they are
+    exactly the partition, each key in one slice; shuffle_status(hot_keys=) names the hot key."""
+    sid = fresh(client, partitions=1, mappers=4)
+    expected = []
+    for m in range(4):
+        items = [(("hot" if i % 10 < 3 else f"k{(i * 7919 + m) % 100000:06d}"), {"m": m, "i": i})
+                 for i in range(20000)]
+        expected.extend(items)
+        with client.writer(sid, mapper=m, sort_by_key=True, buffer_mb=1) as w:
+            w.write_many(items)
+    plan = client.split_keys(sid, 0, 8)
+    assert 3 <= len(plan["keys"]) <= 7
+    assert plan["keys"] == sorted(plan["keys"]) and len(set(plan["keys"])) == len(plan["keys"])
+    assert len(plan["slice_bytes"]) == len(plan["keys"]) + 1
+    assert plan["frames_without_bounds"] == 0
+    whole = list(client.reader(sid, 0, order="key"))
+    bounds = [None] + plan["keys"] + [None]
+    sliced, with_hot = [], 0
+    for i in range(len(bounds) - 1):
+        part = list(client.reader(sid, 0, from_key=bounds[i], to_key=bounds[i + 1]))
+        with_hot += any(k == "hot" for k, _ in part)
+        sliced.extend(part)
+    assert sliced == whole
+    assert len(whole) == len(expected)
+    assert with_hot == 1
+    # A range by key objects: sluice.packb gives their bytes.
+    only = list(client.reader(sid, 0, from_key=sluice.packb("hot"),
+                              to_key=sluice.packb("hot") + b"\x00"))
+    assert len(only) == sum(1 for k, _ in expected if k == "hot")
+    with pytest.raises(TypeError, match="from_key must be bytes"):
+        client.reader(sid, 0, from_key="hot")
+    with pytest.raises(sluice.Error) as e:
+        list(client.reader(sid, 0, from_key=b"b", to_key=b"a"))
+    assert e.value.code == "INVALID_ARGUMENT" and not e.value.retryable
+    status = client.shuffle_status(sid, hot_keys=2)
+    hot = status["partitions"][0]["hot_keys"]
+    assert sluice.unpackb(hot[0]["key"]) == "hot"
+    assert hot[0]["records"] == 4 * 6000 and hot[0]["error"] == 0
+    assert "hot_keys" not in client.shuffle_status(sid)["partitions"][0]

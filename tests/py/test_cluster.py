@@ -106,6 +106,28 @@ def test_a_revoked_mapper_runs_again_into_the_same_shuffle(cluster):
                             [f"m1 first {i}" for i in range(200)])
 
 
+def test_split_keys_and_hot_keys_come_from_a_replica_and_survive_a_kill(cluster):
+    client = sluice.connect(cluster.servers)
+    client.create_shuffle("c6", partitions=2, mappers=2, replication=2)
+    for m in range(2):
+        with client.writer("c6", mapper=m, sort_by_key=True, buffer_mb=1) as w:
+            w.write_many((("hot" if i % 4 == 0 else f"k{i:06d}"), i) for i in range(20000))
+    plans = [client.split_keys("c6", p, 4) for p in range(2)]
+    hot_partition = sluice.partition_of("hot", 2)
+    whole = {p: list(client.reader("c6", p, order="key")) for p in range(2)}
+    cluster.kill(1)  # every partition has another replica: plans and slices still come
+    for p in range(2):
+        plan = client.split_keys("c6", p, 4)
+        assert plan["keys"] == plans[p]["keys"] and len(plan["keys"]) >= 1
+        bounds = [None] + plan["keys"] + [None]
+        sliced = []
+        for i in range(len(bounds) - 1):
+            sliced.extend(client.reader("c6", p, from_key=bounds[i], to_key=bounds[i + 1]))
+        assert sliced == whole[p]
+    hot = client.shuffle_status("c6", hot_keys=1)["partitions"][hot_partition]["hot_keys"]
+    assert sluice.unpackb(hot[0]["key"]) == "hot" and hot[0]["records"] == 2 * 5000
+
+
 def test_reads_go_on_after_a_server_is_killed(cluster):
     client = sluice.connect(cluster.servers)
     client.create_shuffle("c3", partitions=6, mappers=2, replication=2)

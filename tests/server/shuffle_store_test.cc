@@ -1078,7 +1078,7 @@ TEST(ShuffleRegistryTest, IdleShufflesCloseAtTheOpenLimitsAndReopenWhole) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // (distinct last uses)
   }
   EXPECT_EQ(Held(*registry, "t"), 4 * block);
-  EXPECT_EQ(registry->index_bytes(), 4u * 24);
+  EXPECT_EQ(registry->index_bytes(), 4u * 32);
   ASSERT_OK_AND_ASSIGN(auto held_b, registry->Get("t~b"));  // in use: never closed
   registry->set_open_limits(2, 1 << 20);
   // Nothing is idle yet (kMinIdle since its open and its last use).
@@ -1089,7 +1089,7 @@ TEST(ShuffleRegistryTest, IdleShufflesCloseAtTheOpenLimitsAndReopenWhole) {
   std::vector<std::string> open;
   for (const auto& s : registry->List()) open.push_back(s->params().shuffle_id);
   EXPECT_EQ(open, (std::vector<std::string>{"t~b", "t~d"}));
-  EXPECT_EQ(registry->index_bytes(), 2u * 24);
+  EXPECT_EQ(registry->index_bytes(), 2u * 32);
   EXPECT_EQ(Held(*registry, "t"), 4 * block);  // closed ones' bytes still count
   EXPECT_EQ(registry->CountWithPrefix("t~"), 4u);
   // Lifetimes go on while closed.

@@ -74,9 +74,21 @@ class Client:
     def delete_shuffle(self, shuffle_id):
         self._c.delete_shuffle(shuffle_id)
 
-    def shuffle_status(self, shuffle_id):
-        """A dict: num_partitions, num_mappers, committed_mappers, partitions (counts)..."""
-        return self._c.get_shuffle(shuffle_id)
+    def shuffle_status(self, shuffle_id, *, hot_keys=0):
+        """A dict: num_partitions, num_mappers, committed_mappers, partitions (counts)...
+        hot_keys=N (at most 8): each partition's dict also has "hot_keys", its N heaviest keys
+        by records, heaviest first: dicts of key (msgpack bytes: sluice.unpackb gives the
+        object), records, bytes, error (records may be this many too high), cut (key is its
+        first 32 bytes)."""
+        return self._c.get_shuffle(shuffle_id, hot_keys)
+
+    def split_keys(self, shuffle_id, partition, slices):
+        """Keys cutting a partition into at most `slices` (1 to 4,096) slices of nearly equal
+        bytes, planned by the server from its frames' key bounds (no data read): a dict of keys
+        (bytes, increasing), slice_bytes (estimates, one more than keys), partition_bytes,
+        frames, frames_without_bounds. Slice i is read with reader(..., order="key",
+        from_key=keys[i-1] (none for the first), to_key=keys[i] (none for the last))."""
+        return self._c.get_splits(shuffle_id, partition, slices)
 
     def revoke_mappers(self, shuffle_id, mappers, placement_epoch):
         """In a cluster: revokes the winning decisions of `mappers` as the status at
@@ -95,15 +107,25 @@ class Client:
         return Writer(native)
 
     def reader(self, shuffle_id, partition, *, order="unordered", require_complete=False,
-               raw=False, allow_pickle=False, batch=1024):
+               raw=False, allow_pickle=False, batch=1024, from_key=None, to_key=None):
         """One partition's (key, value) pairs. order="key" merges every mapper's sorted runs;
-        raw=True gives values as their msgpack bytes."""
+        raw=True gives values as their msgpack bytes. from_key / to_key (bytes: a key's msgpack
+        bytes, sluice.packb(key), or a key split_keys gave): only the keys in [from_key,
+        to_key), in key order."""
         if order not in ("unordered", "key"):
             raise ValueError(f"order must be 'unordered' or 'key', not {order!r}")
         if batch < 1:
             raise ValueError("batch must be at least 1")
+        for name, k in (("from_key", from_key), ("to_key", to_key)):
+            if k is not None and not isinstance(k, (bytes, bytearray)):
+                raise TypeError(f"{name} must be bytes (sluice.packb(key)), not "
+                                f"{type(k).__name__}")
+        if from_key is not None or to_key is not None:
+            order = "key"
         native = self._c.open_reader(shuffle_id, partition, order == "key", require_complete,
-                                     raw, allow_pickle)
+                                     raw, allow_pickle,
+                                     None if from_key is None else bytes(from_key),
+                                     None if to_key is None else bytes(to_key))
         return Reader(native, batch)
 
 
