@@ -107,7 +107,7 @@ absl::Status MapShardAttempt(ShuffleClient& client, const std::string& id, const
   wopts.layout = c.layout;
   wopts.zstd_level = c.zstd_level;
   wopts.sort_by_key = c.key_order;
-  if (c.frame_kb > 0) wopts.frame_bytes = c.frame_kb << 10;
+  if (c.frame_kb > 0) wopts.frame_bytes = wopts.sorted_frame_bytes = c.frame_kb << 10;
   wopts.buffer_bytes = c.buffer_mb << 20;
   auto writer = client.OpenWriter(id, static_cast<uint32_t>(s), attempt, wopts);
   if (!writer.ok()) return writer.status();

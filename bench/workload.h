@@ -32,7 +32,7 @@ struct BenchConfig {
   int zstd_level = 3;
   bool key_order = true;  ///< KEY-ordered fetches (and writers sort their frames)
   size_t buffer_mb = 4;   ///< each writer's buffer
-  size_t frame_kb = 0;    ///< each writer's largest frame (0: WriterOptions' default)
+  size_t frame_kb = 0;    ///< each writer's largest frame, sorted or not (0: the defaults)
   /// Mappers (and then reducers) running at once, like a cluster's task slots (0: four per
   /// hardware thread of this machine, 8 to 256; 256 keeps a 2,048-partition reduce under the
   /// server's fetch stream limit). A cluster runs a task or two per core: 256 tasks on the 2

@@ -377,14 +377,16 @@ absl::Status PartitionedWriter::Send(uint32_t partition, absl::Span<Record> reco
   if (options_.sort_by_key) StableSortByKey(records, &sort_scratch_);
   const absl::Span<const uint32_t> route = Route(partition);
   PushStream& first = *streams_[route[0]];
-  // Frames of at most frame_bytes of records each (the stream packs small ones into messages),
-  // encoded once and sent on each of the partition's streams.
+  // Frames of at most frame_bytes of records each (sorted: sorted_frame_bytes; the stream packs
+  // small ones into messages), encoded once and sent on each of the partition's streams.
+  const size_t most = options_.sort_by_key
+                          ? std::min(options_.frame_bytes, options_.sorted_frame_bytes)
+                          : options_.frame_bytes;
   size_t i = 0;
   while (i < records.size()) {
     size_t j = i, bytes = 0;
     while (j < records.size() &&
-           (j == i ||
-            bytes + records[j].key.size() + records[j].value.size() <= options_.frame_bytes)) {
+           (j == i || bytes + records[j].key.size() + records[j].value.size() <= most)) {
       bytes += records[j].key.size() + records[j].value.size();
       ++j;
     }

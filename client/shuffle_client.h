@@ -230,6 +230,11 @@ struct WriterOptions {
   int zstd_level = 3;
   /// Largest frame built from one flush (a bigger flush becomes several frames).
   size_t frame_bytes = 8u << 20;
+  /// With sort_by_key, the largest frame instead (when smaller than frame_bytes): a sorted flush
+  /// is one run cut into frames this size, so that a key-range read (a slice of a skewed
+  /// partition, docs/api.md "Split reads") reads about one frame past its range per run rather
+  /// than whole megabytes. Measured neutral for the seed workload (docs/benchmarks.md).
+  size_t sorted_frame_bytes = 256u << 10;
 };
 
 struct WriteResult {

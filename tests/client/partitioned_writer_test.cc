@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/frame_stream_reader.h"
 #include "tests/harness/frames.h"
 #include "tests/harness/status_matchers.h"
@@ -143,6 +144,31 @@ TEST(PartitionedWriterTest, SortedWritersSendSortedFramesOfBoundedSize) {
       }
     }
     EXPECT_LE(bytes, 1000u);
+  }
+}
+
+// A sorted flush is cut at sorted_frame_bytes (256 KiB by default), an unsorted one at
+// frame_bytes: one 1 MiB flush of one partition is four sorted frames, one unsorted frame.
+TEST(PartitionedWriterTest, SortedFlushesAreCutIntoSmallerFrames) {
+  for (const bool sorted : {true, false}) {
+    std::vector<FakePush> states(1);
+    WriterOptions opts;
+    opts.sort_by_key = sorted;
+    opts.buffer_bytes = 4u << 20;
+    ASSERT_OK_AND_ASSIGN(auto writer,
+                         PartitionedWriter::Make(1, Streams(states), {}, opts, FrameLimits{}));
+    const std::string value(1000, 'v');
+    for (int i = 0; i < 1024; ++i)
+      ASSERT_OK(writer->Add(absl::StrCat("k", i * 7919 % 1024), value));
+    ASSERT_OK(writer->Close());
+    size_t most = 0;
+    for (const auto& [p, frame] : states[0].frames) {
+      size_t bytes = 0;
+      for (const auto& [k, v] : DecodeRows(frame)) bytes += k.size() + v.size();
+      most = std::max(most, bytes);
+    }
+    EXPECT_EQ(states[0].frames.size(), sorted ? 4u : 1u) << "sorted " << sorted;
+    EXPECT_LE(most, sorted ? opts.sorted_frame_bytes : opts.frame_bytes);
   }
 }
 
