@@ -36,7 +36,8 @@ namespace sluice {
 
 struct PushLimits {
   FrameLimits frame;  ///< every pushed frame must decode within these
-  /// Frames one attempt may push (each costs ~24 bytes of bookkeeping until it ends).
+  /// Frames one attempt may push (each costs ~64 bytes and its key bounds of bookkeeping until it
+  /// ends).
   uint64_t max_frames_per_attempt = uint64_t{1} << 20;
   /// New attempts are refused while the shuffle's data directory is fuller than this, in
   /// percent (--disk_high_water_pct; 0 = never): committed data and the pushes already running
