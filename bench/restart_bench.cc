@@ -45,7 +45,9 @@
 #include "absl/strings/str_cat.h"
 #include "client/server_process.h"
 #include "client/shuffle_client.h"
+#include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
+#include "server/storage/key_bounds.h"
 #include "server/storage/shuffle_store.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 
@@ -116,6 +118,15 @@ int Fill(const Args& a) {
   options.fsync = false;  // (synced once at the end)
   options.log_version = static_cast<uint32_t>(a.Num("log_version", kLogVersion));
   const std::string frame = IncompressibleFrame(frame_bytes, 1);
+  // Each frame's key bounds, as a push takes them (--bounds 0: none, as before log version 7).
+  std::string bounds;
+  if (a.Num("bounds", 1) != 0 && options.log_version >= kFirstBoundsLogVersion) {
+    FrameDecoder decoder;
+    DecodedFrame decoded;
+    std::vector<std::string_view> keys;
+    if (!decoder.Decode(frame, &decoded).ok()) std::abort();
+    AppendFrameBounds(decoded, &bounds, &keys);
+  }
   std::filesystem::create_directories(dir + "/shuffles");
   const auto began = Clock::now();
   uint64_t total = 0, count = 0;
@@ -138,7 +149,7 @@ int Fill(const Args& a) {
         for (uint64_t f = 0; f < frames; ++f) {
           batch.push_back(
               {p, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size()),
-               1});
+               1, bounds});
           if (batch.size() >= 4096 || batch.size() * frame.size() >= (4u << 20)) {
             if (!(*store)->AppendAll(m, 1, batch, &blocks).ok()) return 1;
             batch.clear();
@@ -162,14 +173,18 @@ int Fill(const Args& a) {
   return 0;
 }
 
-uint64_t RssBytes(pid_t pid) {
+// A field of /proc/<pid>/status in kB ("VmRSS:", "VmHWM:"), in bytes.
+uint64_t StatusBytes(pid_t pid, const std::string& field) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(f, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) << 10;
+    if (line.rfind(field, 0) == 0) {
+      return std::strtoull(line.c_str() + field.size(), nullptr, 10) << 10;
+    }
   }
   return 0;
 }
+uint64_t RssBytes(pid_t pid) { return StatusBytes(pid, "VmRSS:"); }
 
 int Start(const Args& a) {
   const std::string bin = a.Get("server"), dir = a.Get("data_dir"), shuffle = a.Get("shuffle");
@@ -246,10 +261,10 @@ int Start(const Args& a) {
       "{\"listening_ms\": %.0f, \"answering_ms\": %.0f, \"first_fetch_ms\": %.0f, "
       "\"first_fetch_bytes\": %llu, \"all_open_ms\": %.0f, \"unopened_when_answering\": %u, "
       "\"shuffles\": %u, \"unopened_after\": %u, \"index_mb\": %.1f, \"rss_answering_mb\": %.1f, "
-      "\"rss_all_open_mb\": %.1f}\n",
+      "\"rss_all_open_mb\": %.1f, \"peak_rss_mb\": %.1f}\n",
       listening, answering, fetched, static_cast<unsigned long long>(fetch_bytes), all_open,
       unopened_first, node.shuffles(), node.shuffles_unopened(), node.index_bytes() / 1048576.0,
-      rss_answering / 1048576.0, rss_all_open / 1048576.0);
+      rss_answering / 1048576.0, rss_all_open / 1048576.0, StatusBytes(pid, "VmHWM:") / 1048576.0);
   (void)(*server)->Stop();
   return 0;
 }
