@@ -9,7 +9,8 @@
 # bench/ sees the wire protocol (sluice/v1/) only where a bench plays a misbehaving client
 # (tenants_bench.cc: tenant A announces frames it never sends and opens fetches it never reads),
 # and the server's storage only to write a data directory a start then reads
-# (restart_bench.cc's `fill`: server/storage/shuffle_store.h).
+# (restart_bench.cc's `fill`: server/storage/shuffle_store.h, and key_bounds.h for the frames'
+# key bounds a push would note).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -32,7 +33,7 @@ declare -A allowed=(
   [client]="client/ cluster/ rpc/ codec/ absl/ sluice/v1/ nlohmann/"
   [client/python]="client/ rpc/error_reason.h absl/"
   [bench]="bench/ client/ codec/ rpc/error_reason.h rpc/tls_options.h sluice/v1/ absl/
-           server/storage/shuffle_store.h"
+           server/storage/shuffle_store.h server/storage/key_bounds.h"
 )
 for dir in "${!allowed[@]}"; do
   while IFS=: read -r file line inc; do
