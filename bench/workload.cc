@@ -201,26 +201,37 @@ absl::Status MapShard(ShuffleClient& client, const std::string& id, const BenchC
   return st;
 }
 
-// Reads one partition (grouping as a reducer would) and counts every key it gets.
-absl::Status ReducePartition(ShuffleClient& client, const std::string& id, const BenchConfig& c,
-                             int p, std::vector<std::atomic<uint64_t>>* counted) {
-  ReaderOptions ropts;
-  ropts.order = c.key_order ? FetchOrder::kKey : FetchOrder::kUnordered;
-  ropts.require_complete = true;
-  auto reader = client.OpenReader(id, static_cast<uint32_t>(p), ropts);
+// Reads partition `p` with `options` to the end, passing each record to `fn` (its error ends
+// the read).
+template <typename Fn>
+absl::Status ForEachRecord(ShuffleClient& client, const std::string& id, uint32_t p,
+                           const ReaderOptions& options, Fn fn) {
+  auto reader = client.OpenReader(id, p, options);
   if (!reader.ok()) return reader.status();
   Record r;
   for (;;) {
     auto more = (*reader)->Next(&r);
     if (!more.ok()) return more.status();
     if (!*more) return absl::OkStatus();
+    SLUICE_RETURN_IF_ERROR(fn(r));
+  }
+}
+
+// Reads one partition (grouping as a reducer would) and counts every key it gets.
+absl::Status ReducePartition(ShuffleClient& client, const std::string& id, const BenchConfig& c,
+                             int p, std::vector<std::atomic<uint64_t>>* counted) {
+  ReaderOptions ropts;
+  ropts.order = c.key_order ? FetchOrder::kKey : FetchOrder::kUnordered;
+  ropts.require_complete = true;
+  return ForEachRecord(client, id, static_cast<uint32_t>(p), ropts, [&](const Record& r) {
     int64_t k = -1;
     const auto* kp = reinterpret_cast<const uint8_t*>(r.key.data());
     if (mp::ReadCanonicalInt(kp, kp + r.key.size(), &k) == nullptr || k < 0 || k >= c.keys) {
       return absl::DataLossError("a record came back with a key that was never sent");
     }
     (*counted)[k].fetch_add(1, std::memory_order_relaxed);
-  }
+    return absl::OkStatus();
+  });
 }
 
 // Runs fn(i) for i in [0, n) on at most `slots` threads named `name` (like a cluster's task
@@ -254,18 +265,13 @@ absl::StatusOr<uint64_t> StoredRead(ShuffleClient& client) {
 absl::Status ReadAll(ShuffleClient& client, const std::string& id, const ReaderOptions& options,
                      uint64_t* records, double* first_s) {
   const auto start = Clock::now();
-  auto reader = client.OpenReader(id, 0, options);
-  if (!reader.ok()) return reader.status();
-  Record r;
-  for (;;) {
-    auto more = (*reader)->Next(&r);
-    if (!more.ok()) return more.status();
-    if (!*more) return absl::OkStatus();
+  return ForEachRecord(client, id, 0, options, [&](const Record&) {
     if (*records == 0 && first_s != nullptr) {
       *first_s = std::chrono::duration<double>(Clock::now() - start).count();
     }
     ++*records;
-  }
+    return absl::OkStatus();
+  });
 }
 
 // --split: partition 0 whole, then as c.split slices at once.

@@ -214,50 +214,44 @@ absl::Status FetchSession::StartMerge() {
     }
   };
   // Frames listed one after another that follow each other in key order (their bounds say so:
-  // a sorted flush cut into frames) are one run, loaded a frame at a time.
+  // a sorted flush cut into frames) are one run, loaded a frame at a time. The index knows what
+  // a frame decodes to (filled at append and at recovery): no read for planning. A chain holds
+  // one frame at a time, and the one before it until the merge releases its records: it costs
+  // twice its largest.
   chains_.clear();
   for (size_t i = 0; i < blocks_.size(); ++i) {
+    const uint64_t cost = DecodedCost(blocks_[i].uncompressed, blocks_[i].records);
     if (i == 0 || !FollowsInKeyOrder(blocks_[i - 1].bounds, blocks_[i].bounds)) {
-      chains_.push_back(i);
+      chains_.push_back(Chain{i, 0, 0, 0});
     }
+    Chain& c = chains_.back();
+    ++c.count;
+    c.bytes += blocks_[i].frame_size;
+    c.largest = std::max(c.largest, cost);
   }
-  chains_.push_back(blocks_.size());
   // Runs are made as the merge reaches them (a partition may hold a million tiny frames).
   SLUICE_ASSIGN_OR_RETURN(
-      merged_,
-      MergedStream::Make(
-          chains_.size() - 1,
-          [this](size_t c) {
-            uint64_t n = 0;
-            for (size_t i = chains_[c]; i < chains_[c + 1]; ++i) n += blocks_[i].frame_size;
-            return n;
-          },
-          [this](size_t c) -> absl::StatusOr<uint64_t> {
-            // The index knows what a frame decodes to (filled at append and at recovery): no
-            // read for planning. A chain holds one frame at a time, and the one before it until
-            // the merge releases its records: twice its largest.
-            uint64_t cost = 0;
-            for (size_t i = chains_[c]; i < chains_[c + 1]; ++i) {
-              cost = std::max(cost, DecodedCost(blocks_[i].uncompressed, blocks_[i].records));
-            }
-            return chains_[c + 1] - chains_[c] > 1 ? 2 * cost : cost;
-          },
-          [this](size_t c) {
-            const size_t first = chains_[c], count = chains_[c + 1] - first;
-            uint64_t size = 0;
-            for (size_t i = first; i < first + count; ++i) size += blocks_[i].frame_size;
-            std::unique_ptr<RunSource> run =
-                count == 1 ? StoredFrameRun(store_, blocks_[first], &run_decoder_)
-                           : ChainedRun(
-                                 count,
-                                 [this, first](size_t j) {
-                                   return StoredFrameRun(store_, blocks_[first + j], &run_decoder_);
-                                 },
-                                 size);
-            if (spec_.from_key.empty() && !spec_.to_key.has_value()) return run;
-            return KeyRangeRun(std::move(run), spec_.from_key, &spec_.to_key);
-          },
-          mopts));
+      merged_, MergedStream::Make(
+                   chains_.size(), [this](size_t c) { return chains_[c].bytes; },
+                   [this](size_t c) -> absl::StatusOr<uint64_t> {
+                     return chains_[c].count > 1 ? 2 * chains_[c].largest : chains_[c].largest;
+                   },
+                   [this](size_t c) {
+                     const Chain& chain = chains_[c];
+                     std::unique_ptr<RunSource> run =
+                         chain.count == 1
+                             ? StoredFrameRun(store_, blocks_[chain.first], &run_decoder_)
+                             : ChainedRun(
+                                   chain.count,
+                                   [this, first = chain.first](size_t j) {
+                                     return StoredFrameRun(store_, blocks_[first + j],
+                                                           &run_decoder_);
+                                   },
+                                   chain.bytes);
+                     if (spec_.from_key.empty() && !spec_.to_key.has_value()) return run;
+                     return KeyRangeRun(std::move(run), spec_.from_key, &spec_.to_key);
+                   },
+                   mopts));
   encoder_ = std::make_unique<FrameEncoder>(encode_);
   return absl::OkStatus();
 }

@@ -135,7 +135,13 @@ class FetchSession {
   EncodeOptions encode_;
   size_t chunk_bytes_ = 1 << 20;
   std::vector<BlockRef> blocks_;
-  std::vector<size_t> chains_;  // KEY: where each run of blocks_ starts (and their end)
+  // KEY: the merge's runs, each `count` blocks from blocks_[first] (a chain: StartMerge), their
+  // stored bytes and what the largest of them takes decoded.
+  struct Chain {
+    size_t first, count;
+    uint64_t bytes, largest;
+  };
+  std::vector<Chain> chains_;
   std::vector<uint32_t> mappers_;
   std::vector<uint64_t> attempts_;  // mappers_' committed attempts
   size_t next_ = 0;

@@ -191,10 +191,6 @@ class RangeRun final : public RunSource {
   bool done_ = false;
 };
 
-}  // namespace
-
-namespace {
-
 class ChainRun final : public RunSource {
  public:
   ChainRun(size_t count, std::function<std::unique_ptr<RunSource>(size_t)> open, uint64_t size)

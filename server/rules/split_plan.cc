@@ -17,9 +17,8 @@ struct Spread {
 };
 
 // The keys of a valid encoding, keeping only its first, its last and every stride-th between.
-void ReadKeysKept(std::string_view encoded, uint64_t stride, std::vector<std::string_view>* keys,
-                  bool* hi_cut) {
-  ReadBoundKeys(encoded, keys, hi_cut);
+void ReadKeysKept(std::string_view encoded, uint64_t stride, std::vector<std::string_view>* keys) {
+  ReadBoundKeys(encoded, keys);
   if (stride <= 1 || keys->size() <= 2) return;
   size_t kept = 1;
   for (size_t i = 1; i + 1 < keys->size(); ++i) {
@@ -70,29 +69,31 @@ std::vector<long double> BytesBelow(const std::vector<Spread>& spreads,
 
 }  // namespace
 
-absl::StatusOr<SplitPlan> PlanSplits(absl::Span<const BlockRef> blocks, uint32_t slices,
-                                     uint64_t weight) {
+absl::StatusOr<SplitPlan> PlanSplits(const ShuffleStore::BlockSample& sample, uint32_t slices) {
   if (slices < 1 || slices > kMaxSplitSlices) {
     return absl::InvalidArgumentError(
         absl::StrCat("slices ", slices, " is out of range [1, ", kMaxSplitSlices, "]"));
   }
   SplitPlan plan;
+  plan.bytes = sample.stats.bytes;
+  plan.frames = sample.stats.frames;
+  const uint64_t weight = sample.stride;  // each sampled frame stands for this many
   // A partition of very many frames plans from part of their samples: at most about
   // kMaxPlanKeys keys (every frame's least and greatest, and every stride-th sample).
   uint64_t named = 0;
-  for (const BlockRef& b : blocks)
+  for (const BlockRef& b : sample.blocks) {
     named += b.bounds.empty() ? 0 : static_cast<uint8_t>(b.bounds[0]);
+  }
   const uint64_t stride = std::max<uint64_t>(1, (named + kMaxPlanKeys - 1) / kMaxPlanKeys);
-  // Every key the frames name, in order: they sample the partition's keys at even steps of
-  // bytes, so a key's rank among them measures how far into the partition it is.
+  // Every key the frames name, each frame's back to back (`begin`: where a frame's start, and
+  // its bytes): they sample the partition's keys at even steps of bytes, so a key's rank among
+  // them measures how far into the partition it is.
   uint64_t known = 0, unknown = 0;
-  std::vector<std::string_view> keys, all;
-  bool hi_cut = false;
-  for (const BlockRef& b : blocks) {
+  std::vector<std::string_view> keys, kept;
+  std::vector<std::pair<size_t, uint64_t>> frames;  // (where its keys start in kept, bytes)
+  for (const BlockRef& b : sample.blocks) {
     const uint64_t bytes = uint64_t{b.frame_size} * weight;
-    plan.bytes += bytes;
-    plan.frames += static_cast<uint32_t>(std::min<uint64_t>(weight, UINT32_MAX - plan.frames));
-    ReadKeysKept(b.bounds, stride, &keys, &hi_cut);
+    ReadKeysKept(b.bounds, stride, &keys);
     if (keys.size() < 2) {
       plan.frames_without_bounds += static_cast<uint32_t>(
           std::min<uint64_t>(weight, UINT32_MAX - plan.frames_without_bounds));
@@ -100,8 +101,10 @@ absl::StatusOr<SplitPlan> PlanSplits(absl::Span<const BlockRef> blocks, uint32_t
       continue;
     }
     known += bytes;
-    all.insert(all.end(), keys.begin(), keys.end());
+    frames.emplace_back(kept.size(), bytes);
+    kept.insert(kept.end(), keys.begin(), keys.end());
   }
+  std::vector<std::string_view> all = kept;
   std::sort(all.begin(), all.end(), KeyLess);
   all.erase(std::unique(all.begin(), all.end()), all.end());
   const auto rank = [&all](std::string_view k) {
@@ -111,15 +114,14 @@ absl::StatusOr<SplitPlan> PlanSplits(absl::Span<const BlockRef> blocks, uint32_t
   // Each frame's bytes, in equal shares between each two of its keys in order, evenly by rank.
   // Positions are 2 x rank (a key) and 2 x rank + 1 (just past it).
   std::vector<Spread> spreads;
-  for (const BlockRef& b : blocks) {
-    ReadKeysKept(b.bounds, stride, &keys, &hi_cut);
-    if (keys.size() < 2) continue;
-    const uint64_t parts = keys.size() - 1;
-    const uint64_t bytes = uint64_t{b.frame_size} * weight;
+  for (size_t f = 0; f < frames.size(); ++f) {
+    const size_t first = frames[f].first;
+    const size_t end = f + 1 < frames.size() ? frames[f + 1].first : kept.size();
+    const uint64_t parts = end - first - 1, bytes = frames[f].second;
     for (uint64_t i = 0; i < parts; ++i) {
       // (The bytes split exactly: the first parts take the remainder.)
       const uint64_t share = bytes / parts + (i < bytes % parts ? 1 : 0);
-      spreads.push_back(Spread{2 * rank(keys[i]), 2 * rank(keys[i + 1]), share});
+      spreads.push_back(Spread{2 * rank(kept[first + i]), 2 * rank(kept[first + i + 1]), share});
     }
   }
   // The cuts are keys the frames named, or the key just past one (a key of many records then

@@ -22,8 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/types/span.h"
-#include "server/storage/commit_log.h"
+#include "server/storage/shuffle_store.h"
 
 namespace sluice {
 
@@ -40,13 +39,12 @@ struct SplitPlan {
   std::vector<uint64_t> slice_bytes;  ///< keys.size() + 1 estimates
   uint64_t bytes = 0;                 ///< of every frame
   uint32_t frames = 0;
-  uint32_t frames_without_bounds = 0;
+  uint32_t frames_without_bounds = 0;  ///< (of a sample: as many as it stands for)
 };
 
-/// INVALID_ARGUMENT for slices outside [1, kMaxSplitSlices]. `weight`: each block stands for
-/// that many (a sample of every weight-th block of the partition).
-absl::StatusOr<SplitPlan> PlanSplits(absl::Span<const BlockRef> blocks, uint32_t slices,
-                                     uint64_t weight = 1);
+/// The plan for a partition from a sample of its frames (ShuffleStore::SampleBlocks, at most
+/// kMaxPlanFrames). INVALID_ARGUMENT for slices outside [1, kMaxSplitSlices].
+absl::StatusOr<SplitPlan> PlanSplits(const ShuffleStore::BlockSample& sample, uint32_t slices);
 
 }  // namespace sluice
 

@@ -396,15 +396,9 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetSplits(grpc::CallbackServerCont
     }
     SLUICE_RETURN_IF_ERROR(store->PartitionDamage(req->partition_id()));
     store->Touch();
-    // A sample of at most kMaxPlanFrames frames (each standing for `stride`), and the exact
-    // totals.
-    const ShuffleStore::BlockSample sample =
-        store->SampleBlocks(req->partition_id(), kMaxPlanFrames);
-    SLUICE_ASSIGN_OR_RETURN(SplitPlan plan,
-                            PlanSplits(sample.blocks, req->slices(), sample.stride));
-    const PartitionStats stats = store->Stats(req->partition_id());
-    plan.bytes = stats.bytes;
-    plan.frames = stats.frames;
+    SLUICE_ASSIGN_OR_RETURN(
+        const SplitPlan plan,
+        PlanSplits(store->SampleBlocks(req->partition_id(), kMaxPlanFrames), req->slices()));
     for (const std::string& key : plan.keys) resp->add_split_keys(key);
     resp->mutable_slice_bytes()->Add(plan.slice_bytes.begin(), plan.slice_bytes.end());
     resp->set_partition_bytes(plan.bytes);

@@ -189,16 +189,14 @@ HeavyKey ReadHeavyKey(std::string_view b) {
   return out;
 }
 
-void ReadBoundKeys(std::string_view b, std::vector<std::string_view>* keys, bool* hi_cut) {
+void ReadBoundKeys(std::string_view b, std::vector<std::string_view>* keys) {
   keys->clear();
-  *hi_cut = false;
   if (b.empty()) return;
   const size_t n = static_cast<uint8_t>(b[0]);
   size_t at = 1;
   for (size_t i = 0; i < n; ++i) {
     const auto h = static_cast<uint8_t>(b[at]);
     keys->push_back(b.substr(at + 1, h & ~kCut));
-    *hi_cut = (h & kCut) != 0;
     at += 1 + (h & ~kCut);
   }
 }

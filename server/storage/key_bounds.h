@@ -64,8 +64,8 @@ void AppendFrameBounds(const DecodedFrame& frame, std::string* out,
 size_t KeyBoundsSize(std::string_view bytes);
 /// The least and greatest keys of a valid encoding (KeyBoundsSize); empty: not known.
 KeyBounds ReadKeyBounds(std::string_view encoded);
-/// Every key of a valid encoding, in order (*hi_cut: the last one is cut); none when empty.
-void ReadBoundKeys(std::string_view encoded, std::vector<std::string_view>* keys, bool* hi_cut);
+/// Every key of a valid encoding, in order (the heaviest key not among them); none when empty.
+void ReadBoundKeys(std::string_view encoded, std::vector<std::string_view>* keys);
 /// The heaviest key of a valid encoding (records 0 when empty).
 HeavyKey ReadHeavyKey(std::string_view encoded);
 /// Whether every key of a frame with bounds `next` is at or past every key of one with bounds

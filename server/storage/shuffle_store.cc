@@ -528,13 +528,15 @@ void ShuffleStore::AddCommitLocked(uint32_t mapper, uint64_t attempt,
     const size_t capacity = p.index.capacity();
     const size_t bounds_capacity = p.bounds.capacity();
     const size_t hot_capacity = p.hot.capacity();
+    // (Bounds that are not one whole valid encoding are taken as not known.)
     uint32_t at = kNoBounds;
-    if (!b.bounds.empty() && p.bounds.size() + b.bounds.size() < kNoBounds) {
+    if (!b.bounds.empty() && KeyBoundsSize(b.bounds) == b.bounds.size() &&
+        p.bounds.size() + b.bounds.size() < kNoBounds) {
       at = static_cast<uint32_t>(p.bounds.size());
       p.bounds += b.bounds;
+      AddHotKey(p, b.bounds);
     }
     p.index.push_back(IndexEntry{mapper, b.frame_size, b.offset, b.records, b.uncompressed, at});
-    if (at != kNoBounds) AddHotKey(p, BoundsOf(p, p.index.back()));
     if (p.index.capacity() != capacity || p.bounds.capacity() != bounds_capacity ||
         p.hot.capacity() != hot_capacity) {
       AddIndexBytes(static_cast<int64_t>((p.index.capacity() - capacity) * sizeof(IndexEntry)) +
@@ -600,9 +602,9 @@ ShuffleStore::ScrubStep ShuffleStore::ScrubNext(ScrubCursor* cursor, uint64_t ma
         if (p == nullptr || damaged_.count(cursor->partition) != 0) continue;
         cursor->blocks.reserve(p->index.size());
         for (const IndexEntry& e : p->index) {
-          cursor->blocks.push_back(ScrubCursor::Block{
-              BlockRef{cursor->partition, e.frame_size, e.offset, e.records, e.uncompressed, {}},
-              e.mapper, committed_.at(e.mapper)});
+          cursor->blocks.push_back(
+              ScrubCursor::Block{RefOf(cursor->partition, *p, e, /*with_bounds=*/false), e.mapper,
+                                 committed_.at(e.mapper)});
         }
       }
       if (cursor->blocks.empty()) step.done = true;
@@ -695,6 +697,20 @@ std::string_view ShuffleStore::BoundsOf(const Partition& p, const IndexEntry& e)
   return rest.substr(0, KeyBoundsSize(rest));
 }
 
+BlockRef ShuffleStore::RefOf(uint32_t partition, const Partition& p, const IndexEntry& e,
+                             bool with_bounds) {
+  return BlockRef{partition,      e.frame_size,
+                  e.offset,       e.records,
+                  e.uncompressed, with_bounds ? std::string(BoundsOf(p, e)) : std::string()};
+}
+
+void ShuffleStore::SortIndexLocked(Partition& p) {
+  if (p.sorted) return;
+  std::stable_sort(p.index.begin(), p.index.end(),
+                   [](const IndexEntry& a, const IndexEntry& b) { return a.mapper < b.mapper; });
+  p.sorted = true;
+}
+
 std::vector<BlockRef> ShuffleStore::CommittedBlocks(uint32_t partition) const {
   std::vector<uint32_t> mappers;
   return *CommittedBlocksOf(partition, {}, &mappers);  // (all mappers: it cannot fail)
@@ -727,16 +743,11 @@ absl::StatusOr<std::vector<BlockRef>> ShuffleStore::CommittedBlocksOf(
   }
   Partition* p = partitions_.Find(partition);
   if (p == nullptr) return out;
-  if (!p->sorted) {  // ordered by mapper id, each mapper's blocks in arrival order
-    std::stable_sort(p->index.begin(), p->index.end(),
-                     [](const IndexEntry& a, const IndexEntry& b) { return a.mapper < b.mapper; });
-    p->sorted = true;
-  }
+  SortIndexLocked(*p);
   out.reserve(p->index.size());
   for (const IndexEntry& e : p->index) {
     if (!only.empty() && !std::binary_search(only.begin(), only.end(), e.mapper)) continue;
-    out.push_back(BlockRef{partition, e.frame_size, e.offset, e.records, e.uncompressed,
-                           with_bounds ? std::string(BoundsOf(*p, e)) : std::string()});
+    out.push_back(RefOf(partition, *p, e, with_bounds));
   }
   return out;
 }
@@ -791,17 +802,12 @@ ShuffleStore::BlockSample ShuffleStore::SampleBlocks(uint32_t partition, size_t 
   std::lock_guard<std::mutex> lock(commit_mu_);
   Partition* p = partitions_.Find(partition);
   if (p == nullptr || max == 0) return out;
-  if (!p->sorted) {  // (CommittedBlocks' order)
-    std::stable_sort(p->index.begin(), p->index.end(),
-                     [](const IndexEntry& a, const IndexEntry& b) { return a.mapper < b.mapper; });
-    p->sorted = true;
-  }
+  SortIndexLocked(*p);
+  out.stats = p->stats;
   out.stride = std::max<uint64_t>(1, (p->index.size() + max - 1) / max);
   out.blocks.reserve(std::min(max, p->index.size()));
   for (size_t i = 0; i < p->index.size(); i += out.stride) {
-    const IndexEntry& e = p->index[i];
-    out.blocks.push_back(BlockRef{partition, e.frame_size, e.offset, e.records, e.uncompressed,
-                                  std::string(BoundsOf(*p, e))});
+    out.blocks.push_back(RefOf(partition, *p, p->index[i], /*with_bounds=*/true));
   }
   return out;
 }

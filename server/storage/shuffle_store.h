@@ -217,7 +217,8 @@ class ShuffleStore {
   /// takes at most `max`), in CommittedBlocks' order: what a split plan reads.
   struct BlockSample {
     std::vector<BlockRef> blocks;
-    uint64_t stride = 1;
+    uint64_t stride = 1;   ///< each block taken stands for this many
+    PartitionStats stats;  ///< the partition's, in the same instant
   };
   BlockSample SampleBlocks(uint32_t partition, size_t max) const;
   /// The partition's heaviest keys by records, at most `most` (of kHotKeysKept), heaviest first:
@@ -336,6 +337,11 @@ class ShuffleStore {
   };
   // The bounds of an entry of `p`, encoded (empty: not known).
   static std::string_view BoundsOf(const Partition& p, const IndexEntry& e);
+  // The BlockRef of an entry of `p`, partition `partition` (its bounds copied when asked for).
+  static BlockRef RefOf(uint32_t partition, const Partition& p, const IndexEntry& e,
+                        bool with_bounds);
+  // p's index in CommittedBlocks' order: by mapper id, each mapper's blocks in arrival order.
+  static void SortIndexLocked(Partition& p);
   // Adds a frame's heaviest key (its encoded bounds) to p's sketch.
   static void AddHotKey(Partition& p, std::string_view bounds);
   // Partition state, made on first use, in chunks of 256 behind a table of one pointer a chunk:

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "server/rules/push_attempt.h"
+#include "tests/harness/fetch_fixture.h"
 #include "tests/harness/frames.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"
@@ -22,29 +23,9 @@ using testing::DecodeRows;
 using testing::EncodeRows;
 using testing::Rows;
 using testing::StatusIs;
-using testing::TempDir;
 
-class FetchSessionTest : public ::testing::Test {
+class FetchSessionTest : public testing::FetchFixture {
  protected:
-  void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(registry_, ShuffleRegistry::Open(dir_.path(), StoreOptions{}));
-    deps_.registry = registry_.get();
-    deps_.budget = &budget_;
-    deps_.merge.tmp_dir = dir_.path();
-  }
-
-  // Mapper m pushes one frame per entry of `frames` to partition 0.
-  void Push(const std::string& id, uint32_t m, const std::vector<std::string>& frames) {
-    PushAttempt a(registry_.get(), PushLimits{});
-    ASSERT_OK(a.Open(id, m, 1));
-    uint64_t records = 0;
-    for (const std::string& f : frames) {
-      ASSERT_OK(a.AddFrame(0, Bytes(f)));
-      records += DecodeRows(f).size();
-    }
-    ASSERT_OK(a.Commit(frames.size(), records));
-  }
-
   // Every frame of the session, as they come.
   std::vector<std::string> Drain(FetchSession& session) {
     std::vector<std::string> frames;
@@ -59,12 +40,6 @@ class FetchSessionTest : public ::testing::Test {
     }
     return frames;
   }
-
-  TempDir dir_;
-  std::unique_ptr<ShuffleRegistry> registry_;
-  WorkerPool pool_{1};
-  MemoryBudget budget_{64 << 20, &pool_};
-  FetchDeps deps_;
 };
 
 TEST_F(FetchSessionTest, RequestsAreCheckedBeforeAnythingIsRead) {

@@ -15,6 +15,7 @@
 #include "server/rules/push_attempt.h"
 #include "server/rules/split_plan.h"
 #include "server/storage/key_bounds.h"
+#include "tests/harness/fetch_fixture.h"
 #include "tests/harness/frames.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"
@@ -28,7 +29,6 @@ using testing::DecodeRows;
 using testing::EncodeRows;
 using testing::Rows;
 using testing::StatusIs;
-using testing::TempDir;
 
 std::string Bounds(std::vector<std::string_view> keys) {
   std::string out;
@@ -104,29 +104,8 @@ TEST(KeyBoundsTest, CommitRecordsKeepEachBlocksBoundsFromVersion7) {
   EXPECT_EQ(old.size() + a.bounds.size() + 1, rec.size());
 }
 
-class SplitReadTest : public ::testing::Test {
+class SplitReadTest : public testing::FetchFixture {
  protected:
-  void SetUp() override { Open(StoreOptions{}); }
-  void Open(const StoreOptions& options) {
-    registry_.reset();
-    ASSERT_OK_AND_ASSIGN(registry_, ShuffleRegistry::Open(dir_.path(), options));
-    deps_.registry = registry_.get();
-    deps_.budget = &budget_;
-    deps_.merge.tmp_dir = dir_.path();
-  }
-
-  // Mapper m pushes `frames` to partition 0.
-  void Push(const std::string& id, uint32_t m, const std::vector<std::string>& frames) {
-    PushAttempt a(registry_.get(), PushLimits{});
-    ASSERT_OK(a.Open(id, m, 1));
-    uint64_t records = 0;
-    for (const std::string& f : frames) {
-      ASSERT_OK(a.AddFrame(0, Bytes(f)));
-      records += DecodeRows(f).size();
-    }
-    ASSERT_OK(a.Commit(frames.size(), records));
-  }
-
   // A sorted frame of `rows` (sorted here).
   static std::string Sorted(Rows rows) {
     std::stable_sort(rows.begin(), rows.end(),
@@ -134,6 +113,37 @@ class SplitReadTest : public ::testing::Test {
     EncodeOptions o;
     o.sort_by_key = true;
     return EncodeRows(rows, o);
+  }
+
+  // Mapper m's sorted run of `rows` (sorted here, stably by key), pushed as frames of
+  // `per_frame` records each: frames whose key bounds follow each other.
+  void PushRun(const std::string& id, uint32_t m, Rows rows, size_t per_frame) {
+    std::stable_sort(rows.begin(), rows.end(),
+                     [](const auto& a, const auto& b) { return KeyLess(a.first, b.first); });
+    std::vector<std::string> frames;
+    for (size_t f = 0; f < rows.size(); f += per_frame) {
+      frames.push_back(Sorted(
+          Rows(rows.begin() + static_cast<std::ptrdiff_t>(f),
+               rows.begin() + static_cast<std::ptrdiff_t>(std::min(rows.size(), f + per_frame)))));
+    }
+    Push(id, m, frames);
+  }
+
+  // Partition 0's plan, as GetSplits makes it.
+  SplitPlan Plan(const std::string& id, uint32_t slices) {
+    auto store = registry_->Get(id);
+    EXPECT_OK(store);
+    if (!store.ok()) return {};
+    auto plan = PlanSplits((*store)->SampleBlocks(0, kMaxPlanFrames), slices);
+    EXPECT_OK(plan);
+    return plan.ok() ? *std::move(plan) : SplitPlan{};
+  }
+
+  // Slice i of `plan`, read (and the frames it read).
+  Rows ReadSlice(const std::string& id, const SplitPlan& plan, size_t i, size_t* frames = nullptr) {
+    return Read(id, i == 0 ? "" : plan.keys[i - 1],
+                i == plan.keys.size() ? std::nullopt : std::optional<std::string>(plan.keys[i]),
+                frames);
   }
 
   // The KEY read of [from, to) of partition 0: its records, and the frames it read.
@@ -170,12 +180,6 @@ class SplitReadTest : public ::testing::Test {
     }
     return out;
   }
-
-  TempDir dir_;
-  std::unique_ptr<ShuffleRegistry> registry_;
-  WorkerPool pool_{1};
-  MemoryBudget budget_{256 << 20, &pool_};
-  FetchDeps deps_;
 };
 
 // Keys k000..k299: mapper m's frame f holds keys [100 f, 100 f + 100) of its own stride, so each
@@ -279,7 +283,7 @@ TEST_F(SplitReadTest, BoundsSurviveARestartAndAnOlderLogHasNone) {
   size_t frames = 0;
   const Rows before = Read("s", "w", std::nullopt, &frames);
   EXPECT_EQ(frames, 2u);
-  Open(StoreOptions{});  // a restart: the index from the log alone
+  OpenRegistry(StoreOptions{});  // a restart: the index from the log alone
   EXPECT_EQ(Read("s", "w", std::nullopt, &frames), before);
   EXPECT_EQ(frames, 2u);
   ASSERT_OK_AND_ASSIGN(auto store, registry_->Get("s"));
@@ -287,13 +291,12 @@ TEST_F(SplitReadTest, BoundsSurviveARestartAndAnOlderLogHasNone) {
   // A log of version 6 keeps no bounds: the range reads every frame, exactly all the same.
   StoreOptions v6;
   v6.log_version = 6;
-  Open(v6);
+  OpenRegistry(v6);
   ASSERT_OK(registry_->Create(ShuffleParams{"old", 1, 0}));
   Push("old", 0, {Sorted({{"a", "1"}, {"b", "2"}}), Sorted({{"x", "3"}, {"y", "4"}})});
   EXPECT_EQ(Read("old", "w", std::nullopt, &frames), (Rows{{"x", "3"}, {"y", "4"}}));
   EXPECT_EQ(frames, 2u);
-  ASSERT_OK_AND_ASSIGN(auto old, registry_->Get("old"));
-  ASSERT_OK_AND_ASSIGN(SplitPlan plan, PlanSplits(old->CommittedBlocks(0), 2));
+  const SplitPlan plan = Plan("old", 2);
   EXPECT_EQ(plan.frames_without_bounds, 2u);
   EXPECT_TRUE(plan.keys.empty());
 }
@@ -306,17 +309,12 @@ TEST_F(SplitReadTest, SlicesArePlannedNearlyEqualAndTogetherAreExactlyThePartiti
   const std::string value(100, 'v');
   for (uint32_t m = 0; m < 16; ++m) {
     Rows run;
-    for (int i = 0; i < 4000; ++i)
+    for (int i = 0; i < 4000; ++i) {
       run.emplace_back(absl::StrFormat("key%08d", rng() % 100000000), value);
-    std::sort(run.begin(), run.end());
-    std::vector<std::string> frames;
-    for (int f = 0; f < 8; ++f) {
-      frames.push_back(Sorted(Rows(run.begin() + 500 * f, run.begin() + 500 * (f + 1))));
     }
-    Push("s", m, frames);
+    PushRun("s", m, run, 500);
   }
-  ASSERT_OK_AND_ASSIGN(auto store, registry_->Get("s"));
-  ASSERT_OK_AND_ASSIGN(SplitPlan plan, PlanSplits(store->CommittedBlocks(0), 16));
+  const SplitPlan plan = Plan("s", 16);
   ASSERT_EQ(plan.keys.size(), 15u);
   EXPECT_EQ(plan.frames, 128u);
   EXPECT_EQ(plan.frames_without_bounds, 0u);
@@ -326,11 +324,8 @@ TEST_F(SplitReadTest, SlicesArePlannedNearlyEqualAndTogetherAreExactlyThePartiti
   size_t least = SIZE_MAX, most = 0, frames_read = 0;
   std::string shown;  // each slice's records (and bytes planned)
   for (size_t i = 0; i <= plan.keys.size(); ++i) {
-    const std::string from = i == 0 ? "" : plan.keys[i - 1];
-    const std::optional<std::string> to =
-        i == plan.keys.size() ? std::nullopt : std::optional<std::string>(plan.keys[i]);
     size_t frames = 0;
-    const Rows slice = Read("s", from, to, &frames);
+    const Rows slice = ReadSlice("s", plan, i, &frames);
     frames_read += frames;
     absl::StrAppend(&shown, " ", slice.size(), " (~", plan.slice_bytes[i], " B)");
     least = std::min(least, slice.size());
@@ -353,24 +348,15 @@ TEST_F(SplitReadTest, AHotKeyStaysInOneSlice) {
       run.emplace_back(
           rng() % 10 < 3 ? std::string("hot") : absl::StrFormat("k%06d", rng() % 1000000), "v");
     }
-    std::stable_sort(run.begin(), run.end(),
-                     [](const auto& a, const auto& b) { return KeyLess(a.first, b.first); });
-    std::vector<std::string> frames;
-    for (int f = 0; f < 6; ++f) {
-      frames.push_back(Sorted(Rows(run.begin() + 500 * f, run.begin() + 500 * (f + 1))));
-    }
-    Push("s", m, frames);
+    PushRun("s", m, run, 500);
   }
-  ASSERT_OK_AND_ASSIGN(auto store, registry_->Get("s"));
-  ASSERT_OK_AND_ASSIGN(SplitPlan plan, PlanSplits(store->CommittedBlocks(0), 8));
+  const SplitPlan plan = Plan("s", 8);
   EXPECT_GE(plan.keys.size(), 3u);
   const Rows all = Read("s", "", std::nullopt);
   Rows joined;
   int slices_with_hot = 0;
   for (size_t i = 0; i <= plan.keys.size(); ++i) {
-    const Rows slice =
-        Read("s", i == 0 ? "" : plan.keys[i - 1],
-             i == plan.keys.size() ? std::nullopt : std::optional<std::string>(plan.keys[i]));
+    const Rows slice = ReadSlice("s", plan, i);
     const auto hot =
         std::count_if(slice.begin(), slice.end(), [](const auto& r) { return r.first == "hot"; });
     if (hot > 0) {
@@ -403,13 +389,7 @@ TEST_F(SplitReadTest, TheHotKeySketchNamesTheHeaviestKeysWithTheirCounts) {
       ++count[run.back().first];
       if (m == 0 && run.back().first == "hot") ++mapper0_hot;
     }
-    std::stable_sort(run.begin(), run.end(),
-                     [](const auto& a, const auto& b) { return KeyLess(a.first, b.first); });
-    std::vector<std::string> frames;
-    for (int f = 0; f < 8; ++f) {
-      frames.push_back(Sorted(Rows(run.begin() + 500 * f, run.begin() + 500 * (f + 1))));
-    }
-    Push("s", m, frames);
+    PushRun("s", m, run, 500);
   }
   ASSERT_OK_AND_ASSIGN(auto store, registry_->Get("s"));
   // Its memory is counted with the index's: 64 entries, their bounds and the 8-key sketch.
@@ -425,7 +405,7 @@ TEST_F(SplitReadTest, TheHotKeySketchNamesTheHeaviestKeysWithTheirCounts) {
   EXPECT_LT(hot[2].records, count["warm"] / 10);  // the rest are far lighter
   // The same after a restart (from the log), and less the revoked mapper's share after a
   // revocation.
-  Open(StoreOptions{});
+  OpenRegistry(StoreOptions{});
   ASSERT_OK_AND_ASSIGN(store, registry_->Get("s"));
   EXPECT_EQ(store->HotKeys(0, 1)[0].records, count["hot"]);
   ASSERT_OK(store->Revoke(0, 1));
