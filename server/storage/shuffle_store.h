@@ -13,7 +13,7 @@
 // batch, however many partitions it touched), then append the record and sync the log, and only
 // then reports success. For each mapper the first committed attempt wins; a later commit for the
 // same mapper is reported as a duplicate and its blocks discarded. Each partition keeps an index
-// of its committed blocks in memory (32 bytes a block, and its key bounds: key_bounds.h). Open()
+// of its committed blocks in memory (store_index.cc: 32 bytes a block, and its key bounds). Open()
 // rebuilds the state from the log alone (store_recovery.cc): a torn tail record is cut off, every
 // committed block must lie within the data file, and all bytes not owned by a commit (broken or
 // in-flight attempts) are truncated away or punched out; the frames' bytes are checked where they
