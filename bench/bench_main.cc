@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "client/cli_flags.h"
 #include "client/server_process.h"
 #include "client/shuffle_client.h"
+#include "client/transport.h"
 
 namespace sluice::shuffle_bench {
 namespace {
@@ -182,6 +185,25 @@ void PrintResult(int r, const BenchConfig& c, const BenchResult& res, const OwnS
         static_cast<unsigned long long>(least), static_cast<unsigned long long>(most),
         least > 0 ? static_cast<double>(most) / static_cast<double>(least) : 0.0, first_max);
   }
+  if (res.spread.split_bytes > 0) {
+    // Partition 0 over the cluster: its stored partitions, the most any server keeps of it.
+    std::string per_server;
+    uint64_t most = 0, total = 0;
+    for (const auto& [node, bytes] : res.spread.bytes_per_server) {
+      absl::StrAppend(&per_server, per_server.empty() ? "" : ", ", "\"", node, "\": ", bytes);
+      most = std::max(most, bytes);
+      total += bytes;
+    }
+    std::printf(
+        "SPREAD {\"repeat\": %d, \"split_bytes\": %llu, \"stored_partitions\": %u, "
+        "\"servers\": %zu, \"partition_bytes_on_servers\": %llu, \"most_on_a_server\": %llu, "
+        "\"most_over_split\": %.3f, \"bytes_per_server\": {%s}}\n",
+        r, static_cast<unsigned long long>(res.spread.split_bytes), res.spread.stored_partitions,
+        res.spread.bytes_per_server.size(), static_cast<unsigned long long>(total),
+        static_cast<unsigned long long>(most),
+        static_cast<double>(most) / static_cast<double>(res.spread.split_bytes),
+        per_server.c_str());
+  }
   std::fflush(stdout);
 }
 
@@ -252,6 +274,17 @@ int Main(int argc, char** argv) {
   copts.token = token;
   auto client = ShuffleClient::Connect(copts);
   if (!client.ok()) return Fail(client.status());
+  // One server alone (a single-server link), for what each keeps of a huge partition.
+  std::map<std::string, std::unique_ptr<ServerLink>> links;
+  c.server_client = [&](const std::string& server) -> ShuffleClient* {
+    std::unique_ptr<ServerLink>& link = links[server];
+    if (link == nullptr) {
+      ClientOptions one = copts;
+      one.server = server;
+      link = ConnectServer(one);
+    }
+    return &link->client();
+  };
   int rc = 0;
   for (int r = 0; r < repeat; ++r) {
     const std::string id = absl::StrCat("bench-", ::getpid(), "-", r);

@@ -391,6 +391,24 @@ absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string&
       res.pushed_bytes += bytes * (p < placed->replicas.size() ? placed->replicas[p].size() : 1);
     }
   }
+  if (auto now = client.GetPlacement(id); now.ok() && now->split_bytes != 0 && c.server_client) {
+    res.spread.split_bytes = now->split_bytes;
+    const std::vector<uint32_t> chain = now->ChainOf(0);
+    res.spread.stored_partitions = static_cast<uint32_t>(chain.size());
+    for (size_t n = 0; n < now->nodes.size(); ++n) {
+      ShuffleClient* one =
+          now->nodes[n].address.empty() ? nullptr : c.server_client(now->nodes[n].address);
+      if (one == nullptr) continue;
+      auto mine = one->GetShuffle(id);
+      if (!mine.ok()) continue;  // (keeps nothing of it)
+      for (uint32_t q : chain) {
+        const auto& on = now->ReplicasOf(q);
+        if (std::find(on.begin(), on.end(), n) != on.end() && q < mine->partitions.size()) {
+          res.spread.bytes_per_server[now->nodes[n].node_id] += mine->partitions[q].bytes;
+        }
+      }
+    }
+  }
   if (c.split > 0 && res.counts_match) {
     auto split = ReadSplit(client, id, c);
     if (!split.ok()) return split.status();

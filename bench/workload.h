@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,9 @@ struct BenchConfig {
   /// The server's CPU seconds so far (the bench's own child), for the split figures; may be
   /// null.
   std::function<double()> server_cpu;
+  /// A client of one server alone (its address): for BenchResult::spread, in a cluster whose
+  /// shuffles split; may be null.
+  std::function<ShuffleClient*(const std::string& address)> server_client;
 };
 
 /// BenchConfig::parallel's default on this machine.
@@ -87,6 +91,14 @@ struct BenchResult {
     double plan_s = 0;
   };
   Split split;
+  /// In a cluster whose partitions split (docs/cluster.md, "Huge partitions"): partition 0's
+  /// stored partitions, and the bytes of them each server keeps (by node id).
+  struct Spread {
+    uint64_t split_bytes = 0;
+    uint32_t stored_partitions = 0;
+    std::map<std::string, uint64_t> bytes_per_server;
+  };
+  Spread spread;
 };
 
 /// Creates shuffle `id`, scatters and reduces it through `client`, checks the counts and

@@ -18,6 +18,7 @@
 // the other servers (they share etcd), but for GetPlacement (another server may remember it).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -178,6 +179,11 @@ class FailoverReader final : public ShuffleReader {
     }
   }
 
+  // The committed mappers (and their attempts) the first replica served, once its first
+  // record came (empty before).
+  const std::vector<uint32_t>& served() const { return served_; }
+  const std::vector<uint64_t>& served_attempts() const { return served_attempts_; }
+
  private:
   const std::vector<ServerLink*> replicas_;
   const std::vector<std::string> names_;
@@ -195,6 +201,160 @@ class FailoverReader final : public ShuffleReader {
   uint64_t returned_ = 0;
   std::vector<std::string> errors_;
 };
+
+// A huge partition's records (docs/cluster.md, "Huge partitions"): the union of its stored
+// partitions (the partition, then its segments), each read through its own FailoverReader. The
+// first is opened first; the others read exactly the committed mappers (and attempts) it
+// served, so that a mapper committed in between is in none or all. UNORDERED: the segments one
+// after the other. KEY: merged by key, a key's records from the earlier segment first (each
+// mapper's records of a key keep their order: a writer moves to a later segment only).
+// `skip` leaves out the union's first records (a resume).
+class SegmentedReader final : public ShuffleReader {
+ public:
+  using Open = std::function<std::unique_ptr<FailoverReader>(
+      size_t k, const std::vector<uint32_t>& mappers, const std::vector<uint64_t>& attempts)>;
+  SegmentedReader(size_t count, bool key_order, uint64_t skip, Open open)
+      : count_(count), key_order_(key_order), skip_(skip), open_(std::move(open)) {}
+
+  absl::StatusOr<bool> Next(Record* out) override {
+    for (;;) {
+      SLUICE_ASSIGN_OR_RETURN(const bool more, Step(out));
+      if (!more) return false;
+      if (skip_ == 0) return true;
+      --skip_;
+    }
+  }
+
+ private:
+  struct Part {
+    std::unique_ptr<FailoverReader> reader;
+    Record head;
+    bool more = true;
+  };
+  // Opens stored partition k (the first with every committed mapper, the others with its).
+  absl::Status OpenPart(size_t k) {
+    Part& p = parts_[k];
+    p.reader = open_(k, mappers_, attempts_);
+    SLUICE_ASSIGN_OR_RETURN(p.more, p.reader->Next(&p.head));
+    if (k == 0) {
+      mappers_ = p.reader->served();
+      attempts_ = p.reader->served_attempts();
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> Step(Record* out) {
+    if (parts_.empty()) {
+      parts_.resize(count_);
+      SLUICE_RETURN_IF_ERROR(OpenPart(0));
+      if (key_order_) {
+        for (size_t k = 1; k < count_; ++k) SLUICE_RETURN_IF_ERROR(OpenPart(k));
+      }
+    } else if (last_ < count_) {  // the record returned last is done with: its reader moves on
+      Part& p = parts_[last_];
+      SLUICE_ASSIGN_OR_RETURN(p.more, p.reader->Next(&p.head));
+    }
+    if (!key_order_) {
+      while (current_ < count_ && !parts_[current_].more) {
+        if (++current_ < count_) SLUICE_RETURN_IF_ERROR(OpenPart(current_));
+      }
+      last_ = current_;
+      if (current_ >= count_) return false;
+      *out = parts_[current_].head;
+      return true;
+    }
+    size_t best = count_;
+    for (size_t k = 0; k < count_; ++k) {
+      if (!parts_[k].more) continue;
+      if (best == count_ || CompareKeys(parts_[k].head.key, parts_[best].head.key) < 0) best = k;
+    }
+    last_ = best;
+    if (best == count_) return false;
+    *out = parts_[best].head;
+    return true;
+  }
+
+  const size_t count_;
+  const bool key_order_;
+  uint64_t skip_;
+  const Open open_;
+  std::vector<Part> parts_;
+  std::vector<uint32_t> mappers_;
+  std::vector<uint64_t> attempts_;
+  size_t last_ = SIZE_MAX;  // the part whose head was returned last
+  size_t current_ = 0;      // UNORDERED: the part being read
+};
+
+// A huge partition's hot keys from its stored partitions: one entry a key (summed), heaviest
+// first, at most `most`.
+void MergeHotKeys(std::vector<PartitionStatsInfo::HotKey>* keys, size_t most) {
+  std::map<std::pair<std::string, bool>, PartitionStatsInfo::HotKey> by_key;
+  for (const auto& k : *keys) {
+    auto [it, fresh] = by_key.emplace(std::make_pair(k.key, k.cut), k);
+    if (fresh) continue;
+    it->second.records += k.records;
+    it->second.bytes += k.bytes;
+    it->second.error += k.error;
+  }
+  std::vector<PartitionStatsInfo::HotKey> out;
+  for (auto& [key, k] : by_key) out.push_back(std::move(k));
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.records > b.records; });
+  out.resize(std::min(out.size(), most));
+  *keys = std::move(out);
+}
+
+// One partition's cut keys from its stored partitions' (a huge partition's: docs/cluster.md).
+// Each says how many bytes lie between its cuts; the bytes of all below a key are estimated as
+// each one's below its cut before the key plus half its slice holding the key, and the merged
+// cuts are the candidate keys nearest to each 1/slices of the total. Every key still falls in
+// exactly one slice: the slices are key ranges, read from each stored partition.
+SplitKeys MergeSplits(const std::vector<SplitKeys>& parts, uint32_t slices) {
+  SplitKeys out;
+  std::vector<std::string> candidates;
+  for (const SplitKeys& s : parts) {
+    out.partition_bytes += s.partition_bytes;
+    out.frames += s.frames;
+    out.frames_without_bounds += s.frames_without_bounds;
+    candidates.insert(candidates.end(), s.keys.begin(), s.keys.end());
+  }
+  std::sort(candidates.begin(), candidates.end(),
+            [](const std::string& a, const std::string& b) { return CompareKeys(a, b) < 0; });
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  const auto below = [&](const std::string& key) {
+    double total = 0;
+    for (const SplitKeys& s : parts) {
+      size_t i = 0;  // the slice of s holding key
+      while (i < s.keys.size() && CompareKeys(s.keys[i], key) <= 0) {
+        total += i < s.slice_bytes.size() ? s.slice_bytes[i] : 0;
+        ++i;
+      }
+      if (i < s.slice_bytes.size() && (i == 0 || CompareKeys(s.keys[i - 1], key) != 0)) {
+        total += s.slice_bytes[i] / 2.0;
+      }
+    }
+    return total;
+  };
+  std::vector<double> at;
+  for (const std::string& c : candidates) at.push_back(below(c));
+  const double total = static_cast<double>(out.partition_bytes);
+  size_t next = 0;
+  double taken = 0;
+  for (uint32_t j = 1; j < slices && next < candidates.size(); ++j) {
+    const double goal = total * j / slices;
+    size_t best = next;
+    for (size_t c = next; c < candidates.size(); ++c) {
+      if (std::abs(at[c] - goal) < std::abs(at[best] - goal)) best = c;
+      if (at[c] > goal) break;
+    }
+    if (at[best] <= taken && !out.keys.empty()) continue;  // (no finer cut between)
+    out.keys.push_back(candidates[best]);
+    out.slice_bytes.push_back(static_cast<uint64_t>(std::max(0.0, at[best] - taken)));
+    taken = at[best];
+    next = best + 1;
+  }
+  out.slice_bytes.push_back(static_cast<uint64_t>(std::max(0.0, total - taken)));
+  return out;
+}
 
 class ClusterClient final : public ShuffleClient {
  public:
@@ -247,7 +407,8 @@ class ClusterClient final : public ShuffleClient {
     }
     for (size_t n : later) {
       bool needed = false;
-      for (const auto& r : p.replicas) {
+      for (uint32_t q = 0; q < p.num_partitions + p.segments.size(); ++q) {
+        const std::vector<uint32_t>& r = p.ReplicasOf(q);
         if (std::find(r.begin(), r.end(), n) == r.end()) continue;
         if (std::none_of(r.begin(), r.end(), [&](uint32_t m) { return per_node[m].ok(); })) {
           needed = true;
@@ -275,29 +436,56 @@ class ClusterClient final : public ShuffleClient {
     }
     out.committed_mappers.assign(committed.begin(), committed.end());
     for (uint32_t part = 0; part < p.num_partitions; ++part) {
-      // A whole replica's counts, else one missing mappers (the fewest), else a damaged one's.
+      // A whole replica's counts, else one missing mappers (the fewest), else a damaged one's;
+      // a huge partition's summed over its stored partitions (docs/cluster.md).
       const auto rank = [](const PartitionStatsInfo& s) {
         return std::make_pair(s.damaged ? 1 : 0, s.missing_mappers);
       };
-      bool found = false;
-      uint32_t whole = 0;
+      bool found_all = true, whole_all = true;
       std::set<uint32_t> lost;
-      for (uint32_t n : p.replicas[part]) {
-        if (!per_node[n].ok() || part >= per_node[n]->partitions.size()) continue;
-        const PartitionStatsInfo& here = per_node[n]->partitions[part];
-        // (A server that has not read the newest epoch yet may not know what it lacks.)
-        const bool current = per_node[n]->placement_epoch >= p.epoch;
-        if (!here.damaged && here.missing_mappers == 0 && current) ++whole;
-        lost.insert(here.lost_mappers.begin(), here.lost_mappers.end());
-        if (found && rank(here) >= rank(out.partitions[part])) continue;
-        out.partitions[part] = here;
-        if (here.damaged) {
-          out.partitions[part].damage = absl::StrCat(p.nodes[n].node_id, ": ", here.damage);
+      PartitionStatsInfo& sum = out.partitions[part];
+      for (uint32_t q : p.ChainOf(part)) {
+        bool found = false;
+        uint32_t whole = 0;
+        PartitionStatsInfo best;
+        for (uint32_t n : p.ReplicasOf(q)) {
+          if (!per_node[n].ok()) continue;
+          if (q < p.num_partitions && q >= per_node[n]->partitions.size()) continue;
+          // A segment a server does not list it has taken no frame of (it reads the record
+          // before it takes the first): its replica is empty, and whole.
+          static const PartitionStatsInfo kEmpty;
+          const PartitionStatsInfo& here =
+              q < per_node[n]->partitions.size() ? per_node[n]->partitions[q] : kEmpty;
+          // (A server that has not read the newest epoch yet may not know what it lacks.)
+          const bool current = per_node[n]->placement_epoch >= p.epoch;
+          if (!here.damaged && here.missing_mappers == 0 && current) ++whole;
+          lost.insert(here.lost_mappers.begin(), here.lost_mappers.end());
+          if (found && rank(here) >= rank(best)) continue;
+          best = here;
+          if (here.damaged) best.damage = absl::StrCat(p.nodes[n].node_id, ": ", here.damage);
+          found = true;
         }
-        found = true;
+        found_all = found_all && found;
+        whole_all = whole_all && whole >= p.replication;
+        if (q == part) {
+          sum = std::move(best);
+          continue;
+        }
+        sum.records += best.records;
+        sum.bytes += best.bytes;
+        sum.frames += best.frames;
+        sum.missing_mappers = std::max(sum.missing_mappers, best.missing_mappers);
+        if (best.damaged) {
+          sum.damage += (sum.damaged ? "; " : "") + best.damage;
+          sum.damaged = true;
+        }
+        sum.hot_keys.insert(sum.hot_keys.end(), best.hot_keys.begin(), best.hot_keys.end());
       }
-      if (!found) out.unavailable_partitions.push_back(part);
-      if (whole < p.replication) out.under_replicated_partitions.push_back(part);
+      if (sum.hot_keys.size() > 1 && p.ChainOf(part).size() > 1)
+        MergeHotKeys(&sum.hot_keys, options.hot_keys);
+      sum.lost_mappers.assign(lost.begin(), lost.end());
+      if (!found_all) out.unavailable_partitions.push_back(part);
+      if (!whole_all) out.under_replicated_partitions.push_back(part);
       if (!lost.empty()) {
         out.lost_partitions.push_back(
             LostPartition{part, std::vector<uint32_t>(lost.begin(), lost.end())});
@@ -439,14 +627,30 @@ class ClusterClient final : public ShuffleClient {
                                       uint32_t placement_epoch) override {
     SLUICE_ASSIGN_OR_RETURN(const bool clustered, Clustered());
     if (!clustered) return Seed(0).client().GetSplits(id, partition, slices, placement_epoch);
-    SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, Placed(id));
+    SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, PlacedForRead(id));
     const PlacementInfo& p = placed.info;
     if (partition >= p.num_partitions) {
       return absl::InvalidArgumentError(
           absl::StrCat("partition ", partition, " is out of range [0, ", p.num_partitions, ")"));
     }
+    const std::vector<uint32_t> chain = p.ChainOf(partition);
+    if (chain.size() == 1) return SplitsOfStored(id, p, partition, slices, placement_epoch);
+    // A huge partition: each stored partition's cuts, merged by their bytes.
+    std::vector<SplitKeys> parts;
+    for (uint32_t q : chain) {
+      SLUICE_ASSIGN_OR_RETURN(SplitKeys keys, SplitsOfStored(id, p, q, slices, placement_epoch));
+      parts.push_back(std::move(keys));
+    }
+    return MergeSplits(parts, slices);
+  }
+
+ private:
+  // GetSplits of stored partition q (a partition, or a segment), asked of its replicas in turn.
+  absl::StatusOr<SplitKeys> SplitsOfStored(const std::string& id, const PlacementInfo& p,
+                                           uint32_t partition, uint32_t slices,
+                                           uint32_t placement_epoch) {
     std::vector<std::string> errors;
-    for (uint32_t n : p.replicas[partition]) {
+    for (uint32_t n : p.ReplicasOf(partition)) {
       const NodeAddress& node = p.nodes[n];
       if (node.address.empty()) {
         errors.push_back(absl::StrCat(node.node_id, ": not registered now"));
@@ -466,34 +670,37 @@ class ClusterClient final : public ShuffleClient {
                      "' could plan its splits: ", absl::StrJoin(errors, "; ")));
   }
 
+ public:
   absl::StatusOr<std::unique_ptr<ShuffleReader>> OpenReader(const std::string& id,
                                                             uint32_t partition,
                                                             const ReaderOptions& options) override {
     SLUICE_ASSIGN_OR_RETURN(const bool clustered, Clustered());
     if (!clustered) return Seed(0).client().OpenReader(id, partition, options);
-    SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, Placed(id));
+    SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, PlacedForRead(id));
     const PlacementInfo& p = placed.info;
     if (partition >= p.num_partitions) {
       return absl::InvalidArgumentError(
           absl::StrCat("partition ", partition, " is out of range [0, ", p.num_partitions, ")"));
     }
-    std::vector<ServerLink*> replicas;
-    std::vector<std::string> names;
     ReaderOptions routed = options;
     routed.placement_epoch = std::max(options.placement_epoch, p.epoch);
-    for (uint32_t n : p.replicas[partition]) {
-      const NodeAddress& node = p.nodes[n];
-      replicas.push_back(node.address.empty() ? nullptr : Link(node.address));
-      names.push_back(node.address.empty() ? node.node_id
-                                           : absl::StrCat(node.node_id, " at ", node.address));
-    }
-    return std::unique_ptr<ShuffleReader>(new FailoverReader(std::move(replicas), std::move(names),
-                                                             id, partition, routed, options_.limits,
-                                                             [this, id](const absl::Status& st) {
-                                                               // (etcd's fault says nothing of the
-                                                               // placement: it is kept.)
-                                                               if (!EtcdsFault(st)) Forget(id);
-                                                             }));
+    const std::vector<uint32_t> chain = p.ChainOf(partition);
+    if (chain.size() == 1) return OpenStored(id, p, partition, routed);
+    // A huge partition: the union of its stored partitions, resumed as one (skip_records).
+    const bool key_order = options.order == FetchOrder::kKey;
+    const uint64_t skip = routed.skip_records;
+    routed.skip_records = 0;
+    return std::unique_ptr<ShuffleReader>(new SegmentedReader(
+        chain.size(), key_order, skip,
+        [this, id, p, chain, routed](size_t k, const std::vector<uint32_t>& mappers,
+                                     const std::vector<uint64_t>& attempts) {
+          ReaderOptions o = routed;
+          if (k > 0 && o.only_mappers.empty() && !mappers.empty()) {
+            o.only_mappers = mappers;
+            o.only_attempts = attempts;
+          }
+          return OpenStored(id, p, chain[k], o);
+        }));
   }
 
  private:
@@ -503,33 +710,92 @@ class ClusterClient final : public ShuffleClient {
     Clock::time_point at;
   };
 
+  // A reader of stored partition q (a partition, or a huge partition's segment) over its
+  // replicas in order.
+  std::unique_ptr<FailoverReader> OpenStored(const std::string& id, const PlacementInfo& p,
+                                             uint32_t q, const ReaderOptions& options) {
+    std::vector<ServerLink*> replicas;
+    std::vector<std::string> names;
+    for (uint32_t n : p.ReplicasOf(q)) {
+      const NodeAddress& node = p.nodes[n];
+      replicas.push_back(node.address.empty() ? nullptr : Link(node.address));
+      names.push_back(node.address.empty() ? node.node_id
+                                           : absl::StrCat(node.node_id, " at ", node.address));
+    }
+    return std::make_unique<FailoverReader>(std::move(replicas), std::move(names), id, q, options,
+                                            options_.limits, [this, id](const absl::Status& st) {
+                                              // (etcd's fault says nothing of the placement:
+                                              // it is kept.)
+                                              if (!EtcdsFault(st)) Forget(id);
+                                            });
+  }
+
+  // The placement a read goes by. A shuffle whose partitions split makes segments while it is
+  // written, so its record is read now (the segments of every committed mapper are in it:
+  // each was recorded before any frame went to it). When etcd cannot give it, every
+  // registered server of the shuffle is asked what it remembers and the longest list of
+  // segments is taken: a server that took a segment's frames had read the segment first.
+  absl::StatusOr<CachedPlacement> PlacedForRead(const std::string& id) {
+    SLUICE_ASSIGN_OR_RETURN(CachedPlacement placed, Placed(id));
+    if (placed.info.split_bytes == 0) return placed;
+    const Clock::time_point asked = Clock::now();
+    SLUICE_ASSIGN_OR_RETURN(placed, Placed(id, /*fresh=*/true));
+    if (placed.at >= asked && placed.info.age.count() == 0) return placed;
+    for (const NodeAddress& node : placed.info.nodes) {
+      if (node.address.empty()) continue;
+      absl::StatusOr<PlacementInfo> theirs = Link(node.address)->client().GetPlacement(id);
+      if (theirs.ok() && theirs->num_partitions == placed.info.num_partitions &&
+          theirs->replicas.size() == placed.info.replicas.size() &&
+          theirs->nodes.size() >= placed.info.nodes.size() &&
+          theirs->segments.size() > placed.info.segments.size()) {
+        placed.info = *std::move(theirs);
+      }
+    }
+    return placed;
+  }
+
   // A writer over the placement: one stream per server that keeps any replica.
   absl::StatusOr<std::unique_ptr<ShuffleWriter>> OpenClusterWriter(const std::string& id,
                                                                    uint32_t mapper,
                                                                    uint64_t attempt,
                                                                    const WriterOptions& options) {
-    SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, Placed(id));
+    SLUICE_ASSIGN_OR_RETURN(CachedPlacement placed, Placed(id));
+    // A shuffle whose partitions split: the segments made so far, read afresh (those made while
+    // it writes come from its streams, with the credit for its next push message).
+    if (placed.info.split_bytes != 0) {
+      SLUICE_ASSIGN_OR_RETURN(placed, Placed(id, /*fresh=*/true));
+    }
     const PlacementInfo& p = placed.info;
     // One stream per server that keeps any replica, in node order.
     std::vector<int> stream_of_node(p.nodes.size(), -1);
     std::vector<std::unique_ptr<PushStream>> streams;
     std::vector<ServerLink*> links;
     std::vector<std::vector<uint32_t>> routes(p.num_partitions);
+    // The stream of node n, opened on first need.
+    auto stream_to = [&](uint32_t n) -> absl::StatusOr<uint32_t> {
+      if (stream_of_node[n] < 0) {
+        SLUICE_ASSIGN_OR_RETURN(ServerLink * link, NodeLink(id, p, n));
+        auto stream = link->OpenPush(id, mapper, attempt, /*prepare=*/true, p.epoch);
+        if (!stream.ok()) {
+          Forget(id);
+          return stream.status();
+        }
+        stream_of_node[n] = static_cast<int>(streams.size());
+        streams.push_back(std::move(stream).value());
+        links.push_back(link);
+      }
+      return static_cast<uint32_t>(stream_of_node[n]);
+    };
     for (uint32_t part = 0; part < p.num_partitions; ++part) {
       for (uint32_t n : p.replicas[part]) {
-        if (stream_of_node[n] < 0) {
-          SLUICE_ASSIGN_OR_RETURN(ServerLink * link, NodeLink(id, p, n));
-          auto stream = link->OpenPush(id, mapper, attempt, /*prepare=*/true, p.epoch);
-          if (!stream.ok()) {
-            Forget(id);
-            return stream.status();
-          }
-          stream_of_node[n] = static_cast<int>(streams.size());
-          streams.push_back(std::move(stream).value());
-          links.push_back(link);
-        }
-        routes[part].push_back(static_cast<uint32_t>(stream_of_node[n]));
+        SLUICE_ASSIGN_OR_RETURN(const uint32_t s, stream_to(n));
+        routes[part].push_back(s);
       }
+    }
+    // (And every server of a huge partition's segment: an attempt prepares on each server that
+    // holds a stored partition, whether or not it sends it frames.)
+    for (const PlacementInfo::Segment& g : p.segments) {
+      for (uint32_t n : g.replicas) SLUICE_RETURN_IF_ERROR(stream_to(n).status());
     }
     // Any server of the attempt may decide it; the next one if it cannot be reached.
     const uint32_t epoch = p.epoch;
@@ -549,8 +815,19 @@ class ClusterClient final : public ShuffleClient {
       }
       return last;
     };
-    auto writer = PartitionedWriter::Make(p.num_partitions, std::move(streams), std::move(routes),
-                                          options, options_.limits, decide, attempt);
+    // Huge partitions: the segments known now; the streams tell of those made later.
+    std::optional<PartitionedWriter::SegmentRouting> segments;
+    if (p.split_bytes != 0) {
+      segments.emplace();
+      segments->stream_of_node = stream_of_node;
+      for (size_t k = 0; k < p.segments.size(); ++k) {
+        segments->segments.push_back(SegmentNotice{p.num_partitions + static_cast<uint32_t>(k),
+                                                   p.segments[k].parent, p.segments[k].replicas});
+      }
+    }
+    auto writer =
+        PartitionedWriter::Make(p.num_partitions, std::move(streams), std::move(routes), options,
+                                options_.limits, decide, attempt, std::move(segments));
     if (!writer.ok()) return writer.status();
     return std::unique_ptr<ShuffleWriter>(
         new StaleAwareWriter(std::move(writer).value(), [this, id] { Forget(id); }));

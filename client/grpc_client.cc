@@ -220,6 +220,11 @@ class GrpcPushStream final : public PushStream {
   }
 
   void Cancel() override { ctx_.TryCancel(); }
+  std::vector<SegmentNotice> TakeSegments() override {
+    std::vector<SegmentNotice> out;
+    out.swap(segments_);
+    return out;
+  }
 
  private:
   absl::Status Finish() {
@@ -254,6 +259,11 @@ class GrpcPushStream final : public PushStream {
     while (credit_ < n) {
       if (!flow_->Read(&reply)) return false;
       credit_ += reply.credit();
+      for (const auto& g : reply.segments()) {
+        segments_.push_back(
+            SegmentNotice{g.partition_id(), g.parent(),
+                          std::vector<uint32_t>(g.nodes().begin(), g.nodes().end())});
+      }
     }
     return true;
   }
@@ -299,7 +309,8 @@ class GrpcPushStream final : public PushStream {
   size_t pending_bytes_ = 0;                                     // in msg_
   std::unique_ptr<grpc::ClientWriter<pb::PushRequest>> stream_;  // Push
   std::unique_ptr<grpc::ClientReaderWriter<pb::PushRequest, pb::PushReply>> flow_;  // PushFlow
-  uint64_t credit_ = 0;  // granted and not used (PushFlow)
+  uint64_t credit_ = 0;                  // granted and not used (PushFlow)
+  std::vector<SegmentNotice> segments_;  // told with credit, not taken yet
   bool finished_ = false;
 };
 
@@ -535,6 +546,21 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     }
     for (const auto& r : resp.partitions())
       p.replicas.emplace_back(r.nodes().begin(), r.nodes().end());
+    // Segments (a server's bytes: checked, so that no reader or writer indexes past them).
+    for (const auto& g : resp.segments()) {
+      const uint32_t expected = p.num_partitions + static_cast<uint32_t>(p.segments.size());
+      if (g.partition_id() != expected || g.parent() >= p.num_partitions || g.nodes().empty() ||
+          std::any_of(g.nodes().begin(), g.nodes().end(),
+                      [&](uint32_t n) { return n >= p.nodes.size(); })) {
+        return absl::UnavailableError(absl::StrCat(
+            "server ", options_.server, " gave a malformed placement of shuffle '", id,
+            "': segment ", g.partition_id(), " of partition ", g.parent(), " does not follow its ",
+            p.segments.size(), " segments or names no known server"));
+      }
+      p.segments.push_back(PlacementInfo::Segment{
+          g.parent(), std::vector<uint32_t>(g.nodes().begin(), g.nodes().end())});
+    }
+    p.split_bytes = resp.split_bytes();
     return p;
   }
 

@@ -106,7 +106,7 @@ struct PartitionedWriter::Job {
 absl::StatusOr<std::unique_ptr<PartitionedWriter>> PartitionedWriter::Make(
     uint32_t num_partitions, std::vector<std::unique_ptr<PushStream>> streams,
     std::vector<std::vector<uint32_t>> routes, WriterOptions options, FrameLimits limits,
-    Decider decide, uint64_t attempt) {
+    Decider decide, uint64_t attempt, std::optional<SegmentRouting> segments) {
   if (num_partitions == 0) return absl::InvalidArgumentError("a writer needs partitions");
   if (options.buffer_bytes == 0 || options.buffer_bytes > kMaxBufferBytes) {
     return absl::InvalidArgumentError(absl::StrCat("buffer_bytes ", options.buffer_bytes,
@@ -130,14 +130,14 @@ absl::StatusOr<std::unique_ptr<PartitionedWriter>> PartitionedWriter::Make(
   }
   return std::unique_ptr<PartitionedWriter>(
       new PartitionedWriter(num_partitions, std::move(streams), routes, std::move(options), limits,
-                            std::move(decide), attempt));
+                            std::move(decide), attempt, std::move(segments)));
 }
 
 PartitionedWriter::PartitionedWriter(uint32_t num_partitions,
                                      std::vector<std::unique_ptr<PushStream>> streams,
                                      const std::vector<std::vector<uint32_t>>& routes,
                                      WriterOptions options, FrameLimits limits, Decider decide,
-                                     uint64_t attempt)
+                                     uint64_t attempt, std::optional<SegmentRouting> segments)
     : limits_(limits),
       options_(std::move(options)),
       num_partitions_(num_partitions),
@@ -162,6 +162,12 @@ PartitionedWriter::PartitionedWriter(uint32_t num_partitions,
     }
     route_begin_.push_back(static_cast<uint32_t>(route_streams_.size()));
   }
+  if (segments.has_value() && !route_begin_.empty()) {
+    target_.resize(num_partitions);
+    for (uint32_t p = 0; p < num_partitions; ++p) target_[p] = p;
+    stream_of_node_ = std::move(segments->stream_of_node);
+    for (const SegmentNotice& s : segments->segments) Learn(s);
+  }
   sender_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "sluice-send");
     SendLoop();
@@ -172,11 +178,41 @@ PartitionedWriter::~PartitionedWriter() {
   if (!finished_) Abort();
 }
 
-absl::Span<const uint32_t> PartitionedWriter::Route(uint32_t partition) const {
+absl::Span<const uint32_t> PartitionedWriter::Route(uint32_t q) const {
   static constexpr uint32_t kFirst[1] = {0};
   if (route_begin_.empty()) return absl::MakeConstSpan(kFirst, 1);
-  return absl::MakeConstSpan(route_streams_.data() + route_begin_[partition],
-                             route_begin_[partition + 1] - route_begin_[partition]);
+  if (q >= num_partitions_) return segment_routes_.at(q);
+  return absl::MakeConstSpan(route_streams_.data() + route_begin_[q],
+                             route_begin_[q + 1] - route_begin_[q]);
+}
+
+void PartitionedWriter::Learn(const SegmentNotice& s) {
+  // (What a server says is checked: a segment of no partition, or a node not in the
+  // placement, is not routed to. One whose servers have no stream in this attempt is left for
+  // the next attempt: the partition's frames go on to the segment they went to.)
+  if (target_.empty() || s.partition_id < num_partitions_ || s.parent >= num_partitions_ ||
+      s.nodes.empty() || segment_routes_.count(s.partition_id) != 0) {
+    return;
+  }
+  std::vector<uint32_t> route;
+  for (uint32_t n : s.nodes) {
+    if (n >= stream_of_node_.size() || stream_of_node_[n] < 0) return;
+    route.push_back(static_cast<uint32_t>(stream_of_node_[n]));
+  }
+  segment_routes_.emplace(s.partition_id, std::move(route));
+  target_[s.parent] = std::max(target_[s.parent], s.partition_id);
+}
+
+void PartitionedWriter::TakeSegments(absl::Span<const uint32_t> route) {
+  if (target_.empty()) return;
+  const auto take = [this](PushStream& stream) {
+    for (const SegmentNotice& s : stream.TakeSegments()) Learn(s);
+  };
+  if (route.empty()) {
+    for (auto& stream : streams_) take(*stream);
+  } else {
+    for (uint32_t s : route) take(*streams_[s]);
+  }
 }
 
 absl::Status PartitionedWriter::Add(std::string_view key, std::string_view value) {
@@ -375,8 +411,7 @@ absl::Status PartitionedWriter::SendFill(const Fill& fill, FrameEncoder& encoder
 absl::Status PartitionedWriter::Send(uint32_t partition, absl::Span<Record> records,
                                      FrameEncoder& encoder) {
   if (options_.sort_by_key) StableSortByKey(records, &sort_scratch_);
-  const absl::Span<const uint32_t> route = Route(partition);
-  PushStream& first = *streams_[route[0]];
+  TakeSegments({});
   // Frames of at most frame_bytes of records each (sorted: sorted_frame_bytes; the stream packs
   // small ones into messages), encoded once and sent on each of the partition's streams.
   const size_t most = options_.sort_by_key
@@ -384,19 +419,23 @@ absl::Status PartitionedWriter::Send(uint32_t partition, absl::Span<Record> reco
                           : options_.frame_bytes;
   size_t i = 0;
   while (i < records.size()) {
+    // To the partition's newest segment (a frame's records go to one stored partition).
+    const uint32_t q = target_.empty() ? partition : target_[partition];
+    const absl::Span<const uint32_t> route = Route(q);
+    PushStream& first = *streams_[route[0]];
     size_t j = i, bytes = 0;
     while (j < records.size() &&
            (j == i || bytes + records[j].key.size() + records[j].value.size() <= most)) {
       bytes += records[j].key.size() + records[j].value.size();
       ++j;
     }
-    std::string* frame = first.NewFrame(partition);
+    std::string* frame = first.NewFrame(q);
     SLUICE_RETURN_IF_ERROR(encoder.Encode(absl::MakeConstSpan(records.data() + i, j - i), frame));
     sent_.frames += 1;
     sent_.records += j - i;
     sent_.bytes += frame->size();
     for (size_t r = 1; r < route.size(); ++r) {  // copies first: sending may take the buffer
-      *streams_[route[r]]->NewFrame(partition) = *frame;
+      *streams_[route[r]]->NewFrame(q) = *frame;
       SLUICE_RETURN_IF_ERROR(streams_[route[r]]->SendFrame());
     }
     SLUICE_RETURN_IF_ERROR(first.SendFrame());
@@ -404,6 +443,8 @@ absl::Status PartitionedWriter::Send(uint32_t partition, absl::Span<Record> reco
       ++frames_[s];
       records_[s] += j - i;
     }
+    if (q >= num_partitions_) ++segment_frames_;
+    TakeSegments(route);  // (told with the credit its message waited for)
     i = j;
   }
   return absl::OkStatus();

@@ -36,8 +36,10 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -59,12 +61,23 @@ class PartitionedWriter final : public ShuffleWriter {
  public:
   /// Decides the attempt once every stream prepared: the mapper's winning attempt.
   using Decider = std::function<absl::StatusOr<uint64_t>()>;
+  /// Huge partitions in a cluster (docs/cluster.md, "Huge partitions"): each placement node's
+  /// stream (-1: none), and the segments known as the writer opens. A partition's frames go to
+  /// its newest segment whose servers all have a stream here; segments the streams tell of
+  /// later are taken as they come.
+  struct SegmentRouting {
+    std::vector<int> stream_of_node;
+    std::vector<SegmentNotice> segments;
+  };
   /// `routes` empty: every partition goes to streams[0]. INVALID_ARGUMENT for no streams, a
   /// partition without a route, a route to a stream that does not exist, or zero partitions.
   static absl::StatusOr<std::unique_ptr<PartitionedWriter>> Make(
       uint32_t num_partitions, std::vector<std::unique_ptr<PushStream>> streams,
       std::vector<std::vector<uint32_t>> routes, WriterOptions options, FrameLimits limits,
-      Decider decide = nullptr, uint64_t attempt = 0);
+      Decider decide = nullptr, uint64_t attempt = 0,
+      std::optional<SegmentRouting> segments = std::nullopt);
+  /// Frames sent to huge partitions' segments (not to the partitions themselves).
+  uint64_t segment_frames() const { return segment_frames_; }
   ~PartitionedWriter() override;  // without Close(): the attempt is discarded
 
   absl::Status Add(std::string_view key, std::string_view value) override;
@@ -82,9 +95,14 @@ class PartitionedWriter final : public ShuffleWriter {
   struct Job;  // a fill, on its way to the sender
   PartitionedWriter(uint32_t num_partitions, std::vector<std::unique_ptr<PushStream>> streams,
                     const std::vector<std::vector<uint32_t>>& routes, WriterOptions options,
-                    FrameLimits limits, Decider decide, uint64_t attempt);
-  // Partition p's streams.
-  absl::Span<const uint32_t> Route(uint32_t partition) const;
+                    FrameLimits limits, Decider decide, uint64_t attempt,
+                    std::optional<SegmentRouting> segments);
+  // Stored partition q's streams (a partition's, or a segment's).
+  absl::Span<const uint32_t> Route(uint32_t q) const;
+  // Takes a segment a server told of: routed if each of its servers has a stream here.
+  void Learn(const SegmentNotice& s);
+  // The segments the streams of `route` told of since (all streams: empty route).
+  void TakeSegments(absl::Span<const uint32_t> route);
   // Counts a record's bytes for its partition in the fill being filled.
   void Count(uint32_t partition, uint64_t bytes);
   // Hands the fill to the sender (waiting while one is in flight) and starts the next; unless
@@ -103,6 +121,12 @@ class PartitionedWriter final : public ShuffleWriter {
   std::vector<std::unique_ptr<PushStream>> streams_;
   std::vector<uint32_t> route_begin_;    // per partition, and one past (empty: all to stream 0)
   std::vector<uint32_t> route_streams_;  // the routes, back to back
+  // Huge partitions (the sender's): per partition, the stored partition its frames go to
+  // (empty: no segments); each routed segment's streams; each placement node's stream.
+  std::vector<uint32_t> target_;
+  std::map<uint32_t, std::vector<uint32_t>> segment_routes_;
+  std::vector<int> stream_of_node_;
+  uint64_t segment_frames_ = 0;
   const Decider decide_;
   const uint64_t attempt_;  // (with decide_: what the decision is compared with)
   std::unique_ptr<client_internal::ChunkPool> pool_;

@@ -207,6 +207,26 @@ struct PlacementInfo {
   /// The newest placement epoch (0 until a server is taken out; docs/cluster.md, "Placement
   /// epochs"): `replicas` are its. Writers route by it.
   uint32_t epoch = 0;
+  /// Huge partitions' further segments, oldest first (docs/cluster.md, "Huge partitions"):
+  /// segment k is stored and read as partition num_partitions + k, on `replicas`.
+  struct Segment {
+    uint32_t parent = 0;
+    std::vector<uint32_t> replicas;
+  };
+  std::vector<Segment> segments;
+  uint64_t split_bytes = 0;  ///< 0: its partitions never split
+  /// Partition p's stored partitions: p, then its segments oldest first.
+  std::vector<uint32_t> ChainOf(uint32_t p) const {
+    std::vector<uint32_t> out{p};
+    for (size_t k = 0; k < segments.size(); ++k) {
+      if (segments[k].parent == p) out.push_back(num_partitions + static_cast<uint32_t>(k));
+    }
+    return out;
+  }
+  /// Stored partition q's replicas (a partition's or a segment's).
+  const std::vector<uint32_t>& ReplicasOf(uint32_t q) const {
+    return q < num_partitions ? replicas[q] : segments[q - num_partitions].replicas;
+  }
 };
 
 /// Maps a key to a partition in [0, num_partitions).

@@ -200,6 +200,31 @@ void PrintPlacement(const sluice::PlacementInfo& p) {
     std::printf("  partition %zu on %s\n", q, names.c_str());
   }
   if (p.replicas.size() > 16) std::printf("  ... (%zu partitions)\n", p.replicas.size());
+  if (p.split_bytes == 0) return;
+  // Huge partitions: those split over further servers, each with its stored partitions.
+  std::printf("huge partitions: split at %.0f MiB; %zu segments\n",
+              static_cast<double>(p.split_bytes) / (1 << 20), p.segments.size());
+  std::set<uint32_t> parents;
+  for (const auto& g : p.segments) parents.insert(g.parent);
+  size_t shown = 0;
+  for (uint32_t parent : parents) {
+    if (parent >= p.num_partitions) continue;
+    if (++shown > 16) {
+      std::printf("  ... (%zu partitions split)\n", parents.size());
+      break;
+    }
+    std::string chain;
+    for (uint32_t q : p.ChainOf(parent)) {
+      std::string names;
+      for (uint32_t i : p.ReplicasOf(q)) {
+        if (!names.empty()) names += "+";
+        names += i < p.nodes.size() ? p.nodes[i].node_id : "?";
+      }
+      absl::StrAppend(&chain, chain.empty() ? "" : ", ", q, " on ", names);
+    }
+    std::printf("  partition %u in %zu stored partitions: %s\n", parent, p.ChainOf(parent).size(),
+                chain.c_str());
+  }
 }
 
 // One server of `sluice nodes`: asked itself for its health and space (unreachable ones say so).

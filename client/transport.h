@@ -20,6 +20,14 @@
 
 namespace sluice {
 
+/// A huge partition's segment a server told a writer of (docs/cluster.md, "Huge partitions"):
+/// stored partition `partition_id`, a segment of `parent`, on `nodes` (indexes into the
+/// placement's nodes, primary first).
+struct SegmentNotice {
+  uint32_t partition_id = 0, parent = 0;
+  std::vector<uint32_t> nodes;
+};
+
 /// One mapper attempt's push stream to one server, opened (its open message sent) by whoever
 /// made it. Calls come from one thread at a time, except Cancel, which may come from any.
 class PushStream {
@@ -38,6 +46,9 @@ class PushStream {
   virtual absl::StatusOr<WriteResult> FinishCommit() = 0;
   /// Ends the stream without a commit: nothing it sent becomes visible. Idempotent.
   virtual void Cancel() = 0;
+  /// The segments the server told of since the last call (with its credit; none from a stream
+  /// without credit).
+  virtual std::vector<SegmentNotice> TakeSegments() { return {}; }
 };
 
 /// One partition's fetch from one server: the frames it answers with, in order.

@@ -23,8 +23,21 @@ std::vector<uint32_t> ShufflePlacement::ReplicasAt(uint32_t p, uint32_t e) const
   return out;
 }
 
+uint32_t SegmentSlots(uint32_t num_partitions) {
+  constexpr uint32_t kIds = 1u << 16;  // a stored block names its partition in 16 bits
+  return num_partitions >= kIds ? 0 : std::min(kMaxSegments, kIds - num_partitions);
+}
+
+std::vector<uint32_t> ShufflePlacement::ChainOf(uint32_t p) const {
+  std::vector<uint32_t> out{p};
+  for (size_t k = 0; k < segments.size(); ++k) {
+    if (segments[k].parent == p) out.push_back(num_partitions + static_cast<uint32_t>(k));
+  }
+  return out;
+}
+
 std::vector<std::vector<bool>> ShufflePlacement::HeldBy(const std::string& node_id) const {
-  std::vector<std::vector<bool>> held(epoch() + 1, std::vector<bool>(num_partitions, false));
+  std::vector<std::vector<bool>> held(epoch() + 1, std::vector<bool>(total(), false));
   const auto it = std::find(nodes.begin(), nodes.end(), node_id);
   if (it == nodes.end()) return held;
   const auto self = static_cast<uint32_t>(it - nodes.begin());
@@ -33,8 +46,8 @@ std::vector<std::vector<bool>> ShufflePlacement::HeldBy(const std::string& node_
     if (e > 0) {
       for (const auto& [q, list] : epochs[e - 1].changed) at[q] = list;
     }
-    for (uint32_t q = 0; q < num_partitions && q < at.size(); ++q) {
-      held[e][q] = std::find(at[q].begin(), at[q].end(), self) != at[q].end();
+    for (uint32_t q = 0; q < total() && q < at.size(); ++q) {
+      held[e][q] = e >= BornAt(q) && std::find(at[q].begin(), at[q].end(), self) != at[q].end();
     }
   }
   return held;
@@ -68,12 +81,24 @@ bool ShufflePlacement::Holds(const std::string& node_id) const {
 uint32_t DefaultReplication(size_t servers) { return servers >= 2 ? 2 : 1; }
 
 std::string EncodePlacement(const ShufflePlacement& p) {
-  nlohmann::json j{{"partitions", p.num_partitions},
-                   {"mappers", p.num_mappers},
-                   {"replication", p.replication},
-                   {"nodes", p.nodes},
-                   {"replicas", p.epochs.empty() ? p.replicas : p.first_replicas}};
+  nlohmann::json j{
+      {"partitions", p.num_partitions},
+      {"mappers", p.num_mappers},
+      {"replication", p.replication},
+      {"nodes", p.nodes},
+      {"replicas", std::vector<std::vector<uint32_t>>(
+                       p.first_replicas.begin(), p.first_replicas.begin() + p.num_partitions)}};
   if (p.revocable) j["revocable"] = true;
+  if (p.split_bytes != 0) {
+    j["split_bytes"] = p.split_bytes;
+    j["segment_slots"] = p.segment_slots;
+    nlohmann::json segments = nlohmann::json::array();
+    for (size_t k = 0; k < p.segments.size(); ++k) {
+      segments.push_back(nlohmann::json{p.segments[k].parent, p.segments[k].born,
+                                        p.first_replicas[p.num_partitions + k]});
+    }
+    j["segments"] = std::move(segments);
+  }
   if (!p.epochs.empty()) {
     nlohmann::json epochs = nlohmann::json::array();
     for (const PlacementEpoch& e : p.epochs) {
@@ -136,17 +161,50 @@ absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
     }
     p.replicas.push_back(std::move(list));
   }
-  p.first_replicas = p.replicas;
   if (j.contains("revocable")) {
     if (!j["revocable"].is_boolean()) return bad("holding a revocable that is not a boolean");
     p.revocable = j["revocable"].get<bool>();
   }
+  if (j.contains("split_bytes")) {
+    if (!j["split_bytes"].is_number_unsigned() || j["split_bytes"].get<uint64_t>() == 0 ||
+        !j.contains("segment_slots") || !j["segment_slots"].is_number_unsigned() ||
+        j["segment_slots"].get<uint64_t>() > SegmentSlots(p.num_partitions) ||
+        !j.contains("segments") || !j["segments"].is_array() ||
+        j["segments"].size() > j["segment_slots"].get<uint64_t>()) {
+      return bad("holding a split size without its segment slots and segments");
+    }
+    p.split_bytes = j["split_bytes"].get<uint64_t>();
+    p.segment_slots = j["segment_slots"].get<uint32_t>();
+    const size_t epochs = j.contains("epochs") && j["epochs"].is_array() ? j["epochs"].size() : 0;
+    uint32_t last_born = 0;
+    for (const auto& g : j["segments"]) {
+      if (!g.is_array() || g.size() != 3 || !g[0].is_number_unsigned() ||
+          g[0].get<uint64_t>() >= p.num_partitions || !g[1].is_number_unsigned() ||
+          g[1].get<uint64_t>() > epochs || g[1].get<uint32_t>() < last_born || !g[2].is_array() ||
+          g[2].empty() || g[2].size() > p.replication) {
+        return bad("holding a segment that is not [partition, epoch, replicas] in order");
+      }
+      std::vector<uint32_t> list;
+      for (const auto& i : g[2]) {
+        if (!i.is_number_unsigned() || i.get<uint64_t>() >= p.nodes.size() ||
+            std::find(list.begin(), list.end(), i.get<uint32_t>()) != list.end()) {
+          return bad("holding a segment's replica list naming a node twice or not in its list");
+        }
+        list.push_back(i.get<uint32_t>());
+      }
+      last_born = g[1].get<uint32_t>();
+      p.segments.push_back(PartitionSegment{g[0].get<uint32_t>(), last_born});
+      p.replicas.push_back(std::move(list));
+    }
+  }
+  p.first_replicas = p.replicas;
   if (!j.contains("epochs")) return p;
   const nlohmann::json& epochs = j["epochs"];
   if (!epochs.is_array() || epochs.size() > kMaxPlacementEpochs) {
     return bad("holding epochs that are not a list of at most 64");
   }
   for (const auto& e : epochs) {
+    const auto number = static_cast<uint32_t>(p.epochs.size() + 1);  // this epoch's
     if (!e.is_object() || !e.contains("removed") || !e["removed"].is_array() ||
         !e.contains("changed") || !e["changed"].is_array()) {
       return bad("holding an epoch without its removed servers and changed partitions");
@@ -158,8 +216,8 @@ absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
     }
     for (const auto& c : e["changed"]) {
       if (!c.is_array() || c.size() != 2 || !c[0].is_number_unsigned() ||
-          c[0].get<uint64_t>() >= p.num_partitions || !c[1].is_array() || c[1].empty() ||
-          c[1].size() > p.replication) {
+          c[0].get<uint64_t>() >= p.total() || p.BornAt(c[0].get<uint32_t>()) >= number ||
+          !c[1].is_array() || c[1].empty() || c[1].size() > p.replication) {
         return bad("holding an epoch's change that is not [partition, replicas]");
       }
       std::vector<uint32_t> list;
@@ -263,8 +321,8 @@ absl::StatusOr<ShufflePlacement> NextEpoch(const ShufflePlacement& p,
     return absl::UnavailableError(absl::StrCat("its placement has ", kMaxPlacementEpochs,
                                                " epochs, the most a record takes"));
   }
-  std::vector<std::vector<std::string>> current(p.num_partitions);
-  for (uint32_t q = 0; q < p.num_partitions; ++q) {
+  std::vector<std::vector<std::string>> current(p.total());
+  for (uint32_t q = 0; q < p.total(); ++q) {
     for (uint32_t i : p.replicas[q]) current[q].push_back(p.nodes[i]);
   }
   const std::vector<std::vector<std::string>> next =
@@ -274,7 +332,7 @@ absl::StatusOr<ShufflePlacement> NextEpoch(const ShufflePlacement& p,
   for (const std::string& id : removed) {
     if (p.Holds(id)) epoch.removed.push_back(id);
   }
-  for (uint32_t q = 0; q < p.num_partitions; ++q) {
+  for (uint32_t q = 0; q < p.total(); ++q) {
     if (next[q].empty()) {
       return absl::UnavailableError(absl::StrCat("no live server is left to hold partition ", q,
                                                  " (", absl::StrJoin(current[q], ", "), " gone)"));
@@ -313,7 +371,8 @@ std::optional<MapperDecision> DecodeDecision(std::string_view text) {
 absl::StatusOr<ShufflePlacement> NewPlacement(const std::string& shuffle_id,
                                               uint32_t num_partitions, uint32_t num_mappers,
                                               uint32_t replication,
-                                              const std::vector<std::string>& nodes) {
+                                              const std::vector<std::string>& nodes,
+                                              uint64_t split_bytes) {
   ShufflePlacement p;
   p.shuffle_id = shuffle_id;
   p.num_partitions = num_partitions;
@@ -329,17 +388,72 @@ absl::StatusOr<ShufflePlacement> NewPlacement(const std::string& shuffle_id,
   p.replicas = std::move(placed).value();
   p.first_replicas = p.replicas;
   p.revocable = true;
+  if (split_bytes != 0 && SegmentSlots(num_partitions) != 0) {
+    p.split_bytes = split_bytes;
+    p.segment_slots = SegmentSlots(num_partitions);
+  }
   return p;
+}
+
+absl::StatusOr<ShufflePlacement> NextSegment(const ShufflePlacement& p, uint32_t full,
+                                             const std::vector<std::string>& live) {
+  if (p.split_bytes == 0) {
+    return absl::FailedPreconditionError("its partitions are not split (no split size recorded)");
+  }
+  if (full >= p.total()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("partition ", full, " is out of range [0, ", p.total(), ")"));
+  }
+  const uint32_t parent = p.ParentOf(full);
+  const std::vector<uint32_t> chain = p.ChainOf(parent);
+  if (chain.back() != full) return p;  // split already: one decision for everyone
+  if (p.segments.size() >= p.segment_slots) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("all its ", p.segment_slots, " segment slots are taken"));
+  }
+  const auto id = p.total();  // the new segment's
+  // Candidates: live servers holding a replica of the newest epoch, with what they hold.
+  std::vector<uint32_t> in_chain(p.nodes.size(), 0), load(p.nodes.size(), 0);
+  std::vector<bool> holder(p.nodes.size(), false);
+  for (uint32_t q = 0; q < p.total(); ++q) {
+    for (uint32_t i : p.replicas[q]) {
+      holder[i] = holder[i] || q < p.num_partitions;  // (every writer has a stream to it)
+      ++load[i];
+      if (p.ParentOf(q) == parent) ++in_chain[i];
+    }
+  }
+  std::vector<uint32_t> candidates;
+  for (uint32_t i = 0; i < p.nodes.size(); ++i) {
+    if (holder[i] && std::find(live.begin(), live.end(), p.nodes[i]) != live.end()) {
+      candidates.push_back(i);
+    }
+  }
+  if (candidates.empty()) {
+    return absl::UnavailableError("no live server of its placement can take a further segment");
+  }
+  std::sort(candidates.begin(), candidates.end(), [&](uint32_t a, uint32_t b) {
+    if (in_chain[a] != in_chain[b]) return in_chain[a] < in_chain[b];
+    if (load[a] != load[b]) return load[a] < load[b];
+    return RendezvousScore(p.shuffle_id, id, p.nodes[a]) >
+           RendezvousScore(p.shuffle_id, id, p.nodes[b]);
+  });
+  candidates.resize(std::min<size_t>(candidates.size(), p.replication));
+  ShufflePlacement out = p;
+  out.segments.push_back(PartitionSegment{parent, p.epoch()});
+  out.replicas.push_back(candidates);
+  out.first_replicas.push_back(candidates);
+  return out;
 }
 
 absl::StatusOr<PlacementStore::Created> EtcdPlacementStore::Create(
     const std::string& shuffle_id, uint32_t num_partitions, uint32_t num_mappers,
-    uint32_t replication, const std::vector<std::string>& nodes) {
+    uint32_t replication, const std::vector<std::string>& nodes, uint64_t split_bytes) {
   // Recorded already (the usual case for a retried or concurrent create): no placing needed.
   auto existing = Get(shuffle_id);
   if (!existing.ok()) return existing.status();
   if (existing->has_value()) return Created{false, std::move(**existing)};
-  auto placed = NewPlacement(shuffle_id, num_partitions, num_mappers, replication, nodes);
+  auto placed =
+      NewPlacement(shuffle_id, num_partitions, num_mappers, replication, nodes, split_bytes);
   if (!placed.ok()) return placed.status();
   ShufflePlacement& p = *placed;
   // The record and its index entry, together.
@@ -406,6 +520,24 @@ absl::StatusOr<std::optional<ShufflePlacement>> EtcdPlacementStore::AddEpoch(
     if (*put) return std::optional<ShufflePlacement>(std::move(next).value());
   }
   return absl::UnavailableError("its placement record kept changing while an epoch was added");
+}
+
+absl::StatusOr<std::optional<ShufflePlacement>> EtcdPlacementStore::AddSegment(
+    const std::string& shuffle_id, uint32_t full, const std::vector<std::string>& live) {
+  // As AddEpoch: read, change, write if unchanged since; the epoch key stays (no attempt in
+  // flight is refused for it).
+  for (int round = 0; round < 8; ++round) {
+    auto got = Get(shuffle_id);
+    if (!got.ok() || !got->has_value()) return got;
+    const ShufflePlacement& now = **got;
+    auto next = NextSegment(now, full, live);
+    if (!next.ok()) return next.status();
+    if (next->total() == now.total()) return got;
+    auto put = etcd_->PutIfUnchanged(Key(shuffle_id), EncodePlacement(*next), now.revision);
+    if (!put.ok()) return put.status();
+    if (*put) return std::optional<ShufflePlacement>(std::move(next).value());
+  }
+  return absl::UnavailableError("its placement record kept changing while a segment was added");
 }
 
 absl::StatusOr<std::pair<std::vector<uint64_t>, ShufflePlacement>> EtcdPlacementStore::Revoke(

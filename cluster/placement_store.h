@@ -38,6 +38,21 @@ struct PlacementEpoch {
 /// The most epochs a shuffle's record takes (each a server lost while it lives).
 inline constexpr uint32_t kMaxPlacementEpochs = 64;
 
+/// A further segment of a huge partition (docs/cluster.md, "Huge partitions"): made when the
+/// partition's last segment grew past the shuffle's split size, on other servers, for the
+/// partition's new frames. Segment k of a shuffle is stored and read as partition
+/// `num_partitions + k`, with its own replicas, epochs and repairs like any partition.
+struct PartitionSegment {
+  uint32_t parent = 0;  ///< the partition it is a segment of
+  uint32_t born = 0;    ///< the placement epoch it was made in (no winner before has data in it)
+};
+
+/// Most segments a shuffle's record takes, unless its partitions leave fewer ids free (a stored
+/// block names its partition in 16 bits): SegmentSlots.
+inline constexpr uint32_t kMaxSegments = 4096;
+/// The segment slots a shuffle of `num_partitions` gets when it may split (split_bytes > 0).
+uint32_t SegmentSlots(uint32_t num_partitions);
+
 /// A shuffle's parameters and where its partitions live.
 struct ShufflePlacement {
   std::string shuffle_id;
@@ -52,6 +67,15 @@ struct ShufflePlacement {
   /// Epoch 0's replicas (the placement made at create) and the epochs after it, oldest first.
   std::vector<std::vector<uint32_t>> first_replicas;
   std::vector<PlacementEpoch> epochs;
+  /// Huge partitions: a segment whose stored frames pass this many bytes on its servers is
+  /// followed by another (0: the shuffle's partitions are never split), recorded at create from
+  /// the creating server's --partition_split_mb.
+  uint64_t split_bytes = 0;
+  /// The most segments the shuffle may make (SegmentSlots; 0 when split_bytes is 0).
+  uint32_t segment_slots = 0;
+  /// The segments made, oldest first: segment k is partition num_partitions + k. `replicas` and
+  /// `first_replicas` hold theirs after the partitions' (first_replicas: as made).
+  std::vector<PartitionSegment> segments;
   /// Recorded by a server that knows revocations (every store of it takes REVOKE records): its
   /// decisions may be revoked. False for a shuffle created before (PlanRevocation refuses).
   bool revocable = false;
@@ -60,9 +84,24 @@ struct ShufflePlacement {
 
   /// The newest epoch's number: 0 until a server is taken out.
   uint32_t epoch() const { return static_cast<uint32_t>(epochs.size()); }
+  /// Partitions and segments made: the stored partition ids in use.
+  uint32_t total() const { return num_partitions + static_cast<uint32_t>(segments.size()); }
+  /// The stored partition ids a store of it must take: partitions and every segment slot.
+  uint32_t slots() const { return num_partitions + segment_slots; }
+  /// The partition a stored partition id belongs to (itself for a partition).
+  uint32_t ParentOf(uint32_t q) const {
+    return q < num_partitions ? q : segments[q - num_partitions].parent;
+  }
+  /// The epoch stored partition `q` was made in (0 for a partition).
+  uint32_t BornAt(uint32_t q) const {
+    return q < num_partitions || q >= total() ? 0 : segments[q - num_partitions].born;
+  }
+  /// Partition `p`'s stored ids: p, then its segments oldest first.
+  std::vector<uint32_t> ChainOf(uint32_t p) const;
   /// Partition `p`'s replicas in epoch `e` (at most epoch()).
   std::vector<uint32_t> ReplicasAt(uint32_t p, uint32_t e) const;
-  /// Per epoch (0 to epoch()), per partition: whether `node_id` holds a replica of it then.
+  /// Per epoch (0 to epoch()), per stored partition (total()): whether `node_id` holds a
+  /// replica of it then (never before a segment was made).
   std::vector<std::vector<bool>> HeldBy(const std::string& node_id) const;
   /// Whether `node_id` holds a replica of any partition in the newest epoch.
   bool Holds(const std::string& node_id) const;
@@ -127,7 +166,8 @@ class PlacementStore {
   /// caller compares). INVALID_ARGUMENT for a replication the nodes cannot give.
   virtual absl::StatusOr<Created> Create(const std::string& shuffle_id, uint32_t num_partitions,
                                          uint32_t num_mappers, uint32_t replication,
-                                         const std::vector<std::string>& nodes) = 0;
+                                         const std::vector<std::string>& nodes,
+                                         uint64_t split_bytes = 0) = 0;
   /// Recorded shuffles whose ids start with `id_prefix` (a tenant's: "tenant~").
   virtual absl::StatusOr<size_t> CountWithPrefix(const std::string& id_prefix) = 0;
   /// Removes the shuffle's record and its mappers' decisions; whether it was recorded.
@@ -162,6 +202,11 @@ class PlacementStore {
   /// recorded. The attempts revoked and the newest record.
   virtual absl::StatusOr<std::pair<std::vector<uint64_t>, ShufflePlacement>> Revoke(
       const std::string& shuffle_id, const std::vector<uint32_t>& mappers, uint32_t seen) = 0;
+  /// Adds a segment after `full` as NextSegment says, decided once whoever asks (write if
+  /// unchanged; no new epoch: attempts in flight go on). The newest record either way; nullopt
+  /// when the shuffle is not recorded.
+  virtual absl::StatusOr<std::optional<ShufflePlacement>> AddSegment(
+      const std::string& shuffle_id, uint32_t full, const std::vector<std::string>& live) = 0;
   /// Records that `node_id` is being decommissioned (docs/cluster.md, "Decommission"): it
   /// takes no new partitions and is taken out of every placement. Kept until the server's
   /// record is cleared by an operator (it is not leased: a restart does not undo it).
@@ -180,12 +225,23 @@ absl::StatusOr<ShufflePlacement> NextEpoch(const ShufflePlacement& p,
 std::string EncodeDecision(const MapperDecision& d);
 std::optional<MapperDecision> DecodeDecision(std::string_view value);
 
-/// The placement a new shuffle gets on `nodes` (what every PlacementStore records).
-/// INVALID_ARGUMENT for a replication the nodes cannot give.
+/// The placement a new shuffle gets on `nodes` (what every PlacementStore records), split at
+/// `split_bytes` (0: never). INVALID_ARGUMENT for a replication the nodes cannot give.
 absl::StatusOr<ShufflePlacement> NewPlacement(const std::string& shuffle_id,
                                               uint32_t num_partitions, uint32_t num_mappers,
                                               uint32_t replication,
-                                              const std::vector<std::string>& nodes);
+                                              const std::vector<std::string>& nodes,
+                                              uint64_t split_bytes = 0);
+
+/// The placement with a further segment after `full`, the last segment of its partition's chain
+/// (docs/cluster.md, "Huge partitions"); unchanged when `full` is no longer the last (decided
+/// already). The segment's replicas are servers of `live` that hold a partition's replica in the
+/// newest epoch (every attempt of that epoch prepares on them), those holding fewer of the chain's
+/// segments first, then fewer replicas of the shuffle, then by rendezvous score.
+/// RESOURCE_EXHAUSTED: every segment slot is taken; FAILED_PRECONDITION: the shuffle does not
+/// split; UNAVAILABLE: no live server to take it.
+absl::StatusOr<ShufflePlacement> NextSegment(const ShufflePlacement& p, uint32_t full,
+                                             const std::vector<std::string>& live);
 
 /// The record in etcd: shuffles/<id> (the placement's JSON), shuffles/<id>/mappers/<m> (a
 /// decision, created only if absent and only while shuffles/<id> exists) and owners/<id> (an
@@ -198,7 +254,8 @@ class EtcdPlacementStore final : public PlacementStore {
 
   absl::StatusOr<Created> Create(const std::string& shuffle_id, uint32_t num_partitions,
                                  uint32_t num_mappers, uint32_t replication,
-                                 const std::vector<std::string>& nodes) override;
+                                 const std::vector<std::string>& nodes,
+                                 uint64_t split_bytes = 0) override;
   absl::StatusOr<size_t> CountWithPrefix(const std::string& id_prefix) override;
   absl::StatusOr<bool> Delete(const std::string& shuffle_id) override;
   absl::StatusOr<std::optional<ShufflePlacement>> Get(
@@ -213,6 +270,8 @@ class EtcdPlacementStore final : public PlacementStore {
       const std::vector<std::string>& live) override;
   absl::StatusOr<std::pair<std::vector<uint64_t>, ShufflePlacement>> Revoke(
       const std::string& shuffle_id, const std::vector<uint32_t>& mappers, uint32_t seen) override;
+  absl::StatusOr<std::optional<ShufflePlacement>> AddSegment(
+      const std::string& shuffle_id, uint32_t full, const std::vector<std::string>& live) override;
   absl::Status SetDecommissioning(const std::string& node_id) override;
   absl::StatusOr<std::vector<std::string>> Decommissioning() override;
 

@@ -168,6 +168,10 @@ absl::Status ValidateOptions(const ServerOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("--repair_mb_per_s=", o.repair_bytes_per_s >> 20,
                                                    " is out of range [0, 10000]"));
   }
+  if (o.partition_split_bytes > (uint64_t{1} << 40)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--partition_split_mb=", o.partition_split_bytes >> 20, " is out of range [0, 1048576]"));
+  }
   if (o.dead_after > std::chrono::hours(24)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--dead_after_s=", o.dead_after.count(), " is out of range [0, 86400]"));

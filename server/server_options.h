@@ -122,6 +122,9 @@ struct ServerOptions {
   /// A server of a shuffle unregistered this long is taken out of the shuffle's placement (a
   /// new epoch); 0 = never by itself (docs/cluster.md, "Placement epochs").
   std::chrono::seconds dead_after{60};
+  /// A partition's segment stored past this many bytes on its servers takes further servers
+  /// for its new frames (docs/cluster.md, "Huge partitions"); 0 = never.
+  uint64_t partition_split_bytes = uint64_t{1024} << 20;
   /// Re-replication's rate: what this server's replicas lack is copied from other replicas at
   /// most this fast (bytes a second); 0 = off.
   uint64_t repair_bytes_per_s = uint64_t{64} << 20;

@@ -265,6 +265,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   node_options.settle = 2 * std::chrono::duration_cast<std::chrono::milliseconds>(
                                 options.node_lease_ttl);  // servers re-register within a third
   node_options.dead_after = options.dead_after;
+  node_options.split_bytes = options.partition_split_bytes;
   i.node = std::make_unique<ClusterNode>(i.registry.get(), node_options);
   i.streams = std::make_unique<OpenStreams>(options.max_push_streams, options.max_fetch_streams);
 

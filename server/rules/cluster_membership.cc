@@ -193,6 +193,7 @@ void ClusterNode::RemoveDead(const std::vector<NodeEntry>& live,
     if (!next->has_value()) {  // deleted meanwhile
       std::lock_guard<std::mutex> lock(mu_);
       kept_.erase(id);
+      meters_.erase(id);
       revoked_applied_.erase(id);
       continue;
     }

@@ -54,17 +54,19 @@ std::shared_ptr<const ClusterNode::Kept> ClusterNode::Remember(const std::string
   auto k = std::make_shared<Kept>();
   k->placement = p;
   k->read_at = Clock::now();
-  k->partitions = p.num_partitions;
+  k->partitions = p.slots();
   k->mappers = p.num_mappers;
   k->held = p.HeldBy(node_id);
   k->partition = k->held.back();
+  k->partition.resize(p.slots(), false);
   k->any = std::find(k->partition.begin(), k->partition.end(), true) != k->partition.end();
-  k->ever.assign(p.num_partitions, false);
+  k->ever.assign(p.slots(), false);
   for (const std::vector<bool>& in_epoch : k->held) {
-    for (uint32_t q = 0; q < p.num_partitions; ++q) k->ever[q] = k->ever[q] || in_epoch[q];
+    for (uint32_t q = 0; q < p.total(); ++q) k->ever[q] = k->ever[q] || in_epoch[q];
   }
+  for (uint32_t q = 0; q < p.total(); ++q) k->born.push_back(p.BornAt(q));
   std::vector<bool> holds(p.nodes.size(), false);
-  for (size_t q = 0; q < p.replicas.size() && q < p.num_partitions; ++q) {
+  for (size_t q = 0; q < p.replicas.size() && q < p.total(); ++q) {
     for (uint32_t i : p.replicas[q]) {
       if (i < p.nodes.size()) holds[i] = true;
     }
@@ -72,10 +74,20 @@ std::shared_ptr<const ClusterNode::Kept> ClusterNode::Remember(const std::string
   for (size_t i = 0; i < holds.size(); ++i) {
     if (holds[i]) k->holders.push_back(p.nodes[i]);
   }
+  std::shared_ptr<SegmentMeter> meter;
   std::lock_guard<std::mutex> lock(mu_);
+  if (p.split_bytes != 0) {
+    Metered& m = meters_[id];
+    if (m.meter == nullptr) m.meter = std::make_shared<SegmentMeter>(p.split_bytes, p.slots());
+    m.meter->Known(p);
+  }
   auto& slot = kept_[id];
-  // (Epochs only go forward: a read racing a newer one does not take it back.)
-  if (slot != nullptr && slot->placement.epoch() > p.epoch()) return slot;
+  // (Epochs and segments only go forward: a read racing a newer one does not take it back.)
+  if (slot != nullptr &&
+      (slot->placement.epoch() > p.epoch() ||
+       (slot->placement.epoch() == p.epoch() && slot->placement.total() > p.total()))) {
+    return slot;
+  }
   slot = k;
   return k;
 }
@@ -89,6 +101,7 @@ absl::StatusOr<std::shared_ptr<const ClusterNode::Kept>> ClusterNode::Reread(
   if (!placed.has_value()) {
     std::lock_guard<std::mutex> lock(mu_);
     kept_.erase(id);
+    meters_.erase(id);
     revoked_applied_.erase(id);
     return std::shared_ptr<const Kept>();
   }
@@ -175,6 +188,101 @@ absl::StatusOr<std::shared_ptr<const std::vector<bool>>> ClusterNode::PrepareToP
   return std::shared_ptr<const std::vector<bool>>(kept, &kept->partition);
 }
 
+namespace {
+// A stored partition id in a shuffle's segment slots that its record had not made when read.
+bool UnknownSegment(const ShufflePlacement& p, uint32_t partition) {
+  return partition >= p.total() && partition < p.slots();
+}
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const std::vector<bool>>> ClusterNode::KeptNow(const std::string& id,
+                                                                              uint32_t partition) {
+  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
+  if (kept == nullptr) return std::shared_ptr<const std::vector<bool>>();
+  // (Every time: a writer told of the segment by another server is never refused for it. What
+  // a caller can make it read is bounded by its streams: one read a frame message at most.)
+  if (UnknownSegment(kept->placement, partition) && !etcd_down_.load()) {
+    SLUICE_ASSIGN_OR_RETURN(kept, Reread(id));
+    if (kept == nullptr) return std::shared_ptr<const std::vector<bool>>();
+  }
+  return std::shared_ptr<const std::vector<bool>>(kept, &kept->partition);
+}
+
+ClusterNode::Sizes ClusterNode::SizesOf(const std::string& id, uint32_t stored) const {
+  std::shared_ptr<const Kept> kept = Remembered(id);
+  if (kept == nullptr || kept->partitions != stored) return Sizes{stored, stored};
+  return Sizes{kept->placement.num_partitions, kept->placement.total()};
+}
+
+std::shared_ptr<SegmentMeter> ClusterNode::Meter(const std::string& id) {
+  std::shared_ptr<SegmentMeter> meter;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = meters_.find(id);
+    if (it == meters_.end()) return nullptr;
+    meter = it->second.meter;
+    if (it->second.seeded) return meter;
+  }
+  // What is committed here counts (a restarted server goes on where it was).
+  auto store = registry_->Get(id);
+  if (!store.ok()) return meter;
+  std::shared_ptr<const Kept> kept = Remembered(id);
+  const uint32_t made = kept != nullptr ? kept->placement.total() : 0;
+  for (uint32_t q = 0; q < made; ++q) {
+    const uint64_t bytes = (*store)->Stats(q).bytes;
+    if (bytes != 0 && meter->Add(q, bytes)) meter->Unask(q);  // (asked by the next push)
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  meters_[id].seeded = true;
+  return meter;
+}
+
+absl::Status ClusterNode::Split(const std::string& id, uint32_t full) {
+  std::shared_ptr<SegmentMeter> meter = Meter(id);
+  const View c = view();
+  absl::Status st = c.Joined();
+  if (st.ok()) st = EtcdUp();
+  absl::StatusOr<std::vector<NodeEntry>> nodes =
+      st.ok() ? Nodes() : absl::StatusOr<std::vector<NodeEntry>>(st);
+  absl::StatusOr<std::optional<ShufflePlacement>> next = absl::UnknownError("not asked");
+  if (!nodes.ok()) next = nodes.status();
+  if (nodes.ok()) {
+    std::vector<std::string> live;
+    std::vector<std::string> leaving;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      leaving = leaving_;
+    }
+    for (const NodeEntry& n : *nodes) {
+      if (std::find(leaving.begin(), leaving.end(), n.node_id) == leaving.end()) {
+        live.push_back(n.node_id);
+      }
+    }
+    next = Record(id, c.placements->AddSegment(id, full, live));
+  }
+  if (!next.ok()) {
+    // Out of slots, or not splittable: never asked again; anything else: the next push asks.
+    const bool final =
+        absl::IsResourceExhausted(next.status()) || absl::IsFailedPrecondition(next.status());
+    if (meter != nullptr && !final) meter->Unask(full);
+    spdlog::warn("event=partition_split_failed tenant={} shuffle={} partition={} error=\"{}\"",
+                 TenantField(id), id, full, std::string(next.status().message()));
+    return next.status();
+  }
+  if (!next->has_value()) return absl::OkStatus();  // deleted meanwhile
+  const ShufflePlacement& p = **next;
+  Remember(id, p, c.node_id);
+  const std::vector<uint32_t> chain = p.ChainOf(p.ParentOf(full));
+  std::vector<std::string> on;
+  for (uint32_t i : p.replicas[chain.back()]) on.push_back(p.nodes[i]);
+  spdlog::info(
+      "event=partition_split tenant={} shuffle={} partition={} full={} bytes_here={} "
+      "segment={} segments={} on=\"{}\"",
+      TenantField(id), id, p.ParentOf(full), full, meter != nullptr ? meter->Bytes(full) : 0,
+      chain.back(), chain.size(), absl::StrJoin(on, ","));
+  return absl::OkStatus();
+}
+
 absl::Status ClusterNode::PrepareToServe(const std::string& id, std::optional<uint32_t> partition,
                                          uint32_t epoch) {
   SLUICE_RETURN_IF_ERROR(ReadUpTo(id, epoch));
@@ -182,8 +290,12 @@ absl::Status ClusterNode::PrepareToServe(const std::string& id, std::optional<ui
   if (partition.has_value()) {
     SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
     absl::Status st = CheckKept(kept.get(), id, *partition);
-    // A newer epoch may have given it this partition: read again (at most once a second).
-    if (!st.ok() && Since(kept->read_at) >= std::chrono::seconds(1) && !etcd_down_.load()) {
+    // A newer epoch may have given it this partition: read again (at most once a second; a
+    // segment made since the last read, at once).
+    const auto wait = kept != nullptr && UnknownSegment(kept->placement, *partition)
+                          ? std::chrono::milliseconds(0)
+                          : std::chrono::milliseconds(1000);
+    if (!st.ok() && Since(kept->read_at) >= wait && !etcd_down_.load()) {
       SLUICE_ASSIGN_OR_RETURN(kept, Reread(id));
       st = CheckKept(kept.get(), id, *partition);
     }
@@ -453,8 +565,9 @@ absl::Status ClusterNode::ResolvePending(const std::string& id) {
   SLUICE_RETURN_IF_ERROR((*store)->ResolveAll(winners));
   // Every decided mapper is here now for what this server held when it was pushed, unless this
   // server lost what it had prepared: then it must not serve the shuffle as if it were whole.
-  ReplicaCheck check = CheckReplicas(
-      kept != nullptr ? kept->held : std::vector<std::vector<bool>>{}, decided, **store);
+  ReplicaCheck check =
+      CheckReplicas(kept != nullptr ? kept->held : std::vector<std::vector<bool>>{}, decided,
+                    **store, kept != nullptr ? kept->born : std::vector<uint32_t>{});
   const std::vector<uint32_t>& missing = check.lost;
   if (!missing.empty()) {
     std::string list;
@@ -532,8 +645,9 @@ absl::StatusOr<bool> ClusterNode::Create(const ShuffleParams& params, uint32_t r
   }
   SLUICE_ASSIGN_OR_RETURN(
       PlacementStore::Created placed,
-      Record(params.shuffle_id, c.placements->Create(params.shuffle_id, params.num_partitions,
-                                                     params.num_mappers, replication, ids)));
+      Record(params.shuffle_id,
+             c.placements->Create(params.shuffle_id, params.num_partitions, params.num_mappers,
+                                  replication, ids, options_.split_bytes)));
   const ShufflePlacement& p = placed.placement;
   if (!placed.created &&
       (p.num_partitions != params.num_partitions || p.num_mappers != params.num_mappers ||
@@ -549,7 +663,10 @@ absl::StatusOr<bool> ClusterNode::Create(const ShuffleParams& params, uint32_t r
         params.num_mappers, p.replication, ids.size());
   }
   if (Remember(params.shuffle_id, p, c.node_id)->any) {
-    SLUICE_RETURN_IF_ERROR(registry_->Create(params).status());
+    // (Its store takes the segment slots too: stored partition ids past the partitions.)
+    SLUICE_RETURN_IF_ERROR(
+        registry_->Create(ShuffleParams{params.shuffle_id, p.slots(), params.num_mappers})
+            .status());
   }
   return placed.created;
 }
@@ -563,6 +680,7 @@ absl::Status ClusterNode::Delete(const std::string& id) {
     SLUICE_ASSIGN_OR_RETURN(recorded, Record(id, c.placements->Delete(id)));
     std::lock_guard<std::mutex> lock(mu_);
     kept_.erase(id);
+    meters_.erase(id);
     revoked_applied_.erase(id);
     checked_.erase(id);
   }
@@ -654,6 +772,7 @@ absl::StatusOr<ClusterNode::Placement> ClusterNode::GetPlacement(const std::stri
     if (got.ok() && !got->has_value()) {
       std::lock_guard<std::mutex> lock(mu_);
       kept_.erase(id);
+      meters_.erase(id);
       revoked_applied_.erase(id);
       return absl::NotFoundError(
           absl::StrCat("shuffle '", ShuffleName(id), "' not found in the cluster"));
@@ -665,6 +784,7 @@ absl::StatusOr<ClusterNode::Placement> ClusterNode::GetPlacement(const std::stri
       if (kept == nullptr && !fresh->any) {
         std::lock_guard<std::mutex> lock(mu_);
         kept_.erase(id);
+        meters_.erase(id);
         revoked_applied_.erase(id);
       }
     } else if (kept != nullptr && IsEtcdDown(got.status())) {
@@ -686,7 +806,11 @@ absl::StatusOr<ClusterNode::Placement> ClusterNode::GetPlacement(const std::stri
     }
     out.nodes.push_back(std::move(e));
   }
-  out.replicas = std::move(placed.replicas);
+  out.replicas.assign(placed.replicas.begin(), placed.replicas.begin() + placed.num_partitions);
+  for (uint32_t q = placed.num_partitions; q < placed.total(); ++q) {
+    out.segments.push_back(Placement::Segment{placed.ParentOf(q), placed.replicas[q]});
+  }
+  out.split_bytes = placed.split_bytes;
   out.epoch = placed.epoch();
   return out;
 }

@@ -57,6 +57,7 @@
 #include "absl/status/statusor.h"
 #include "cluster/membership.h"
 #include "cluster/placement_store.h"
+#include "server/rules/segment_meter.h"
 #include "server/storage/shuffle_registry.h"
 
 namespace sluice {
@@ -70,11 +71,14 @@ class ClusterNode {
     uint64_t started_unix_ms = 0;
   };
   /// What this server keeps of one shuffle, and the placement it was read from.
+  /// Partitions are by stored id: the shuffle's partitions, then its segments (docs/cluster.md,
+  /// "Huge partitions"); the vectors by partition take every slot (false for one not made).
   struct Kept {
-    uint32_t partitions = 0, mappers = 0;
-    std::vector<bool> partition;  ///< kept here in the newest epoch, by partition
-    std::vector<bool> ever;       ///< kept here in some epoch (its data may be here), by partition
+    uint32_t partitions = 0, mappers = 0;  ///< partitions: the store's (with the segment slots)
+    std::vector<bool> partition;           ///< kept here in the newest epoch, by partition
+    std::vector<bool> ever;  ///< kept here in some epoch (its data may be here), by partition
     std::vector<std::vector<bool>> held;  ///< kept here, by epoch and partition (HeldBy)
+    std::vector<uint32_t> born;           ///< the epoch each stored partition was made in
     bool any = false;
     ShufflePlacement placement;
     std::chrono::steady_clock::time_point read_at;  ///< when it was read from the record
@@ -86,6 +90,13 @@ class ClusterNode {
     uint32_t partitions = 0, mappers = 0, replication = 1;
     std::vector<NodeEntry> nodes;
     std::vector<std::vector<uint32_t>> replicas;  ///< per partition, indexes into `nodes`
+    /// Huge partitions' further segments (stored partition partitions + k), and the split size.
+    struct Segment {
+      uint32_t parent = 0;
+      std::vector<uint32_t> replicas;
+    };
+    std::vector<Segment> segments;
+    uint64_t split_bytes = 0;
     /// 0: read now; else etcd was down and this is the placement read that long ago.
     std::chrono::milliseconds age{0};
     uint32_t epoch = 0;  ///< the newest placement epoch, whose replicas `replicas` are
@@ -109,6 +120,9 @@ class ClusterNode {
     /// How long a server of a shuffle may be unregistered before it is taken out of the
     /// shuffle's placement with a new epoch (--dead_after_s); 0: never by itself.
     std::chrono::milliseconds dead_after{60000};
+    /// The split size recorded in the shuffles this server creates (--partition_split_mb; 0:
+    /// their partitions are never split over further servers).
+    uint64_t split_bytes = 0;
   };
   ClusterNode(ShuffleRegistry* registry, Options options)
       : registry_(registry), options_(options), clustered_(options.clustered) {}
@@ -154,6 +168,24 @@ class ClusterNode {
   /// epoch than `epoch`; a newer `epoch` than the one remembered is read from the record.
   absl::StatusOr<std::shared_ptr<const std::vector<bool>>> PrepareToPush(const std::string& id,
                                                                          uint32_t epoch = 0);
+  /// The partitions kept here as a push finds a frame for a stored partition its open did not
+  /// know (a segment made since: docs/cluster.md, "Huge partitions"): the record read again
+  /// when `partition` is a segment slot not made in the one remembered.
+  absl::StatusOr<std::shared_ptr<const std::vector<bool>>> KeptNow(const std::string& id,
+                                                                   uint32_t partition);
+  /// A shuffle's partitions and its stored partitions made (with its huge partitions' segments),
+  /// as the record remembered here says; both `stored` (its store's) when it says nothing.
+  struct Sizes {
+    uint32_t partitions = 0, listed = 0;
+  };
+  Sizes SizesOf(const std::string& id, uint32_t stored) const;
+  /// The huge-partition meter of a shuffle whose partitions split (null: they do not, or the
+  /// shuffle is not known here), its counts seeded from the committed bytes here.
+  std::shared_ptr<SegmentMeter> Meter(const std::string& id);
+  /// Asks the record for a segment after stored partition `full`, which passed the split size
+  /// here (decided once: every replica of `full` asks, one segment is made). Remembered here
+  /// at once, for push streams to tell their writers.
+  absl::Status Split(const std::string& id, uint32_t full);
   /// Before shuffle `id` is read (`partition`) or its status given (nullopt): its store here
   /// (made from the record if needed), the partition kept here, and every decision the cluster
   /// made applied (once per shuffle, start and placement epoch: later decisions all come
@@ -293,6 +325,12 @@ class ClusterNode {
   const NodeDirectory* nodes_ = nullptr;                     // guarded by mu_; set once joined
   PlacementStore* placements_ = nullptr;                     // guarded by mu_; set once joined
   std::map<std::string, std::shared_ptr<const Kept>> kept_;  // guarded by mu_
+  // Per shuffle whose partitions split (mu_); each seeded once from its store (Meter).
+  struct Metered {
+    std::shared_ptr<SegmentMeter> meter;
+    bool seeded = false;
+  };
+  std::map<std::string, Metered> meters_;
   // Shuffles found holding every mapper the cluster decided (ResolvePending), at which placement
   // epoch, and per partition the committed mappers missing here (a partition taken over in a
   // later epoch, not repaired); guarded by mu_.

@@ -100,6 +100,12 @@ class PushAttempt {
   void Abort(const absl::Status& why);
 
   bool opened() const { return store_ != nullptr; }
+  /// Whether a frame for `partition` would pass the kept check now (true on its own).
+  bool Keeps(uint32_t partition) const { return Kept(partition).ok(); }
+  /// The partitions kept, read again (a huge partition's segment made since the open).
+  void Rekeep(std::shared_ptr<const std::vector<bool>> kept) {
+    if (kept != nullptr) kept_ = std::move(kept);
+  }
   /// Frames, records and frame bytes taken so far (validated and appended).
   uint64_t frames() const { return frames_; }
   uint64_t records() const { return records_; }

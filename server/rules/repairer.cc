@@ -184,7 +184,7 @@ absl::StatusOr<DecommissionState> CheckDecommission(ShuffleRegistry* registry, C
       continue;
     }
     std::map<std::string, absl::StatusOr<std::vector<PeerPartition>>> missing;  // by node id
-    for (uint32_t q = 0; q < p.num_partitions && q < kept->ever.size(); ++q) {
+    for (uint32_t q = 0; q < p.total() && q < kept->ever.size(); ++q) {
       if (!kept->ever[q]) continue;
       uint32_t whole = 0;
       for (uint32_t i : p.replicas[q]) {

@@ -7,7 +7,7 @@ namespace sluice {
 
 ReplicaCheck CheckReplicas(const std::vector<std::vector<bool>>& held_by_epoch,
                            const std::map<uint32_t, MapperDecision>& decided,
-                           const ShuffleStore& store) {
+                           const ShuffleStore& store, const std::vector<uint32_t>& born) {
   const uint32_t partitions = store.params().num_partitions;
   const std::vector<std::vector<bool>> all_held(1, std::vector<bool>(partitions, true));
   const std::vector<std::vector<bool>>& held = held_by_epoch.empty() ? all_held : held_by_epoch;
@@ -18,16 +18,20 @@ ReplicaCheck CheckReplicas(const std::vector<std::vector<bool>>& held_by_epoch,
   };
   ReplicaCheck out;
   // Counted first (committed mappers by epoch), listed only where a partition lacks some.
-  std::vector<uint64_t> committed_in(epochs, 0);
+  std::vector<uint64_t> committed_in(epochs, 0), decided_from(epochs + 1, 0);
   for (const auto& [m, d] : decided) {
     const uint32_t e = epoch_of(d);
+    ++decided_from[e];
     if (committed(m, d)) {
       ++committed_in[e];
     } else if (std::find(held[e].begin(), held[e].end(), true) != held[e].end()) {
       out.lost.push_back(m);
     }
   }
+  for (uint32_t e = epochs; e-- > 0;) decided_from[e] += decided_from[e + 1];  // (epoch e on)
   for (uint32_t q = 0; q < partitions; ++q) {
+    // Winners of epochs before the partition was made have no data in it (a segment).
+    const uint32_t from = std::min(q < born.size() ? born[q] : 0, epochs);
     bool ever = false;
     uint64_t here = 0;
     for (uint32_t e = 0; e < epochs; ++e) {
@@ -35,10 +39,11 @@ ReplicaCheck CheckReplicas(const std::vector<std::vector<bool>>& held_by_epoch,
       ever = true;
       here += committed_in[e];
     }
-    if (!ever || here == decided.size()) continue;
+    if (!ever || here == decided_from[from]) continue;
     const std::vector<uint32_t> repaired = store.RepairedMappers(q);
     std::vector<std::pair<uint32_t, uint64_t>> lacking;
     for (const auto& [m, d] : decided) {
+      if (epoch_of(d) < from) continue;
       const bool in_epoch = held[epoch_of(d)][q];
       if (committed(m, d) &&
           (in_epoch || std::binary_search(repaired.begin(), repaired.end(), m))) {

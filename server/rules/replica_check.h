@@ -34,9 +34,11 @@ std::map<uint32_t, std::set<uint32_t>> StillLost(
     const std::map<uint32_t, std::set<uint32_t>>& lost,
     const std::map<uint32_t, std::vector<std::pair<uint32_t, uint64_t>>>& missing);
 
+/// `born`: per stored partition, the epoch it was made in (a huge partition's segment: winners
+/// of earlier epochs have nothing in it); empty: all 0.
 ReplicaCheck CheckReplicas(const std::vector<std::vector<bool>>& held,
                            const std::map<uint32_t, MapperDecision>& decided,
-                           const ShuffleStore& store);
+                           const ShuffleStore& store, const std::vector<uint32_t>& born = {});
 
 }  // namespace sluice
 

@@ -269,6 +269,18 @@ class PushReactor final : public Base {
   void WriteCreditLocked(uint64_t n) {
     if constexpr (kFlow) {
       credit_msg_.set_credit(n);
+      // The huge partitions' segments made since this stream last told its writer, which
+      // routes their partitions' next frames to them (docs/cluster.md, "Huge partitions").
+      credit_msg_.clear_segments();
+      if (meter_ != nullptr && meter_->count() > told_segments_) {
+        for (const SegmentMeter::Segment& g : meter_->After(told_segments_)) {
+          v1::PlacementSegment* out = credit_msg_.add_segments();
+          out->set_partition_id(g.id);
+          out->set_parent(g.parent);
+          out->mutable_nodes()->Add(g.replicas.begin(), g.replicas.end());
+          ++told_segments_;
+        }
+      }
       writing_ = true;
       this->StartWrite(&credit_msg_);
     }
@@ -318,7 +330,13 @@ class PushReactor final : public Base {
         if (!attempt_.opened()) {
           SLUICE_ASSIGN_OR_RETURN(kept, deps_.node->PrepareToPush(id, open.placement_epoch()));
         }
-        return attempt_.Open(id, open.mapper_id(), open.attempt_id(), std::move(kept));
+        SLUICE_RETURN_IF_ERROR(
+            attempt_.Open(id, open.mapper_id(), open.attempt_id(), std::move(kept)));
+        shuffle_id_ = id;
+        std::shared_ptr<SegmentMeter> meter = deps_.node->Meter(id);
+        std::lock_guard<std::mutex> lock(write_mu_);
+        meter_ = std::move(meter);
+        return absl::OkStatus();
       }
       case PushRequest::kFrames: {
         frames_.clear();
@@ -331,12 +349,20 @@ class PushReactor final : public Base {
           bytes += kBlockHeaderSize + pf.frame().size();
         }
         SLUICE_RETURN_IF_ERROR(admission_->CheckStored(bytes));
-        return attempt_.AddFrames(frames_);
+        for (const PushAttempt::Frame& f : frames_) SLUICE_RETURN_IF_ERROR(KeepNow(f.partition));
+        SLUICE_RETURN_IF_ERROR(attempt_.AddFrames(frames_));
+        for (const PushAttempt::Frame& f : frames_) Stored(f.partition, f.bytes.size());
+        return absl::OkStatus();
       }
-      case PushRequest::kLargeFrame:
+      case PushRequest::kLargeFrame: {
         // Reserved by Handle once the announce is taken (its size within the cap).
-        return attempt_.BeginLargeFrame(request_.large_frame().partition_id(),
-                                        request_.large_frame().frame_size());
+        const uint32_t partition = request_.large_frame().partition_id();
+        SLUICE_RETURN_IF_ERROR(KeepNow(partition));
+        SLUICE_RETURN_IF_ERROR(
+            attempt_.BeginLargeFrame(partition, request_.large_frame().frame_size()));
+        Stored(partition, request_.large_frame().frame_size());  // (counted as announced)
+        return absl::OkStatus();
+      }
       case PushRequest::kPiece: {
         // (Its promise lasts the idle timeout: ReadNext waits for a piece no longer.)
         const std::string& data = request_.piece().data();
@@ -374,6 +400,22 @@ class PushReactor final : public Base {
     }
   }
 
+  // A frame for a stored partition the open did not know to be kept here: a huge partition's
+  // segment made since, which the record read again may say is (docs/cluster.md).
+  absl::Status KeepNow(uint32_t partition) {
+    if (attempt_.Keeps(partition)) return absl::OkStatus();
+    SLUICE_ASSIGN_OR_RETURN(auto kept, deps_.node->KeptNow(shuffle_id_, partition));
+    attempt_.Rekeep(std::move(kept));
+    return absl::OkStatus();  // (AddFrames refuses it if it is still not kept)
+  }
+  // Counts a frame stored here; one that takes its segment past the split size has the record
+  // asked for the next (a failure is logged and asked again by a later frame).
+  void Stored(uint32_t partition, uint64_t frame_bytes) {
+    if (meter_ != nullptr && meter_->Add(partition, kBlockHeaderSize + frame_bytes)) {
+      (void)deps_.node->Split(shuffle_id_, partition);
+    }
+  }
+
   void Fail(const absl::Status& st) {
     admission_->ReleaseLargeFrame();
     if (attempt_.opened()) ServerMetrics::Add(deps_.metrics->aborted_attempts, 1);
@@ -389,6 +431,9 @@ class PushReactor final : public Base {
   PushRequest request_;
   PushAttempt attempt_;
   std::vector<PushAttempt::Frame> frames_;  // the current message's, for AddFrames
+  std::string shuffle_id_;                  // as kept (the tenant's prefix on it), once open
+  std::shared_ptr<SegmentMeter> meter_;     // its huge partitions (null: not split); write_mu_
+  uint32_t told_segments_ = 0;              // segments told to the writer (write_mu_)
   std::atomic<bool> cancelled_{false};
   bool committed_ = false;
   uint64_t piece_bytes_ = 0;      // the size of the piece of a large frame just taken

@@ -40,12 +40,16 @@ void FillDamaged(const CallContext& call, const DamagedShuffle& d, v1::ShuffleIn
 }
 
 // The shuffle's summary, as the caller knows it, and, when `max_partitions` > 0, the details of
-// up to that many of its partitions from `first` on.
+// up to that many of its stored partitions from `first` on. `sizes`: its partitions and the
+// stored partitions listed (in a cluster, a huge partition's segments follow the partitions;
+// ClusterNode::Sizes).
 void FillInfo(const CallContext& call, const ShuffleStore& store, uint32_t first,
-              uint32_t max_partitions, v1::ShuffleInfo* info, uint32_t hot_keys = 0) {
+              uint32_t max_partitions, v1::ShuffleInfo* info, uint32_t hot_keys,
+              ClusterNode::Sizes sizes) {
   const ShuffleParams& p = store.params();
   info->set_shuffle_id(call.Shown(p.shuffle_id));
-  info->set_num_partitions(p.num_partitions);
+  info->set_num_partitions(sizes.partitions);
+  info->set_stored_partitions(sizes.listed);
   info->set_num_mappers(p.num_mappers);
   for (uint32_t m : store.CommittedMappers()) info->add_committed_mappers(m);
   if (store.wedged()) {
@@ -54,7 +58,7 @@ void FillInfo(const CallContext& call, const ShuffleStore& store, uint32_t first
   }
   if (max_partitions == 0) return;
   const uint32_t end =
-      static_cast<uint32_t>(std::min<uint64_t>(p.num_partitions, uint64_t{first} + max_partitions));
+      static_cast<uint32_t>(std::min<uint64_t>(sizes.listed, uint64_t{first} + max_partitions));
   for (uint32_t i = first; i < end; ++i) {
     const PartitionStats s = store.Stats(i);
     auto* pi = info->add_partitions();
@@ -77,7 +81,7 @@ void FillInfo(const CallContext& call, const ShuffleStore& store, uint32_t first
       pi->set_damage(std::string(damage.message()));
     }
   }
-  info->set_next_partition(end < p.num_partitions ? end : 0);
+  info->set_next_partition(end < sizes.listed ? end : 0);
 }
 
 // Each data directory's state and space; the node's totals over the healthy ones, each file
@@ -160,7 +164,8 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
       return absl::OkStatus();
     }
     SLUICE_ASSIGN_OR_RETURN(const auto store, deps_.registry->Get(id));
-    const uint32_t partitions = store->params().num_partitions;
+    const ClusterNode::Sizes sizes = deps_.node->SizesOf(id, store->params().num_partitions);
+    const uint32_t partitions = sizes.listed;
     if (req->first_partition() >= partitions) {
       return absl::InvalidArgumentError(absl::StrCat("first_partition ", req->first_partition(),
                                                      " is out of range [0, ", partitions, ")"));
@@ -174,7 +179,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
                                                      " a partition's sketch keeps"));
     }
     store->Touch();
-    FillInfo(call, *store, req->first_partition(), page, resp, req->hot_keys());
+    FillInfo(call, *store, req->first_partition(), page, resp, req->hot_keys(), sizes);
     resp->set_placement_epoch(deps_.node->KnownEpoch(id));
     for (v1::PartitionInfo& pi : *resp->mutable_partitions()) {
       const std::vector<uint32_t> lacking = deps_.node->LackingMappers(id, pi.partition_id());
@@ -227,7 +232,8 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::ListShuffles(grpc::CallbackServerC
       if (c != closed.end() && (next == nullptr || c->first < *next)) next = &c->first;
       v1::ShuffleInfo* info = resp->add_shuffles();
       if (s != served.end() && next == &s->first) {
-        FillInfo(call, *s->second, 0, 0, info);
+        FillInfo(call, *s->second, 0, 0, info, 0,
+                 deps_.node->SizesOf(s->first, s->second->params().num_partitions));
         ++s;
       } else if (d != damaged.end() && next == &d->first) {
         FillDamaged(call, d->second, info);
@@ -349,6 +355,13 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetPlacement(grpc::CallbackServerC
       auto* r = resp->add_partitions();
       for (uint32_t i : replicas) r->add_nodes(i);
     }
+    for (size_t k = 0; k < p.segments.size(); ++k) {
+      v1::PlacementSegment* g = resp->add_segments();
+      g->set_partition_id(p.partitions + static_cast<uint32_t>(k));
+      g->set_parent(p.segments[k].parent);
+      for (uint32_t i : p.segments[k].replicas) g->add_nodes(i);
+    }
+    resp->set_split_bytes(p.split_bytes);
     return absl::OkStatus();
   });
 }

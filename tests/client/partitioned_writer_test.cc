@@ -34,6 +34,9 @@ struct FakePush {
   bool committed = false, cancelled = false;
   uint64_t commit_frames = 0, commit_records = 0;
   int fail_at = -1;
+  // Told to the writer once `notify_at` frames were sent (a server's notices with its credit).
+  int notify_at = -1;
+  std::vector<SegmentNotice> notices;
   absl::Status failure = absl::InvalidArgumentError("frame 3 for partition 1: rejected");
 };
 
@@ -70,6 +73,12 @@ class FakePushStream final : public PushStream {
   void Cancel() override {
     std::lock_guard<std::mutex> lock(s_->mu);
     s_->cancelled = true;
+  }
+  std::vector<SegmentNotice> TakeSegments() override {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    if (s_->notify_at < 0 || static_cast<int>(s_->frames.size()) < s_->notify_at) return {};
+    s_->notify_at = -1;
+    return std::move(s_->notices);
   }
 
  private:
@@ -394,6 +403,51 @@ TEST(PartitionedWriterTest, ReplicatedPartitionsGoToEveryReplicaAndOneDecisionCo
     for (const FakePush& s : states) frames += s.frames.size();
     EXPECT_EQ(frames, 2 * result.frames);
   }
+}
+
+// Huge partitions (docs/cluster.md): once a stream tells of a partition's new segment, the
+// partition's next frames go to the segment's streams under its stored id; segments a writer
+// cannot route (a server without a stream here, a partition it does not have) change nothing.
+TEST(PartitionedWriterTest, APartitionsFramesFollowTheSegmentsItsStreamsTellOf) {
+  std::vector<FakePush> states(3);
+  states[0].notify_at = 4;
+  states[0].notices = {SegmentNotice{5, 0, {2}},   // partition 0's first segment, on node 2
+                       SegmentNotice{6, 0, {9}},   // a node without a stream: not taken
+                       SegmentNotice{7, 3, {1}},   // a partition the shuffle does not have
+                       SegmentNotice{1, 0, {1}}};  // not a segment id
+  WriterOptions opts;
+  opts.buffer_bytes = 4 << 10;
+  opts.partitioner = [](std::string_view key, uint32_t) -> uint32_t {
+    return key[0] == 'a' ? 0 : 1;
+  };
+  PartitionedWriter::SegmentRouting routing;
+  routing.stream_of_node = {0, 1, 2};
+  // Partition 1 had a segment on node 0 before the writer opened.
+  routing.segments = {SegmentNotice{4, 1, {0}}};
+  ASSERT_OK_AND_ASSIGN(auto writer, PartitionedWriter::Make(2, Streams(states), {{0}, {1}}, opts,
+                                                            FrameLimits{}, nullptr, 0, routing));
+  for (int i = 0; i < 2000; ++i) {
+    ASSERT_OK(
+        writer->Add((i % 4 == 0 ? "b" : "a") + std::to_string(i), "value" + std::to_string(i)));
+  }
+  ASSERT_OK_AND_ASSIGN(WriteResult result, writer->Close());
+  EXPECT_EQ(result.records, 2000u);
+  std::map<uint32_t, uint64_t> records;  // by stored partition
+  uint64_t before = 0;                   // partition 0's frames before its segment
+  for (size_t s = 0; s < states.size(); ++s) {
+    for (const auto& [q, frame] : states[s].frames) {
+      records[q] += DecodeRows(frame).size();
+      if (q == 0) ++before;
+      // Stored partition -> the stream of its server.
+      EXPECT_EQ(s, q == 0 ? 0u : q == 5 ? 2u : q == 4 ? 0u : 99u) << "stored partition " << q;
+    }
+  }
+  EXPECT_GE(before, 1u) << "partition 0 began on its own server";
+  EXPECT_GT(records[5], 0u) << "partition 0 moved to its segment";
+  EXPECT_EQ(records[0] + records[5], 1500u);
+  EXPECT_EQ(records[4], 500u) << "partition 1 went to its segment from the start";
+  EXPECT_EQ(records.count(1), 0u);
+  EXPECT_EQ(writer->segment_frames(), states[2].frames.size() + states[0].frames.size() - before);
 }
 
 TEST(PartitionedWriterTest, AFailedDecisionFailsTheClose) {

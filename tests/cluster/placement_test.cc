@@ -225,5 +225,87 @@ TEST(PlacementTest, EpochsRoundTripThroughTheRecordAndDecisionsNameTheirEpoch) {
   }
 }
 
+// Huge partitions (docs/cluster.md, "Huge partitions"): a segment is decided once per full
+// segment, goes to servers that hold fewer of its partition's chain, is stored as partition
+// num_partitions + k, takes part in epochs like a partition, and round-trips the record.
+TEST(PlacementTest, ASegmentIsDecidedOnceOnOtherServersAndTakesPartInEpochs) {
+  const std::vector<std::string> nodes = {"n0", "n1", "n2", "n3"};
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement p, NewPlacement("job", 8, 4, 1, nodes, 1 << 20));
+  EXPECT_EQ(p.split_bytes, 1u << 20);
+  EXPECT_EQ(p.segment_slots, kMaxSegments);
+  EXPECT_EQ(p.slots(), 8 + kMaxSegments);
+  EXPECT_EQ(p.total(), 8u);
+  // Not splittable: never.
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement plain, NewPlacement("job", 8, 4, 1, nodes));
+  EXPECT_THAT(NextSegment(plain, 3, nodes).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "not split"));
+  EXPECT_EQ(EncodePlacement(plain).find("segments"), std::string::npos);
+
+  // Partition 3, then its segment 8, then 9: each on a server holding none of the chain yet.
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement a, NextSegment(p, 3, nodes));
+  ASSERT_EQ(a.total(), 9u);
+  EXPECT_EQ(a.ParentOf(8), 3u);
+  EXPECT_EQ(a.ChainOf(3), (std::vector<uint32_t>{3, 8}));
+  EXPECT_NE(a.replicas[8], a.replicas[3]);
+  // Asked again for the same full segment (another replica, a retry): nothing new.
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement again, NextSegment(a, 3, nodes));
+  EXPECT_EQ(again.total(), 9u);
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement b, NextSegment(a, 8, nodes));
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement c, NextSegment(b, 9, nodes));
+  std::set<uint32_t> on;
+  for (uint32_t q : c.ChainOf(3)) on.insert(c.replicas[q][0]);
+  EXPECT_EQ(on.size(), 4u) << "a chain of 4 over 4 servers takes each once";
+  // Only live servers, and only those holding a partition (every writer prepares on them).
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement d, NextSegment(c, 10, {"n1"}));
+  EXPECT_EQ(d.replicas[11], (std::vector<uint32_t>{1}));
+  EXPECT_THAT(NextSegment(c, 10, {"n9"}).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "no live server"));
+  EXPECT_THAT(NextSegment(c, 99, nodes).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "out of range"));
+
+  // An epoch takes a segment's server out like a partition's; the record keeps it all.
+  const std::string gone = c.nodes[c.replicas[9][0]];
+  std::vector<std::string> live;
+  for (const auto& n : nodes) {
+    if (n != gone) live.push_back(n);
+  }
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement e, NextEpoch(c, {gone}, live));
+  ASSERT_EQ(e.epoch(), 1u);
+  EXPECT_NE(e.nodes[e.replicas[9][0]], gone);
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement f, NextSegment(e, 10, live));  // made in epoch 1
+  EXPECT_EQ(f.BornAt(11), 1u);
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement back, DecodePlacement("job", EncodePlacement(f)));
+  EXPECT_EQ(back.total(), f.total());
+  EXPECT_EQ(back.replicas, f.replicas);
+  EXPECT_EQ(back.first_replicas, f.first_replicas);
+  EXPECT_EQ(back.split_bytes, f.split_bytes);
+  EXPECT_EQ(back.segment_slots, f.segment_slots);
+  EXPECT_EQ(back.ChainOf(3), f.ChainOf(3));
+  EXPECT_EQ(back.ReplicasAt(9, 0), c.replicas[9]);
+  EXPECT_EQ(back.ReplicasAt(9, 1), e.replicas[9]);
+  // HeldBy: a segment is held by nobody before the epoch it was made in.
+  const std::string holder = f.nodes[f.replicas[11][0]];
+  const auto held = back.HeldBy(holder);
+  ASSERT_EQ(held.size(), 2u);
+  ASSERT_EQ(held[1].size(), f.total());
+  EXPECT_FALSE(held[0][11]);
+  EXPECT_TRUE(held[1][11]);
+
+  // Malformed segments are DATA_LOSS naming them.
+  std::string bad = EncodePlacement(f);
+  bad.replace(bad.find("\"segments\":[["), 13, "\"segments\":[[77");
+  EXPECT_THAT(DecodePlacement("job", bad).status(),
+              StatusIs(absl::StatusCode::kDataLoss, "segment"));
+  // Out of slots: RESOURCE_EXHAUSTED, and the record is not changed.
+  ShufflePlacement full = p;
+  full.segment_slots = 1;
+  ASSERT_OK_AND_ASSIGN(full, NextSegment(full, 0, nodes));
+  EXPECT_THAT(NextSegment(full, 8, nodes).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "segment slots"));
+  // A shuffle of the most partitions has no slot to split into.
+  EXPECT_EQ(SegmentSlots(1u << 16), 0u);
+  EXPECT_EQ(SegmentSlots((1u << 16) - 10), 10u);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -41,12 +41,12 @@ class FakePlacementStore final : public PlacementStore {
   }
 
   absl::StatusOr<Created> Create(const std::string& id, uint32_t partitions, uint32_t mappers,
-                                 uint32_t replication,
-                                 const std::vector<std::string>& nodes) override {
+                                 uint32_t replication, const std::vector<std::string>& nodes,
+                                 uint64_t split_bytes = 0) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (absl::Status st = Call(); !st.ok()) return st;
     if (auto it = shuffles_.find(id); it != shuffles_.end()) return Created{false, it->second};
-    auto p = NewPlacement(id, partitions, mappers, replication, nodes);
+    auto p = NewPlacement(id, partitions, mappers, replication, nodes, split_bytes);
     if (!p.ok()) return p.status();
     shuffles_[id] = *p;
     return Created{true, *std::move(p)};
@@ -119,6 +119,17 @@ class FakePlacementStore final : public PlacementStore {
       for (uint32_t m : mappers) decisions_[id].erase(m);
     }
     return std::make_pair(plan->attempts, it->second);
+  }
+  absl::StatusOr<std::optional<ShufflePlacement>> AddSegment(
+      const std::string& id, uint32_t full, const std::vector<std::string>& live) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Status st = Call(); !st.ok()) return st;
+    auto it = shuffles_.find(id);
+    if (it == shuffles_.end()) return std::optional<ShufflePlacement>();
+    auto next = NextSegment(it->second, full, live);
+    if (!next.ok()) return next.status();
+    it->second = *next;
+    return std::optional<ShufflePlacement>(*next);
   }
   absl::Status SetDecommissioning(const std::string& node_id) override {
     std::lock_guard<std::mutex> lock(mu_);

@@ -18,6 +18,7 @@
 
 #include "rpc/error_reason.h"
 #include "server/rules/replica_check.h"
+#include "server/rules/segment_meter.h"
 #include "tests/harness/fake_cluster.h"
 #include "tests/harness/frames.h"
 #include "tests/harness/status_matchers.h"
@@ -84,6 +85,97 @@ TEST(ReplicaCheckTest, StillLostKeepsOnlyMarksOfMappersStillMissing) {
   const std::map<uint32_t, std::set<uint32_t>> expected = {{0, {2}}, {3, {4}}};
   EXPECT_EQ(StillLost(lost, missing), expected);
   EXPECT_TRUE(StillLost({}, missing).empty());
+}
+
+// A huge partition's segment made in epoch 1 (docs/cluster.md, "Huge partitions") holds nothing
+// of the winners of epoch 0: a server that keeps it lacks none of them.
+TEST(ReplicaCheckTest, ASegmentLacksNoWinnerOfAnEpochBeforeItWasMade) {
+  Server s("n1", /*clustered=*/false);
+  ASSERT_OK(s.registry->Create(ShuffleParams{"job", 3, 2}).status());
+  Prepare(s, "job", /*mapper=*/1, /*attempt=*/5, {2}, /*commit=*/true);
+  ASSERT_OK_AND_ASSIGN(auto store, s.registry->Get("job"));
+  // Epoch 0: n1 held nothing; epoch 1: it holds stored partition 2, made then.
+  const std::vector<std::vector<bool>> held = {{false, false, false}, {false, false, true}};
+  const std::map<uint32_t, MapperDecision> decided = {{0, {3, 0}}, {1, {5, 1}}};
+  const ReplicaCheck with = CheckReplicas(held, decided, *store, {0, 0, 1});
+  EXPECT_TRUE(with.lost.empty());
+  EXPECT_TRUE(with.missing.empty());
+  // (Without its epoch it would lack mapper 0: the check that tells them apart.)
+  const ReplicaCheck without = CheckReplicas(held, decided, *store);
+  ASSERT_EQ(without.missing.count(2), 1u);
+  EXPECT_EQ(without.missing.at(2).front().first, 0u);
+}
+
+// The meter asks once, at 7/8 of the split size, for the last segment of a partition only, and
+// again after a split that did not happen; what the record made is told in order.
+TEST(SegmentMeterTest, AsksOnceNearTheSplitSizeAndTellsTheSegmentsInOrder) {
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement p, NewPlacement("job", 2, 1, 1, {"n0", "n1"}, 8000));
+  SegmentMeter meter(p.split_bytes, p.slots());
+  meter.Known(p);
+  EXPECT_EQ(meter.ask_bytes(), 7000u);
+  EXPECT_FALSE(meter.Add(0, 6999));
+  EXPECT_TRUE(meter.Add(0, 1));
+  EXPECT_FALSE(meter.Add(0, 5000)) << "asked already";
+  meter.Unask(0);  // (the record could not be written)
+  EXPECT_TRUE(meter.Add(0, 1));
+  EXPECT_EQ(meter.Bytes(0), 12001u);
+  EXPECT_FALSE(meter.Add(p.slots(), 1 << 20)) << "beyond the slots";
+  EXPECT_EQ(meter.count(), 0u);
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement a, NextSegment(p, 0, {"n0", "n1"}));
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement b, NextSegment(a, 1, {"n0", "n1"}));
+  meter.Known(b);
+  ASSERT_EQ(meter.count(), 2u);
+  const auto told = meter.After(0);
+  ASSERT_EQ(told.size(), 2u);
+  EXPECT_EQ(told[0].id, 2u);
+  EXPECT_EQ(told[0].parent, 0u);
+  EXPECT_EQ(told[1].id, 3u);
+  EXPECT_EQ(told[1].parent, 1u);
+  EXPECT_EQ(meter.After(1).size(), 1u);
+  EXPECT_TRUE(meter.After(2).empty());
+  // Partition 1 is followed by segment 3 now: it never asks again; segment 3 does.
+  meter.Unask(1);
+  meter.Known(b);
+  EXPECT_FALSE(meter.Add(1, 1 << 20));
+  EXPECT_TRUE(meter.Add(3, 7000));
+}
+
+// A split asked by the server that keeps the full partition is recorded once; the server that
+// keeps the new segment takes its frames after reading the record again.
+TEST(ClusterNodeTest, ASplitIsRecordedOnceAndTheNewSegmentsServerKeepsIt) {
+  FakePlacementStore record;
+  FakeNodeDirectory nodes({"n0", "n1"});
+  ClusterNode::Options options{true};
+  options.split_bytes = 8000;
+  Server n0("n0", options), n1("n1", options);
+  n0.node->Joined(&nodes, &record);
+  n1.node->Joined(&nodes, &record);
+  ASSERT_OK(n0.node->Create({"job", 2, 2}, 1).status());
+  ASSERT_OK_AND_ASSIGN(auto placed, record.Get("job"));
+  const uint32_t full = Split(*placed, "n0").first.front();
+  ASSERT_OK(n1.node->PrepareToPush("job").status());
+  ASSERT_OK(n0.node->PrepareToPush("job").status());
+  std::shared_ptr<SegmentMeter> meter = n0.node->Meter("job");
+  ASSERT_NE(meter, nullptr);
+  ASSERT_TRUE(meter->Add(full, 7500));
+  ASSERT_OK(n0.node->Split("job", full));
+  ASSERT_OK(n0.node->Split("job", full));  // again (another replica, a retry): nothing new
+  ASSERT_OK_AND_ASSIGN(placed, record.Get("job"));
+  ASSERT_EQ(placed->total(), 3u);
+  EXPECT_EQ(placed->ChainOf(full), (std::vector<uint32_t>{full, 2}));
+  EXPECT_EQ(placed->nodes[placed->replicas[2][0]], "n1") << "the server without the chain";
+  EXPECT_EQ(meter->count(), 1u);
+  EXPECT_EQ(n0.node->SizesOf("job", placed->slots()).listed, 3u);
+  // n1 read the record before the split: a frame for segment 2 has it read again.
+  ASSERT_OK_AND_ASSIGN(auto kept, n1.node->KeptNow("job", 2));
+  ASSERT_NE(kept, nullptr);
+  EXPECT_TRUE((*kept)[2]);
+  EXPECT_OK(n1.node->PrepareToServe("job", 2));
+  EXPECT_THAT(n0.node->PrepareToServe("job", 2),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "keeps no replica of partition 2"));
+  // Its store takes the segment ids.
+  ASSERT_OK_AND_ASSIGN(auto store, n1.registry->Get("job"));
+  EXPECT_EQ(store->params().num_partitions, placed->slots());
 }
 
 TEST(ClusterNodeTest, OnItsOwnItActsOnItsRegistryAlone) {
