@@ -254,11 +254,22 @@ absl::Status OnThreads(int n, int slots, const char* name, Fn fn) {
   return absl::OkStatus();
 }
 
-// Stored bytes the server read for fetches so far.
-absl::StatusOr<uint64_t> StoredRead(ShuffleClient& client) {
-  auto node = client.GetNode();
-  if (!node.ok()) return node.status();
-  return node->fetch_stored_bytes;
+// Stored bytes the servers read for fetches so far (each server of a cluster, asked alone).
+absl::StatusOr<uint64_t> StoredRead(ShuffleClient& client, const BenchConfig& c) {
+  if (!c.server_client) {
+    auto node = client.GetNode();
+    if (!node.ok()) return node.status();
+    return node->fetch_stored_bytes;
+  }
+  auto nodes = client.ListNodes();
+  if (!nodes.ok()) return nodes.status();
+  uint64_t sum = 0;
+  for (const NodeAddress& n : *nodes) {
+    auto node = c.server_client(n.address)->GetNode();
+    if (!node.ok()) return node.status();
+    sum += node->fetch_stored_bytes;
+  }
+  return sum;
 }
 
 // Reads partition 0 with `options` to the end: its records, and when the first came.
@@ -281,14 +292,14 @@ absl::StatusOr<BenchResult::Split> ReadSplit(ShuffleClient& client, const std::s
   const auto cpu = [&c] { return c.server_cpu ? c.server_cpu() : 0.0; };
   ReaderOptions whole;
   whole.order = FetchOrder::kKey;
-  auto read0 = StoredRead(client);
+  auto read0 = StoredRead(client, c);
   if (!read0.ok()) return read0.status();
   double cpu0 = cpu();
   auto t0 = Clock::now();
   SLUICE_RETURN_IF_ERROR(ReadAll(client, id, whole, &out.records, nullptr));
   out.full_s = std::chrono::duration<double>(Clock::now() - t0).count();
   out.full_cpu_s = cpu() - cpu0;
-  auto read1 = StoredRead(client);
+  auto read1 = StoredRead(client, c);
   if (!read1.ok()) return read1.status();
   out.full_read_bytes = *read1 - *read0;
   // The slices: planned, then read at once, one reader each.
@@ -307,7 +318,7 @@ absl::StatusOr<BenchResult::Split> ReadSplit(ShuffleClient& client, const std::s
       }));
   out.sliced_s = std::chrono::duration<double>(Clock::now() - t0).count();
   out.sliced_cpu_s = cpu() - cpu0;
-  auto read2 = StoredRead(client);
+  auto read2 = StoredRead(client, c);
   if (!read2.ok()) return read2.status();
   out.sliced_read_bytes = *read2 - *read1;
   for (uint64_t n : out.slice_records) out.sliced_records += n;

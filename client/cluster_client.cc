@@ -635,10 +635,13 @@ class ClusterClient final : public ShuffleClient {
     }
     const std::vector<uint32_t> chain = p.ChainOf(partition);
     if (chain.size() == 1) return SplitsOfStored(id, p, partition, slices, placement_epoch);
-    // A huge partition: each stored partition's cuts, merged by their bytes.
+    // A huge partition: each stored partition's cuts, merged by their bytes. Each is asked for
+    // 8x the slices (at most 4,096, a server's most): a merged cut falls inside the others'
+    // slices, whose bytes are known only whole.
     std::vector<SplitKeys> parts;
+    const uint32_t finer = std::min<uint32_t>(4096, std::max<uint32_t>(slices, slices * 8));
     for (uint32_t q : chain) {
-      SLUICE_ASSIGN_OR_RETURN(SplitKeys keys, SplitsOfStored(id, p, q, slices, placement_epoch));
+      SLUICE_ASSIGN_OR_RETURN(SplitKeys keys, SplitsOfStored(id, p, q, finer, placement_epoch));
       parts.push_back(std::move(keys));
     }
     return MergeSplits(parts, slices);

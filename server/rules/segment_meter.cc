@@ -7,7 +7,6 @@ namespace sluice {
 
 SegmentMeter::SegmentMeter(uint64_t split_bytes, uint32_t slots)
     : split_bytes_(split_bytes),
-      ask_bytes_(split_bytes - std::min<uint64_t>(split_bytes / 8, uint64_t{64} << 20)),
       slots_(slots),
       chunks_(new std::atomic<Chunk*>[(slots + kChunk - 1) / kChunk]) {
   for (uint32_t c = 0; c < (slots + kChunk - 1) / kChunk; ++c) chunks_[c].store(nullptr);
@@ -31,12 +30,18 @@ const SegmentMeter::Chunk* SegmentMeter::Find(uint32_t q) const {
   return q < slots_ ? chunks_[q / kChunk].load(std::memory_order_acquire) : nullptr;
 }
 
+uint64_t SegmentMeter::ask_bytes() const {
+  const uint64_t least = std::min<uint64_t>(split_bytes_ / 8, uint64_t{64} << 20);
+  const uint64_t lag = writers_.load(std::memory_order_relaxed) * kWriterLag;
+  return split_bytes_ - std::min(split_bytes_ / 2, std::max(least, lag));
+}
+
 bool SegmentMeter::Add(uint32_t q, uint64_t bytes) {
   if (q >= slots_ || split_bytes_ == 0) return false;
   Chunk& c = ChunkOf(q);
   const uint32_t i = q % kChunk;
   const uint64_t now = c.bytes[i].fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  if (now < ask_bytes_ || c.asked[i].load(std::memory_order_relaxed) != 0) return false;
+  if (now < ask_bytes() || c.asked[i].load(std::memory_order_relaxed) != 0) return false;
   uint8_t expected = 0;
   return c.asked[i].compare_exchange_strong(expected, 1);
 }

@@ -43,10 +43,18 @@ class SegmentMeter {
   /// last segment of its partition when it reaches ask_bytes() (until Unask): ask for the next
   /// segment.
   bool Add(uint32_t q, uint64_t bytes);
-  /// Where the next segment is asked for: an eighth of the split size before it (at most
-  /// 64 MiB), so that what writers send before they learn of it (a push message each) mostly
-  /// lands within the size.
-  uint64_t ask_bytes() const { return ask_bytes_; }
+  /// Where the next segment is asked for: before the split size by what the writers pushing
+  /// here may still send once it is made (kWriterLag each: they learn of it with the credit
+  /// for their next message), at least an eighth of the size (at most 64 MiB of that), at most
+  /// half of it.
+  uint64_t ask_bytes() const;
+  /// What one writer may send to a segment after its next is made: the push message it had
+  /// built and the one in flight (1 MiB each), and what reaches the server while the record is
+  /// written (measured: ~2.5 MiB a writer at 8 writers on loopback).
+  static constexpr uint64_t kWriterLag = uint64_t{3} << 20;
+  /// A push stream of the shuffle opened here (Enter) and ended (Leave).
+  void Enter() { writers_.fetch_add(1, std::memory_order_relaxed); }
+  void Leave() { writers_.fetch_sub(1, std::memory_order_relaxed); }
   /// The bytes counted for `q`.
   uint64_t Bytes(uint32_t q) const;
   /// A split asked for `q` did not happen (etcd did not answer): the next Add past the size
@@ -72,8 +80,8 @@ class SegmentMeter {
   const Chunk* Find(uint32_t q) const;
 
   const uint64_t split_bytes_;
-  const uint64_t ask_bytes_;
   const uint32_t slots_;
+  std::atomic<uint32_t> writers_{0};
   std::unique_ptr<std::atomic<Chunk*>[]> chunks_;
   std::mutex make_mu_;
   std::atomic<uint32_t> count_{0};

@@ -334,6 +334,12 @@ class PushReactor final : public Base {
             attempt_.Open(id, open.mapper_id(), open.attempt_id(), std::move(kept)));
         shuffle_id_ = id;
         std::shared_ptr<SegmentMeter> meter = deps_.node->Meter(id);
+        if (meter != nullptr) {
+          // Counted among the shuffle's writers here while the stream lives (each may send a
+          // segment a little after its next is made: SegmentMeter::ask_bytes).
+          meter->Enter();
+          among_writers_ = std::shared_ptr<void>(nullptr, [meter](void*) { meter->Leave(); });
+        }
         std::lock_guard<std::mutex> lock(write_mu_);
         meter_ = std::move(meter);
         return absl::OkStatus();
@@ -434,6 +440,7 @@ class PushReactor final : public Base {
   std::string shuffle_id_;                  // as kept (the tenant's prefix on it), once open
   std::shared_ptr<SegmentMeter> meter_;     // its huge partitions (null: not split); write_mu_
   uint32_t told_segments_ = 0;              // segments told to the writer (write_mu_)
+  std::shared_ptr<void> among_writers_;     // its place among the meter's writers
   std::atomic<bool> cancelled_{false};
   bool committed_ = false;
   uint64_t piece_bytes_ = 0;      // the size of the piece of a large frame just taken

@@ -106,13 +106,23 @@ TEST(ReplicaCheckTest, ASegmentLacksNoWinnerOfAnEpochBeforeItWasMade) {
   EXPECT_EQ(without.missing.at(2).front().first, 0u);
 }
 
-// The meter asks once, at 7/8 of the split size, for the last segment of a partition only, and
-// again after a split that did not happen; what the record made is told in order.
+// The meter asks once, an eighth before the split size (more with more writers), for the last
+// segment of a partition only, and again after a split that did not happen; what the record
+// made is told in order.
 TEST(SegmentMeterTest, AsksOnceNearTheSplitSizeAndTellsTheSegmentsInOrder) {
   ASSERT_OK_AND_ASSIGN(ShufflePlacement p, NewPlacement("job", 2, 1, 1, {"n0", "n1"}, 8000));
   SegmentMeter meter(p.split_bytes, p.slots());
   meter.Known(p);
   EXPECT_EQ(meter.ask_bytes(), 7000u);
+  // Writers pushing here: each may send ~2 MiB after the split; never more than half the size.
+  meter.Enter();
+  EXPECT_EQ(meter.ask_bytes(), 4000u);
+  meter.Leave();
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement big, NewPlacement("big", 2, 1, 1, {"n0"}, 64 << 20));
+  SegmentMeter large(big.split_bytes, big.slots());
+  EXPECT_EQ(large.ask_bytes(), 56u << 20);
+  for (int i = 0; i < 6; ++i) large.Enter();
+  EXPECT_EQ(large.ask_bytes(), 46u << 20);
   EXPECT_FALSE(meter.Add(0, 6999));
   EXPECT_TRUE(meter.Add(0, 1));
   EXPECT_FALSE(meter.Add(0, 5000)) << "asked already";
