@@ -202,19 +202,24 @@ class FailoverReader final : public ShuffleReader {
   std::vector<std::string> errors_;
 };
 
-// A huge partition's records (docs/cluster.md, "Huge partitions"): the union of its stored
-// partitions (the partition, then its segments), each read through its own FailoverReader. The
-// first is opened first; the others read exactly the committed mappers (and attempts) it
-// served, so that a mapper committed in between is in none or all. UNORDERED: the segments one
-// after the other. KEY: merged by key, a key's records from the earlier segment first (each
-// mapper's records of a key keep their order: a writer moves to a later segment only).
-// `skip` leaves out the union's first records (a resume).
+// The records of a partition whose shuffle splits (docs/cluster.md, "Huge partitions"): the
+// union of its stored partitions (the partition, then its segments), each read through its own
+// FailoverReader. The partition itself is opened first; once its first replica has said which
+// committed mappers (and attempts) it serves, `rest` reads the placement afresh and opens the
+// segments for exactly those: every segment holding a frame of them was recorded before the
+// frame was pushed, so none is missed, and a mapper committed in between is in none or all.
+// UNORDERED: the stored partitions one after the other. KEY: merged by key, a key's records
+// from the earlier segment first (each mapper's records of a key keep their order: a writer
+// moves to a later segment only). `skip` leaves out the union's first records (a resume).
 class SegmentedReader final : public ShuffleReader {
  public:
-  using Open = std::function<std::unique_ptr<FailoverReader>(
-      size_t k, const std::vector<uint32_t>& mappers, const std::vector<uint64_t>& attempts)>;
-  SegmentedReader(size_t count, bool key_order, uint64_t skip, Open open)
-      : count_(count), key_order_(key_order), skip_(skip), open_(std::move(open)) {}
+  using Rest = std::function<absl::StatusOr<std::vector<std::unique_ptr<FailoverReader>>>(
+      const std::vector<uint32_t>& mappers, const std::vector<uint64_t>& attempts)>;
+  SegmentedReader(std::unique_ptr<FailoverReader> first, bool key_order, uint64_t skip, Rest rest)
+      : key_order_(key_order), skip_(skip), rest_(std::move(rest)) {
+    parts_.emplace_back();
+    parts_[0].reader = std::move(first);
+  }
 
   absl::StatusOr<bool> Next(Record* out) override {
     for (;;) {
@@ -230,56 +235,56 @@ class SegmentedReader final : public ShuffleReader {
     std::unique_ptr<FailoverReader> reader;
     Record head;
     bool more = true;
+    bool started = false;
   };
-  // Opens stored partition k (the first with every committed mapper, the others with its).
-  absl::Status OpenPart(size_t k) {
-    Part& p = parts_[k];
-    p.reader = open_(k, mappers_, attempts_);
+  absl::Status Advance(Part& p) {
+    p.started = true;
     SLUICE_ASSIGN_OR_RETURN(p.more, p.reader->Next(&p.head));
-    if (k == 0) {
-      mappers_ = p.reader->served();
-      attempts_ = p.reader->served_attempts();
-    }
     return absl::OkStatus();
   }
   absl::StatusOr<bool> Step(Record* out) {
-    if (parts_.empty()) {
-      parts_.resize(count_);
-      SLUICE_RETURN_IF_ERROR(OpenPart(0));
-      if (key_order_) {
-        for (size_t k = 1; k < count_; ++k) SLUICE_RETURN_IF_ERROR(OpenPart(k));
+    if (!opened_) {
+      opened_ = true;
+      SLUICE_RETURN_IF_ERROR(Advance(parts_[0]));
+      SLUICE_ASSIGN_OR_RETURN(
+          auto rest, rest_(parts_[0].reader->served(), parts_[0].reader->served_attempts()));
+      for (auto& r : rest) {
+        parts_.emplace_back();
+        parts_.back().reader = std::move(r);
       }
-    } else if (last_ < count_) {  // the record returned last is done with: its reader moves on
-      Part& p = parts_[last_];
-      SLUICE_ASSIGN_OR_RETURN(p.more, p.reader->Next(&p.head));
+      if (key_order_) {
+        for (size_t k = 1; k < parts_.size(); ++k) SLUICE_RETURN_IF_ERROR(Advance(parts_[k]));
+      }
+    } else if (last_ < parts_.size()) {  // the record returned last is done with: move on
+      SLUICE_RETURN_IF_ERROR(Advance(parts_[last_]));
     }
     if (!key_order_) {
-      while (current_ < count_ && !parts_[current_].more) {
-        if (++current_ < count_) SLUICE_RETURN_IF_ERROR(OpenPart(current_));
+      while (current_ < parts_.size() && !parts_[current_].more) {
+        if (++current_ < parts_.size()) SLUICE_RETURN_IF_ERROR(Advance(parts_[current_]));
       }
       last_ = current_;
-      if (current_ >= count_) return false;
+      if (current_ >= parts_.size()) return false;
       *out = parts_[current_].head;
       return true;
     }
-    size_t best = count_;
-    for (size_t k = 0; k < count_; ++k) {
+    size_t best = parts_.size();
+    for (size_t k = 0; k < parts_.size(); ++k) {
       if (!parts_[k].more) continue;
-      if (best == count_ || CompareKeys(parts_[k].head.key, parts_[best].head.key) < 0) best = k;
+      if (best == parts_.size() || CompareKeys(parts_[k].head.key, parts_[best].head.key) < 0) {
+        best = k;
+      }
     }
     last_ = best;
-    if (best == count_) return false;
+    if (best == parts_.size()) return false;
     *out = parts_[best].head;
     return true;
   }
 
-  const size_t count_;
   const bool key_order_;
   uint64_t skip_;
-  const Open open_;
+  const Rest rest_;
   std::vector<Part> parts_;
-  std::vector<uint32_t> mappers_;
-  std::vector<uint64_t> attempts_;
+  bool opened_ = false;
   size_t last_ = SIZE_MAX;  // the part whose head was returned last
   size_t current_ = 0;      // UNORDERED: the part being read
 };
@@ -679,7 +684,7 @@ class ClusterClient final : public ShuffleClient {
                                                             const ReaderOptions& options) override {
     SLUICE_ASSIGN_OR_RETURN(const bool clustered, Clustered());
     if (!clustered) return Seed(0).client().OpenReader(id, partition, options);
-    SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, PlacedForRead(id));
+    SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, Placed(id));
     const PlacementInfo& p = placed.info;
     if (partition >= p.num_partitions) {
       return absl::InvalidArgumentError(
@@ -687,22 +692,29 @@ class ClusterClient final : public ShuffleClient {
     }
     ReaderOptions routed = options;
     routed.placement_epoch = std::max(options.placement_epoch, p.epoch);
-    const std::vector<uint32_t> chain = p.ChainOf(partition);
-    if (chain.size() == 1) return OpenStored(id, p, partition, routed);
-    // A huge partition: the union of its stored partitions, resumed as one (skip_records).
-    const bool key_order = options.order == FetchOrder::kKey;
+    if (p.split_bytes == 0)
+      return std::unique_ptr<ShuffleReader>(OpenStored(id, p, partition, routed));
+    // A shuffle whose partitions split: the partition, then its segments (as the record says once
+    // the partition's first replica has fixed the mappers read), resumed as one.
     const uint64_t skip = routed.skip_records;
     routed.skip_records = 0;
     return std::unique_ptr<ShuffleReader>(new SegmentedReader(
-        chain.size(), key_order, skip,
-        [this, id, p, chain, routed](size_t k, const std::vector<uint32_t>& mappers,
-                                     const std::vector<uint64_t>& attempts) {
-          ReaderOptions o = routed;
-          if (k > 0 && o.only_mappers.empty() && !mappers.empty()) {
-            o.only_mappers = mappers;
-            o.only_attempts = attempts;
+        OpenStored(id, p, partition, routed), options.order == FetchOrder::kKey, skip,
+        [this, id, partition, routed](const std::vector<uint32_t>& mappers,
+                                      const std::vector<uint64_t>& attempts)
+            -> absl::StatusOr<std::vector<std::unique_ptr<FailoverReader>>> {
+          SLUICE_ASSIGN_OR_RETURN(const CachedPlacement now, PlacedForRead(id));
+          std::vector<std::unique_ptr<FailoverReader>> out;
+          const std::vector<uint32_t> chain = now.info.ChainOf(partition);
+          for (size_t k = 1; k < chain.size(); ++k) {
+            ReaderOptions o = routed;
+            if (o.only_mappers.empty() && !mappers.empty()) {
+              o.only_mappers = mappers;
+              o.only_attempts = attempts;
+            }
+            out.push_back(OpenStored(id, now.info, chain[k], o));
           }
-          return OpenStored(id, p, chain[k], o);
+          return out;
         }));
   }
 
@@ -762,12 +774,9 @@ class ClusterClient final : public ShuffleClient {
                                                                    uint32_t mapper,
                                                                    uint64_t attempt,
                                                                    const WriterOptions& options) {
-    SLUICE_ASSIGN_OR_RETURN(CachedPlacement placed, Placed(id));
-    // A shuffle whose partitions split: the segments made so far, read afresh (those made while
-    // it writes come from its streams, with the credit for its next push message).
-    if (placed.info.split_bytes != 0) {
-      SLUICE_ASSIGN_OR_RETURN(placed, Placed(id, /*fresh=*/true));
-    }
+    // (A shuffle whose partitions split: the segments it knows; those made since, or while it
+    // writes, its streams tell of with their first credit and after.)
+    SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, Placed(id));
     const PlacementInfo& p = placed.info;
     // One stream per server that keeps any replica, in node order.
     std::vector<int> stream_of_node(p.nodes.size(), -1);

@@ -180,7 +180,11 @@ class GrpcPushStream final : public PushStream {
     if (size > kPushMessageBytes) return SendLargeFrame();
     msg_.mutable_frames()->add_frames()->Swap(&next_);  // (next_ gets a recycled element)
     pending_bytes_ += size;
-    if (pending_bytes_ >= kPushMessageBytes) return SendPending();
+    // PushFlow's first message goes with its first frame: its credit tells the writer of the
+    // huge partitions' segments made so far (docs/cluster.md) before it fills a message more.
+    if (pending_bytes_ >= kPushMessageBytes || (flow_ != nullptr && !credited_)) {
+      return SendPending();
+    }
     return absl::OkStatus();
   }
 
@@ -249,6 +253,7 @@ class GrpcPushStream final : public PushStream {
       ask.mutable_ask()->set_bytes(size);
       if (!flow_->Write(ask) || !AwaitCredit(size)) return false;
       credit_ -= size;
+      credited_ = true;
     }
     return flow_->Write(m);
   }
@@ -311,6 +316,7 @@ class GrpcPushStream final : public PushStream {
   std::unique_ptr<grpc::ClientReaderWriter<pb::PushRequest, pb::PushReply>> flow_;  // PushFlow
   uint64_t credit_ = 0;                  // granted and not used (PushFlow)
   std::vector<SegmentNotice> segments_;  // told with credit, not taken yet
+  bool credited_ = false;                // a frames message was granted credit (PushFlow)
   bool finished_ = false;
 };
 

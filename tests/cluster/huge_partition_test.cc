@@ -5,6 +5,9 @@
 // size of it, and every reader (both orders, key-range slices, a resume on another replica
 // after kill -9) must see each committed record exactly once.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/wait.h>
 
 #include <chrono>
 #include <cstdio>
@@ -51,6 +54,18 @@ std::string Value(uint32_t m, int i, uint64_t attempt) {
   return out;
 }
 std::string Key(uint32_t m, int i) { return absl::StrCat("k", (m * 7919 + i * 31) % 997); }
+
+// Runs `sluice ARGS` (stderr with stdout); its exit code (-1: not run or killed) and output.
+int RunCli(const std::string& args, std::string* out) {
+  FILE* f = ::popen(absl::StrCat(SLUICE_CLI_BIN, " ", args, " 2>&1").c_str(), "r");
+  if (f == nullptr) return -1;
+  out->clear();
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out->append(buf, n);
+  const int status = ::pclose(f);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
 
 // 90% of the keys to kHot, the rest spread over the others.
 uint32_t Skewed(std::string_view key, uint32_t n) {
@@ -232,6 +247,17 @@ TEST_F(HugePartitionTest, AHugePartitionIsSpreadOverServersAndReadExactlyOnce) {
   EXPECT_EQ(status.partitions[kHot].records, hot.size());
   EXPECT_EQ(status.partitions[kHot].bytes, total);
   EXPECT_TRUE(status.under_replicated_partitions.empty());
+  // `sluice status` names its stored partitions and their servers.
+  std::string out;
+  ASSERT_EQ(RunCli(absl::StrCat("status --server ", cluster_->address(0), " --shuffle ", id), &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("huge partitions: split at 4 MiB"), std::string::npos) << out;
+  EXPECT_NE(out.find(absl::StrCat("partition 0 in ", chain.size(), " stored partitions: 0 on ")),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find(absl::StrCat("partition 0: ", hot.size(), " records")), std::string::npos)
+      << out;
 
   // Every partition, both orders: exactly the records written.
   for (FetchOrder order : {FetchOrder::kUnordered, FetchOrder::kKey}) {
@@ -299,6 +325,52 @@ TEST_F(HugePartitionTest, ConcurrentWritersFollowTheSplitsAndAReplicaServesAfter
   for (size_t i = 0; i < cluster_->size(); ++i) {
     if (cluster_->node_id(i) == placed.nodes[primary].node_id) cluster_->Kill(i);
   }
+  for (FetchOrder order : {FetchOrder::kUnordered, FetchOrder::kKey}) {
+    ReaderOptions options;
+    options.order = order;
+    const auto got = Read(id, kHot, options, winners);
+    EXPECT_EQ(got.size(), hot.size());
+    EXPECT_EQ(AsSet(got), hot);
+  }
+}
+
+// A server that keeps segments restarts (kill -9, same data) and serves them; then etcd is
+// killed, and a new client, which has no placement of its own, reads every segment all the same:
+// the servers answer from the placements they remember, and the longest list of segments is
+// taken (a server that took a segment's frames had read of it).
+TEST_F(HugePartitionTest, ARestartAndAnEtcdOutageLoseNoSegment) {
+  const std::string id = "huge3";
+  constexpr uint32_t kMappers = 4;
+  constexpr int kItems = 12000;
+  ASSERT_OK(client_->CreateShuffle(id, kPartitions, kMappers, /*replication=*/1).status());
+  std::map<uint32_t, uint64_t> winners;
+  for (uint32_t m = 0; m < kMappers; ++m) {
+    ASSERT_OK(Write(id, m, /*attempt=*/3, kItems).status());
+    winners[m] = 3;
+  }
+  ASSERT_OK_AND_ASSIGN(PlacementInfo placed, client_->GetPlacement(id));
+  const std::vector<uint32_t> chain = placed.ChainOf(kHot);
+  ASSERT_GE(chain.size(), 3u);
+  const Items hot = Expected(kHot, kMappers, kItems);
+  ReaderOptions key_order;
+  key_order.order = FetchOrder::kKey;
+  // The server of the last segment, killed -9 and restarted on its data.
+  const std::string last = placed.nodes[placed.ReplicasOf(chain.back()).front()].node_id;
+  for (size_t i = 0; i < cluster_->size(); ++i) {
+    if (cluster_->node_id(i) != last) continue;
+    cluster_->Kill(i);
+    ASSERT_OK(cluster_->Restart(i));
+  }
+  {
+    const auto got = Read(id, kHot, key_order, winners);
+    EXPECT_EQ(got.size(), hot.size());
+    EXPECT_EQ(AsSet(got), hot);
+  }
+  ASSERT_OK_AND_ASSIGN(ShuffleStatus status, client_->GetShuffle(id));
+  EXPECT_EQ(status.partitions[kHot].records, hot.size());
+  // etcd gone: a new client reads every segment from what the servers remember.
+  cluster_->etcd().Signal(SIGKILL);
+  client_ = Connect(cluster_->addresses());
   for (FetchOrder order : {FetchOrder::kUnordered, FetchOrder::kKey}) {
     ReaderOptions options;
     options.order = order;
