@@ -6,8 +6,6 @@
 // after kill -9) must see each committed record exactly once.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <stdio.h>
-#include <sys/wait.h>
 
 #include <chrono>
 #include <cstdio>
@@ -26,6 +24,7 @@
 #include "client/transport.h"
 #include "codec/frame_format.h"
 #include "tests/harness/mini_cluster.h"
+#include "tests/harness/run_command.h"
 #include "tests/harness/status_matchers.h"
 
 namespace sluice {
@@ -57,14 +56,7 @@ std::string Key(uint32_t m, int i) { return absl::StrCat("k", (m * 7919 + i * 31
 
 // Runs `sluice ARGS` (stderr with stdout); its exit code (-1: not run or killed) and output.
 int RunCli(const std::string& args, std::string* out) {
-  FILE* f = ::popen(absl::StrCat(SLUICE_CLI_BIN, " ", args, " 2>&1").c_str(), "r");
-  if (f == nullptr) return -1;
-  out->clear();
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out->append(buf, n);
-  const int status = ::pclose(f);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return testing::RunCommand(absl::StrCat(SLUICE_CLI_BIN, " ", args), out);
 }
 
 // 90% of the keys to kHot, the rest spread over the others.
@@ -72,6 +64,9 @@ uint32_t Skewed(std::string_view key, uint32_t n) {
   const uint32_t h = HashPartition(key, 10);
   return h < 9 ? kHot : 1 + HashPartition(key, n - 1);
 }
+
+using Items = std::set<std::pair<uint32_t, int>>;
+Items AsSet(const std::vector<std::pair<uint32_t, int>>& v) { return Items(v.begin(), v.end()); }
 
 class HugePartitionTest : public ::testing::Test {
  protected:
@@ -144,9 +139,6 @@ class HugePartitionTest : public ::testing::Test {
     return out;
   }
 
-  using Items = std::set<std::pair<uint32_t, int>>;
-  Items AsSet(const std::vector<std::pair<uint32_t, int>>& v) { return Items(v.begin(), v.end()); }
-
   // What a full write of `mappers` x `items` puts in partition p.
   static std::set<std::pair<uint32_t, int>> Expected(uint32_t p, uint32_t mappers, int items) {
     std::set<std::pair<uint32_t, int>> out;
@@ -156,6 +148,18 @@ class HugePartitionTest : public ::testing::Test {
       }
     }
     return out;
+  }
+
+  // The hot partition read in both orders: exactly `hot`, each record once.
+  void ExpectBothOrders(const std::string& id, const Items& hot,
+                        const std::map<uint32_t, uint64_t>& winners) {
+    for (FetchOrder order : {FetchOrder::kUnordered, FetchOrder::kKey}) {
+      ReaderOptions options;
+      options.order = order;
+      const auto got = Read(id, kHot, options, winners);
+      EXPECT_EQ(got.size(), hot.size());
+      EXPECT_EQ(AsSet(got), hot);
+    }
   }
 
   // Each stored partition's bytes (of partition p: the partition and its segments), the most
@@ -325,13 +329,7 @@ TEST_F(HugePartitionTest, ConcurrentWritersFollowTheSplitsAndAReplicaServesAfter
   for (size_t i = 0; i < cluster_->size(); ++i) {
     if (cluster_->node_id(i) == placed.nodes[primary].node_id) cluster_->Kill(i);
   }
-  for (FetchOrder order : {FetchOrder::kUnordered, FetchOrder::kKey}) {
-    ReaderOptions options;
-    options.order = order;
-    const auto got = Read(id, kHot, options, winners);
-    EXPECT_EQ(got.size(), hot.size());
-    EXPECT_EQ(AsSet(got), hot);
-  }
+  ExpectBothOrders(id, hot, winners);
 }
 
 // A server that keeps segments restarts (kill -9, same data) and serves them; then etcd is
@@ -371,13 +369,7 @@ TEST_F(HugePartitionTest, ARestartAndAnEtcdOutageLoseNoSegment) {
   // etcd gone: a new client reads every segment from what the servers remember.
   cluster_->etcd().Signal(SIGKILL);
   client_ = Connect(cluster_->addresses());
-  for (FetchOrder order : {FetchOrder::kUnordered, FetchOrder::kKey}) {
-    ReaderOptions options;
-    options.order = order;
-    const auto got = Read(id, kHot, options, winners);
-    EXPECT_EQ(got.size(), hot.size());
-    EXPECT_EQ(AsSet(got), hot);
-  }
+  ExpectBothOrders(id, hot, winners);
 }
 
 }  // namespace

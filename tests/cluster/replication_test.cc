@@ -39,6 +39,7 @@
 #include "tests/harness/data_file.h"
 #include "tests/harness/etcd_process.h"
 #include "tests/harness/mini_cluster.h"
+#include "tests/harness/run_command.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"
 #include "tests/harness/wait.h"
@@ -80,14 +81,7 @@ std::string Key(uint32_t m, int i) { return absl::StrCat("key", (m * 7919 + i * 
 
 // Runs `sluice ARGS` (stderr with stdout); its exit code (-1: not run or killed) and output.
 int RunCli(const std::string& args, std::string* out) {
-  FILE* f = ::popen(absl::StrCat(SLUICE_CLI_BIN, " ", args, " 2>&1").c_str(), "r");
-  if (f == nullptr) return -1;
-  out->clear();
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out->append(buf.data(), n);
-  const int status = ::pclose(f);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return testing::RunCommand(absl::StrCat(SLUICE_CLI_BIN, " ", args), out);
 }
 
 absl::StatusOr<WriteResult> WriteMapper(ShuffleClient& client, const Job& job, uint32_t m,
