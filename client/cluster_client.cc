@@ -747,19 +747,33 @@ class ClusterClient final : public ShuffleClient {
 
   // The placement a read goes by. A shuffle whose partitions split makes segments while it is
   // written, so its record is read now (the segments of every committed mapper are in it:
-  // each was recorded before any frame went to it). When etcd cannot give it, every
-  // registered server of the shuffle is asked what it remembers and the longest list of
-  // segments is taken: a server that took a segment's frames had read the segment first.
+  // each was recorded before any frame went to it). When etcd cannot give it, every server of
+  // the shuffle is asked what it remembers and the longest list of segments is taken: a server
+  // that took a segment's frames had read of it. One that is not registered or does not answer
+  // might be the only one that knows a segment: then UNAVAILABLE rather than a read that could
+  // miss it.
   absl::StatusOr<CachedPlacement> PlacedForRead(const std::string& id) {
     SLUICE_ASSIGN_OR_RETURN(CachedPlacement placed, Placed(id));
     if (placed.info.split_bytes == 0) return placed;
     const Clock::time_point asked = Clock::now();
     SLUICE_ASSIGN_OR_RETURN(placed, Placed(id, /*fresh=*/true));
     if (placed.at >= asked && placed.info.age.count() == 0) return placed;
-    for (const NodeAddress& node : placed.info.nodes) {
-      if (node.address.empty()) continue;
-      absl::StatusOr<PlacementInfo> theirs = Link(node.address)->client().GetPlacement(id);
-      if (theirs.ok() && theirs->num_partitions == placed.info.num_partitions &&
+    // (Servers holding a stored partition now: every segment goes to such a one.)
+    const std::vector<bool> holds = KeepsAny(placed.info);
+    const std::vector<NodeAddress> nodes = placed.info.nodes;
+    for (size_t n = 0; n < nodes.size(); ++n) {
+      if (!holds[n]) continue;
+      const NodeAddress& node = nodes[n];
+      absl::StatusOr<PlacementInfo> theirs = node.address.empty()
+                                                 ? absl::UnavailableError("not registered now")
+                                                 : Link(node.address)->client().GetPlacement(id);
+      if (!theirs.ok()) {
+        return absl::UnavailableError(absl::StrCat(
+            "etcd did not give the placement of shuffle '", id, "', and server ", node.node_id,
+            " could not say which of its huge partitions' segments it knows (",
+            Describe(theirs.status()), "): retry once etcd or the server answers"));
+      }
+      if (theirs->num_partitions == placed.info.num_partitions &&
           theirs->replicas.size() == placed.info.replicas.size() &&
           theirs->nodes.size() >= placed.info.nodes.size() &&
           theirs->segments.size() > placed.info.segments.size()) {
@@ -884,6 +898,9 @@ class ClusterClient final : public ShuffleClient {
     std::vector<bool> keeps(p.nodes.size(), false);
     for (const auto& r : p.replicas) {
       for (uint32_t n : r) keeps[n] = true;
+    }
+    for (const auto& g : p.segments) {
+      for (uint32_t n : g.replicas) keeps[n] = true;
     }
     return keeps;
   }

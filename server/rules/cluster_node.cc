@@ -74,7 +74,6 @@ std::shared_ptr<const ClusterNode::Kept> ClusterNode::Remember(const std::string
   for (size_t i = 0; i < holds.size(); ++i) {
     if (holds[i]) k->holders.push_back(p.nodes[i]);
   }
-  std::shared_ptr<SegmentMeter> meter;
   std::lock_guard<std::mutex> lock(mu_);
   if (p.split_bytes != 0) {
     Metered& m = meters_[id];
@@ -193,15 +192,29 @@ namespace {
 bool UnknownSegment(const ShufflePlacement& p, uint32_t partition) {
   return partition >= p.total() && partition < p.slots();
 }
+// How often a call naming a segment the server has not read of may have it read the record
+// again (a frame or fetch of a segment made since: at once, unless it was read this recently).
+constexpr std::chrono::milliseconds kSegmentReread{10};
 }  // namespace
+
+absl::Status ClusterNode::SegmentNotReadYet(const std::string& id, uint32_t partition) const {
+  return WithReason(
+      absl::UnavailableError(absl::StrCat("partition ", partition, " of shuffle '", ShuffleName(id),
+                                          "' is a segment server ", self().node_id,
+                                          " has not read of yet (its record was read ",
+                                          kSegmentReread.count(), " ms ago or less); retry")),
+      ErrorReason::kNotKept);
+}
 
 absl::StatusOr<std::shared_ptr<const std::vector<bool>>> ClusterNode::KeptNow(const std::string& id,
                                                                               uint32_t partition) {
   SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
   if (kept == nullptr) return std::shared_ptr<const std::vector<bool>>();
-  // (Every time: a writer told of the segment by another server is never refused for it. What
-  // a caller can make it read is bounded by its streams: one read a frame message at most.)
+  // (A writer told of the segment by another server is refused only if this one read the
+  // record in the last few milliseconds: UNAVAILABLE, retry. What callers can make it read is
+  // one read of the record per kSegmentReread and shuffle.)
   if (UnknownSegment(kept->placement, partition) && !etcd_down_.load()) {
+    if (Since(kept->read_at) < kSegmentReread) return SegmentNotReadYet(id, partition);
     SLUICE_ASSIGN_OR_RETURN(kept, Reread(id));
     if (kept == nullptr) return std::shared_ptr<const std::vector<bool>>();
   }
@@ -291,13 +304,14 @@ absl::Status ClusterNode::PrepareToServe(const std::string& id, std::optional<ui
     SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
     absl::Status st = CheckKept(kept.get(), id, *partition);
     // A newer epoch may have given it this partition: read again (at most once a second; a
-    // segment made since the last read, at once).
-    const auto wait = kept != nullptr && UnknownSegment(kept->placement, *partition)
-                          ? std::chrono::milliseconds(0)
-                          : std::chrono::milliseconds(1000);
+    // segment made since the last read, at once unless read a few milliseconds ago).
+    const bool segment = kept != nullptr && UnknownSegment(kept->placement, *partition);
+    const auto wait = segment ? kSegmentReread : std::chrono::milliseconds(1000);
     if (!st.ok() && Since(kept->read_at) >= wait && !etcd_down_.load()) {
       SLUICE_ASSIGN_OR_RETURN(kept, Reread(id));
       st = CheckKept(kept.get(), id, *partition);
+    } else if (!st.ok() && segment && !etcd_down_.load()) {
+      return SegmentNotReadYet(id, *partition);
     }
     SLUICE_RETURN_IF_ERROR(st);
   }

@@ -170,7 +170,8 @@ class ClusterNode {
                                                                          uint32_t epoch = 0);
   /// The partitions kept here as a push finds a frame for a stored partition its open did not
   /// know (a segment made since: docs/cluster.md, "Huge partitions"): the record read again
-  /// when `partition` is a segment slot not made in the one remembered.
+  /// when `partition` is a segment slot not made in the one remembered (UNAVAILABLE when it was
+  /// read in the last 10 ms: retry).
   absl::StatusOr<std::shared_ptr<const std::vector<bool>>> KeptNow(const std::string& id,
                                                                    uint32_t partition);
   /// A shuffle's partitions and its stored partitions made (with its huge partitions' segments),
@@ -309,6 +310,9 @@ class ClusterNode {
   // The store of a recorded shuffle made here when this server keeps any part of it.
   absl::Status EnsureLocal(const std::string& id);
   absl::Status CheckKept(const Kept* kept, const std::string& id, uint32_t partition) const;
+  // UNAVAILABLE (kNotKept): a call names a segment of `id` made after the record was read,
+  // which was read too recently to read again.
+  absl::Status SegmentNotReadYet(const std::string& id, uint32_t partition) const;
   absl::Status ResolvePending(const std::string& id);
   // Applies to the store here the decisions the remembered placement of `id` revoked (once per
   // epoch read; the store's Revoke is idempotent and durable).
