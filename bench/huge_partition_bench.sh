@@ -24,23 +24,9 @@ BASE=$((20000 + RANDOM % 20000))
 EP=$BASE
 start_etcd "$EP" "$TMP/etcd"
 
-start_cluster() {  # name port split_mb -> sets SERVERS
-  local name=$1 port=$2 split=$3 list=""
-  for i in 0 1 2 3 4; do
-    local host="127.0.0.$((i + 2))"
-    "$SERVER" --data_dir="$TMP/$name$i" --listen="$host:$port" --etcd="127.0.0.1:$EP" \
-      --etcd_prefix="/$name/" --node_id="$name$i" --node_lease_s=3 --worker_threads=2 \
-      --memory_budget_mb=128 --partition_split_mb="$split" --log_level=warn \
-      >>"$TMP/$name$i.log" 2>&1 &
-    PIDS+=($!)
-    wait_port "$host" "$port"
-    list+="${list:+,}$host:$port"
-  done
-  SERVERS=$list
-}
-start_cluster split $((BASE + 10)) "$SPLIT_MB"
+start_sluice_cluster "$SERVER" split $((BASE + 10)) 5 --partition_split_mb="$SPLIT_MB"
 SPLIT_SERVERS=$SERVERS
-start_cluster whole $((BASE + 11)) 0
+start_sluice_cluster "$SERVER" whole $((BASE + 11)) 5 --partition_split_mb=0
 WHOLE_SERVERS=$SERVERS
 sleep 1  # every server registered
 

@@ -42,3 +42,21 @@ start_etcd() {  # port dir
   PIDS+=($!)
   wait_port 127.0.0.1 "$1"
 }
+
+# N sluice-servers on 127.0.0.2, .3, ... at PORT, registered as NAME0, NAME1, ... under the etcd
+# prefix /NAME/ of the etcd on 127.0.0.1:$EP, their data and logs in $TMP, their pids added to
+# $PIDS (call it directly, not in $(...), so that the cleanup sees them); the list in $SERVERS.
+start_sluice_cluster() {  # server_bin name port n [flags...]
+  local bin=$1 name=$2 port=$3 n=$4 list=""
+  shift 4
+  for i in $(seq 0 $((n - 1))); do
+    local host="127.0.0.$((i + 2))"
+    "$bin" --data_dir="$TMP/$name$i" --listen="$host:$port" --etcd="127.0.0.1:$EP" \
+      --etcd_prefix="/$name/" --node_id="$name$i" --node_lease_s=3 --worker_threads=2 \
+      --memory_budget_mb=128 --log_level=warn "$@" >>"$TMP/$name$i.log" 2>&1 &
+    PIDS+=($!)
+    wait_port "$host" "$port"
+    list+="${list:+,}$host:$port"
+  done
+  SERVERS=$list
+}

@@ -13,23 +13,9 @@ scratch sluice-reader-cost
 BASE=$((20000 + RANDOM % 20000))
 EP=$BASE
 start_etcd "$EP" "$TMP/etcd"
-start_cluster() {  # name port split_mb -> sets SERVERS (not in a subshell: PIDS must keep them)
-  local list=""
-  for i in 0 1 2; do
-    local host="127.0.0.$((i + 2))"
-    "$BUILD/server/sluice-server" --data_dir="$TMP/$1$i" --listen="$host:$2" \
-      --etcd="127.0.0.1:$EP" --etcd_prefix="/$1/" --node_id="$1$i" --node_lease_s=3 \
-      --worker_threads=2 --memory_budget_mb=128 --partition_split_mb="$3" --log_level=warn \
-      >>"$TMP/$1$i.log" 2>&1 &
-    PIDS+=($!)
-    wait_port "$host" "$2"
-    list+="${list:+,}$host:$2"
-  done
-  SERVERS=$list
-}
-start_cluster split $((BASE + 10)) 1024
+start_sluice_cluster "$BUILD/server/sluice-server" split $((BASE + 10)) 3 --partition_split_mb=1024
 SPLIT=$SERVERS
-start_cluster whole $((BASE + 11)) 0
+start_sluice_cluster "$BUILD/server/sluice-server" whole $((BASE + 11)) 3 --partition_split_mb=0
 WHOLE=$SERVERS
 sleep 1
 echo "# $(date -u +%FT%TZ) $(nproc) cores"

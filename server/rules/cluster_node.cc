@@ -18,6 +18,8 @@ using cluster_internal::AboutShuffle;
 using cluster_internal::Clock;
 using cluster_internal::IsEtcdDown;
 using cluster_internal::Since;
+using cluster_internal::kSegmentReread;
+using cluster_internal::UnknownSegment;
 
 void ClusterNode::SetSelf(Self self) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -64,7 +66,6 @@ std::shared_ptr<const ClusterNode::Kept> ClusterNode::Remember(const std::string
   for (const std::vector<bool>& in_epoch : k->held) {
     for (uint32_t q = 0; q < p.total(); ++q) k->ever[q] = k->ever[q] || in_epoch[q];
   }
-  for (uint32_t q = 0; q < p.total(); ++q) k->born.push_back(p.BornAt(q));
   std::vector<bool> holds(p.nodes.size(), false);
   for (size_t q = 0; q < p.replicas.size() && q < p.total(); ++q) {
     for (uint32_t i : p.replicas[q]) {
@@ -185,115 +186,6 @@ absl::StatusOr<std::shared_ptr<const std::vector<bool>>> ClusterNode::PrepareToP
         ErrorReason::kPlacementChanged);
   }
   return std::shared_ptr<const std::vector<bool>>(kept, &kept->partition);
-}
-
-namespace {
-// A stored partition id in a shuffle's segment slots that its record had not made when read.
-bool UnknownSegment(const ShufflePlacement& p, uint32_t partition) {
-  return partition >= p.total() && partition < p.slots();
-}
-// How often a call naming a segment the server has not read of may have it read the record
-// again (a frame or fetch of a segment made since: at once, unless it was read this recently).
-constexpr std::chrono::milliseconds kSegmentReread{10};
-}  // namespace
-
-absl::Status ClusterNode::SegmentNotReadYet(const std::string& id, uint32_t partition) const {
-  return WithReason(
-      absl::UnavailableError(absl::StrCat("partition ", partition, " of shuffle '", ShuffleName(id),
-                                          "' is a segment server ", self().node_id,
-                                          " has not read of yet (its record was read ",
-                                          kSegmentReread.count(), " ms ago or less); retry")),
-      ErrorReason::kNotKept);
-}
-
-absl::StatusOr<std::shared_ptr<const std::vector<bool>>> ClusterNode::KeptNow(const std::string& id,
-                                                                              uint32_t partition) {
-  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const Kept> kept, KeptPartitions(id));
-  if (kept == nullptr) return std::shared_ptr<const std::vector<bool>>();
-  // (A writer told of the segment by another server is refused only if this one read the
-  // record in the last few milliseconds: UNAVAILABLE, retry. What callers can make it read is
-  // one read of the record per kSegmentReread and shuffle.)
-  if (UnknownSegment(kept->placement, partition) && !etcd_down_.load()) {
-    if (Since(kept->read_at) < kSegmentReread) return SegmentNotReadYet(id, partition);
-    SLUICE_ASSIGN_OR_RETURN(kept, Reread(id));
-    if (kept == nullptr) return std::shared_ptr<const std::vector<bool>>();
-  }
-  return std::shared_ptr<const std::vector<bool>>(kept, &kept->partition);
-}
-
-ClusterNode::Sizes ClusterNode::SizesOf(const std::string& id, uint32_t stored) const {
-  std::shared_ptr<const Kept> kept = Remembered(id);
-  if (kept == nullptr || kept->partitions != stored) return Sizes{stored, stored};
-  return Sizes{kept->placement.num_partitions, kept->placement.total()};
-}
-
-std::shared_ptr<SegmentMeter> ClusterNode::Meter(const std::string& id) {
-  std::shared_ptr<SegmentMeter> meter;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = meters_.find(id);
-    if (it == meters_.end()) return nullptr;
-    meter = it->second.meter;
-    if (it->second.seeded) return meter;
-  }
-  // What is committed here counts (a restarted server goes on where it was).
-  auto store = registry_->Get(id);
-  if (!store.ok()) return meter;
-  std::shared_ptr<const Kept> kept = Remembered(id);
-  const uint32_t made = kept != nullptr ? kept->placement.total() : 0;
-  for (uint32_t q = 0; q < made; ++q) {
-    const uint64_t bytes = (*store)->Stats(q).bytes;
-    if (bytes != 0 && meter->Add(q, bytes)) meter->Unask(q);  // (asked by the next push)
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  meters_[id].seeded = true;
-  return meter;
-}
-
-absl::Status ClusterNode::Split(const std::string& id, uint32_t full) {
-  std::shared_ptr<SegmentMeter> meter = Meter(id);
-  const View c = view();
-  absl::Status st = c.Joined();
-  if (st.ok()) st = EtcdUp();
-  absl::StatusOr<std::vector<NodeEntry>> nodes =
-      st.ok() ? Nodes() : absl::StatusOr<std::vector<NodeEntry>>(st);
-  absl::StatusOr<std::optional<ShufflePlacement>> next = absl::UnknownError("not asked");
-  if (!nodes.ok()) next = nodes.status();
-  if (nodes.ok()) {
-    std::vector<std::string> live;
-    std::vector<std::string> leaving;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      leaving = leaving_;
-    }
-    for (const NodeEntry& n : *nodes) {
-      if (std::find(leaving.begin(), leaving.end(), n.node_id) == leaving.end()) {
-        live.push_back(n.node_id);
-      }
-    }
-    next = Record(id, c.placements->AddSegment(id, full, live));
-  }
-  if (!next.ok()) {
-    // Out of slots, or not splittable: never asked again; anything else: the next push asks.
-    const bool final =
-        absl::IsResourceExhausted(next.status()) || absl::IsFailedPrecondition(next.status());
-    if (meter != nullptr && !final) meter->Unask(full);
-    spdlog::warn("event=partition_split_failed tenant={} shuffle={} partition={} error=\"{}\"",
-                 TenantField(id), id, full, std::string(next.status().message()));
-    return next.status();
-  }
-  if (!next->has_value()) return absl::OkStatus();  // deleted meanwhile
-  const ShufflePlacement& p = **next;
-  Remember(id, p, c.node_id);
-  const std::vector<uint32_t> chain = p.ChainOf(p.ParentOf(full));
-  std::vector<std::string> on;
-  for (uint32_t i : p.replicas[chain.back()]) on.push_back(p.nodes[i]);
-  spdlog::info(
-      "event=partition_split tenant={} shuffle={} partition={} full={} bytes_here={} "
-      "segment={} segments={} on=\"{}\"",
-      TenantField(id), id, p.ParentOf(full), full, meter != nullptr ? meter->Bytes(full) : 0,
-      chain.back(), chain.size(), absl::StrJoin(on, ","));
-  return absl::OkStatus();
 }
 
 absl::Status ClusterNode::PrepareToServe(const std::string& id, std::optional<uint32_t> partition,
@@ -579,9 +471,12 @@ absl::Status ClusterNode::ResolvePending(const std::string& id) {
   SLUICE_RETURN_IF_ERROR((*store)->ResolveAll(winners));
   // Every decided mapper is here now for what this server held when it was pushed, unless this
   // server lost what it had prepared: then it must not serve the shuffle as if it were whole.
-  ReplicaCheck check =
-      CheckReplicas(kept != nullptr ? kept->held : std::vector<std::vector<bool>>{}, decided,
-                    **store, kept != nullptr ? kept->born : std::vector<uint32_t>{});
+  std::vector<uint32_t> born;  // (each stored partition's epoch: a segment's is its own)
+  for (uint32_t q = 0; kept != nullptr && q < kept->placement.total(); ++q) {
+    born.push_back(kept->placement.BornAt(q));
+  }
+  ReplicaCheck check = CheckReplicas(
+      kept != nullptr ? kept->held : std::vector<std::vector<bool>>{}, decided, **store, born);
   const std::vector<uint32_t>& missing = check.lost;
   if (!missing.empty()) {
     std::string list;

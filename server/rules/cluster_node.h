@@ -37,8 +37,9 @@
 //   SLUICE_RETURN_IF_ERROR(node.PrepareToServe("job", /*partition=*/3));
 //
 // Thread-safe. Tests drive it with an in-memory record (tests/harness/fake_cluster.h).
-// Its code is in two files: cluster_node.cc (shuffles, epochs, serving, decisions) and
-// cluster_membership.cc (who is registered, etcd's health, the dead taken out).
+// Its code is in three files: cluster_node.cc (shuffles, epochs, serving, decisions),
+// cluster_membership.cc (who is registered, etcd's health, the dead taken out) and
+// cluster_segments.cc (huge partitions' segments).
 #ifndef SLUICE_SERVER_RULES_CLUSTER_NODE_H_
 #define SLUICE_SERVER_RULES_CLUSTER_NODE_H_
 
@@ -78,7 +79,6 @@ class ClusterNode {
     std::vector<bool> partition;           ///< kept here in the newest epoch, by partition
     std::vector<bool> ever;  ///< kept here in some epoch (its data may be here), by partition
     std::vector<std::vector<bool>> held;  ///< kept here, by epoch and partition (HeldBy)
-    std::vector<uint32_t> born;           ///< the epoch each stored partition was made in
     bool any = false;
     ShufflePlacement placement;
     std::chrono::steady_clock::time_point read_at;  ///< when it was read from the record

@@ -1,6 +1,6 @@
-// What ClusterNode's two files share (cluster_node.cc: shuffles, epochs and serving;
-// cluster_membership.cc: who is registered, etcd's health, taking the dead out). Not for other
-// users.
+// What ClusterNode's files share (cluster_node.cc: shuffles, epochs and serving;
+// cluster_membership.cc: who is registered, etcd's health, taking the dead out;
+// cluster_segments.cc: huge partitions' segments). Not for other users.
 #ifndef SLUICE_SERVER_RULES_CLUSTER_NODE_INTERNAL_H_
 #define SLUICE_SERVER_RULES_CLUSTER_NODE_INTERNAL_H_
 
@@ -33,6 +33,15 @@ inline bool IsEtcdDown(const absl::Status& st) {
 inline std::chrono::milliseconds Since(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t);
 }
+
+// A stored partition id in a shuffle's segment slots that its record had not made when read.
+inline bool UnknownSegment(const ShufflePlacement& p, uint32_t partition) {
+  return partition >= p.total() && partition < p.slots();
+}
+
+// How often a call naming a segment the server has not read of may have it read the record
+// again (a frame or fetch of a segment made since: at once, unless it was read this recently).
+inline constexpr std::chrono::milliseconds kSegmentReread{10};
 
 }  // namespace cluster_internal
 
