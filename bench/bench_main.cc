@@ -32,7 +32,7 @@ constexpr char kUsage[] =
     "usage: sluice bench [--server H:P | --servers H:P,H:P,...] [--replication 0] [--retries 3]\n"
     "         [--shards 8] [--items-per-shard 50000] [--item-bytes 200]\n"
     "         [--keys 10000] [--partitions 8] [--hot-shard-frac 0] [--skew 0] [--split 0] "
-    "[--heavy-tail]\n"
+    "[--heavy-tail] [--premerge-wait 0]\n"
     "         [--layout auto|msgpack|columnar|opaque] [--zstd-level 3]\n"
     "         [--order KEY|UNORDERED] [--repeat 1] [--buffer-mb 4] [--frame-kb 0] [--parallel 0]\n"
     "         [--server-memory-mb 128] [--server-args='FLAGS'] [--data-dir DIR]\n"
@@ -43,6 +43,8 @@ constexpr char kUsage[] =
     "  --skew F: a share F (0 to 1) of the items on partition 0, over its many keys\n"
     "  --split N: then partition 0 read whole and as N slices at once (GetSplits; KEY order):\n"
     "  a SPLIT line (bytes read and server CPU of both, slice balance, first records)\n"
+    "  --premerge-wait S: between scatter and reduce, up to S seconds for the servers' pre-merge\n"
+    "  to make one run of each partition (settle_s; the reduce is timed after it)\n"
     "  --parallel: mappers, then reducers, at once (0: 4 per hardware thread, 8 to 256)\n"
     "  --servers: a cluster (or any server list); --replication: each partition's replicas\n"
     "  (0 = the cluster's default); a failed mapper attempt is retried with a new attempt id\n"
@@ -148,7 +150,8 @@ void PrintResult(int r, const BenchConfig& c, const BenchResult& res, const OwnS
       "\"stored_bytes\": %llu, \"peak_rss_mb\": %.1f, \"embedded_server\": %s, "
       "\"client_peak_rss_mb\": %.1f, \"server_peak_rss_mb\": %.1f, \"servers\": %zu, "
       "\"replication\": %u, \"retried_attempts\": %d, \"pushed_bytes_per_item\": %.1f, "
-      "\"server_peak_anon_mb\": %.1f, \"hot_key\": %lld, \"hot_key_share\": %.3f}\n",
+      "\"server_peak_anon_mb\": %.1f, \"hot_key\": %lld, \"hot_key_share\": %.3f, "
+      "\"settle_s\": %.3f}\n",
       r, c.shards, c.items_per_shard, c.partitions, c.parallel, c.key_order ? "KEY" : "UNORDERED",
       LayoutChoiceName(c.layout), res.elapsed_s, items / res.elapsed_s,
       static_cast<double>(res.item_bytes) / res.elapsed_s / 1e6,
@@ -157,7 +160,7 @@ void PrintResult(int r, const BenchConfig& c, const BenchResult& res, const OwnS
       static_cast<unsigned long long>(res.disk_bytes), client_mb + server_mb,
       own.process != nullptr ? "true" : "false", client_mb, server_mb, res.servers, res.replication,
       res.retried_attempts, items > 0 ? static_cast<double>(res.pushed_bytes) / items : 0.0,
-      server_anon_mb, static_cast<long long>(res.hot_key), res.hot_share);
+      server_anon_mb, static_cast<long long>(res.hot_key), res.hot_share, res.settle_s);
   if (res.split.slices > 0) {
     const BenchResult::Split& s = res.split;
     uint64_t least = UINT64_MAX, most = 0;
@@ -241,6 +244,7 @@ int Main(int argc, char** argv) {
   c.retries = static_cast<int>(flags.Int("retries", c.retries));
   c.keep = flags.Int("keep", 0) != 0;
   c.split = static_cast<int>(flags.Int("split", 0));
+  c.premerge_wait_s = flags.Double("premerge-wait", 0);
   c.frame_kb = static_cast<size_t>(flags.Int("frame-kb", 0));
   const auto server_memory_mb = static_cast<uint64_t>(flags.Int("server-memory-mb", 128));
   const std::string server_bin = flags.Get("server-bin", "");

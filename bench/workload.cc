@@ -354,8 +354,35 @@ absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string&
   absl::Status st = OnThreads(c.shards, slots, "bench-map", [&](int s) {
     return MapShard(client, id, c, s, &shards[s], &retried);
   });
-  const auto t1 = Clock::now();
+  const auto t1s = Clock::now();
   if (!st.ok()) return st;
+  if (c.premerge_wait_s > 0) {
+    // Until each partition is one pre-merged run of every mapper, or nothing changes for 1 s.
+    const auto until = t1s + std::chrono::duration<double>(c.premerge_wait_s);
+    std::vector<std::pair<uint32_t, uint32_t>> last;
+    auto changed = Clock::now();
+    while (Clock::now() < until) {
+      auto status = client.GetShuffle(id);
+      if (!status.ok()) return status.status();
+      std::vector<std::pair<uint32_t, uint32_t>> now;
+      bool one = true;
+      for (const auto& p : status->partitions) {
+        now.emplace_back(p.premerged_runs, p.premerged_mappers);
+        one =
+            one && p.premerged_runs == 1 && p.premerged_mappers == static_cast<uint32_t>(c.shards);
+      }
+      if (one) break;
+      if (now != last) {
+        last = now;
+        changed = Clock::now();
+      } else if (Clock::now() - changed > std::chrono::seconds(1)) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  const auto t1 = Clock::now();
+  res.settle_s = std::chrono::duration<double>(t1 - t1s).count();
   // Reduce: every partition a reducer, `parallel` at a time, grouping by key and counting.
   // One count a key, shared by the reducers (a count a key and partition would make the
   // bench's own bookkeeping the largest thing in the client at thousands of partitions).
@@ -425,7 +452,7 @@ absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string&
     if (!split.ok()) return split.status();
     res.split = *std::move(split);
   }
-  res.scatter_s = std::chrono::duration<double>(t1 - t0).count();
+  res.scatter_s = std::chrono::duration<double>(t1s - t0).count();
   res.reduce_s = std::chrono::duration<double>(t2 - t1).count();
   res.elapsed_s = std::chrono::duration<double>(t2 - t0).count();
   if (!c.keep) (void)client.DeleteShuffle(id);

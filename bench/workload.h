@@ -52,6 +52,10 @@ struct BenchConfig {
   /// After the run, partition 0 is read again whole and then as `split` slices (GetSplits) in
   /// parallel, KEY order: BenchResult::split. 0: not.
   int split = 0;
+  /// Between the scatter and the reduce, wait up to this long for the servers' background
+  /// pre-merge to make one run of each partition (GetShuffle's premerged_runs and
+  /// premerged_mappers), or to stop changing for a second: BenchResult::settle_s. 0: not.
+  double premerge_wait_s = 0;
   /// The server's CPU seconds so far (the bench's own child), for the split figures; may be
   /// null.
   std::function<double()> server_cpu;
@@ -65,6 +69,7 @@ int DefaultParallel();
 
 struct BenchResult {
   double elapsed_s = 0, scatter_s = 0, reduce_s = 0, gen_s = 0;
+  double settle_s = 0;  ///< the wait for the pre-merge (BenchConfig::premerge_wait_s)
   uint64_t expected = 0, counted = 0, item_bytes = 0, disk_bytes = 0;
   bool counts_match = false;
   int retried_attempts = 0;  ///< mapper attempts that failed and were retried

@@ -89,7 +89,9 @@ PartitionStatsInfo FromProto(const pb::PartitionInfo& p) {
                             p.damage(),
                             p.missing_mappers(),
                             std::vector<uint32_t>(p.lost_mappers().begin(), p.lost_mappers().end()),
-                            HotKeysFromProto(p)};
+                            HotKeysFromProto(p),
+                            p.premerged_runs(),
+                            p.premerged_mappers()};
 }
 
 ShuffleStatus FromProto(const pb::ShuffleInfo& info) {

@@ -105,6 +105,9 @@ struct PartitionStatsInfo {
     uint64_t error = 0;  ///< records may be up to this many too high
   };
   std::vector<HotKey> hot_keys;
+  /// From one server: its background pre-merge's sorted runs of the partition, and the committed
+  /// mappers they stand for (docs/storage.md, "Pre-merged runs").
+  uint32_t premerged_runs = 0, premerged_mappers = 0;
 };
 /// What GetShuffle reports beyond the counts.
 struct StatusOptions {

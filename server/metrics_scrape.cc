@@ -36,6 +36,16 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
             D(m.scrub_bytes.load()));
   t.Counter("sluice_scrub_passes_total", "Scrub passes over every open shuffle completed",
             D(m.scrub_passes.load()));
+  t.Counter("sluice_premerges_total",
+            "Pre-merged runs made visible by the background pre-merge (--premerge_mb_per_s)",
+            D(m.premerges.load()));
+  t.Counter("sluice_premerges_dropped_total",
+            "Pre-merges dropped because a mapper of their range was revoked or repaired meanwhile",
+            D(m.premerges_dropped.load()));
+  t.Counter("sluice_premerge_bytes_total", "Bytes the background pre-merge wrote",
+            D(m.premerge_bytes.load()));
+  t.Counter("sluice_premerge_read_bytes_total", "Stored bytes the background pre-merge read",
+            D(m.premerge_read_bytes.load()));
   t.Counter("sluice_repair_bytes_total",
             "Bytes copied from other replicas to make this server's replicas whole "
             "(--repair_mb_per_s)",

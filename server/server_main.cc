@@ -85,6 +85,11 @@ ABSL_FLAG(uint32_t, shuffle_ttl_s, 0,
           "delete a shuffle nobody used for this long (0 = never; servers on their own only)");
 ABSL_FLAG(uint32_t, scrub_mb_per_s, 16,
           "read and check committed data in the background at this rate, MiB/s (0 = off)");
+ABSL_FLAG(uint32_t, premerge_mb_per_s, 32,
+          "merge partitions' committed runs into longer sorted runs in the background, writing "
+          "at most this many MiB/s (0 = off)");
+ABSL_FLAG(uint32_t, premerge_min_runs, 16,
+          "fewest runs of a partition the background pre-merge merges at once");
 ABSL_FLAG(uint64_t, max_open_shuffles, 0,
           "shuffles open at once; idle ones past it close (0 = what the open-files limit leaves "
           "beside the connections)");
@@ -191,6 +196,8 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   opts.shuffle_ttl = std::chrono::seconds(absl::GetFlag(FLAGS_shuffle_ttl_s));
   opts.scrub_bytes_per_s = uint64_t{absl::GetFlag(FLAGS_scrub_mb_per_s)} << 20;
+  opts.premerge_bytes_per_s = uint64_t{absl::GetFlag(FLAGS_premerge_mb_per_s)} << 20;
+  opts.premerge_min_runs = absl::GetFlag(FLAGS_premerge_min_runs);
   opts.max_open_shuffles = absl::GetFlag(FLAGS_max_open_shuffles);
   const uint64_t index_mb = absl::GetFlag(FLAGS_index_memory_mb);
   opts.index_memory_bytes = index_mb > (uint64_t{1} << 24) ? uint64_t{1} << 45 : index_mb << 20;

@@ -148,6 +148,15 @@ absl::Status ValidateOptions(const ServerOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("--scrub_mb_per_s=", o.scrub_bytes_per_s >> 20,
                                                    " is out of range [0, 10000]"));
   }
+  if (o.premerge_bytes_per_s > (uint64_t{10000} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--premerge_mb_per_s=", o.premerge_bytes_per_s >> 20, " is out of range [0, 10000]"));
+  }
+  if (o.premerge_min_runs < 2 || o.premerge_min_runs > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--premerge_min_runs=", o.premerge_min_runs,
+                     " is out of range [2, 4096] (a merge of one run would copy it)"));
+  }
   if (o.shuffle_ttl.count() > 0 && !o.etcd_endpoints.empty()) {
     return absl::InvalidArgumentError(
         "--shuffle_ttl_s is for a server on its own: in a cluster, a shuffle idle on one server "

@@ -35,6 +35,10 @@ struct ServerOptions {
   std::chrono::seconds shuffle_ttl{0};
   /// The background scrub's rate over committed data, in bytes a second (0 = off).
   uint64_t scrub_bytes_per_s = uint64_t{16} << 20;
+  /// The background pre-merge's rate, in bytes a second written (0 = off), and the fewest runs
+  /// of a partition it merges (docs/storage.md, "Pre-merged runs").
+  uint64_t premerge_bytes_per_s = uint64_t{32} << 20;
+  uint32_t premerge_min_runs = 16;
   /// Shuffles open at once (each holds 2 descriptors and its index; 0 = what the open-files
   /// limit leaves beside the connections' share), and memory their indexes may take: past
   /// either, idle shuffles close (and open again from their logs when asked for).

@@ -1,5 +1,7 @@
 #include "server/sluice_server.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -26,6 +28,7 @@
 #include "server/net/listener_probe.h"
 #include "server/rules/admission.h"
 #include "server/rules/cluster_node.h"
+#include "server/rules/premerge.h"
 #include "server/rules/repairer.h"
 #include "server/rules/scrubber.h"
 #include "server/rules/shuffle_expiry.h"
@@ -154,6 +157,8 @@ struct SluiceServer::Impl {
   std::unique_ptr<Periodic> expiring;
   std::unique_ptr<Scrubber> scrubber;  // with --scrub_mb_per_s
   std::unique_ptr<Periodic> scrubbing;
+  std::unique_ptr<Premerger> premerger;  // with --premerge_mb_per_s
+  std::unique_ptr<Periodic> premerging;
   std::unique_ptr<Background> opener;  // the shuffles listed at start, opened one by one
   std::unique_ptr<Periodic> closing;   // idle shuffles past --max_open_shuffles, --index_memory_mb
   std::unique_ptr<MetricsEndpoint> metrics_endpoint;  // with --metrics_listen
@@ -370,6 +375,30 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
     i.scrubbing = std::make_unique<Periodic>(Scrubber::kPeriod,
                                              [&i] { i.scrubber->Run(Scrubber::Clock::now()); });
   }
+  if (options.premerge_bytes_per_s > 0) {
+    PremergeOptions premerge;
+    premerge.bytes_per_s = options.premerge_bytes_per_s;
+    premerge.min_runs = options.premerge_min_runs;
+    premerge.merge = merge;
+    // One fetch merge's share of the budget, at most a quarter of it: foreground merges first.
+    premerge.merge.memory_limit =
+        std::min(merge.memory_limit, std::max<uint64_t>(options.memory_budget_bytes / 4, 1));
+    premerge.merge.limit_name = "the pre-merge's share of --memory_budget_mb";
+    premerge.budget = i.budget.get();
+    premerge.disk_mark_pct = options.disk_high_water_pct == 0   ? 90
+                             : options.disk_high_water_pct > 20 ? options.disk_high_water_pct - 10
+                                                                : options.disk_high_water_pct;
+    i.premerger = std::make_unique<Premerger>(i.registry.get(), premerge, &i.metrics);
+    i.premerging = std::make_unique<Periodic>(Premerger::kPeriod, [&i] {
+      // The background thread yields the CPU to every other (SCHED_IDLE), once.
+      static thread_local bool idle = [] {
+        sched_param none{};
+        return pthread_setschedparam(pthread_self(), SCHED_IDLE, &none) == 0;
+      }();
+      (void)idle;
+      i.premerger->Run();
+    });
+  }
   if (options.shuffle_ttl.count() > 0) {
     i.expiry = std::make_unique<ShuffleExpiry>(
         i.registry.get(),
@@ -549,6 +578,8 @@ void SluiceServer::Shutdown() {
   i.probing.reset();
   i.expiring.reset();
   i.scrubbing.reset();
+  if (i.premerger != nullptr) i.premerger->Stop();
+  i.premerging.reset();
   i.opener.reset();
   i.closing.reset();
   if (i.repairer != nullptr) i.repairer->Stop();

@@ -72,6 +72,9 @@ struct ServerMetrics {
   Counter merges_parked{0};      ///< KEY fetches that gave their merge slot up for a stalled reader
   Counter scrub_bytes{0};        ///< committed bytes the scrub read and checked (--scrub_mb_per_s)
   Counter scrub_passes{0};       ///< scrub passes over every open shuffle completed
+  /// Background pre-merge (--premerge_mb_per_s): runs made visible, merges dropped (a mapper of
+  /// the range changed meanwhile), bytes written and stored bytes read.
+  Counter premerges{0}, premerges_dropped{0}, premerge_bytes{0}, premerge_read_bytes{0};
   /// Partitions found damaged, by what found them (a fetch's read, the scrub).
   Counter damaged_by_fetch{0}, damaged_by_scrub{0};
   /// Re-replication (--repair_mb_per_s): bytes copied from other replicas, and the (mapper,

@@ -93,8 +93,11 @@ absl::Status FetchSession::Setup() {
                       ErrorReason::kRevoked);
   };
   // (Bounds only where they are used: a KEY read's chains and ranges.)
+  // A KEY read takes the pre-merged runs that stand for mappers it reads (their records and
+  // key order are the same), held while it reads them.
   auto blocks = store_->CommittedBlocksOf(spec_.partition, spec_.only_mappers, &mappers_,
-                                          &attempts_, /*with_bounds=*/spec_.key_order);
+                                          &attempts_, /*with_bounds=*/spec_.key_order,
+                                          spec_.key_order ? &merged_runs_ : nullptr);
   if (!blocks.ok()) {  // (a mapper not committed here: revoked, if it was read at an attempt)
     for (size_t i = 0; i < spec_.only_attempts.size(); ++i) {
       if (store_->IsRevoked(spec_.only_mappers[i], spec_.only_attempts[i])) {
@@ -132,8 +135,18 @@ absl::Status FetchSession::Setup() {
                                               " is past the partition's ", records, " records"));
   }
   skip_ = spec_.skip_records;
-  // UNORDERED: whole stored frames left out without reading them.
-  while (!spec_.key_order && next_ < blocks_.size() && blocks_[next_].records <= skip_) {
+  // KEY, where one pre-merged run is all there is to read, whole, and the chunks asked for are
+  // the ones it was written in: its frames go out as stored, not decoded and encoded again.
+  stored_order_ = !spec_.key_order;
+  if (spec_.key_order && !ranged && merged_runs_.size() == 1 &&
+      merged_runs_[0]->blocks.size() == blocks_.size() && !blocks_.empty() &&
+      spec_.layout == LayoutChoice::kAuto && !spec_.uncompressed &&
+      (spec_.zstd_level == 0 || spec_.zstd_level == 3) && chunk_bytes_ == kPremergedChunkBytes) {
+    stored_order_ = true;
+    runs_ = 1;
+  }
+  // Stored frames in order: whole ones left out without reading them.
+  while (stored_order_ && next_ < blocks_.size() && blocks_[next_].records <= skip_) {
     skip_ -= blocks_[next_++].records;
   }
   return absl::OkStatus();
@@ -156,17 +169,17 @@ void FetchSession::Sent() {
 }
 
 uint64_t FetchSession::next_frame_bytes() const {
-  if (spec_.key_order || next_ == blocks_.size()) return 0;
+  if (!stored_order_ || next_ == blocks_.size()) return 0;
   return blocks_[next_].frame_size;
 }
 
 absl::StatusOr<bool> FetchSession::Next(std::string* frame) {
   Sent();  // (a caller that did not say so is done with the last frame all the same)
-  return spec_.key_order ? NextMerged(frame) : NextStored(frame);
+  return stored_order_ ? NextStored(frame) : NextMerged(frame);
 }
 
 bool FetchSession::last() const {
-  if (spec_.key_order) return merged_ != nullptr && merged_->drained();
+  if (!stored_order_) return merged_ != nullptr && merged_->drained();
   return next_ == blocks_.size();
 }
 
@@ -213,45 +226,15 @@ absl::Status FetchSession::StartMerge() {
       merge_charged_ = bytes;
     }
   };
-  // Frames listed one after another that follow each other in key order (their bounds say so:
-  // a sorted flush cut into frames) are one run, loaded a frame at a time. The index knows what
-  // a frame decodes to (filled at append and at recovery): no read for planning. A chain holds
-  // one frame at a time, and the one before it until the merge releases its records: it costs
-  // twice its largest.
-  chains_.clear();
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    const uint64_t cost = DecodedCost(blocks_[i].uncompressed, blocks_[i].records);
-    if (i == 0 || !FollowsInKeyOrder(blocks_[i - 1].bounds, blocks_[i].bounds)) {
-      chains_.push_back(Chain{i, 0, 0, 0});
-    }
-    Chain& c = chains_.back();
-    ++c.count;
-    c.bytes += blocks_[i].frame_size;
-    c.largest = std::max(c.largest, cost);
-  }
   // Runs are made as the merge reaches them (a partition may hold a million tiny frames).
-  SLUICE_ASSIGN_OR_RETURN(
-      merged_, MergedStream::Make(
-                   chains_.size(), [this](size_t c) { return chains_[c].bytes; },
-                   [this](size_t c) -> absl::StatusOr<uint64_t> {
-                     return chains_[c].count > 1 ? 2 * chains_[c].largest : chains_[c].largest;
-                   },
-                   [this](size_t c) {
-                     const Chain& chain = chains_[c];
-                     std::unique_ptr<RunSource> run =
-                         chain.count == 1
-                             ? StoredFrameRun(store_, blocks_[chain.first], &run_decoder_)
-                             : ChainedRun(
-                                   chain.count,
-                                   [this, first = chain.first](size_t j) {
-                                     return StoredFrameRun(store_, blocks_[first + j],
-                                                           &run_decoder_);
-                                   },
-                                   chain.bytes);
-                     if (spec_.from_key.empty() && !spec_.to_key.has_value()) return run;
-                     return KeyRangeRun(std::move(run), spec_.from_key, &spec_.to_key);
-                   },
-                   mopts));
+  std::function<std::unique_ptr<RunSource>(std::unique_ptr<RunSource>)> wrap;
+  if (!spec_.from_key.empty() || spec_.to_key.has_value()) {
+    wrap = [this](std::unique_ptr<RunSource> run) {
+      return KeyRangeRun(std::move(run), spec_.from_key, &spec_.to_key);
+    };
+  }
+  SLUICE_ASSIGN_OR_RETURN(merged_,
+                          MergeStoredBlocks(store_, &blocks_, &run_decoder_, wrap, mopts, &runs_));
   encoder_ = std::make_unique<FrameEncoder>(encode_);
   return absl::OkStatus();
 }

@@ -66,6 +66,9 @@ struct FetchSpec {
   std::string tenant;
 };
 
+/// The chunk a KEY fetch asks for by default, and what pre-merged runs' frames hold
+/// (PremergeOptions::frame_bytes): such a fetch of one run sends its frames as stored.
+inline constexpr size_t kPremergedChunkBytes = 1u << 20;
 /// Fetches compress at most at this zstd level: the server compresses for every reducer.
 inline constexpr uint32_t kMaxFetchZstdLevel = 9;
 /// Longest from_key or to_key a fetch may name.
@@ -90,8 +93,14 @@ class FetchSession {
   FetchSession(const FetchSession&) = delete;
   FetchSession& operator=(const FetchSession&) = delete;
 
-  /// Whether the session merges (and so must be admitted before its first Next).
-  bool key_order() const { return spec_.key_order; }
+  /// Whether the session merges (and so must be admitted before its first Next): a KEY read,
+  /// unless one pre-merged run is all it reads (its frames go out as stored).
+  bool key_order() const { return !stored_order_; }
+  /// KEY: the runs its merge reads (a pre-merged run, or a sorted flush cut into frames, is
+  /// one), once the merge started; 1 when one pre-merged run is sent as stored.
+  size_t runs() const { return runs_; }
+  /// The pre-merged runs it reads.
+  size_t premerged_runs() const { return merged_runs_.size(); }
 
   /// Puts the next frame in *frame, charged to the budget until Sent(); false once done.
   absl::StatusOr<bool> Next(std::string* frame);
@@ -135,13 +144,10 @@ class FetchSession {
   EncodeOptions encode_;
   size_t chunk_bytes_ = 1 << 20;
   std::vector<BlockRef> blocks_;
-  // KEY: the merge's runs, each `count` blocks from blocks_[first] (a chain: StartMerge), their
-  // stored bytes and what the largest of them takes decoded.
-  struct Chain {
-    size_t first, count;
-    uint64_t bytes, largest;
-  };
-  std::vector<Chain> chains_;
+  // The pre-merged runs among blocks_ (held: a run retired meanwhile keeps its bytes).
+  std::vector<std::shared_ptr<const MergedRun>> merged_runs_;
+  bool stored_order_ = true;  // stored frames go out as they are (UNORDERED, one pre-merged run)
+  size_t runs_ = 0;
   std::vector<uint32_t> mappers_;
   std::vector<uint64_t> attempts_;  // mappers_' committed attempts
   size_t next_ = 0;

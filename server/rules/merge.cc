@@ -11,6 +11,7 @@
 #include "codec/endian.h"
 #include "codec/status_macros.h"
 #include "server/storage/file_util.h"
+#include "server/storage/key_bounds.h"
 
 namespace sluice {
 namespace {
@@ -495,6 +496,51 @@ absl::StatusOr<bool> MergedStream::NextBatch(size_t max_bytes, std::vector<Recor
     ++count;
   }
   return count > 0;
+}
+
+absl::StatusOr<std::unique_ptr<MergedStream>> MergeStoredBlocks(
+    std::shared_ptr<ShuffleStore> store, const std::vector<BlockRef>* blocks, RunDecoder* decoder,
+    std::function<std::unique_ptr<RunSource>(std::unique_ptr<RunSource>)> wrap,
+    const MergeOptions& options, size_t* runs) {
+  // The index knows what a frame decodes to (filled at append and at recovery): no read for
+  // planning. A chain holds one frame at a time, and the one before it until the merge releases
+  // its records: it costs twice its largest.
+  struct Chain {
+    size_t first, count;
+    uint64_t bytes, largest;
+  };
+  auto chains = std::make_shared<std::vector<Chain>>();
+  const std::vector<BlockRef>& b = *blocks;
+  for (size_t i = 0; i < b.size(); ++i) {
+    const uint64_t cost = DecodedCost(b[i].uncompressed, b[i].records);
+    if (i == 0 || !FollowsInKeyOrder(b[i - 1].bounds, b[i].bounds)) {
+      chains->push_back(Chain{i, 0, 0, 0});
+    }
+    Chain& c = chains->back();
+    ++c.count;
+    c.bytes += b[i].frame_size;
+    c.largest = std::max(c.largest, cost);
+  }
+  if (runs != nullptr) *runs = chains->size();
+  return MergedStream::Make(
+      chains->size(), [chains](size_t c) { return (*chains)[c].bytes; },
+      [chains](size_t c) -> absl::StatusOr<uint64_t> {
+        const Chain& chain = (*chains)[c];
+        return chain.count > 1 ? 2 * chain.largest : chain.largest;
+      },
+      [chains, store, blocks, decoder, wrap](size_t c) {
+        const Chain& chain = (*chains)[c];
+        std::unique_ptr<RunSource> run =
+            chain.count == 1 ? StoredFrameRun(store, (*blocks)[chain.first], decoder)
+                             : ChainedRun(
+                                   chain.count,
+                                   [store, blocks, decoder, first = chain.first](size_t j) {
+                                     return StoredFrameRun(store, (*blocks)[first + j], decoder);
+                                   },
+                                   chain.bytes);
+        return wrap ? wrap(std::move(run)) : std::move(run);
+      },
+      options);
 }
 
 }  // namespace sluice

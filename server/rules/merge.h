@@ -95,6 +95,18 @@ struct MergeOptions {
   const std::atomic<bool>* cancelled = nullptr;
 };
 
+class MergedStream;
+
+/// The merge of a partition's stored blocks, listed in tie-break order (CommittedBlocksOf):
+/// blocks listed one after another whose bounds follow each other in key order (a sorted flush
+/// cut into frames, a pre-merged run) are one run, loaded a frame at a time; runs are made as
+/// the merge reaches them. `blocks` and `decoder` must outlive the stream. `wrap` (may be
+/// empty) wraps each run (a key range: KeyRangeRun). *runs (may be null): how many runs.
+absl::StatusOr<std::unique_ptr<MergedStream>> MergeStoredBlocks(
+    std::shared_ptr<ShuffleStore> store, const std::vector<BlockRef>* blocks, RunDecoder* decoder,
+    std::function<std::unique_ptr<RunSource>(std::unique_ptr<RunSource>)> wrap,
+    const MergeOptions& options, size_t* runs = nullptr);
+
 /// Merges runs into one key-ordered stream.
 class MergedStream {
  public:

@@ -64,6 +64,11 @@ absl::Status PushAttempt::Open(std::string_view shuffle_id, uint32_t mapper, uin
     return absl::InvalidArgumentError(
         absl::StrCat("mapper ", mapper, " is out of range [0, ", params.num_mappers, ")"));
   }
+  if (mapper == kMergedMapper) {
+    (*store)->EndWriter();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mapper id ", mapper, " is reserved (the server's pre-merged runs): use a smaller id"));
+  }
   store_ = std::move(store).value();
   store_->Touch();
   kept_ = std::move(kept);

@@ -66,6 +66,11 @@ void FillInfo(const CallContext& call, const ShuffleStore& store, uint32_t first
     pi->set_records(s.records);
     pi->set_bytes(s.bytes);
     pi->set_frames(s.frames);
+    if (const ShuffleStore::MergedStats m = store.Merged(i); m.runs > 0) {
+      pi->set_premerged_runs(m.runs);
+      pi->set_premerged_mappers(m.mappers);
+      pi->set_premerged_bytes(m.bytes);
+    }
     if (hot_keys > 0) {
       for (const HotKey& h : store.HotKeys(i, hot_keys)) {
         v1::HotKey* k = pi->add_hot_keys();

@@ -17,6 +17,7 @@ constexpr char kCommitMagic[4] = {'S', 'L', 'C', 'M'};
 constexpr char kPreparedMagic[4] = {'S', 'L', 'P', 'R'};
 constexpr char kRepairMagic[4] = {'S', 'L', 'R', 'P'};
 constexpr char kRevokeMagic[4] = {'S', 'L', 'R', 'V'};
+constexpr char kMergeMagic[4] = {'S', 'L', 'M', 'G'};
 constexpr char kHeaderMagic[4] = {'S', 'L', 'L', 'G'};
 constexpr char kLogFile[] = "commits.log";
 constexpr size_t kCommitFixed = 4 + 8 + 4;  // mapper, attempt, block count
@@ -103,7 +104,94 @@ std::string EncodeRevokeRecord(uint32_t mapper, uint64_t attempt, uint32_t versi
   return EncodeBody(mapper, attempt, {}, kRevokeMagic, nullptr, version);
 }
 
+std::string EncodeMergeRecord(const CommitRecord& r) {
+  std::string body;
+  AppendLE32(&body, r.partition);
+  AppendLE32(&body, r.mapper);
+  AppendLE32(&body, r.last_mapper);
+  AppendLE64(&body, r.attempt);
+  AppendLE32(&body, r.level);
+  for (uint64_t a : r.attempts) AppendLE64(&body, a);
+  AppendLE32(&body, static_cast<uint32_t>(r.repaired.size()));
+  for (uint32_t m : r.repaired) AppendLE32(&body, m);
+  AppendLE32(&body, static_cast<uint32_t>(r.blocks.size()));
+  for (const BlockRef& b : r.blocks) {
+    AppendLE32(&body, b.partition);
+    AppendLE64(&body, b.offset);
+    AppendLE32(&body, b.frame_size);
+    AppendLE32(&body, b.records);
+    AppendLE32(&body, b.uncompressed);
+  }
+  for (const BlockRef& b : r.blocks) {
+    if (b.bounds.empty() || KeyBoundsSize(b.bounds) != b.bounds.size()) {
+      body.push_back(kUnknownBounds);
+    } else {
+      body += b.bounds;
+    }
+  }
+  AppendLE64(&body, PayloadChecksum(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
+  std::string record(kMergeMagic, 4);
+  AppendLE32(&record, static_cast<uint32_t>(body.size()));
+  record += body;
+  return record;
+}
+
+namespace {
+
+// The body of a MERGE record at b (checksum checked), or false if it is not a whole valid one.
+bool ParseMergeBody(const uint8_t* b, size_t body, CommitRecord* out) {
+  size_t at = 0;
+  const size_t end = body - 8;  // (the checksum)
+  const auto need = [&](uint64_t n) { return n <= end - at; };
+  if (!need(24)) return false;
+  out->partition = LoadLE32(b);
+  out->mapper = LoadLE32(b + 4);
+  out->last_mapper = LoadLE32(b + 8);
+  out->attempt = LoadLE64(b + 12);
+  out->level = LoadLE32(b + 20);
+  at = 24;
+  if (out->last_mapper < out->mapper) return false;
+  const uint64_t range = uint64_t{out->last_mapper} - out->mapper + 1;
+  if (!need(range * 8 + 4)) return false;
+  out->attempts.resize(range);
+  for (uint64_t i = 0; i < range; ++i, at += 8) out->attempts[i] = LoadLE64(b + at);
+  const uint32_t repaired = LoadLE32(b + at);
+  at += 4;
+  if (!need(uint64_t{repaired} * 4 + 4)) return false;
+  out->repaired.resize(repaired);
+  for (uint32_t i = 0; i < repaired; ++i, at += 4) out->repaired[i] = LoadLE32(b + at);
+  const uint32_t count = LoadLE32(b + at);
+  at += 4;
+  if (!need(uint64_t{count} * 24)) return false;
+  out->blocks.clear();
+  out->blocks.reserve(count);
+  for (uint32_t i = 0; i < count; ++i, at += 24) {
+    BlockRef r;
+    r.partition = LoadLE32(b + at);
+    r.offset = LoadLE64(b + at + 4);
+    r.frame_size = LoadLE32(b + at + 12);
+    r.records = LoadLE32(b + at + 16);
+    r.uncompressed = LoadLE32(b + at + 20);
+    out->blocks.push_back(std::move(r));
+  }
+  std::string_view rest(reinterpret_cast<const char*>(b) + at, end - at);
+  for (BlockRef& r : out->blocks) {
+    if (!rest.empty() && rest[0] == kUnknownBounds) {
+      rest.remove_prefix(1);
+      continue;
+    }
+    const size_t n = KeyBoundsSize(rest);
+    if (n == 0) return false;
+    r.bounds.assign(rest.substr(0, n));
+    rest.remove_prefix(n);
+  }
+  return rest.empty();
+}
+
+}  // namespace
+
 std::string EncodeRecord(const CommitRecord& r, uint32_t version) {
+  if (r.merge) return EncodeMergeRecord(r);
   if (r.revoke) return EncodeRevokeRecord(r.mapper, r.attempt, version);
   if (r.repair) return EncodeRepairRecord(r.mapper, r.attempt, r.partition, r.blocks, version);
   return EncodeCommitRecord(r.mapper, r.attempt, r.blocks, r.prepared, version);
@@ -117,6 +205,15 @@ size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out
   const bool prepared = std::memcmp(p, kPreparedMagic, 4) == 0;
   const bool repair = version >= kFirstRepairLogVersion && std::memcmp(p, kRepairMagic, 4) == 0;
   const bool revoke = version >= kFirstRevokeLogVersion && std::memcmp(p, kRevokeMagic, 4) == 0;
+  if (version >= kFirstMergeLogVersion && std::memcmp(p, kMergeMagic, 4) == 0) {
+    const uint32_t body = LoadLE32(p + 4);
+    if (body < 8 || body > avail - 8) return 0;
+    const uint8_t* b = p + 8;
+    if (LoadLE64(b + body - 8) != PayloadChecksum(b, body - 8)) return 0;
+    *out = CommitRecord{};
+    out->merge = true;
+    return ParseMergeBody(b, body, out) ? 8 + body : 0;
+  }
   if (!prepared && !repair && !revoke && std::memcmp(p, kCommitMagic, 4) != 0) return 0;
   const size_t extra = repair ? 4 : 0;  // the partition
   const uint32_t body = LoadLE32(p + 4);
@@ -133,6 +230,7 @@ size_t ParseCommitRecord(const uint8_t* p, const uint8_t* end, CommitRecord* out
   out->prepared = prepared;
   out->repair = repair;
   out->revoke = revoke;
+  out->merge = false;
   out->partition = repair ? LoadLE32(b + body - 12) : 0;
   out->blocks.clear();
   out->blocks.reserve(count);

@@ -73,16 +73,34 @@ struct CommitRecord {
   /// not visible from here on and no longer owned, and the attempt never commits again. No
   /// blocks.
   bool revoke = false;
+  /// A MERGE record (log version 8; docs/storage.md, "Pre-merged runs"): `blocks` (all of
+  /// `partition`, appended under kMergedMapper and `attempt`, the merge's id) are the records of
+  /// every mapper from `mapper` to `last_mapper` for the partition in key order, made from their
+  /// committed attempts `attempts` (one per mapper of the range) and, of those, the mappers in
+  /// `repaired` whose data for the partition came by REPAIR. Visible only while every mapper of
+  /// the range still has that attempt committed and no other repair of the range's mappers
+  /// followed; a later valid merge record whose range meets it replaces it. `level`: how many
+  /// merges deep its records are (1: made from mappers' own runs).
+  bool merge = false;
+  uint32_t last_mapper = 0;
+  uint32_t level = 0;
+  std::vector<uint64_t> attempts;
+  std::vector<uint32_t> repaired;
 };
+
+/// The mapper id in the header of a pre-merged run's blocks (MERGE records): never a mapper's
+/// (a shuffle's mapper ids are below its mapper count, at most 2^31).
+inline constexpr uint32_t kMergedMapper = UINT32_MAX;
 
 /// The log version new logs are written in, and the oldest one read (version 3's records lack
 /// the frames' uncompressed sizes; version 5 adds REPAIR records, version 6 REVOKE records,
-/// which older logs cannot take, and version 7 the frames' key bounds).
-inline constexpr uint32_t kLogVersion = 7;
+/// which older logs cannot take, version 7 the frames' key bounds, version 8 MERGE records).
+inline constexpr uint32_t kLogVersion = 8;
 inline constexpr uint32_t kOldestLogVersion = 3;
 inline constexpr uint32_t kFirstRepairLogVersion = 5;
 inline constexpr uint32_t kFirstRevokeLogVersion = 6;
 inline constexpr uint32_t kFirstBoundsLogVersion = 7;
+inline constexpr uint32_t kFirstMergeLogVersion = 8;
 
 /// The record's bytes: "SLCM" (a commit; "SLPR" for a prepared attempt), u32 body size, then
 /// the body: u32 mapper, u64 attempt, u32 block count, 24 bytes a block (u32 partition, u64
@@ -102,6 +120,11 @@ std::string EncodeRepairRecord(uint32_t mapper, uint64_t attempt, uint32_t parti
 /// A REVOKE record: "SLRV", u32 body size, the body of a commit record without blocks. Version
 /// 6 on.
 std::string EncodeRevokeRecord(uint32_t mapper, uint64_t attempt, uint32_t version = kLogVersion);
+/// A MERGE record: "SLMG", u32 body size, then the body: u32 partition, u32 first mapper, u32
+/// last mapper, u64 merge id, u32 level, u64 committed attempt of each mapper of the range, u32
+/// count and the repaired mappers (u32 each), u32 block count, 24 bytes a block, their key
+/// bounds back to back (as in a commit record), u64 XXH3 of the body before it. Version 8 on.
+std::string EncodeMergeRecord(const CommitRecord& r);
 /// Any record, as its fields say.
 std::string EncodeRecord(const CommitRecord& r, uint32_t version = kLogVersion);
 

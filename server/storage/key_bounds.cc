@@ -109,6 +109,36 @@ HeavyKey Heaviest(const DecodedFrame& frame) {
 
 }  // namespace
 
+void AppendSortedBounds(absl::Span<const Record> records, uint64_t uncompressed, std::string* out,
+                        std::vector<std::string_view>* keys) {
+  const size_t n = records.size();
+  if (n == 0) return;
+  const size_t samples = std::min<size_t>(
+      {kMaxBoundSamples, static_cast<size_t>(uncompressed / kBoundSampleBytes), n});
+  keys->clear();
+  keys->push_back(records[0].key);
+  for (size_t s = 1; s <= samples; ++s) keys->push_back(records[s * n / (samples + 1)].key);
+  keys->push_back(records[n - 1].key);
+  HeavyKey best;
+  uint64_t best_records = 0, best_bytes = 0;
+  for (size_t i = 0; i < n;) {
+    const std::string_view k = records[i].key;
+    uint64_t count = 0, bytes = 0;
+    for (; i < n && records[i].key == k; ++i) {
+      ++count;
+      bytes += k.size() + records[i].value.size();
+    }
+    if (count > best_records) {
+      best.key = k;
+      best_records = count;
+      best_bytes = bytes;
+    }
+  }
+  best.records = Clamp32(best_records);
+  best.bytes = Clamp32(best_bytes);
+  AppendKeyBounds(*keys, best, out);
+}
+
 void AppendFrameBounds(const DecodedFrame& frame, std::string* out,
                        std::vector<std::string_view>* keys) {
   const size_t n = frame.size();

@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "codec/frame_decoder.h"
 
 namespace sluice {
@@ -60,6 +61,10 @@ void AppendKeyBounds(const std::vector<std::string_view>& keys, const HeavyKey& 
 /// `scratch` is reused between calls.
 void AppendFrameBounds(const DecodedFrame& frame, std::string* out,
                        std::vector<std::string_view>* scratch);
+/// Appends the bounds of records in key order (a merge's output frame, whose payload takes
+/// `uncompressed` bytes), as AppendFrameBounds would take them from that frame decoded.
+void AppendSortedBounds(absl::Span<const Record> records, uint64_t uncompressed, std::string* out,
+                        std::vector<std::string_view>* keys);
 /// The size of the one encoding at the start of `bytes`, or 0 if it is not a valid one.
 size_t KeyBoundsSize(std::string_view bytes);
 /// The least and greatest keys of a valid encoding (KeyBoundsSize); empty: not known.

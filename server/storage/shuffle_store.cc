@@ -146,6 +146,16 @@ absl::Status ShuffleStore::AppendAll(uint32_t mapper, uint64_t attempt,
     return absl::InvalidArgumentError(
         absl::StrCat("mapper ", mapper, " is out of range [0, ", params_.num_mappers, ")"));
   }
+  if (mapper == kMergedMapper) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mapper id ", mapper, " is reserved (the server's pre-merged runs)"));
+  }
+  return AppendFrames(mapper, attempt, frames, blocks, /*held=*/true);
+}
+
+absl::Status ShuffleStore::AppendFrames(uint32_t mapper, uint64_t attempt,
+                                        absl::Span<const FrameToAppend> frames,
+                                        std::vector<BlockRef>* blocks, bool held) {
   if (destroyed_.load()) return DeletedError();
   // The blocks, with offsets from the start of this write until the range is reserved.
   const size_t first = blocks->size();
@@ -204,7 +214,7 @@ absl::Status ShuffleStore::AppendAll(uint32_t mapper, uint64_t attempt,
                             SYNC_FILE_RANGE_WRITE);
   }
 #endif
-  Hold(static_cast<int64_t>(total));
+  if (held) Hold(static_cast<int64_t>(total));
   return absl::OkStatus();
 }
 
@@ -255,7 +265,13 @@ absl::Status ShuffleStore::Recorded(uint32_t mapper, uint64_t attempt,
     if (!written.ok()) return written;
     if (destroyed_.load()) return DeletedError();
     AddCommitLocked(mapper, attempt, blocks);
-    if (repaired.has_value()) repaired_[*repaired].insert(mapper);
+    if (repaired.has_value()) {
+      repaired_[*repaired].insert(mapper);
+      // A pre-merged run of the partition over the mapper lacks what the repair brought.
+      if (Partition* p = partitions_.Find(*repaired); p != nullptr) {
+        RetireMergedLocked(*p, mapper, mapper);
+      }
+    }
     DropPreparedLocked(mapper, attempt, &losers);
   }
   PunchBlocks(losers);
@@ -356,7 +372,10 @@ absl::Status ShuffleStore::RevokeAll(absl::Span<const std::pair<uint32_t, uint64
       // Out of every partition's index (repaired ones too), in one pass. The bytes stay until
       // the next open: a fetch begun before may still read them (its blocks were taken in one
       // instant).
-      partitions_.ForEach([&hidden](uint32_t, Partition& p) {
+      partitions_.ForEach([&](uint32_t, Partition& p) {
+        for (uint32_t m : hidden) {
+          if (!p.merged.empty()) RetireMergedLocked(p, m, m);  // (their readers finish first)
+        }
         auto gone = std::remove_if(p.index.begin(), p.index.end(), [&](const IndexEntry& e) {
           return hidden.count(e.mapper) != 0;
         });
@@ -470,7 +489,11 @@ absl::Status ShuffleStore::ResolveAll(absl::Span<const std::pair<uint32_t, uint6
       if (committed_.count(mapper) != 0 || !IsPreparedLocked(mapper, attempt)) continue;
       if (broken) return log_->BrokenError();
       if (!inflight_mappers_.insert(mapper).second) continue;  // named twice
-      records.push_back(CommitRecord{mapper, attempt, prepared_[mapper][attempt], false});
+      CommitRecord r;
+      r.mapper = mapper;
+      r.attempt = attempt;
+      r.blocks = prepared_[mapper][attempt];
+      records.push_back(std::move(r));
     }
   }
   if (records.empty()) return absl::OkStatus();
@@ -548,6 +571,7 @@ ShuffleStore::ScrubStep ShuffleStore::ScrubNext(ScrubCursor* cursor, uint64_t ma
     if (cursor->next >= cursor->blocks.size()) {
       // The next partition with committed blocks and no damage found yet.
       cursor->blocks.clear();
+      cursor->runs.clear();
       cursor->next = 0;
       std::lock_guard<std::mutex> lock(commit_mu_);
       for (; cursor->blocks.empty() && cursor->partition < params_.num_partitions &&
@@ -560,6 +584,14 @@ ShuffleStore::ScrubStep ShuffleStore::ScrubNext(ScrubCursor* cursor, uint64_t ma
           cursor->blocks.push_back(
               ScrubCursor::Block{RefOf(cursor->partition, *p, e, /*with_bounds=*/false), e.mapper,
                                  committed_.at(e.mapper)});
+        }
+        // Its pre-merged runs too, held until the partition's scrub is done (a run retired
+        // meanwhile keeps its bytes until then).
+        cursor->runs.assign(p->merged.begin(), p->merged.end());
+        for (const auto& r : p->merged) {
+          for (const BlockRef& b : r->blocks) {
+            cursor->blocks.push_back(ScrubCursor::Block{b, kMergedMapper, r->id});
+          }
         }
       }
       if (cursor->blocks.empty()) step.done = true;
@@ -626,7 +658,7 @@ absl::StatusOr<FrameHeader> ShuffleStore::ReadBlockHeaders(uint32_t mapper, uint
 
 void ShuffleStore::Discard(absl::Span<const BlockRef> blocks) { PunchBlocks(blocks); }
 
-void ShuffleStore::PunchBlocks(absl::Span<const BlockRef> blocks) {
+void ShuffleStore::PunchBlocks(absl::Span<const BlockRef> blocks, bool held) {
   if (!data_fd_.valid()) return;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   ranges.reserve(blocks.size());
@@ -635,7 +667,7 @@ void ShuffleStore::PunchBlocks(absl::Span<const BlockRef> blocks) {
     ranges.emplace_back(b.offset, b.offset + kBlockHeaderSize + b.frame_size);
     given_back += static_cast<int64_t>(kBlockHeaderSize + b.frame_size);
   }
-  Hold(-given_back);
+  if (held) Hold(-given_back);
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 0; i < ranges.size();) {
     const uint64_t from = ranges[i].first;
@@ -720,7 +752,9 @@ void ShuffleStore::MarkDeleted() {
     p.index = {};
     p.bounds = {};
     p.hot = {};
+    p.merged = {};  // (not retired: their bytes go with the directory)
   });
+  merged_bytes_.store(0);
   AddIndexBytes(-static_cast<int64_t>(index_bytes_.load()));
 }
 

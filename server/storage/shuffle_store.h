@@ -91,6 +91,31 @@ struct HotKey {
 /// Keys a partition's sketch keeps (space-saving over its frames' heaviest keys).
 inline constexpr size_t kHotKeysKept = 8;
 
+/// A pre-merged run of one partition (docs/storage.md, "Pre-merged runs"): the records of every
+/// mapper from `first` to `last` for it, in key order, in frames of its own (a MERGE record). It
+/// stands for those mappers' own blocks in a KEY read that takes all of them; the mappers' blocks
+/// stay (UNORDERED reads, reads of some mappers, repairs). Retired when a revocation or repair
+/// changes a mapper of its range, or a larger merge takes it in: its bytes are given back once
+/// the last read holding it lets go.
+struct MergedRun {
+  uint32_t partition = 0, first = 0, last = 0, level = 1;
+  uint64_t id = 0;
+  std::vector<uint64_t> attempts;  ///< the committed attempt of each mapper of the range
+  std::vector<uint32_t> repaired;  ///< mappers of the range whose data for it came by repair
+  std::vector<BlockRef> blocks;    ///< in key order, with their bounds
+  uint64_t bytes = 0, records = 0;
+  uint64_t memory = 0;  ///< what it takes in memory, counted in the store's index_bytes()
+  std::atomic<bool> retired{false};
+};
+
+/// One run of a partition as the pre-merge plans (ShuffleStore::MergeStretches): a mapper's own
+/// blocks (level 0; `bytes` 0 when it has none for the partition) or a pre-merged run.
+struct MergeUnit {
+  uint32_t first = 0, last = 0;
+  uint64_t bytes = 0;
+  uint32_t level = 0;
+};
+
 struct PartitionStats {
   uint64_t records = 0;
   uint64_t bytes = 0;  ///< frame bytes
@@ -199,19 +224,62 @@ class ShuffleStore {
   /// Gives the space of blocks that will never be committed back to the file system.
   void Discard(absl::Span<const BlockRef> blocks);
 
+  /// Pre-merge (docs/storage.md, "Pre-merged runs"; server/rules/premerge.h).
+  /// Whether the log takes MERGE records (version 8 on).
+  bool merges_supported() const { return log_->version() >= kFirstMergeLogVersion; }
+  /// Partitions committed to since the last call (every partition with data after an open, and
+  /// once the last mapper commits), taken.
+  std::vector<uint32_t> TakeMergeCandidates();
+  /// Whether every mapper of the shuffle has committed here (its mapper count known).
+  bool complete() const;
+  /// The partition's runs in mapper order, in stretches of consecutive committed mapper ids: a
+  /// merge takes units of one stretch (a pre-merged run's range holds every mapper id in it).
+  std::vector<std::vector<MergeUnit>> MergeStretches(uint32_t partition) const;
+  /// What a merge of the mappers [first, last] of a partition reads: its MERGE record so far
+  /// (no blocks yet), the blocks to merge in CommittedBlocks' order (the pre-merged runs inside
+  /// the range in place of their mappers' blocks) and those runs, held while they are read.
+  /// FAILED_PRECONDITION when a mapper of the range is not committed, or a pre-merged run
+  /// crosses its ends.
+  struct MergePlan {
+    CommitRecord record;
+    std::vector<BlockRef> blocks;
+    std::vector<std::shared_ptr<const MergedRun>> inputs;
+    uint64_t bytes = 0;
+  };
+  absl::StatusOr<MergePlan> PlanMerge(uint32_t partition, uint32_t first, uint32_t last);
+  /// Appends a merge's output frames (blocks of kMergedMapper, attempt `id`), not counted in
+  /// the tenant's held bytes (they are the server's copy).
+  absl::Status AppendMerged(uint64_t id, absl::Span<const FrameToAppend> frames,
+                            std::vector<BlockRef>* blocks);
+  /// Writes the plan's MERGE record (its blocks appended) durably and makes the run visible,
+  /// retiring the runs it took in. False, its blocks given back, when a mapper of its range
+  /// changed since the plan (revoked, repaired) or a run it took in is gone.
+  absl::StatusOr<bool> InstallMerge(MergePlan plan, std::vector<BlockRef> blocks);
+  /// Gives back a merge's appended blocks that will never be recorded.
+  void DiscardMerged(absl::Span<const BlockRef> blocks) { PunchBlocks(blocks, /*held=*/false); }
+  /// The partition's pre-merged runs, and how many mappers they stand for.
+  struct MergedStats {
+    uint32_t runs = 0, mappers = 0;
+    uint64_t bytes = 0;
+  };
+  MergedStats Merged(uint32_t partition) const;
+  /// Stored bytes of the pre-merged runs of the store.
+  uint64_t merged_bytes() const { return merged_bytes_.load(std::memory_order_relaxed); }
+
   /// Committed blocks of a partition, ordered by mapper id, then arrival.
   std::vector<BlockRef> CommittedBlocks(uint32_t partition) const;
   std::vector<uint32_t> CommittedMappers() const;
   /// CommittedBlocks, with the committed mappers in the same instant (*mappers); with `only`
   /// (sorted; empty: all), only those mappers' blocks, and ABORTED naming one that is not
-  /// committed here.
+  /// committed here. With `merged` (a KEY read), each pre-merged run whose whole range is read
+  /// stands for its mappers' blocks, in the place of its first mapper's, and is added to
+  /// *merged (held while read): the records and their key order are the same.
   /// `attempts` (may be null): set to the committed attempt of each of *mappers. Without
   /// `with_bounds`, the blocks' bounds are left empty (no copy).
-  absl::StatusOr<std::vector<BlockRef>> CommittedBlocksOf(uint32_t partition,
-                                                          const std::vector<uint32_t>& only,
-                                                          std::vector<uint32_t>* mappers,
-                                                          std::vector<uint64_t>* attempts = nullptr,
-                                                          bool with_bounds = true) const;
+  absl::StatusOr<std::vector<BlockRef>> CommittedBlocksOf(
+      uint32_t partition, const std::vector<uint32_t>& only, std::vector<uint32_t>* mappers,
+      std::vector<uint64_t>* attempts = nullptr, bool with_bounds = true,
+      std::vector<std::shared_ptr<const MergedRun>>* merged = nullptr) const;
   PartitionStats Stats(uint32_t partition) const;
   /// Every stride-th committed block of the partition (with its bounds; stride the least that
   /// takes at most `max`), in CommittedBlocks' order: what a split plan reads.
@@ -302,6 +370,7 @@ class ShuffleStore {
       uint64_t attempt;
     };
     std::vector<Block> blocks;  ///< `partition`'s committed blocks when its scrub began
+    std::vector<std::shared_ptr<const MergedRun>> runs;  ///< its pre-merged runs among them
   };
   struct ScrubStep {
     uint64_t bytes = 0;  ///< read
@@ -334,6 +403,9 @@ class ShuffleStore {
     std::string bounds;             // the blocks' key bounds, back to back (key_bounds.h)
     std::vector<HotKey> hot;        // the sketch of its heaviest keys (HotKeys)
     bool sorted = true;
+    bool merge_candidate = false;  // in merge_candidates_
+    // Its pre-merged runs, by first mapper (ranges apart).
+    std::vector<std::shared_ptr<MergedRun>> merged;
   };
   // The bounds of an entry of `p`, encoded (empty: not known).
   static std::string_view BoundsOf(const Partition& p, const IndexEntry& e);
@@ -404,7 +476,24 @@ class ShuffleStore {
   void ReleaseHeld();
   absl::Status DeletedError() const;
   // Punches the blocks' ranges out of the data file, adjacent ones together.
-  void PunchBlocks(absl::Span<const BlockRef> blocks);
+  void PunchBlocks(absl::Span<const BlockRef> blocks, bool held = true);
+  // AppendAll's write; `held`: counted in the tenant's held bytes.
+  absl::Status AppendFrames(uint32_t mapper, uint64_t attempt,
+                            absl::Span<const FrameToAppend> frames, std::vector<BlockRef>* blocks,
+                            bool held);
+  // A pre-merged run shared with its readers: once retired, its bytes are given back when the
+  // last of them lets go.
+  std::shared_ptr<MergedRun> NewMergedRun(CommitRecord record);
+  // Retires p's runs whose range meets [first, last] (outside the index; the readers holding
+  // them keep them until done).
+  void RetireMergedLocked(Partition& p, uint32_t first, uint32_t last);
+  // Whether the MERGE record still stands for its range: the same attempts committed, the same
+  // repairs of the partition.
+  bool MergeStillHoldsLocked(const CommitRecord& r) const;
+  void MarkMergeCandidateLocked(uint32_t partition, Partition& p);
+  // Recovery: the MERGE records that stand, as runs (`check`: their blocks' headers read, and a
+  // run whose blocks fail is dropped, not the shuffle's damage).
+  void RecoverMergedLocked(std::vector<CommitRecord> merges, uint64_t data_size, bool check);
   void AddCommitLocked(uint32_t mapper, uint64_t attempt, absl::Span<const BlockRef> blocks);
   // After a commit's (or, `repaired`, a repair's) record was written with result `written`: the
   // mapper's claim let go; if written, its blocks visible and its other prepared attempts
@@ -426,7 +515,8 @@ class ShuffleStore {
   // attempts of mappers with none, checked against the shuffle's parameters.
   absl::Status SortRecords(std::vector<CommitRecord> records, std::vector<CommitRecord>* commits,
                            std::vector<CommitRecord>* prepared, std::vector<CommitRecord>* repairs,
-                           std::set<std::pair<uint32_t, uint64_t>>* revoked) const;
+                           std::set<std::pair<uint32_t, uint64_t>>* revoked,
+                           std::vector<CommitRecord>* merges) const;
 
   const std::string dir_;
   const std::string shown_dir_;  // relative to the data directory, for messages
@@ -458,6 +548,9 @@ class ShuffleStore {
   // Cluster mode: mapper -> attempt -> its blocks, prepared and not resolved yet.
   std::map<uint32_t, std::map<uint64_t, std::vector<BlockRef>>> prepared_;
   mutable std::map<uint32_t, absl::Status> damaged_;  // partition -> why (MarkDamaged)
+  std::vector<uint32_t> merge_candidates_;            // TakeMergeCandidates
+  uint64_t next_merge_id_ = 1;
+  std::atomic<uint64_t> merged_bytes_{0};
 };
 
 }  // namespace sluice

@@ -41,7 +41,15 @@ void ShuffleStore::AddCommitLocked(uint32_t mapper, uint64_t attempt,
                     static_cast<int64_t>((p.hot.capacity() - hot_capacity) * sizeof(HotKey)));
     }
   }
+  for (const BlockRef& b : blocks)
+    MarkMergeCandidateLocked(b.partition, partitions_.Get(b.partition));
   committed_.emplace(mapper, attempt);
+  if (params_.num_mappers != 0 && committed_.size() == params_.num_mappers) {
+    // The last mapper: a partition's whole range may be merged now.
+    partitions_.ForEach([this](uint32_t i, Partition& p) {
+      if (!p.index.empty()) MarkMergeCandidateLocked(i, p);
+    });
+  }
 }
 
 void ShuffleStore::ReserveIndexLocked(Partition& p, size_t frames, uint64_t bounds_bytes) {
@@ -86,7 +94,8 @@ std::vector<BlockRef> ShuffleStore::CommittedBlocks(uint32_t partition) const {
 
 absl::StatusOr<std::vector<BlockRef>> ShuffleStore::CommittedBlocksOf(
     uint32_t partition, const std::vector<uint32_t>& only, std::vector<uint32_t>* mappers,
-    std::vector<uint64_t>* attempts, bool with_bounds) const {
+    std::vector<uint64_t>* attempts, bool with_bounds,
+    std::vector<std::shared_ptr<const MergedRun>>* merged) const {
   std::vector<BlockRef> out;
   std::lock_guard<std::mutex> lock(commit_mu_);
   mappers->clear();
@@ -112,11 +121,36 @@ absl::StatusOr<std::vector<BlockRef>> ShuffleStore::CommittedBlocksOf(
   Partition* p = partitions_.Find(partition);
   if (p == nullptr) return out;
   SortIndexLocked(*p);
+  // The pre-merged runs whose whole range is read (the mappers read are sorted, without repeats).
+  std::vector<const MergedRun*> runs;
+  if (merged != nullptr) {
+    for (const auto& r : p->merged) {
+      auto at = std::lower_bound(mappers->begin(), mappers->end(), r->first);
+      const size_t span = r->last - r->first;
+      if (at != mappers->end() && *at == r->first &&
+          static_cast<size_t>(mappers->end() - at) > span && *(at + span) == r->last) {
+        runs.push_back(r.get());
+        merged->push_back(r);
+      }
+    }
+  }
   out.reserve(p->index.size());
+  size_t run = 0;
+  const auto take_runs_before = [&](uint64_t m) {
+    for (; run < runs.size() && runs[run]->first <= m; ++run) {
+      for (const BlockRef& b : runs[run]->blocks) {
+        out.push_back(b);
+        if (!with_bounds) out.back().bounds.clear();
+      }
+    }
+  };
   for (const IndexEntry& e : p->index) {
     if (!only.empty() && !std::binary_search(only.begin(), only.end(), e.mapper)) continue;
+    take_runs_before(e.mapper);
+    if (run > 0 && e.mapper <= runs[run - 1]->last) continue;  // in a run taken
     out.push_back(RefOf(partition, *p, e, with_bounds));
   }
+  take_runs_before(UINT64_MAX);
   return out;
 }
 

@@ -60,9 +60,10 @@ absl::Status ShuffleStore::Recover(int dir_fd, OpenCheck check) {
 
   // 3. The first commit record of each mapper is its commit; prepared attempts of mappers
   //    without one wait for their decision.
-  std::vector<CommitRecord> commits, prepared, repairs;
+  std::vector<CommitRecord> commits, prepared, repairs, merges;
   std::set<std::pair<uint32_t, uint64_t>> revoked;
-  SLUICE_RETURN_IF_ERROR(SortRecords(std::move(records), &commits, &prepared, &repairs, &revoked));
+  SLUICE_RETURN_IF_ERROR(
+      SortRecords(std::move(records), &commits, &prepared, &repairs, &revoked, &merges));
   if (!data_existed && !(commits.empty() && prepared.empty() && repairs.empty())) {
     return absl::DataLossError(
         absl::StrCat(log_->path(), " commits ", commits.size(), " mappers and prepares ",
@@ -129,6 +130,9 @@ absl::Status ShuffleStore::Recover(int dir_fd, OpenCheck check) {
   }
   for (CommitRecord& c : prepared) prepared_[c.mapper][c.attempt] = std::move(c.blocks);
   revoked_ = std::move(revoked);
+  // The pre-merged runs that still stand for their mappers (a copy of committed data: a run that
+  // does not is dropped, not the shuffle's damage).
+  RecoverMergedLocked(std::move(merges), data_size, check == OpenCheck::kEveryByte);
   return ReclaimUnowned();
 }
 
@@ -136,7 +140,8 @@ absl::Status ShuffleStore::SortRecords(std::vector<CommitRecord> records,
                                        std::vector<CommitRecord>* commits,
                                        std::vector<CommitRecord>* prepared,
                                        std::vector<CommitRecord>* repairs,
-                                       std::set<std::pair<uint32_t, uint64_t>>* revoked) const {
+                                       std::set<std::pair<uint32_t, uint64_t>>* revoked,
+                                       std::vector<CommitRecord>* merges) const {
   const std::string& log_path = log_->path();
   std::set<uint32_t> taken;
   std::set<std::pair<uint32_t, uint64_t>> seen_prepared;
@@ -151,6 +156,27 @@ absl::Status ShuffleStore::SortRecords(std::vector<CommitRecord> records,
   }
   for (size_t i = 0; i < records.size(); ++i) {
     CommitRecord& r = records[i];
+    if (r.merge) {
+      const bool fits = r.partition < params_.num_partitions &&
+                        (params_.num_mappers == 0 || r.last_mapper < params_.num_mappers) &&
+                        r.attempts.size() == uint64_t{r.last_mapper} - r.mapper + 1 &&
+                        std::all_of(r.blocks.begin(), r.blocks.end(), [&](const BlockRef& b) {
+                          return b.partition == r.partition &&
+                                 b.frame_size <= kFrameHeaderSize + uint64_t{kMaxFrameCapBytes};
+                        });
+      if (!fits) {
+        return absl::DataLossError(absl::StrCat(log_path, " lists a pre-merged run of partition ",
+                                                r.partition, " beyond the shuffle's ",
+                                                params_.num_partitions, " partitions and ",
+                                                params_.num_mappers, " mappers"));
+      }
+      merges->push_back(std::move(r));
+      continue;
+    }
+    if (r.mapper == kMergedMapper) {
+      return absl::DataLossError(
+          absl::StrCat(log_path, " commits mapper ", r.mapper, ", an id no mapper has"));
+    }
     if (r.revoke) {
       if (params_.num_mappers != 0 && r.mapper >= params_.num_mappers) {
         return absl::DataLossError(absl::StrCat(log_path, " revokes mapper ", r.mapper,
@@ -201,17 +227,28 @@ absl::Status ShuffleStore::SortRecords(std::vector<CommitRecord> records,
 
 absl::Status ShuffleStore::ReclaimUnowned() {
   // Bytes no commit owns belong to attempts that broke or were in flight at a crash: cut the
-  // data file after its last committed block and punch out the gaps.
-  std::vector<std::pair<uint64_t, uint64_t>> owned;
+  // data file after its last committed block and punch out the gaps. (Pre-merged runs are owned
+  // too, but are the server's copy: not counted in the tenant's held bytes.)
+  struct Owned {
+    uint64_t from, to;
+    bool held;
+    bool operator<(const Owned& o) const { return from < o.from; }
+  };
+  std::vector<Owned> owned;
   partitions_.ForEach([&owned](uint32_t, Partition& p) {
     for (const IndexEntry& e : p.index) {
-      owned.emplace_back(e.offset, e.offset + kBlockHeaderSize + e.frame_size);
+      owned.push_back(Owned{e.offset, e.offset + kBlockHeaderSize + e.frame_size, true});
+    }
+    for (const auto& r : p.merged) {
+      for (const BlockRef& b : r->blocks) {
+        owned.push_back(Owned{b.offset, b.offset + kBlockHeaderSize + b.frame_size, false});
+      }
     }
   });
   for (const auto& [mapper, attempts] : prepared_) {  // waiting for their decision
     for (const auto& [attempt, blocks] : attempts) {
       for (const BlockRef& b : blocks) {
-        owned.emplace_back(b.offset, b.offset + kBlockHeaderSize + b.frame_size);
+        owned.push_back(Owned{b.offset, b.offset + kBlockHeaderSize + b.frame_size, true});
       }
     }
   }
@@ -219,11 +256,11 @@ absl::Status ShuffleStore::ReclaimUnowned() {
   const std::string& name = DataName();
   SLUICE_ASSIGN_OR_RETURN(const uint64_t size, file::FileSize(data_fd_.get(), name));
   uint64_t cursor = 0, kept = 0;
-  for (const auto& [from, to] : owned) {
+  for (const auto& [from, to, held] : owned) {
     if (from > cursor) {
       SLUICE_RETURN_IF_ERROR(file::PunchHole(data_fd_.get(), name, cursor, from - cursor));
     }
-    if (to > cursor) kept += to - std::max(cursor, from);
+    if (to > cursor && held) kept += to - std::max(cursor, from);
     cursor = std::max(cursor, to);
   }
   Hold(static_cast<int64_t>(kept) - held_.load());

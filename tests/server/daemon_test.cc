@@ -313,30 +313,41 @@ TEST(DaemonTest, KillDashNineMidPushKeepsExactlyTheAcknowledgedCommits) {
   }
 }
 
-// Fetches partition p of shuffle "k" whole; its record count, or -1 when the fetch fails.
-int64_t CountRecords(pb::ShuffleService::Stub& stub, uint32_t p) {
+// Fetches partition p of shuffle "k" whole; its record count, or -1 when the fetch fails (-2
+// when a KEY read is out of key order).
+int64_t CountRecords(pb::ShuffleService::Stub& stub, uint32_t p, pb::Order order = pb::UNORDERED) {
   grpc::ClientContext ctx;
   pb::FetchRequest req;
   req.set_shuffle_id("k");
   req.set_partition_id(p);
+  req.set_order(order);
   auto reader = stub.Fetch(&ctx, req);
   pb::FetchResponse resp;
   FrameDecoder dec;
   DecodedFrame frame;
   int64_t records = 0;
+  std::string last;
+  bool ordered = true;
   while (reader->Read(&resp)) {
     if (!dec.Decode(resp.frame(), &frame).ok()) return -1;
     records += static_cast<int64_t>(frame.size());
+    for (const Record& r : frame) {
+      if (order == pb::KEY && KeyLess(r.key, last)) ordered = false;
+      last.assign(r.key);
+    }
   }
-  return reader->Finish().ok() ? records : -1;
+  if (!reader->Finish().ok()) return -1;
+  return ordered ? records : -2;
 }
 
-// The start reads the commit log, not the data, and a scrub reads the data while pushes commit:
-// SIGKILL at random moments of both, again and again on one directory, and after each restart
-// every acknowledged commit is there and whole, nothing else is, and the scrub found no damage.
-TEST(DaemonTest, KillsDuringPushesCommitsAndScrubsKeepExactlyTheAcknowledgedCommits) {
+// The start reads the commit log, not the data, and a scrub reads the data while pushes commit
+// and the pre-merge merges them: SIGKILL at random moments of all three, again and again on one
+// directory, and after each restart every acknowledged commit is there and whole (in both
+// orders), nothing else is, and the scrub found no damage.
+TEST(DaemonTest, KillsDuringPushesCommitsScrubsAndPremergesKeepExactlyTheAcknowledgedCommits) {
   testing::TempDir dir;
   std::set<uint32_t> acked;
+  uint32_t premerged = 0;  // mappers pre-merged runs stood for, over the restarts
   std::mt19937 rng(std::random_device{}());
   uint32_t next_mapper = 0;
   for (int round = 0; round < 4; ++round) {
@@ -344,7 +355,9 @@ TEST(DaemonTest, KillsDuringPushesCommitsAndScrubsKeepExactlyTheAcknowledgedComm
     MiniServerOptions opts;
     opts.child_process = true;
     opts.server.data_dir = dir.path();
-    opts.server.scrub_bytes_per_s = uint64_t{512} << 20;  // scrubbing all the time
+    opts.server.scrub_bytes_per_s = uint64_t{512} << 20;   // scrubbing all the time
+    opts.server.premerge_bytes_per_s = uint64_t{1} << 30;  // merging all the time
+    opts.server.premerge_min_runs = 2;
     auto started = MiniServer::Start(opts);
     ASSERT_OK(started);
     std::unique_ptr<MiniServer> d = *std::move(started);
@@ -369,7 +382,9 @@ TEST(DaemonTest, KillsDuringPushesCommitsAndScrubsKeepExactlyTheAcknowledgedComm
       acked = committed;  // (those that landed unacknowledged are commits from now on)
       for (uint32_t p = 0; p < kPartitions; ++p) {
         EXPECT_EQ(CountRecords(*stub, p), static_cast<int64_t>(committed.size()) * kRows);
+        EXPECT_EQ(CountRecords(*stub, p, pb::KEY), static_cast<int64_t>(committed.size()) * kRows);
         EXPECT_FALSE(info.partitions(p).damaged()) << info.partitions(p).damage();
+        premerged += info.partitions(p).premerged_mappers();
       }
     }
     std::mutex mu;
@@ -409,7 +424,9 @@ TEST(DaemonTest, KillsDuringPushesCommitsAndScrubsKeepExactlyTheAcknowledgedComm
   EXPECT_LE(committed.size(), acked.size() + 2);
   for (uint32_t p = 0; p < kPartitions; ++p) {
     EXPECT_EQ(CountRecords(*stub, p), static_cast<int64_t>(committed.size()) * kRows);
+    EXPECT_EQ(CountRecords(*stub, p, pb::KEY), static_cast<int64_t>(committed.size()) * kRows);
   }
+  EXPECT_GT(premerged, 0u) << "no pre-merged run stood at a restart: the kills missed it";
 }
 
 // A server that stops answering (SIGSTOP: its sockets stay open) must not hang a push or a

@@ -1,0 +1,188 @@
+#include "server/rules/premerge.h"
+
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "codec/frame_decoder.h"
+#include "codec/frame_encoder.h"
+#include "codec/status_macros.h"
+#include "server/storage/key_bounds.h"
+#include "server/storage/shuffle_id.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice {
+namespace {
+
+// A unit a merge counts: one with records (a mapper with nothing for the partition joins any
+// range and counts for nothing).
+bool Counts(const MergeUnit& u) { return u.bytes > 0 || u.level > 0; }
+
+}  // namespace
+
+std::optional<std::pair<uint32_t, uint32_t>> PickMerge(
+    const std::vector<std::vector<MergeUnit>>& stretches, bool complete, size_t min_runs) {
+  min_runs = std::max<size_t>(min_runs, 2);
+  for (const std::vector<MergeUnit>& s : stretches) {
+    size_t counted = 0;
+    bool premerged = false;
+    for (const MergeUnit& u : s) {
+      counted += Counts(u) ? 1 : 0;
+      premerged = premerged || u.level > 0;
+    }
+    // Every mapper committed: the whole partition in one run, once it had min_runs runs.
+    if (complete && stretches.size() == 1 && counted >= 2 && (counted >= min_runs || premerged)) {
+      return std::make_pair(s.front().first, s.back().last);
+    }
+    if (counted < min_runs) continue;
+    // The first window of at least min_runs adjacent counted runs of one level.
+    size_t from = 0, runs = 0;
+    uint32_t level = 0;
+    std::optional<size_t> last;  // the window's last counted unit
+    for (size_t i = 0; i <= s.size(); ++i) {
+      if (i < s.size() && !Counts(s[i])) continue;
+      if (i == s.size() || runs == 0 || s[i].level != level) {
+        if (runs >= min_runs) return std::make_pair(s[from].first, s[*last].last);
+        if (i == s.size()) break;
+        from = i;
+        runs = 0;
+        level = s[i].level;
+      }
+      ++runs;
+      last = i;
+    }
+  }
+  return std::nullopt;
+}
+
+void Premerger::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_.store(true);
+  }
+  cv_.notify_all();
+}
+
+bool Premerger::Pace(std::chrono::steady_clock::time_point start, uint64_t written) {
+  const auto due = start + std::chrono::microseconds(written * 1000000 / options_.bytes_per_s);
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_until(lock, due, [this] { return stopped_.load(); });
+  return !stopped_.load();
+}
+
+size_t Premerger::Run() {
+  size_t made = 0;
+  for (const std::shared_ptr<ShuffleStore>& store : registry_->List()) {
+    if (stopped_.load()) break;
+    if (!store->merges_supported() || store->wedged()) continue;
+    for (uint32_t partition : store->TakeMergeCandidates()) {
+      if (stopped_.load()) break;
+      if (!store->PartitionDamage(partition).ok()) continue;
+      if (!registry_->CheckRoom(store->params().shuffle_id, options_.disk_mark_pct).ok()) break;
+      // Merge after merge while the partition calls for one (a level's merge can make the next).
+      for (int round = 0; round < 64 && !stopped_.load(); ++round) {
+        const auto pick =
+            PickMerge(store->MergeStretches(partition), store->complete(), options_.min_runs);
+        if (!pick.has_value()) break;
+        const absl::StatusOr<bool> merged = MergeOne(store, partition, pick->first, pick->second);
+        if (!merged.ok()) {
+          spdlog::warn("event=premerge_failed shuffle={} partition={} mappers={}-{} error=\"{}\"",
+                       std::string(ShuffleName(store->params().shuffle_id)), partition, pick->first,
+                       pick->second, merged.status().ToString());
+          break;
+        }
+        if (!*merged) break;
+        ++made;
+      }
+    }
+  }
+  return made;
+}
+
+absl::StatusOr<bool> Premerger::MergeOne(const std::shared_ptr<ShuffleStore>& store,
+                                         uint32_t partition, uint32_t first, uint32_t last) {
+  SLUICE_ASSIGN_OR_RETURN(ShuffleStore::MergePlan plan, store->PlanMerge(partition, first, last));
+  if (plan.blocks.empty()) return false;
+  // Room in the server's memory budget for the merge's frames, or no merge this round: the
+  // pre-merge yields to pushes and fetches.
+  const uint64_t reserved = options_.merge.memory_limit;
+  if (options_.budget != nullptr && !options_.budget->TryReserve(options_.tenant, reserved)) {
+    return false;
+  }
+  struct Release {
+    const PremergeOptions& o;
+    uint64_t n;
+    ~Release() {
+      if (o.budget != nullptr) o.budget->Release(o.tenant, n);
+    }
+  } release{options_, reserved};
+
+  const auto started = std::chrono::steady_clock::now();
+  DecodeOptions dopts;
+  dopts.limits = options_.merge.limits;
+  FrameDecoder decoder(dopts);
+  RunDecoder runs{&decoder, {}, nullptr};
+  MergeOptions mopts = options_.merge;
+  mopts.cancelled = &stopped_;
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<MergedStream> stream,
+                          MergeStoredBlocks(store, &plan.blocks, &runs, nullptr, mopts));
+  EncodeOptions eopts;  // what a KEY fetch encodes by default (kPremergedChunkBytes chunks)
+  eopts.limits = options_.merge.limits;
+  FrameEncoder encoder(eopts);
+  std::vector<Record> batch;
+  std::string frame, bounds;
+  std::vector<std::string_view> keys;
+  std::vector<BlockRef> blocks;
+  uint64_t written = 0, records = 0;
+  const auto fail = [&](absl::Status st) {
+    store->DiscardMerged(blocks);
+    return st;
+  };
+  while (true) {
+    batch.clear();
+    absl::StatusOr<bool> more = stream->NextBatch(options_.frame_bytes, &batch);
+    if (!more.ok()) return fail(more.status());
+    if (!*more) break;
+    frame.clear();
+    if (absl::Status st = encoder.Encode(batch, &frame); !st.ok()) return fail(st);
+    uint64_t uncompressed = 0;
+    for (const Record& r : batch) uncompressed += r.key.size() + r.value.size();
+    bounds.clear();
+    AppendSortedBounds(batch, uncompressed, &bounds, &keys);
+    const ShuffleStore::FrameToAppend out{partition, Bytes(frame),
+                                          static_cast<uint32_t>(batch.size()), bounds};
+    if (absl::Status st =
+            store->AppendMerged(plan.record.attempt, absl::MakeConstSpan(&out, 1), &blocks);
+        !st.ok()) {
+      return fail(st);
+    }
+    written += frame.size();
+    records += batch.size();
+    if (!Pace(started, written)) return fail(absl::CancelledError("the server is stopping"));
+  }
+  uint64_t expected = 0;
+  for (const BlockRef& b : plan.blocks) expected += b.records;
+  if (records != expected) {  // (the index and the frames disagree: never install that)
+    return fail(
+        absl::InternalError(absl::StrCat("a merge of ", expected, " records made ", records)));
+  }
+  const size_t inputs = plan.inputs.size();
+  const uint64_t read = plan.bytes;
+  SLUICE_ASSIGN_OR_RETURN(const bool installed, store->InstallMerge(std::move(plan), blocks));
+  if (metrics_ != nullptr) {
+    ServerMetrics::Add(metrics_->premerge_read_bytes, read);
+    ServerMetrics::Add(metrics_->premerge_bytes, written);
+    ServerMetrics::Add(installed ? metrics_->premerges : metrics_->premerges_dropped, 1);
+  }
+  spdlog::debug(
+      "event=premerged shuffle={} partition={} mappers={}-{} runs_in={} records={} bytes={} "
+      "installed={} seconds={:.3f}",
+      std::string(ShuffleName(store->params().shuffle_id)), partition, first, last, inputs, records,
+      written, installed,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  return installed;
+}
+
+}  // namespace sluice

@@ -1,0 +1,272 @@
+// The background pre-merge (server/rules/premerge.h) on a real registry and data directory, with
+// no transport: what it picks, that a KEY read over pre-merged runs gives exactly the records and
+// the order it gave without them (skips, key ranges and reads of some mappers included), that a
+// run that covers a read is sent as stored, that a restart finds the runs that still stand, that
+// revocations and repairs retire a run, and merges racing commits.
+#include "server/rules/premerge.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "server/rules/fetch_session.h"
+#include "server/rules/push_attempt.h"
+#include "server/storage/block_format.h"
+#include "tests/harness/fetch_fixture.h"
+#include "tests/harness/frames.h"
+#include "tests/harness/status_matchers.h"
+
+namespace sluice {
+namespace {
+
+using testing::DecodeRows;
+using testing::EncodeRows;
+using testing::Rows;
+
+MergeUnit Own(uint32_t m, uint64_t bytes = 100) { return MergeUnit{m, m, bytes, 0}; }
+MergeUnit Pre(uint32_t first, uint32_t last, uint32_t level) {
+  return MergeUnit{first, last, 1000, level};
+}
+
+TEST(PickMergeTest, TakesAdjacentRunsOfOneLevelAndTheWholePartitionOnceComplete) {
+  using Pick = std::optional<std::pair<uint32_t, uint32_t>>;
+  // Too few runs: nothing, complete or not.
+  EXPECT_EQ(PickMerge({{Own(0), Own(1), Own(2)}}, false, 4), Pick());
+  EXPECT_EQ(PickMerge({{Own(0), Own(1), Own(2)}}, true, 4), Pick());
+  // Four adjacent mappers' own runs; one with nothing for the partition joins the range.
+  EXPECT_EQ(PickMerge({{Own(0), Own(1), Own(2, 0), Own(3), Own(4)}}, false, 4), Pick({0, 4}));
+  // Runs of another level break a window; the level-1 runs make one of their own.
+  EXPECT_EQ(PickMerge({{Pre(0, 9, 1), Own(10), Own(11), Pre(12, 20, 1), Own(21)}}, false, 3),
+            Pick());
+  EXPECT_EQ(PickMerge({{Pre(0, 9, 1), Pre(10, 19, 1), Pre(20, 29, 1), Own(30)}}, false, 3),
+            Pick({0, 29}));
+  // Stretches apart (a mapper between them not committed) are never merged together.
+  EXPECT_EQ(PickMerge({{Own(0), Own(1)}, {Own(3), Own(4)}}, false, 3), Pick());
+  // Every mapper committed: the whole partition, whatever the levels; with fewer runs than
+  // min_runs too once one of them is pre-merged (a partition that never had min_runs: none).
+  EXPECT_EQ(PickMerge({{Pre(0, 9, 2), Own(10), Pre(11, 12, 1)}}, true, 3), Pick({0, 12}));
+  EXPECT_EQ(PickMerge({{Pre(0, 9, 1), Own(10)}}, true, 16), Pick({0, 10}));
+  EXPECT_EQ(PickMerge({{Pre(0, 9, 1), Own(10, 0)}}, true, 16), Pick());
+}
+
+class PremergeTest : public testing::FetchFixture {
+ protected:
+  // Mapper m's records: `frames` frames (the last ones with keys in order, the others not), each
+  // key among `keys`, each value "m/f/i" so a record's place in the order is known.
+  static std::vector<std::string> Frames(uint32_t m, int frames, int keys, Rows* all) {
+    std::vector<std::string> out;
+    std::mt19937 rng(m * 7919 + 1);
+    for (int f = 0; f < frames; ++f) {
+      Rows rows;
+      for (int i = 0; i < 30; ++i) {
+        char key[16], value[32];
+        std::snprintf(key, sizeof(key), "k%04d", static_cast<int>(rng() % keys));
+        std::snprintf(value, sizeof(value), "%05u/%02d/%03d", m, f, i);
+        rows.emplace_back(key, value);
+      }
+      if (f == frames - 1) {
+        std::stable_sort(rows.begin(), rows.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
+      }
+      all->insert(all->end(), rows.begin(), rows.end());
+      out.push_back(EncodeRows(rows));
+    }
+    return out;
+  }
+
+  // The KEY order of `rows`: by key, equal keys by mapper, then arrival (frame, position).
+  static Rows KeyOrder(Rows rows) {
+    std::stable_sort(rows.begin(), rows.end());  // (values "m/f/i" sort as arrival per mapper)
+    return rows;
+  }
+
+  // A whole read, and whether it merged (false: sent as stored).
+  Rows Read(const FetchSpec& spec, bool* merged = nullptr) {
+    Rows got;
+    auto session = FetchSession::Make(spec, deps_, nullptr);
+    EXPECT_OK(session);
+    if (!session.ok()) return got;
+    if (merged != nullptr) *merged = (*session)->key_order();
+    std::string frame;
+    for (;;) {
+      auto more = (*session)->Next(&frame);
+      EXPECT_OK(more);
+      if (!more.ok() || !*more) break;
+      const Rows rows = DecodeRows(frame);
+      got.insert(got.end(), rows.begin(), rows.end());
+      (*session)->Sent();
+    }
+    return got;
+  }
+
+  FetchSpec Key(const std::string& id) {
+    FetchSpec spec;
+    spec.shuffle_id = id;
+    spec.key_order = true;
+    return spec;
+  }
+
+  Premerger MakePremerger(size_t min_runs) {
+    PremergeOptions o;
+    o.bytes_per_s = uint64_t{1} << 40;
+    o.min_runs = min_runs;
+    o.merge = deps_.merge;
+    o.merge.memory_limit = 16 << 20;
+    o.budget = &budget_;
+    return Premerger(registry_.get(), o, nullptr);
+  }
+
+  std::shared_ptr<ShuffleStore> Store(const std::string& id) {
+    auto store = registry_->Get(id);
+    EXPECT_OK(store);
+    return store.ok() ? *store : nullptr;
+  }
+};
+
+TEST_F(PremergeTest, AReadOverPremergedRunsIsExactlyTheReadWithoutThem) {
+  constexpr uint32_t kMappers = 40;
+  ASSERT_OK(registry_->Create(ShuffleParams{"s", 1, kMappers}));
+  Rows all;
+  std::vector<uint32_t> order(kMappers);
+  for (uint32_t m = 0; m < kMappers; ++m) order[m] = m;
+  std::shuffle(order.begin(), order.end(), std::mt19937(5));
+  for (uint32_t m : order) {
+    if (m != 17) Push("s", m, Frames(m, 3, 50, &all));
+  }
+  const Rows expected = KeyOrder(all);
+  bool merged = false;
+  ASSERT_EQ(Read(Key("s"), &merged), expected);
+  EXPECT_TRUE(merged);
+
+  // Mappers 0-16 and 18-39 are two stretches: each merged in windows of four, then again.
+  Premerger premerge = MakePremerger(4);
+  EXPECT_GT(premerge.Run(), 0u);
+  const ShuffleStore::MergedStats stats = Store("s")->Merged(0);
+  EXPECT_GE(stats.runs, 2u);
+  EXPECT_EQ(stats.mappers, kMappers - 1);  // every one but 17
+  EXPECT_EQ(Read(Key("s")), expected);
+  // A skip, a key range, some mappers: the same records as without the runs.
+  FetchSpec skip = Key("s");
+  skip.skip_records = 1234;
+  EXPECT_EQ(Read(skip), Rows(expected.begin() + 1234, expected.end()));
+  FetchSpec range = Key("s");
+  range.from_key = "k0010";
+  range.to_key = "k0020";
+  Rows in_range;
+  for (const auto& r : expected) {
+    if (r.first >= "k0010" && r.first < "k0020") in_range.push_back(r);
+  }
+  EXPECT_EQ(Read(range), in_range);
+  FetchSpec some = Key("s");
+  some.only_mappers = {3, 4, 5, 30};  // (no run's whole range: their own blocks)
+  Rows theirs;
+  for (const auto& r : expected) {
+    const int m = std::stoi(r.second.substr(0, 5));
+    if (m == 3 || m == 4 || m == 5 || m == 30) theirs.push_back(r);
+  }
+  EXPECT_EQ(Read(some), theirs);
+  // UNORDERED still hands out the mappers' own frames.
+  FetchSpec unordered;
+  unordered.shuffle_id = "s";
+  EXPECT_EQ(Read(unordered).size(), all.size());
+
+  // The last mapper: the whole partition in one run, sent as stored.
+  Push("s", 17, Frames(17, 3, 50, &all));
+  const Rows complete = KeyOrder(all);
+  EXPECT_EQ(Read(Key("s")), complete);  // (17 between two runs)
+  EXPECT_GT(premerge.Run(), 0u);
+  EXPECT_EQ(Store("s")->Merged(0).runs, 1u);
+  EXPECT_EQ(Store("s")->Merged(0).mappers, kMappers);
+  EXPECT_EQ(Read(Key("s"), &merged), complete);
+  EXPECT_FALSE(merged);  // its frames as stored: no merge slot, no decoding
+  FetchSpec tail = Key("s");
+  tail.skip_records = complete.size() - 45;
+  EXPECT_EQ(Read(tail), Rows(complete.end() - 45, complete.end()));
+  // Asked for other chunks or no compression: merged (of one run) as before.
+  FetchSpec plain = Key("s");
+  plain.uncompressed = true;
+  EXPECT_EQ(Read(plain, &merged), complete);
+  EXPECT_TRUE(merged);
+  // The runs it took in were given back; the mappers' own blocks stay (a copy, not held).
+  EXPECT_EQ(premerge.Run(), 0u);  // nothing more to do
+}
+
+TEST_F(PremergeTest, ARestartFindsTheRunsThatStandAndARevocationRetiresOne) {
+  constexpr uint32_t kMappers = 12;
+  ASSERT_OK(registry_->Create(ShuffleParams{"s", 2, kMappers}));
+  Rows all;
+  for (uint32_t m = 0; m < kMappers; ++m) Push("s", m, Frames(m, 2, 20, &all));
+  Premerger premerge = MakePremerger(4);
+  EXPECT_GT(premerge.Run(), 0u);
+  ASSERT_EQ(Store("s")->Merged(0).runs, 1u);
+  const uint64_t held = Store("s")->Stats(0).bytes;
+  const std::string data = dir_.path() + "/shuffles/s/data";
+
+  // A start: the run stands (its MERGE record), and reads the same.
+  OpenRegistry(StoreOptions{});
+  EXPECT_EQ(Store("s")->Merged(0).runs, 1u);
+  EXPECT_EQ(Store("s")->Merged(0).mappers, kMappers);
+  EXPECT_EQ(Store("s")->Stats(0).bytes, held);  // (the run is not the partition's bytes)
+  bool merged = true;
+  EXPECT_EQ(Read(Key("s"), &merged), KeyOrder(all));
+  EXPECT_FALSE(merged);
+
+  // Mapper 5's decision is revoked: the run no longer stands for its range, here or after a
+  // start; the read is the other mappers', merged from their own blocks.
+  ASSERT_OK(Store("s")->Revoke(5, 1));
+  EXPECT_EQ(Store("s")->Merged(0).runs, 0u);
+  Rows rest;
+  for (const auto& r : all) {
+    if (std::stoi(r.second.substr(0, 5)) != 5) rest.push_back(r);
+  }
+  EXPECT_EQ(Read(Key("s"), &merged), KeyOrder(rest));
+  EXPECT_TRUE(merged);
+  OpenRegistry(StoreOptions{});
+  EXPECT_EQ(Store("s")->Merged(0).runs, 0u);
+  EXPECT_EQ(Read(Key("s")), KeyOrder(rest));
+  // Mappers 0-4 and 6-11 are two stretches now: a run each.
+  Premerger again = MakePremerger(4);  // (on the registry opened again)
+  EXPECT_EQ(again.Run(), 2u);
+  EXPECT_EQ(Store("s")->Merged(0).runs, 2u);
+  EXPECT_EQ(Store("s")->Merged(0).mappers, kMappers - 1);
+  EXPECT_EQ(Read(Key("s")), KeyOrder(rest));
+}
+
+TEST_F(PremergeTest, MergesRacingCommitsNeverChangeARead) {
+  constexpr uint32_t kMappers = 64;
+  ASSERT_OK(registry_->Create(ShuffleParams{"s", 1, kMappers}));
+  std::vector<Rows> rows(kMappers);
+  std::vector<std::vector<std::string>> frames(kMappers);
+  for (uint32_t m = 0; m < kMappers; ++m) frames[m] = Frames(m, 2, 80, &rows[m]);
+  std::atomic<bool> done{false};
+  Premerger premerge = MakePremerger(3);
+  std::thread merging([&] {
+    while (!done.load()) premerge.Run();
+  });
+  std::vector<uint32_t> order(kMappers);
+  for (uint32_t m = 0; m < kMappers; ++m) order[m] = m;
+  std::shuffle(order.begin(), order.end(), std::mt19937(11));
+  Rows committed;
+  for (size_t i = 0; i < order.size(); ++i) {
+    Push("s", order[i], frames[order[i]]);
+    committed.insert(committed.end(), rows[order[i]].begin(), rows[order[i]].end());
+    if (i % 8 == 7) {
+      EXPECT_EQ(Read(Key("s")), KeyOrder(committed)) << i;
+    }
+  }
+  done.store(true);
+  merging.join();
+  premerge.Run();
+  EXPECT_EQ(Store("s")->Merged(0).runs, 1u);
+  EXPECT_EQ(Read(Key("s")), KeyOrder(committed));
+}
+
+}  // namespace
+}  // namespace sluice
