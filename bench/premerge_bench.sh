@@ -11,6 +11,9 @@
 #    while the scatter and the reduce run, nobody waiting for it): items/s on against off.
 #
 #   bash bench/premerge_bench.sh [ROUNDS=2] [BUILD_DIR=build]
+#
+# RUNS="100 1000" picks the curve's points (RUNS= skips the curve); SHARDS="8 64" the mapper
+# counts of part 2 (SHARDS= skips it).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 ROUNDS=${1:-2}
@@ -32,7 +35,7 @@ run() {  # on|off bench flags...
 }
 
 echo "== KEY read of one partition against its runs (400,000 items)"
-for n in 100 1000 10000; do
+for n in ${RUNS-100 1000 10000}; do
   per=$((400000 / n))
   for r in $(seq 1 "$ROUNDS"); do
     sides=(off on)
@@ -49,7 +52,7 @@ for n in 100 1000 10000; do
 done
 
 echo "== items/s, pre-merge on against off (KEY; no wait)"
-for shards in 8 64; do
+for shards in ${SHARDS-8 64}; do
   per=$((400000 / shards))
   declare -a RATIOS=()
   for r in $(seq 1 $((ROUNDS * 2 + 1))); do

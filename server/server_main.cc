@@ -88,7 +88,7 @@ ABSL_FLAG(uint32_t, scrub_mb_per_s, 16,
 ABSL_FLAG(uint32_t, premerge_mb_per_s, 32,
           "merge partitions' committed runs into longer sorted runs in the background, writing "
           "at most this many MiB/s (0 = off)");
-ABSL_FLAG(uint32_t, premerge_min_runs, 16,
+ABSL_FLAG(uint32_t, premerge_min_runs, 64,
           "fewest runs of a partition the background pre-merge merges at once");
 ABSL_FLAG(uint64_t, max_open_shuffles, 0,
           "shuffles open at once; idle ones past it close (0 = what the open-files limit leaves "

@@ -38,7 +38,7 @@ struct ServerOptions {
   /// The background pre-merge's rate, in bytes a second written (0 = off), and the fewest runs
   /// of a partition it merges (docs/storage.md, "Pre-merged runs").
   uint64_t premerge_bytes_per_s = uint64_t{32} << 20;
-  uint32_t premerge_min_runs = 16;
+  uint32_t premerge_min_runs = 64;
   /// Shuffles open at once (each holds 2 descriptors and its index; 0 = what the open-files
   /// limit leaves beside the connections' share), and memory their indexes may take: past
   /// either, idle shuffles close (and open again from their logs when asked for).

@@ -385,19 +385,16 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
         std::min(merge.memory_limit, std::max<uint64_t>(options.memory_budget_bytes / 4, 1));
     premerge.merge.limit_name = "the pre-merge's share of --memory_budget_mb";
     premerge.budget = i.budget.get();
+    // Its merging yields the CPU to every other thread (SCHED_IDLE); not under the store's locks.
+    premerge.yield_cpu = [](bool idle) {
+      sched_param none{};
+      (void)pthread_setschedparam(pthread_self(), idle ? SCHED_IDLE : SCHED_OTHER, &none);
+    };
     premerge.disk_mark_pct = options.disk_high_water_pct == 0   ? 90
                              : options.disk_high_water_pct > 20 ? options.disk_high_water_pct - 10
                                                                 : options.disk_high_water_pct;
     i.premerger = std::make_unique<Premerger>(i.registry.get(), premerge, &i.metrics);
-    i.premerging = std::make_unique<Periodic>(Premerger::kPeriod, [&i] {
-      // The background thread yields the CPU to every other (SCHED_IDLE), once.
-      static thread_local bool idle = [] {
-        sched_param none{};
-        return pthread_setschedparam(pthread_self(), SCHED_IDLE, &none) == 0;
-      }();
-      (void)idle;
-      i.premerger->Run();
-    });
+    i.premerging = std::make_unique<Periodic>(Premerger::kPeriod, [&i] { i.premerger->Run(); });
   }
   if (options.shuffle_ttl.count() > 0) {
     i.expiry = std::make_unique<ShuffleExpiry>(

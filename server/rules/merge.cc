@@ -498,6 +498,22 @@ absl::StatusOr<bool> MergedStream::NextBatch(size_t max_bytes, std::vector<Recor
   return count > 0;
 }
 
+uint64_t StoredBlocksMergeCost(const std::vector<BlockRef>& b) {
+  uint64_t total = 0, largest = 0;
+  size_t count = 0;
+  for (size_t i = 0; i <= b.size(); ++i) {
+    if (i == b.size() || i == 0 || !FollowsInKeyOrder(b[i - 1].bounds, b[i].bounds)) {
+      total += count > 1 ? 2 * largest : largest;
+      if (i == b.size()) break;
+      largest = 0;
+      count = 0;
+    }
+    largest = std::max(largest, DecodedCost(b[i].uncompressed, b[i].records));
+    ++count;
+  }
+  return total;
+}
+
 absl::StatusOr<std::unique_ptr<MergedStream>> MergeStoredBlocks(
     std::shared_ptr<ShuffleStore> store, const std::vector<BlockRef>* blocks, RunDecoder* decoder,
     std::function<std::unique_ptr<RunSource>(std::unique_ptr<RunSource>)> wrap,

@@ -107,6 +107,10 @@ absl::StatusOr<std::unique_ptr<MergedStream>> MergeStoredBlocks(
     std::function<std::unique_ptr<RunSource>(std::unique_ptr<RunSource>)> wrap,
     const MergeOptions& options, size_t* runs = nullptr);
 
+/// What a merge of these stored blocks (as MergeStoredBlocks takes them) holds decoded at once
+/// with no limit: each run's largest frame (twice, for a chained run).
+uint64_t StoredBlocksMergeCost(const std::vector<BlockRef>& blocks);
+
 /// Merges runs into one key-ordered stream.
 class MergedStream {
  public:

@@ -16,9 +16,9 @@
 namespace sluice {
 namespace {
 
-// A unit a merge counts: one with records (a mapper with nothing for the partition joins any
-// range and counts for nothing).
-bool Counts(const MergeUnit& u) { return u.bytes > 0 || u.level > 0; }
+// The runs a unit counts for (a mapper with nothing for the partition joins any range and
+// counts for nothing).
+size_t Counts(const MergeUnit& u) { return u.runs; }
 
 }  // namespace
 
@@ -29,7 +29,7 @@ std::optional<std::pair<uint32_t, uint32_t>> PickMerge(
     size_t counted = 0;
     bool premerged = false;
     for (const MergeUnit& u : s) {
-      counted += Counts(u) ? 1 : 0;
+      counted += Counts(u);
       premerged = premerged || u.level > 0;
     }
     // Every mapper committed: the whole partition in one run, once it had min_runs runs.
@@ -37,12 +37,13 @@ std::optional<std::pair<uint32_t, uint32_t>> PickMerge(
       return std::make_pair(s.front().first, s.back().last);
     }
     if (counted < min_runs) continue;
-    // The first window of at least min_runs adjacent counted runs of one level.
+    // The first window of adjacent units of one level holding at least min_runs runs (a
+    // mapper of many sorted flushes may be one on its own).
     size_t from = 0, runs = 0;
     uint32_t level = 0;
     std::optional<size_t> last;  // the window's last counted unit
     for (size_t i = 0; i <= s.size(); ++i) {
-      if (i < s.size() && !Counts(s[i])) continue;
+      if (i < s.size() && Counts(s[i]) == 0) continue;
       if (i == s.size() || runs == 0 || s[i].level != level) {
         if (runs >= min_runs) return std::make_pair(s[from].first, s[*last].last);
         if (i == s.size()) break;
@@ -50,8 +51,11 @@ std::optional<std::pair<uint32_t, uint32_t>> PickMerge(
         runs = 0;
         level = s[i].level;
       }
-      ++runs;
+      runs += Counts(s[i]);
       last = i;
+      if (runs >= min_runs && (i + 1 == s.size() || s[i + 1].level != level)) {
+        return std::make_pair(s[from].first, s[i].last);
+      }
     }
   }
   return std::nullopt;
@@ -87,6 +91,10 @@ size_t Premerger::Run() {
             PickMerge(store->MergeStretches(partition), store->complete(), options_.min_runs);
         if (!pick.has_value()) break;
         const absl::StatusOr<bool> merged = MergeOne(store, partition, pick->first, pick->second);
+        if (!merged.ok() &&
+            (absl::IsCancelled(merged.status()) || absl::IsNotFound(merged.status()))) {
+          break;  // (the server stops, the shuffle was deleted, a reader came first)
+        }
         if (!merged.ok()) {
           spdlog::warn("event=premerge_failed shuffle={} partition={} mappers={}-{} error=\"{}\"",
                        std::string(ShuffleName(store->params().shuffle_id)), partition, pick->first,
@@ -105,9 +113,12 @@ absl::StatusOr<bool> Premerger::MergeOne(const std::shared_ptr<ShuffleStore>& st
                                          uint32_t partition, uint32_t first, uint32_t last) {
   SLUICE_ASSIGN_OR_RETURN(ShuffleStore::MergePlan plan, store->PlanMerge(partition, first, last));
   if (plan.blocks.empty()) return false;
-  // Room in the server's memory budget for the merge's frames, or no merge this round: the
-  // pre-merge yields to pushes and fetches.
-  const uint64_t reserved = options_.merge.memory_limit;
+  // Room in the server's memory budget for the merge's frames (what it plans to hold, within
+  // its limit) and the frame it encodes, or no merge this round: the pre-merge yields to pushes
+  // and fetches.
+  const uint64_t reserved =
+      std::min(StoredBlocksMergeCost(plan.blocks), options_.merge.memory_limit) +
+      2 * uint64_t{options_.frame_bytes};
   if (options_.budget != nullptr && !options_.budget->TryReserve(options_.tenant, reserved)) {
     return false;
   }
@@ -126,8 +137,25 @@ absl::StatusOr<bool> Premerger::MergeOne(const std::shared_ptr<ShuffleStore>& st
   RunDecoder runs{&decoder, {}, nullptr};
   MergeOptions mopts = options_.merge;
   mopts.cancelled = &stopped_;
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<MergedStream> stream,
-                          MergeStoredBlocks(store, &plan.blocks, &runs, nullptr, mopts));
+  // The merge's own work (reading, decoding, merging, encoding) yields the CPU to every call;
+  // what it does under the store's locks and in its group commit runs at the normal priority,
+  // so that a commit never waits behind it.
+  struct Idle {
+    const PremergeOptions& o;
+    explicit Idle(const PremergeOptions& options) : o(options) {
+      if (o.yield_cpu) o.yield_cpu(true);
+    }
+    ~Idle() {
+      if (o.yield_cpu) o.yield_cpu(false);
+    }
+  };
+  absl::StatusOr<std::unique_ptr<MergedStream>> made;
+  {
+    Idle idle(options_);
+    made = MergeStoredBlocks(store, &plan.blocks, &runs, nullptr, mopts);
+  }
+  if (!made.ok()) return made.status();
+  std::unique_ptr<MergedStream> stream = *std::move(made);
   EncodeOptions eopts;  // what a KEY fetch encodes by default (kPremergedChunkBytes chunks)
   eopts.limits = options_.merge.limits;
   FrameEncoder encoder(eopts);
@@ -141,16 +169,19 @@ absl::StatusOr<bool> Premerger::MergeOne(const std::shared_ptr<ShuffleStore>& st
     return st;
   };
   while (true) {
-    batch.clear();
-    absl::StatusOr<bool> more = stream->NextBatch(options_.frame_bytes, &batch);
-    if (!more.ok()) return fail(more.status());
-    if (!*more) break;
-    frame.clear();
-    if (absl::Status st = encoder.Encode(batch, &frame); !st.ok()) return fail(st);
-    uint64_t uncompressed = 0;
-    for (const Record& r : batch) uncompressed += r.key.size() + r.value.size();
-    bounds.clear();
-    AppendSortedBounds(batch, uncompressed, &bounds, &keys);
+    {
+      Idle idle(options_);
+      batch.clear();
+      absl::StatusOr<bool> more = stream->NextBatch(options_.frame_bytes, &batch);
+      if (!more.ok()) return fail(more.status());
+      if (!*more) break;
+      frame.clear();
+      if (absl::Status st = encoder.Encode(batch, &frame); !st.ok()) return fail(st);
+      uint64_t uncompressed = 0;
+      for (const Record& r : batch) uncompressed += r.key.size() + r.value.size();
+      bounds.clear();
+      AppendSortedBounds(batch, uncompressed, &bounds, &keys);
+    }
     const ShuffleStore::FrameToAppend out{partition, Bytes(frame),
                                           static_cast<uint32_t>(batch.size()), bounds};
     if (absl::Status st =
@@ -161,6 +192,9 @@ absl::StatusOr<bool> Premerger::MergeOne(const std::shared_ptr<ShuffleStore>& st
     written += frame.size();
     records += batch.size();
     if (!Pace(started, written)) return fail(absl::CancelledError("the server is stopping"));
+    if (store->ReadSinceCommit(partition)) {
+      return fail(absl::CancelledError("a KEY read of the partition began: it goes first"));
+    }
   }
   uint64_t expected = 0;
   for (const BlockRef& b : plan.blocks) expected += b.records;

@@ -9,9 +9,12 @@
 // record is rewritten about log_min_runs(mappers) times); once every mapper has committed, the
 // whole partition into one run when it has at least `min_runs` runs, or two once one of them is
 // pre-merged (a partition of fewer mappers than min_runs is never merged: a read merges its few
-// runs at once). A mapper with nothing for the partition joins any range.
+// runs at once). A mapper with nothing for the partition joins any range. A partition whose KEY
+// read began since its last commit is left alone, and a merge of it stops when one begins: its
+// reduce has started, and the merge would race that reader to help only a second read.
 //
-// Budgets: one merge at a time on the caller's thread; written at most `bytes_per_s` (the reads
+// Budgets: one merge at a time on the caller's thread (its merging at the lowest CPU priority:
+// PremergeOptions::yield_cpu); written at most `bytes_per_s` (the reads
 // are about as much); its decoded frames within `merge.memory_limit`, reserved from the server's
 // memory budget before it starts (a round that finds no room merges nothing). The merge's
 // output is a copy: it is not counted in the tenant's held bytes, and the mappers' own blocks
@@ -26,6 +29,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -42,7 +46,7 @@ namespace sluice {
 
 struct PremergeOptions {
   uint64_t bytes_per_s = 32u << 20;  ///< > 0
-  size_t min_runs = 16;              ///< >= 2
+  size_t min_runs = 64;              ///< >= 2
   /// Records (keys and values) per output frame: a KEY fetch's default chunk, so a run that
   /// covers a read goes out as it is stored.
   size_t frame_bytes = 1u << 20;
@@ -50,6 +54,10 @@ struct PremergeOptions {
   MemoryBudget* budget = nullptr;
   /// Whose share of the budget the merge's frames take.
   std::string tenant = "(premerge)";
+  /// Called with true before the merge's own work (reading, decoding, merging, encoding) and
+  /// false after it, on the merging thread: the server lowers that thread's CPU priority
+  /// meanwhile (SCHED_IDLE), and keeps the normal one under the store's locks. May be empty.
+  std::function<void(bool idle)> yield_cpu;
   /// No merge starts while the shuffle's data directory is fuller than this percentage (0 =
   /// never stops): pushes keep the room up to --disk_high_water_pct.
   uint32_t disk_mark_pct = 85;

@@ -108,12 +108,14 @@ struct MergedRun {
   std::atomic<bool> retired{false};
 };
 
-/// One run of a partition as the pre-merge plans (ShuffleStore::MergeStretches): a mapper's own
-/// blocks (level 0; `bytes` 0 when it has none for the partition) or a pre-merged run.
+/// What the pre-merge plans with (ShuffleStore::MergeStretches): a mapper's own blocks (level
+/// 0; `bytes` 0 when it has none for the partition) or a pre-merged run, and the runs a KEY read
+/// merges of it (a mapper's sorted flushes are a run each; a pre-merged run is one).
 struct MergeUnit {
   uint32_t first = 0, last = 0;
   uint64_t bytes = 0;
   uint32_t level = 0;
+  uint32_t runs = 0;
 };
 
 struct PartitionStats {
@@ -232,6 +234,10 @@ class ShuffleStore {
   std::vector<uint32_t> TakeMergeCandidates();
   /// Whether every mapper of the shuffle has committed here (its mapper count known).
   bool complete() const;
+  /// Whether a KEY read of the partition began since a commit last added to it: its reduce has
+  /// begun, and a merge now would race that reader for the machine to help only a second read.
+  /// MergeStretches then offers nothing.
+  bool ReadSinceCommit(uint32_t partition) const;
   /// The partition's runs in mapper order, in stretches of consecutive committed mapper ids: a
   /// merge takes units of one stretch (a pre-merged run's range holds every mapper id in it).
   std::vector<std::vector<MergeUnit>> MergeStretches(uint32_t partition) const;
@@ -403,7 +409,8 @@ class ShuffleStore {
     std::string bounds;             // the blocks' key bounds, back to back (key_bounds.h)
     std::vector<HotKey> hot;        // the sketch of its heaviest keys (HotKeys)
     bool sorted = true;
-    bool merge_candidate = false;  // in merge_candidates_
+    bool merge_candidate = false;    // in merge_candidates_
+    bool read_since_commit = false;  // a KEY read began since its last commit (ReadSinceCommit)
     // Its pre-merged runs, by first mapper (ranges apart).
     std::vector<std::shared_ptr<MergedRun>> merged;
   };

@@ -41,8 +41,11 @@ void ShuffleStore::AddCommitLocked(uint32_t mapper, uint64_t attempt,
                     static_cast<int64_t>((p.hot.capacity() - hot_capacity) * sizeof(HotKey)));
     }
   }
-  for (const BlockRef& b : blocks)
-    MarkMergeCandidateLocked(b.partition, partitions_.Get(b.partition));
+  for (const BlockRef& b : blocks) {
+    Partition& p = partitions_.Get(b.partition);
+    p.read_since_commit = false;
+    MarkMergeCandidateLocked(b.partition, p);
+  }
   committed_.emplace(mapper, attempt);
   if (params_.num_mappers != 0 && committed_.size() == params_.num_mappers) {
     // The last mapper: a partition's whole range may be merged now.
@@ -124,6 +127,7 @@ absl::StatusOr<std::vector<BlockRef>> ShuffleStore::CommittedBlocksOf(
   // The pre-merged runs whose whole range is read (the mappers read are sorted, without repeats).
   std::vector<const MergedRun*> runs;
   if (merged != nullptr) {
+    p->read_since_commit = true;  // (its reduce has begun: the pre-merge leaves it alone)
     for (const auto& r : p->merged) {
       auto at = std::lower_bound(mappers->begin(), mappers->end(), r->first);
       const size_t span = r->last - r->first;

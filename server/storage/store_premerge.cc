@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/storage/block_format.h"
+#include "server/storage/key_bounds.h"
 #include "server/storage/shuffle_id.h"
 #include "server/storage/shuffle_store.h"
 
@@ -75,11 +76,17 @@ bool ShuffleStore::complete() const {
   return params_.num_mappers != 0 && committed_.size() == params_.num_mappers;
 }
 
+bool ShuffleStore::ReadSinceCommit(uint32_t partition) const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  const Partition* p = partitions_.Find(partition);
+  return p != nullptr && p->read_since_commit;
+}
+
 std::vector<std::vector<MergeUnit>> ShuffleStore::MergeStretches(uint32_t partition) const {
   std::vector<std::vector<MergeUnit>> out;
   std::lock_guard<std::mutex> lock(commit_mu_);
   Partition* p = partitions_.Find(partition);
-  if (p == nullptr || destroyed_.load()) return out;
+  if (p == nullptr || destroyed_.load() || p->read_since_commit) return out;
   SortIndexLocked(*p);
   size_t e = 0, r = 0;  // the next index entry, the next pre-merged run
   bool have_last = false;
@@ -90,17 +97,22 @@ std::vector<std::vector<MergeUnit>> ShuffleStore::MergeStretches(uint32_t partit
     while (r < p->merged.size() && p->merged[r]->last < m) ++r;
     if (r < p->merged.size() && p->merged[r]->first == m) {
       const MergedRun& run = *p->merged[r];
-      out.back().push_back(MergeUnit{run.first, run.last, run.bytes, run.level});
+      out.back().push_back(MergeUnit{run.first, run.last, run.bytes, run.level, 1});
       last = run.last;
       have_last = true;
       c = committed_.upper_bound(run.last);
       ++r;
       continue;
     }
-    MergeUnit u{m, m, 0, 0};
+    MergeUnit u{m, m, 0, 0, 0};
     while (e < p->index.size() && p->index[e].mapper < m) ++e;
-    for (; e < p->index.size() && p->index[e].mapper == m; ++e) {
+    for (const size_t from = e; e < p->index.size() && p->index[e].mapper == m; ++e) {
       u.bytes += kBlockHeaderSize + p->index[e].frame_size;
+      // A new run unless its bounds follow the frame before (as a KEY read chains them).
+      if (e == from ||
+          !FollowsInKeyOrder(BoundsOf(*p, p->index[e - 1]), BoundsOf(*p, p->index[e]))) {
+        ++u.runs;
+      }
     }
     out.back().push_back(u);
     last = m;
