@@ -357,14 +357,18 @@ absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string&
   const auto t1s = Clock::now();
   if (!st.ok()) return st;
   if (c.premerge_wait_s > 0) {
-    // Until each partition is one pre-merged run of every mapper, or nothing changes for 1 s.
+    // Until each partition is one pre-merged run of every mapper, or for 1 s no merge ran and
+    // neither the runs nor the bytes the server's pre-merge wrote changed.
     const auto until = t1s + std::chrono::duration<double>(c.premerge_wait_s);
-    std::vector<std::pair<uint32_t, uint32_t>> last;
+    std::vector<std::pair<uint64_t, uint64_t>> last;
     auto changed = Clock::now();
     while (Clock::now() < until) {
       auto status = client.GetShuffle(id);
       if (!status.ok()) return status.status();
-      std::vector<std::pair<uint32_t, uint32_t>> now;
+      auto node = client.GetNode();
+      std::vector<std::pair<uint64_t, uint64_t>> now;
+      now.emplace_back(node.ok() ? node->premerge_written_bytes : 0,
+                       node.ok() && node->premerging ? Clock::now().time_since_epoch().count() : 0);
       bool one = true;
       for (const auto& p : status->partitions) {
         now.emplace_back(p.premerged_runs, p.premerged_mappers);

@@ -498,6 +498,8 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     n.repair_backlog = info.repair_backlog();
     n.repaired_bytes = info.repaired_bytes();
     n.fetch_stored_bytes = info.fetch_stored_bytes();
+    n.premerge_written_bytes = info.premerge_written_bytes();
+    n.premerging = info.premerging();
     n.repair_backlog_bytes = info.repair_backlog_bytes();
     n.decommissioning = info.decommissioning();
     for (const auto& d : info.data_dirs()) {

@@ -180,6 +180,9 @@ struct NodeStatus {
   uint64_t repair_backlog_bytes = 0;  ///< what the backlog comes to, as its sources say
   /// Stored frame bytes its fetches read since its start (a key range: the frames meeting it).
   uint64_t fetch_stored_bytes = 0;
+  /// Bytes its background pre-merge wrote since its start, and whether it is merging now.
+  uint64_t premerge_written_bytes = 0;
+  bool premerging = false;
   /// A decommission was asked: it takes no new partitions, its replicas move elsewhere.
   bool decommissioning = false;
   /// Its data directories (--data_dir, one per disk), in order.

@@ -75,6 +75,7 @@ struct ServerMetrics {
   /// Background pre-merge (--premerge_mb_per_s): runs made visible, merges dropped (a mapper of
   /// the range changed meanwhile), bytes written and stored bytes read.
   Counter premerges{0}, premerges_dropped{0}, premerge_bytes{0}, premerge_read_bytes{0};
+  Counter premerging{0};  ///< 1 while a pre-merge runs (a gauge)
   /// Partitions found damaged, by what found them (a fetch's read, the scrub).
   Counter damaged_by_fetch{0}, damaged_by_scrub{0};
   /// Re-replication (--repair_mb_per_s): bytes copied from other replicas, and the (mapper,

@@ -135,18 +135,29 @@ absl::Status FetchSession::Setup() {
                                               " is past the partition's ", records, " records"));
   }
   skip_ = spec_.skip_records;
-  // KEY, where one pre-merged run is all there is to read, whole, and the chunks asked for are
-  // the ones it was written in: its frames go out as stored, not decoded and encoded again.
+  // KEY, where one pre-merged run is all there is to read and the chunks asked for are the ones
+  // it was written in: its frames go out as stored, not decoded and encoded again (of a key
+  // range, the frames inside it; the one or two at its ends are cut to it).
   stored_order_ = !spec_.key_order;
-  if (spec_.key_order && !ranged && merged_runs_.size() == 1 &&
-      merged_runs_[0]->blocks.size() == blocks_.size() && !blocks_.empty() &&
+  // (A run's blocks were appended one after another: by offset.)
+  const auto in_run = [&](const BlockRef& b) {
+    const auto& run = merged_runs_[0]->blocks;
+    auto at = std::lower_bound(run.begin(), run.end(), b.offset,
+                               [](const BlockRef& r, uint64_t o) { return r.offset < o; });
+    return at != run.end() && at->offset == b.offset;
+  };
+  if (spec_.key_order && merged_runs_.size() == 1 &&
+      std::all_of(blocks_.begin(), blocks_.end(), in_run) && !blocks_.empty() &&
       spec_.layout == LayoutChoice::kAuto && !spec_.uncompressed &&
       (spec_.zstd_level == 0 || spec_.zstd_level == 3) && chunk_bytes_ == kPremergedChunkBytes) {
     stored_order_ = true;
+    ranged_stored_ = ranged;
     runs_ = 1;
   }
-  // Stored frames in order: whole ones left out without reading them.
-  while (stored_order_ && next_ < blocks_.size() && blocks_[next_].records <= skip_) {
+  // Stored frames in order: whole ones left out without reading them (of a key range, only
+  // frames inside it: the others' records in it are not known before they are read).
+  while (stored_order_ && next_ < blocks_.size() && blocks_[next_].records <= skip_ &&
+         (!ranged_stored_ || InsideRange(blocks_[next_]))) {
     skip_ -= blocks_[next_++].records;
   }
   return absl::OkStatus();
@@ -183,19 +194,33 @@ bool FetchSession::last() const {
   return next_ == blocks_.size();
 }
 
-absl::StatusOr<bool> FetchSession::NextStored(std::string* frame) {
-  if (next_ == blocks_.size()) return false;
-  const BlockRef& b = blocks_[next_++];
-  Charge(b.frame_size);
-  if (skip_ > 0) {
-    SLUICE_RETURN_IF_ERROR(SkipInto(b, frame));
-    return true;
-  }
-  SLUICE_RETURN_IF_ERROR(store_->ReadFrame(b, frame, nullptr, view_.get()));
-  return true;
+bool FetchSession::InsideRange(const BlockRef& b) const {
+  const KeyBounds k = ReadKeyBounds(b.bounds);
+  return k.known && CompareKeys(k.lo, spec_.from_key) >= 0 &&
+         (!spec_.to_key.has_value() || (!k.hi_cut && CompareKeys(k.hi, *spec_.to_key) < 0));
 }
 
-absl::Status FetchSession::SkipInto(const BlockRef& b, std::string* frame) {
+absl::StatusOr<bool> FetchSession::NextStored(std::string* frame) {
+  while (next_ < blocks_.size()) {
+    const BlockRef& b = blocks_[next_++];
+    const bool cut = ranged_stored_ && !InsideRange(b);
+    if (!cut && b.records <= skip_) {  // (a frame inside a range, left out whole)
+      skip_ -= b.records;
+      continue;
+    }
+    Charge(b.frame_size);
+    if (skip_ == 0 && !cut) {
+      SLUICE_RETURN_IF_ERROR(store_->ReadFrame(b, frame, nullptr, view_.get()));
+      return true;
+    }
+    SLUICE_ASSIGN_OR_RETURN(const bool any, CutInto(b, cut, frame));
+    if (any) return true;
+    Sent();  // (nothing of it in the range, or all of it skipped)
+  }
+  return false;
+}
+
+absl::StatusOr<bool> FetchSession::CutInto(const BlockRef& b, bool to_range, std::string* frame) {
   std::string stored;
   SLUICE_RETURN_IF_ERROR(store_->ReadFrame(b, &stored, nullptr, view_.get()));
   DecodeOptions dopts;
@@ -204,11 +229,22 @@ absl::Status FetchSession::SkipInto(const BlockRef& b, std::string* frame) {
   DecodedFrame decoded;
   SLUICE_RETURN_IF_ERROR(decoder.Decode(stored, &decoded));
   std::vector<Record> rest;
-  for (size_t i = skip_; i < decoded.size(); ++i) rest.push_back(decoded[i]);
-  skip_ = 0;
+  for (const Record& r : decoded) {
+    if (to_range && (CompareKeys(r.key, spec_.from_key) < 0 ||
+                     (spec_.to_key.has_value() && CompareKeys(r.key, *spec_.to_key) >= 0))) {
+      continue;
+    }
+    if (skip_ > 0) {
+      --skip_;
+      continue;
+    }
+    rest.push_back(r);
+  }
+  if (rest.empty()) return false;
   frame->clear();
   FrameEncoder encoder(encode_);
-  return encoder.Encode(rest, frame);
+  SLUICE_RETURN_IF_ERROR(encoder.Encode(rest, frame));
+  return true;
 }
 
 absl::Status FetchSession::StartMerge() {

@@ -130,8 +130,11 @@ class FetchSession {
       : spec_(spec), deps_(deps), cancelled_(cancelled) {}
   absl::Status Setup();
   absl::StatusOr<bool> NextStored(std::string* frame);
-  // The stored frame `b` without its first skip_ records, re-encoded.
-  absl::Status SkipInto(const BlockRef& b, std::string* frame);
+  // Whether every key of stored frame `b` is in the key range asked for (its bounds say so).
+  bool InsideRange(const BlockRef& b) const;
+  // The stored frame `b` without its first skip_ records (and, `to_range`, only its records in
+  // the key range asked for), re-encoded; false when nothing of it is left.
+  absl::StatusOr<bool> CutInto(const BlockRef& b, bool to_range, std::string* frame);
   absl::StatusOr<bool> NextMerged(std::string* frame);
   absl::Status StartMerge();
   void Charge(uint64_t n);
@@ -146,7 +149,8 @@ class FetchSession {
   std::vector<BlockRef> blocks_;
   // The pre-merged runs among blocks_ (held: a run retired meanwhile keeps its bytes).
   std::vector<std::shared_ptr<const MergedRun>> merged_runs_;
-  bool stored_order_ = true;  // stored frames go out as they are (UNORDERED, one pre-merged run)
+  bool stored_order_ = true;    // stored frames go out as they are (UNORDERED, one pre-merged run)
+  bool ranged_stored_ = false;  // ... of a key range: those at its ends cut to it
   size_t runs_ = 0;
   std::vector<uint32_t> mappers_;
   std::vector<uint64_t> attempts_;  // mappers_' committed attempts

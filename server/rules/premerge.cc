@@ -81,16 +81,40 @@ size_t Premerger::Run() {
   for (const std::shared_ptr<ShuffleStore>& store : registry_->List()) {
     if (stopped_.load()) break;
     if (!store->merges_supported() || store->wedged()) continue;
-    for (uint32_t partition : store->TakeMergeCandidates()) {
-      if (stopped_.load()) break;
+    const std::vector<uint32_t> candidates = store->TakeMergeCandidates();
+    bool later = false;  // no room now: the partitions left wait for a later round
+    for (uint32_t partition : candidates) {
+      if (stopped_.load() || later ||
+          !registry_->CheckRoom(store->params().shuffle_id, options_.disk_mark_pct).ok()) {
+        later = true;
+        store->MarkMergeCandidate(partition);
+        continue;
+      }
       if (!store->PartitionDamage(partition).ok()) continue;
-      if (!registry_->CheckRoom(store->params().shuffle_id, options_.disk_mark_pct).ok()) break;
       // Merge after merge while the partition calls for one (a level's merge can make the next).
-      for (int round = 0; round < 64 && !stopped_.load(); ++round) {
-        const auto pick =
-            PickMerge(store->MergeStretches(partition), store->complete(), options_.min_runs);
+      for (int round = 0;; ++round) {
+        if (round == 64 || stopped_.load()) {  // (its turn again next round)
+          store->MarkMergeCandidate(partition);
+          break;
+        }
+        const auto stretches = store->MergeStretches(partition);
+        const auto pick = PickMerge(stretches, store->complete(), options_.min_runs);
+        if (spdlog::should_log(spdlog::level::trace)) {
+          size_t units = 0, runs = 0;
+          for (const auto& st : stretches) {
+            units += st.size();
+            for (const auto& u : st) runs += u.runs;
+          }
+          spdlog::trace("event=premerge_pick partition={} stretches={} units={} runs={} picked={}",
+                        partition, stretches.size(), units, runs, pick.has_value());
+        }
         if (!pick.has_value()) break;
         const absl::StatusOr<bool> merged = MergeOne(store, partition, pick->first, pick->second);
+        if (!merged.ok() && absl::IsResourceExhausted(merged.status())) {
+          later = true;  // (no room in the memory budget now)
+          store->MarkMergeCandidate(partition);
+          break;
+        }
         if (!merged.ok() &&
             (absl::IsCancelled(merged.status()) || absl::IsNotFound(merged.status()))) {
           break;  // (the server stops, the shuffle was deleted, a reader came first)
@@ -120,7 +144,7 @@ absl::StatusOr<bool> Premerger::MergeOne(const std::shared_ptr<ShuffleStore>& st
       std::min(StoredBlocksMergeCost(plan.blocks), options_.merge.memory_limit) +
       2 * uint64_t{options_.frame_bytes};
   if (options_.budget != nullptr && !options_.budget->TryReserve(options_.tenant, reserved)) {
-    return false;
+    return absl::ResourceExhaustedError("no room in the memory budget for a pre-merge now");
   }
   struct Release {
     const PremergeOptions& o;
@@ -130,6 +154,15 @@ absl::StatusOr<bool> Premerger::MergeOne(const std::shared_ptr<ShuffleStore>& st
     }
   } release{options_, reserved};
 
+  struct Active {
+    ServerMetrics* m;
+    explicit Active(ServerMetrics* metrics) : m(metrics) {
+      if (m != nullptr) m->premerging.store(1);
+    }
+    ~Active() {
+      if (m != nullptr) m->premerging.store(0);
+    }
+  } active(metrics_);
   const auto started = std::chrono::steady_clock::now();
   DecodeOptions dopts;
   dopts.limits = options_.merge.limits;

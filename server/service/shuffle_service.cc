@@ -317,6 +317,9 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
       if (deps_.metrics != nullptr) {
         resp->set_repaired_bytes(deps_.metrics->repair_bytes.load());
         resp->set_fetch_stored_bytes(deps_.metrics->fetch_stored_bytes.load());
+        resp->set_premerge_read_bytes(deps_.metrics->premerge_read_bytes.load());
+        resp->set_premerge_written_bytes(deps_.metrics->premerge_bytes.load());
+        resp->set_premerging(deps_.metrics->premerging.load() != 0);
         resp->set_repair_backlog_bytes(deps_.metrics->repair_backlog_bytes.load());
       }
     }

@@ -232,6 +232,8 @@ class ShuffleStore {
   /// Partitions committed to since the last call (every partition with data after an open, and
   /// once the last mapper commits), taken.
   std::vector<uint32_t> TakeMergeCandidates();
+  /// Marks the partition a candidate again (a merge of it put off).
+  void MarkMergeCandidate(uint32_t partition);
   /// Whether every mapper of the shuffle has committed here (its mapper count known).
   bool complete() const;
   /// Whether a KEY read of the partition began since a commit last added to it: its reduce has

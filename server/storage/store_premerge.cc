@@ -71,6 +71,12 @@ std::vector<uint32_t> ShuffleStore::TakeMergeCandidates() {
   return out;
 }
 
+void ShuffleStore::MarkMergeCandidate(uint32_t partition) {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  if (Partition* p = partitions_.Find(partition); p != nullptr)
+    MarkMergeCandidateLocked(partition, *p);
+}
+
 bool ShuffleStore::complete() const {
   std::lock_guard<std::mutex> lock(commit_mu_);
   return params_.num_mappers != 0 && committed_.size() == params_.num_mappers;

@@ -122,6 +122,7 @@ class PremergeTest : public testing::FetchFixture {
     PremergeOptions o;
     o.bytes_per_s = uint64_t{1} << 40;
     o.min_runs = min_runs;
+    o.frame_bytes = 2048;  // (runs of many frames: reads that take some as stored, cut others)
     o.merge = deps_.merge;
     o.merge.memory_limit = 16 << 20;
     o.budget = &budget_;
@@ -181,9 +182,17 @@ TEST_F(PremergeTest, AReadOverPremergedRunsIsExactlyTheReadWithoutThem) {
   unordered.shuffle_id = "s";
   EXPECT_EQ(Read(unordered).size(), all.size());
 
-  // Mapper 17 between the two runs: read in its place.
+  // Mapper 17 between the two runs: read in its place, whole and over a key range.
   Push("s", 17, Frames(17, 3, 50, &all));
-  EXPECT_EQ(Read(Key("s")), KeyOrder(all));
+  const Rows between = KeyOrder(all);
+  EXPECT_EQ(Read(Key("s")), between);
+  range.from_key = "k0020";  // (a key at a run's frame boundary or not: each key once)
+  range.to_key = "k0021";
+  Rows one_key;
+  for (const auto& r : between) {
+    if (r.first == "k0020") one_key.push_back(r);
+  }
+  EXPECT_EQ(Read(range), one_key);
   // The last mapper: the whole partition in one run, sent as stored.
   Push("s", 40, Frames(40, 3, 50, &all));
   const Rows complete = KeyOrder(all);
@@ -195,6 +204,24 @@ TEST_F(PremergeTest, AReadOverPremergedRunsIsExactlyTheReadWithoutThem) {
   FetchSpec tail = Key("s");
   tail.skip_records = complete.size() - 45;
   EXPECT_EQ(Read(tail), Rows(complete.end() - 45, complete.end()));
+  // Key ranges of the one run: its frames inside a range as stored, those at its ends cut to it
+  // (skips counted within the range).
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"k0000", "k0050"}, {"k0007", "k0031"}, {"k0012", "k0013"}, {"k0049", "k0060"}}) {
+    FetchSpec slice = Key("s");
+    slice.from_key = from;
+    slice.to_key = to;
+    Rows want;
+    for (const auto& r : complete) {
+      if (r.first >= from && r.first < to) want.push_back(r);
+    }
+    ASSERT_GT(want.size(), 0u);
+    EXPECT_EQ(Read(slice, &merged), want) << from << " " << to;
+    EXPECT_FALSE(merged);
+    slice.skip_records = want.size() / 3;
+    EXPECT_EQ(Read(slice),
+              Rows(want.begin() + static_cast<std::ptrdiff_t>(want.size() / 3), want.end()));
+  }
   // Asked for other chunks or no compression: merged (of one run) as before.
   FetchSpec plain = Key("s");
   plain.uncompressed = true;
