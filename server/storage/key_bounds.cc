@@ -34,6 +34,25 @@ namespace {
 
 uint32_t Clamp32(uint64_t n) { return n > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(n); }
 
+// The longest run of one key among n records in key order (records[i] gives each).
+template <typename Records>
+void LongestRun(const Records& records, size_t n, HeavyKey* best, uint64_t* best_records,
+                uint64_t* best_bytes) {
+  for (size_t i = 0; i < n;) {
+    const std::string_view k = records[i].key;
+    uint64_t count = 0, bytes = 0;
+    for (; i < n && records[i].key == k; ++i) {
+      ++count;
+      bytes += k.size() + records[i].value.size();
+    }
+    if (count > *best_records) {
+      best->key = k;
+      *best_records = count;
+      *best_bytes = bytes;
+    }
+  }
+}
+
 // The frame's key with the most records: a sorted frame's longest run of one key; an unsorted
 // one's by a Misra-Gries pass for candidates, then their exact counts.
 HeavyKey Heaviest(const DecodedFrame& frame) {
@@ -41,20 +60,7 @@ HeavyKey Heaviest(const DecodedFrame& frame) {
   HeavyKey best;
   uint64_t best_records = 0, best_bytes = 0;
   if (frame.header().sorted_by_key()) {
-    size_t i = 0;
-    while (i < n) {
-      const std::string_view k = frame[i].key;
-      uint64_t records = 0, bytes = 0;
-      for (; i < n && frame[i].key == k; ++i) {
-        ++records;
-        bytes += k.size() + frame[i].value.size();
-      }
-      if (records > best_records) {
-        best.key = k;
-        best_records = records;
-        best_bytes = bytes;
-      }
-    }
+    LongestRun(frame, n, &best, &best_records, &best_bytes);
   } else {
     constexpr size_t kCandidates = 4;
     std::string_view cand[kCandidates];
@@ -121,19 +127,7 @@ void AppendSortedBounds(absl::Span<const Record> records, uint64_t uncompressed,
   keys->push_back(records[n - 1].key);
   HeavyKey best;
   uint64_t best_records = 0, best_bytes = 0;
-  for (size_t i = 0; i < n;) {
-    const std::string_view k = records[i].key;
-    uint64_t count = 0, bytes = 0;
-    for (; i < n && records[i].key == k; ++i) {
-      ++count;
-      bytes += k.size() + records[i].value.size();
-    }
-    if (count > best_records) {
-      best.key = k;
-      best_records = count;
-      best_bytes = bytes;
-    }
-  }
+  LongestRun(records, n, &best, &best_records, &best_bytes);
   best.records = Clamp32(best_records);
   best.bytes = Clamp32(best_bytes);
   AppendKeyBounds(*keys, best, out);
