@@ -20,6 +20,7 @@
 #include "codec/endian.h"
 #include "codec/frame_format.h"
 #include "server/storage/file_util.h"
+#include "server/storage/key_bounds.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"
 
@@ -58,6 +59,46 @@ TEST(CommitRecordTest, RoundTripsAndRejectsEveryTruncationAndEveryFlippedByte) {
   EXPECT_EQ(out.mapper, 5u);
   EXPECT_EQ(out.attempt, 77u);
   EXPECT_TRUE(SameBlocks(out.blocks, blocks));
+  for (size_t n = 0; n < rec.size(); ++n) {
+    EXPECT_EQ(ParseCommitRecord(p, p + n, &out), 0u) << "truncated to " << n;
+  }
+  for (size_t i = 0; i < rec.size(); ++i) {
+    std::string bad = rec;
+    bad[i] ^= 0x10;
+    const auto* q = reinterpret_cast<const uint8_t*>(bad.data());
+    EXPECT_EQ(ParseCommitRecord(q, q + bad.size(), &out), 0u) << "byte " << i;
+  }
+}
+
+TEST(CommitRecordTest, AMergeRecordRoundTripsAndRejectsEveryTruncationAndFlippedByte) {
+  CommitRecord r;
+  r.merge = true;
+  r.partition = 3;
+  r.mapper = 10;
+  r.last_mapper = 13;
+  r.attempt = 42;  // the merge id
+  r.level = 2;
+  r.attempts = {1, 7, 1, 2};
+  r.repaired = {11};
+  r.blocks = Blocks(3, 3);
+  AppendKeyBounds({"a", "b"}, HeavyKey{"a", false, 1, 2}, &r.blocks[1].bounds);
+  const std::string rec = EncodeRecord(r);
+  const auto* p = reinterpret_cast<const uint8_t*>(rec.data());
+  CommitRecord out;
+  ASSERT_EQ(ParseCommitRecord(p, p + rec.size(), &out), rec.size());
+  EXPECT_TRUE(out.merge);
+  EXPECT_EQ(out.partition, 3u);
+  EXPECT_EQ(out.mapper, 10u);
+  EXPECT_EQ(out.last_mapper, 13u);
+  EXPECT_EQ(out.attempt, 42u);
+  EXPECT_EQ(out.level, 2u);
+  EXPECT_EQ(out.attempts, r.attempts);
+  EXPECT_EQ(out.repaired, r.repaired);
+  EXPECT_TRUE(SameBlocks(out.blocks, r.blocks));
+  EXPECT_EQ(out.blocks[1].bounds, r.blocks[1].bounds);
+  EXPECT_TRUE(out.blocks[0].bounds.empty());
+  // A log before version 8 takes no merge record.
+  EXPECT_EQ(ParseCommitRecord(p, p + rec.size(), &out, kFirstMergeLogVersion - 1), 0u);
   for (size_t n = 0; n < rec.size(); ++n) {
     EXPECT_EQ(ParseCommitRecord(p, p + n, &out), 0u) << "truncated to " << n;
   }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <fstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -240,7 +241,6 @@ TEST_F(PremergeTest, ARestartFindsTheRunsThatStandAndARevocationRetiresOne) {
   EXPECT_GT(premerge.Run(), 0u);
   ASSERT_EQ(Store("s")->Merged(0).runs, 1u);
   const uint64_t held = Store("s")->Stats(0).bytes;
-  const std::string data = dir_.path() + "/shuffles/s/data";
 
   // A start: the run stands (its MERGE record), and reads the same.
   OpenRegistry(StoreOptions{});
@@ -314,6 +314,34 @@ TEST_F(PremergeTest, MergesRacingCommitsNeverChangeARead) {
   premerge.Run();
   EXPECT_EQ(Store("s")->Merged(0).runs, 1u);
   EXPECT_EQ(Read(Key("s")), KeyOrder(committed));
+}
+
+TEST_F(PremergeTest, NoMapperMayUseTheRunsMapperId) {
+  ASSERT_OK(registry_->Create(ShuffleParams{"s", 1, 0}));  // (no mapper count: any id else)
+  PushAttempt a(registry_.get(), PushLimits{});
+  EXPECT_THAT(a.Open("s", kMergedMapper, 1),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "reserved"));
+}
+
+TEST_F(PremergeTest, AMergeRecordBeyondTheShuffleIsItsDamageNotARun) {
+  ASSERT_OK(registry_->Create(ShuffleParams{"s", 1, 4}));
+  Rows all;
+  for (uint32_t m = 0; m < 4; ++m) Push("s", m, Frames(m, 1, 10, &all));
+  registry_.reset();
+  CommitRecord r;
+  r.merge = true;
+  r.partition = 7;  // of a shuffle of one partition
+  r.mapper = 0;
+  r.last_mapper = 1;
+  r.attempts = {1, 1};
+  r.attempt = 5;
+  {
+    std::ofstream log(dir_.path() + "/shuffles/s/commits.log", std::ios::binary | std::ios::app);
+    log << EncodeRecord(r);
+  }
+  OpenRegistry(StoreOptions{});
+  EXPECT_THAT(registry_->Get("s"),
+              testing::StatusIs(absl::StatusCode::kDataLoss, "pre-merged run of partition 7"));
 }
 
 }  // namespace
