@@ -707,11 +707,25 @@ class ClusterClient final : public ShuffleClient {
       }
     }
     CachedPlacement out;
-    auto info = OnSeed<PlacementInfo>([&](ShuffleClient& c) { return c.GetPlacement(id); },
-                                      &out.seed, /*past_etcd=*/true);
+    // Asked afresh while one read from etcd is held: whether it is still the record is enough
+    // (a revision check on the server, not the whole record).
+    const uint64_t known =
+        fresh && held.has_value() && held->info.age.count() == 0 ? held->info.revision : 0;
+    auto info = OnSeed<PlacementInfo>(
+        [&](ShuffleClient& c) {
+          return known != 0 ? c.GetPlacementIfChanged(id, known) : c.GetPlacement(id);
+        },
+        &out.seed, /*past_etcd=*/true);
     if (!info.ok()) {
       if (held.has_value() && Retryable(info.status())) return *held;
       return info.status();
+    }
+    if (info->unchanged) {
+      // Current as of now. (The cache keeps its own time: its addresses are read again past
+      // the TTL.)
+      CachedPlacement same = *held;
+      same.at = Clock::now();
+      return same;
     }
     out.info = std::move(info).value();
     if (out.info.replicas.size() != out.info.num_partitions) {

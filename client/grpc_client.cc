@@ -537,13 +537,31 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
   }
 
   absl::StatusOr<PlacementInfo> GetPlacement(const std::string& id) override {
+    return GetPlacementIfChanged(id, 0);
+  }
+
+  absl::StatusOr<PlacementInfo> GetPlacementIfChanged(const std::string& id,
+                                                      uint64_t known_revision) override {
     pb::GetPlacementRequest req;
     req.set_shuffle_id(id);
+    req.set_known_revision(known_revision);
     pb::Placement resp;
     absl::Status st =
         Unary([&](grpc::ClientContext* ctx) { return stub_->GetPlacement(ctx, req, &resp); });
     if (!st.ok()) return st;
     PlacementInfo p;
+    p.revision = resp.revision();
+    if (resp.unchanged()) {
+      if (known_revision == 0 || resp.revision() != known_revision) {
+        return absl::UnavailableError(
+            absl::StrCat("server ", options_.server, " said the placement of shuffle '", id,
+                         "' is unchanged at revision ", resp.revision(),
+                         ", not the one asked about (", known_revision, ")"));
+      }
+      p.shuffle_id = id;
+      p.unchanged = true;
+      return p;
+    }
     p.shuffle_id = resp.shuffle_id();
     p.num_partitions = resp.num_partitions();
     p.num_mappers = resp.num_mappers();

@@ -221,6 +221,10 @@ struct PlacementInfo {
   };
   std::vector<Segment> segments;
   uint64_t split_bytes = 0;  ///< 0: its partitions never split
+  /// The record's revision in etcd (0 on a server of its own), and, from
+  /// GetPlacementIfChanged, whether it is still the one asked about (then nothing else is set).
+  uint64_t revision = 0;
+  bool unchanged = false;
   /// Partition p's stored partitions: p, then its segments oldest first.
   std::vector<uint32_t> ChainOf(uint32_t p) const {
     std::vector<uint32_t> out{p};
@@ -358,6 +362,14 @@ class ShuffleClient {
   virtual absl::StatusOr<std::vector<AbsentNode>> AbsentNodes() = 0;
   /// Where each partition of the shuffle lives (the same from every server of a cluster).
   virtual absl::StatusOr<PlacementInfo> GetPlacement(const std::string& id) = 0;
+  /// GetPlacement, or only `unchanged` (and `revision`) when the record is still at
+  /// `known_revision` (a PlacementInfo::revision): what a reader that must know the newest
+  /// segments asks. This default asks for the whole placement.
+  virtual absl::StatusOr<PlacementInfo> GetPlacementIfChanged(const std::string& id,
+                                                              uint64_t known_revision) {
+    (void)known_revision;
+    return GetPlacement(id);
+  }
   /// Drains the server (the first one given, only: a drain is asked of one server;
   /// docs/operations.md): it takes no new pushes, finishes what is in flight within `grace_seconds`
   /// (0 = its --drain_grace_s), then exits. Only from the server's own host unless it runs with

@@ -142,6 +142,21 @@ absl::StatusOr<std::optional<EtcdKeyValue>> EtcdClient::Get(std::string_view key
   return std::optional<EtcdKeyValue>(FromProto(resp.kvs(0)));
 }
 
+absl::StatusOr<int64_t> EtcdClient::ModRevision(std::string_view key,
+                                                std::chrono::milliseconds deadline) {
+  epb::RangeRequest req;
+  req.set_key(std::string(key));
+  req.set_keys_only(true);
+  epb::RangeResponse resp;
+  if (absl::Status st = impl_->Unary(
+          "get", [&](grpc::ClientContext* ctx) { return impl_->kv->Range(ctx, req, &resp); },
+          deadline);
+      !st.ok()) {
+    return st;
+  }
+  return resp.kvs_size() == 0 ? int64_t{0} : resp.kvs(0).mod_revision();
+}
+
 absl::StatusOr<std::vector<EtcdKeyValue>> EtcdClient::GetPrefix(std::string_view prefix,
                                                                 std::chrono::milliseconds deadline,
                                                                 int64_t* revision) {

@@ -74,6 +74,10 @@ class EtcdClient {
   /// client's: a caller that has an answer of its own to fall back on asks briefly.
   absl::StatusOr<std::optional<EtcdKeyValue>> Get(
       std::string_view key, std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
+  /// The revision that last changed the key (its value is not read), or 0 if it does not
+  /// exist.
+  absl::StatusOr<int64_t> ModRevision(
+      std::string_view key, std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
   /// Every key that starts with `prefix`, in key order. `revision` (may be null): the store's
   /// revision they were read at.
   absl::StatusOr<std::vector<EtcdKeyValue>> GetPrefix(

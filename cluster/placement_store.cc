@@ -490,6 +490,11 @@ absl::StatusOr<std::optional<ShufflePlacement>> EtcdPlacementStore::Get(
   return std::optional<ShufflePlacement>(std::move(p).value());
 }
 
+absl::StatusOr<int64_t> EtcdPlacementStore::Revision(const std::string& shuffle_id,
+                                                     std::chrono::milliseconds deadline) {
+  return etcd_->ModRevision(Key(shuffle_id), deadline);
+}
+
 absl::Status EtcdPlacementStore::SetDecommissioning(const std::string& node_id) {
   return etcd_->Put(DecommissionPrefix() + node_id, "");
 }

@@ -177,6 +177,15 @@ class PlacementStore {
   virtual absl::StatusOr<std::optional<ShufflePlacement>> Get(
       const std::string& shuffle_id,
       std::chrono::milliseconds deadline = std::chrono::milliseconds(0)) = 0;
+  /// The revision of the shuffle's record (ShufflePlacement::revision; 0: not recorded), without
+  /// reading the record where the store can.
+  virtual absl::StatusOr<int64_t> Revision(
+      const std::string& shuffle_id,
+      std::chrono::milliseconds deadline = std::chrono::milliseconds(0)) {
+    auto p = Get(shuffle_id, deadline);
+    if (!p.ok()) return p.status();
+    return p->has_value() ? (*p)->revision : int64_t{0};
+  }
   /// Decides mapper `mapper`'s winning attempt, pushed in placement epoch `epoch`: the first
   /// attempt decided, which this call returns, whoever decided it. NOT_FOUND once the shuffle
   /// is not recorded (deleted). UNAVAILABLE (ErrorReason::kPlacementChanged) when the mapper
@@ -258,6 +267,9 @@ class EtcdPlacementStore final : public PlacementStore {
                                  uint64_t split_bytes = 0) override;
   absl::StatusOr<size_t> CountWithPrefix(const std::string& id_prefix) override;
   absl::StatusOr<bool> Delete(const std::string& shuffle_id) override;
+  absl::StatusOr<int64_t> Revision(
+      const std::string& shuffle_id,
+      std::chrono::milliseconds deadline = std::chrono::milliseconds(0)) override;
   absl::StatusOr<std::optional<ShufflePlacement>> Get(
       const std::string& shuffle_id,
       std::chrono::milliseconds deadline = std::chrono::milliseconds(0)) override;

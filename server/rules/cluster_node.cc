@@ -17,8 +17,8 @@ namespace sluice {
 using cluster_internal::AboutShuffle;
 using cluster_internal::Clock;
 using cluster_internal::IsEtcdDown;
-using cluster_internal::Since;
 using cluster_internal::kSegmentReread;
+using cluster_internal::Since;
 using cluster_internal::UnknownSegment;
 
 void ClusterNode::SetSelf(Self self) {
@@ -653,7 +653,8 @@ absl::StatusOr<uint64_t> ClusterNode::DecideMapper(const std::string& id, uint32
   return winner;
 }
 
-absl::StatusOr<ClusterNode::Placement> ClusterNode::GetPlacement(const std::string& id) {
+absl::StatusOr<ClusterNode::Placement> ClusterNode::GetPlacement(const std::string& id,
+                                                                 uint64_t known_revision) {
   Placement out;
   if (!clustered_) {  // on its own: every partition here
     SLUICE_ASSIGN_OR_RETURN(auto store, registry_->Get(id));
@@ -669,6 +670,19 @@ absl::StatusOr<ClusterNode::Placement> ClusterNode::GetPlacement(const std::stri
   // A placement changes only through etcd: one read before is the answer when etcd cannot give it
   // now (and etcd is then asked only briefly, or not at all while it is known to be down).
   std::shared_ptr<const Kept> kept = Remembered(id);
+  if (known_revision != 0 && !etcd_down_.load()) {
+    // The caller holds a placement: its revision, not the record, tells whether it is current.
+    auto now = c.placements->Revision(
+        id, kept != nullptr ? options_.quick_read : std::chrono::milliseconds(0));
+    Note(now.status());
+    if (now.ok() && *now == static_cast<int64_t>(known_revision)) {
+      Placement same;
+      same.clustered = true;
+      same.revision = known_revision;
+      same.unchanged = true;
+      return same;
+    }
+  }
   ShufflePlacement placed;
   if (kept != nullptr && etcd_down_.load()) {
     placed = kept->placement;
@@ -721,6 +735,7 @@ absl::StatusOr<ClusterNode::Placement> ClusterNode::GetPlacement(const std::stri
   }
   out.split_bytes = placed.split_bytes;
   out.epoch = placed.epoch();
+  out.revision = static_cast<uint64_t>(std::max<int64_t>(placed.revision, 0));
   return out;
 }
 

@@ -99,7 +99,10 @@ class ClusterNode {
     uint64_t split_bytes = 0;
     /// 0: read now; else etcd was down and this is the placement read that long ago.
     std::chrono::milliseconds age{0};
-    uint32_t epoch = 0;  ///< the newest placement epoch, whose replicas `replicas` are
+    uint32_t epoch = 0;     ///< the newest placement epoch, whose replicas `replicas` are
+    uint64_t revision = 0;  ///< of the record in etcd
+    bool unchanged =
+        false;  ///< the record is still the caller's `known_revision`: nothing else set
   };
   /// A server of this server's shuffles that is not registered now (ListNodes).
   struct Absent {
@@ -273,7 +276,7 @@ class ClusterNode {
                                         uint32_t seen);
   /// Where the shuffle's partitions are (on its own: all here). NOT_FOUND for an unknown one.
   /// With etcd down, the remembered placement and the last addresses seen (Placement::age).
-  absl::StatusOr<Placement> GetPlacement(const std::string& id);
+  absl::StatusOr<Placement> GetPlacement(const std::string& id, uint64_t known_revision = 0);
 
  private:
   // The cluster as one call sees it.

@@ -351,8 +351,14 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetPlacement(grpc::CallbackServerC
   return Unary(ctx, [this, req, resp](const CallContext& call) -> absl::Status {
     resp->set_shuffle_id(req->shuffle_id());
     SLUICE_ASSIGN_OR_RETURN(const std::string id, call.Kept(req->shuffle_id()));
-    SLUICE_ASSIGN_OR_RETURN(const ClusterNode::Placement p, deps_.node->GetPlacement(id));
+    SLUICE_ASSIGN_OR_RETURN(const ClusterNode::Placement p,
+                            deps_.node->GetPlacement(id, req->known_revision()));
     resp->set_clustered(p.clustered);
+    resp->set_revision(p.revision);
+    if (p.unchanged) {
+      resp->set_unchanged(true);
+      return absl::OkStatus();
+    }
     resp->set_num_partitions(p.partitions);
     resp->set_num_mappers(p.mappers);
     resp->set_replication(p.replication);

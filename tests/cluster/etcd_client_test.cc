@@ -48,6 +48,11 @@ TEST_F(EtcdClientTest, KeysAndPrefixes) {
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->value, "1");
   EXPECT_GT(a->mod_revision, 0);
+  // Its revision alone (the value not read), and 0 for a key that does not exist.
+  ASSERT_OK_AND_ASSIGN(int64_t rev, client_->ModRevision("/t/a"));
+  EXPECT_EQ(rev, a->mod_revision);
+  ASSERT_OK_AND_ASSIGN(int64_t none, client_->ModRevision("/t/none"));
+  EXPECT_EQ(none, 0);
   ASSERT_OK_AND_ASSIGN(auto t, client_->GetPrefix("/t/"));
   ASSERT_EQ(t.size(), 2u);
   EXPECT_EQ(t[0].key, "/t/a");

@@ -224,6 +224,25 @@ TEST_F(HugePartitionTest, AHugePartitionIsSpreadOverServersAndReadExactlyOnce) {
   }
   ASSERT_OK_AND_ASSIGN(PlacementInfo placed, client_->GetPlacement(id));
   EXPECT_EQ(placed.split_bytes, kSplitBytes);
+  {
+    // A reader's fresh check: the record's revision is enough while it is the one held; any
+    // other revision gets the whole placement, segments and all.
+    ClientOptions options;
+    options.server = cluster_->address(1);
+    std::unique_ptr<ServerLink> link = ConnectServer(options);
+    ASSERT_GT(placed.revision, 0u);
+    ASSERT_OK_AND_ASSIGN(PlacementInfo same,
+                         link->client().GetPlacementIfChanged(id, placed.revision));
+    EXPECT_TRUE(same.unchanged);
+    EXPECT_EQ(same.revision, placed.revision);
+    EXPECT_TRUE(same.replicas.empty());
+    ASSERT_OK_AND_ASSIGN(PlacementInfo whole,
+                         link->client().GetPlacementIfChanged(id, placed.revision - 1));
+    EXPECT_FALSE(whole.unchanged);
+    EXPECT_EQ(whole.revision, placed.revision);
+    EXPECT_EQ(whole.segments.size(), placed.segments.size());
+    EXPECT_EQ(whole.replicas.size(), kPartitions);
+  }
   const std::vector<uint32_t> chain = placed.ChainOf(kHot);
   std::set<uint32_t> servers;
   for (uint32_t q : chain) {

@@ -49,6 +49,8 @@ absl::StatusOr<std::vector<std::string>> ChildFlags(const ServerOptions& o) {
       absl::StrCat("--disk_high_water_pct=", o.disk_high_water_pct),
       absl::StrCat("--shuffle_ttl_s=", o.shuffle_ttl.count()),
       absl::StrCat("--scrub_mb_per_s=", o.scrub_bytes_per_s >> 20),
+      absl::StrCat("--premerge_mb_per_s=", o.premerge_bytes_per_s >> 20),
+      absl::StrCat("--premerge_min_runs=", o.premerge_min_runs),
       absl::StrCat("--metrics_listen=", o.metrics_listen),
       absl::StrCat("--tls_cert=", o.tls.cert_file),
       absl::StrCat("--tls_key=", o.tls.key_file),

@@ -380,11 +380,24 @@ TEST(DaemonTest, KillsDuringPushesCommitsScrubsAndPremergesKeepExactlyTheAcknowl
                                    info.committed_mappers().end());
       for (uint32_t m : acked) ASSERT_EQ(committed.count(m), 1u) << "acknowledged mapper " << m;
       acked = committed;  // (those that landed unacknowledged are commits from now on)
+      for (uint32_t p = 0; p < kPartitions; ++p)
+        premerged += info.partitions(p).premerged_mappers();
+      // Pushers starve the pre-merge (its merging runs at SCHED_IDLE): before this round's
+      // pushes, give it the idle server until it has made a run, so that the kill below finds
+      // runs to recover (or to cut in the middle of the next merge). A KEY read would leave the
+      // partitions alone: the reads come after.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      for (bool made = false; !made && std::chrono::steady_clock::now() < until;) {
+        grpc::ClientContext wctx;
+        pb::ShuffleInfo now;
+        ASSERT_OK(stub->GetShuffle(&wctx, req, &now));
+        for (const auto& p : now.partitions()) made = made || p.premerged_runs() > 0;
+        if (!made) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
       for (uint32_t p = 0; p < kPartitions; ++p) {
         EXPECT_EQ(CountRecords(*stub, p), static_cast<int64_t>(committed.size()) * kRows);
         EXPECT_EQ(CountRecords(*stub, p, pb::KEY), static_cast<int64_t>(committed.size()) * kRows);
         EXPECT_FALSE(info.partitions(p).damaged()) << info.partitions(p).damage();
-        premerged += info.partitions(p).premerged_mappers();
       }
     }
     std::mutex mu;
