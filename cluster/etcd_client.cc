@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "codec/status_macros.h"
 #include "etcd/etcd_v3.grpc.pb.h"
 #include "rpc/error_reason.h"
 #include "rpc/grpc_glue.h"
@@ -72,6 +73,12 @@ struct EtcdClient::Impl {
     if (!st.ok()) return st;
     return resp.deleted();
   }
+  // One key's Range (or a prefix's), as Get, GetPrefix and ModRevision ask it.
+  absl::Status Range(const epb::RangeRequest& req, std::chrono::milliseconds deadline,
+                     epb::RangeResponse* resp) const {
+    return Unary(
+        "get", [&](grpc::ClientContext* ctx) { return kv->Range(ctx, req, resp); }, deadline);
+  }
   // One unary call, `rpc(context)`, with the deadline set.
   template <typename Rpc>
   absl::Status Unary(const char* call, Rpc&& rpc,
@@ -132,12 +139,7 @@ absl::StatusOr<std::optional<EtcdKeyValue>> EtcdClient::Get(std::string_view key
   epb::RangeRequest req;
   req.set_key(std::string(key));
   epb::RangeResponse resp;
-  if (absl::Status st = impl_->Unary(
-          "get", [&](grpc::ClientContext* ctx) { return impl_->kv->Range(ctx, req, &resp); },
-          deadline);
-      !st.ok()) {
-    return st;
-  }
+  SLUICE_RETURN_IF_ERROR(impl_->Range(req, deadline, &resp));
   if (resp.kvs_size() == 0) return std::optional<EtcdKeyValue>();
   return std::optional<EtcdKeyValue>(FromProto(resp.kvs(0)));
 }
@@ -148,12 +150,7 @@ absl::StatusOr<int64_t> EtcdClient::ModRevision(std::string_view key,
   req.set_key(std::string(key));
   req.set_keys_only(true);
   epb::RangeResponse resp;
-  if (absl::Status st = impl_->Unary(
-          "get", [&](grpc::ClientContext* ctx) { return impl_->kv->Range(ctx, req, &resp); },
-          deadline);
-      !st.ok()) {
-    return st;
-  }
+  SLUICE_RETURN_IF_ERROR(impl_->Range(req, deadline, &resp));
   return resp.kvs_size() == 0 ? int64_t{0} : resp.kvs(0).mod_revision();
 }
 
@@ -164,12 +161,7 @@ absl::StatusOr<std::vector<EtcdKeyValue>> EtcdClient::GetPrefix(std::string_view
   req.set_key(std::string(prefix));
   req.set_range_end(PrefixRangeEnd(prefix));
   epb::RangeResponse resp;
-  if (absl::Status st = impl_->Unary(
-          "get", [&](grpc::ClientContext* ctx) { return impl_->kv->Range(ctx, req, &resp); },
-          deadline);
-      !st.ok()) {
-    return st;
-  }
+  SLUICE_RETURN_IF_ERROR(impl_->Range(req, deadline, &resp));
   std::vector<EtcdKeyValue> out;
   out.reserve(resp.kvs_size());
   for (const auto& kv : resp.kvs()) out.push_back(FromProto(kv));

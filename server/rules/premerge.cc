@@ -14,13 +14,6 @@
 #include "spdlog/spdlog.h"
 
 namespace sluice {
-namespace {
-
-// The runs a unit counts for (a mapper with nothing for the partition joins any range and
-// counts for nothing).
-size_t Counts(const MergeUnit& u) { return u.runs; }
-
-}  // namespace
 
 std::optional<std::pair<uint32_t, uint32_t>> PickMerge(
     const std::vector<std::vector<MergeUnit>>& stretches, bool complete, size_t min_runs) {
@@ -29,7 +22,7 @@ std::optional<std::pair<uint32_t, uint32_t>> PickMerge(
     size_t counted = 0;
     bool premerged = false;
     for (const MergeUnit& u : s) {
-      counted += Counts(u);
+      counted += u.runs;
       premerged = premerged || u.level > 0;
     }
     // Every mapper committed: the whole partition in one run, once it had min_runs runs.
@@ -43,7 +36,7 @@ std::optional<std::pair<uint32_t, uint32_t>> PickMerge(
     uint32_t level = 0;
     std::optional<size_t> last;  // the window's last counted unit
     for (size_t i = 0; i <= s.size(); ++i) {
-      if (i < s.size() && Counts(s[i]) == 0) continue;
+      if (i < s.size() && s[i].runs == 0) continue;
       if (i == s.size() || runs == 0 || s[i].level != level) {
         if (runs >= min_runs) return std::make_pair(s[from].first, s[*last].last);
         if (i == s.size()) break;
@@ -51,7 +44,7 @@ std::optional<std::pair<uint32_t, uint32_t>> PickMerge(
         runs = 0;
         level = s[i].level;
       }
-      runs += Counts(s[i]);
+      runs += s[i].runs;  // (a mapper with nothing for the partition: 0, it joins any range)
       last = i;
       if (runs >= min_runs && (i + 1 == s.size() || s[i + 1].level != level)) {
         return std::make_pair(s[from].first, s[i].last);
@@ -97,17 +90,8 @@ size_t Premerger::Run() {
           store->MarkMergeCandidate(partition);
           break;
         }
-        const auto stretches = store->MergeStretches(partition);
-        const auto pick = PickMerge(stretches, store->complete(), options_.min_runs);
-        if (spdlog::should_log(spdlog::level::trace)) {
-          size_t units = 0, runs = 0;
-          for (const auto& st : stretches) {
-            units += st.size();
-            for (const auto& u : st) runs += u.runs;
-          }
-          spdlog::trace("event=premerge_pick partition={} stretches={} units={} runs={} picked={}",
-                        partition, stretches.size(), units, runs, pick.has_value());
-        }
+        const auto pick =
+            PickMerge(store->MergeStretches(partition), store->complete(), options_.min_runs);
         if (!pick.has_value()) break;
         const absl::StatusOr<bool> merged = MergeOne(store, partition, pick->first, pick->second);
         if (!merged.ok() && absl::IsResourceExhausted(merged.status())) {

@@ -496,6 +496,9 @@ class ShuffleStore {
   // Retires p's runs whose range meets [first, last] (outside the index; the readers holding
   // them keep them until done).
   void RetireMergedLocked(Partition& p, uint32_t first, uint32_t last);
+  // Puts a MERGE record's run in its partition's index (by first mapper), retiring the runs
+  // whose range it meets.
+  void AddMergedRunLocked(CommitRecord record);
   // Whether the MERGE record still stands for its range: the same attempts committed, the same
   // repairs of the partition.
   bool MergeStillHoldsLocked(const CommitRecord& r) const;

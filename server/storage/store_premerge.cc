@@ -54,6 +54,15 @@ void ShuffleStore::RetireMergedLocked(Partition& p, uint32_t first, uint32_t las
   p.merged.erase(gone, p.merged.end());
 }
 
+void ShuffleStore::AddMergedRunLocked(CommitRecord record) {
+  Partition& p = partitions_.Get(record.partition);
+  RetireMergedLocked(p, record.mapper, record.last_mapper);  // the runs it took in
+  std::shared_ptr<MergedRun> run = NewMergedRun(std::move(record));
+  auto at = std::lower_bound(p.merged.begin(), p.merged.end(), run->first,
+                             [](const auto& a, uint32_t m) { return a->first < m; });
+  p.merged.insert(at, std::move(run));
+}
+
 void ShuffleStore::MarkMergeCandidateLocked(uint32_t partition, Partition& p) {
   if (p.merge_candidate) return;
   p.merge_candidate = true;
@@ -241,12 +250,7 @@ absl::StatusOr<bool> ShuffleStore::InstallMerge(MergePlan plan, std::vector<Bloc
     DiscardMerged(r.blocks);
     return false;
   }
-  Partition& p = partitions_.Get(r.partition);
-  RetireMergedLocked(p, r.mapper, r.last_mapper);
-  std::shared_ptr<MergedRun> run = NewMergedRun(std::move(r));
-  auto at = std::lower_bound(p.merged.begin(), p.merged.end(), run->first,
-                             [](const auto& a, uint32_t m) { return a->first < m; });
-  p.merged.insert(at, std::move(run));
+  AddMergedRunLocked(std::move(r));
   return true;
 }
 
@@ -281,12 +285,7 @@ void ShuffleStore::RecoverMergedLocked(std::vector<CommitRecord> merges, uint64_
       }
     }
     if (!whole) continue;
-    Partition& p = partitions_.Get(r.partition);
-    RetireMergedLocked(p, r.mapper, r.last_mapper);  // a later merge that took it in
-    std::shared_ptr<MergedRun> run = NewMergedRun(std::move(r));
-    auto at = std::lower_bound(p.merged.begin(), p.merged.end(), run->first,
-                               [](const auto& a, uint32_t m) { return a->first < m; });
-    p.merged.insert(at, std::move(run));
+    AddMergedRunLocked(std::move(r));  // (retiring an earlier one that it took in)
   }
   // Every partition with data may have runs to merge (the last start may have stopped them).
   partitions_.ForEach([this](uint32_t i, Partition& p) {
