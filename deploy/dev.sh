@@ -18,14 +18,16 @@ JOBS=${JOBS:-2}
 BUILD_PACKAGES=(build-essential cmake ninja-build ccache pkg-config libssl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libmsgpack-cxx-dev libzstd-dev libabsl-dev libspdlog-dev libxxhash-dev libjemalloc-dev
-  nlohmann-json3-dev prometheus-cpp-dev pybind11-dev python3-dev
+  nlohmann-json3-dev prometheus-cpp-dev pybind11-dev python3-dev python3-numpy
   libgtest-dev libgmock-dev libbenchmark-dev)
 # etcd-server: cluster mode's coordination service, run for real by the cluster tests.
 # python3-yaml: the deploy/ manifests' check. prometheus: scrapes a server in the metrics test.
 # iproute2: network namespaces (another host for the remote admin test). python3-pytest: the
 # Python client's tests. openssl: the TLS tests make their CA and certificates with it.
+# python3-pandas: the columns tests give and take DataFrames (python3-numpy, the columns' one
+# dependency, is a build package: the Python package's columns need it at run time).
 TEST_PACKAGES=(python3 python3-msgpack python3-zstandard python3-yaml etcd-server prometheus iproute2
-  python3-pytest openssl)
+  python3-pytest openssl python3-pandas)
 FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
 log() { printf '==> %s\n' "$*" >&2; }

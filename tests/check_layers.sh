@@ -31,7 +31,7 @@ declare -A allowed=(
   [server/service]="server/ cluster/ rpc/ codec/ absl/ sluice/v1/ spdlog/"
   [server]="server/ cluster/ rpc/ codec/ absl/ sluice/v1/ spdlog/"
   [client]="client/ cluster/ rpc/ codec/ absl/ sluice/v1/ nlohmann/"
-  [client/python]="client/ rpc/error_reason.h absl/"
+  [client/python]="client/ rpc/error_reason.h codec/endian.h codec/msgpack_scan.h absl/"
   [bench]="bench/ client/ codec/ rpc/error_reason.h rpc/tls_options.h sluice/v1/ absl/
            server/storage/shuffle_store.h server/storage/key_bounds.h"
 )

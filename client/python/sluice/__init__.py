@@ -20,10 +20,10 @@ cannot carry (set, frozenset, custom classes) raise TypeError, unless the writer
 seconds the server suggests waiting (or None) and `reason` why, when it says (docs/api.md).
 docs/python.md is the reference.
 """
-from . import _sluice
+from . import _columns, _sluice
 from ._sluice import Error, packb, partition_of, unpackb
 
-__all__ = ["Client", "Error", "Reader", "Writer", "connect", "packb", "partition_of", "unpackb"]
+__all__ = ["ArrowStream", "Client", "Error", "Reader", "Writer", "connect", "packb", "partition_of", "unpackb"]
 
 
 def connect(servers="127.0.0.1:7070", *, call_timeout=30.0, tls=False, tls_ca=None,
@@ -141,6 +141,26 @@ class Writer:
         """(key, value) pairs from any iterable; returns how many were written."""
         return self._w.write_many(items)
 
+    def write_columns(self, columns, key):
+        """Rows of columns: a pandas DataFrame, or a mapping of column name -> numpy array,
+        pandas Series or list, all of one length. Each row is written as
+        write(row[key], {name: row[name] for every column}) would write it (same partition, same
+        order, same bytes), but the rows are made in C++ without the GIL. Columns carry ints,
+        floats (32 or 64 bits), bools, str, bytes and nulls (None, pandas' NA and the nullable
+        dtypes' masks); anything else raises TypeError naming the column. Returns the rows.
+
+        Also any object of the Arrow PyCapsule interface (__arrow_c_stream__ or
+        __arrow_c_array__: a pyarrow Table or RecordBatch, a Polars DataFrame...), read through
+        the Arrow C data interface: int8-64, uint8-64, float32/64, bool, utf8, binary (large
+        ones too) and null columns, with their validity bitmaps."""
+        if not hasattr(columns, "items") and not _columns.is_pandas_frame(columns):
+            if hasattr(columns, "__arrow_c_stream__"):
+                return self._w.write_arrow_stream(columns.__arrow_c_stream__(), key)
+            if hasattr(columns, "__arrow_c_array__"):
+                schema, array = columns.__arrow_c_array__()
+                return self._w.write_arrow_array(schema, array, key)
+        return self._w.write_columns(_columns.columns_in(columns), key)
+
     def close(self):
         """Commits; returns a dict: duplicate (another attempt had committed), frames, records,
         bytes, winning_attempt."""
@@ -159,6 +179,18 @@ class Writer:
         else:
             self.abort()
         return False
+
+
+class ArrowStream:
+    """A reader's records for a consumer of the Arrow PyCapsule stream interface."""
+
+    def __init__(self, native, rows, keys):
+        self._r, self._rows, self._keys = native, rows, keys
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        # requested_schema may be ignored (the interface lets a producer do so): the consumer
+        # casts if it must.
+        return self._r.arrow_stream(self._rows, self._keys)
 
 
 class Reader:
@@ -186,6 +218,55 @@ class Reader:
             if not groups:
                 return
             yield from groups
+
+    def frames(self, *, pandas=False, rows=8192, keys=None):
+        """The records as batches of columns, in the reader's order: dicts of name -> numpy
+        array (a masked array where a field has nulls), or DataFrames with pandas=True (the
+        nullable dtypes where a field has nulls). Each record's value must be a map of the same
+        fields (as write_columns writes them); dtypes are read from the values (docs/python.md,
+        "Columns"). keys="name": the records' keys as one more column of that name. A batch that
+        cannot be columns raises ValueError saying why, and ends the read."""
+        while True:
+            b = self._r.next_columns(rows, 64 << 20, keys or "", False)
+            if b is None:
+                return
+            yield _columns.frame_of(b[0], b[1], pandas)
+
+    def to_pandas(self, *, keys=None):
+        """The whole partition as one DataFrame (decoded at once, so each column's dtype holds
+        for all of it)."""
+        b = self._r.next_columns(1 << 62, 0, keys or "", False)
+        pd = _columns._pandas(needed=True)
+        if b is None:
+            return pd.DataFrame()
+        return _columns.frame_of(b[0], b[1], True)
+
+    def to_columns(self, *, keys=None):
+        """The whole partition as one dict of name -> numpy array (decoded at once)."""
+        b = self._r.next_columns(1 << 62, 0, keys or "", False)
+        return {} if b is None else _columns.frame_of(b[0], b[1], False)
+
+    def to_arrow(self, *, rows=8192, keys=None):
+        """The records as an Arrow C stream (an object with __arrow_c_stream__, read once):
+        pyarrow.table(r.to_arrow()), polars.from_arrow(...), or any consumer of the Arrow
+        PyCapsule interface. Batches of `rows`; the schema is the first batch's (int64, uint64,
+        float, double, bool, large_utf8, large_binary, null), and a later batch whose column
+        has another type ends the stream with an error saying so (more rows a batch, or the
+        whole partition in one, give one type). Columns that mix types cannot be exported."""
+        return ArrowStream(self._r, rows, keys or "")
+
+    def frame_groups(self, *, pandas=False, rows=8192, keys=None):
+        """(key, columns) for each key, for a reader with order="key": the key's rows as slices
+        of a batch's arrays (or a DataFrame with pandas=True), never split over batches."""
+        while True:
+            b = self._r.next_columns(rows, 64 << 20, keys or "", True)
+            if b is None:
+                return
+            frame = _columns.frame_of(b[0], b[1], pandas)
+            starts, group_keys = b[2], b[3]
+            bounds = starts.tolist() + [b[1]]
+            for i, key in enumerate(group_keys):
+                yield key, _columns.sliced(frame, bounds[i], bounds[i + 1])
 
     def close(self):
         """Ends the read early (the server stops sending)."""

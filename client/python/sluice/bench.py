@@ -7,6 +7,12 @@ was sent. Mappers and reducers are tasks of a pool of worker processes (--worker
 by default: Python workers are processes, as in zephyr, Ray or Dask), or of threads
 (--threads). Against --server, or a sluice-server child on 127.0.0.1 with a temporary
 data directory (durable commits). Prints a RESULT line of JSON, like `sluice bench`.
+
+--columns: the same items made as numpy columns (the same fields; keys and counts from numpy's
+generator), written with `Writer.write_columns` and read with `Reader.frame_groups()`, each
+key's rows counted exactly. --steps: one process, the columns path step by step at 400,000 rows
+(make the columns, rows from columns, writer adds, close: push and commit, fetch, columns from
+records, numpy arrays): the seconds and nanoseconds per row of each.
 """
 import argparse
 import json
@@ -49,13 +55,15 @@ def start_server(memory_mb):
     return p, data, f"127.0.0.1:{port}"
 
 
-def items(shard, n, keys, item_bytes, counts):
+def items(shard, n, keys, item_bytes, counts, distinct=False):
     rng = random.Random(shard)
     pad = "x" * max(0, item_bytes - 60)
+    pad8 = pad[8:]
     for seq in range(n):
         key = rng.randrange(keys)
         counts[key] += 1
-        yield key, {"key": key, "seq": seq, "src": shard, "payload": pad}
+        payload = f"{shard:02d}{seq:06d}{pad8}" if distinct else pad
+        yield key, {"key": key, "seq": seq, "src": shard, "payload": payload}
 
 
 _clients = {}
@@ -70,17 +78,52 @@ def _client(server):
 
 
 def mapper(args):
-    server, sid, m, n, keys, item_bytes, buffer_mb = args
+    server, sid, m, n, keys, item_bytes, buffer_mb, distinct = args
     sent = Counter()
     with _client(server).writer(sid, mapper=m, sort_by_key=True, buffer_mb=buffer_mb) as w:
-        w.write_many(items(m, n, keys, item_bytes, sent))
+        w.write_many(items(m, n, keys, item_bytes, sent, distinct))
     return sent
 
 
+def columns(shard, n, keys, item_bytes, distinct=False):
+    """The shard's items as columns: {key, seq, src, payload}, the payload one str object (or
+    each row its own, `distinct`)."""
+    import numpy as np
+    rng = np.random.default_rng(shard)
+    pad = "x" * max(0, item_bytes - 60)
+    payload = np.empty(n, dtype=object)
+    if distinct:
+        pad8 = pad[8:]
+        payload[:] = [f"{shard:02d}{i:06d}{pad8}" for i in range(n)]
+    else:
+        payload[:] = pad
+    return {"key": rng.integers(0, keys, size=n), "seq": np.arange(n),
+            "src": np.full(n, shard), "payload": payload}
+
+
+def columns_mapper(args):
+    import numpy as np
+    server, sid, m, n, keys, item_bytes, buffer_mb, distinct = args
+    cols = columns(m, n, keys, item_bytes, distinct)
+    with _client(server).writer(sid, mapper=m, sort_by_key=True, buffer_mb=buffer_mb) as w:
+        w.write_columns(cols, key="key")
+    return np.bincount(cols["key"], minlength=keys)
+
+
+def columns_reducer(args):
+    import numpy as np
+    server, sid, p, keys = args
+    got = np.zeros(keys, dtype=np.int64)
+    for key, frame in _client(server).reader(sid, p, order="key",
+                                             require_complete=True).frame_groups():
+        got[key] += len(frame["seq"])
+    return got
+
+
 def generate_only(args):
-    _, _, m, n, keys, item_bytes, _ = args
+    _, _, m, n, keys, item_bytes, _, distinct = args
     sent = Counter()
-    for _ in items(m, n, keys, item_bytes, sent):
+    for _ in items(m, n, keys, item_bytes, sent, distinct):
         pass
     return sent
 
@@ -107,16 +150,26 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=os.cpu_count(),
                     help="worker processes (or threads) running the mappers, then the reducers")
     ap.add_argument("--threads", action="store_true", help="threads instead of processes")
+    ap.add_argument("--columns", action="store_true",
+                    help="items as numpy columns: write_columns, then frame_groups")
+    ap.add_argument("--steps", action="store_true",
+                    help="the columns path's cost step by step, in one process")
+    ap.add_argument("--payload", choices=("same", "distinct"), default="same",
+                    help="every item's payload one str (the seed's), or a str of its own")
     ap.add_argument("--generate-only", action="store_true",
                     help="only make the items, in the same workers, and shuffle nothing: the "
                          "workload's own Python, a ceiling for any shuffle of it")
     a = ap.parse_args(argv)
     if a.generate_only:
         return run_generate_only(a)
+    if a.steps:
+        return run_steps(a)
 
     child = None
     if a.server is None:
         child, data, a.server = start_server(a.server_memory_mb)
+    if a.columns:
+        import numpy  # noqa: F401  (once, before the workers fork)
     # The worker processes are forked before this process makes a gRPC client (gRPC's threads
     # do not survive a fork); each worker makes its own.
     pool = (multiprocessing.pool.ThreadPool(a.workers) if a.threads else
@@ -127,18 +180,25 @@ def main(argv=None):
         client.create_shuffle(sid, partitions=a.partitions, mappers=a.shards)
         with pool:
             start = time.perf_counter()
-            sent = pool.map(mapper, [(a.server, sid, m, a.items_per_shard, a.keys, a.item_bytes,
-                                      a.buffer_mb) for m in range(a.shards)], chunksize=1)
+            sent = pool.map(columns_mapper if a.columns else mapper,
+                            [(a.server, sid, m, a.items_per_shard, a.keys, a.item_bytes,
+                              a.buffer_mb, a.payload == "distinct") for m in range(a.shards)],
+                            chunksize=1)
             scattered = time.perf_counter()
-            got = pool.map(reducer, [(a.server, sid, p) for p in range(a.partitions)],
-                           chunksize=1)
+            if a.columns:
+                got = pool.map(columns_reducer, [(a.server, sid, p, a.keys)
+                                                 for p in range(a.partitions)], chunksize=1)
+            else:
+                got = pool.map(reducer, [(a.server, sid, p) for p in range(a.partitions)],
+                               chunksize=1)
             end = time.perf_counter()
         client.delete_shuffle(sid)
         expected, counted = Counter(), Counter()
         for c in sent:
-            expected.update(c)
+            expected.update(dict(enumerate(c.tolist())) if a.columns else c)
         for c in got:
-            counted.update(c)
+            counted.update(dict(enumerate(c.tolist())) if a.columns else c)
+        expected, counted = +expected, +counted  # zero counts out
         total = a.shards * a.items_per_shard
         result = {
             "shards": a.shards, "items_per_shard": a.items_per_shard, "partitions": a.partitions,
@@ -148,6 +208,7 @@ def main(argv=None):
             "expected_items": total, "counted_items": sum(counted.values()),
             "counts_match": expected == counted,
             "workers": a.workers, "worker_kind": "threads" if a.threads else "processes",
+            "path": "columns" if a.columns else "dicts", "payload": a.payload,
             "peak_rss_mb": round(max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                                      resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
                                  / 1024, 1),
@@ -163,13 +224,60 @@ def main(argv=None):
             shutil.rmtree(data, ignore_errors=True)
 
 
+def run_steps(a):
+    """The columns path step by step in this process: one mapper writes every row (the
+    shards' rows together), then one reader reads every partition."""
+    import numpy as np
+    child = None
+    if a.server is None:
+        child, data, a.server = start_server(a.server_memory_mb)
+    try:
+        client = sluice.connect(a.server)
+        sid = f"pysteps-{os.getpid()}-{int(time.time() * 1000)}"
+        client.create_shuffle(sid, partitions=a.partitions, mappers=1)
+        rows = a.shards * a.items_per_shard
+        t0 = time.perf_counter()
+        cols = columns(0, rows, a.keys, a.item_bytes, a.payload == "distinct")
+        make_s = time.perf_counter() - t0
+        w = client.writer(sid, mapper=0, sort_by_key=True, buffer_mb=a.buffer_mb)
+        w.write_columns(cols, key="key")
+        w.close()
+        wt = w._w.timings()
+        got = np.zeros(a.keys, dtype=np.int64)
+        rt = {"fetch_s": 0.0, "decode_s": 0.0, "to_python_s": 0.0}
+        for p in range(a.partitions):
+            r = client.reader(sid, p, order="key", require_complete=True)
+            for key, frame in r.frame_groups():
+                got[key] += len(frame["seq"])
+            for k, v in r._r.timings().items():
+                rt[k] += v
+        client.delete_shuffle(sid)
+        ok = bool((got == np.bincount(cols["key"], minlength=a.keys)).all())
+        steps = {"make_columns": make_s, "rows_from_columns": wt["encode_rows_s"],
+                 "writer_add": wt["add_s"], "close_push_commit": wt["close_s"],
+                 "fetch": rt["fetch_s"], "columns_from_records": rt["decode_s"],
+                 "numpy_arrays": rt["to_python_s"]}
+        print("RESULT " + json.dumps({
+            "rows": rows, "counts_match": ok,
+            "seconds": {k: round(v, 4) for k, v in steps.items()},
+            "ns_per_row": {k: round(v / rows * 1e9, 1) for k, v in steps.items()},
+        }), flush=True)
+        return 0 if ok else 1
+    finally:
+        if child is not None:
+            child.terminate()
+            child.wait(timeout=60)
+            shutil.rmtree(data, ignore_errors=True)
+
+
 def run_generate_only(a):
     pool = (multiprocessing.pool.ThreadPool(a.workers) if a.threads else
             multiprocessing.get_context("fork").Pool(a.workers))
     with pool:
         start = time.perf_counter()
         sent = pool.map(generate_only, [(None, None, m, a.items_per_shard, a.keys, a.item_bytes,
-                                         None) for m in range(a.shards)], chunksize=1)
+                                         None, a.payload == "distinct")
+                                        for m in range(a.shards)], chunksize=1)
         end = time.perf_counter()
     total = a.shards * a.items_per_shard
     made = sum(sum(c.values()) for c in sent)
