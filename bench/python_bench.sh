@@ -1,32 +1,46 @@
 #!/bin/bash
-# The Python client's figures (docs/benchmarks.md, "Python client"): the seed workload (8 shards
-# x 50,000 items of ~200 bytes, 10,000 keys, 8 partitions, KEY order, counts verified) four
-# ways, interleaved round by round so the machine's swings hit all alike:
-#   python  `python3 -m sluice.bench` (its own sluice-server child, durable commits)
+# The Python client's figures (docs/benchmarks.md, "Python client" and "Python columns"): the
+# seed workload (8 shards x 50,000 items of ~200 bytes, 10,000 keys, 8 partitions, KEY order,
+# counts verified) six ways, interleaved round by round so the machine's swings hit all alike:
+#   columns `python3 -m sluice.bench --columns`: numpy columns, Writer.write_columns, then
+#           Reader.frame_groups (its own sluice-server child, durable commits)
+#   python  `python3 -m sluice.bench`: dicts through write_many, then groups()
+#   dask    bench/dask_shuffle.py: the same columns as pandas frames through Dask's dataframe
+#           shuffle (shuffle="disk", threads scheduler, 2 workers), each partition grouped by key
 #   zephyr  tests/py/zephyr_style_shuffle.py (pure Python: pickle + zstd, fsynced files, heapq)
 #   cpp     `sluice-bench` (the C++ client, its own sluice-server child)
-#   gen     `python3 -m sluice.bench --generate-only`: the same workers only make the items and
-#           shuffle nothing; the workload's own Python, a ceiling no Python shuffle can pass
-# Prints each round, then the medians and the ratios python/zephyr, cpp/python, cpp/zephyr and
-# gen/zephyr.
+#   gen     `python3 -m sluice.bench --generate-only`: the same workers only make the dict items
+#           and shuffle nothing; the workload's own Python, a ceiling no dict shuffle can pass
+# PAYLOAD=distinct gives every item a payload str of its own (the seed's is one str for all)
+# to the columns, python and dask ways. Prints each round, then the medians and the ratios.
+# Installs Debian's python3-dask (and numpy, pandas) if missing: a bench dependency, not a
+# build one.
 #
 #   bash bench/python_bench.sh [BUILD_DIR=build] [ROUNDS=3]
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 BUILD=${1:-build}
 ROUNDS=${2:-3}
+PAYLOAD=${PAYLOAD:-same}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=/usr/bin/python3
+need_built "$BUILD/server/sluice-server" "$BUILD/bench/sluice-bench"
+if ! "$PY" -c "import dask.dataframe, numpy, pandas" 2>/dev/null; then
+  echo "python_bench: installing python3-dask, python3-numpy, python3-pandas" >&2
+  apt-get install -y -q python3-dask python3-numpy python3-pandas >/dev/null
+fi
 export PYTHONPATH=$BUILD/python SLUICE_SERVER_BIN=$BUILD/server/sluice-server
 field() { sed -n "s/.*\"$1\": \\([0-9.]*\\).*/\\1/p"; }
 declare -A ALL=()
 for r in $(seq 1 "$ROUNDS"); do
-  for way in python zephyr cpp gen; do
+  for way in columns python dask zephyr cpp gen; do
     case $way in
-      python) out=$("$PY" -m sluice.bench) ;;
+      columns) out=$("$PY" -m sluice.bench --columns --payload "$PAYLOAD") ;;
+      python) out=$("$PY" -m sluice.bench --payload "$PAYLOAD") ;;
+      dask) out=$("$PY" "$ROOT/bench/dask_shuffle.py" --payload "$PAYLOAD") ;;
       zephyr) out=$("$PY" "$ROOT/tests/py/zephyr_style_shuffle.py") ;;
       cpp) out=$("$BUILD/bench/sluice-bench" --order KEY --server-bin "$SLUICE_SERVER_BIN") ;;
-      gen) out=$("$PY" -m sluice.bench --generate-only) ;;
+      gen) out=$("$PY" -m sluice.bench --generate-only --payload "$PAYLOAD") ;;
     esac
     grep -q '"counts_match": true' <<<"$out" || { echo "python_bench: $way: counts differ: $out" >&2; exit 1; }
     ips=$(grep RESULT <<<"$out" | field items_per_sec)
@@ -37,9 +51,14 @@ for r in $(seq 1 "$ROUNDS"); do
   done
 done
 # shellcheck disable=SC2086  # the lists split into numbers
-p=$(median ${ALL[python]}) z=$(median ${ALL[zephyr]}) c=$(median ${ALL[cpp]}) g=$(median ${ALL[gen]})
+col=$(median ${ALL[columns]}) p=$(median ${ALL[python]}) d=$(median ${ALL[dask]})
+# shellcheck disable=SC2086
+z=$(median ${ALL[zephyr]}) c=$(median ${ALL[cpp]}) g=$(median ${ALL[gen]})
 ratio() { awk "BEGIN{printf \"%.2f\", $1/$2}"; }
-echo "RESULT {\"rounds\": $ROUNDS, \"python_items_per_sec\": $p, \"zephyr_items_per_sec\": $z," \
+echo "RESULT {\"rounds\": $ROUNDS, \"payload\": \"$PAYLOAD\", \"columns_items_per_sec\": $col," \
+  "\"python_items_per_sec\": $p, \"dask_items_per_sec\": $d, \"zephyr_items_per_sec\": $z," \
   "\"cpp_items_per_sec\": $c, \"generate_only_items_per_sec\": $g," \
-  "\"python_over_zephyr\": $(ratio "$p" "$z"), \"cpp_over_python\": $(ratio "$c" "$p")," \
-  "\"cpp_over_zephyr\": $(ratio "$c" "$z"), \"generate_only_over_zephyr\": $(ratio "$g" "$z")}"
+  "\"columns_over_dask\": $(ratio "$col" "$d"), \"cpp_over_columns\": $(ratio "$c" "$col")," \
+  "\"columns_over_python\": $(ratio "$col" "$p"), \"python_over_zephyr\": $(ratio "$p" "$z")," \
+  "\"cpp_over_python\": $(ratio "$c" "$p"), \"cpp_over_zephyr\": $(ratio "$c" "$z")," \
+  "\"generate_only_over_zephyr\": $(ratio "$g" "$z")}"

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/python/py_msgpack.h"
 #include "codec/endian.h"
 
 namespace sluice::py {
@@ -12,11 +13,6 @@ namespace sluice::py {
 namespace pb = pybind11;
 
 namespace {
-
-[[noreturn]] void Raise(PyObject* type, const std::string& message) {
-  PyErr_SetString(type, message.c_str());
-  throw pb::error_already_set();
-}
 
 bool Bit(const void* bitmap, int64_t i) {
   return (static_cast<const uint8_t*>(bitmap)[i / 8] >> (i % 8)) & 1;

@@ -19,11 +19,6 @@ namespace pb = pybind11;
 
 namespace {
 
-[[noreturn]] void Raise(PyObject* type, const std::string& message) {
-  PyErr_SetString(type, message.c_str());
-  throw pb::error_already_set();
-}
-
 std::string Quoted(const std::string& name) { return "'" + name + "'"; }
 
 // --- writing ------------------------------------------------------------------------------
@@ -916,7 +911,8 @@ absl::Status ColumnDecoder::ToArrow(std::string_view arena, std::vector<std::str
   State& s = *state_;
   const size_t ncols = s.fields + (s.keys ? 1 : 0);
   const bool first = formats->empty() && names->empty();
-  if (first) {
+  if (first) {  // the schema is this batch's, if every column has an Arrow type
+    std::vector<std::string> f, n;
     for (size_t j = 0; j < ncols; ++j) {
       const State::Column& c = s.cols[j];
       const Resolved t = Resolve(c.seen, c.negative);
@@ -925,9 +921,11 @@ absl::Status ColumnDecoder::ToArrow(std::string_view arena, std::vector<std::str
             "column '", c.name,
             "' mixes types or nests values: Arrow has no type for it (read it with frames())"));
       }
-      formats->push_back(FormatOf(t));
-      names->push_back(c.name);
+      f.push_back(FormatOf(t));
+      n.push_back(c.name);
     }
+    *formats = std::move(f);
+    *names = std::move(n);
   } else if (names->size() != ncols) {
     return absl::InvalidArgumentError(
         absl::StrCat("this batch has ", ncols, " columns, the stream's first had ", names->size()));

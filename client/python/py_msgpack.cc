@@ -7,6 +7,11 @@ namespace sluice::py {
 
 namespace pb = pybind11;
 
+void Raise(PyObject* type, const std::string& message) {
+  PyErr_SetString(type, message.c_str());
+  throw pb::error_already_set();
+}
+
 namespace {
 
 struct StringBuffer {
@@ -14,11 +19,6 @@ struct StringBuffer {
   void write(const char* data, size_t n) { out->append(data, n); }
 };
 using Packer = msgpack::packer<StringBuffer>;
-
-[[noreturn]] void Raise(PyObject* type, const std::string& message) {
-  PyErr_SetString(type, message.c_str());
-  throw pb::error_already_set();
-}
 
 std::string TypeName(pb::handle o) { return Py_TYPE(o.ptr())->tp_name; }
 

@@ -23,6 +23,9 @@ namespace sluice::py {
 inline constexpr int8_t kPickleExt = 80;  // 'P'
 inline constexpr int kMaxDepth = 512;
 
+/// Raises a Python exception of `type` with `message` (throws pybind11::error_already_set).
+[[noreturn]] void Raise(PyObject* type, const std::string& message);
+
 /// Appends the msgpack encoding of `o` to `*out`. Raises (pybind11::error_already_set or a
 /// Python exception) for what cannot be encoded; `*out` is then left partly written.
 void Pack(pybind11::handle o, bool pickle_fallback, std::string* out);

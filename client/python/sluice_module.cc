@@ -604,12 +604,18 @@ class ReaderBatches : public ArrowBatches {
   }
 
  private:
+  // Reads the first batch, which gives the schema; its error is every later call's too.
   absl::Status Start() {
-    if (started_) return absl::OkStatus();
+    if (started_) return start_error_;
     started_ = true;
-    absl::Status st = reader_->NextArrow(rows_, keys_, &formats_, &names_, &first_);
+    try {
+      start_error_ = reader_->NextArrow(rows_, keys_, &formats_, &names_, &first_);
+    } catch (pb::error_already_set& e) {  // the read failed (a sluice.Error): so do later calls
+      start_error_ = absl::UnavailableError(e.what());
+      throw;
+    }
     if (first_.release == nullptr) ended_ = true;
-    return st;
+    return start_error_;
   }
   pb::object keep_;  // the Python reader, alive while the stream is
   Reader* reader_;
@@ -617,6 +623,7 @@ class ReaderBatches : public ArrowBatches {
   const std::string keys_;
   std::vector<std::string> formats_, names_;
   bool started_ = false, ended_ = false;
+  absl::Status start_error_;
   ArrowArray first_{};
 };
 

@@ -128,6 +128,25 @@ def test_split_keys_and_hot_keys_come_from_a_replica_and_survive_a_kill(cluster)
     assert sluice.unpackb(hot[0]["key"]) == "hot" and hot[0]["records"] == 2 * 5000
 
 
+def test_columns_through_a_cluster_and_after_a_kill(cluster):
+    import numpy as np
+    client = sluice.connect(cluster.servers)
+    client.create_shuffle("cc", partitions=6, mappers=2, replication=2)
+    expected = np.zeros(500, dtype=np.int64)
+    for m in range(2):
+        k = np.random.default_rng(m).integers(0, 500, size=3000)
+        expected += np.bincount(k, minlength=500)
+        with client.writer("cc", mapper=m, sort_by_key=True) as w:
+            w.write_columns({"key": k, "m": np.full(3000, m), "seq": np.arange(3000)}, key="key")
+    cluster.kill(1)
+    got = np.zeros(500, dtype=np.int64)
+    for p in range(6):
+        for key, rows in client.reader("cc", p, order="key", require_complete=True).frame_groups():
+            assert sluice.partition_of(key, 6) == p and (rows["key"] == key).all()
+            got[key] += len(rows["seq"])
+    assert (got == expected).all()
+
+
 def test_reads_go_on_after_a_server_is_killed(cluster):
     client = sluice.connect(cluster.servers)
     client.create_shuffle("c3", partitions=6, mappers=2, replication=2)

@@ -5,35 +5,12 @@ dict path's; mixed writers; dtype changes between chunks; errors named per colum
 
 Run by ctest `python_columns` (PYTHONPATH=<build>/python, SLUICE_SERVER_BIN set)."""
 import math
-import os
-import re
-import subprocess
 
 import numpy as np
 import pandas as pd
 import pytest
 
 import sluice
-
-SERVER = os.environ.get("SLUICE_SERVER_BIN", "build/server/sluice-server")
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    data = tmp_path_factory.mktemp("data")
-    p = subprocess.Popen([SERVER, f"--data_dir={data}", "--listen=127.0.0.1:0",
-                          "--worker_threads=2", "--log_level=warn"],
-                         stdout=subprocess.PIPE, text=True)
-    port = int(re.search(r"listening on port (\d+)", p.stdout.readline()).group(1))
-    yield f"127.0.0.1:{port}"
-    p.terminate()
-    p.wait(timeout=30)
-
-
-@pytest.fixture
-def client(server):
-    return sluice.connect(server)
-
 
 _ids = iter(range(1_000_000))
 
@@ -160,6 +137,9 @@ def test_pandas_frames_with_nulls_round_trip(client):
     assert got["s"].tolist() == [None, "", "a", "é"]
     assert got["o"].tolist() == [None, None, "x", "y"]
     assert got["plain"].dtype == np.float64 and math.isnan(got["plain"][0])
+    chunks = list(client.reader(sid, 0, order="key").frames(pandas=True, rows=3))
+    assert [len(c) for c in chunks] == [3, 1] and all(isinstance(c, pd.DataFrame) for c in chunks)
+    assert pd.concat(chunks, ignore_index=True)["k"].tolist() == [1, 2, 3, 4]
     # Without pandas' frames: masked arrays.
     cols = client.reader(sid, 0, order="key").to_columns()
     assert isinstance(cols["n"], np.ma.MaskedArray) and cols["n"].mask.tolist() == [True, False,

@@ -219,7 +219,7 @@ class Reader:
                 return
             yield from groups
 
-    def frames(self, *, pandas=False, rows=8192, keys=None):
+    def frames(self, *, pandas=False, rows=2048, keys=None):
         """The records as batches of columns, in the reader's order: dicts of name -> numpy
         array (a masked array where a field has nulls), or DataFrames with pandas=True (the
         nullable dtypes where a field has nulls). Each record's value must be a map of the same
@@ -246,7 +246,7 @@ class Reader:
         b = self._r.next_columns(1 << 62, 0, keys or "", False)
         return {} if b is None else _columns.frame_of(b[0], b[1], False)
 
-    def to_arrow(self, *, rows=8192, keys=None):
+    def to_arrow(self, *, rows=65536, keys=None):
         """The records as an Arrow C stream (an object with __arrow_c_stream__, read once):
         pyarrow.table(r.to_arrow()), polars.from_arrow(...), or any consumer of the Arrow
         PyCapsule interface. Batches of `rows`; the schema is the first batch's (int64, uint64,
@@ -255,7 +255,7 @@ class Reader:
         whole partition in one, give one type). Columns that mix types cannot be exported."""
         return ArrowStream(self._r, rows, keys or "")
 
-    def frame_groups(self, *, pandas=False, rows=8192, keys=None):
+    def frame_groups(self, *, pandas=False, rows=2048, keys=None):
         """(key, columns) for each key, for a reader with order="key": the key's rows as slices
         of a batch's arrays (or a DataFrame with pandas=True), never split over batches."""
         while True:
