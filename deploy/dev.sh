@@ -83,7 +83,7 @@ case ${1:-} in
     install_missing "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
     build_main
     log "running the test suite"
-    ctest --test-dir "$ROOT/build" --output-on-failure -j "$JOBS" -LE "soak|stress"
+    ctest --test-dir "$ROOT/build" --output-on-failure -j "$JOBS" -LE "soak|stress|asan"
     ;;
   asan)
     install_missing "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
@@ -91,6 +91,12 @@ case ${1:-} in
       -DSLUICE_BUILD_TESTS=ON
     log "every test under ASan+UBSan"
     ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -LE "soak|stress"
+    # The Python module is not in that build (Debian's python3 loads it uninstrumented): its own
+    # C++ is built instrumented beside the release build, and the Python tests run against it.
+    build_main
+    cmake --build "$ROOT/build" -j "$JOBS" --target _sluice_asan
+    log "the Python client's tests against its module under ASan+UBSan"
+    ctest --test-dir "$ROOT/build" --output-on-failure -L asan
     ;;
   stress)
     install_missing "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"

@@ -30,13 +30,18 @@ std::vector<ColumnIn> TakeArrowBatch(const ArrowSchema& schema, const ArrowArray
   if (batch.n_children != schema.n_children || batch.length < 0 || batch.offset < 0) {
     Raise(PyExc_ValueError, "an Arrow batch does not fit its schema");
   }
-  if (batch.null_count != 0 && batch.n_buffers > 0 && batch.buffers[0] != nullptr) {
+  if (batch.null_count != 0 && batch.n_buffers > 0 && batch.buffers != nullptr &&
+      batch.buffers[0] != nullptr) {
     Raise(PyExc_TypeError, "an Arrow batch with null rows (not null values) has no rows to write");
   }
   const int64_t n = batch.length;
   *rows = static_cast<size_t>(n);
   std::vector<ColumnIn> out;
   for (int64_t j = 0; j < schema.n_children; ++j) {
+    if (schema.children == nullptr || schema.children[j] == nullptr || batch.children == nullptr ||
+        batch.children[j] == nullptr) {
+      Raise(PyExc_ValueError, "an Arrow batch lacks a column its schema has");
+    }
     const ArrowSchema& cs = *schema.children[j];
     const ArrowArray& ca = *batch.children[j];
     ColumnIn c;
@@ -51,7 +56,9 @@ std::vector<ColumnIn> TakeArrowBatch(const ArrowSchema& schema, const ArrowArray
       Raise(PyExc_ValueError, col + " is shorter than its batch");
     }
     auto buffer = [&](int64_t k) -> const uint8_t* {
-      if (ca.n_buffers <= k) Raise(PyExc_ValueError, col + " lacks a buffer its format needs");
+      if (ca.n_buffers <= k || ca.buffers == nullptr || ca.buffers[k] == nullptr) {
+        Raise(PyExc_ValueError, col + " lacks a buffer its format needs");
+      }
       return static_cast<const uint8_t*>(ca.buffers[k]);
     };
     auto fixed = [&](ColumnIn::Kind kind, size_t size) {
@@ -110,7 +117,8 @@ std::vector<ColumnIn> TakeArrowBatch(const ArrowSchema& schema, const ArrowArray
                            "': columns carry ints, floats (32 or 64 bits), bools, utf8, binary "
                            "and nulls; cast it first"));
       }
-      if (ca.null_count != 0 && n > 0 && ca.n_buffers > 0 && ca.buffers[0] != nullptr) {
+      if (ca.null_count != 0 && n > 0 && ca.n_buffers > 0 && ca.buffers != nullptr &&
+          ca.buffers[0] != nullptr) {
         c.owned_nulls.resize(n);
         for (int64_t i = 0; i < n; ++i) c.owned_nulls[i] = !Bit(ca.buffers[0], off + i);
         c.nulls = c.owned_nulls.data();

@@ -675,6 +675,12 @@ struct ColumnDecoder::State {
 };
 
 ColumnDecoder::ColumnDecoder() : state_(std::make_unique<State>()) {}
+
+size_t ColumnDecoder::retained_bytes() const {
+  size_t bytes = state_->group_starts.capacity() * sizeof(int64_t);
+  for (const State::Column& c : state_->cols) bytes += c.cells.capacity() * sizeof(Cell);
+  return bytes;
+}
 ColumnDecoder::~ColumnDecoder() = default;
 
 absl::Status ColumnDecoder::Decode(std::string_view arena, absl::Span<const RecordAt> records,

@@ -123,6 +123,9 @@ class ColumnDecoder {
   absl::Status ToArrow(std::string_view arena, std::vector<std::string>* formats,
                        std::vector<std::string>* names, struct ArrowArray* out);
 
+  /// Memory kept for the next batch.
+  size_t retained_bytes() const;
+
   /// With the GIL: (columns, rows, group_starts, group_keys) where columns is a list of (name,
   /// ndarray, mask) with mask None or a bool ndarray (True = null); group_starts an int64
   /// ndarray of each run's first row (None without `groups`), group_keys the runs' keys.

@@ -348,7 +348,11 @@ class BufferPool {
     return b;
   }
   static void Give(std::unique_ptr<ReadBuffers> b) {
-    if (b == nullptr || b->arena.capacity() > kKeepBytes) return;  // a whole partition's: freed
+    if (b == nullptr || b->arena.capacity() + b->records.capacity() * sizeof(RecordAt) +
+                                b->columns.retained_bytes() >
+                            kKeepBytes) {
+      return;  // a whole partition's (to_pandas): freed
+    }
     b->arena.clear();
     b->records.clear();
     std::lock_guard<std::mutex> lock(mu_);
