@@ -140,10 +140,15 @@ def test_pandas_frames_with_nulls_round_trip(client):
     chunks = list(client.reader(sid, 0, order="key").frames(pandas=True, rows=3))
     assert [len(c) for c in chunks] == [3, 1] and all(isinstance(c, pd.DataFrame) for c in chunks)
     assert pd.concat(chunks, ignore_index=True)["k"].tolist() == [1, 2, 3, 4]
-    # Without pandas' frames: masked arrays.
+    # Without pandas' frames: masked arrays, which write_columns takes back with their nulls.
     cols = client.reader(sid, 0, order="key").to_columns()
     assert isinstance(cols["n"], np.ma.MaskedArray) and cols["n"].mask.tolist() == [True, False,
                                                                                    False, False]
+    again = fresh(client)
+    write_cols(client, again, cols)
+    back = client.reader(again, 0, order="key").to_pandas()
+    assert back["n"].isna().tolist() == [True, False, False, False]
+    assert back["b"].isna().tolist() == [True, False, False, False]
 
 
 def test_one_row_empty_frames_and_lists(client):

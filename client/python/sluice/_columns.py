@@ -86,6 +86,8 @@ def columns_in(columns):
             raise TypeError(f"column names are str, not {type(name).__name__} ({name!r})")
         if pd is not None and isinstance(col, (pd.Series, pd.Index, pd.api.extensions.ExtensionArray)):
             out.append(_from_pandas(np, pd, name, col))
+        elif isinstance(col, np.ma.MaskedArray):  # what frames() gives for fields with nils
+            out.append(_from_numpy(np, name, np.ma.getdata(col), np.ma.getmaskarray(col)))
         elif isinstance(col, np.ndarray):
             out.append(_from_numpy(np, name, col))
         elif isinstance(col, (list, tuple)):
