@@ -151,6 +151,30 @@ def test_pandas_frames_with_nulls_round_trip(client):
     assert back["b"].isna().tolist() == [True, False, False, False]
 
 
+def test_dtypes_cast_back_exactly_or_say_which_value_does_not_fit(client):
+    sid = fresh(client)
+    cols = every_dtype()
+    cols["n"] = pd.array([1, None, 3, 4, 5, 6], dtype="Int64")
+    write_cols(client, sid, cols)
+    got = client.reader(sid, 0, order="key").to_columns(
+        dtypes={"i8": "int8", "i32": np.int32, "u8": "uint8", "f64": "float64", "n": "int16"})
+    assert got["i8"].dtype == np.int8 and got["i8"].tolist() == cols["i8"].tolist()
+    assert got["i32"].dtype == np.int32 and got["u8"].dtype == np.uint8
+    assert got["n"].dtype == np.int16 and got["n"].mask.tolist()[:2] == [False, True]
+    df = client.reader(sid, 0, order="key").to_pandas(dtypes={"n": "int32", "f32": "float64"})
+    assert str(df["n"].dtype) == "Int32" and df["f32"].dtype == np.float64
+    for dtypes, match in [({"i64": "int32"}, "column 'i64' row 0 holds"),
+                          ({"u64": "int64"}, "column 'u64' row 1 holds"),
+                          ({"i8": "uint8"}, "column 'i8' row 0 holds"),
+                          ({"f64": "float32"}, "column 'f64' row 0 holds"),
+                          ({"f32": "int64"}, "column 'f32' row 0 holds"),
+                          ({"nope": "int8"}, "dtypes names no column 'nope'")]:
+        with pytest.raises(ValueError, match=match):
+            client.reader(sid, 0, order="key").to_columns(dtypes=dtypes)
+    with pytest.raises(TypeError, match="only numeric and bool columns are cast"):
+        client.reader(sid, 0, order="key").to_columns(dtypes={"s": "int8"})
+
+
 def test_one_row_empty_frames_and_lists(client):
     sid = fresh(client)
     with client.writer(sid, mapper=0, sort_by_key=True) as w:

@@ -219,32 +219,34 @@ class Reader:
                 return
             yield from groups
 
-    def frames(self, *, pandas=False, rows=2048, keys=None):
+    def frames(self, *, pandas=False, rows=2048, keys=None, dtypes=None):
         """The records as batches of columns, in the reader's order: dicts of name -> numpy
         array (a masked array where a field has nulls), or DataFrames with pandas=True (the
         nullable dtypes where a field has nulls). Each record's value must be a map of the same
         fields (as write_columns writes them); dtypes are read from the values (docs/python.md,
-        "Columns"). keys="name": the records' keys as one more column of that name. A batch that
-        cannot be columns raises ValueError saying why, and ends the read."""
+        "Columns"). keys="name": the records' keys as one more column of that name. dtypes:
+        {name: dtype} casts numeric columns (say, back to the int32 a writer gave), raising
+        ValueError for a value the dtype cannot hold exactly. A batch that cannot be columns
+        raises ValueError saying why, and ends the read."""
         while True:
             b = self._r.next_columns(rows, 64 << 20, keys or "", False)
             if b is None:
                 return
-            yield _columns.frame_of(b[0], b[1], pandas)
+            yield _columns.frame_of(b[0], b[1], pandas, dtypes)
 
-    def to_pandas(self, *, keys=None):
+    def to_pandas(self, *, keys=None, dtypes=None):
         """The whole partition as one DataFrame (decoded at once, so each column's dtype holds
         for all of it)."""
         b = self._r.next_columns(1 << 62, 0, keys or "", False)
         pd = _columns._pandas(needed=True)
         if b is None:
             return pd.DataFrame()
-        return _columns.frame_of(b[0], b[1], True)
+        return _columns.frame_of(b[0], b[1], True, dtypes)
 
-    def to_columns(self, *, keys=None):
+    def to_columns(self, *, keys=None, dtypes=None):
         """The whole partition as one dict of name -> numpy array (decoded at once)."""
         b = self._r.next_columns(1 << 62, 0, keys or "", False)
-        return {} if b is None else _columns.frame_of(b[0], b[1], False)
+        return {} if b is None else _columns.frame_of(b[0], b[1], False, dtypes)
 
     def to_arrow(self, *, rows=65536, keys=None):
         """The records as an Arrow C stream (an object with __arrow_c_stream__, read once):
@@ -255,14 +257,14 @@ class Reader:
         whole partition in one, give one type). Columns that mix types cannot be exported."""
         return ArrowStream(self._r, rows, keys or "")
 
-    def frame_groups(self, *, pandas=False, rows=2048, keys=None):
+    def frame_groups(self, *, pandas=False, rows=2048, keys=None, dtypes=None):
         """(key, columns) for each key, for a reader with order="key": the key's rows as slices
         of a batch's arrays (or a DataFrame with pandas=True), never split over batches."""
         while True:
             b = self._r.next_columns(rows, 64 << 20, keys or "", True)
             if b is None:
                 return
-            frame = _columns.frame_of(b[0], b[1], pandas)
+            frame = _columns.frame_of(b[0], b[1], pandas, dtypes)
             starts, group_keys = b[2], b[3]
             bounds = starts.tolist() + [b[1]]
             for i, key in enumerate(group_keys):

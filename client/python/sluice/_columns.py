@@ -113,11 +113,47 @@ def _masked(np, pd, values, mask, as_pandas):
     return pd.arrays.FloatingArray(values, mask)
 
 
-def frame_of(native_columns, rows, as_pandas):
+def _cast(np, name, values, mask, dtype):
+    """values as `dtype` (a numeric or bool one), checked: a value the cast would change (an
+    int out of range, a fraction cut, a float that is not a whole int) raises ValueError."""
+    target = np.dtype(dtype)
+    if target.kind not in "iufb" or values.dtype.kind not in "iufb":
+        raise TypeError(f"dtypes: column {name!r} is {values.dtype} and the dtype asked is "
+                        f"{target}: only numeric and bool columns are cast (convert others "
+                        "yourself)")
+    if target == values.dtype:
+        return values
+    with np.errstate(all="ignore"):
+        cast = values.astype(target)
+        back = cast.astype(values.dtype)
+    same = (back == values) | (np.isnan(values) & np.isnan(back) if values.dtype.kind == "f"
+                               else False)
+    if values.dtype.kind in "iu" and target.kind in "iu":  # a wrap keeps the bits, not the sign
+        same &= (cast < 0) == (values < 0)
+    if mask is not None:
+        same |= mask
+    if not np.all(same):
+        row = int(np.argmin(same))
+        raise ValueError(f"dtypes: column {name!r} row {row} holds {values[row]!r}, which "
+                         f"{target} cannot hold exactly")
+    return cast
+
+
+def frame_of(native_columns, rows, as_pandas, dtypes=None):
     """A batch's columns as {name: ndarray} (masked arrays where there are nulls) or a
-    DataFrame (pandas' nullable dtypes where there are nulls)."""
+    DataFrame (pandas' nullable dtypes where there are nulls); `dtypes` casts named numeric
+    columns, checked."""
     np = _numpy()
     pd = _pandas(needed=True) if as_pandas else None
+    if dtypes:
+        names = {name for name, _, _ in native_columns}
+        missing = [name for name in dtypes if name not in names]
+        if missing and native_columns:
+            raise ValueError(f"dtypes names no column {missing[0]!r} (the columns: "
+                             f"{', '.join(sorted(names))})")
+        native_columns = [(name, _cast(np, name, values, mask, dtypes[name])
+                           if name in dtypes else values, mask)
+                          for name, values, mask in native_columns]
     cols = {name: _masked(np, pd, values, mask, as_pandas) for name, values, mask in native_columns}
     if not as_pandas:
         return cols
