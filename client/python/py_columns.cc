@@ -2,6 +2,7 @@
 
 #include <pybind11/numpy.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -665,9 +666,11 @@ struct ColumnDecoder::State {
     uint32_t seen = 0;  // bit per CellType
     bool negative = false;
     uint64_t stamp = 0;  // the last record that filled it (+1)
+    bool wanted = true;  // asked for: its cells are kept (others are only checked)
   };
   std::vector<Column> cols;
-  size_t fields = 0;  // cols[0, fields) are the values' fields; one more holds the keys
+  std::vector<size_t> out;  // the columns given back, in order: wanted fields, then the keys
+  size_t fields = 0;        // cols[0, fields) are the values' fields; one more holds the keys
   bool keys = false;
   bool groups = false;
   std::vector<int64_t> group_starts;
@@ -684,7 +687,8 @@ size_t ColumnDecoder::retained_bytes() const {
 ColumnDecoder::~ColumnDecoder() = default;
 
 absl::Status ColumnDecoder::Decode(std::string_view arena, absl::Span<const RecordAt> records,
-                                   const std::string& key_column, bool groups) {
+                                   const std::string& key_column, bool groups,
+                                   const std::vector<std::string>* only) {
   State& s = *state_;
   const auto* base = reinterpret_cast<const uint8_t*>(arena.data());
   s.rows = records.size();
@@ -699,8 +703,11 @@ absl::Status ColumnDecoder::Decode(std::string_view arena, absl::Span<const Reco
     c.seen = 0;
     c.negative = false;
     c.stamp = 0;
+    c.wanted = true;
     return c;
   };
+  s.out.clear();
+  Cell skipped;  // the cells of fields not asked for: parsed (and so checked), not kept
   auto fields_of = [&](size_t r) {
     std::string names;
     for (size_t j = 0; j < s.fields; ++j) absl::StrAppend(&names, j ? ", " : "", s.cols[j].name);
@@ -742,6 +749,7 @@ absl::Status ColumnDecoder::Decode(std::string_view arena, absl::Span<const Reco
       if (r == 0) {
         State::Column& c = column(j);
         c.name.assign(nm);
+        c.wanted = only == nullptr || std::find(only->begin(), only->end(), nm) != only->end();
         for (size_t o = 0; o < j; ++o) {
           if (s.cols[o].name == nm) {
             return absl::InvalidArgumentError(
@@ -756,11 +764,12 @@ absl::Status ColumnDecoder::Decode(std::string_view arena, absl::Span<const Reco
       State::Column& c = s.cols[k];
       if (c.stamp == r + 1) return absl::InvalidArgumentError(fields_of(r));
       c.stamp = r + 1;
-      Cell& cell = c.cells.emplace_back();
+      Cell& cell = c.wanted ? c.cells.emplace_back() : skipped;
       q = ParseCell(base, p, end, &cell);
       if (q == nullptr)
         return absl::InvalidArgumentError(absl::StrCat("record ", r, " is malformed"));
       p = q;
+      if (!c.wanted) continue;
       c.seen |= 1u << cell.type;
       c.negative |= cell.type == kInt && cell.v.i < 0;
     }
@@ -768,7 +777,25 @@ absl::Status ColumnDecoder::Decode(std::string_view arena, absl::Span<const Reco
       return absl::InvalidArgumentError(absl::StrCat("record ", r, " has bytes past its value"));
     }
   }
+  for (size_t j = 0; j < s.fields; ++j) {
+    if (s.cols[j].wanted) s.out.push_back(j);
+  }
+  if (only != nullptr && !records.empty()) {
+    for (const std::string& name : *only) {
+      bool found = name == key_column;
+      for (size_t j = 0; j < s.fields && !found; ++j) found = s.cols[j].name == name;
+      if (!found) {
+        std::string names;
+        for (size_t j = 0; j < s.fields; ++j) {
+          absl::StrAppend(&names, j ? ", " : "", s.cols[j].name);
+        }
+        return absl::InvalidArgumentError(
+            absl::StrCat("no field named '", name, "' (the fields: ", names, ")"));
+      }
+    }
+  }
   if (s.keys) {
+    s.out.push_back(s.fields);
     for (size_t j = 0; j < s.fields; ++j) {
       if (s.cols[j].name == key_column) {
         return absl::InvalidArgumentError(
@@ -915,12 +942,12 @@ void Values(const std::vector<Cell>& cells, T (*get)(const Cell&), std::vector<u
 absl::Status ColumnDecoder::ToArrow(std::string_view arena, std::vector<std::string>* formats,
                                     std::vector<std::string>* names, ArrowArray* out) {
   State& s = *state_;
-  const size_t ncols = s.fields + (s.keys ? 1 : 0);
+  const size_t ncols = s.out.size();
   const bool first = formats->empty() && names->empty();
   if (first) {  // the schema is this batch's, if every column has an Arrow type
     std::vector<std::string> f, n;
     for (size_t j = 0; j < ncols; ++j) {
-      const State::Column& c = s.cols[j];
+      const State::Column& c = s.cols[s.out[j]];
       const Resolved t = Resolve(c.seen, c.negative);
       if (t == Resolved::kObject) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -943,7 +970,7 @@ absl::Status ColumnDecoder::ToArrow(std::string_view arena, std::vector<std::str
     return st;
   };
   for (size_t j = 0; j < ncols; ++j) {
-    const State::Column& c = s.cols[j];
+    const State::Column& c = s.cols[s.out[j]];
     if (c.name != (*names)[j]) {
       return fail(absl::InvalidArgumentError(absl::StrCat("column ", j, " is '", c.name,
                                                           "' in this batch, '", (*names)[j],
@@ -1050,8 +1077,7 @@ pb::tuple ColumnDecoder::ToPython(std::string_view arena, absl::Span<const Recor
                                   bool allow_pickle) {
   State& s = *state_;
   pb::list columns;
-  const size_t ncols = s.fields + (s.keys ? 1 : 0);
-  for (size_t j = 0; j < ncols; ++j) {
+  for (const size_t j : s.out) {
     State::Column& c = s.cols[j];
     const bool has_nil = (c.seen & (1u << kNil)) != 0;
     const Resolved type = Resolve(c.seen, c.negative);

@@ -112,9 +112,11 @@ class ColumnDecoder {
   /// Without the GIL: parses the batch's values (and its keys, as a column named `key_column`
   /// when that is not empty; and the runs of equal key bytes when `groups`). A value that is not
   /// a map with str field names, or whose fields differ from the first record's, is an error
-  /// naming the record and the fields.
+  /// naming the record and the fields. `only`: the fields to give back (nullptr: all); the others
+  /// are checked as fully but not kept; a name no record has is an error.
   absl::Status Decode(std::string_view arena, absl::Span<const RecordAt> records,
-                      const std::string& key_column, bool groups);
+                      const std::string& key_column, bool groups,
+                      const std::vector<std::string>* only = nullptr);
 
   /// Without the GIL: the batch as an Arrow struct array (ArrowArray; see arrow_c.h), one child
   /// per column. `formats` and `names` are the stream's schema: filled from this batch when

@@ -431,7 +431,7 @@ class Reader {
   // split over two batches), with the runs of equal keys. A batch that cannot be columns raises
   // ValueError and ends the read.
   pb::object NextColumns(size_t max_records, size_t max_bytes, const std::string& key_column,
-                         bool whole_groups) {
+                         bool whole_groups, const std::optional<std::vector<std::string>>& only) {
     auto lock = LockWithoutGil(mu_);
     if (max_bytes == 0) max_bytes = std::numeric_limits<size_t>::max();
     const Clock::time_point t0 = Clock::now();
@@ -439,8 +439,8 @@ class Reader {
     const Clock::time_point t1 = Clock::now();
     fetch_s_ += Seconds(t1 - t0);
     if (records_.empty()) return pb::none();
-    absl::Status st =
-        CallWithoutGil([&] { return columns_.Decode(arena_, records_, key_column, whole_groups); });
+    absl::Status st = CallWithoutGil(
+        [&] { return columns_.Decode(arena_, records_, key_column, whole_groups, Only(only)); });
     const Clock::time_point t2 = Clock::now();
     decode_s_ += Seconds(t2 - t1);
     if (!st.ok()) {
@@ -460,6 +460,7 @@ class Reader {
   // The next batch (up to `max_records` records) as an Arrow struct array fitting the stream's
   // schema (`formats`, `names`; filled by the first batch); out->release == nullptr at the end.
   absl::Status NextArrow(size_t max_records, const std::string& key_column,
+                         const std::optional<std::vector<std::string>>& only,
                          std::vector<std::string>* formats, std::vector<std::string>* names,
                          ArrowArray* out) {
     auto lock = LockWithoutGil(mu_);
@@ -467,7 +468,7 @@ class Reader {
     Fetch(max_records, 64u << 20, /*whole_groups=*/false);
     if (records_.empty()) return absl::OkStatus();
     return CallWithoutGil([&] {
-      absl::Status st = columns_.Decode(arena_, records_, key_column, false);
+      absl::Status st = columns_.Decode(arena_, records_, key_column, false, Only(only));
       return st.ok() ? columns_.ToArrow(arena_, formats, names, out) : st;
     });
   }
@@ -501,6 +502,10 @@ class Reader {
   }
 
   static constexpr size_t kBatchBytes = 4u << 20;
+
+  static const std::vector<std::string>* Only(const std::optional<std::vector<std::string>>& o) {
+    return o.has_value() ? &*o : nullptr;
+  }
 
   // Up to `max_records` records (and about `max_bytes`) into arena_ and records_ (copies: the
   // reader's views end at its next call), without the GIL; reader_ is reset at the end. With
@@ -579,11 +584,13 @@ class Reader {
 // A reader's batches for an exported Arrow stream: the schema is the first batch's.
 class ReaderBatches : public ArrowBatches {
  public:
-  ReaderBatches(pb::object reader, size_t rows, std::string keys)
+  ReaderBatches(pb::object reader, size_t rows, std::string keys,
+                std::optional<std::vector<std::string>> only)
       : keep_(std::move(reader)),
         reader_(keep_.cast<Reader*>()),
         rows_(rows),
-        keys_(std::move(keys)) {}
+        keys_(std::move(keys)),
+        only_(std::move(only)) {}
   ~ReaderBatches() override {
     if (first_.release != nullptr) first_.release(&first_);
   }
@@ -602,7 +609,7 @@ class ReaderBatches : public ArrowBatches {
     }
     *out = ArrowArray{};
     if (ended_) return absl::OkStatus();
-    absl::Status st = reader_->NextArrow(rows_, keys_, &formats_, &names_, out);
+    absl::Status st = reader_->NextArrow(rows_, keys_, only_, &formats_, &names_, out);
     if (out->release == nullptr) ended_ = true;
     return st;
   }
@@ -613,7 +620,7 @@ class ReaderBatches : public ArrowBatches {
     if (started_) return start_error_;
     started_ = true;
     try {
-      start_error_ = reader_->NextArrow(rows_, keys_, &formats_, &names_, &first_);
+      start_error_ = reader_->NextArrow(rows_, keys_, only_, &formats_, &names_, &first_);
     } catch (pb::error_already_set& e) {  // the read failed (a sluice.Error): so do later calls
       start_error_ = absl::UnavailableError(e.what());
       throw;
@@ -625,6 +632,7 @@ class ReaderBatches : public ArrowBatches {
   Reader* reader_;
   const size_t rows_;
   const std::string keys_;
+  const std::optional<std::vector<std::string>> only_;
   std::vector<std::string> formats_, names_;
   bool started_ = false, ended_ = false;
   absl::Status start_error_;
@@ -823,15 +831,17 @@ PYBIND11_MODULE(_sluice, m) {
       .def("next_batch", &Reader::NextBatch, pb::arg("max_records") = 1024)
       .def("next_groups", &Reader::NextGroups, pb::arg("max_records") = 1024)
       .def("next_columns", &Reader::NextColumns, pb::arg("max_records"), pb::arg("max_bytes"),
-           pb::arg("key_column"), pb::arg("whole_groups"))
+           pb::arg("key_column"), pb::arg("whole_groups"), pb::arg("only") = pb::none())
       .def("timings", &Reader::Timings)
       .def(
           "arrow_stream",
-          [](pb::object self, size_t rows, const std::string& keys) {
+          [](pb::object self, size_t rows, const std::string& keys,
+             std::optional<std::vector<std::string>> only) {
             if (rows == 0) throw pb::value_error("a batch is at least 1 record");
-            return ExportStream(std::make_unique<ReaderBatches>(std::move(self), rows, keys));
+            return ExportStream(
+                std::make_unique<ReaderBatches>(std::move(self), rows, keys, std::move(only)));
           },
-          pb::arg("rows"), pb::arg("key_column"))
+          pb::arg("rows"), pb::arg("key_column"), pb::arg("only") = pb::none())
       .def("close", &Reader::Close);
   m.def(
       "packb",

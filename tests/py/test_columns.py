@@ -175,6 +175,27 @@ def test_dtypes_cast_back_exactly_or_say_which_value_does_not_fit(client):
         client.reader(sid, 0, order="key").to_columns(dtypes={"s": "int8"})
 
 
+def test_columns_gives_only_the_fields_asked_for(client):
+    sid = fresh(client)
+    write_cols(client, sid, {"k": np.arange(6) % 3, "s": [f"s{i}" for i in range(6)],
+                             "x": np.arange(6) * 0.5})
+    got = client.reader(sid, 0, order="key").to_columns(columns=["x", "k"])
+    assert list(got) == ["k", "x"]  # the records' order of fields
+    assert got["x"].tolist() == [0.0, 1.5, 0.5, 2.0, 1.0, 2.5]
+    assert list(client.reader(sid, 0).to_pandas(columns=["s"]).columns) == ["s"]
+    assert client.reader(sid, 0).to_columns(columns=[], keys="key")["key"].tolist() == [0, 0, 1,
+                                                                                         1, 2, 2]
+    groups = [(k, f["x"].tolist(), list(f)) for k, f in
+              client.reader(sid, 0, order="key").frame_groups(columns=["x"], rows=1)]
+    assert groups == [(0, [0.0, 1.5], ["x"]), (1, [0.5, 2.0], ["x"]), (2, [1.0, 2.5], ["x"])]
+    names, formats, cols, _ = arrow_c.consume(client.reader(sid, 0).to_arrow(columns=["s"]))
+    assert names == ["s"] and formats == ["U"] and len(cols["s"]) == 6
+    with pytest.raises(ValueError, match=r"no field named 'nope' \(the fields: k, s, x\)"):
+        client.reader(sid, 0).to_columns(columns=["nope"])
+    with pytest.raises(TypeError, match="columns is a list of field names"):
+        client.reader(sid, 0).to_columns(columns="s")
+
+
 def test_one_row_empty_frames_and_lists(client):
     sid = fresh(client)
     with client.writer(sid, mapper=0, sort_by_key=True) as w:

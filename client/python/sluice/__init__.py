@@ -181,16 +181,25 @@ class Writer:
         return False
 
 
+def _only(columns):
+    """The fields a reader gives back (None: all): a list of str."""
+    if columns is None:
+        return None
+    if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+        raise TypeError("columns is a list of field names (str)")
+    return list(columns)
+
+
 class ArrowStream:
     """A reader's records for a consumer of the Arrow PyCapsule stream interface."""
 
-    def __init__(self, native, rows, keys):
-        self._r, self._rows, self._keys = native, rows, keys
+    def __init__(self, native, rows, keys, only):
+        self._r, self._rows, self._keys, self._only = native, rows, keys, only
 
     def __arrow_c_stream__(self, requested_schema=None):
         # requested_schema may be ignored (the interface lets a producer do so): the consumer
         # casts if it must.
-        return self._r.arrow_stream(self._rows, self._keys)
+        return self._r.arrow_stream(self._rows, self._keys, self._only)
 
 
 class Reader:
@@ -219,49 +228,50 @@ class Reader:
                 return
             yield from groups
 
-    def frames(self, *, pandas=False, rows=2048, keys=None, dtypes=None):
+    def frames(self, *, pandas=False, rows=2048, keys=None, dtypes=None, columns=None):
         """The records as batches of columns, in the reader's order: dicts of name -> numpy
         array (a masked array where a field has nulls), or DataFrames with pandas=True (the
         nullable dtypes where a field has nulls). Each record's value must be a map of the same
         fields (as write_columns writes them); dtypes are read from the values (docs/python.md,
-        "Columns"). keys="name": the records' keys as one more column of that name. dtypes:
+        "Columns"). columns=[names]: only these fields (the others are checked, not made into
+        arrays). keys="name": the records' keys as one more column of that name. dtypes:
         {name: dtype} casts numeric columns (say, back to the int32 a writer gave), raising
         ValueError for a value the dtype cannot hold exactly. A batch that cannot be columns
         raises ValueError saying why, and ends the read."""
         while True:
-            b = self._r.next_columns(rows, 64 << 20, keys or "", False)
+            b = self._r.next_columns(rows, 64 << 20, keys or "", False, _only(columns))
             if b is None:
                 return
             yield _columns.frame_of(b[0], b[1], pandas, dtypes)
 
-    def to_pandas(self, *, keys=None, dtypes=None):
+    def to_pandas(self, *, keys=None, dtypes=None, columns=None):
         """The whole partition as one DataFrame (decoded at once, so each column's dtype holds
         for all of it)."""
-        b = self._r.next_columns(1 << 62, 0, keys or "", False)
+        b = self._r.next_columns(1 << 62, 0, keys or "", False, _only(columns))
         pd = _columns._pandas(needed=True)
         if b is None:
             return pd.DataFrame()
         return _columns.frame_of(b[0], b[1], True, dtypes)
 
-    def to_columns(self, *, keys=None, dtypes=None):
+    def to_columns(self, *, keys=None, dtypes=None, columns=None):
         """The whole partition as one dict of name -> numpy array (decoded at once)."""
-        b = self._r.next_columns(1 << 62, 0, keys or "", False)
+        b = self._r.next_columns(1 << 62, 0, keys or "", False, _only(columns))
         return {} if b is None else _columns.frame_of(b[0], b[1], False, dtypes)
 
-    def to_arrow(self, *, rows=65536, keys=None):
+    def to_arrow(self, *, rows=65536, keys=None, columns=None):
         """The records as an Arrow C stream (an object with __arrow_c_stream__, read once):
         pyarrow.table(r.to_arrow()), polars.from_arrow(...), or any consumer of the Arrow
         PyCapsule interface. Batches of `rows`; the schema is the first batch's (int64, uint64,
         float, double, bool, large_utf8, large_binary, null), and a later batch whose column
         has another type ends the stream with an error saying so (more rows a batch, or the
         whole partition in one, give one type). Columns that mix types cannot be exported."""
-        return ArrowStream(self._r, rows, keys or "")
+        return ArrowStream(self._r, rows, keys or "", _only(columns))
 
-    def frame_groups(self, *, pandas=False, rows=2048, keys=None, dtypes=None):
+    def frame_groups(self, *, pandas=False, rows=2048, keys=None, dtypes=None, columns=None):
         """(key, columns) for each key, for a reader with order="key": the key's rows as slices
         of a batch's arrays (or a DataFrame with pandas=True), never split over batches."""
         while True:
-            b = self._r.next_columns(rows, 64 << 20, keys or "", True)
+            b = self._r.next_columns(rows, 64 << 20, keys or "", True, _only(columns))
             if b is None:
                 return
             frame = _columns.frame_of(b[0], b[1], pandas, dtypes)
