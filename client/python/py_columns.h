@@ -1,16 +1,11 @@
-// Columns in and out of the Python client (docs/python.md, "Columns"): numpy arrays (and what
-// pandas holds as numpy) become msgpack records, one map of the row's fields per record, and
-// records come back as numpy arrays, one per field. The per-row work runs without the GIL and
-// makes no Python object; only object columns (str, bytes, mixed) are touched with it.
+// Columns into the Python client's writer (docs/python.md, "Columns"): numpy arrays (and what
+// pandas and Arrow hold as such) become msgpack records, one map of the row's fields per record.
+// The per-row work runs without the GIL and makes no Python object; only object columns (str,
+// bytes, mixed) are touched with it. Reading them back: py_column_decoder.h.
 //
 // A row written by `write_columns` is exactly the record `write(row[key], row_as_dict)` makes:
 // the same key bytes (so the same partition and order), the same value bytes for the same
 // Python values. The frame encoder then stores such batches in the COLUMNAR layout.
-//
-// Reading infers each field's dtype from the values of the batch, never coercing: ints come
-// back int64 (uint64 when one exceeds int64 and none is negative), floats float64 (float32 when
-// all were written as such), bools bool, str and bytes as object arrays; nils make a mask; a
-// field whose values mix types (or nest) comes back as an object array of Python values.
 #ifndef SLUICE_CLIENT_PYTHON_PY_COLUMNS_H_
 #define SLUICE_CLIENT_PYTHON_PY_COLUMNS_H_
 
@@ -24,8 +19,6 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-
-struct ArrowArray;
 
 namespace sluice::py {
 
@@ -83,60 +76,18 @@ bool IsUtf8(const uint8_t* p, size_t n);
 /// ValueError or OverflowError naming the column (and the row) on what it cannot take.
 std::vector<ColumnIn> TakeColumns(pybind11::handle cols, size_t* rows);
 
-/// Row i of `cols` as a record: `key` is the key column's value (a float32 key routes as the
-/// float64 `write` would send), `value` the map of every column. No GIL needed.
+/// Row i of `cols` as a record, appended to `out`: first its value, the map of every column,
+/// then its key, the key column's value (a float32 key routes as the float64 `write` would
+/// send). Returns the value's size. No GIL needed.
 class RowEncoder {
  public:
   RowEncoder(absl::Span<const ColumnIn> cols, size_t key_col);
-  void Row(size_t i, std::string* key, std::string* value);
+  size_t AppendRow(size_t i, std::string* out);
 
  private:
   absl::Span<const ColumnIn> cols_;
   size_t key_col_;
   std::string scratch_;
-};
-
-/// Where a record lives in a reader's arena: its key, then its value.
-struct RecordAt {
-  size_t at, key_size, value_size;
-};
-
-/// Decodes batches of records into columns. Keeps its buffers from batch to batch.
-class ColumnDecoder {
- public:
-  ColumnDecoder();
-  ~ColumnDecoder();
-  ColumnDecoder(const ColumnDecoder&) = delete;
-  ColumnDecoder& operator=(const ColumnDecoder&) = delete;
-
-  /// Without the GIL: parses the batch's values (and its keys, as a column named `key_column`
-  /// when that is not empty; and the runs of equal key bytes when `groups`). A value that is not
-  /// a map with str field names, or whose fields differ from the first record's, is an error
-  /// naming the record and the fields. `only`: the fields to give back (nullptr: all); the others
-  /// are checked as fully but not kept; a name no record has is an error.
-  absl::Status Decode(std::string_view arena, absl::Span<const RecordAt> records,
-                      const std::string& key_column, bool groups,
-                      const std::vector<std::string>* only = nullptr);
-
-  /// Without the GIL: the batch as an Arrow struct array (ArrowArray; see arrow_c.h), one child
-  /// per column. `formats` and `names` are the stream's schema: filled from this batch when
-  /// empty, else this batch must fit them (an all-nil column fits any). A column that mixes
-  /// types or nests values has no Arrow type: an error naming it.
-  absl::Status ToArrow(std::string_view arena, std::vector<std::string>* formats,
-                       std::vector<std::string>* names, struct ArrowArray* out);
-
-  /// Memory kept for the next batch.
-  size_t retained_bytes() const;
-
-  /// With the GIL: (columns, rows, group_starts, group_keys) where columns is a list of (name,
-  /// ndarray, mask) with mask None or a bool ndarray (True = null); group_starts an int64
-  /// ndarray of each run's first row (None without `groups`), group_keys the runs' keys.
-  pybind11::tuple ToPython(std::string_view arena, absl::Span<const RecordAt> records,
-                           bool allow_pickle);
-
- private:
-  struct State;
-  std::unique_ptr<State> state_;
 };
 
 }  // namespace sluice::py

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "client/python/py_arrow.h"
+#include "client/python/py_column_decoder.h"
 #include "client/python/py_columns.h"
 #include "client/python/py_msgpack.h"
 #include "client/shuffle_client.h"
@@ -237,24 +238,23 @@ class Writer {
       // Rows are made a megabyte at a time, then added: two phases, timed apart (timings()).
       pb::gil_scoped_release release;
       RowEncoder rows_of(in, key_col);
-      std::vector<std::pair<size_t, size_t>> cuts;  // key end, value end in buf_
+      std::vector<std::pair<size_t, size_t>> cuts;  // value end, key end in buf_
       for (size_t i = 0; i < rows && st.ok();) {
         const Clock::time_point t0 = Clock::now();
         buf_.clear();
         cuts.clear();
         for (; i < rows && buf_.size() < (1u << 20); ++i) {
-          rows_of.Row(i, &key_, &value_);
-          buf_ += key_;
-          cuts.emplace_back(buf_.size(), buf_.size() + value_.size());
-          buf_ += value_;
+          const size_t at = buf_.size();
+          const size_t value_size = rows_of.AppendRow(i, &buf_);
+          cuts.emplace_back(at + value_size, buf_.size());
         }
         const Clock::time_point t1 = Clock::now();
         size_t at = 0;
-        for (const auto& [kend, vend] : cuts) {
-          st = writer_->Add(std::string_view(buf_).substr(at, kend - at),
-                            std::string_view(buf_).substr(kend, vend - kend));
+        for (const auto& [vend, kend] : cuts) {
+          st = writer_->Add(std::string_view(buf_).substr(vend, kend - vend),
+                            std::string_view(buf_).substr(at, vend - at));
           if (!st.ok()) break;
-          at = vend;
+          at = kend;
         }
         encode_s_ += Seconds(t1 - t0);
         add_s_ += Seconds(Clock::now() - t1);
