@@ -92,6 +92,9 @@ struct ServerOptions {
   /// A KEY fetch whose reader takes no chunk for this long gives its merge slot and memory to a
   /// fetch that waits for one, and merges again from where it was once its reader reads.
   std::chrono::milliseconds merge_park_after{std::chrono::seconds(2)};
+  /// An open fetch checks its caller's credentials again at most this often as its chunks go (a
+  /// token taken out of --auth_file ends it). Not a flag; tests set 0 (every chunk).
+  std::chrono::milliseconds caller_recheck{std::chrono::seconds(1)};
   /// A connection with no call for this long is closed (the client reconnects when it needs to).
   std::chrono::milliseconds connection_idle_timeout{std::chrono::seconds(600)};
   /// Connections open at once (0 = half the open-files limit), and from one client address (0 =

@@ -20,6 +20,7 @@
 #include "cluster/placement_store.h"
 #include "codec/status_macros.h"
 #include "rpc/error_reason.h"
+#include "rpc/grpc_glue.h"
 #include "rpc/tls_options.h"
 #include "server/metrics/metric_families.h"
 #include "server/metrics/metrics_http.h"
@@ -287,6 +288,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   deps.push.max_frames_per_attempt = options.max_frames_per_attempt;
   deps.push.disk_high_water_pct = options.disk_high_water_pct;
   deps.push.require_prepare = i.node->requires_prepare();
+  deps.push.max_message_bytes = rpc::kMaxPushMessageBytes;
   MergeOptions merge;
   merge.fan_in = options.merge_fan_in;
   merge.tmp_dir = tmp_dir;
@@ -298,8 +300,9 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
                                   "; raise the budget or allow fewer merges");
   deps.fetch = FetchDeps{i.registry.get(), i.budget.get(), options.limits, merge};
   deps.watchdog = i.watchdog.get();
-  deps.timeouts = StreamTimeouts{options.push_idle_timeout, options.fetch_stall_timeout,
-                                 options.merge_park_after, options.push_credit_timeout};
+  deps.timeouts =
+      StreamTimeouts{options.push_idle_timeout, options.fetch_stall_timeout,
+                     options.merge_park_after, options.push_credit_timeout, options.caller_recheck};
   deps.metrics = &i.metrics;
   deps.auth = i.auth.get();
   deps.quotas = TenantLimits{options.tenant_max_shuffles, options.tenant_max_stored_bytes,

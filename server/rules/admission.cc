@@ -164,7 +164,6 @@ absl::Status StreamAdmission::ReserveLargeFrame(uint64_t bytes, std::function<vo
 void StreamAdmission::PromiseRestOfLargeFrame(std::function<void()> granted) {
   waiting_.store(true);
   deps_.budget->Promise(&frame_, [this, granted = std::move(granted)] {
-    promised_since_.store(std::chrono::steady_clock::now().time_since_epoch().count());
     waiting_.store(false);
     granted();
   });
@@ -172,14 +171,8 @@ void StreamAdmission::PromiseRestOfLargeFrame(std::function<void()> granted) {
 
 bool StreamAdmission::LargeFrameArrived(uint64_t n) { return deps_.budget->Arrived(&frame_, n); }
 
-std::chrono::steady_clock::time_point StreamAdmission::large_frame_since() const {
-  return std::chrono::steady_clock::time_point(
-      std::chrono::steady_clock::duration(promised_since_.load()));
-}
-
 void StreamAdmission::ReleaseLargeFrame() {
   deps_.budget->Drop(&frame_);
-  promised_since_.store(0);
   if (quota_reserved_ != 0) stored_->fetch_sub(static_cast<int64_t>(quota_reserved_));
   quota_reserved_ = 0;
   large_bytes_ = 0;

@@ -132,8 +132,6 @@ class StreamAdmission {
   bool LargeFrameArrived(uint64_t n);
   /// Runs `granted` on the pool once the rest of the frame is promised again.
   void PromiseRestOfLargeFrame(std::function<void()> granted);
-  /// When the frame's promise was last granted (the epoch while none is).
-  std::chrono::steady_clock::time_point large_frame_since() const;
   /// Gives the frame's memory and quota bytes back (it is complete, or the attempt failed).
   void ReleaseLargeFrame();
 
@@ -177,7 +175,6 @@ class StreamAdmission {
   uint64_t large_bytes_ = 0;                      // the large frame's size, once asked for
   uint64_t quota_reserved_ = 0;                   // of stored_, for the large frame
   MemoryBudget::Frame frame_;                     // its memory
-  std::atomic<int64_t> promised_since_{0};        // steady_clock ticks of the last grant
   bool merge_slot_ = false;
   std::atomic<bool> waiting_{false};  // a Reserve or EnterMerge callback is outstanding
 };

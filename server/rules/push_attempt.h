@@ -46,6 +46,9 @@ struct PushLimits {
   /// Attempts must be prepared, then decided (a server of a cluster: every replica must reflect
   /// the same winner); a plain commit is FAILED_PRECONDITION.
   bool require_prepare = false;
+  /// The largest push message the transport reads (a PushFlow ask's limit): the wiring sets the
+  /// transport's.
+  uint64_t max_message_bytes = (uint64_t{1} << 20) + (64 << 10);
 };
 
 /// What a committed attempt amounted to.

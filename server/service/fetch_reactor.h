@@ -1,9 +1,8 @@
-// FetchReactor: one partition's fetch as a gRPC ServerWriteReactor. It converts the request
-// and forwards it to the fetch's rules (FetchSession), after the ClusterNode's part (the store
-// here, the partition kept here, the cluster's decisions applied); what the stream takes of the
-// server is its StreamAdmission's. Each chunk is prepared on a pool while the previous one is
-// on the wire (KEY merges on the merge pool, behind the merge gate); a reader that takes no
-// chunk within --fetch_stall_timeout_s is cancelled.
+// FetchReactor: one partition's fetch as a gRPC ServerWriteReactor. It converts the request and
+// does what the fetch's session says (FetchStream, server/rules/fetch_stream.h: admission,
+// setup, memory, the stall and park deadlines, the credentials again): work on a pool, write a
+// chunk, finish, or cancel. Each chunk is prepared on a pool while the previous one is on the
+// wire (KEY merges on the merge pool, behind the merge gate).
 #ifndef SLUICE_SERVER_SERVICE_FETCH_REACTOR_H_
 #define SLUICE_SERVER_SERVICE_FETCH_REACTOR_H_
 

@@ -1,12 +1,9 @@
 // PushReactor: one mapper attempt's push stream (open, frames..., commit), as a gRPC
-// ServerReadReactor (Push) or ServerBidiReactor (PushFlow). It converts each message and
-// forwards it to the attempt's rules (PushAttempt), what the stream takes of the server to its
-// StreamAdmission, and the cluster's part to the ClusterNode; it never blocks a gRPC thread:
-// each message is handled on the worker pool, and the next read starts only once that is done
-// and (Push) the memory budget has room (back-pressure is not reading). A frame larger than a
-// message is announced with its size, which is reserved before its first piece is read. PushFlow
-// grants credit before its client sends: a frames message's size (asked for, reserved in the
-// budget), a large frame's size once it is promised (docs/api.md).
+// ServerReadReactor (Push) or ServerBidiReactor (PushFlow). It converts each message and does
+// what the stream's session says (PushStream, server/rules/push_stream.h: admission, memory and
+// credit, deadlines, the attempt): read the next message by a deadline (sending PushFlow's
+// credit first), hand the message to the worker pool, or finish. It never blocks a gRPC thread,
+// and it does not read while the session waits (back-pressure is not reading).
 #ifndef SLUICE_SERVER_SERVICE_PUSH_REACTOR_H_
 #define SLUICE_SERVER_SERVICE_PUSH_REACTOR_H_
 

@@ -91,6 +91,14 @@ class FairnessTest : public ::testing::Test {
   }
 
   MemoryBudget& budget() { return server_->server()->memory_budget(); }
+  // Chunks the server has built for readers (sluice_fetch_chunks_total).
+  uint64_t ChunksBuilt() {
+    const std::string text = server_->server()->RenderMetrics();
+    const std::string name = "\nsluice_fetch_chunks_total ";
+    const size_t at = text.find(name);
+    EXPECT_NE(at, std::string::npos) << text;
+    return at == std::string::npos ? 0 : std::stoull(text.substr(at + name.size()));
+  }
 
   // Team-a's shuffle "a", one partition.
   void CreateA() {
@@ -169,8 +177,10 @@ class FairnessTest : public ::testing::Test {
       o.merge_park_after = park_after;
     });
     PushKeyData();
+    const uint64_t chunks = ChunksBuilt();
     OpenFetchesA(2, pb::KEY);
-    std::this_thread::sleep_for(milliseconds(300));
+    // Both merges hold their slots once each has built its first chunk.
+    ASSERT_TRUE(Eventually([&] { return ChunksBuilt() >= chunks + 2; }));
   }
 
   // How long team-b's KEY read of its record takes.
@@ -254,10 +264,15 @@ TEST_F(FairnessTest, FetchesNeverReadStayWithinTheBudgetAndDoNotStallAnotherTena
     ASSERT_TRUE(WriteFrame(pushes_.back().get(), 0, RandomValueFrame(1 << 20, i)));
   }
   CommitLastPushA(4);
-  // Every fetch started: each one's chunk is out or waits for the budget.
+  // Every fetch started: each one's chunk is out or waits for the budget (which nothing gives
+  // back while nobody reads: then the server is still).
+  const uint64_t chunks = ChunksBuilt();
+  const uint64_t parked = server_->server()->memory_parked_total();
   OpenFetchesA(50, pb::UNORDERED);
-  ASSERT_TRUE(Eventually([&] { return budget().used() >= kBudget / 4; }));
-  std::this_thread::sleep_for(milliseconds(300));
+  ASSERT_TRUE(Eventually([&] {
+    return ChunksBuilt() - chunks + server_->server()->memory_parked_total() - parked >= 50;
+  }));
+  ASSERT_GE(budget().used(), kBudget / 4);
   // (Three quarters of the budget, to the framing bytes of the chunks out.)
   EXPECT_LE(budget().used(), kBudget * 3 / 4 + (64 << 10)) << "readers that do not read filled it";
   ExpectBUnhindered(milliseconds(2000));

@@ -2,8 +2,8 @@
 // its reactor and the watchdog both see it. Wait() opens a wait; then either the event
 // (Claim) or the watchdog's deadline (Expire) takes it, whichever comes first, and the other
 // learns it came second.
-#ifndef SLUICE_SERVER_SERVICE_STREAM_PHASE_H_
-#define SLUICE_SERVER_SERVICE_STREAM_PHASE_H_
+#ifndef SLUICE_SERVER_RULES_STREAM_PHASE_H_
+#define SLUICE_SERVER_RULES_STREAM_PHASE_H_
 
 #include <atomic>
 #include <chrono>
@@ -37,4 +37,4 @@ inline std::string Seconds(std::chrono::milliseconds d) {
 
 }  // namespace sluice
 
-#endif  // SLUICE_SERVER_SERVICE_STREAM_PHASE_H_
+#endif  // SLUICE_SERVER_RULES_STREAM_PHASE_H_
