@@ -415,7 +415,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
     }
     i.metrics_endpoint = *std::move(endpoint);
   }
-  const ClusterNode::Self self = i.node->self();
+  const ClusterMembership::Self self = i.node->membership().self();
   spdlog::info(
       "event=started listen={} port={} data_dir={} shuffles={} memory_budget_mb={} node_id={} "
       "address={} cluster={} metrics_port={} max_open_shuffles={}",
@@ -428,12 +428,12 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
 
 absl::Status SluiceServer::Impl::JoinCluster() {
   const ServerOptions& o = options;
-  ClusterNode::Self self;
+  ClusterMembership::Self self;
   self.node_id = o.node_id.empty() ? HostName() : o.node_id;
   self.address = o.advertise_address.empty() ? AdvertisedAddress(o.listen_address, grpc->port())
                                              : o.advertise_address;
   self.started_unix_ms = NowUnixMs();
-  node->SetSelf(self);
+  node->membership().SetSelf(self);
   if (o.etcd_endpoints.empty()) return absl::OkStatus();
   // (Before it registers: a peer flag whose file cannot be used stops the start.)
   std::string off;
@@ -466,7 +466,7 @@ absl::Status SluiceServer::Impl::JoinCluster() {
   placements = std::make_unique<EtcdPlacementStore>(etcd, o.etcd_prefix);
   // (Before Joined: a joined node's calls use it.)
   peers = std::make_unique<GrpcPeerFetcher>(std::move(peer));
-  node->Joined(membership.get(), placements.get());
+  node->membership().Joined(membership.get(), placements.get());
   node->WatchMembers();  // who is registered now: creates do not place on fewer later
   // A third of the lease, at most a second: an etcd outage is known before a reader waits on
   // it, and a server gone from the list is seen.
@@ -491,7 +491,7 @@ absl::StatusOr<DecommissionState> SluiceServer::Impl::Decommission() {
     return absl::FailedPreconditionError(
         "this server runs on its own (no --etcd): there is nowhere to move its shuffles to");
   }
-  if (!node->joined()) {
+  if (!node->membership().joined()) {
     return WithReason(absl::UnavailableError("the server is still joining its cluster; retry"),
                       ErrorReason::kJoining);
   }
@@ -500,7 +500,7 @@ absl::StatusOr<DecommissionState> SluiceServer::Impl::Decommission() {
         absl::StrCat("decommission needs re-replication, which this server does not run (",
                      repair_off, "; docs/cluster.md, \"Re-replication\")"));
   }
-  SLUICE_RETURN_IF_ERROR(node->StartDecommission());
+  SLUICE_RETURN_IF_ERROR(node->membership().StartDecommission());
   return CheckDecommission(registry.get(), node.get(), peers.get());
 }
 
@@ -515,7 +515,7 @@ void SluiceServer::Impl::Drain(std::chrono::milliseconds grace) {
   }
   drain_cv.notify_all();
   if (!first) return;
-  node->SetDraining();  // new push streams are refused from now on
+  node->membership().SetDraining();  // new push streams are refused from now on
   spdlog::info("event=drain grace_ms={} push_streams={} fetch_streams={}", grace.count(),
                streams->push(), streams->fetch());
   std::lock_guard<std::mutex> lock(drain_mu);
@@ -596,8 +596,8 @@ void SluiceServer::Shutdown() {
 }
 
 int SluiceServer::port() const { return impl_->grpc->port(); }
-std::string SluiceServer::node_id() const { return impl_->node->self().node_id; }
-std::string SluiceServer::address() const { return impl_->node->self().address; }
+std::string SluiceServer::node_id() const { return impl_->node->membership().self().node_id; }
+std::string SluiceServer::address() const { return impl_->node->membership().self().address; }
 
 void SluiceServer::ReloadFiles() {
   if (impl_->tls != nullptr) impl_->tls->Reload();
@@ -617,12 +617,12 @@ std::vector<prometheus::MetricFamily> SluiceServer::Impl::CollectMetrics() const
   s.streams = streams.get();
   s.connections = connections;
   s.listener_accepting = listener_accepting.load();
-  s.draining = node->draining();
+  s.draining = node->membership().draining();
   if (tls != nullptr) {
     s.tls_expiry_unix = tls->expiry_unix();
     s.tls_reloads = tls->reloads();
   }
-  s.started_unix_ms = node->self().started_unix_ms;
+  s.started_unix_ms = node->membership().self().started_unix_ms;
   return sluice::CollectMetrics(s);
 }
 

@@ -29,7 +29,7 @@ void OpenStreams::Give(StreamKind kind) {
 absl::StatusOr<std::unique_ptr<StreamAdmission>> StreamAdmission::Enter(StreamKind kind,
                                                                         const CallContext& call,
                                                                         const AdmissionDeps& deps) {
-  if (kind == StreamKind::kPush && deps.node != nullptr && deps.node->draining()) {
+  if (kind == StreamKind::kPush && deps.node != nullptr && deps.node->membership().draining()) {
     return WithReason(
         absl::UnavailableError(absl::StrCat(
             "the server is draining (shutting down or restarting): it takes no new push "

@@ -1,26 +1,64 @@
-// ClusterNode's membership half (cluster_node.h): who of the cluster is registered, whether etcd
-// answers, the settle time after an outage, and servers gone past --dead_after_s (or being
-// decommissioned) taken out of the placements of the shuffles this server knows.
+#include "server/rules/cluster_membership.h"
+
 #include <algorithm>
-#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "codec/status_macros.h"
 #include "rpc/error_reason.h"
-#include "server/rules/cluster_node.h"
 #include "server/rules/cluster_node_internal.h"
 #include "server/storage/shuffle_id.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice {
 
-using cluster_internal::Clock;
 using cluster_internal::IsEtcdDown;
-using cluster_internal::Since;
 
-void ClusterNode::Note(const absl::Status& st) {
+absl::Status AboutShuffle(const std::string& id, const absl::Status& st) {
+  if (st.ok() || absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st)) return st;
+  return absl::Status(st.code(), absl::StrCat("shuffle '", ShuffleName(id), "': ", st.message()));
+}
+
+std::chrono::milliseconds ClusterMembership::Since(Clock::time_point t) const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(clock().Now() - t);
+}
+
+void ClusterMembership::SetSelf(Self self) {
+  std::lock_guard<std::mutex> lock(mu_);
+  self_ = std::move(self);
+}
+
+ClusterMembership::Self ClusterMembership::self() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return self_;
+}
+
+void ClusterMembership::Joined(const NodeDirectory* nodes, PlacementStore* placements) {
+  std::lock_guard<std::mutex> lock(mu_);
+  nodes_ = nodes;
+  placements_ = placements;
+}
+
+absl::Status ClusterMembership::View::Joined() const {
+  if (placements != nullptr) return absl::OkStatus();
+  return WithReason(absl::UnavailableError("the server is still joining its cluster; retry"),
+                    ErrorReason::kJoining);
+}
+
+ClusterMembership::View ClusterMembership::view() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return View{nodes_, placements_, self_.node_id};
+}
+
+bool ClusterMembership::joined() const { return view().placements != nullptr; }
+
+bool ClusterMembership::registered() const {
+  const View c = view();
+  return c.nodes != nullptr && c.nodes->registered();
+}
+
+void ClusterMembership::Note(const absl::Status& st) {
   if (st.ok()) {
     if (etcd_down_.exchange(false)) {
       spdlog::info("event=etcd_back");
@@ -33,14 +71,14 @@ void ClusterNode::Note(const absl::Status& st) {
       absent_.clear();  // who is gone is measured afresh from a time etcd answers
       if (Since(etcd_back_at_) >= options_.settle) before_outage_.clear();
       for (const NodeEntry& n : members_) before_outage_.insert(n.node_id);
-      etcd_back_at_ = Clock::now();
+      etcd_back_at_ = clock().Now();
     }
     return;
   }
   if (!IsEtcdDown(st)) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!etcd_down_.load()) etcd_down_at_ = Clock::now();
+    if (!etcd_down_.load()) etcd_down_at_ = clock().Now();
     etcd_error_ = std::string(st.message());
   }
   if (!etcd_down_.exchange(true)) {
@@ -49,7 +87,7 @@ void ClusterNode::Note(const absl::Status& st) {
   }
 }
 
-absl::Status ClusterNode::EtcdUp() const {
+absl::Status ClusterMembership::EtcdUp() const {
   if (!etcd_down_.load()) return absl::OkStatus();
   std::lock_guard<std::mutex> lock(mu_);
   return WithReason(
@@ -59,13 +97,18 @@ absl::Status ClusterNode::EtcdUp() const {
       ErrorReason::kEtcdUnavailable);
 }
 
-void ClusterNode::Seen(const std::vector<NodeEntry>& nodes) {
+void ClusterMembership::Seen(const std::vector<NodeEntry>& nodes) {
   std::lock_guard<std::mutex> lock(mu_);
   members_ = nodes;
-  members_at_ = Clock::now();
+  members_at_ = clock().Now();
 }
 
-absl::Status ClusterNode::Settled(const std::vector<NodeEntry>& live) const {
+std::vector<NodeEntry> ClusterMembership::LastMembers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return members_;
+}
+
+absl::Status ClusterMembership::Settled(const std::vector<NodeEntry>& live) const {
   std::vector<std::string> missing;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -96,29 +139,51 @@ absl::Status ClusterNode::Settled(const std::vector<NodeEntry>& live) const {
       ErrorReason::kSettling);
 }
 
-void ClusterNode::WatchMembers() {
+bool ClusterMembership::ReadMembers(Members* out) {
   const View c = view();
-  if (c.nodes == nullptr) return;
+  if (c.nodes == nullptr) return false;
   absl::StatusOr<std::vector<NodeEntry>> nodes = c.nodes->Nodes(options_.quick_read);
   Note(nodes.status());
-  if (!nodes.ok()) return;
+  if (!nodes.ok()) return false;
   Seen(*nodes);
+  out->live = *std::move(nodes);
   // (A server that lost its own registration may be the one cut off: it judges no other.)
-  if (!c.nodes->registered()) return;
-  std::vector<std::string> leaving;
+  out->judge = c.nodes->registered();
+  if (!out->judge) return true;
   if (auto l = c.placements->Decommissioning(); l.ok()) {
-    leaving = *std::move(l);
-    if (std::find(leaving.begin(), leaving.end(), c.node_id) != leaving.end()) {
+    out->leaving = *std::move(l);
+    if (std::find(out->leaving.begin(), out->leaving.end(), c.node_id) != out->leaving.end()) {
       decommissioning_.store(true);  // (asked before a restart: it stays asked)
     }
     std::lock_guard<std::mutex> lock(mu_);
-    leaving_ = leaving;
+    leaving_ = out->leaving;
   }
-  TrackAbsent(*nodes);
-  RemoveDead(*nodes, leaving);
+  return true;
 }
 
-absl::Status ClusterNode::StartDecommission() {
+std::vector<std::string> ClusterMembership::Leaving(bool read_now) {
+  if (read_now) {
+    const View c = view();
+    if (c.placements != nullptr) {
+      if (auto l = c.placements->Decommissioning(); l.ok()) return *std::move(l);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return leaving_;
+}
+
+std::vector<std::string> ClusterMembership::Staying(const std::vector<NodeEntry>& nodes,
+                                                    const std::vector<std::string>& leaving) {
+  std::vector<std::string> ids;
+  for (const NodeEntry& n : nodes) {
+    if (std::find(leaving.begin(), leaving.end(), n.node_id) == leaving.end()) {
+      ids.push_back(n.node_id);
+    }
+  }
+  return ids;
+}
+
+absl::Status ClusterMembership::StartDecommission() {
   const View c = view();
   SLUICE_RETURN_IF_ERROR(c.Joined());
   SLUICE_RETURN_IF_ERROR(EtcdUp());
@@ -135,118 +200,40 @@ absl::Status ClusterNode::StartDecommission() {
   return absl::OkStatus();
 }
 
-void ClusterNode::TrackAbsent(const std::vector<NodeEntry>& live) {
-  const auto now = Clock::now();
+void ClusterMembership::TrackAbsent(const std::vector<NodeEntry>& live,
+                                    const std::set<std::string>& placed) {
+  const Clock::time_point now = clock().Now();
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, Clock::time_point> absent;
-  for (const auto& [id, kept] : kept_) {
-    for (const std::string& node_id : kept->placement.nodes) {
-      if (absent.count(node_id) != 0) continue;
-      const bool there = std::any_of(live.begin(), live.end(),
-                                     [&](const NodeEntry& n) { return n.node_id == node_id; });
-      if (there) continue;
-      auto before = absent_.find(node_id);
-      absent.emplace(node_id, before == absent_.end() ? now : before->second);
-    }
+  for (const std::string& node_id : placed) {
+    const bool there = std::any_of(live.begin(), live.end(),
+                                   [&](const NodeEntry& n) { return n.node_id == node_id; });
+    if (there) continue;
+    auto before = absent_.find(node_id);
+    absent.emplace(node_id, before == absent_.end() ? now : before->second);
   }
   absent_ = std::move(absent);
 }
 
-void ClusterNode::RemoveDead(const std::vector<NodeEntry>& live,
-                             const std::vector<std::string>& leaving) {
-  // Dead past --dead_after_s, or being decommissioned (alive: its data is a repair's source).
-  std::vector<std::string> dead = leaving;
-  std::vector<std::pair<std::string, std::vector<std::string>>> to_change;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [node_id, since] : absent_) {
-      if (options_.dead_after.count() > 0 && Since(since) >= options_.dead_after) {
-        dead.push_back(node_id);
-      }
-    }
-    if (dead.empty()) return;
-    for (const auto& [id, kept] : kept_) {
-      std::vector<std::string> held;
-      for (const std::string& d : dead) {
-        if (std::find(kept->holders.begin(), kept->holders.end(), d) != kept->holders.end()) {
-          held.push_back(d);
-        }
-      }
-      if (!held.empty()) to_change.emplace_back(id, std::move(held));
-    }
-  }
-  std::vector<std::string> live_ids;
-  for (const NodeEntry& n : live) {
-    if (std::find(leaving.begin(), leaving.end(), n.node_id) == leaving.end()) {
-      live_ids.push_back(n.node_id);
-    }
-  }
-  const View c = view();
-  for (const auto& [id, removed] : to_change) {
-    const std::shared_ptr<const Kept> before = Remembered(id);
-    auto next = Record(id, c.placements->AddEpoch(id, removed, live_ids));
-    if (!next.ok()) {
-      spdlog::warn("event=placement_epoch_failed shuffle={} removed=\"{}\" error=\"{}\"", id,
-                   absl::StrJoin(removed, ","), std::string(next.status().message()));
-      continue;
-    }
-    if (!next->has_value()) {  // deleted meanwhile
-      std::lock_guard<std::mutex> lock(mu_);
-      kept_.erase(id);
-      meters_.erase(id);
-      revoked_applied_.erase(id);
-      continue;
-    }
-    const ShufflePlacement& p = **next;
-    Remember(id, p, c.node_id);
-    if (before == nullptr || p.epoch() > before->placement.epoch()) {
-      spdlog::warn(
-          "event=placement_epoch tenant={} shuffle={} epoch={} removed=\"{}\" "
-          "changed_partitions={}",
-          TenantField(id), id, p.epoch(), absl::StrJoin(p.epochs.back().removed, ","),
-          p.epochs.back().changed.size());
-    }
-  }
-}
-
-std::vector<ClusterNode::Absent> ClusterNode::AbsentNodes() const {
-  std::vector<Absent> out;
+std::map<std::string, Clock::time_point> ClusterMembership::Absent() const {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [node_id, since] : absent_) {
-    const auto absent = Since(since);
-    // Dead as this server judged it, or as a placement it read says (another server may have
-    // seen it go first).
-    bool dead = options_.dead_after.count() > 0 && absent >= options_.dead_after;
-    for (auto it = kept_.begin(); !dead && it != kept_.end(); ++it) {
-      dead = it->second->placement.Removed(node_id);
-    }
-    out.push_back(Absent{node_id, absent, dead});
-  }
-  return out;
+  return absent_;
 }
 
-bool ClusterNode::registered() const {
-  const View c = view();
-  return c.nodes != nullptr && c.nodes->registered();
-}
-
-absl::StatusOr<std::vector<NodeEntry>> ClusterNode::Nodes() {
-  if (!clustered_) {
+absl::StatusOr<std::vector<NodeEntry>> ClusterMembership::Nodes() {
+  if (!options_.clustered) {
     const Self s = self();
     return std::vector<NodeEntry>{NodeEntry{s.node_id, s.address, s.started_unix_ms}};
   }
   const View c = view();
   SLUICE_RETURN_IF_ERROR(c.Joined());
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (etcd_down_.load() && !members_.empty()) return members_;  // the last list read
-  }
   bool have_list;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (etcd_down_.load() && !members_.empty()) return members_;  // the last list read
     have_list = !members_.empty();
   }
-  // Briefly when the last list can answer instead (a stall not yet found by WatchMembers).
+  // Briefly when the last list can answer instead (a stall not yet found by ReadMembers).
   absl::StatusOr<std::vector<NodeEntry>> nodes =
       c.nodes->Nodes(have_list ? options_.quick_read : std::chrono::milliseconds(0));
   Note(nodes.status());

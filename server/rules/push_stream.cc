@@ -266,7 +266,7 @@ absl::Status PushStream::Open(const PushMessage& m) {
   }
   SLUICE_RETURN_IF_ERROR(attempt_.Open(id, m.mapper, m.attempt, std::move(kept)));
   shuffle_id_ = id;
-  std::shared_ptr<SegmentMeter> meter = deps_.node->Meter(id);
+  std::shared_ptr<SegmentMeter> meter = deps_.node->placements().Meter(id);
   if (meter != nullptr) {
     // Counted among the shuffle's writers while the stream lives (each may send a segment a
     // little after its next is made: SegmentMeter::ask_bytes).
@@ -297,7 +297,7 @@ absl::Status PushStream::Commit(const PushMessage& m) {
 // segment made since, which the record read again may say is (docs/cluster.md).
 absl::Status PushStream::KeepNow(uint32_t partition) {
   if (attempt_.Keeps(partition)) return absl::OkStatus();
-  SLUICE_ASSIGN_OR_RETURN(auto kept, deps_.node->KeptNow(shuffle_id_, partition));
+  SLUICE_ASSIGN_OR_RETURN(auto kept, deps_.node->placements().KeptNow(shuffle_id_, partition));
   attempt_.Rekeep(std::move(kept));
   return absl::OkStatus();  // (AddFrames refuses it if it is still not kept)
 }
@@ -306,7 +306,7 @@ absl::Status PushStream::KeepNow(uint32_t partition) {
 // asked for the next (a failure is logged and asked again by a later frame).
 void PushStream::Stored(uint32_t partition, uint64_t frame_bytes) {
   if (meter_ != nullptr && meter_->Add(partition, kBlockHeaderSize + frame_bytes)) {
-    (void)deps_.node->Split(shuffle_id_, partition);
+    (void)deps_.node->placements().Split(shuffle_id_, partition);
   }
 }
 

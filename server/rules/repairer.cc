@@ -17,11 +17,11 @@ namespace sluice {
 
 uint64_t Repairer::Run() {
   uint64_t made = 0;
-  const std::vector<ClusterNode::RepairItem> items = node_->RepairBacklog();
+  const std::vector<ClusterDecisions::RepairItem> items = node_->decisions().RepairBacklog();
   PeerStates peers;  // what each source says of each shuffle, asked once a round
   uint64_t left = BytesLeft(items, &peers);
   if (metrics_ != nullptr) metrics_->repair_backlog_bytes.store(left);
-  for (const ClusterNode::RepairItem& item : items) {
+  for (const ClusterDecisions::RepairItem& item : items) {
     if (stopping_.load()) break;
     auto store = registry_->Get(item.id);
     if (!store.ok()) continue;
@@ -38,7 +38,7 @@ uint64_t Repairer::Run() {
       }
       if (absl::IsAlreadyExists(st)) st = absl::OkStatus();  // (repaired meanwhile)
       if (!st.ok() && Lost(item, mapper, &peers)) {
-        if (node_->MarkLost(item.id, item.partition, mapper)) {
+        if (node_->decisions().MarkLost(item.id, item.partition, mapper)) {
           spdlog::error(
               "event=replica_lost tenant={} shuffle={} partition={} mapper={} note=\"no "
               "registered server holds it and every other holder was taken out: only a new "
@@ -65,17 +65,17 @@ uint64_t Repairer::Run() {
       spdlog::info("event=repaired tenant={} shuffle={} partition={} mapper={} bytes={} from={}",
                    TenantField(item.id), item.id, item.partition, mapper, bytes, from);
     }
-    if (changed) node_->Recheck(item.id);
+    if (changed) node_->decisions().Recheck(item.id);
   }
   if (metrics_ != nullptr) {
-    metrics_->repair_backlog.store(node_->MissingTotal());
-    metrics_->lost_mappers.store(node_->LostTotal());
+    metrics_->repair_backlog.store(node_->decisions().MissingTotal());
+    metrics_->lost_mappers.store(node_->decisions().LostTotal());
   }
   return made;
 }
 
 const PeerPartition* Repairer::Ask(PeerStates* peers, const std::string& source,
-                                   const ClusterNode::RepairItem& item) {
+                                   const ClusterDecisions::RepairItem& item) {
   auto key = std::make_pair(source, item.id);
   auto it = peers->find(key);
   if (it == peers->end()) it = peers->emplace(key, fetcher_->MissingOf(source, item.id)).first;
@@ -83,9 +83,10 @@ const PeerPartition* Repairer::Ask(PeerStates* peers, const std::string& source,
   return &(*it->second)[item.partition];
 }
 
-uint64_t Repairer::BytesLeft(const std::vector<ClusterNode::RepairItem>& items, PeerStates* peers) {
+uint64_t Repairer::BytesLeft(const std::vector<ClusterDecisions::RepairItem>& items,
+                             PeerStates* peers) {
   uint64_t left = 0;
-  for (const ClusterNode::RepairItem& item : items) {
+  for (const ClusterDecisions::RepairItem& item : items) {
     auto store = registry_->Get(item.id);
     if (!store.ok()) continue;
     const uint64_t here = (*store)->Stats(item.partition).bytes;
@@ -99,7 +100,7 @@ uint64_t Repairer::BytesLeft(const std::vector<ClusterNode::RepairItem>& items, 
   return left;
 }
 
-bool Repairer::Lost(const ClusterNode::RepairItem& item, uint32_t mapper, PeerStates* peers) {
+bool Repairer::Lost(const ClusterDecisions::RepairItem& item, uint32_t mapper, PeerStates* peers) {
   if (item.unknown_holders > 0) return false;
   for (const std::string& source : item.sources) {
     // (One that cannot say may hold it. An answer from the round's start serves: a source
@@ -110,7 +111,7 @@ bool Repairer::Lost(const ClusterNode::RepairItem& item, uint32_t mapper, PeerSt
   return true;
 }
 
-absl::Status Repairer::CopyOne(ShuffleStore& store, const ClusterNode::RepairItem& item,
+absl::Status Repairer::CopyOne(ShuffleStore& store, const ClusterDecisions::RepairItem& item,
                                uint32_t mapper, uint64_t attempt, const std::string& source,
                                uint64_t* bytes) {
   std::vector<BlockRef> blocks;
@@ -168,13 +169,13 @@ absl::StatusOr<DecommissionState> CheckDecommission(ShuffleRegistry* registry, C
   for (const auto& store : registry->List()) ids.push_back(store->params().shuffle_id);
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  SLUICE_ASSIGN_OR_RETURN(const std::vector<NodeEntry> live, node->Nodes());
-  const std::string self = node->self().node_id;
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<NodeEntry> live, node->membership().Nodes());
+  const std::string self = node->membership().self().node_id;
   const auto wait = [&out](std::string why) {
     if (out.waiting_for.empty()) out.waiting_for = std::move(why);
   };
   for (const std::string& id : ids) {
-    SLUICE_ASSIGN_OR_RETURN(auto kept, node->KeptPartitions(id));
+    SLUICE_ASSIGN_OR_RETURN(auto kept, node->placements().HoldingOf(id));
     if (kept == nullptr) continue;  // not recorded (deleted): nothing to keep
     const ShufflePlacement& p = kept->placement;
     if (kept->any) {

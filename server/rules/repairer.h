@@ -106,14 +106,15 @@ class Repairer {
   // What `source` says of the item's partition (asked at the first need); null when it cannot
   // tell.
   const PeerPartition* Ask(PeerStates* peers, const std::string& source,
-                           const ClusterNode::RepairItem& item);
+                           const ClusterDecisions::RepairItem& item);
   // What `items` come to in bytes: per partition, a whole source's frame bytes less those here.
-  uint64_t BytesLeft(const std::vector<ClusterNode::RepairItem>& items, PeerStates* peers);
+  uint64_t BytesLeft(const std::vector<ClusterDecisions::RepairItem>& items, PeerStates* peers);
   // Whether no server holds `mapper`'s data of the item's partition: every other holder
   // registered answers that it lacks it, and every one not registered was taken out.
-  bool Lost(const ClusterNode::RepairItem& item, uint32_t mapper, PeerStates* peers);
-  absl::Status CopyOne(ShuffleStore& store, const ClusterNode::RepairItem& item, uint32_t mapper,
-                       uint64_t attempt, const std::string& source, uint64_t* bytes);
+  bool Lost(const ClusterDecisions::RepairItem& item, uint32_t mapper, PeerStates* peers);
+  absl::Status CopyOne(ShuffleStore& store, const ClusterDecisions::RepairItem& item,
+                       uint32_t mapper, uint64_t attempt, const std::string& source,
+                       uint64_t* bytes);
   // Waits for the rate to allow `bytes` more (false: stopping).
   bool Pace(uint64_t bytes);
 

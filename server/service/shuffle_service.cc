@@ -42,10 +42,10 @@ void FillDamaged(const CallContext& call, const DamagedShuffle& d, v1::ShuffleIn
 // The shuffle's summary, as the caller knows it, and, when `max_partitions` > 0, the details of
 // up to that many of its stored partitions from `first` on. `sizes`: its partitions and the
 // stored partitions listed (in a cluster, a huge partition's segments follow the partitions;
-// ClusterNode::Sizes).
+// PlacementCache::Sizes).
 void FillInfo(const CallContext& call, const ShuffleStore& store, uint32_t first,
               uint32_t max_partitions, v1::ShuffleInfo* info, uint32_t hot_keys,
-              ClusterNode::Sizes sizes) {
+              PlacementCache::Sizes sizes) {
   const ShuffleParams& p = store.params();
   info->set_shuffle_id(call.Shown(p.shuffle_id));
   info->set_num_partitions(sizes.partitions);
@@ -147,11 +147,13 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::CreateShuffle(grpc::CallbackServer
     SLUICE_ASSIGN_OR_RETURN(const auto admitted,
                             CreateAdmission::Enter(call, deps_.admission.tenants, node.clustered(),
                                                    [&](const std::string& prefix) {
-                                                     return node.CountForCreate(prefix, id);
+                                                     return node.decisions().CountForCreate(prefix,
+                                                                                            id);
                                                    }));
-    SLUICE_ASSIGN_OR_RETURN(const bool created, node.Create(ShuffleParams{id, req->num_partitions(),
-                                                                          req->num_mappers()},
-                                                            req->replication()));
+    SLUICE_ASSIGN_OR_RETURN(
+        const bool created,
+        node.decisions().Create(ShuffleParams{id, req->num_partitions(), req->num_mappers()},
+                                req->replication()));
     resp->set_created(created);
     return absl::OkStatus();
   });
@@ -165,11 +167,12 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
     SLUICE_RETURN_IF_ERROR(deps_.node->PrepareToServe(id, std::nullopt, req->placement_epoch()));
     if (auto damaged = deps_.registry->FindDamaged(id)) {
       FillDamaged(call, *damaged, resp);
-      resp->set_placement_epoch(deps_.node->KnownEpoch(id));
+      resp->set_placement_epoch(deps_.node->placements().KnownEpoch(id));
       return absl::OkStatus();
     }
     SLUICE_ASSIGN_OR_RETURN(const auto store, deps_.registry->Get(id));
-    const ClusterNode::Sizes sizes = deps_.node->SizesOf(id, store->params().num_partitions);
+    const PlacementCache::Sizes sizes =
+        deps_.node->placements().SizesOf(id, store->params().num_partitions);
     const uint32_t partitions = sizes.listed;
     if (req->first_partition() >= partitions) {
       return absl::InvalidArgumentError(absl::StrCat("first_partition ", req->first_partition(),
@@ -185,14 +188,15 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetShuffle(grpc::CallbackServerCon
     }
     store->Touch();
     FillInfo(call, *store, req->first_partition(), page, resp, req->hot_keys(), sizes);
-    resp->set_placement_epoch(deps_.node->KnownEpoch(id));
+    resp->set_placement_epoch(deps_.node->placements().KnownEpoch(id));
     for (v1::PartitionInfo& pi : *resp->mutable_partitions()) {
-      const std::vector<uint32_t> lacking = deps_.node->LackingMappers(id, pi.partition_id());
+      const std::vector<uint32_t> lacking =
+          deps_.node->decisions().LackingMappers(id, pi.partition_id());
       pi.set_missing_mappers(static_cast<uint32_t>(lacking.size()));
       pi.mutable_lacking_mappers()->Add(lacking.begin(), lacking.end());
-      const std::vector<uint32_t> lost = deps_.node->LostMappers(id, pi.partition_id());
+      const std::vector<uint32_t> lost = deps_.node->decisions().LostMappers(id, pi.partition_id());
       pi.mutable_lost_mappers()->Add(lost.begin(), lost.end());
-      pi.set_not_kept(!deps_.node->KeepsEver(id, pi.partition_id()));
+      pi.set_not_kept(!deps_.node->placements().KeepsEver(id, pi.partition_id()));
     }
     return absl::OkStatus();
   });
@@ -238,7 +242,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::ListShuffles(grpc::CallbackServerC
       v1::ShuffleInfo* info = resp->add_shuffles();
       if (s != served.end() && next == &s->first) {
         FillInfo(call, *s->second, 0, 0, info, 0,
-                 deps_.node->SizesOf(s->first, s->second->params().num_partitions));
+                 deps_.node->placements().SizesOf(s->first, s->second->params().num_partitions));
         ++s;
       } else if (d != damaged.end() && next == &d->first) {
         FillDamaged(call, d->second, info);
@@ -263,7 +267,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::DeleteShuffle(grpc::CallbackServer
                                                             v1::DeleteShuffleResponse*) {
   return Unary(ctx, [this, req](const CallContext& call) -> absl::Status {
     SLUICE_ASSIGN_OR_RETURN(const std::string id, call.Kept(req->shuffle_id()));
-    return deps_.node->Delete(id);
+    return deps_.node->decisions().Delete(id);
   });
 }
 
@@ -287,7 +291,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
                                                       v1::NodeInfo* resp) {
   return Unary(ctx, [this, resp](const CallContext& call) {  // statvfs: off-thread
     const ClusterNode& node = *deps_.node;
-    const ClusterNode::Self self = node.self();
+    const ClusterMembership::Self self = node.membership().self();
     resp->set_node_id(self.node_id);
     resp->set_address(self.address);
     resp->set_started_unix_ms(self.started_unix_ms);
@@ -295,8 +299,8 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
     // placements, which answer "still joining" until it has).
     resp->set_clustered(node.clustered());
     resp->set_protocol(2);
-    resp->set_registered(node.registered());
-    resp->set_serving(!node.draining());
+    resp->set_registered(node.membership().registered());
+    resp->set_serving(!node.membership().draining());
     // A tenant's own (the others' are not its business).
     const bool everything = call.prefix().empty();
     FillDataDirs(*deps_.registry, everything, resp);
@@ -312,8 +316,8 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
       resp->set_index_bytes(deps_.registry->index_bytes());
       resp->set_damaged_partitions(static_cast<uint32_t>(damaged));
       if (deps_.metrics != nullptr) resp->set_scrubbed_bytes(deps_.metrics->scrub_bytes.load());
-      resp->set_repair_backlog(deps_.node->MissingTotal());
-      resp->set_decommissioning(deps_.node->decommissioning());
+      resp->set_repair_backlog(deps_.node->decisions().MissingTotal());
+      resp->set_decommissioning(deps_.node->membership().decommissioning());
       if (deps_.metrics != nullptr) {
         resp->set_repaired_bytes(deps_.metrics->repair_bytes.load());
         resp->set_fetch_stored_bytes(deps_.metrics->fetch_stored_bytes.load());
@@ -333,7 +337,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::ListNodes(grpc::CallbackServerCont
                                                         const v1::ListNodesRequest*,
                                                         v1::ListNodesResponse* resp) {
   return Unary(ctx, [this, resp](const CallContext&) -> absl::Status {  // asks etcd
-    SLUICE_ASSIGN_OR_RETURN(const std::vector<NodeEntry> nodes, deps_.node->Nodes());
+    SLUICE_ASSIGN_OR_RETURN(const std::vector<NodeEntry> nodes, deps_.node->membership().Nodes());
     for (const NodeEntry& n : nodes) FillNode(n, resp->add_nodes());
     for (const ClusterNode::Absent& a : deps_.node->AbsentNodes()) {
       v1::AbsentNode* out = resp->add_absent();
@@ -351,8 +355,8 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetPlacement(grpc::CallbackServerC
   return Unary(ctx, [this, req, resp](const CallContext& call) -> absl::Status {
     resp->set_shuffle_id(req->shuffle_id());
     SLUICE_ASSIGN_OR_RETURN(const std::string id, call.Kept(req->shuffle_id()));
-    SLUICE_ASSIGN_OR_RETURN(const ClusterNode::Placement p,
-                            deps_.node->GetPlacement(id, req->known_revision()));
+    SLUICE_ASSIGN_OR_RETURN(const PlacementCache::Placement p,
+                            deps_.node->placements().GetPlacement(id, req->known_revision()));
     resp->set_clustered(p.clustered);
     resp->set_revision(p.revision);
     if (p.unchanged) {
@@ -385,9 +389,9 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::CommitMapper(grpc::CallbackServerC
                                                            v1::CommitMapperResponse* resp) {
   return Unary(ctx, [this, req, resp](const CallContext& call) -> absl::Status {  // syncs
     SLUICE_ASSIGN_OR_RETURN(const std::string id, call.Kept(req->shuffle_id()));
-    SLUICE_ASSIGN_OR_RETURN(
-        const uint64_t winner,
-        deps_.node->DecideMapper(id, req->mapper_id(), req->attempt_id(), req->placement_epoch()));
+    SLUICE_ASSIGN_OR_RETURN(const uint64_t winner,
+                            deps_.node->decisions().DecideMapper(
+                                id, req->mapper_id(), req->attempt_id(), req->placement_epoch()));
     resp->set_winning_attempt(winner);
     resp->set_duplicate(winner != req->attempt_id());
     return absl::OkStatus();
@@ -400,8 +404,9 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::RevokeMappers(grpc::CallbackServer
   return Unary(ctx, [this, req, resp](const CallContext& call) -> absl::Status {  // asks etcd
     SLUICE_ASSIGN_OR_RETURN(const std::string id, call.Kept(req->shuffle_id()));
     const std::vector<uint32_t> mappers(req->mappers().begin(), req->mappers().end());
-    SLUICE_ASSIGN_OR_RETURN(const ClusterNode::Revoked revoked,
-                            deps_.node->RevokeMappers(id, mappers, req->placement_epoch()));
+    SLUICE_ASSIGN_OR_RETURN(
+        const ClusterDecisions::Revoked revoked,
+        deps_.node->decisions().RevokeMappers(id, mappers, req->placement_epoch()));
     resp->set_placement_epoch(revoked.epoch);
     resp->mutable_attempts()->Add(revoked.attempts.begin(), revoked.attempts.end());
     return absl::OkStatus();

@@ -6,7 +6,7 @@
 //   FakePlacementStore record;
 //   FakeNodeDirectory nodes({"n0", "n1", "n2"});
 //   ClusterNode node(&registry, /*clustered=*/true);
-//   node.Joined(&nodes, &record);
+//   node.membership().Joined(&nodes, &record);
 #ifndef SLUICE_TESTS_HARNESS_FAKE_CLUSTER_H_
 #define SLUICE_TESTS_HARNESS_FAKE_CLUSTER_H_
 

@@ -72,7 +72,7 @@ TEST_F(AdmissionTest, StreamsTakeTheirTenantsAndTheServersSlotsUntilDestroyed) {
 }
 
 TEST_F(AdmissionTest, ADrainingServerTakesNoNewPushesButServesFetches) {
-  node_.SetDraining();
+  node_.membership().SetDraining();
   EXPECT_THAT(StreamAdmission::Enter(StreamKind::kPush, CallContext(), Deps()).status(),
               StatusIs(absl::StatusCode::kUnavailable, "draining"));
   EXPECT_EQ(streams_.push(), 0u);
