@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -229,6 +230,39 @@ absl::Status ValidateOptions(const ServerOptions& o) {
         "--plaintext to serve in clear anyway"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<ResolvedOptions> ResolveOptions(const ServerOptions& o, uint64_t open_files_limit) {
+  if (absl::Status st = ValidateOptions(o); !st.ok()) return st;
+  ResolvedOptions r;
+  r.clustered = !o.etcd_endpoints.empty();
+  r.merges = o.max_concurrent_merges != 0 ? o.max_concurrent_merges
+                                          : static_cast<size_t>(o.worker_threads);
+  r.merge_threads = static_cast<int>(std::min<size_t>(r.merges, 64));
+  r.merge_memory_bytes = std::max<uint64_t>(o.memory_budget_bytes / r.merges, 1);
+  r.merge_limit_name = absl::StrCat("--memory_budget_mb=", o.memory_budget_bytes >> 20,
+                                    " shared by --max_concurrent_merges=", r.merges,
+                                    "; raise the budget or allow fewer merges");
+  r.premerge_memory_bytes =
+      std::min(r.merge_memory_bytes, std::max<uint64_t>(o.memory_budget_bytes / 4, 1));
+  r.premerge_disk_mark_pct = o.disk_high_water_pct == 0   ? 90
+                             : o.disk_high_water_pct > 20 ? o.disk_high_water_pct - 10
+                                                          : o.disk_high_water_pct;
+  r.settle = 2 * std::chrono::duration_cast<std::chrono::milliseconds>(o.node_lease_ttl);
+  r.descriptor_limit = static_cast<int>(std::min<uint64_t>(open_files_limit, 1 << 22));
+  r.max_connections = o.max_connections != 0
+                          ? o.max_connections
+                          : std::max<size_t>(static_cast<size_t>(r.descriptor_limit) / 2, 16);
+  r.max_connections_per_address = o.max_connections_per_address != 0
+                                      ? o.max_connections_per_address
+                                      : std::clamp<size_t>(r.max_connections / 4, 1, 256);
+  const size_t descriptors = static_cast<size_t>(r.descriptor_limit);
+  r.max_open_shuffles =
+      o.max_open_shuffles != 0
+          ? o.max_open_shuffles
+          : std::max<size_t>(
+                16, (descriptors - std::min<size_t>(descriptors, r.max_connections + 256)) / 2);
+  return r;
 }
 
 }  // namespace sluice

@@ -1,6 +1,8 @@
 // ServerOptions: everything a sluice-server runs on (the daemon's flags, server_main.cc, fill
 // them; tests set them directly), and their checks: ValidateOptions names the flag of the first
-// option out of range, before anything is opened or bound.
+// option out of range, before anything is opened or bound. The defaults that depend on other
+// options or on the machine (0 = "work it out") are worked out in one place, ResolveOptions,
+// which the server starts from and logs.
 #ifndef SLUICE_SERVER_SERVER_OPTIONS_H_
 #define SLUICE_SERVER_SERVER_OPTIONS_H_
 
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "codec/frame_format.h"
 #include "rpc/tls_options.h"
 
@@ -140,6 +143,41 @@ struct ServerOptions {
 /// OK if every option is in range; else INVALID_ARGUMENT naming the flag that sets the first
 /// one that is not.
 absl::Status ValidateOptions(const ServerOptions& options);
+
+/// What the options come to once the defaults that depend on other options or on the machine
+/// are worked out (docs/operations.md says each).
+struct ResolvedOptions {
+  bool clustered = false;  ///< --etcd given
+  /// KEY merges at once (--max_concurrent_merges, else --worker_threads), and the threads that
+  /// run them (one a slot, at most 64).
+  size_t merges = 1;
+  int merge_threads = 1;
+  /// What one merge plans its decoded frames within: an equal share of the budget, and how its
+  /// error names that limit.
+  uint64_t merge_memory_bytes = 1;
+  std::string merge_limit_name;
+  /// The background pre-merge's: one merge's share, at most a quarter of the budget; and the
+  /// disk use it leaves alone above (10 points under --disk_high_water_pct, 90% without one).
+  uint64_t premerge_memory_bytes = 1;
+  uint32_t premerge_disk_mark_pct = 90;
+  /// How long after an etcd outage creates wait for the servers registered before it: two
+  /// leases (servers re-register within a third of theirs).
+  std::chrono::milliseconds settle{20000};
+  /// Connections: the process's descriptors, connections at once (--max_connections, else half
+  /// the descriptors, at least 16) and from one address (--max_connections_per_address, else a
+  /// quarter of those, 1 to 256).
+  int descriptor_limit = 1024;
+  size_t max_connections = 16;
+  size_t max_connections_per_address = 4;
+  /// Shuffles open at once (--max_open_shuffles, else half the descriptors connections and 256
+  /// others leave, at least 16: a shuffle holds 2).
+  size_t max_open_shuffles = 16;
+};
+
+/// ValidateOptions, then the defaults worked out for a process that may open
+/// `open_files_limit` descriptors.
+absl::StatusOr<ResolvedOptions> ResolveOptions(const ServerOptions& options,
+                                               uint64_t open_files_limit);
 
 /// --data_dir's list: one directory per disk, comma-separated (trailing slashes dropped).
 std::vector<std::string> SplitDataDirs(const std::string& list);

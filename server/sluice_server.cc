@@ -132,6 +132,8 @@ void WarnOfUnsafeSettings(const ServerOptions& options) {
 // The parts, in the order they are made; each outlives those made after it that use it.
 struct SluiceServer::Impl {
   ServerOptions options;
+  ResolvedOptions resolved;             // the defaults worked out (ResolveOptions)
+  MergeOptions merge;                   // a KEY fetch's merge (and the pre-merge's, in part)
   ServerMetrics metrics;                // the service and the stores count into it
   std::unique_ptr<TlsReloader> tls;     // with TLS; outlives `grpc`, which reads its files
   std::unique_ptr<Authenticator> auth;  // with --auth_file; outlives `grpc`, which calls it
@@ -189,8 +191,14 @@ struct SluiceServer::Impl {
   absl::StatusOr<DecommissionState> Decommission();
   // One probe of the listener; the third failure in a row drains the server for a restart.
   void ProbeListener();
+  // Start's steps, in order.
+  absl::Status OpenFiles();    // TLS and credentials files
+  absl::Status OpenStorage();  // the registry over the data directories, tmp emptied
+  void MakeRuntime();          // pools, budget, merge gate, watchdog, the cluster node
+  absl::Status Serve();        // the service's parts, the connections' guard, the port
   // Names the server and, with --etcd, registers it.
   absl::Status JoinCluster();
+  size_t StartBackground();  // opening listed shuffles, scrub, pre-merge, expiry
   std::vector<prometheus::MetricFamily> CollectMetrics() const;
 };
 
@@ -198,214 +206,22 @@ SluiceServer::SluiceServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 SluiceServer::~SluiceServer() { Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOptions& options) {
-  if (absl::Status st = ValidateOptions(options); !st.ok()) return st;
+  SLUICE_ASSIGN_OR_RETURN(const ResolvedOptions resolved,
+                          ResolveOptions(options, file::OpenFilesLimit()));
   auto impl = std::make_unique<Impl>();
   Impl& i = *impl;
   i.options = options;
-  // The listening port's files first, so that a bad one fails the start naming it.
-  if (options.tls.enabled()) {
-    absl::StatusOr<std::unique_ptr<TlsReloader>> tls = TlsReloader::Start(options.tls);
-    if (!tls.ok()) return tls.status();
-    i.tls = *std::move(tls);
-    spdlog::info("event=tls {} client_certificates={} reload_s={}", i.tls->summary(),
-                 options.tls.client_ca_file.empty() ? "not_requested" : "required",
-                 options.tls.reload_interval.count());
-  } else if (!rpc::IsLoopbackAddress(options.listen_address)) {
-    spdlog::warn(
-        "event=plaintext listen={} message=\"serving without TLS on an address other hosts can "
-        "reach: anyone on the network can read and change the shuffles' data\"",
-        options.listen_address);
-  }
-  if (!options.auth_file.empty()) {
-    absl::StatusOr<std::unique_ptr<Authenticator>> auth =
-        Authenticator::Open(options.auth_file, options.auth_reload_interval);
-    if (!auth.ok()) return auth.status();
-    i.auth = *std::move(auth);
-    spdlog::info("event=auth file={} reload_s={}", options.auth_file,
-                 options.auth_reload_interval.count());
-  }
-  WarnOfUnsafeSettings(options);
-
-  // Storage: every shuffle listed, none opened yet: each opens when first asked for, or in the
-  // background once the server serves (docs/storage.md, "Recovery").
-  StoreOptions store_options;
-  store_options.fsync = options.fsync;
-  store_options.limits = options.limits;
-  store_options.commit_sync_seconds = &i.metrics.commit_sync_seconds;
-  store_options.on_damaged = [&i](const std::string& id, uint32_t partition,
-                                  const absl::Status& why, const char* found_by) {
-    ServerMetrics::Add(std::string_view(found_by) == "scrub" ? i.metrics.damaged_by_scrub
-                                                             : i.metrics.damaged_by_fetch,
-                       1);
-    spdlog::error(
-        "event=partition_damaged tenant={} shuffle={} partition={} found_by={} error=\"{}\"",
-        TenantField(id), id, partition, found_by, std::string(why.message()));
-  };
-  auto registry = ShuffleRegistry::Open(SplitDataDirs(options.data_dir), store_options,
-                                        ShuffleRegistry::Opening::kLazy);
-  if (!registry.ok()) return registry.status();
-  i.registry = *std::move(registry);
-  i.registry->set_high_water_pct(options.disk_high_water_pct);
-  // Intermediate merge runs live in <data_dir>/tmp of the first healthy data directory; every
-  // one is emptied at start.
-  for (const auto& d : i.registry->DataDirs()) {
-    if (d.failed.ok()) (void)file::RemoveTree(d.path + "/tmp");
-  }
-  const std::string tmp_dir = i.registry->TmpDir();
-  if (auto st = file::RemoveTree(tmp_dir); !st.ok()) return st;
-  if (auto st = file::MakeDirs(tmp_dir); !st.ok()) return st;
-
-  // Threads and budgets. Merges have their own threads, one per merge slot, and the small calls
-  // theirs, so that neither long merges nor heavy pushes make a CreateShuffle wait.
-  const size_t merges = options.max_concurrent_merges != 0
-                            ? options.max_concurrent_merges
-                            : static_cast<size_t>(options.worker_threads);
-  i.pool = std::make_unique<WorkerPool>(options.worker_threads);
-  i.merge_pool = std::make_unique<WorkerPool>(static_cast<int>(std::min<size_t>(merges, 64)));
-  i.meta_pool = std::make_unique<WorkerPool>(kMetaThreads);
-  i.budget = std::make_unique<MemoryBudget>(options.memory_budget_bytes, i.pool.get());
-  i.merge_gate = std::make_unique<Gate>(merges, i.merge_pool.get());
-  i.watchdog = std::make_unique<Watchdog>();
-  ClusterNode::Options node_options;
-  node_options.clustered = !options.etcd_endpoints.empty();
-  node_options.settle = 2 * std::chrono::duration_cast<std::chrono::milliseconds>(
-                                options.node_lease_ttl);  // servers re-register within a third
-  node_options.dead_after = options.dead_after;
-  node_options.split_bytes = options.partition_split_bytes;
-  i.node = std::make_unique<ClusterNode>(i.registry.get(), node_options);
-  i.streams = std::make_unique<OpenStreams>(options.max_push_streams, options.max_fetch_streams);
-
-  // The rules the service forwards to.
-  ServiceDeps deps;
-  deps.registry = i.registry.get();
-  deps.node = i.node.get();
-  deps.pool = i.pool.get();
-  deps.meta_pool = i.meta_pool.get();
-  deps.merge_pool = i.merge_pool.get();
-  deps.admission = AdmissionDeps{&i.tenants,         i.streams.get(),  i.budget.get(),
-                                 i.merge_gate.get(), i.registry.get(), i.node.get()};
-  deps.push.frame = options.limits;
-  deps.push.max_frames_per_attempt = options.max_frames_per_attempt;
-  deps.push.disk_high_water_pct = options.disk_high_water_pct;
-  deps.push.require_prepare = i.node->requires_prepare();
-  deps.push.max_message_bytes = rpc::kMaxPushMessageBytes;
-  MergeOptions merge;
-  merge.fan_in = options.merge_fan_in;
-  merge.tmp_dir = tmp_dir;
-  merge.limits = StoredFrameLimits(options.limits);  // it reads and rewrites committed data
-  // Each merge plans its decoded frames within an equal share of the budget.
-  merge.memory_limit = std::max<uint64_t>(options.memory_budget_bytes / merges, 1);
-  merge.limit_name = absl::StrCat("--memory_budget_mb=", options.memory_budget_bytes >> 20,
-                                  " shared by --max_concurrent_merges=", merges,
-                                  "; raise the budget or allow fewer merges");
-  deps.fetch = FetchDeps{i.registry.get(), i.budget.get(), options.limits, merge};
-  deps.watchdog = i.watchdog.get();
-  deps.timeouts =
-      StreamTimeouts{options.push_idle_timeout, options.fetch_stall_timeout,
-                     options.merge_park_after, options.push_credit_timeout, options.caller_recheck};
-  deps.metrics = &i.metrics;
-  deps.auth = i.auth.get();
-  deps.quotas = TenantLimits{options.tenant_max_shuffles, options.tenant_max_stored_bytes,
-                             options.tenant_max_streams};
-  deps.admin = AdminDeps{[&i](std::chrono::milliseconds grace) { i.Drain(grace); },
-                         [&i]() -> absl::StatusOr<DecommissionState> { return i.Decommission(); },
-                         options.drain_grace, options.allow_remote_admin};
-
-  // Connections: what one client may hold of them (docs/operations.md, "Connections").
-  ConnectionLimits climits;
-  climits.descriptor_limit = static_cast<int>(std::min<uint64_t>(file::OpenFilesLimit(), 1 << 22));
-  climits.max_connections =
-      options.max_connections != 0
-          ? options.max_connections
-          : std::max<size_t>(static_cast<size_t>(climits.descriptor_limit) / 2, 16);
-  climits.protect = options.guard_connections;
-  climits.max_per_address = options.max_connections_per_address != 0
-                                ? options.max_connections_per_address
-                                : std::clamp<size_t>(climits.max_connections / 4, 1, 256);
-  i.connections = new ConnectionGuard(climits);
-  if (options.install_connection_guard) ConnectionGuard::Install(i.connections);
-  spdlog::info(
-      "event=connection_limits max_connections={} per_address={} descriptors={} "
-      "reserved={} handshake_timeout_ms={} guarded={}",
-      climits.max_connections, climits.max_per_address, climits.descriptor_limit,
-      climits.descriptor_reserve, options.handshake_timeout.count(), options.guard_connections);
-
-  auto grpc = GrpcServer::Start(options, std::move(deps), i.tls.get(), &i.metrics.calls);
-  if (!grpc.ok()) return grpc.status();
-  {
-    std::lock_guard<std::mutex> lock(i.drain_mu);
-    i.grpc = *std::move(grpc);
-    i.serving = true;
-    if (i.drain_asked) i.grpc->SetReady(false);
-  }
-  if (options.install_connection_guard && options.listener_probe_interval.count() > 0) {
-    i.probe = std::make_unique<ListenerProbe>(
-        ListenHost(options.listen_address), i.grpc->port(), i.connections,
-        std::min<std::chrono::milliseconds>(kListenerProbeWait, options.listener_probe_interval));
-    i.probing =
-        std::make_unique<Periodic>(options.listener_probe_interval, [&i] { i.ProbeListener(); });
-  }
+  i.resolved = resolved;
+  SLUICE_RETURN_IF_ERROR(i.OpenFiles());
+  SLUICE_RETURN_IF_ERROR(i.OpenStorage());
+  i.MakeRuntime();
+  SLUICE_RETURN_IF_ERROR(i.Serve());
   auto server = std::unique_ptr<SluiceServer>(new SluiceServer(std::move(impl)));
   if (absl::Status st = i.JoinCluster(); !st.ok()) {
     server->Shutdown();  // never served as a member: stop
     return st;
   }
-  // The shuffles found at start, opened in the background (those asked for first open at once),
-  // within the open limits: a shuffle holds 2 descriptors, and connections keep their share.
-  const size_t listed = i.registry->unopened();
-  const size_t max_open =
-      options.max_open_shuffles != 0
-          ? options.max_open_shuffles
-          : std::max<size_t>(
-                16, (static_cast<size_t>(climits.descriptor_limit) -
-                     std::min<size_t>(climits.descriptor_limit, climits.max_connections + 256)) /
-                        2);
-  i.registry->set_open_limits(max_open, options.index_memory_bytes);
-  i.closing = std::make_unique<Periodic>(
-      std::chrono::seconds(1), [&i] { i.registry->CloseIdle(std::chrono::steady_clock::now()); });
-  i.opener = std::make_unique<Background>([&i, listed](const std::atomic<bool>& stop) {
-    const auto began = std::chrono::steady_clock::now();
-    while (!stop.load() && i.registry->OpenNextListed()) {
-    }
-    if (listed > 0 && !stop.load()) {
-      spdlog::info("event=shuffles_opened count={} seconds={:.3f}", listed,
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
-    }
-  });
-  if (options.scrub_bytes_per_s > 0) {
-    i.scrubber =
-        std::make_unique<Scrubber>(i.registry.get(), options.scrub_bytes_per_s, &i.metrics);
-    i.scrubbing = std::make_unique<Periodic>(Scrubber::kPeriod,
-                                             [&i] { i.scrubber->Run(Scrubber::Clock::now()); });
-  }
-  if (options.premerge_bytes_per_s > 0) {
-    PremergeOptions premerge;
-    premerge.bytes_per_s = options.premerge_bytes_per_s;
-    premerge.min_runs = options.premerge_min_runs;
-    premerge.merge = merge;
-    // One fetch merge's share of the budget, at most a quarter of it: foreground merges first.
-    premerge.merge.memory_limit =
-        std::min(merge.memory_limit, std::max<uint64_t>(options.memory_budget_bytes / 4, 1));
-    premerge.merge.limit_name = "the pre-merge's share of --memory_budget_mb";
-    premerge.budget = i.budget.get();
-    // Its merging yields the CPU to every other thread (SCHED_IDLE); not under the store's locks.
-    premerge.yield_cpu = [](bool idle) {
-      sched_param none{};
-      (void)pthread_setschedparam(pthread_self(), idle ? SCHED_IDLE : SCHED_OTHER, &none);
-    };
-    premerge.disk_mark_pct = options.disk_high_water_pct == 0   ? 90
-                             : options.disk_high_water_pct > 20 ? options.disk_high_water_pct - 10
-                                                                : options.disk_high_water_pct;
-    i.premerger = std::make_unique<Premerger>(i.registry.get(), premerge, &i.metrics);
-    i.premerging = std::make_unique<Periodic>(Premerger::kPeriod, [&i] { i.premerger->Run(); });
-  }
-  if (options.shuffle_ttl.count() > 0) {
-    i.expiry = std::make_unique<ShuffleExpiry>(
-        i.registry.get(),
-        std::chrono::duration_cast<std::chrono::milliseconds>(options.shuffle_ttl));
-    i.expiring = std::make_unique<Periodic>(
-        i.expiry->period(), [&i] { i.expiry->ExpireIdle(ShuffleExpiry::Clock::now()); });
-  }
+  const size_t listed = i.StartBackground();
   if (!options.metrics_listen.empty()) {
     auto endpoint =
         MetricsEndpoint::Start(options.metrics_listen, [&i] { return i.CollectMetrics(); });
@@ -418,12 +234,197 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   const ClusterMembership::Self self = i.node->membership().self();
   spdlog::info(
       "event=started listen={} port={} data_dir={} shuffles={} memory_budget_mb={} node_id={} "
-      "address={} cluster={} metrics_port={} max_open_shuffles={}",
+      "address={} cluster={} metrics_port={} max_open_shuffles={} max_concurrent_merges={}",
       options.listen_address, i.grpc->port(), options.data_dir, listed + i.registry->List().size(),
       options.memory_budget_bytes >> 20, self.node_id, self.address,
       i.membership != nullptr ? options.etcd_endpoints : std::string("none"),
-      i.metrics_endpoint == nullptr ? 0 : i.metrics_endpoint->port(), max_open);
+      i.metrics_endpoint == nullptr ? 0 : i.metrics_endpoint->port(), resolved.max_open_shuffles,
+      resolved.merges);
   return server;
+}
+
+// The listening port's files first, so that a bad one fails the start naming it.
+absl::Status SluiceServer::Impl::OpenFiles() {
+  if (options.tls.enabled()) {
+    SLUICE_ASSIGN_OR_RETURN(tls, TlsReloader::Start(options.tls));
+    spdlog::info("event=tls {} client_certificates={} reload_s={}", tls->summary(),
+                 options.tls.client_ca_file.empty() ? "not_requested" : "required",
+                 options.tls.reload_interval.count());
+  } else if (!rpc::IsLoopbackAddress(options.listen_address)) {
+    spdlog::warn(
+        "event=plaintext listen={} message=\"serving without TLS on an address other hosts can "
+        "reach: anyone on the network can read and change the shuffles' data\"",
+        options.listen_address);
+  }
+  if (!options.auth_file.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(auth,
+                            Authenticator::Open(options.auth_file, options.auth_reload_interval));
+    spdlog::info("event=auth file={} reload_s={}", options.auth_file,
+                 options.auth_reload_interval.count());
+  }
+  WarnOfUnsafeSettings(options);
+  return absl::OkStatus();
+}
+
+// Storage: every shuffle listed, none opened yet: each opens when first asked for, or in the
+// background once the server serves (docs/storage.md, "Recovery").
+absl::Status SluiceServer::Impl::OpenStorage() {
+  StoreOptions store_options;
+  store_options.fsync = options.fsync;
+  store_options.limits = options.limits;
+  store_options.commit_sync_seconds = &metrics.commit_sync_seconds;
+  store_options.on_damaged = [this](const std::string& id, uint32_t partition,
+                                    const absl::Status& why, const char* found_by) {
+    ServerMetrics::Add(
+        std::string_view(found_by) == "scrub" ? metrics.damaged_by_scrub : metrics.damaged_by_fetch,
+        1);
+    spdlog::error(
+        "event=partition_damaged tenant={} shuffle={} partition={} found_by={} error=\"{}\"",
+        TenantField(id), id, partition, found_by, std::string(why.message()));
+  };
+  SLUICE_ASSIGN_OR_RETURN(registry,
+                          ShuffleRegistry::Open(SplitDataDirs(options.data_dir), store_options,
+                                                ShuffleRegistry::Opening::kLazy));
+  registry->set_high_water_pct(options.disk_high_water_pct);
+  // Intermediate merge runs live in <data_dir>/tmp of the first healthy data directory; every
+  // one is emptied at start.
+  for (const auto& d : registry->DataDirs()) {
+    if (d.failed.ok()) (void)file::RemoveTree(d.path + "/tmp");
+  }
+  SLUICE_RETURN_IF_ERROR(file::RemoveTree(registry->TmpDir()));
+  return file::MakeDirs(registry->TmpDir());
+}
+
+// Threads and budgets. Merges have their own threads, one per merge slot, and the small calls
+// theirs, so that neither long merges nor heavy pushes make a CreateShuffle wait.
+void SluiceServer::Impl::MakeRuntime() {
+  pool = std::make_unique<WorkerPool>(options.worker_threads);
+  merge_pool = std::make_unique<WorkerPool>(resolved.merge_threads);
+  meta_pool = std::make_unique<WorkerPool>(kMetaThreads);
+  budget = std::make_unique<MemoryBudget>(options.memory_budget_bytes, pool.get());
+  merge_gate = std::make_unique<Gate>(resolved.merges, merge_pool.get());
+  watchdog = std::make_unique<Watchdog>();
+  ClusterNode::Options node_options;
+  node_options.clustered = resolved.clustered;
+  node_options.settle = resolved.settle;
+  node_options.dead_after = options.dead_after;
+  node_options.split_bytes = options.partition_split_bytes;
+  node = std::make_unique<ClusterNode>(registry.get(), node_options);
+  streams = std::make_unique<OpenStreams>(options.max_push_streams, options.max_fetch_streams);
+  merge.fan_in = options.merge_fan_in;
+  merge.tmp_dir = registry->TmpDir();
+  merge.limits = StoredFrameLimits(options.limits);  // it reads and rewrites committed data
+  merge.memory_limit = resolved.merge_memory_bytes;
+  merge.limit_name = resolved.merge_limit_name;
+}
+
+// The rules the service forwards to, the connections' guard, and the port.
+absl::Status SluiceServer::Impl::Serve() {
+  ServiceDeps deps;
+  deps.registry = registry.get();
+  deps.node = node.get();
+  deps.pool = pool.get();
+  deps.meta_pool = meta_pool.get();
+  deps.merge_pool = merge_pool.get();
+  deps.admission = AdmissionDeps{&tenants,         streams.get(),  budget.get(),
+                                 merge_gate.get(), registry.get(), node.get()};
+  deps.push.frame = options.limits;
+  deps.push.max_frames_per_attempt = options.max_frames_per_attempt;
+  deps.push.disk_high_water_pct = options.disk_high_water_pct;
+  deps.push.require_prepare = node->requires_prepare();
+  deps.push.max_message_bytes = rpc::kMaxPushMessageBytes;
+  deps.fetch = FetchDeps{registry.get(), budget.get(), options.limits, merge};
+  deps.watchdog = watchdog.get();
+  deps.timeouts =
+      StreamTimeouts{options.push_idle_timeout, options.fetch_stall_timeout,
+                     options.merge_park_after, options.push_credit_timeout, options.caller_recheck};
+  deps.metrics = &metrics;
+  deps.auth = auth.get();
+  deps.quotas = TenantLimits{options.tenant_max_shuffles, options.tenant_max_stored_bytes,
+                             options.tenant_max_streams};
+  deps.admin = AdminDeps{[this](std::chrono::milliseconds grace) { Drain(grace); },
+                         [this]() -> absl::StatusOr<DecommissionState> { return Decommission(); },
+                         options.drain_grace, options.allow_remote_admin};
+
+  // Connections: what one client may hold of them (docs/operations.md, "Connections").
+  ConnectionLimits climits;
+  climits.descriptor_limit = resolved.descriptor_limit;
+  climits.max_connections = resolved.max_connections;
+  climits.protect = options.guard_connections;
+  climits.max_per_address = resolved.max_connections_per_address;
+  connections = new ConnectionGuard(climits);
+  if (options.install_connection_guard) ConnectionGuard::Install(connections);
+  spdlog::info(
+      "event=connection_limits max_connections={} per_address={} descriptors={} "
+      "reserved={} handshake_timeout_ms={} guarded={}",
+      climits.max_connections, climits.max_per_address, climits.descriptor_limit,
+      climits.descriptor_reserve, options.handshake_timeout.count(), options.guard_connections);
+
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<GrpcServer> started,
+                          GrpcServer::Start(options, std::move(deps), tls.get(), &metrics.calls));
+  {
+    std::lock_guard<std::mutex> lock(drain_mu);
+    grpc = std::move(started);
+    serving = true;
+    if (drain_asked) grpc->SetReady(false);
+  }
+  if (options.install_connection_guard && options.listener_probe_interval.count() > 0) {
+    probe = std::make_unique<ListenerProbe>(
+        ListenHost(options.listen_address), grpc->port(), connections,
+        std::min<std::chrono::milliseconds>(kListenerProbeWait, options.listener_probe_interval));
+    probing =
+        std::make_unique<Periodic>(options.listener_probe_interval, [this] { ProbeListener(); });
+  }
+  return absl::OkStatus();
+}
+
+// The shuffles found at start, opened in the background (those asked for first open at once),
+// within the open limits; the scrub, the pre-merge and the expiry of idle shuffles. Returns how
+// many shuffles were listed.
+size_t SluiceServer::Impl::StartBackground() {
+  const size_t listed = registry->unopened();
+  registry->set_open_limits(resolved.max_open_shuffles, options.index_memory_bytes);
+  closing = std::make_unique<Periodic>(
+      std::chrono::seconds(1), [this] { registry->CloseIdle(std::chrono::steady_clock::now()); });
+  opener = std::make_unique<Background>([this, listed](const std::atomic<bool>& stop) {
+    const auto began = std::chrono::steady_clock::now();
+    while (!stop.load() && registry->OpenNextListed()) {
+    }
+    if (listed > 0 && !stop.load()) {
+      spdlog::info("event=shuffles_opened count={} seconds={:.3f}", listed,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+    }
+  });
+  if (options.scrub_bytes_per_s > 0) {
+    scrubber = std::make_unique<Scrubber>(registry.get(), options.scrub_bytes_per_s, &metrics);
+    scrubbing = std::make_unique<Periodic>(Scrubber::kPeriod,
+                                           [this] { scrubber->Run(Scrubber::Clock::now()); });
+  }
+  if (options.premerge_bytes_per_s > 0) {
+    PremergeOptions premerge;
+    premerge.bytes_per_s = options.premerge_bytes_per_s;
+    premerge.min_runs = options.premerge_min_runs;
+    premerge.merge = merge;
+    // Foreground merges first: one fetch merge's share of the budget, at most a quarter of it.
+    premerge.merge.memory_limit = resolved.premerge_memory_bytes;
+    premerge.merge.limit_name = "the pre-merge's share of --memory_budget_mb";
+    premerge.budget = budget.get();
+    // Its merging yields the CPU to every other thread (SCHED_IDLE); not under the store's locks.
+    premerge.yield_cpu = [](bool idle) {
+      sched_param none{};
+      (void)pthread_setschedparam(pthread_self(), idle ? SCHED_IDLE : SCHED_OTHER, &none);
+    };
+    premerge.disk_mark_pct = resolved.premerge_disk_mark_pct;
+    premerger = std::make_unique<Premerger>(registry.get(), premerge, &metrics);
+    premerging = std::make_unique<Periodic>(Premerger::kPeriod, [this] { premerger->Run(); });
+  }
+  if (options.shuffle_ttl.count() > 0) {
+    expiry = std::make_unique<ShuffleExpiry>(
+        registry.get(), std::chrono::duration_cast<std::chrono::milliseconds>(options.shuffle_ttl));
+    expiring = std::make_unique<Periodic>(
+        expiry->period(), [this] { expiry->ExpireIdle(ShuffleExpiry::Clock::now()); });
+  }
+  return listed;
 }
 
 absl::Status SluiceServer::Impl::JoinCluster() {
