@@ -139,14 +139,20 @@ absl::StatusOr<uint64_t> PushStream::TakeAsk(uint64_t bytes) const {
     return absl::InvalidArgumentError(
         absl::StrCat("an ask for ", bytes, " bytes: a push message is 1 to ", max, " bytes"));
   }
+  if (!attempt_.opened()) {
+    return absl::InvalidArgumentError(
+        "an ask before the open message: a push stream opens its attempt first");
+  }
   if (attempt_.large_frame_size() > 0) {
     return absl::InvalidArgumentError(
         "an ask in the middle of a large frame: its pieces come within the credit its size "
         "was granted");
   }
-  if (admission_->credit() + bytes > max) {
-    return absl::InvalidArgumentError(
-        "an ask while holding credit: ask for the next message once the last one is sent");
+  if (admission_->credit() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an ask while holding credit (", admission_->credit(),
+        " bytes granted, their message not sent): ask for the next message once the last one "
+        "is sent"));
   }
   return bytes;
 }

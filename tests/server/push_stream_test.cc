@@ -341,5 +341,31 @@ TEST_F(PushStreamTest, StreamsBeyondTheLimitAreRefusedAndHoldNothing) {
   EXPECT_EQ(one.push(), 0u);
 }
 
+
+// An ask while credit is held (its message not sent yet) is refused, however small, and so is
+// an ask before the open: a client cannot hold more than one message's memory ahead of
+// sending it, nor any before its attempt is known (issue 50).
+TEST_F(PushStreamTest, AnAskWhileHoldingCreditOrBeforeTheOpenIsRefused) {
+  auto early = Make(PushStream::Kind::kFlow);
+  ASSERT_EQ(early->Start().what, Do::kRead);
+  PushStream::Step refused = Send(*early, Ask(100));
+  ASSERT_EQ(refused.what, Do::kFinish);
+  EXPECT_THAT(refused.status,
+              StatusIs(absl::StatusCode::kInvalidArgument, "an ask before the open message"));
+  EXPECT_EQ(budget_.used(), 0u);
+
+  auto s = Make(PushStream::Kind::kFlow);
+  ASSERT_EQ(s->Start().what, Do::kRead);
+  ASSERT_EQ(Send(*s, Open("s", 0)).what, Do::kRead);
+  const PushMessage ask = Ask(100);
+  ASSERT_EQ(Got(*s, ask).what, Do::kRead);
+  refused = Send(*s, ask);
+  ASSERT_EQ(refused.what, Do::kFinish);
+  EXPECT_THAT(refused.status,
+              StatusIs(absl::StatusCode::kInvalidArgument, "an ask while holding credit"));
+  s.reset();
+  EXPECT_EQ(budget_.used(), 0u);
+}
+
 }  // namespace
 }  // namespace sluice::testing
