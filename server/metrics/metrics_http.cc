@@ -281,6 +281,7 @@ void MetricsEndpoint::Run() {
         continue;
       }
       char buf[4096];
+      bool ended = false;  // the client half-closed: what it sent is all there will be
       for (;;) {
         const ssize_t n = ::recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
         if (n > 0) {
@@ -289,15 +290,23 @@ void MetricsEndpoint::Run() {
           continue;
         }
         if (n < 0 && errno == EINTR) continue;
-        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) close_conn(c);
+        if (n == 0) {
+          ended = true;
+        } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          close_conn(c);
+        }
         break;
       }
       if (c.fd < 0) continue;
+      // (A complete request is answered even when its client half-closed right after it: the
+      // way back is still open.)
       if (c.in.size() > static_cast<size_t>(kMaxRequestBytes)) {
         answer(c, Plain("431 Request Header Fields Too Large",
                         absl::StrCat("a request is at most ", kMaxRequestBytes, " bytes")));
       } else if (c.in.find("\r\n\r\n") != std::string::npos) {
         answer(c, Answer(c.in));
+      } else if (ended) {
+        close_conn(c);  // cut short: nothing more will come
       }
     }
   }
