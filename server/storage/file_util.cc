@@ -52,6 +52,14 @@ absl::Status ErrnoStatus(int err, const std::string& what, const std::string& pa
                      "; raise it, e.g. ulimit -n or LimitNOFILE, or delete shuffles)"));
   }
   if (err == ENOENT) return absl::NotFoundError(msg);
+  // A directory where a file should be (or the other way round) is damage no retry mends.
+  if (err == EISDIR) {
+    return absl::DataLossError(absl::StrCat(what, " ", path, ": is a directory, not a file"));
+  }
+  if (err == ENOTDIR) {
+    return absl::DataLossError(
+        absl::StrCat(what, " ", path, ": a file stands where a directory should be"));
+  }
   return absl::InternalError(msg);
 }
 
@@ -84,12 +92,6 @@ size_t OpenFdCount() {
 absl::StatusOr<Fd> OpenForAppend(const std::string& path, const std::string& shown) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(errno, "open", Shown(path, shown));
-  return Fd(fd);
-}
-
-absl::StatusOr<Fd> OpenReadOnly(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "open", path);
   return Fd(fd);
 }
 

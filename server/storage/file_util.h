@@ -34,12 +34,13 @@ class Fd {
   int fd_ = -1;
 };
 
-/// An error status for a failed system call on `path`.
+/// An error status for a failed system call on `path`: RESOURCE_EXHAUSTED for a full disk or no
+/// descriptors left, NOT_FOUND for a missing file, DATA_LOSS for a directory where a file should
+/// be (or a file where a directory should), INTERNAL otherwise.
 absl::Status ErrnoStatus(int err, const std::string& what, const std::string& path);
 
 /// O_RDWR|O_CREAT.
 absl::StatusOr<Fd> OpenForAppend(const std::string& path, const std::string& shown = "");
-absl::StatusOr<Fd> OpenReadOnly(const std::string& path);
 absl::StatusOr<Fd> OpenDirectory(const std::string& path, const std::string& shown = "");
 /// O_RDWR|O_CREAT (and O_NOATIME where allowed) of `name` inside the directory `dir_fd`
 /// (`path` is for messages). Opening through a directory descriptor keeps writers inside that

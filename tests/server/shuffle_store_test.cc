@@ -1061,6 +1061,36 @@ TEST(ShuffleRegistryTest, LazyOpeningOpensAShuffleWhenAskedAndTheRestInTheBackgr
   EXPECT_EQ(b->CommittedMappers().size(), 1u);
 }
 
+// A directory where one of a shuffle's files should be is damage no retry mends: the shuffle
+// is reported damaged (DATA_LOSS naming the file), never wedged or UNAVAILABLE (issue 50, item
+// 9), and the server's other shuffles are served.
+TEST(ShuffleRegistryTest, ADirectoryInPlaceOfAShufflesFileIsDamageNotAWedge) {
+  for (const char* file : {"data", "commits.log", "SHUFFLE"}) {
+    SCOPED_TRACE(file);
+    TempDir dir;
+    {
+      ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(dir.path(), StoreOptions{}));
+      for (const char* id : {"s", "other"}) {
+        ASSERT_OK(registry->Create({id, 2, 2}).status());
+        ASSERT_OK_AND_ASSIGN(auto store, registry->Get(id));
+        const std::string frame = testing::EncodeRows({{"k", "v"}});
+        ASSERT_OK_AND_ASSIGN(BlockRef b, store->Append(0, 1, 0, testing::Bytes(frame), 1));
+        ASSERT_OK(store->Commit(0, 1, {b}).status());
+      }
+    }
+    const std::string path = dir.path() + "/shuffles/s/" + file;
+    ASSERT_EQ(::unlink(path.c_str()), 0) << path;
+    ASSERT_EQ(::mkdir(path.c_str(), 0755), 0) << path;
+    ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(dir.path(), StoreOptions{}));
+    const std::optional<DamagedShuffle> damaged = registry->FindDamaged("s");
+    ASSERT_TRUE(damaged.has_value());
+    EXPECT_EQ(damaged->reason.code(), absl::StatusCode::kDataLoss) << damaged->reason;
+    EXPECT_THAT(registry->Get("s"), StatusIs(absl::StatusCode::kDataLoss, "is a directory"));
+    ASSERT_OK_AND_ASSIGN(auto other, registry->Get("other"));
+    EXPECT_EQ(other->CommittedMappers().size(), 1u);
+  }
+}
+
 // Past the open limits, idle shuffles close, least recently used first, and open again from
 // their logs when asked for: whole, their tenant's bytes counted all along, their lifetime
 // going on. One in use (a holder, a push writing) is never closed.
