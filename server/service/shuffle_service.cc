@@ -208,56 +208,35 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::ListShuffles(grpc::CallbackServerC
   return Unary(ctx, [this, req, resp](const CallContext& call) {
     const uint32_t page = req->page_size() == 0 ? kDefaultShufflesPerPage
                                                 : std::min(req->page_size(), kMaxShufflesPerPage);
-    // A tenant sees its own shuffles only, by the ids it knows them by.
-    const std::string after = call.prefix() + req->page_token();
-    auto listed = [&](const std::string& id) {
-      return id > after && absl::StartsWith(id, call.prefix());
-    };
-    // Open, not open (listed from their SHUFFLE files, not opened for this) and damaged ones,
-    // in id order, after the token.
-    std::map<std::string, ShuffleParams> closed;
-    for (const std::string& id : deps_.registry->UnopenedIds()) {
-      if (!listed(id)) continue;
-      auto params = deps_.registry->ReadParams(id);
-      if (params.ok()) closed.emplace(id, *std::move(params));
-      if (closed.size() > page) break;  // (enough for a page; a SHUFFLE read each)
-    }
-    std::map<std::string, std::shared_ptr<ShuffleStore>> served;
-    for (auto& store : deps_.registry->List()) {
-      if (listed(store->params().shuffle_id)) served.emplace(store->params().shuffle_id, store);
-    }
-    std::map<std::string, DamagedShuffle> damaged;
-    for (DamagedShuffle& d : deps_.registry->ListDamaged()) {
-      if (listed(d.params.shuffle_id)) damaged.emplace(d.params.shuffle_id, std::move(d));
-    }
-    auto s = served.begin();
-    auto d = damaged.begin();
-    auto c = closed.begin();
-    while ((s != served.end() || d != damaged.end() || c != closed.end()) &&
-           static_cast<uint32_t>(resp->shuffles_size()) < page) {
-      const std::string* next = nullptr;  // the smallest id of the three
-      if (s != served.end()) next = &s->first;
-      if (d != damaged.end() && (next == nullptr || d->first < *next)) next = &d->first;
-      if (c != closed.end() && (next == nullptr || c->first < *next)) next = &c->first;
+    // A tenant sees its own shuffles only, by the ids it knows them by. One look at the registry
+    // lists each shuffle once, whatever opens or closes meanwhile (one more than a page says
+    // whether another page follows).
+    std::vector<ShuffleRegistry::Listed> listed = deps_.registry->ListPage(
+        call.prefix(), call.prefix() + req->page_token(), static_cast<size_t>(page) + 1);
+    const bool more = listed.size() > page;
+    if (more) listed.pop_back();
+    for (const ShuffleRegistry::Listed& l : listed) {
       v1::ShuffleInfo* info = resp->add_shuffles();
-      if (s != served.end() && next == &s->first) {
-        FillInfo(call, *s->second, 0, 0, info, 0,
-                 deps_.node->placements().SizesOf(s->first, s->second->params().num_partitions));
-        ++s;
-      } else if (d != damaged.end() && next == &d->first) {
-        FillDamaged(call, d->second, info);
-        ++d;
+      if (l.store != nullptr) {
+        FillInfo(call, *l.store, 0, 0, info, 0,
+                 deps_.node->placements().SizesOf(l.id, l.store->params().num_partitions));
+      } else if (l.damaged.has_value()) {
+        FillDamaged(call, *l.damaged, info);
       } else {
-        info->set_shuffle_id(call.Shown(c->first));
-        info->set_num_partitions(c->second.num_partitions);
-        info->set_num_mappers(c->second.num_mappers);
+        // Not open now: its parameters from its SHUFFLE file, not opened for this. (Gone since:
+        // deleted meanwhile, it is not listed.)
+        absl::StatusOr<ShuffleParams> params = deps_.registry->ReadParams(l.id);
+        if (!params.ok()) {
+          resp->mutable_shuffles()->RemoveLast();
+          continue;
+        }
+        info->set_shuffle_id(call.Shown(l.id));
+        info->set_num_partitions(params->num_partitions);
+        info->set_num_mappers(params->num_mappers);
         info->set_unopened(true);
-        ++c;
       }
     }
-    if (s != served.end() || d != damaged.end() || c != closed.end()) {
-      resp->set_next_page_token(resp->shuffles(resp->shuffles_size() - 1).shuffle_id());
-    }
+    if (more) resp->set_next_page_token(call.Shown(listed.back().id));
     return absl::OkStatus();
   });
 }

@@ -739,6 +739,27 @@ std::vector<std::string> ShuffleRegistry::UnopenedIds() const {
   return out;
 }
 
+std::vector<ShuffleRegistry::Listed> ShuffleRegistry::ListPage(const std::string& prefix,
+                                                               const std::string& after,
+                                                               size_t limit) const {
+  std::vector<Listed> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = home_.upper_bound(std::max(after, prefix));
+       it != home_.end() && out.size() < limit && absl::StartsWith(it->first, prefix); ++it) {
+    const std::string& id = it->first;
+    Listed l{id, nullptr, std::nullopt};
+    if (auto open = shuffles_.find(id); open != shuffles_.end()) {
+      l.store = open->second;
+    } else if (auto d = damaged_.find(id); d != damaged_.end()) {
+      l.damaged = d->second;
+    } else if (unopened_.count(id) == 0 && opening_.count(id) == 0) {
+      continue;  // (an id kept taken for a failed data directory: not a shuffle here)
+    }
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
 absl::StatusOr<ShuffleParams> ShuffleRegistry::ReadParams(const std::string& id) const {
   std::string dir;
   {

@@ -97,6 +97,18 @@ class ShuffleRegistry {
   std::vector<std::string> Ids() const;
   /// The shuffles not open now, in id order.
   std::vector<std::string> UnopenedIds() const;
+  /// One shuffle of a listing page: open (`store`), damaged (`damaged`), or neither (not open
+  /// now: listed at start, closed while idle, or being opened).
+  struct Listed {
+    std::string id;
+    std::shared_ptr<ShuffleStore> store;
+    std::optional<DamagedShuffle> damaged;
+  };
+  /// Up to `limit` shuffles with ids starting `prefix` and after `after`, in id order, each once
+  /// and in the state it is in now: one look under the registry's lock, so that shuffles opening
+  /// and closing meanwhile are neither missed nor listed twice (ListShuffles' pages).
+  std::vector<Listed> ListPage(const std::string& prefix, const std::string& after,
+                               size_t limit) const;
   /// A shuffle's parameters read from its SHUFFLE file, without opening it.
   absl::StatusOr<ShuffleParams> ReadParams(const std::string& id) const;
   std::optional<DamagedShuffle> FindDamaged(const std::string& id);
