@@ -30,7 +30,8 @@ declare -A allowed=(
                   cluster/ rpc/error_reason.h codec/ absl/ spdlog/"
   [server/service]="server/ cluster/ rpc/ codec/ absl/ sluice/v1/ spdlog/"
   [server]="server/ cluster/ rpc/ codec/ absl/ sluice/v1/ spdlog/"
-  [client]="client/ cluster/ rpc/ codec/ absl/ sluice/v1/ nlohmann/"
+  [client]="client/ rpc/ codec/ absl/ nlohmann/"
+  [client/grpc]="client/ rpc/ codec/ absl/ sluice/v1/"
   [client/python]="client/ rpc/error_reason.h codec/endian.h codec/msgpack_scan.h absl/"
   [bench]="bench/ client/ codec/ rpc/error_reason.h rpc/tls_options.h sluice/v1/ absl/
            server/storage/shuffle_store.h server/storage/key_bounds.h"
@@ -53,12 +54,19 @@ for d in server/*/; do
   d=${d%/}
   [[ -n ${allowed[$d]+x} ]] || { echo "$d/ is a server room tests/check_layers.sh does not know"; status=1; }
 done
-# gRPC stays out of codec/ entirely, out of the client's headers, and in the server out of
+# gRPC stays out of codec/ entirely, out of the client but its transport (client/grpc/), and in
+# the server out of
 # everything but the service (server/service/) and the wiring (server/sluice_server.cc).
-if grep -Hn -E '#include [<"](grpc|grpcpp|sluice/v1|etcd/)' codec/*.h codec/*.cc client/*.h cluster/*.h \
+if grep -Hn -E '#include [<"](grpc|grpcpp|sluice/v1|etcd/)' codec/*.h codec/*.cc client/*.h client/*.cc cluster/*.h \
     client/python/*.h client/python/*.cc server/*.h \
     $(ls server/*/*.h server/*/*.cc | grep -v '^server/service/'); then
   echo "the lines above include gRPC or generated code where no gRPC may be seen"
+  status=1
+fi
+# The client's gRPC transport (client/grpc/) is included only by itself.
+if grep -Hn '#include "client/grpc/' client/*.h client/*.cc client/python/*.h client/python/*.cc \
+    bench/*.cc tests/*/*.h tests/*/*.cc 2>/dev/null; then
+  echo "the lines above include the client's gRPC transport outside client/grpc/"
   status=1
 fi
 # The service's headers (which may show gRPC types) are included only by the service and the

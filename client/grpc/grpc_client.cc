@@ -1,5 +1,7 @@
-// The gRPC client: ShuffleClient's calls, and the PushStream and FetchStream the transport-free
-// writer and reader run on (client/transport.h). The only client file that sees gRPC.
+// The gRPC client: ShuffleClient's calls over one server's channel (ConnectServer). Its push and
+// fetch streams, which the transport-free writer and reader run on (client/transport.h), are in
+// grpc_push_stream.cc and grpc_fetch_stream.cc, what they share in grpc_calls.h. client/grpc/ is
+// the only part of the client that sees gRPC.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -11,6 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/frame_stream_reader.h"
+#include "client/grpc/grpc_calls.h"
+#include "client/grpc/grpc_fetch_stream.h"
+#include "client/grpc/grpc_push_stream.h"
 #include "client/partitioned_writer.h"
 #include "client/shuffle_client.h"
 #include "client/transport.h"
@@ -21,380 +26,8 @@
 #include "sluice/v1/shuffle.grpc.pb.h"
 
 namespace sluice {
+namespace grpc_client {
 namespace {
-
-namespace pb = sluice::v1;
-
-// What a push message holds before it is sent: small frames share one; a frame larger than
-// this goes alone, in pieces (a server reads no larger message).
-constexpr size_t kPushMessageBytes = rpc::kPushPayloadBytes;
-// A frame's own bytes in a message, past its payload (field tags and lengths).
-constexpr size_t kFrameOverhead = 16;
-
-// The server's status as it sent it; a failure of the transport (no server answered it)
-// saying which server could not be reached.
-absl::Status FromGrpc(const grpc::Status& st, const std::string& server) {
-  absl::Status s = rpc::FromGrpcStatus(st);
-  if (s.ok() || IsFromServer(s)) return s;
-  if (s.code() == absl::StatusCode::kUnavailable) {
-    return absl::UnavailableError(
-        absl::StrCat("server unreachable at ", server, ": ", s.message()));
-  }
-  return s;
-}
-
-// A call that failed in the transport, the server not having answered it (a dead connection to
-// a server that restarted, say): sent again once on a new connection, where the call may be
-// sent again (every unary call but Drain is idempotent; a push stream that has sent only its
-// open message, a fetch that has received nothing).
-// A hung server is not such a failure: keepalive finds it only after keepalive_timeout, and a
-// call sent to it again would hang again. So a call is sent again only if the transport failed
-// it sooner than keepalive could have (a dead connection fails at once: reset, broken pipe).
-bool TransportFailed(const absl::Status& st) {
-  return absl::IsUnavailable(st) && !IsFromServer(st);
-}
-//
-// Sooner than keepalive is not enough on its own (a call sent while a ping was already out
-// fails early too), so a call is sent again only once a new connection is made at once: a
-// restarted server completes the handshake in milliseconds, a hung one never does.
-constexpr std::chrono::seconds kReconnectBound{1};
-bool DeadConnection(const absl::Status& st, std::chrono::steady_clock::time_point sent,
-                    const ClientOptions& options, grpc::Channel* channel,
-                    std::chrono::system_clock::time_point deadline) {
-  if (!TransportFailed(st) ||
-      std::chrono::steady_clock::now() - sent >= options.keepalive_timeout) {
-    return false;
-  }
-  return channel->WaitForConnected(
-      std::min(deadline, std::chrono::system_clock::now() + kReconnectBound));
-}
-std::chrono::system_clock::time_point Never() {
-  return std::chrono::system_clock::time_point::max();
-}
-
-std::vector<PartitionStatsInfo::HotKey> HotKeysFromProto(const pb::PartitionInfo& p) {
-  std::vector<PartitionStatsInfo::HotKey> out;
-  for (const pb::HotKey& h : p.hot_keys()) {
-    out.push_back(
-        PartitionStatsInfo::HotKey{h.key(), h.key_cut(), h.records(), h.bytes(), h.error()});
-  }
-  return out;
-}
-
-PartitionStatsInfo FromProto(const pb::PartitionInfo& p) {
-  return PartitionStatsInfo{p.records(),
-                            p.bytes(),
-                            p.frames(),
-                            p.damaged(),
-                            p.damage(),
-                            p.missing_mappers(),
-                            std::vector<uint32_t>(p.lost_mappers().begin(), p.lost_mappers().end()),
-                            HotKeysFromProto(p),
-                            p.premerged_runs(),
-                            p.premerged_mappers()};
-}
-
-ShuffleStatus FromProto(const pb::ShuffleInfo& info) {
-  ShuffleStatus s;
-  s.shuffle_id = info.shuffle_id();
-  s.num_partitions = info.num_partitions();
-  s.num_mappers = info.num_mappers();
-  s.committed_mappers.assign(info.committed_mappers().begin(), info.committed_mappers().end());
-  for (const auto& p : info.partitions()) {
-    s.partitions.push_back(FromProto(p));
-  }
-  s.placement_epoch = info.placement_epoch();
-  s.damaged = info.damaged();
-  s.damage = info.damage();
-  s.wedged = info.wedged();
-  s.wedge = info.wedge();
-  s.unopened = info.unopened();
-  return s;
-}
-
-// The token goes only where it cannot be read on the way: over TLS, or to this machine.
-bool SendsToken(const ClientOptions& options) {
-  return !options.token.empty() && (options.tls.On() || rpc::IsLoopbackAddress(options.server));
-}
-
-void SetStreamDeadline(const ClientOptions& options, grpc::ClientContext* ctx) {
-  if (SendsToken(options)) ctx->AddMetadata("authorization", "Bearer " + options.token);
-  if (options.stream_deadline.count() > 0) {
-    ctx->set_deadline(std::chrono::system_clock::now() + options.stream_deadline);
-  }
-}
-
-class GrpcPushStream final : public PushStream {
- public:
-  // `flow`: PushFlow (each frames or piece message sent within credit the server granted);
-  // else Push.
-  GrpcPushStream(pb::ShuffleService::Stub* stub, const ClientOptions& options, bool prepare,
-                 bool flow)
-      : server_(options.server), prepare_(prepare) {
-    SetStreamDeadline(options, &ctx_);
-    if (flow) {
-      flow_ = stub->PushFlow(&ctx_);
-    } else {
-      stream_ = stub->Push(&ctx_, &response_);
-    }
-  }
-  ~GrpcPushStream() override {
-    if (!finished_) {
-      ctx_.TryCancel();
-      (void)Finish();
-    }
-  }
-
-  // The server sends its headers once it has taken the stream (admitted it): waiting for them
-  // tells at once a stream refused, or one on a dead connection, before anything is sent.
-  absl::Status Open(const std::string& id, uint32_t mapper, uint64_t attempt, uint32_t epoch,
-                    bool await_headers) {
-    if (await_headers) {
-      if (flow_ != nullptr) {
-        flow_->WaitForInitialMetadata();
-      } else {
-        stream_->WaitForInitialMetadata();
-      }
-    }
-    pb::PushRequest open;
-    open.mutable_open()->set_shuffle_id(id);
-    open.mutable_open()->set_mapper_id(mapper);
-    open.mutable_open()->set_attempt_id(attempt);
-    open.mutable_open()->set_placement_epoch(epoch);
-    if (!Send(open, /*within_credit=*/false)) return WriteFailed();
-    return absl::OkStatus();
-  }
-
-  std::string* NewFrame(uint32_t partition) override {
-    next_.set_partition_id(partition);
-    next_.mutable_frame()->clear();
-    return next_.mutable_frame();
-  }
-
-  // Small frames share a message (a wide writer's thousands of tiny frames cost a few
-  // messages, not a message each); a message is sent once it holds kPushMessageBytes, or
-  // before a frame that would take it past that, or at the commit.
-  absl::Status SendFrame() override {
-    const size_t size = next_.frame().size() + kFrameOverhead;
-    if (pending_bytes_ > 0 && pending_bytes_ + size > kPushMessageBytes) {
-      if (absl::Status st = SendPending(); !st.ok()) return st;
-    }
-    if (size > kPushMessageBytes) return SendLargeFrame();
-    msg_.mutable_frames()->add_frames()->Swap(&next_);  // (next_ gets a recycled element)
-    pending_bytes_ += size;
-    // PushFlow's first message goes with its first frame: its credit tells the writer of the
-    // huge partitions' segments made so far (docs/cluster.md) before it fills a message more.
-    if (pending_bytes_ >= kPushMessageBytes || (flow_ != nullptr && !credited_)) {
-      return SendPending();
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status SendCommit(uint64_t frames, uint64_t records) override {
-    if (pending_bytes_ > 0) {
-      if (absl::Status st = SendPending(); !st.ok()) return st;
-    }
-    pb::PushRequest commit;
-    commit.mutable_commit()->set_frame_count(frames);
-    commit.mutable_commit()->set_record_count(records);
-    commit.mutable_commit()->set_prepare(prepare_);
-    if (!Send(commit, /*within_credit=*/false)) return WriteFailed();
-    if (flow_ != nullptr) {
-      flow_->WritesDone();
-    } else {
-      stream_->WritesDone();
-    }
-    return absl::OkStatus();
-  }
-
-  absl::StatusOr<WriteResult> FinishCommit() override {
-    if (absl::Status st = Finish(); !st.ok()) return st;
-    if (prepare_ && !response_.prepared() && !response_.duplicate()) {
-      // A server that does not know the prepare (an earlier version) committed the attempt
-      // outright: its replicas could now disagree on the mapper's winner.
-      return absl::FailedPreconditionError(
-          absl::StrCat("server ", server_,
-                       " committed the attempt instead of preparing it: it predates "
-                       "cluster mode's commit protocol; upgrade it"));
-    }
-    WriteResult r;
-    r.duplicate = response_.duplicate();
-    r.frames = response_.frames();
-    r.records = response_.records();
-    r.bytes = response_.bytes();
-    return r;
-  }
-
-  void Cancel() override { ctx_.TryCancel(); }
-  std::vector<SegmentNotice> TakeSegments() override {
-    std::vector<SegmentNotice> out;
-    out.swap(segments_);
-    return out;
-  }
-
- private:
-  absl::Status Finish() {
-    if (finished_) return absl::FailedPreconditionError("the push stream has ended");
-    finished_ = true;
-    if (flow_ != nullptr) {
-      pb::PushReply reply;  // the commit's response comes last
-      while (flow_->Read(&reply)) {
-        if (reply.has_done()) response_ = reply.done();
-      }
-      return FromGrpc(flow_->Finish(), server_);
-    }
-    return FromGrpc(stream_->Finish(), server_);
-  }
-  // Writes `m`; with PushFlow, a frames message (`within_credit`) first asks for credit for
-  // its size and waits for it (granted once the server's memory budget has room).
-  bool Send(const pb::PushRequest& m, bool within_credit) {
-    if (flow_ == nullptr) return stream_->Write(m);
-    if (within_credit) {
-      const uint64_t size = m.ByteSizeLong();
-      pb::PushRequest ask;
-      ask.mutable_ask()->set_bytes(size);
-      if (!flow_->Write(ask) || !AwaitCredit(size)) return false;
-      credit_ -= size;
-      credited_ = true;
-    }
-    return flow_->Write(m);
-  }
-  // Reads credit replies until `n` bytes are granted; false once the stream ended (Finish says
-  // why).
-  bool AwaitCredit(uint64_t n) {
-    pb::PushReply reply;
-    while (credit_ < n) {
-      if (!flow_->Read(&reply)) return false;
-      credit_ += reply.credit();
-      for (const auto& g : reply.segments()) {
-        segments_.push_back(
-            SegmentNotice{g.partition_id(), g.parent(),
-                          std::vector<uint32_t>(g.nodes().begin(), g.nodes().end())});
-      }
-    }
-    return true;
-  }
-  absl::Status SendPending() {
-    const bool ok = Send(msg_, /*within_credit=*/true);
-    msg_.mutable_frames()->mutable_frames()->Clear();  // keeps the elements for reuse
-    pending_bytes_ = 0;
-    return ok ? absl::OkStatus() : WriteFailed();
-  }
-  // A frame over a message: its size first (the server reserves that much memory before it
-  // reads on), then its bytes in pieces of a message each.
-  absl::Status SendLargeFrame() {
-    const std::string& frame = next_.frame();
-    pb::PushRequest msg;
-    msg.mutable_large_frame()->set_partition_id(next_.partition_id());
-    msg.mutable_large_frame()->set_frame_size(frame.size());
-    if (!Send(msg, /*within_credit=*/false)) return WriteFailed();
-    // PushFlow: its pieces go once the server has promised the frame's memory, which it says
-    // with credit for the frame's size.
-    if (flow_ != nullptr && !AwaitCredit(frame.size())) return WriteFailed();
-    std::string* piece = msg.mutable_piece()->mutable_data();
-    for (size_t at = 0; at < frame.size(); at += kPushMessageBytes) {
-      piece->assign(frame, at, std::min(kPushMessageBytes, frame.size() - at));
-      if (flow_ != nullptr) credit_ -= piece->size();
-      if (!Send(msg, /*within_credit=*/false)) return WriteFailed();
-    }
-    std::string().swap(*next_.mutable_frame());  // not kept for the small frames that follow
-    return absl::OkStatus();
-  }
-  // After a failed write: the server's reason for ending the stream (a rejected frame, say).
-  absl::Status WriteFailed() {
-    absl::Status st = Finish();
-    if (st.ok()) return absl::UnavailableError(absl::StrCat("push stream to ", server_, " broke"));
-    return st;
-  }
-
-  const std::string server_;
-  const bool prepare_;
-  grpc::ClientContext ctx_;
-  pb::PushResponse response_;
-  pb::PushRequest msg_;                                          // the frames not sent yet
-  pb::PartitionFrame next_;                                      // the frame being encoded
-  size_t pending_bytes_ = 0;                                     // in msg_
-  std::unique_ptr<grpc::ClientWriter<pb::PushRequest>> stream_;  // Push
-  std::unique_ptr<grpc::ClientReaderWriter<pb::PushRequest, pb::PushReply>> flow_;  // PushFlow
-  uint64_t credit_ = 0;                  // granted and not used (PushFlow)
-  std::vector<SegmentNotice> segments_;  // told with credit, not taken yet
-  bool credited_ = false;                // a frames message was granted credit (PushFlow)
-  bool finished_ = false;
-};
-
-class GrpcFetchStream final : public FetchStream {
- public:
-  GrpcFetchStream(pb::ShuffleService::Stub* stub, grpc::Channel* channel,
-                  const ClientOptions& options, pb::FetchRequest request)
-      : stub_(stub), channel_(channel), options_(options), request_(std::move(request)) {
-    Start();
-  }
-  ~GrpcFetchStream() override {
-    if (!done_) {
-      ctx_->TryCancel();
-      (void)stream_->Finish();
-    }
-  }
-
-  absl::StatusOr<bool> Next(const std::string** frame) override {
-    if (done_) return false;
-    while (!stream_->Read(&response_)) {
-      absl::Status st = FromGrpc(stream_->Finish(), options_.server);
-      // Nothing received yet and the transport failed it: again once, on a new connection.
-      if (!received_ && !restarted_ && DeadConnection(st, started_, options_, channel_, Never())) {
-        restarted_ = true;
-        Start();
-        continue;
-      }
-      done_ = true;
-      if (!st.ok()) return st;
-      return false;
-    }
-    if (!received_ && (!request_.from_key().empty() || request_.has_to_key()) &&
-        !response_.key_range()) {
-      // A server before key ranges ignores them and sends the whole partition.
-      ctx_->TryCancel();
-      (void)stream_->Finish();
-      done_ = true;
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the server at ", options_.server,
-          " does not read key ranges (from_key, to_key): it runs a version before them; "
-          "upgrade it"));
-    }
-    received_ = true;
-    *frame = &response_.frame();
-    if (response_.mappers_size() > 0) {
-      mappers_.assign(response_.mappers().begin(), response_.mappers().end());
-      attempts_.assign(response_.attempts().begin(), response_.attempts().end());
-    }
-    return true;
-  }
-
-  const std::vector<uint32_t>& mappers() const override { return mappers_; }
-  const std::vector<uint64_t>& attempts() const override { return attempts_; }
-
-  void Cancel() override { ctx_->TryCancel(); }
-
- private:
-  void Start() {
-    started_ = std::chrono::steady_clock::now();
-    ctx_ = std::make_unique<grpc::ClientContext>();
-    SetStreamDeadline(options_, ctx_.get());
-    stream_ = stub_->Fetch(ctx_.get(), request_);
-  }
-
-  pb::ShuffleService::Stub* const stub_;
-  grpc::Channel* const channel_;  // the GrpcClient's, which outlives its streams
-  const ClientOptions& options_;  // the GrpcClient's
-  const pb::FetchRequest request_;
-  std::unique_ptr<grpc::ClientContext> ctx_;
-  std::unique_ptr<grpc::ClientReader<pb::FetchResponse>> stream_;
-  pb::FetchResponse response_;
-  std::vector<uint32_t> mappers_;
-  std::vector<uint64_t> attempts_;
-  bool done_ = false, received_ = false, restarted_ = false;
-  std::chrono::steady_clock::time_point started_;
-};
 
 class GrpcClient final : public ShuffleClient, public ServerLink {
  public:
@@ -722,10 +355,11 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     absl::Status st;
     for (int i = 0; i < 2; ++i) {  // again once if the transport failed it before the server did
       const auto sent = std::chrono::steady_clock::now();
-      auto stream = std::make_unique<GrpcPushStream>(stub_.get(), options_, prepare,
-                                                     options_.push_credit && protocol >= 2);
-      st = stream->Open(id, mapper, attempt, epoch, /*await_headers=*/protocol >= 1);
-      if (st.ok()) return std::unique_ptr<PushStream>(std::move(stream));
+      auto stream =
+          OpenPushStream(stub_.get(), options_, prepare, options_.push_credit && protocol >= 2, id,
+                         mapper, attempt, epoch, /*await_headers=*/protocol >= 1);
+      if (stream.ok()) return stream;
+      st = stream.status();
       if (!DeadConnection(st, sent, options_, channel_.get(), Never())) return st;
     }
     return st;
@@ -762,7 +396,7 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     req.set_report_mappers(report_mappers);
     req.set_from_key(options.from_key);
     if (options.to_key.has_value()) req.set_to_key(*options.to_key);
-    return std::make_unique<GrpcFetchStream>(stub_.get(), channel_.get(), options_, std::move(req));
+    return StartFetchStream(stub_.get(), channel_.get(), options_, std::move(req));
   }
 
  private:
@@ -810,9 +444,10 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
 };
 
 }  // namespace
+}  // namespace grpc_client
 
 std::unique_ptr<ServerLink> ConnectServer(const ClientOptions& options) {
-  return std::make_unique<GrpcClient>(options);
+  return std::make_unique<grpc_client::GrpcClient>(options);
 }
 
 }  // namespace sluice
