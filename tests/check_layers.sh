@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The layering rule (docs/architecture.md), checked: no project file includes one from a layer
-# above it, codec/ sees no gRPC, and the client's headers expose no gRPC types.
+# above it, codec/ sees no gRPC, and the client sees it only in its transport (client/grpc/).
 #   codec < proto < rpc < cluster < server, client < bench < tests
 # Inside server/ (its rooms, each a sub-folder):
 #   runtime < metrics < storage < security < rules < service < the wiring (server/*.cc)
@@ -55,8 +55,8 @@ for d in server/*/; do
   [[ -n ${allowed[$d]+x} ]] || { echo "$d/ is a server room tests/check_layers.sh does not know"; status=1; }
 done
 # gRPC stays out of codec/ entirely, out of the client but its transport (client/grpc/), and in
-# the server out of
-# everything but the service (server/service/) and the wiring (server/sluice_server.cc).
+# the server out of everything but the service (server/service/) and the wiring
+# (server/sluice_server.cc).
 if grep -Hn -E '#include [<"](grpc|grpcpp|sluice/v1|etcd/)' codec/*.h codec/*.cc client/*.h client/*.cc cluster/*.h \
     client/python/*.h client/python/*.cc server/*.h \
     $(ls server/*/*.h server/*/*.cc | grep -v '^server/service/'); then
