@@ -13,10 +13,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -61,6 +61,16 @@ class IdleConnections {
     fds_.clear();
   }
   size_t size() const { return fds_.size(); }
+  // How many the server has taken: answered (a kept connection gets the server's HTTP/2
+  // settings) or closed. One still in the listen backlog has heard nothing.
+  size_t Answered() const {
+    size_t answered = 0;
+    for (int fd : fds_) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 0) == 1) ++answered;
+    }
+    return answered;
+  }
   // How many the server has closed (refused after accepting, or timed out): EOF or reset.
   size_t ClosedByServer() const {
     size_t closed = 0;
@@ -85,6 +95,17 @@ bool Zombie(pid_t pid) {
   std::getline(stat, line);
   const auto close = line.rfind(')');
   return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
+
+// How many descriptors process `pid` has open.
+size_t OpenDescriptors(pid_t pid) {
+  std::error_code ec;
+  size_t n = 0;
+  for (std::filesystem::directory_iterator it("/proc/" + std::to_string(pid) + "/fd", ec), end;
+       !ec && it != end; it.increment(ec)) {
+    ++n;
+  }
+  return n;
 }
 
 // A new client (its own connection, from 127.0.0.1) asks the server for its GetNode.
@@ -115,7 +136,10 @@ TEST(ConnectionsTest, AFloodPastTheDescriptorLimitNeitherKillsTheListenerNorShut
   {
     IdleConnections flood("127.0.0.9", server->port(), 400);
     ASSERT_EQ(flood.size(), 400u);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the server has seen them
+    // The server has taken all of them, past its descriptors: a listener that died at the
+    // first EMFILE leaves the rest unanswered in its backlog.
+    ASSERT_TRUE(testing::Eventually([&] { return flood.Answered() == flood.size(); }))
+        << flood.Answered() << " of the flood's connections taken: the listener stopped";
     EXPECT_OK(NewClientCall(server->port())) << "another address was shut out by the flood";
   }
   EXPECT_OK(NewClientCall(server->port())) << "the listener died";
@@ -132,7 +156,9 @@ TEST(ConnectionsTest, ADeadListenerIsFoundAndTheServerExitsForARestart) {
                                                  "--listener_probe_s=1", "--drain_grace_s=1"}));
   {
     IdleConnections flood("127.0.0.9", server->port(), 400);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    // gRPC took connections until it had no descriptor left: its listener met EMFILE.
+    ASSERT_TRUE(testing::Eventually([&] { return OpenDescriptors(server->pid()) >= 256; }))
+        << OpenDescriptors(server->pid()) << " descriptors open";
   }
   // (A new client cannot get in any more: gRPC's listener is gone.)
   EXPECT_FALSE(NewClientCall(server->port()).ok());
