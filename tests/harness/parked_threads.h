@@ -9,6 +9,10 @@
 // preempted on its way is runnable (R), not asleep. Linux only (/proc/self/task); the looks
 // allocate nothing, so the looking thread holds no allocator lock a watched thread may wait on.
 //
+// ThreadsParked(OtherThreads()) says an in-process server has done all it would do with what
+// it was sent (every thread waits for something new): what it did not do by then, it will not
+// do. (A thread in a timed sleep counts as parked: the server's data path has none.)
+//
 //   std::atomic<pid_t> tid{0};
 //   std::thread t([&] { tid = ::gettid(); ... a call that must queue ... });
 //   ASSERT_TRUE(Eventually([&] { return tid != 0 && ThreadsParked({tid}); }));
@@ -23,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -64,7 +69,7 @@ inline bool LookAt(pid_t tid, ThreadLook* out) {
 /// Whether every thread of `tids` (this process's, as gettid() names them) is parked (see
 /// above). Takes about 20 ms.
 inline bool ThreadsParked(const std::vector<pid_t>& tids) {
-  constexpr size_t kMax = 64;
+  constexpr size_t kMax = 256;
   if (tids.size() > kMax) std::abort();
   internal::ThreadLook first[kMax];
   for (size_t i = 0; i < tids.size(); ++i) {
@@ -79,6 +84,19 @@ inline bool ThreadsParked(const std::vector<pid_t>& tids) {
     }
   }
   return true;
+}
+
+/// Every thread of this process but the calling one (as gettid() names them).
+inline std::vector<pid_t> OtherThreads() {
+  std::vector<pid_t> out;
+  const pid_t self = ::gettid();
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc/self/task", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const pid_t tid = static_cast<pid_t>(std::atoi(it->path().filename().c_str()));
+    if (tid != self && tid != 0) out.push_back(tid);
+  }
+  return out;
 }
 
 }  // namespace sluice::testing
