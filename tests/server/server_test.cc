@@ -700,15 +700,12 @@ TEST_F(ServerTest, AnOverlongIdIsInvalidArgumentOnEveryCall) {
 TEST_F(ServerTest, AFullMemoryBudgetSlowsPushesDownInsteadOfFailingThem) {
   RestartServer(/*budget=*/64 << 10);  // 64 KiB; each push message is ~100 KiB
   ASSERT_OK(Create("s", 4, 0));
-  // The budget starts full (as if other streams held it) and empties 300 ms later: the pushes
-  // must wait for it, whatever their timing, and then all go through. (Without this, whether
-  // two messages were ever in memory at once depended on how fast the server stored them.)
+  // The budget starts full (as if other streams held it) and empties once all four pushes
+  // wait for it; then they all go through. (Without this, whether two messages were ever in
+  // memory at once depended on how fast the server stored them.)
   MemoryBudget& budget = server_->server()->memory_budget();
   budget.Charge("", 1 << 20);
-  std::thread release([&budget] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    budget.Release("", 1 << 20);
-  });
+  const uint64_t parked = budget.parked_total();
   std::vector<std::thread> mappers;
   for (uint32_t m = 0; m < 4; ++m) {
     mappers.emplace_back([this, m] {
@@ -717,9 +714,10 @@ TEST_F(ServerTest, AFullMemoryBudgetSlowsPushesDownInsteadOfFailingThem) {
       EXPECT_OK(st);
     });
   }
+  const bool all_waited = testing::Eventually([&] { return budget.parked_total() >= parked + 4; });
+  budget.Release("", 1 << 20);
   for (auto& t : mappers) t.join();
-  release.join();
-  EXPECT_GT(server_->server()->memory_parked_total(), 0u);
+  EXPECT_TRUE(all_waited) << budget.parked_total() - parked << " of 4 pushes waited";
   std::vector<std::string> got;
   ASSERT_OK(FetchAll("s", 3, &got));
   EXPECT_EQ(got.size(), 4000u);
