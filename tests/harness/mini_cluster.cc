@@ -31,6 +31,13 @@ std::string MiniCluster::Host(size_t i) { return absl::StrCat("127.0.0.", i + 2)
 
 std::string MiniCluster::node_id(size_t i) const { return absl::StrCat("n", i); }
 
+size_t MiniCluster::index_of(const std::string& node_id) const {
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (this->node_id(i) == node_id) return i;
+  }
+  return servers_.size();
+}
+
 std::string MiniCluster::addresses() const {
   std::vector<std::string> all;
   for (const Server& s : servers_) all.push_back(s.address);
@@ -91,6 +98,32 @@ absl::Status MiniCluster::Wipe(size_t i) {
   }
   servers_[i].dir = std::make_unique<TempDir>();
   return absl::OkStatus();
+}
+
+ClientOptions MiniCluster::ShortDeadlines(const std::string& servers, ClientOptions extra) {
+  const ClientOptions defaults;
+  extra.server = servers;
+  if (extra.call_deadline == defaults.call_deadline) extra.call_deadline = std::chrono::seconds(5);
+  if (extra.keepalive_time == defaults.keepalive_time) {
+    extra.keepalive_time = std::chrono::seconds(1);
+  }
+  if (extra.keepalive_timeout == defaults.keepalive_timeout) {
+    extra.keepalive_timeout = std::chrono::seconds(1);
+  }
+  return extra;
+}
+
+absl::StatusOr<std::unique_ptr<ShuffleClient>> MiniCluster::Client(ClientOptions extra) const {
+  return ShuffleClient::Connect(ShortDeadlines(addresses(), std::move(extra)));
+}
+
+absl::StatusOr<std::unique_ptr<ShuffleClient>> MiniCluster::ClientOf(size_t i,
+                                                                     ClientOptions extra) const {
+  return ShuffleClient::Connect(ShortDeadlines(address(i), std::move(extra)));
+}
+
+std::unique_ptr<ServerLink> MiniCluster::Link(size_t i, ClientOptions extra) const {
+  return ConnectServer(ShortDeadlines(address(i), std::move(extra)));
 }
 
 }  // namespace sluice::testing

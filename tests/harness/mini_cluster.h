@@ -4,7 +4,7 @@
 // across restarts; tests stop, kill, pause, wipe and restart servers by index.
 //
 //   ASSERT_OK_AND_ASSIGN(auto cluster, MiniCluster::Start({.servers = 3}));
-//   client options.server = cluster->addresses();
+//   ASSERT_OK_AND_ASSIGN(auto client, cluster->Client());  // every server, short deadlines
 //   cluster->Kill(1);                 // kill -9
 //   ASSERT_OK(cluster->Wipe(1));      // a new, empty disk
 //   ASSERT_OK(cluster->Restart(1));   // same node id, same address
@@ -20,6 +20,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/server_process.h"
+#include "client/shuffle_client.h"
+#include "client/transport.h"
 #include "tests/harness/etcd_process.h"
 #include "tests/harness/temp_dir.h"
 
@@ -47,6 +49,8 @@ class MiniCluster {
 
   /// Server i's node id ("n<i>"), address (host:port, kept across restarts), data directory.
   std::string node_id(size_t i) const;
+  /// The index of the server registered as `node_id` (size() if none is).
+  size_t index_of(const std::string& node_id) const;
   const std::string& address(size_t i) const { return servers_[i].address; }
   const std::string& data_dir(size_t i) const { return servers_[i].dir->path(); }
   /// Every server's address, comma-separated: a client's server list.
@@ -68,6 +72,20 @@ class MiniCluster {
   absl::Status Wipe(size_t i);
   /// A server more (index size() before the call) joins, with `extra` flags.
   absl::StatusOr<size_t> Add(const std::vector<std::string>& extra = {});
+
+  /// Clients with the tests' short deadlines: unary calls 5 s, and a hung server found within
+  /// about 2 s (keepalive_time and keepalive_timeout 1 s). `extra`'s other fields are kept
+  /// (TLS, token, placement_ttl...), and so are its deadlines and keepalive where it sets them
+  /// (left at ClientOptions' defaults, they become the short ones); `server` is the harness's.
+  ///
+  /// A client of every server (what a job's client is given).
+  absl::StatusOr<std::unique_ptr<ShuffleClient>> Client(ClientOptions extra = {}) const;
+  /// A client given server i's address alone (in a cluster, it learns the others from it).
+  absl::StatusOr<std::unique_ptr<ShuffleClient>> ClientOf(size_t i, ClientOptions extra = {}) const;
+  /// Server i alone, never routed elsewhere: its own answers (status, placement, shuffles).
+  std::unique_ptr<ServerLink> Link(size_t i, ClientOptions extra = {}) const;
+  /// The options those use for `servers`.
+  static ClientOptions ShortDeadlines(const std::string& servers, ClientOptions extra = {});
 
  private:
   struct Server {
