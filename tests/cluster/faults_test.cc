@@ -34,11 +34,11 @@ constexpr uint32_t kPartitions = 6;
 constexpr uint32_t kMappers = 3;
 constexpr int kItems = 400;
 
-// A MiniCluster client's options besides its short deadlines: calls of `deadline`, placements
-// kept for `placement_ttl`.
+// A MiniCluster client's options with calls of `deadline` and placements kept for
+// `placement_ttl`.
 ClientOptions With(std::chrono::milliseconds deadline,
                    std::chrono::milliseconds placement_ttl = ClientOptions().placement_ttl) {
-  ClientOptions options;
+  ClientOptions options = MiniCluster::ShortDeadlines();
   options.call_deadline = deadline;
   options.placement_ttl = placement_ttl;
   return options;

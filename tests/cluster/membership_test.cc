@@ -38,7 +38,7 @@ using testing::TempDir;
 // Server i alone (the client of a server list would route by placement and gather a shuffle's
 // status from all its servers), with calls of up to 10 s.
 std::shared_ptr<ShuffleClient> Alone(const MiniCluster& cluster, size_t i) {
-  ClientOptions options;
+  ClientOptions options = MiniCluster::ShortDeadlines();
   options.call_deadline = std::chrono::seconds(10);
   std::shared_ptr<ServerLink> link = cluster.Link(i, options);
   return std::shared_ptr<ShuffleClient>(link, &link->client());

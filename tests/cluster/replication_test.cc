@@ -672,7 +672,7 @@ TEST(ClusterTenantsTest, IsolationAndTheShuffleQuotaHoldAcrossServers) {
   options.flags.push_back("--auth_file=" + creds);
   ASSERT_OK_AND_ASSIGN(auto cluster, testing::MiniCluster::Start(options));
   auto as = [](const std::string& token) {
-    ClientOptions o;
+    ClientOptions o = testing::MiniCluster::ShortDeadlines();
     o.token = token;
     return o;
   };
@@ -778,7 +778,7 @@ TEST(SecureRepairTest, ServersWithTlsAndTokensRepairEachOther) {
   options.flags.push_back("--peer_token_file=" + dir.path() + "/peer-token");
   ASSERT_OK_AND_ASSIGN(auto cluster, testing::MiniCluster::Start(options));
   auto as = [&](const std::string& token) {
-    ClientOptions o;
+    ClientOptions o = testing::MiniCluster::ShortDeadlines();
     o.token = token;
     o.tls.ca_file = certs + "ca.pem";
     o.tls.server_name = "localhost";
@@ -829,7 +829,7 @@ TEST(SecureRepairTest, ServersWithMutualTlsRepairEachOtherWithTheirCertificate) 
   }
   ASSERT_OK_AND_ASSIGN(auto cluster, testing::MiniCluster::Start(options));
   auto as = [&](const std::string& who) {
-    ClientOptions o;
+    ClientOptions o = testing::MiniCluster::ShortDeadlines();
     o.tls.ca_file = certs + "ca.pem";
     o.tls.server_name = "localhost";
     o.tls.cert_file = certs + who + ".pem";
