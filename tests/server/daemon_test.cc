@@ -299,7 +299,11 @@ TEST(DaemonTest, KillDashNineMidPushKeepsExactlyTheAcknowledgedCommits) {
         }
       });
     }
-    ::usleep(400000);
+    // Killed once some commits are acknowledged, with the pushers going on.
+    EXPECT_TRUE(testing::Eventually([&] {
+      std::lock_guard<std::mutex> lock(mu);
+      return acked.size() >= 10;
+    }));
     d->Kill(SIGKILL);
     stop.store(true);
     for (auto& t : pushers) t.join();
