@@ -34,18 +34,14 @@ constexpr uint32_t kPartitions = 6;
 constexpr uint32_t kMappers = 3;
 constexpr int kItems = 400;
 
-std::unique_ptr<ShuffleClient> Connect(
-    const std::string& servers, std::chrono::milliseconds deadline = std::chrono::seconds(5),
-    std::chrono::milliseconds placement_ttl = std::chrono::seconds(10)) {
-  ClientOptions options;
-  options.server = servers;
+// A MiniCluster client's options with calls of `deadline` and placements kept for
+// `placement_ttl`.
+ClientOptions With(std::chrono::milliseconds deadline,
+                   std::chrono::milliseconds placement_ttl = ClientOptions().placement_ttl) {
+  ClientOptions options = MiniCluster::ShortDeadlines();
   options.call_deadline = deadline;
   options.placement_ttl = placement_ttl;
-  options.keepalive_time = std::chrono::seconds(1);
-  options.keepalive_timeout = std::chrono::seconds(1);
-  auto c = ShuffleClient::Connect(options);
-  EXPECT_OK(c.status());
-  return c.ok() ? *std::move(c) : nullptr;
+  return options;
 }
 
 std::string Key(uint32_t m, int i) { return absl::StrCat("k", (m * 31 + i) % 97); }
@@ -90,7 +86,7 @@ class FaultsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_OK_AND_ASSIGN(cluster_, MiniCluster::Start());
-    client_ = Connect(cluster_->addresses());
+    ASSERT_OK_AND_ASSIGN(client_, cluster_->Client());
   }
   // A committed shuffle of replication 2.
   void MakeShuffle(const std::string& id) {
@@ -110,7 +106,7 @@ TEST_F(FaultsTest, WithEtcdStoppedANewReaderReadsACommittedShuffle) {
   ASSERT_OK(ReadAll(*client_, "job"));  // the servers have read its placement and decisions
   cluster_->etcd().Signal(SIGSTOP);
   // (A deadline over etcd's 5 s: the first call to find etcd stalled waits that long.)
-  auto fresh = Connect(cluster_->addresses(), std::chrono::seconds(10));
+  ASSERT_OK_AND_ASSIGN(auto fresh, cluster_->Client(With(std::chrono::seconds(10))));
   const auto start = Clock::now();
   EXPECT_OK(ReadAll(*fresh, "job"));
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(8)) << "a new reader waited on etcd";
@@ -128,7 +124,7 @@ TEST_F(FaultsTest, WithEtcdKilledANewReaderReadsACommittedShuffle) {
   MakeShuffle("job");
   ASSERT_OK(ReadAll(*client_, "job"));
   cluster_->etcd().Signal(SIGKILL);
-  auto fresh = Connect(cluster_->addresses());
+  ASSERT_OK_AND_ASSIGN(auto fresh, cluster_->Client());
   EXPECT_OK(ReadAll(*fresh, "job"));
   EXPECT_THAT(fresh->CreateShuffle("other", 2, 1, 2).status(),
               StatusIs(absl::StatusCode::kUnavailable, "etcd"));
@@ -141,8 +137,7 @@ TEST_F(FaultsTest, WithEtcdKilledANewReaderReadsACommittedShuffle) {
 // at each ListNodes).
 TEST_F(FaultsTest, AnEtcdStallLongerThanTheLeaseNeverMakesACreateInvalid) {
   for (size_t i = 0; i < 3; ++i) {  // each server has read the whole list
-    ASSERT_OK_AND_ASSIGN(std::vector<NodeAddress> nodes,
-                         Connect(cluster_->address(i))->ListNodes());
+    ASSERT_OK_AND_ASSIGN(std::vector<NodeAddress> nodes, cluster_->Link(i)->client().ListNodes());
     ASSERT_EQ(nodes.size(), 3u);
   }
   cluster_->etcd().Signal(SIGSTOP);
@@ -167,7 +162,7 @@ TEST_F(FaultsTest, AnEtcdStallLongerThanTheLeaseNeverMakesACreateInvalid) {
 
 // (3) A hung server first in the list costs one timeout, then none: the client remembers it.
 TEST_F(FaultsTest, AHungServerFirstInTheListCostsOneTimeout) {
-  auto client = Connect(cluster_->addresses(), std::chrono::seconds(2));
+  ASSERT_OK_AND_ASSIGN(auto client, cluster_->Client(With(std::chrono::seconds(2))));
   ASSERT_OK(client->CreateShuffle("warm", 2, 1, 2).status());
   cluster_->Pause(0);
   const auto first = Clock::now();
@@ -206,9 +201,11 @@ TEST_F(FaultsTest, AServerRestartCostsNoAttempt) {
 TEST_F(FaultsTest, ANodeRenamedAtItsAddressIsFailedOverAtOnce) {
   MakeShuffle("job");
   // (A placement kept for long: the reads below route by the old one, whatever the timing.)
-  auto client = Connect(cluster_->addresses(), std::chrono::seconds(5), std::chrono::minutes(10));
+  ASSERT_OK_AND_ASSIGN(auto client,
+                       cluster_->Client(With(std::chrono::seconds(5), std::chrono::minutes(10))));
   ASSERT_OK(ReadAll(*client, "job"));  // the client holds the placement now
-  auto writer = Connect(cluster_->addresses(), std::chrono::seconds(5), std::chrono::minutes(10));
+  ASSERT_OK_AND_ASSIGN(auto writer,
+                       cluster_->Client(With(std::chrono::seconds(5), std::chrono::minutes(10))));
   ASSERT_OK(ReadAll(*writer, "job"));  // and so does this one
   cluster_->Kill(1);
   ASSERT_OK(cluster_->Wipe(1));

@@ -75,18 +75,7 @@ class HugePartitionTest : public ::testing::Test {
     options.servers = 4;
     options.flags.push_back("--partition_split_mb=4");
     ASSERT_OK_AND_ASSIGN(cluster_, testing::MiniCluster::Start(options));
-    client_ = Connect(cluster_->addresses());
-  }
-
-  static std::unique_ptr<ShuffleClient> Connect(const std::string& servers) {
-    ClientOptions options;
-    options.server = servers;
-    options.call_deadline = std::chrono::seconds(5);
-    options.keepalive_time = std::chrono::seconds(1);
-    options.keepalive_timeout = std::chrono::seconds(1);
-    auto c = ShuffleClient::Connect(options);
-    EXPECT_OK(c);
-    return c.ok() ? std::move(c).value() : nullptr;
+    ASSERT_OK_AND_ASSIGN(client_, cluster_->Client());
   }
 
   // Mapper m's attempt: `items` records, sorted frames of at most 64 KiB.
@@ -169,10 +158,7 @@ class HugePartitionTest : public ::testing::Test {
     std::map<uint32_t, uint64_t> out;
     for (size_t i = 0; i < cluster_->size(); ++i) {
       if (!cluster_->running(i)) continue;
-      ClientOptions options;
-      options.server = cluster_->address(i);
-      std::unique_ptr<ServerLink> link = ConnectServer(options);
-      auto status = link->client().GetShuffle(id);
+      auto status = cluster_->Link(i)->client().GetShuffle(id);
       if (!status.ok()) continue;
       for (uint32_t q : placed.ChainOf(p)) {
         if (q < status->partitions.size()) {
@@ -188,10 +174,7 @@ class HugePartitionTest : public ::testing::Test {
                                               uint32_t p) {
     std::map<uint32_t, uint64_t> out;
     for (size_t i = 0; i < cluster_->size(); ++i) {
-      ClientOptions options;
-      options.server = cluster_->address(i);
-      std::unique_ptr<ServerLink> link = ConnectServer(options);
-      auto status = link->client().GetShuffle(id);
+      auto status = cluster_->Link(i)->client().GetShuffle(id);
       if (!status.ok()) continue;  // (keeps nothing of it)
       uint32_t node = 0;
       for (uint32_t n = 0; n < placed.nodes.size(); ++n) {
@@ -227,9 +210,7 @@ TEST_F(HugePartitionTest, AHugePartitionIsSpreadOverServersAndReadExactlyOnce) {
   {
     // A reader's fresh check: the record's revision is enough while it is the one held; any
     // other revision gets the whole placement, segments and all.
-    ClientOptions options;
-    options.server = cluster_->address(1);
-    std::unique_ptr<ServerLink> link = ConnectServer(options);
+    std::unique_ptr<ServerLink> link = cluster_->Link(1);
     ASSERT_GT(placed.revision, 0u);
     ASSERT_OK_AND_ASSIGN(PlacementInfo same,
                          link->client().GetPlacementIfChanged(id, placed.revision));
@@ -387,7 +368,7 @@ TEST_F(HugePartitionTest, ARestartAndAnEtcdOutageLoseNoSegment) {
   EXPECT_EQ(status.partitions[kHot].records, hot.size());
   // etcd gone: a new client reads every segment from what the servers remember.
   cluster_->etcd().Signal(SIGKILL);
-  client_ = Connect(cluster_->addresses());
+  ASSERT_OK_AND_ASSIGN(client_, cluster_->Client());
   ExpectBothOrders(id, hot, winners);
 }
 

@@ -20,6 +20,7 @@
 #include "client/transport.h"
 #include "server/sluice_server.h"
 #include "tests/harness/mini_cluster.h"
+#include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"
 #include "tests/harness/wait.h"
@@ -29,16 +30,17 @@ namespace {
 
 using testing::MiniCluster;
 using testing::MiniClusterOptions;
+using testing::MiniServer;
+using testing::MiniServerOptions;
 using testing::StatusIs;
 using testing::TempDir;
 
-// That server alone (the client of a server list would route by placement and gather a
-// shuffle's status from all its servers).
-std::shared_ptr<ShuffleClient> ClientOf(const std::string& address) {
-  ClientOptions options;
-  options.server = address;
+// Server i alone (the client of a server list would route by placement and gather a shuffle's
+// status from all its servers), with calls of up to 10 s.
+std::shared_ptr<ShuffleClient> Alone(const MiniCluster& cluster, size_t i) {
+  ClientOptions options = MiniCluster::ShortDeadlines();
   options.call_deadline = std::chrono::seconds(10);
-  std::shared_ptr<ServerLink> link = ConnectServer(options);
+  std::shared_ptr<ServerLink> link = cluster.Link(i, options);
   return std::shared_ptr<ShuffleClient>(link, &link->client());
 }
 
@@ -60,7 +62,7 @@ absl::StatusOr<std::unique_ptr<MiniCluster>> StartCluster(size_t n, int lease_s)
 TEST(MembershipTest, ServersListEachOtherAndLeaveWhenStoppedOrDead) {
   ASSERT_OK_AND_ASSIGN(auto cluster, StartCluster(3, 2));
   for (size_t i = 0; i < 3; ++i) {
-    auto client = ClientOf(cluster->address(i));
+    auto client = Alone(*cluster, i);
     ASSERT_OK_AND_ASSIGN(std::vector<NodeAddress> nodes, client->ListNodes());
     ASSERT_EQ(Ids(nodes), (std::vector<std::string>{"n0", "n1", "n2"})) << "asked " << i;
     for (size_t j = 0; j < 3; ++j) {
@@ -77,7 +79,7 @@ TEST(MembershipTest, ServersListEachOtherAndLeaveWhenStoppedOrDead) {
     EXPECT_GE(self.disk_total_bytes, self.disk_free_bytes);
     EXPECT_EQ(self.memory_budget_bytes, uint64_t{256} << 20);
   }
-  auto c0 = ClientOf(cluster->address(0));
+  auto c0 = Alone(*cluster, 0);
   // Stopped (SIGTERM): it revokes its lease and is gone at once.
   ASSERT_OK(cluster->Stop(1));
   ASSERT_OK_AND_ASSIGN(auto after_stop, c0->ListNodes());
@@ -102,7 +104,7 @@ TEST(MembershipTest, ARestartAtTheSameAddressTakesItsIdBackAtOnce) {
   const auto start = std::chrono::steady_clock::now();
   ASSERT_OK(cluster->Restart(0));  // the same address
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
-  auto client = ClientOf(cluster->address(0));
+  auto client = Alone(*cluster, 0);
   ASSERT_OK_AND_ASSIGN(auto nodes, client->ListNodes());
   ASSERT_EQ(Ids(nodes), std::vector<std::string>{"n0"});
   ASSERT_OK_AND_ASSIGN(NodeStatus self, client->GetNode());
@@ -128,7 +130,7 @@ TEST(MembershipTest, ATakenIdIsRefusedNamingItsServerAndAnUnreachableEtcdIsNamed
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8));
   // The first one was not disturbed.
-  auto client = ClientOf(cluster->address(0));
+  auto client = Alone(*cluster, 0);
   ASSERT_OK_AND_ASSIGN(NodeStatus self, client->GetNode());
   EXPECT_TRUE(self.registered);
 
@@ -150,7 +152,7 @@ TEST(MembershipTest, ATakenIdIsRefusedNamingItsServerAndAnUnreachableEtcdIsNamed
 TEST(MembershipTest, AShuffleIsPlacedOnceAndEveryServerGivesThePlacement) {
   ASSERT_OK_AND_ASSIGN(auto cluster, StartCluster(3, 5));
   std::vector<std::shared_ptr<ShuffleClient>> clients;
-  for (size_t i = 0; i < 3; ++i) clients.push_back(ClientOf(cluster->address(i)));
+  for (size_t i = 0; i < 3; ++i) clients.push_back(Alone(*cluster, i));
   // Two servers create it at once: both succeed, one of them created it.
   absl::StatusOr<bool> a, b;
   std::thread ta([&] { a = clients[0]->CreateShuffle("job", 12, 4, 2); });
@@ -201,10 +203,10 @@ TEST(MembershipTest, AShuffleIsPlacedOnceAndEveryServerGivesThePlacement) {
   ASSERT_OK_AND_ASSIGN(PlacementInfo one, clients[0]->GetPlacement("one"));
   ASSERT_EQ(one.nodes.size(), 4u);
   const uint32_t owner = one.replicas[0][0];
-  auto other = ClientOf(one.nodes[(owner + 1) % 4].address);
+  auto other = Alone(*cluster, cluster->index_of(one.nodes[(owner + 1) % 4].node_id));
   EXPECT_THAT(other->GetShuffle("one"), StatusIs(absl::StatusCode::kFailedPrecondition,
                                                  "holds no partition of shuffle 'one'"));
-  auto holder = ClientOf(one.nodes[owner].address);
+  auto holder = Alone(*cluster, cluster->index_of(one.nodes[owner].node_id));
   EXPECT_OK(holder->GetShuffle("one").status());
   EXPECT_THAT(clients[0]->GetPlacement("none"),
               StatusIs(absl::StatusCode::kNotFound, "'none' not found in the cluster"));
@@ -219,16 +221,12 @@ TEST(MembershipTest, AShuffleIsPlacedOnceAndEveryServerGivesThePlacement) {
 }
 
 TEST(MembershipAloneTest, AServerWithoutEtcdListsItself) {
-  TempDir dir;
-  ServerOptions o;
-  o.data_dir = dir.path();
-  o.listen_address = "127.0.0.1:0";
-  o.worker_threads = 2;
-  o.node_id = "solo";
-  ASSERT_OK_AND_ASSIGN(auto server, SluiceServer::Start(o));
-  const std::string address = "127.0.0.1:" + std::to_string(server->port());
-  EXPECT_EQ(server->address(), address);
-  auto client = ClientOf(address);
+  MiniServerOptions o;
+  o.server.node_id = "solo";
+  ASSERT_OK_AND_ASSIGN(auto server, MiniServer::Start(o));
+  const std::string address = server->address();
+  EXPECT_EQ(server->server()->address(), address);
+  ASSERT_OK_AND_ASSIGN(auto client, server->Client());
   ASSERT_OK_AND_ASSIGN(auto nodes, client->ListNodes());
   ASSERT_EQ(nodes.size(), 1u);
   EXPECT_EQ(nodes[0].node_id, "solo");

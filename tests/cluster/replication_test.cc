@@ -161,34 +161,22 @@ void ExpectExactlyTheWinners(ShuffleClient& client, const Job& job, FetchOrder o
   EXPECT_EQ(seen.size(), winners.size() * static_cast<size_t>(items));
 }
 
-// A client of `servers` with short deadlines (`options` besides).
-std::unique_ptr<ShuffleClient> ConnectTo(const std::string& servers, ClientOptions options = {}) {
-  options.server = servers;
-  options.call_deadline = std::chrono::seconds(5);
-  // A hung server is found within about 2 s.
-  options.keepalive_time = std::chrono::seconds(1);
-  options.keepalive_timeout = std::chrono::seconds(1);
-  auto c = ShuffleClient::Connect(options);
+// The client a MiniCluster made, or null after a failure (reported).
+std::unique_ptr<ShuffleClient> OrNull(absl::StatusOr<std::unique_ptr<ShuffleClient>> c) {
   EXPECT_OK(c);
-  return c.ok() ? std::move(c).value() : nullptr;
+  return c.ok() ? *std::move(c) : nullptr;
 }
 
 class ReplicationTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_OK_AND_ASSIGN(cluster_, testing::MiniCluster::Start());
-    client_ = Connect(cluster_->addresses());
+    ASSERT_OK_AND_ASSIGN(client_, cluster_->Client());
   }
 
-  static std::unique_ptr<ShuffleClient> Connect(const std::string& servers) {
-    return ConnectTo(servers);
-  }
-
-  // A client of the server at `address` alone.
-  static std::unique_ptr<ServerLink> Alone(const std::string& address) {
-    ClientOptions options;
-    options.server = address;
-    return ConnectServer(options);
+  // The server of a placement's node alone.
+  std::unique_ptr<ServerLink> Alone(const NodeAddress& node) {
+    return cluster_->Link(cluster_->index_of(node.node_id));
   }
 
   // The server (index) that is primary of `partition`.
@@ -258,9 +246,7 @@ TEST_F(ReplicationTest, RoundTripsAtOneAndTwoReplicasInBothOrders) {
     std::vector<ShuffleStatus> per_server;
     for (size_t i = 0; i < 3; ++i) {
       const std::string& a = cluster_->address(i);
-      ClientOptions options;
-      options.server = a;
-      std::unique_ptr<ServerLink> one = ConnectServer(options);  // that server alone
+      std::unique_ptr<ServerLink> one = cluster_->Link(i);  // that server alone
       ASSERT_OK_AND_ASSIGN(ShuffleStatus st, one->client().GetShuffle(job.id));
       EXPECT_EQ(st.committed_mappers.size(), job.mappers) << a;
       per_server.push_back(st);
@@ -441,7 +427,7 @@ TEST_F(ReplicationTest, SpeculativeAttemptsRaceAndOneWinsEverywhere) {
   ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
   // Mapper 0's attempts 1 and 2 race, with different data (attempt 2 writes more items); a
   // second client stands for a second worker.
-  auto other = Connect(cluster_->addresses());
+  ASSERT_OK_AND_ASSIGN(auto other, cluster_->Client());
   absl::StatusOr<WriteResult> r1, r2;
   std::thread t1([&] { r1 = WriteMapper(*client_, job, 0, 1, job.items); });
   std::thread t2([&] { r2 = WriteMapper(*other, job, 0, 2, job.items + 500); });
@@ -482,9 +468,7 @@ TEST_F(ReplicationTest, AServerRefusesPartitionsItDoesNotKeepAndPlainCommits) {
   }
   ASSERT_GE(own, 0);
   ASSERT_GE(other, 0);
-  ClientOptions options;
-  options.server = cluster_->address(0);
-  std::unique_ptr<ServerLink> n0 = ConnectServer(options);
+  std::unique_ptr<ServerLink> n0 = cluster_->Link(0);
   ReaderOptions read;
   ASSERT_OK_AND_ASSIGN(auto reader, n0->client().OpenReader(job.id, other, read));
   Record r;
@@ -539,9 +523,7 @@ TEST_F(ReplicationTest, AServerRefusesPartitionsItDoesNotKeepAndPlainCommits) {
   EXPECT_THAT(client_->GetShuffle(job.id).status(),
               testing::StatusIs(absl::StatusCode::kNotFound, ""));
   ASSERT_OK(cluster_->Restart(1));
-  ClientOptions n1_options;
-  n1_options.server = cluster_->address(1);
-  std::unique_ptr<ServerLink> n1 = ConnectServer(n1_options);
+  std::unique_ptr<ServerLink> n1 = cluster_->Link(1);
   ASSERT_OK_AND_ASSIGN(auto listed, n1->client().ListShuffles());
   ASSERT_EQ(listed.size(), 1u);
   ASSERT_OK(n1->client().DeleteShuffle(job.id));
@@ -565,9 +547,7 @@ TEST_F(ReplicationTest, AServerThatLostItsDataIsNotReadFrom) {
   uint64_t records = 0;
   for (const auto& part : all.partitions) records += part.records;
   EXPECT_EQ(records, uint64_t{job.mappers} * job.items);
-  ClientOptions options;
-  options.server = cluster_->address(victim);
-  std::unique_ptr<ServerLink> alone = ConnectServer(options);
+  std::unique_ptr<ServerLink> alone = cluster_->Link(victim);
   EXPECT_THAT(alone->client().GetShuffle(job.id).status(),
               testing::StatusIs(absl::StatusCode::kDataLoss, "what it had prepared is gone"));
 }
@@ -592,10 +572,8 @@ TEST_F(ReplicationTest, ARottenReplicaIsReadAroundAndMarkedDamaged) {
   ASSERT_OK(cluster_->Restart(victim, {"--scrub_mb_per_s=0"}));
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kUnordered, winners, job.items);
-  ClientOptions options;
-  options.server = cluster_->address(victim);
   {
-    std::unique_ptr<ServerLink> alone = ConnectServer(options);
+    std::unique_ptr<ServerLink> alone = cluster_->Link(victim);
     ASSERT_OK_AND_ASSIGN(ShuffleStatus here, alone->client().GetShuffle(job.id));
     ASSERT_GT(here.partitions.size(), 0u);
     EXPECT_TRUE(here.partitions[0].damaged) << "its primary partition was read and failed";
@@ -621,7 +599,7 @@ TEST_F(ReplicationTest, ARottenReplicaIsReadAroundAndMarkedDamaged) {
   ASSERT_FALSE(kept.empty());
   EXPECT_TRUE(testing::Eventually(
       [&] {
-        std::unique_ptr<ServerLink> alone = ConnectServer(options);
+        std::unique_ptr<ServerLink> alone = cluster_->Link(victim);
         auto here = alone->client().GetShuffle(job.id);
         if (!here.ok()) return false;
         for (uint32_t p : kept) {
@@ -693,17 +671,12 @@ TEST(ClusterTenantsTest, IsolationAndTheShuffleQuotaHoldAcrossServers) {
   options.servers = 2;
   options.flags.push_back("--auth_file=" + creds);
   ASSERT_OK_AND_ASSIGN(auto cluster, testing::MiniCluster::Start(options));
-  const std::vector<std::string> addresses = {cluster->address(0), cluster->address(1)};
-  auto connect = [&](const std::string& servers_list, const std::string& token) {
-    ClientOptions o;
-    o.server = servers_list;
+  auto as = [](const std::string& token) {
+    ClientOptions o = testing::MiniCluster::ShortDeadlines();
     o.token = token;
-    o.call_deadline = std::chrono::seconds(5);
-    auto c = ShuffleClient::Connect(o);
-    EXPECT_OK(c);
-    return c.ok() ? std::move(c).value() : nullptr;
+    return o;
   };
-  auto a = connect(absl::StrJoin(addresses, ","), "slc_a");
+  auto a = OrNull(cluster->Client(as("slc_a")));
   ASSERT_TRUE(testing::Eventually(
       [&] {
         auto nodes = a->ListNodes();
@@ -719,8 +692,8 @@ TEST(ClusterTenantsTest, IsolationAndTheShuffleQuotaHoldAcrossServers) {
   ASSERT_OK(WriteMapper(*a, job, 1, 1, job.items, nullptr).status());
   ExpectExactlyTheWinners(*a, job, FetchOrder::kKey, {{0, 1}, {1, 1}}, job.items);
   // The fourth, through either server alone, passes the quota: refused.
-  for (const std::string& address : addresses) {
-    auto only = connect(address, "slc_a");
+  for (size_t i = 0; i < 2; ++i) {
+    auto only = OrNull(cluster->ClientOf(i, as("slc_a")));
     absl::Status st = only->CreateShuffle("job3", 1, 2, 1).status();
     EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
     EXPECT_NE(st.message().find("in the cluster"), absl::string_view::npos) << st;
@@ -728,7 +701,7 @@ TEST(ClusterTenantsTest, IsolationAndTheShuffleQuotaHoldAcrossServers) {
     EXPECT_OK(only->CreateShuffle("job1", 1, 2, 1).status());
   }
   // Team B: nothing of team A's, through either server.
-  auto b = connect(absl::StrJoin(addresses, ","), "slc_b");
+  auto b = OrNull(cluster->Client(as("slc_b")));
   EXPECT_EQ(b->GetShuffle("job0").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(b->GetPlacement("job0").status().code(), absl::StatusCode::kNotFound);
   ASSERT_OK_AND_ASSIGN(auto listed, b->ListShuffles());
@@ -804,14 +777,14 @@ TEST(SecureRepairTest, ServersWithTlsAndTokensRepairEachOther) {
   options.flags.push_back("--peer_tls_server_name=localhost");
   options.flags.push_back("--peer_token_file=" + dir.path() + "/peer-token");
   ASSERT_OK_AND_ASSIGN(auto cluster, testing::MiniCluster::Start(options));
-  auto connect = [&](const std::string& servers, const std::string& token) {
-    ClientOptions o;
+  auto as = [&](const std::string& token) {
+    ClientOptions o = testing::MiniCluster::ShortDeadlines();
     o.token = token;
     o.tls.ca_file = certs + "ca.pem";
     o.tls.server_name = "localhost";
-    return ConnectTo(servers, o);
+    return o;
   };
-  auto client = connect(cluster->addresses(), "slc_a");
+  auto client = OrNull(cluster->Client(as("slc_a")));
   ASSERT_NE(client, nullptr);
   Job job;
   job.id = "secure";
@@ -819,12 +792,12 @@ TEST(SecureRepairTest, ServersWithTlsAndTokensRepairEachOther) {
   std::map<uint32_t, uint64_t> winners;
   WriteThenLoseOneForGood(
       *client, *cluster, job, /*victim=*/1,
-      [&](size_t i) { return connect(cluster->address(i), "slc_peers"); }, &winners);
+      [&](size_t i) { return OrNull(cluster->ClientOf(i, as("slc_peers"))); }, &winners);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
   ExpectExactlyTheWinners(*client, job, FetchOrder::kKey, winners, job.items);
   // Without --peer_token_file: no repair, and a decommission says what is missing.
   ASSERT_OK_AND_ASSIGN(size_t plain, cluster->Add({"--peer_token_file="}));
-  auto admin = connect(cluster->address(plain), "slc_peers");
+  auto admin = OrNull(cluster->ClientOf(plain, as("slc_peers")));
   absl::StatusOr<ShuffleClient::DecommissionProgress> refused = admin->Decommission();
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
   EXPECT_NE(refused.status().message().find("--peer_token_file"), absl::string_view::npos)
@@ -855,15 +828,15 @@ TEST(SecureRepairTest, ServersWithMutualTlsRepairEachOtherWithTheirCertificate) 
     options.flags.push_back(flag);
   }
   ASSERT_OK_AND_ASSIGN(auto cluster, testing::MiniCluster::Start(options));
-  auto connect = [&](const std::string& servers, const std::string& who) {
-    ClientOptions o;
+  auto as = [&](const std::string& who) {
+    ClientOptions o = testing::MiniCluster::ShortDeadlines();
     o.tls.ca_file = certs + "ca.pem";
     o.tls.server_name = "localhost";
     o.tls.cert_file = certs + who + ".pem";
     o.tls.key_file = certs + who + ".key";
-    return ConnectTo(servers, o);
+    return o;
   };
-  auto client = connect(cluster->addresses(), "client-a");
+  auto client = OrNull(cluster->Client(as("client-a")));
   ASSERT_NE(client, nullptr);
   Job job;
   job.id = "mutual";
@@ -871,7 +844,7 @@ TEST(SecureRepairTest, ServersWithMutualTlsRepairEachOtherWithTheirCertificate) 
   std::map<uint32_t, uint64_t> winners;
   WriteThenLoseOneForGood(
       *client, *cluster, job, /*victim=*/2,
-      [&](size_t i) { return connect(cluster->address(i), "peer"); }, &winners);
+      [&](size_t i) { return OrNull(cluster->ClientOf(i, as("peer"))); }, &winners);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
   ExpectExactlyTheWinners(*client, job, FetchOrder::kUnordered, winners, job.items);
 }
@@ -885,7 +858,7 @@ class LostServerTest : public ReplicationTest {
     options.servers = 4;
     options.flags.push_back("--dead_after_s=2");
     ASSERT_OK_AND_ASSIGN(cluster_, testing::MiniCluster::Start(options));
-    client_ = Connect(cluster_->addresses());
+    ASSERT_OK_AND_ASSIGN(client_, cluster_->Client());
   }
 
   // The shuffle's placement once its newest epoch has none of `gone` (up to 30 s).
@@ -986,7 +959,7 @@ class LostServerTest : public ReplicationTest {
               const NodeAddress& node = placed->nodes[n];
               if (node.address.empty()) return false;
               if (by_node.count(node.node_id) == 0) {
-                auto here = Alone(node.address)->client().GetShuffle(id);
+                auto here = Alone(node)->client().GetShuffle(id);
                 if (!here.ok()) return false;
                 by_node[node.node_id] = *here;
               }
@@ -1048,13 +1021,13 @@ TEST_F(LostServerTest, AServerKilledForGoodDuringThePushesStopsNothing) {
   uint64_t repaired = 0;
   for (size_t i = 0; i < cluster_->size(); ++i) {
     if (!cluster_->running(i)) continue;
-    ASSERT_OK_AND_ASSIGN(NodeStatus node, Alone(cluster_->address(i))->client().GetNode());
+    ASSERT_OK_AND_ASSIGN(NodeStatus node, cluster_->Link(i)->client().GetNode());
     EXPECT_EQ(node.repair_backlog, 0u) << node.node_id;
     // (In bytes as of the repairer's last round, once a second: commits made meanwhile may
     // leave an estimate behind until the next.)
     EXPECT_TRUE(testing::Eventually(
         [&] {
-          auto again = Alone(cluster_->address(i))->client().GetNode();
+          auto again = cluster_->Link(i)->client().GetNode();
           return again.ok() && again->repair_backlog_bytes == 0;
         },
         std::chrono::seconds(5)))
@@ -1068,7 +1041,7 @@ TEST_F(LostServerTest, AServerKilledForGoodDuringThePushesStopsNothing) {
     for (uint32_t n : after.replicas[p]) {
       if (after.nodes[n].address.empty()) continue;
       ASSERT_OK_AND_ASSIGN(SplitKeys splits,
-                           Alone(after.nodes[n].address)->client().GetSplits(job.id, p, 2));
+                           Alone(after.nodes[n])->client().GetSplits(job.id, p, 2));
       EXPECT_GT(splits.frames, 0u) << "partition " << p << " on " << after.nodes[n].node_id;
       EXPECT_EQ(splits.frames_without_bounds, 0u)
           << "partition " << p << " on " << after.nodes[n].node_id;
@@ -1244,7 +1217,6 @@ TEST_F(LostServerTest, ALostPartitionsMappersAreRevokedAndRunAgainIntoTheSameShu
 
   // A replica asked to resume a read of the revoked attempts refuses: never a mix.
   const auto& kept = before.replicas[early_partition];
-  const std::string survivor = before.nodes[kept[1]].address;
   ReaderOptions resume;
   resume.order = FetchOrder::kKey;
   resume.skip_records = 10;
@@ -1252,7 +1224,7 @@ TEST_F(LostServerTest, ALostPartitionsMappersAreRevokedAndRunAgainIntoTheSameShu
     resume.only_mappers.push_back(m);
     resume.only_attempts.push_back(attempt);
   }
-  auto link = Alone(survivor);
+  auto link = Alone(before.nodes[kept[1]]);
   auto refused = link->OpenFetch(job.id, early_partition, resume, /*report_mappers=*/false);
   const std::string* frame = nullptr;
   absl::StatusOr<bool> got = refused->Next(&frame);
@@ -1324,7 +1296,7 @@ TEST_F(LostServerTest, AttemptsRacingAcrossAnEpochChangeHaveExactlyOneWinner) {
   std::set<uint32_t> servers;
   for (const auto& r : before.replicas) servers.insert(r.begin(), r.end());
   for (uint32_t n : servers) {
-    links.push_back(Alone(before.nodes[n].address));
+    links.push_back(Alone(before.nodes[n]));
     ASSERT_OK_AND_ASSIGN(auto stream,
                          links.back()->OpenPush(job.id, 0, 1, /*prepare=*/true, /*epoch=*/0));
     ASSERT_OK(stream->SendCommit(0, 0));
@@ -1365,7 +1337,7 @@ TEST_F(LostServerTest, AttemptsRacingAcrossAnEpochChangeHaveExactlyOneWinner) {
   for (uint32_t p = 0; p < job.partitions; ++p) {
     std::optional<uint64_t> records;
     for (uint32_t n : after.replicas[p]) {
-      std::unique_ptr<ServerLink> one = Alone(after.nodes[n].address);
+      std::unique_ptr<ServerLink> one = Alone(after.nodes[n]);
       auto here = one->client().GetShuffle(job.id);
       ASSERT_OK(here);
       if (here->partitions[p].missing_mappers != 0) continue;  // a replica not repaired yet
@@ -1396,7 +1368,7 @@ TEST_F(LostServerTest, ADecommissionedServerCanBeStoppedWithoutLosingAReplica) {
   std::atomic<int> reads{0}, failed_reads{0};
   const std::map<uint32_t, uint64_t> first = winners;
   std::thread reader([&] {
-    auto own = Connect(cluster_->addresses());
+    ASSERT_OK_AND_ASSIGN(auto own, cluster_->Client());
     while (reading.load()) {
       for (uint32_t p = 0; p < job.partitions && reading.load(); ++p) {
         ReaderOptions options;
@@ -1415,7 +1387,7 @@ TEST_F(LostServerTest, ADecommissionedServerCanBeStoppedWithoutLosingAReplica) {
     }
   });
   const size_t leaving = 2;
-  std::unique_ptr<ServerLink> link = Alone(cluster_->address(leaving));
+  std::unique_ptr<ServerLink> link = cluster_->Link(leaving);
   const auto started = Clock::now();
   ASSERT_OK_AND_ASSIGN(auto progress, link->client().Decommission());
   ASSERT_OK_AND_ASSIGN(NodeStatus node, link->client().GetNode());
@@ -1460,7 +1432,7 @@ class SlowRepairTest : public LostServerTest {
     options.flags.push_back("--dead_after_s=10");
     options.flags.push_back("--repair_mb_per_s=1");
     ASSERT_OK_AND_ASSIGN(cluster_, testing::MiniCluster::Start(options));
-    client_ = Connect(cluster_->addresses());
+    ASSERT_OK_AND_ASSIGN(client_, cluster_->Client());
   }
 };
 
@@ -1484,7 +1456,7 @@ TEST_F(SlowRepairTest, ARepairCutByAKillResumesAndIsNeverServedHalfCopied) {
       [&] {
         for (uint32_t p = 0; p < job.partitions && !found; ++p) {
           for (uint32_t n : after.replicas[p]) {
-            auto here = Alone(after.nodes[n].address)->client().GetShuffle(job.id);
+            auto here = Alone(after.nodes[n])->client().GetShuffle(job.id);
             if (here.ok() && here->partitions[p].missing_mappers > 0) {
               partition = p;
               repairing = static_cast<size_t>(after.nodes[n].node_id.back() - '0');
@@ -1496,7 +1468,7 @@ TEST_F(SlowRepairTest, ARepairCutByAKillResumesAndIsNeverServedHalfCopied) {
         return found;
       },
       std::chrono::seconds(15)));
-  std::unique_ptr<ServerLink> link = Alone(cluster_->address(repairing));
+  std::unique_ptr<ServerLink> link = cluster_->Link(repairing);
   ReaderOptions read;
   ASSERT_OK_AND_ASSIGN(auto direct, link->client().OpenReader(job.id, partition, read));
   Record r;
@@ -1521,7 +1493,7 @@ TEST_F(SlowRepairTest, ARepairCutByAKillResumesAndIsNeverServedHalfCopied) {
   // It resumes: every replica whole, and the same records everywhere.
   ASSERT_TRUE(EveryReplicaWhole(job.id, std::chrono::seconds(60)));
   // (A new client: the first still asks the server it saw die after the others, for a while.)
-  client_ = Connect(cluster_->addresses());
+  ASSERT_OK_AND_ASSIGN(client_, cluster_->Client());
   ExpectCounts(job);
   EXPECT_EQ(under_replicated_, 0u);
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
@@ -1548,7 +1520,7 @@ TEST_F(SlowRepairTest, EtcdKilledAtRandomMomentsDuringARepairLosesAndHalfServesN
         uint64_t repaired = 0;
         for (size_t i = 0; i < 4; ++i) {
           if (i == victim) continue;
-          auto node = Alone(cluster_->address(i))->client().GetNode();
+          auto node = cluster_->Link(i)->client().GetNode();
           if (node.ok()) repaired += node->repaired_bytes;
         }
         return repaired > 0;
@@ -1568,7 +1540,7 @@ TEST_F(SlowRepairTest, EtcdKilledAtRandomMomentsDuringARepairLosesAndHalfServesN
     ASSERT_OK(cluster_->etcd().Restart()) << "seed " << seed;
   }
   ASSERT_TRUE(EveryReplicaWhole(job.id, std::chrono::seconds(90))) << "seed " << seed;
-  client_ = Connect(cluster_->addresses());
+  ASSERT_OK_AND_ASSIGN(client_, cluster_->Client());
   ASSERT_OK_AND_ASSIGN(const PlacementInfo placed, client_->GetPlacement(job.id));
   ExpectWholeReplicaLists(placed);  // (no live server taken out by the outages)
   ExpectCounts(job);

@@ -16,7 +16,9 @@ namespace sluice::testing {
 
 absl::StatusOr<std::unique_ptr<MiniCluster>> MiniCluster::Start(MiniClusterOptions options) {
   std::unique_ptr<MiniCluster> cluster(new MiniCluster(std::move(options)));
-  SLUICE_ASSIGN_OR_RETURN(cluster->etcd_, EtcdProcess::Start());
+  if (cluster->options_.etcd) {
+    SLUICE_ASSIGN_OR_RETURN(cluster->etcd_, EtcdProcess::Start());
+  }
   for (size_t i = 0; i < cluster->options_.servers; ++i) {
     SLUICE_RETURN_IF_ERROR(cluster->Add().status());
   }
@@ -27,9 +29,18 @@ MiniCluster::~MiniCluster() {
   for (Server& s : servers_) s.process.reset();  // SIGKILL
 }
 
-std::string MiniCluster::Host(size_t i) { return absl::StrCat("127.0.0.", i + 2); }
+std::string MiniCluster::Host(size_t i) const {
+  return options_.etcd ? absl::StrCat("127.0.0.", i + 2) : "127.0.0.1";
+}
 
 std::string MiniCluster::node_id(size_t i) const { return absl::StrCat("n", i); }
+
+size_t MiniCluster::index_of(const std::string& node_id) const {
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (this->node_id(i) == node_id) return i;
+  }
+  return servers_.size();
+}
 
 std::string MiniCluster::addresses() const {
   std::vector<std::string> all;
@@ -41,12 +52,27 @@ pid_t MiniCluster::pid(size_t i) const {
   return servers_[i].process != nullptr ? servers_[i].process->pid() : 0;
 }
 
-absl::StatusOr<size_t> MiniCluster::Add(const std::vector<std::string>& extra) {
+absl::StatusOr<size_t> MiniCluster::Add(const std::vector<std::string>& extra,
+                                        const std::string& data_dir) {
   const size_t i = servers_.size();
-  SLUICE_ASSIGN_OR_RETURN(const int port, FreePort(Host(i)));
-  servers_.push_back(
-      Server{absl::StrCat(Host(i), ":", port), std::make_unique<TempDir>(), {}, nullptr});
-  SLUICE_RETURN_IF_ERROR(Restart(i, extra));
+  Server s;
+  // A cluster's servers register their address, so it is picked first; a standalone server
+  // takes the kernel's pick at its first start and keeps it.
+  if (options_.etcd) {
+    SLUICE_ASSIGN_OR_RETURN(s.port, FreePort(Host(i)));
+  }
+  s.address = absl::StrCat(Host(i), ":", s.port);
+  if (data_dir.empty()) {
+    s.owned_dir = std::make_unique<TempDir>();
+    s.dir = s.owned_dir->path();
+  } else {
+    s.dir = data_dir;
+  }
+  servers_.push_back(std::move(s));
+  if (absl::Status st = Restart(i, extra); !st.ok()) {
+    servers_.pop_back();
+    return st;
+  }
   return i;
 }
 
@@ -54,12 +80,26 @@ absl::Status MiniCluster::Restart(size_t i, const std::vector<std::string>& extr
   Server& s = servers_[i];
   s.process.reset();
   s.extra = extra;
-  std::vector<std::string> flags = {"--data_dir=" + s.dir->path(), "--etcd=" + etcd_->endpoint(),
-                                    "--node_id=" + node_id(i), "--listen=" + s.address,
-                                    absl::StrCat("--node_lease_s=", options_.lease_s)};
-  flags.insert(flags.end(), options_.flags.begin(), options_.flags.end());
-  flags.insert(flags.end(), extra.begin(), extra.end());
-  SLUICE_ASSIGN_OR_RETURN(s.process, ServerProcess::Start(SLUICE_SERVER_BIN, flags, Host(i)));
+  std::vector<std::string> args;
+  std::string binary = SLUICE_SERVER_BIN;
+  if (!options_.nofile.empty()) {
+    args = {"--nofile=" + options_.nofile, binary};
+    binary = "/usr/bin/prlimit";
+  }
+  args.push_back("--data_dir=" + s.dir);
+  args.push_back("--listen=" + s.address);
+  if (options_.etcd) {
+    args.push_back("--etcd=" + etcd_->endpoint());
+    args.push_back("--node_id=" + node_id(i));
+    args.push_back(absl::StrCat("--node_lease_s=", options_.lease_s));
+  }
+  args.insert(args.end(), options_.flags.begin(), options_.flags.end());
+  args.insert(args.end(), extra.begin(), extra.end());
+  SLUICE_ASSIGN_OR_RETURN(s.process, ServerProcess::Start(binary, args, Host(i)));
+  if (s.port == 0) {
+    s.port = s.process->port();
+    s.address = absl::StrCat(Host(i), ":", s.port);
+  }
   return absl::OkStatus();
 }
 
@@ -70,9 +110,11 @@ absl::Status MiniCluster::Stop(size_t i) {
   return st;
 }
 
-int MiniCluster::Kill(size_t i) {
+int MiniCluster::Kill(size_t i) { return Signal(i, SIGKILL); }
+
+int MiniCluster::Signal(size_t i, int sig) {
   if (servers_[i].process == nullptr) return -1;
-  const int status = servers_[i].process->Signal(SIGKILL);
+  const int status = servers_[i].process->Signal(sig);
   servers_[i].process.reset();
   return status;
 }
@@ -89,8 +131,33 @@ absl::Status MiniCluster::Wipe(size_t i) {
   if (servers_[i].process != nullptr) {
     return absl::FailedPreconditionError("wipe a server's disk only while it is down");
   }
-  servers_[i].dir = std::make_unique<TempDir>();
+  servers_[i].owned_dir = std::make_unique<TempDir>();
+  servers_[i].dir = servers_[i].owned_dir->path();
   return absl::OkStatus();
+}
+
+ClientOptions MiniCluster::ShortDeadlines() {
+  ClientOptions options;
+  options.call_deadline = std::chrono::seconds(5);
+  options.keepalive_time = std::chrono::seconds(1);
+  options.keepalive_timeout = std::chrono::seconds(1);
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<ShuffleClient>> MiniCluster::Client(ClientOptions options) const {
+  options.server = addresses();
+  return ShuffleClient::Connect(options);
+}
+
+absl::StatusOr<std::unique_ptr<ShuffleClient>> MiniCluster::ClientOf(size_t i,
+                                                                     ClientOptions options) const {
+  options.server = address(i);
+  return ShuffleClient::Connect(options);
+}
+
+std::unique_ptr<ServerLink> MiniCluster::Link(size_t i, ClientOptions options) const {
+  options.server = address(i);
+  return ConnectServer(options);
 }
 
 }  // namespace sluice::testing

@@ -1,16 +1,10 @@
 #include "tests/harness/mini_server.h"
 
-#include <signal.h>
-
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "codec/status_macros.h"
-
-#ifndef SLUICE_SERVER_BIN
-#error "SLUICE_SERVER_BIN must name the sluice-server executable"
-#endif
 
 namespace sluice::testing {
 namespace {
@@ -29,7 +23,6 @@ absl::StatusOr<std::vector<std::string>> ChildFlags(const ServerOptions& o) {
     }
   }
   return std::vector<std::string>{
-      absl::StrCat("--data_dir=", o.data_dir),
       absl::StrCat("--memory_budget_mb=", o.memory_budget_bytes >> 20),
       absl::StrCat("--fsync=", o.fsync ? "true" : "false"),
       absl::StrCat("--max_frame_mb=", o.limits.max_uncompressed_bytes >> 20),
@@ -84,8 +77,20 @@ absl::Status MiniServer::Launch() {
   options_.server.listen_address = "127.0.0.1:0";
   if (options_.child_process) {
     SLUICE_ASSIGN_OR_RETURN(std::vector<std::string> flags, ChildFlags(options_.server));
-    SLUICE_ASSIGN_OR_RETURN(child_, ServerProcess::Start(SLUICE_SERVER_BIN, flags));
-    port_ = child_->port();
+    if (child_ == nullptr) {
+      MiniClusterOptions standalone;
+      standalone.servers = 0;
+      standalone.etcd = false;
+      standalone.flags = {};  // (ChildFlags gives them all)
+      SLUICE_ASSIGN_OR_RETURN(child_, MiniCluster::Start(standalone));
+      if (absl::Status st = child_->Add(flags, options_.server.data_dir).status(); !st.ok()) {
+        child_.reset();
+        return st;
+      }
+    } else {
+      SLUICE_RETURN_IF_ERROR(child_->Restart(0, flags));
+    }
+    port_ = child_->port(0);
     return absl::OkStatus();
   }
   SLUICE_ASSIGN_OR_RETURN(in_process_, SluiceServer::Start(options_.server));
@@ -105,19 +110,17 @@ absl::Status MiniServer::Restart(MiniServerOptions options) {
 absl::Status MiniServer::Stop() {
   port_ = 0;
   if (in_process_ != nullptr) in_process_.reset();  // Shutdown
-  if (child_ == nullptr) return absl::OkStatus();
-  absl::Status st = child_->Stop();
-  child_.reset();
-  return st;
+  if (child_ == nullptr || !child_->running(0)) return absl::OkStatus();
+  return child_->Stop(0);
 }
 
 int MiniServer::Kill(int sig) {
   if (child_ == nullptr) return -1;
-  const int status = child_->Signal(sig);
-  child_.reset();
   port_ = 0;
-  return status;
+  return child_->Signal(0, sig);
 }
+
+pid_t MiniServer::pid() const { return child_ != nullptr ? child_->pid(0) : 0; }
 
 absl::StatusOr<std::unique_ptr<ShuffleClient>> MiniServer::Client(ClientOptions options) const {
   if (port_ == 0) return absl::FailedPreconditionError("the mini server is not running");

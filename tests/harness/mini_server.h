@@ -1,7 +1,9 @@
 // MiniServer: the one server fixture every test uses (Kudu's mini-server idea). It runs a real
 // sluice-server on 127.0.0.1 with a real data directory, either in this process (a SluiceServer:
 // fast, and under the sanitizers with the test) or as the sluice-server executable in a child
-// process (for signals: kill -9, SIGTERM). Restart brings it back on the same directory.
+// process (for signals: kill -9, SIGTERM), which a standalone MiniCluster of one server
+// launches (tests/harness/mini_cluster.h: the one launcher of server processes). Restart
+// brings it back on the same directory.
 //
 //   ASSERT_OK_AND_ASSIGN(auto server, MiniServer::Start());
 //   ASSERT_OK_AND_ASSIGN(auto client, server->Client());
@@ -16,9 +18,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/server_process.h"
 #include "client/shuffle_client.h"
 #include "server/sluice_server.h"
+#include "tests/harness/mini_cluster.h"
 #include "tests/harness/temp_dir.h"
 
 namespace sluice::testing {
@@ -42,7 +44,8 @@ class MiniServer {
   ~MiniServer();
 
   /// Stops the server (gracefully) and starts it again on the same data directory, with the
-  /// same options or new ones. The port changes: clients and stubs must be made again.
+  /// same options or new ones. The port may change (in process it does): clients and stubs must
+  /// be made again.
   absl::Status Restart();
   absl::Status Restart(MiniServerOptions options);
   /// Stops gracefully (in-process: Shutdown; child: SIGTERM, and its exit status must be 0).
@@ -52,7 +55,7 @@ class MiniServer {
 
   int port() const { return port_; }
   /// Child only: its process id (to SIGSTOP it, say); 0 in process.
-  pid_t pid() const { return child_ != nullptr ? child_->pid() : 0; }
+  pid_t pid() const;
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   const std::string& data_dir() const { return options_.server.data_dir; }
   /// The in-process server (null for a child process or when stopped).
@@ -66,7 +69,7 @@ class MiniServer {
   MiniServerOptions options_;
   std::optional<TempDir> owned_dir_;
   std::unique_ptr<SluiceServer> in_process_;
-  std::unique_ptr<ServerProcess> child_;
+  std::unique_ptr<MiniCluster> child_;  // its one standalone server: the child process
   int port_ = 0;
 };
 

@@ -6,6 +6,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -66,9 +67,11 @@ inline std::unique_ptr<v1::ShuffleService::Stub> MakeStub(const MiniServer& serv
 }
 
 /// Writes one frame for `partition` to a push stream as a client does: in a frames message, or
-/// announced and in pieces when it is larger than a push message (docs/api.md).
+/// announced and in pieces when it is larger than a push message (docs/api.md). Counts the
+/// pieces written in `*pieces` when given.
 inline bool WriteFrame(grpc::ClientWriter<v1::PushRequest>* w, uint32_t partition,
-                       const std::string& frame, size_t piece_bytes = size_t{1} << 20) {
+                       const std::string& frame, size_t piece_bytes = size_t{1} << 20,
+                       std::atomic<int>* pieces = nullptr) {
   v1::PushRequest msg;
   if (frame.size() + 16 <= piece_bytes) {
     auto* f = msg.mutable_frames()->add_frames();
@@ -82,6 +85,7 @@ inline bool WriteFrame(grpc::ClientWriter<v1::PushRequest>* w, uint32_t partitio
   for (size_t at = 0; ok && at < frame.size(); at += piece_bytes) {
     msg.mutable_piece()->set_data(frame.substr(at, piece_bytes));
     ok = w->Write(msg);
+    if (ok && pieces != nullptr) ++*pieces;
   }
   return ok;
 }

@@ -21,8 +21,10 @@
 #include "codec/frame_format.h"
 #include "server/storage/file_util.h"
 #include "server/storage/key_bounds.h"
+#include "tests/harness/parked_threads.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"
+#include "tests/harness/wait.h"
 
 namespace sluice {
 namespace {
@@ -195,10 +197,24 @@ TEST_F(CommitLogTest, ConcurrentAppendsShareOneWriteAndSyncPerBatch) {
     cv.wait_for(lock, std::chrono::seconds(10), [&] { return !batches.empty(); });
   }
   std::vector<std::thread> others;
+  std::vector<std::atomic<pid_t>> tids(8);
   for (uint32_t m = 1; m <= 8; ++m) {
-    others.emplace_back([&, m] { EXPECT_OK(log->Append(m, 1, {BlockRef{m, 10, 0, 1}})); });
+    others.emplace_back([&, m] {
+      tids[m - 1] = ::gettid();
+      EXPECT_OK(log->Append(m, 1, {BlockRef{m, 10, 0, 1}}));
+    });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let them all queue
+  // Until every one of them has queued: all parked at once, with the first batch held and
+  // this thread asleep, can only be parked in the queue (on their way to it they wait for
+  // nothing but locks that running threads hold).
+  const bool queued = testing::Eventually([&] {
+    std::vector<pid_t> all;
+    for (const auto& t : tids) {
+      if (t.load() == 0) return false;
+      all.push_back(t.load());
+    }
+    return testing::ThreadsParked(all);
+  });
   {
     std::lock_guard<std::mutex> lock(mu);
     release = true;
@@ -206,6 +222,7 @@ TEST_F(CommitLogTest, ConcurrentAppendsShareOneWriteAndSyncPerBatch) {
   cv.notify_all();
   first.join();
   for (auto& t : others) t.join();
+  ASSERT_TRUE(queued) << "the appends did not all queue behind the first batch";
   ASSERT_EQ(batches.size(), 2u) << "the 8 queued appends did not share one data sync";
   EXPECT_EQ(batches[0], 1024u);
   EXPECT_GT(batches[1], batches[0]);  // after the first batch's record, before theirs

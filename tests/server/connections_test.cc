@@ -13,24 +13,23 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/server_process.h"
-#include "client/shuffle_client.h"
 #include "server/net/connection_guard.h"
+#include "tests/harness/mini_cluster.h"
 #include "tests/harness/status_matchers.h"
-#include "tests/harness/temp_dir.h"
 #include "tests/harness/wait.h"
 
 namespace sluice {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using testing::MiniCluster;
+using testing::MiniClusterOptions;
 
 // TCP connections from `source` to 127.0.0.1:`port` that send nothing. Each is connected (the
 // kernel's handshake) whether or not the server takes it.
@@ -61,6 +60,16 @@ class IdleConnections {
     fds_.clear();
   }
   size_t size() const { return fds_.size(); }
+  // How many the server has taken: answered (a kept connection gets the server's HTTP/2
+  // settings) or closed. One still in the listen backlog has heard nothing.
+  size_t Answered() const {
+    size_t answered = 0;
+    for (int fd : fds_) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 0) == 1) ++answered;
+    }
+    return answered;
+  }
   // How many the server has closed (refused after accepting, or timed out): EOF or reset.
   size_t ClosedByServer() const {
     size_t closed = 0;
@@ -87,60 +96,73 @@ bool Zombie(pid_t pid) {
   return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
 }
 
+// How many descriptors process `pid` has open.
+size_t OpenDescriptors(pid_t pid) {
+  std::error_code ec;
+  size_t n = 0;
+  for (std::filesystem::directory_iterator it("/proc/" + std::to_string(pid) + "/fd", ec), end;
+       !ec && it != end; it.increment(ec)) {
+    ++n;
+  }
+  return n;
+}
+
 // A new client (its own connection, from 127.0.0.1) asks the server for its GetNode.
-absl::Status NewClientCall(int port) {
-  ClientOptions options;
-  options.server = absl::StrCat("127.0.0.1:", port);
-  options.call_deadline = std::chrono::seconds(5);
-  auto client = ShuffleClient::Connect(options);
+absl::Status NewClientCall(const MiniCluster& server) {
+  auto client = server.Client();
   if (!client.ok()) return client.status();
   return (*client)->GetNode().status();
 }
 
-absl::StatusOr<std::unique_ptr<ServerProcess>> StartServer(const std::string& dir, int nofile,
-                                                           std::vector<std::string> flags = {}) {
-  std::vector<std::string> args = {absl::StrCat("--nofile=", nofile, ":", nofile),
-                                   SLUICE_SERVER_BIN, "--data_dir=" + dir, "--log_level=warn",
-                                   "--listen=127.0.0.1:0"};
-  args.insert(args.end(), flags.begin(), flags.end());
-  return ServerProcess::Start("/usr/bin/prlimit", args);
+// The daemon alone (server 0 of a standalone MiniCluster) with `nofile` descriptors.
+absl::StatusOr<std::unique_ptr<MiniCluster>> StartServer(int nofile,
+                                                         std::vector<std::string> flags = {}) {
+  MiniClusterOptions options;
+  options.servers = 1;
+  options.etcd = false;
+  options.nofile = absl::StrCat(nofile, ":", nofile);
+  options.flags.insert(options.flags.end(), flags.begin(), flags.end());
+  return MiniCluster::Start(options);
 }
 
 // More idle connections from one address than the server has descriptors: gRPC's listener
 // (Debian's 1.51) stops accepting for good at the first "Too many open files". The server must
 // refuse the excess instead, keep serving another address meanwhile, and everyone after.
 TEST(ConnectionsTest, AFloodPastTheDescriptorLimitNeitherKillsTheListenerNorShutsOthersOut) {
-  testing::TempDir dir;
-  ASSERT_OK_AND_ASSIGN(auto server, StartServer(dir.path(), 256));
+  ASSERT_OK_AND_ASSIGN(auto server, StartServer(256));
   {
-    IdleConnections flood("127.0.0.9", server->port(), 400);
+    IdleConnections flood("127.0.0.9", server->port(0), 400);
     ASSERT_EQ(flood.size(), 400u);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the server has seen them
-    EXPECT_OK(NewClientCall(server->port())) << "another address was shut out by the flood";
+    // The server has taken all of them, past its descriptors: a listener that died at the
+    // first EMFILE leaves the rest unanswered in its backlog.
+    ASSERT_TRUE(testing::Eventually([&] { return flood.Answered() == flood.size(); }))
+        << flood.Answered() << " of the flood's connections taken: the listener stopped";
+    EXPECT_OK(NewClientCall(*server)) << "another address was shut out by the flood";
   }
-  EXPECT_OK(NewClientCall(server->port())) << "the listener died";
-  ASSERT_OK(server->Stop());
+  EXPECT_OK(NewClientCall(*server)) << "the listener died";
+  ASSERT_OK(server->Stop(0));
 }
 
 // Without the guard's protection (--guard_connections=false, gRPC's own accept loop) the same
 // flood kills the listener for good; the listener probe finds it, the server drains itself
 // (readiness fails first) and exits 1, for its supervisor to restart it.
 TEST(ConnectionsTest, ADeadListenerIsFoundAndTheServerExitsForARestart) {
-  testing::TempDir dir;
-  ASSERT_OK_AND_ASSIGN(auto server, StartServer(dir.path(), 256,
-                                                {"--guard_connections=false",
-                                                 "--listener_probe_s=1", "--drain_grace_s=1"}));
+  ASSERT_OK_AND_ASSIGN(
+      auto server,
+      StartServer(256, {"--guard_connections=false", "--listener_probe_s=1", "--drain_grace_s=1"}));
   {
-    IdleConnections flood("127.0.0.9", server->port(), 400);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    IdleConnections flood("127.0.0.9", server->port(0), 400);
+    // gRPC took connections until it had no descriptor left: its listener met EMFILE.
+    ASSERT_TRUE(testing::Eventually([&] { return OpenDescriptors(server->pid(0)) >= 256; }))
+        << OpenDescriptors(server->pid(0)) << " descriptors open";
   }
   // (A new client cannot get in any more: gRPC's listener is gone.)
-  EXPECT_FALSE(NewClientCall(server->port()).ok());
+  EXPECT_FALSE(NewClientCall(*server).ok());
   ASSERT_TRUE(
-      testing::Eventually([&] { return ::kill(server->pid(), 0) != 0 || Zombie(server->pid()); },
+      testing::Eventually([&] { return ::kill(server->pid(0), 0) != 0 || Zombie(server->pid(0)); },
                           std::chrono::seconds(30)))
       << "the server did not notice that its listener died";
-  const int status = server->Signal(0);
+  const int status = server->Signal(0, 0);
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 1);
 }
@@ -148,15 +170,13 @@ TEST(ConnectionsTest, ADeadListenerIsFoundAndTheServerExitsForARestart) {
 // From many addresses at once: the server keeps --max_connections, closes the rest as it
 // accepts them (a client then gets UNAVAILABLE, retryable), and takes everyone once they go.
 TEST(ConnectionsTest, AFloodFromManyAddressesIsHeldToTheServerLimit) {
-  testing::TempDir dir;
-  ASSERT_OK_AND_ASSIGN(
-      auto server,
-      StartServer(dir.path(), 4096, {"--max_connections=100", "--max_connections_per_address=40"}));
+  ASSERT_OK_AND_ASSIGN(auto server, StartServer(4096, {"--max_connections=100",
+                                                       "--max_connections_per_address=40"}));
   {
     std::vector<std::unique_ptr<IdleConnections>> flood;
     for (int a = 10; a < 20; ++a) {
       flood.push_back(
-          std::make_unique<IdleConnections>(absl::StrCat("127.0.0.", a), server->port(), 30));
+          std::make_unique<IdleConnections>(absl::StrCat("127.0.0.", a), server->port(0), 30));
     }
     size_t kept = 0;
     ASSERT_TRUE(testing::Eventually(
@@ -171,24 +191,22 @@ TEST(ConnectionsTest, AFloodFromManyAddressesIsHeldToTheServerLimit) {
         },
         std::chrono::seconds(10)));
     EXPECT_GE(kept, 90u) << "the server kept far fewer than its limit";
-    EXPECT_THAT(NewClientCall(server->port()),
-                testing::StatusIs(absl::StatusCode::kUnavailable, ""));
+    EXPECT_THAT(NewClientCall(*server), testing::StatusIs(absl::StatusCode::kUnavailable, ""));
   }
-  EXPECT_TRUE(testing::Eventually([&] { return NewClientCall(server->port()).ok(); },
-                                  std::chrono::seconds(10)));
-  ASSERT_OK(server->Stop());
+  EXPECT_TRUE(
+      testing::Eventually([&] { return NewClientCall(*server).ok(); }, std::chrono::seconds(10)));
+  ASSERT_OK(server->Stop(0));
 }
 
 // A connection that never starts its handshake is closed after --handshake_timeout_s.
 TEST(ConnectionsTest, AConnectionThatSaysNothingIsClosedAfterTheHandshakeTimeout) {
-  testing::TempDir dir;
-  ASSERT_OK_AND_ASSIGN(auto server, StartServer(dir.path(), 4096, {"--handshake_timeout_s=1"}));
-  IdleConnections idle("127.0.0.1", server->port(), 5);
+  ASSERT_OK_AND_ASSIGN(auto server, StartServer(4096, {"--handshake_timeout_s=1"}));
+  IdleConnections idle("127.0.0.1", server->port(0), 5);
   ASSERT_EQ(idle.size(), 5u);
   EXPECT_TRUE(
       testing::Eventually([&] { return idle.ClosedByServer() == 5; }, std::chrono::seconds(10)));
-  EXPECT_OK(NewClientCall(server->port()));
-  ASSERT_OK(server->Stop());
+  EXPECT_OK(NewClientCall(*server));
+  ASSERT_OK(server->Stop(0));
 }
 
 // Out of descriptors, accept4 fails with EMFILE, which ends gRPC's listener. The guard never

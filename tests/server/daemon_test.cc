@@ -20,12 +20,12 @@
 #include <thread>
 #include <vector>
 
-#include "client/server_process.h"
 #include "client/shuffle_client.h"
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
 #include "rpc/error_reason.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
+#include "tests/harness/mini_cluster.h"
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/stub.h"
@@ -37,9 +37,35 @@ namespace {
 namespace pb = sluice::v1;
 
 using testing::MakeStub;
+using testing::MiniCluster;
+using testing::MiniClusterOptions;
 using testing::MiniServer;
 using testing::MiniServerOptions;
 using testing::StatusIs;
+
+// The daemon alone under `prlimit --nofile=<nofile>` on `data_dir` (server 0 of a standalone
+// MiniCluster).
+absl::StatusOr<std::unique_ptr<MiniCluster>> StartLimited(const std::string& data_dir,
+                                                          const std::string& nofile) {
+  MiniClusterOptions options;
+  options.servers = 0;
+  options.etcd = false;
+  options.nofile = nofile;
+  options.flags = {"--log_level=warn"};
+  auto cluster = MiniCluster::Start(options);
+  if (!cluster.ok()) return cluster.status();
+  if (absl::Status st = (*cluster)->Add({}, data_dir).status(); !st.ok()) return st;
+  return cluster;
+}
+
+// The daemon alone with a budget of `budget_mb` (server 0 of a standalone MiniCluster).
+absl::StatusOr<std::unique_ptr<MiniCluster>> StartWithBudget(uint64_t budget_mb) {
+  MiniClusterOptions options;
+  options.servers = 1;
+  options.etcd = false;
+  options.flags = {"--log_level=warn", absl::StrCat("--memory_budget_mb=", budget_mb)};
+  return MiniCluster::Start(options);
+}
 
 // A sluice-server child process on 127.0.0.1 with a free port, on `data_dir`.
 std::unique_ptr<MiniServer> StartDaemon(const std::string& data_dir) {
@@ -273,7 +299,11 @@ TEST(DaemonTest, KillDashNineMidPushKeepsExactlyTheAcknowledgedCommits) {
         }
       });
     }
-    ::usleep(400000);
+    // Killed once some commits are acknowledged, with the pushers going on.
+    EXPECT_TRUE(testing::Eventually([&] {
+      std::lock_guard<std::mutex> lock(mu);
+      return acked.size() >= 10;
+    }));
     d->Kill(SIGKILL);
     stop.store(true);
     for (auto& t : pushers) t.join();
@@ -530,23 +560,15 @@ TEST(DaemonTest, OutOfDescriptorsIsResourceExhaustedAndTheServerStillStarts) {
   testing::TempDir dir;
   {
     // Soft 64, hard 4096: the server takes the hard limit.
-    ASSERT_OK_AND_ASSIGN(
-        auto server,
-        ServerProcess::Start("/usr/bin/prlimit", {"--nofile=64:4096", SLUICE_SERVER_BIN,
-                                                  "--data_dir=" + dir.path(), "--log_level=warn"}));
-    EXPECT_EQ(OpenFilesLimit(server->pid()), (std::pair<long, long>{4096, 4096}));
-    ASSERT_OK(server->Stop());
+    ASSERT_OK_AND_ASSIGN(auto server, StartLimited(dir.path(), "64:4096"));
+    EXPECT_EQ(OpenFilesLimit(server->pid(0)), (std::pair<long, long>{4096, 4096}));
+    ASSERT_OK(server->Stop(0));
   }
   int created = 0;
   {
     // Hard 128: shuffles use descriptors until CreateShuffle cannot get one.
-    ASSERT_OK_AND_ASSIGN(
-        auto server,
-        ServerProcess::Start("/usr/bin/prlimit", {"--nofile=128:128", SLUICE_SERVER_BIN,
-                                                  "--data_dir=" + dir.path(), "--log_level=warn"}));
-    ClientOptions options;
-    options.server = "127.0.0.1:" + std::to_string(server->port());
-    ASSERT_OK_AND_ASSIGN(auto client, ShuffleClient::Connect(options));
+    ASSERT_OK_AND_ASSIGN(auto server, StartLimited(dir.path(), "128:128"));
+    ASSERT_OK_AND_ASSIGN(auto client, server->Client(ClientOptions()));
     absl::Status st;
     for (; created < 500; ++created) {
       st = client->CreateShuffle("s" + std::to_string(created), 1, 0).status();
@@ -556,22 +578,16 @@ TEST(DaemonTest, OutOfDescriptorsIsResourceExhaustedAndTheServerStillStarts) {
     EXPECT_FALSE(std::filesystem::exists(dir.path() + "/shuffles/s" + std::to_string(created)))
         << "a failed CreateShuffle left its directory behind";
     client.reset();
-    ASSERT_OK(server->Stop());
+    ASSERT_OK(server->Stop(0));
   }
   ASSERT_GT(created, 10);
   // The same limit, the same data directory: the server comes up, and says which shuffles it
   // could not open.
-  ASSERT_OK_AND_ASSIGN(auto server,
-                       ServerProcess::Start("/usr/bin/prlimit",
-                                            {"--nofile=128:128", SLUICE_SERVER_BIN,
-                                             "--data_dir=" + dir.path(), "--log_level=warn"},
-                                            "127.0.0.1", std::chrono::seconds(20)));
-  ClientOptions options;
-  options.server = "127.0.0.1:" + std::to_string(server->port());
-  ASSERT_OK_AND_ASSIGN(auto client, ShuffleClient::Connect(options));
+  ASSERT_OK_AND_ASSIGN(auto server, StartLimited(dir.path(), "128:128"));
+  ASSERT_OK_AND_ASSIGN(auto client, server->Client(ClientOptions()));
   ASSERT_OK_AND_ASSIGN(auto all, client->ListShuffles());
   EXPECT_EQ(static_cast<int>(all.size()), created);
-  ASSERT_OK(server->Stop());
+  ASSERT_OK(server->Stop(0));
 }
 
 // Mappers that each push one large frame at once must not take the server far past its
@@ -581,14 +597,8 @@ TEST(DaemonTest, LargeFramesPushedAtOnceStayWithinTheBudget) {
   constexpr int kMappers = 8;
   constexpr size_t kFrameBytes = size_t{12} << 20;
   constexpr uint64_t kBudgetMb = 16;
-  testing::TempDir dir;
-  ASSERT_OK_AND_ASSIGN(
-      auto server,
-      ServerProcess::Start(SLUICE_SERVER_BIN, {"--data_dir=" + dir.path(), "--log_level=warn",
-                                               absl::StrCat("--memory_budget_mb=", kBudgetMb)}));
-  ClientOptions options;
-  options.server = "127.0.0.1:" + std::to_string(server->port());
-  ASSERT_OK_AND_ASSIGN(auto client, ShuffleClient::Connect(options));
+  ASSERT_OK_AND_ASSIGN(auto server, StartWithBudget(kBudgetMb));
+  ASSERT_OK_AND_ASSIGN(auto client, server->Client(ClientOptions()));
   ASSERT_OK(client->CreateShuffle("big", 1, kMappers).status());
   std::string value(kFrameBytes / 2, '\0');  // incompressible: the frame stays ~12 MiB
   uint64_t x = 88172645463325252ull;
@@ -620,26 +630,22 @@ TEST(DaemonTest, LargeFramesPushedAtOnceStayWithinTheBudget) {
   // The budget, one frame assembled past it (a frame may always go alone) and the process's
   // own ~30 MiB; the pieces wait on the clients until the frame is promised (PushFlow).
 #ifndef __SANITIZE_ADDRESS__  // ASan's quarantine keeps freed memory resident on purpose
-  const double peak_mb = static_cast<double>(server->PeakRssBytes()) / (1 << 20);
+  const double peak_mb = static_cast<double>(server->process(0)->PeakRssBytes()) / (1 << 20);
   EXPECT_LT(peak_mb, kBudgetMb + 12 + 40) << "budget " << kBudgetMb << " MiB";
 #endif
-  ASSERT_OK(server->Stop());
+  ASSERT_OK(server->Stop(0));
 }
 
 // The server's peak, `mappers` pushing ~1 MiB frames of incompressible values at once under a
 // 16 MiB budget, the client with or without credit (PushFlow).
 double PeakWithMappers(int mappers, bool credit) {
   constexpr uint64_t kBudgetMb = 16;
-  testing::TempDir dir;
-  auto server =
-      ServerProcess::Start(SLUICE_SERVER_BIN, {"--data_dir=" + dir.path(), "--log_level=warn",
-                                               absl::StrCat("--memory_budget_mb=", kBudgetMb)});
+  auto server = StartWithBudget(kBudgetMb);
   EXPECT_OK(server.status());
   if (!server.ok()) return 0;
   ClientOptions options;
-  options.server = "127.0.0.1:" + std::to_string((*server)->port());
   options.push_credit = credit;
-  auto client = ShuffleClient::Connect(options);
+  auto client = (*server)->Client(options);
   EXPECT_OK(client.status());
   if (!client.ok()) return 0;
   EXPECT_OK((*client)->CreateShuffle("many", 1, static_cast<uint32_t>(mappers)).status());
@@ -671,8 +677,8 @@ double PeakWithMappers(int mappers, bool credit) {
   if (status.ok()) {
     EXPECT_EQ(status->partitions[0].records, 2u * mappers);
   }
-  const double peak_mb = static_cast<double>((*server)->PeakRssBytes()) / (1 << 20);
-  EXPECT_OK((*server)->Stop());
+  const double peak_mb = static_cast<double>((*server)->process(0)->PeakRssBytes()) / (1 << 20);
+  EXPECT_OK((*server)->Stop(0));
   return peak_mb;
 }
 

@@ -27,6 +27,7 @@
 #include "sluice/v1/shuffle.grpc.pb.h"
 #include "tests/harness/data_file.h"
 #include "tests/harness/mini_server.h"
+#include "tests/harness/parked_threads.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/stub.h"
 #include "tests/harness/wait.h"
@@ -699,15 +700,12 @@ TEST_F(ServerTest, AnOverlongIdIsInvalidArgumentOnEveryCall) {
 TEST_F(ServerTest, AFullMemoryBudgetSlowsPushesDownInsteadOfFailingThem) {
   RestartServer(/*budget=*/64 << 10);  // 64 KiB; each push message is ~100 KiB
   ASSERT_OK(Create("s", 4, 0));
-  // The budget starts full (as if other streams held it) and empties 300 ms later: the pushes
-  // must wait for it, whatever their timing, and then all go through. (Without this, whether
-  // two messages were ever in memory at once depended on how fast the server stored them.)
+  // The budget starts full (as if other streams held it) and empties once all four pushes
+  // wait for it; then they all go through. (Without this, whether two messages were ever in
+  // memory at once depended on how fast the server stored them.)
   MemoryBudget& budget = server_->server()->memory_budget();
   budget.Charge("", 1 << 20);
-  std::thread release([&budget] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    budget.Release("", 1 << 20);
-  });
+  const uint64_t parked = budget.parked_total();
   std::vector<std::thread> mappers;
   for (uint32_t m = 0; m < 4; ++m) {
     mappers.emplace_back([this, m] {
@@ -716,9 +714,10 @@ TEST_F(ServerTest, AFullMemoryBudgetSlowsPushesDownInsteadOfFailingThem) {
       EXPECT_OK(st);
     });
   }
+  const bool all_waited = testing::Eventually([&] { return budget.parked_total() >= parked + 4; });
+  budget.Release("", 1 << 20);
   for (auto& t : mappers) t.join();
-  release.join();
-  EXPECT_GT(server_->server()->memory_parked_total(), 0u);
+  EXPECT_TRUE(all_waited) << budget.parked_total() - parked << " of 4 pushes waited";
   std::vector<std::string> got;
   ASSERT_OK(FetchAll("s", 3, &got));
   EXPECT_EQ(got.size(), 4000u);
@@ -757,12 +756,25 @@ TEST_F(ServerTest, LargeFramesWaitForTheirWholeSizeAndGiveItBackWhenTheStreamEnd
     pb::PushResponse resp;
     auto w = stub_->Push(&ctx, &resp);
     ASSERT_TRUE(w->Write(OpenMsg("s", 1)));
-    std::thread pusher([&] { EXPECT_TRUE(testing::WriteFrame(w.get(), 0, frame)); });
-    ASSERT_TRUE(testing::Eventually([&] { return budget.parked_total() > parked; }));
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    EXPECT_EQ(budget.used(), uint64_t{6} << 20) << "a piece was read before the frame fitted";
+    // Pieces of 256 KiB: the first ones fit in the stream's window (--stream_window_mb, 1 MiB),
+    // so they are sent to the server whether it reads them or not.
+    std::atomic<int> pieces_sent{0};
+    std::thread pusher(
+        [&] { EXPECT_TRUE(testing::WriteFrame(w.get(), 0, frame, 256 << 10, &pieces_sent)); });
+    const bool waiting = testing::Eventually(
+        [&] { return budget.parked_total() > parked && pieces_sent.load() >= 1; });
+    // Then until the server has done all it would do with what it was sent: every thread of
+    // this process asleep and staying so. A stream that read on into the frame before its
+    // promise holds a piece of it then.
+    const bool settled = waiting && testing::Eventually([] {
+                           return testing::ThreadsParked(testing::OtherThreads());
+                         });
+    const uint64_t used = budget.used();
     budget.Release("", 6 << 20);
     pusher.join();
+    ASSERT_TRUE(waiting) << "the large frame did not wait for the budget";
+    ASSERT_TRUE(settled) << "the server did not settle";
+    EXPECT_EQ(used, uint64_t{6} << 20) << "a piece was read before the frame fitted";
     pb::PushRequest commit;
     commit.mutable_commit()->set_frame_count(1);
     commit.mutable_commit()->set_record_count(1);

@@ -750,13 +750,16 @@ TEST_F(ShuffleStoreTest, KilledWriterLosesNothingAcknowledged) {
       }
     }
     ::close(fds[1]);
-    ::usleep(static_cast<useconds_t>(150000 + 70000 * round));
+    // Killed once it has acknowledged a few commits (more each round), wherever it is then.
+    std::vector<uint32_t> acked;
+    uint32_t m;
+    while (acked.size() < 5u + 40u * round && ::read(fds[0], &m, sizeof(m)) == sizeof(m)) {
+      acked.push_back(m);
+    }
     ::kill(child, SIGKILL);
     int status = 0;
     ::waitpid(child, &status, 0);
     ASSERT_TRUE(WIFSIGNALED(status)) << "child exited with " << WEXITSTATUS(status);
-    std::vector<uint32_t> acked;
-    uint32_t m;
     while (::read(fds[0], &m, sizeof(m)) == sizeof(m)) acked.push_back(m);
     ::close(fds[0]);
     ASSERT_FALSE(acked.empty()) << "the child made no commit before it was killed";
@@ -1105,7 +1108,8 @@ TEST(ShuffleRegistryTest, IdleShufflesCloseAtTheOpenLimitsAndReopenWhole) {
     ASSERT_OK_AND_ASSIGN(auto store, registry->Get(id));
     ASSERT_OK_AND_ASSIGN(BlockRef b, store->Append(0, 1, 1, testing::Bytes(frame), 1));
     ASSERT_OK(store->Commit(0, 1, {b}).status());
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // (distinct last uses)
+    while (Clock::now() <= store->last_used()) {
+    }  // (distinct last uses)
   }
   EXPECT_EQ(Held(*registry, "t"), 4 * block);
   EXPECT_EQ(registry->index_bytes(), 4u * 32);

@@ -3,10 +3,16 @@
 #include "server/runtime/watchdog.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
+
+#include "tests/harness/parked_threads.h"
+#include "tests/harness/wait.h"
 
 namespace sluice {
 namespace {
@@ -37,15 +43,42 @@ TEST(WatchdogTest, FiresOnceAfterTheDeadlineUnlessDisarmed) {
 
 TEST(WatchdogTest, DisarmWaitsForARunningCallback) {
   Watchdog dog(milliseconds(1));
-  std::atomic<bool> entered{false}, returned{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool entered = false, release = false;
+  std::atomic<bool> returned{false};
   const uint64_t id = dog.Arm(Watchdog::Clock::now(), [&] {
+    std::unique_lock<std::mutex> lock(mu);
     entered = true;
-    std::this_thread::sleep_for(milliseconds(100));
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });  // runs until the test lets it return
     returned = true;
   });
-  while (!entered.load()) std::this_thread::sleep_for(milliseconds(1));
-  EXPECT_FALSE(dog.Disarm(id));  // it fired...
-  EXPECT_TRUE(returned.load());  // ...and its callback is over
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return entered; }));
+  }
+  // Disarm while the callback runs: it must not return before the callback has.
+  std::atomic<pid_t> tid{0};
+  std::atomic<bool> disarmed{false}, over_at_disarm{false}, fired{false};
+  std::thread disarm([&] {
+    tid = ::gettid();
+    fired = !dog.Disarm(id);
+    over_at_disarm = returned.load();
+    disarmed = true;
+  });
+  // Until Disarm has returned (wrongly) or is parked waiting for the callback.
+  const bool waited = testing::Eventually(
+      [&] { return disarmed.load() || (tid.load() != 0 && testing::ThreadsParked({tid.load()})); });
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  disarm.join();
+  ASSERT_TRUE(waited);
+  EXPECT_TRUE(fired.load());           // it fired...
+  EXPECT_TRUE(over_at_disarm.load());  // ...and Disarm returned once its callback was over
 }
 
 TEST(WatchdogTest, EntriesStillArmedAtDestructionNeverRun) {
