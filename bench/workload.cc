@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codec/msgpack_scan.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 
 namespace sluice::shuffle_bench {
 namespace {

@@ -36,7 +36,7 @@
 #include "client/partitioned_writer.h"
 #include "client/shuffle_client.h"
 #include "client/transport.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 #include "rpc/error_reason.h"
 #include "rpc/tls_options.h"
 

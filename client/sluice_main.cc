@@ -37,7 +37,7 @@
 #include "client/server_process.h"
 #include "client/shuffle_client.h"
 #include "codec/msgpack_scan.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "rpc/error_reason.h"
 

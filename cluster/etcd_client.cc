@@ -5,7 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 #include "etcd/etcd_v3.grpc.pb.h"
 #include "rpc/error_reason.h"
 #include "rpc/grpc_glue.h"

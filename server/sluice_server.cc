@@ -18,7 +18,7 @@
 #include "cluster/etcd_client.h"
 #include "cluster/membership.h"
 #include "cluster/placement_store.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 #include "rpc/error_reason.h"
 #include "rpc/grpc_glue.h"
 #include "rpc/tls_options.h"

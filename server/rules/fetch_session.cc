@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 #include "rpc/error_reason.h"
 #include "server/storage/key_bounds.h"
 #include "server/storage/shuffle_id.h"

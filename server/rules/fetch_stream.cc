@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 #include "server/storage/shuffle_id.h"
 #include "spdlog/spdlog.h"
 

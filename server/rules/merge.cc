@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codec/endian.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 #include "server/storage/file_util.h"
 #include "server/storage/key_bounds.h"
 

@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 #include "rpc/error_reason.h"
 #include "server/storage/key_bounds.h"
 #include "server/storage/shuffle_id.h"

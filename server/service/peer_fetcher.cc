@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 #include "rpc/grpc_glue.h"
 #include "rpc/tls.h"
 #include "sluice/v1/shuffle.grpc.pb.h"

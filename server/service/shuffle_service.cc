@@ -10,7 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 #include "server/rules/split_plan.h"
 #include "server/service/call_edge.h"
 #include "server/service/fetch_reactor.h"

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "codec/endian.h"
 #include "codec/frame_format.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 #include "server/storage/key_bounds.h"
 
 namespace sluice {

@@ -13,7 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 #include "server/storage/file_util.h"
 #include "server/storage/shuffle_id.h"
 #include "spdlog/spdlog.h"

@@ -13,7 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "codec/endian.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 #include "server/storage/key_bounds.h"
 #include "server/storage/shuffle_id.h"
 

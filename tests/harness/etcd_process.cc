@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cluster/etcd_client.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 
 namespace sluice::testing {
 

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 
 #ifndef SLUICE_SERVER_BIN
 #error "SLUICE_SERVER_BIN must name the sluice-server executable"

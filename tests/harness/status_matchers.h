@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 
 namespace sluice::testing {
 

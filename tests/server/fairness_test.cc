@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 #include "rpc/tls_options.h"
 #include "server/runtime/memory_budget.h"
 #include "sluice/v1/shuffle.grpc.pb.h"

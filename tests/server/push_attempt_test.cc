@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 #include "server/storage/file_util.h"
 #include "tests/harness/frames.h"
 #include "tests/harness/status_matchers.h"

@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codec/frame_encoder.h"
-#include "codec/status_macros.h"
+#include "base/status_macros.h"
 #include "rpc/tls_options.h"
 #include "server/storage/shuffle_registry.h"
 #include "tests/harness/frames.h"

@@ -9,8 +9,8 @@
 //     SLUICE_RETURN_IF_ERROR(Check(n));
 //     return absl::OkStatus();
 //   }
-#ifndef SLUICE_CODEC_STATUS_MACROS_H_
-#define SLUICE_CODEC_STATUS_MACROS_H_
+#ifndef SLUICE_BASE_STATUS_MACROS_H_
+#define SLUICE_BASE_STATUS_MACROS_H_
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -32,4 +32,4 @@
   if (!statusor.ok()) return std::move(statusor).status(); \
   lhs = std::move(statusor).value()
 
-#endif  // SLUICE_CODEC_STATUS_MACROS_H_
+#endif  // SLUICE_BASE_STATUS_MACROS_H_
