@@ -1,11 +1,7 @@
 // sluice-restart-bench: what a server's start costs (issue 33; docs/benchmarks.md, "Start").
 //
-//   sluice-restart-bench fill --data_dir D --shuffles N --partitions P --mappers M
-//       --frames F --frame_bytes B [--log_version 4]
-//     writes N committed shuffles into D/shuffles through the server's own storage code (no
-//     server, no network: only the bytes on disk matter here), each of P partitions and M
-//     mappers, every mapper F frames of B incompressible bytes to each partition. With
-//     --log_version 3 the logs are the format servers before fast start read.
+// Its data directories are filled by sluice-fill (server/fill_main.cc: the server's storage code,
+// no server, no network), which this program does not link: it runs servers as children.
 //
 //   sluice-restart-bench start --server BIN --data_dir D [--shuffle ID] [--cold 1]
 //       [--flag --x=y ...]
@@ -33,11 +29,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,10 +39,6 @@
 #include "absl/strings/str_cat.h"
 #include "client/server_process.h"
 #include "client/shuffle_client.h"
-#include "codec/frame_decoder.h"
-#include "codec/frame_encoder.h"
-#include "server/storage/key_bounds.h"
-#include "server/storage/shuffle_store.h"
 #include "sluice/v1/shuffle.grpc.pb.h"
 
 namespace sluice {
@@ -85,92 +75,6 @@ bool ParseArgs(int argc, char** argv, Args* out) {
     }
   }
   return true;
-}
-
-// One frame of a single record whose value is `bytes` incompressible bytes, stored uncompressed.
-std::string IncompressibleFrame(size_t bytes, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string value(bytes, '\0');
-  for (size_t i = 0; i + 8 <= bytes; i += 8) {
-    const uint64_t x = rng();
-    std::memcpy(&value[i], &x, 8);
-  }
-  EncodeOptions opts;
-  opts.layout = LayoutChoice::kOpaque;
-  opts.compression = Compression::kNone;
-  FrameEncoder enc(opts);
-  std::string frame;
-  std::vector<Record> records{Record{"key", value}};
-  if (!enc.Encode(records, &frame).ok()) std::abort();
-  return frame;
-}
-
-int Fill(const Args& a) {
-  const std::string dir = a.Get("data_dir");
-  const uint64_t shuffles = a.Num("shuffles", 1), partitions = a.Num("partitions", 8),
-                 mappers = a.Num("mappers", 8), frames = a.Num("frames", 1),
-                 frame_bytes = a.Num("frame_bytes", 1 << 20);
-  if (dir.empty() || partitions == 0 || partitions > kMaxPartitions || mappers == 0) {
-    std::fprintf(stderr, "fill: --data_dir, --partitions 1..65536, --mappers >= 1\n");
-    return 2;
-  }
-  StoreOptions options;
-  options.fsync = false;  // (synced once at the end)
-  options.log_version = static_cast<uint32_t>(a.Num("log_version", kLogVersion));
-  const std::string frame = IncompressibleFrame(frame_bytes, 1);
-  // Each frame's key bounds, as a push takes them (--bounds 0: none, as before log version 7).
-  std::string bounds;
-  if (a.Num("bounds", 1) != 0 && options.log_version >= kFirstBoundsLogVersion) {
-    FrameDecoder decoder;
-    DecodedFrame decoded;
-    std::vector<std::string_view> keys;
-    if (!decoder.Decode(frame, &decoded).ok()) std::abort();
-    AppendFrameBounds(decoded, &bounds, &keys);
-  }
-  std::filesystem::create_directories(dir + "/shuffles");
-  const auto began = Clock::now();
-  uint64_t total = 0, count = 0;
-  std::vector<ShuffleStore::FrameToAppend> batch;
-  std::vector<BlockRef> blocks;
-  for (uint64_t s = 0; s < shuffles; ++s) {
-    const std::string id = absl::StrCat("s", s);
-    auto store = ShuffleStore::Create(
-        absl::StrCat(dir, "/shuffles/", id), "shuffles/" + id,
-        ShuffleParams{id, static_cast<uint32_t>(partitions), static_cast<uint32_t>(mappers)},
-        options);
-    if (!store.ok()) {
-      std::fprintf(stderr, "fill: %s\n", store.status().ToString().c_str());
-      return 1;
-    }
-    for (uint32_t m = 0; m < mappers; ++m) {
-      blocks.clear();
-      // A message's worth at a time (as a push writes them): at most 4 MiB or 4,096 frames.
-      for (uint32_t p = 0; p < partitions; ++p) {
-        for (uint64_t f = 0; f < frames; ++f) {
-          batch.push_back(
-              {p, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size()),
-               1, bounds});
-          if (batch.size() >= 4096 || batch.size() * frame.size() >= (4u << 20)) {
-            if (!(*store)->AppendAll(m, 1, batch, &blocks).ok()) return 1;
-            batch.clear();
-          }
-        }
-      }
-      if (!batch.empty() && !(*store)->AppendAll(m, 1, batch, &blocks).ok()) return 1;
-      batch.clear();
-      if (!(*store)->Commit(m, 1, blocks).ok()) return 1;
-      count += blocks.size();
-      total += blocks.size() * (frame.size() + kBlockHeaderSize);
-    }
-  }
-  ::sync();
-  std::printf(
-      "{\"filled\": %llu, \"frames\": %llu, \"bytes\": %llu, \"frame_bytes\": %zu, "
-      "\"log_version\": %u, \"seconds\": %.1f}\n",
-      static_cast<unsigned long long>(shuffles), static_cast<unsigned long long>(count),
-      static_cast<unsigned long long>(total), frame.size(), options.log_version,
-      MsSince(began) / 1000);
-  return 0;
 }
 
 // A field of /proc/<pid>/status in kB ("VmRSS:", "VmHWM:"), in bytes.
@@ -363,18 +267,16 @@ int PlanCost(const Args& a) {
 int Run(int argc, char** argv) {
   Args a;
   const std::string cmd = argc > 1 ? argv[1] : "";
-  if ((cmd != "fill" && cmd != "start" && cmd != "plan") || !ParseArgs(argc, argv, &a)) {
+  if ((cmd != "start" && cmd != "plan") || !ParseArgs(argc, argv, &a)) {
     std::fprintf(stderr,
-                 "usage: sluice-restart-bench fill --data_dir D --shuffles N --partitions P "
-                 "--mappers M --frames F --frame_bytes B [--log_version 3|4]\n"
-                 "       sluice-restart-bench start --server BIN --data_dir D [--shuffle ID] "
+                 "usage: sluice-restart-bench start --server BIN --data_dir D [--shuffle ID] "
                  "[--cold 1] [--flag --x=y]...\n"
                  "       sluice-restart-bench plan --server BIN --data_dir D --shuffle ID "
                  "[--calls N] [--flag --x=y]...\n");
     return 2;
   }
   if (cmd == "plan") return PlanCost(a);
-  return cmd == "fill" ? Fill(a) : Start(a);
+  return Start(a);
 }
 
 }  // namespace

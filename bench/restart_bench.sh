@@ -1,6 +1,6 @@
 #!/bin/bash
 # The start benchmark (docs/benchmarks.md, "Start"; issue 33), as root (it drops the page cache
-# before each start). Fills data directories through sluice-restart-bench, then starts a server
+# before each start). Fills data directories with sluice-fill, then starts a server
 # on each, cold, ROUNDS times, interleaved: 1, 8 and 32 GiB of 256 KiB incompressible frames;
 # 10,000 shuffles x 64 partitions; 51.2 million frames in 50 shuffles of 4,096 partitions. With
 # OLD_SERVER=path (a sluice-server built before fast start), each start is paired with that
@@ -12,9 +12,10 @@ BUILD=${1:-build}
 ROUNDS=${2:-2}
 WORK=${3:-/var/tmp/sluice-restart}
 RB=$BUILD/bench/sluice-restart-bench
+FILL=$BUILD/server/sluice-fill
 NEW=$BUILD/server/sluice-server
 OLD=${OLD_SERVER:-}
-[[ -x $RB && -x $NEW ]] || { echo "restart_bench: build sluice-restart-bench first" >&2; exit 2; }
+[[ -x $RB && -x $FILL && -x $NEW ]] || { echo "restart_bench: build sluice-restart-bench and sluice-fill first" >&2; exit 2; }
 mkdir -p "$WORK"
 VERSION=4
 [[ -n $OLD ]] && VERSION=3  # (what both servers read)
@@ -22,7 +23,7 @@ VERSION=4
 fill() {  # NAME ARGS...
   local name=$1
   shift
-  [[ -d $WORK/$name ]] || "$RB" fill --data_dir "$WORK/$name" --log_version "$VERSION" "$@"
+  [[ -d $WORK/$name ]] || "$FILL" --data_dir "$WORK/$name" --log_version "$VERSION" "$@"
 }
 start() {  # NAME SHUFFLE
   for r in $(seq 1 "$ROUNDS"); do

@@ -8,10 +8,9 @@
 # storage never includes security, rules or the service; the counters (metrics/) include nothing
 # of the server's; gRPC is seen only by service/ and the wiring.
 # bench/ sees the wire protocol (sluice/v1/) only where a bench plays a misbehaving client
-# (tenants_bench.cc: tenant A announces frames it never sends and opens fetches it never reads),
-# and the server's storage only to write a data directory a start then reads
-# (restart_bench.cc's `fill`: server/storage/shuffle_store.h, and key_bounds.h for the frames'
-# key bounds a push would note).
+# (tenants_bench.cc: tenant A announces frames it never sends and opens fetches it never reads)
+# or asks what the client does not (restart_bench.cc: GetNode), and never the server: a start's
+# data directory is written by sluice-fill (server/fill_main.cc).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -36,8 +35,7 @@ declare -A allowed=(
   [client]="base/ client/ rpc/ codec/ absl/ nlohmann/"
   [client/grpc]="base/ client/ rpc/ codec/ absl/ sluice/v1/"
   [client/python]="base/ client/ rpc/error_reason.h codec/endian.h codec/msgpack_scan.h absl/"
-  [bench]="base/ bench/ client/ codec/ rpc/error_reason.h rpc/tls_options.h sluice/v1/ absl/
-           server/storage/shuffle_store.h server/storage/key_bounds.h"
+  [bench]="base/ bench/ client/ codec/ rpc/error_reason.h rpc/tls_options.h sluice/v1/ absl/"
 )
 for dir in "${!allowed[@]}"; do
   while IFS=: read -r file line inc; do
