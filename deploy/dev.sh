@@ -5,7 +5,8 @@
 #   bash deploy/dev.sh main        # install, build, run the main job
 #   bash deploy/dev.sh test        # install, build, run every test (ctest)
 #   bash deploy/dev.sh asan        # every test under AddressSanitizer + UBSan
-#   bash deploy/dev.sh fuzz [SEC]  # libFuzzer runs of the frame decoder and encoder, SEC each (60)
+#   bash deploy/dev.sh fuzz [SEC]  # libFuzzer runs of the frame decoder and encoder and the
+#                                  # Python client's Arrow reader, SEC each (60)
 #   bash deploy/dev.sh stress      # the heavy campaigns (ctest label stress)
 #   bash deploy/dev.sh soak [SEC]  # the codec soak (random frames, reused decoders) under ASan+UBSan
 #   bash deploy/dev.sh compare     # codec benchmark beside Python pickle/msgpack (+zstd)
@@ -134,6 +135,10 @@ case ${1:-} in
     log "fuzzing the frame encoder's round trip for ${secs}s"
     "$ROOT/build-fuzz/tests/frame_encoder_fuzzer" -max_total_time="$secs" -rss_limit_mb=2048 \
       -print_final_stats=1 "$work/encoder"
+    log "fuzzing the Python client's Arrow C data reader for ${secs}s"
+    mkdir -p "$work/arrow"
+    "$ROOT/build-fuzz/tests/arrow_batch_fuzzer" -max_total_time="$secs" -rss_limit_mb=2048 \
+      -print_final_stats=1 "$work/arrow"
     ;;
   compare)
     install_missing "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"

@@ -194,44 +194,6 @@ std::string PackedName(const std::string& name) {
   return out + name;
 }
 
-bool IsUtf8(const uint8_t* p, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    if (i + 8 <= n && (LoadLE64(p + i) & 0x8080808080808080ULL) == 0) {
-      i += 8;
-      continue;
-    }
-    const uint8_t b = p[i];
-    if (b < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len;
-    uint32_t cp;
-    if ((b & 0xe0) == 0xc0) {
-      len = 2;
-      cp = b & 0x1f;
-    } else if ((b & 0xf0) == 0xe0) {
-      len = 3;
-      cp = b & 0x0f;
-    } else if ((b & 0xf8) == 0xf0) {
-      len = 4;
-      cp = b & 0x07;
-    } else {
-      return false;
-    }
-    if (n - i < len) return false;
-    for (size_t k = 1; k < len; ++k) {
-      if ((p[i + k] & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (p[i + k] & 0x3f);
-    }
-    static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[len] || cp > 0x10ffff || (cp >= 0xd800 && cp < 0xe000)) return false;
-    i += len;
-  }
-  return true;
-}
-
 ColumnIn::~ColumnIn() {
   for (PyObject* o : refs) Py_DECREF(o);
 }

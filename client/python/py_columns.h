@@ -67,9 +67,6 @@ struct ColumnIn {
 /// A column name's msgpack str (the map key of each row's value).
 std::string PackedName(const std::string& name);
 
-/// Whether n bytes at p are valid UTF-8 (what a msgpack str must hold).
-bool IsUtf8(const uint8_t* p, size_t n);
-
 /// Columns from Python: `cols` is a sequence of (name, 1-D C-contiguous ndarray, nulls) with
 /// nulls None or a bool ndarray of the same length. Object columns are packed here (their
 /// elements are Python objects already), by the dict path's encoder. Raises TypeError,
