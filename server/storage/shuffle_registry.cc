@@ -198,17 +198,18 @@ bool ShuffleRegistry::OpenNextListed() {
   return OpenListed(id).ok();
 }
 
-absl::Status ShuffleRegistry::OpenListed(const std::string& id) {
-  if (unopened_count_.load() == 0) return absl::OkStatus();
+absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::OpenListed(const std::string& id) {
+  if (unopened_count_.load() == 0) return nullptr;
   std::vector<std::shared_ptr<ShuffleStore>> closed;  // (let go of after the lock)
   std::unique_lock<std::mutex> lock(mu_);
   opened_cv_.wait(lock, [&] { return opening_.count(id) == 0; });
   auto entry = unopened_.find(id);
-  if (entry == unopened_.end()) return absl::OkStatus();
+  if (entry == unopened_.end()) return nullptr;
   const Unopened was = entry->second;
-  closed = MakeRoomLocked();
-  // (The limit is soft: with none idle enough to close, it opens all the same, and the next
-  // CloseIdle brings the open ones back under the limit. The descriptors are the hard limit.)
+  // (The limit is soft: with none idle enough to close, it opens all the same, up to its
+  // overshoot, and the next CloseIdle brings the open ones back under the limit. The
+  // descriptors are the hard limit.)
+  SLUICE_RETURN_IF_ERROR(MakeRoomLocked(id, &closed));
   const absl::Status room = CheckFdHeadroom(
       open_fds_, 3, absl::StrCat("shuffle '", ShuffleName(id), "' cannot be opened now"));
   if (!room.ok()) return room;  // (it stays listed, for a later call)
@@ -236,14 +237,15 @@ absl::Status ShuffleRegistry::OpenListed(const std::string& id) {
     // Counted while it was closed; its open counted its bytes again.
     options.held_total->fetch_sub(was.held);
   }
-  if (store.ok()) {
-    open_fds_ += (*store)->open_files();
-    if (!first_time) (*store)->SetLastUsed(was.last_used);  // reopened: its lifetime goes on
-    shuffles_.emplace(id, std::shared_ptr<ShuffleStore>(std::move(store).value()));
-  } else {
+  if (!store.ok()) {
     damaged_.emplace(id, std::move(damaged));
+    return nullptr;
   }
-  return absl::OkStatus();
+  open_fds_ += (*store)->open_files();
+  if (!first_time) (*store)->SetLastUsed(was.last_used);  // reopened: its lifetime goes on
+  std::shared_ptr<ShuffleStore> opened(std::move(store).value());
+  shuffles_.emplace(id, opened);
+  return opened;
 }
 
 void ShuffleRegistry::set_open_limits(size_t max_open, uint64_t index_budget) {
@@ -267,10 +269,24 @@ size_t ShuffleRegistry::CloseIdle(std::chrono::steady_clock::time_point now) {
   return closed.size();  // (their memory is freed here, outside the lock)
 }
 
-std::vector<std::shared_ptr<ShuffleStore>> ShuffleRegistry::MakeRoomLocked() {
-  if (shuffles_.size() < max_open_) return {};
-  return CloseIdleLocked(max_open_ - std::max<size_t>(1, max_open_ / 16), index_budget_,
-                         std::chrono::steady_clock::now(), kMinIdleToMakeRoom);
+absl::Status ShuffleRegistry::MakeRoomLocked(const std::string& id,
+                                             std::vector<std::shared_ptr<ShuffleStore>>* closed) {
+  if (shuffles_.size() < max_open_) return absl::OkStatus();
+  const size_t target = max_open_ - std::max<size_t>(1, max_open_ / 16);
+  const auto now = std::chrono::steady_clock::now();
+  *closed = CloseIdleLocked(target, index_budget_, now, kMinIdleToMakeRoom);
+  const size_t hard = max_open_ + OvershootOf(max_open_);
+  if (shuffles_.size() < hard) return absl::OkStatus();
+  // At the overshoot: any shuffle nobody holds goes, however lately it was used (it opens again
+  // when asked for), so that calls coming one after another cannot open shuffle after shuffle.
+  for (auto& store : CloseIdleLocked(target, index_budget_, now, std::chrono::milliseconds(0))) {
+    closed->push_back(std::move(store));
+  }
+  if (shuffles_.size() < hard) return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrCat("shuffle '", ShuffleName(id), "' cannot be opened now: all ", shuffles_.size(),
+                   " open shuffles are in use (--max_open_shuffles=", max_open_, ", and ",
+                   OvershootOf(max_open_), " more while those are in use); retry"));
 }
 
 std::vector<std::shared_ptr<ShuffleStore>> ShuffleRegistry::CloseIdleLocked(
@@ -376,14 +392,14 @@ absl::Status ShuffleRegistry::ValidateParams(const ShuffleParams& params) {
 
 absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
   SLUICE_RETURN_IF_ERROR(ValidateParams(params));
-  SLUICE_RETURN_IF_ERROR(OpenListed(params.shuffle_id));
+  SLUICE_RETURN_IF_ERROR(OpenListed(params.shuffle_id).status());
   // Counted before the lock: listing /proc/self/fd of a busy server takes milliseconds.
   const uint64_t open_fds = file::OpenFdCount();
   std::vector<std::shared_ptr<ShuffleStore>> closed;  // (let go of after the lock)
   std::unique_lock<std::mutex> lock(mu_);
   while (unopened_.count(params.shuffle_id) != 0 || opening_.count(params.shuffle_id) != 0) {
     lock.unlock();  // closed again meanwhile (idle): it exists, opened for the answer
-    SLUICE_RETURN_IF_ERROR(OpenListed(params.shuffle_id));
+    SLUICE_RETURN_IF_ERROR(OpenListed(params.shuffle_id).status());
     lock.lock();
   }
   if (auto d = damaged_.find(params.shuffle_id); d != damaged_.end()) {
@@ -405,7 +421,7 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
                                                  "' already exists with ", have.num_partitions,
                                                  " partitions and ", have.num_mappers, " mappers"));
   }
-  closed = MakeRoomLocked();  // (as for an open)
+  SLUICE_RETURN_IF_ERROR(MakeRoomLocked(params.shuffle_id, &closed));  // (as for an open)
   SLUICE_RETURN_IF_ERROR(CheckFdHeadroom(
       open_fds, 3, absl::StrCat("shuffle '", ShuffleName(params.shuffle_id), "' was not created")));
   // In the best data directory that works: one whose disk fails is marked failed (and
@@ -431,9 +447,10 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
 
 absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::Get(const std::string& id) {
   std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
-  do {  // (again if it was closed as idle between its open and this look)
+  do {  // (again if another call opened it and it was closed as idle before this look)
     if (lock.owns_lock()) lock.unlock();
-    SLUICE_RETURN_IF_ERROR(OpenListed(id));
+    SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<ShuffleStore> opened, OpenListed(id));
+    if (opened != nullptr) return opened;  // (held from its open on)
     lock.lock();
   } while (unopened_.count(id) != 0);
   auto it = shuffles_.find(id);
@@ -453,10 +470,17 @@ absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::Get(const std::st
 
 absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::GetForWriting(
     const std::string& id) {
-  SLUICE_RETURN_IF_ERROR(OpenListed(id));
+  // (Held from its open on: not closed again before it is found below.)
+  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<ShuffleStore> opened, OpenListed(id));
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     auto it = shuffles_.find(id);
+    if (it == shuffles_.end() && (unopened_.count(id) != 0 || opening_.count(id) != 0)) {
+      lock.unlock();  // it was open, and closed as idle since: opened again
+      SLUICE_ASSIGN_OR_RETURN(opened, OpenListed(id));
+      lock.lock();
+      continue;
+    }
     if (it == shuffles_.end()) {
       lock.unlock();
       return Get(id);  // NOT_FOUND or DATA_LOSS

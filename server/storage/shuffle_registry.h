@@ -143,6 +143,9 @@ class ShuffleRegistry {
   /// When a shuffle must open and the open ones are at their limit, those idle this long are
   /// closed for it.
   static constexpr std::chrono::milliseconds kMinIdleToMakeRoom{100};
+  /// How far past the open limit shuffles stay open while those past it are in use (or were
+  /// used in the last kMinIdleToMakeRoom): a quarter of the limit, at least 8.
+  static size_t OvershootOf(size_t max_open) { return std::max<size_t>(max_open / 4, 8); }
   /// Memory the open shuffles' indexes take.
   uint64_t index_bytes() const { return static_cast<uint64_t>(index_total_->load()); }
   std::vector<DamagedShuffle> ListDamaged() const;
@@ -173,15 +176,18 @@ class ShuffleRegistry {
   // Lists one data directory's shuffles (as unopened); an error fails the directory.
   absl::Status ListDir(size_t index);
   // Opens shuffle `id` if it is not open (listed at start, or closed while idle), or waits
-  // while another call opens it. RESOURCE_EXHAUSTED (and it stays unopened) when there is no
-  // room to open it; OK otherwise (a failed open makes it damaged).
-  absl::Status OpenListed(const std::string& id);
+  // while another call opens it. RESOURCE_EXHAUSTED or UNAVAILABLE (and it stays unopened) when
+  // there is no room to open it; else the store this call opened (held: no other open closes
+  // it before its caller has it), or null (it was open, is damaged now, or was not listed).
+  absl::StatusOr<std::shared_ptr<ShuffleStore>> OpenListed(const std::string& id);
   // Under `lock` (of mu_), which it releases: deletes a shuffle that is not open.
   absl::Status DeleteUnopened(std::unique_lock<std::mutex>& lock, const std::string& id);
-  // Under mu_: room for one more open shuffle, when the open ones are at their limit (those
-  // idle for kMinIdleToMakeRoom closed; best effort: the limit is soft). Returns them (to be
-  // let go of outside the lock).
-  std::vector<std::shared_ptr<ShuffleStore>> MakeRoomLocked();
+  // Under mu_: room for one more open shuffle `id`, when the open ones are at their limit: those
+  // idle for kMinIdleToMakeRoom are closed (into *closed, let go of outside the lock); past the
+  // limit's overshoot (OvershootOf) any that nobody holds. UNAVAILABLE when every open shuffle
+  // is in use and the overshoot is reached.
+  absl::Status MakeRoomLocked(const std::string& id,
+                              std::vector<std::shared_ptr<ShuffleStore>>* closed);
   // Under mu_: closes idle shuffles until at most `max_open` are open and their indexes take at
   // most `index_budget`; returns them (to be let go of outside the lock).
   std::vector<std::shared_ptr<ShuffleStore>> CloseIdleLocked(
