@@ -6,9 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
-#include "base/status_macros.h"
 #include "server/storage/key_bounds.h"
 #include "server/storage/shuffle_id.h"
 #include "spdlog/spdlog.h"
@@ -121,6 +121,18 @@ absl::StatusOr<bool> Premerger::MergeOne(const std::shared_ptr<ShuffleStore>& st
                                          uint32_t partition, uint32_t first, uint32_t last) {
   SLUICE_ASSIGN_OR_RETURN(ShuffleStore::MergePlan plan, store->PlanMerge(partition, first, last));
   if (plan.blocks.empty()) return false;
+  // Room on the disk for what it will write, or no merge: its run (about its inputs' bytes, an
+  // eighth more for a re-encoding that compresses worse, and a frame) and, past the fan-in, a
+  // pass's spill as much again. A merge never takes the disk past the mark, and pushes keep the
+  // room above it up to --disk_high_water_pct.
+  uint64_t planned = plan.bytes + plan.bytes / 8 + 2 * uint64_t{options_.frame_bytes};
+  if (plan.blocks.size() > options_.merge.fan_in) planned += plan.bytes;
+  if (absl::Status room =
+          registry_->CheckRoomFor(store->params().shuffle_id, planned, options_.disk_mark_pct);
+      !room.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a pre-merge of ", planned, " bytes: ", room.message()));
+  }
   // Room in the server's memory budget for the merge's frames (what it plans to hold, within
   // its limit) and the frame it encodes, or no merge this round: the pre-merge yields to pushes
   // and fetches.

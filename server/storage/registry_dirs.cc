@@ -129,6 +129,7 @@ uint32_t ShuffleRegistry::UsedPpm(const Dir& dir) const {
     if (::statvfs(dir.path.c_str(), &vfs) == 0 && vfs.f_blocks > 0) {
       const double avail = static_cast<double>(vfs.f_bavail) / static_cast<double>(vfs.f_blocks);
       dir.used_ppm.store(static_cast<uint32_t>((1.0 - avail) * 1e6));
+      dir.total_bytes.store(static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize);
       dir.checked_ms.store(now);
     }
   }
@@ -155,6 +156,29 @@ absl::Status ShuffleRegistry::CheckRoom(const std::string& id, uint32_t mark) co
       "% full, past the high-water mark of ", mark,
       "% (--disk_high_water_pct): new pushes are refused until space is freed (delete finished "
       "shuffles); committed data is untouched"));
+}
+
+absl::Status ShuffleRegistry::CheckRoomFor(const std::string& id, uint64_t bytes,
+                                           uint32_t mark) const {
+  if (mark == 0 || mark >= 100) return absl::OkStatus();
+  size_t index = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = home_.find(id);
+    if (it == home_.end()) return absl::OkStatus();
+    index = it->second;
+  }
+  const Dir& dir = *dirs_[index];
+  const double used_pct = UsedPpm(dir) / 1e4;
+  const uint64_t total = dir.total_bytes.load();
+  if (total == 0) return absl::OkStatus();  // (statvfs never answered: nothing to go by)
+  const double after_pct =
+      used_pct + 100.0 * static_cast<double>(bytes) / static_cast<double>(total);
+  if (after_pct <= mark) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "no room on the disk for ", bytes, " bytes now: the data directory's file system is ",
+      static_cast<int>(used_pct * 10) / 10.0, "% full and would be ",
+      static_cast<int>(after_pct * 10) / 10.0, "%, past ", mark, "%"));
 }
 
 std::vector<size_t> ShuffleRegistry::CreationOrderLocked() const {

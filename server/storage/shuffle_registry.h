@@ -76,6 +76,10 @@ class ShuffleRegistry {
   /// `mark` percent (0 or 100 = never): RESOURCE_EXHAUSTED naming the mark. statvfs at most
   /// every 250 ms per directory. A shuffle not held here: OK (its push fails on its own).
   absl::Status CheckRoom(const std::string& id, uint32_t mark) const;
+  /// Whether `bytes` more written into shuffle `id`'s data directory keep its file system at
+  /// most `mark` percent full (background work asks before it writes what it plans:
+  /// RESOURCE_EXHAUSTED naming both when they would not).
+  absl::Status CheckRoomFor(const std::string& id, uint64_t bytes, uint32_t mark) const;
   /// The mark new shuffles' placement avoids (see above).
   void set_high_water_pct(uint32_t pct) { high_water_pct_ = pct; }
 
@@ -171,6 +175,7 @@ class ShuffleRegistry {
     // How full its file system was when last looked at (parts per million), and when.
     mutable std::atomic<uint32_t> used_ppm{0};
     mutable std::atomic<int64_t> checked_ms{-1000000};
+    mutable std::atomic<uint64_t> total_bytes{0};  // its file system's size, when last looked at
   };
   explicit ShuffleRegistry(StoreOptions options) : options_(options) {}
   // Lists one data directory's shuffles (as unopened); an error fails the directory.
