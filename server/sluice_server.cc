@@ -333,6 +333,10 @@ absl::Status SluiceServer::Impl::Serve() {
   deps.push.disk_high_water_pct = options.disk_high_water_pct;
   deps.push.require_prepare = node->requires_prepare();
   deps.push.max_message_bytes = rpc::kMaxPushMessageBytes;
+  // (gRPC's own windows when --stream_window_mb is 0: up to several MiB; 8 held then.)
+  deps.push.plain_stream_bytes =
+      (options.stream_window_bytes != 0 ? options.stream_window_bytes : uint64_t{8} << 20) +
+      rpc::kMaxPushMessageBytes;
   deps.fetch = FetchDeps{registry.get(), budget.get(), options.limits, merge};
   deps.watchdog = watchdog.get();
   deps.timeouts =

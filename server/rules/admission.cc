@@ -53,6 +53,7 @@ StreamAdmission::~StreamAdmission() {
   // A wait's callback would run on a destroyed admission and keep what it was granted.
   assert(!waiting_.load() && "an admission destroyed while it waits for memory or a merge slot");
   ReleaseCharge();
+  if (held_ != 0) deps_.budget->Release(tenant_, held_);
   if (credit_ != 0) deps_.budget->CreditReturned(tenant_, kCreditCopies * credit_);
   ReleaseLargeFrame();
   if (merge_slot_) deps_.merge_gate->Leave(tenant_);
@@ -124,6 +125,12 @@ void StreamAdmission::WhenBudgetAllows(std::function<void()> resume) {
 }
 
 bool StreamAdmission::BudgetMustWait() const { return deps_.budget->MustWait(); }
+
+bool StreamAdmission::TryHold(uint64_t bytes) {
+  if (!deps_.budget->TryReserve(tenant_, bytes)) return false;
+  held_ += bytes;
+  return true;
+}
 
 absl::Status StreamAdmission::CheckStored(uint64_t bytes) {
   if (limits_.stored_bytes == 0) return absl::OkStatus();

@@ -97,6 +97,9 @@ class StreamAdmission {
   void WhenBudgetAllows(std::function<void()> resume);
   /// Whether a newcomer would wait for the budget now.
   bool BudgetMustWait() const;
+  /// Holds `bytes` of the budget until the admission ends (memory the stream may make others
+  /// hold that the budget would not see), if they fit now; false and nothing held otherwise.
+  bool TryHold(uint64_t bytes);
 
   // Credit (PushFlow): memory reserved before the client sends the message it is for. All
   /// in message bytes; the budget is charged kCreditCopies times that: gRPC's copy of a message
@@ -171,6 +174,7 @@ class StreamAdmission {
   bool tenant_slot_ = false, server_slot_ = false;
   uint64_t charged_ = 0;
   uint64_t credit_ = 0;  // message bytes reserved, not received yet (PushFlow)
+  uint64_t held_ = 0;    // TryHold's
   std::shared_ptr<std::atomic<int64_t>> stored_;  // the tenant's stored bytes, with a quota
   uint64_t large_bytes_ = 0;                      // the large frame's size, once asked for
   uint64_t quota_reserved_ = 0;                   // of stored_, for the large frame

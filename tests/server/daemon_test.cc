@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "client/shuffle_client.h"
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
@@ -638,7 +639,8 @@ TEST(DaemonTest, LargeFramesPushedAtOnceStayWithinTheBudget) {
 
 // The server's peak, `mappers` pushing ~1 MiB frames of incompressible values at once under a
 // 16 MiB budget, the client with or without credit (PushFlow).
-double PeakWithMappers(int mappers, bool credit) {
+// (`refused`, when not null: the plain streams the budget had no room for, refused saying so.)
+double PeakWithMappers(int mappers, bool credit, int* refused = nullptr) {
   constexpr uint64_t kBudgetMb = 16;
   auto server = StartWithBudget(kBudgetMb);
   EXPECT_OK(server.status());
@@ -671,11 +673,20 @@ double PeakWithMappers(int mappers, bool credit) {
     });
   }
   for (auto& t : threads) t.join();
-  for (const auto& st : results) EXPECT_OK(st);
+  int written = 0;
+  for (const auto& st : results) {
+    if (refused != nullptr && absl::IsResourceExhausted(st) &&
+        absl::StrContains(st.message(), "plain Push stream")) {
+      ++*refused;
+      continue;
+    }
+    EXPECT_OK(st);
+    ++written;
+  }
   auto status = (*client)->GetShuffle("many");
   EXPECT_OK(status.status());
   if (status.ok()) {
-    EXPECT_EQ(status->partitions[0].records, 2u * mappers);
+    EXPECT_EQ(status->partitions[0].records, 2u * written);
   }
   const double peak_mb = static_cast<double>((*server)->process(0)->PeakRssBytes()) / (1 << 20);
   EXPECT_OK((*server)->Stop(0));
@@ -692,15 +703,20 @@ TEST(DaemonTest, ManyPushStreamsStayWithinTheBudgetAndAFixedOverhead) {
 #endif
   const double few = PeakWithMappers(16, /*credit=*/true);
   const double many = PeakWithMappers(128, /*credit=*/true);
-  const double plain = PeakWithMappers(128, /*credit=*/false);
-  const std::string seen = absl::StrCat("16 mappers: ", few, " MiB, 128: ", many,
-                                        " MiB (with the plain Push stream: ", plain, " MiB)");
+  int refused = 0;
+  const double plain = PeakWithMappers(128, /*credit=*/false, &refused);
+  const std::string seen =
+      absl::StrCat("16 mappers: ", few, " MiB, 128: ", many, " MiB (with the plain Push stream: ",
+                   plain, " MiB, ", refused, " of 128 refused for room)");
   // The 16 MiB budget, a frame's memory promised past it (one may always go alone), the
   // process's own ~30 MiB with its code, worker threads' decoders and zstd contexts; and the
-  // state of a stream pushing, ~0.2 MiB each (gRPC's and ours), where the plain stream held a
-  // message and a window more (~1 MiB).
+  // state of a stream pushing, ~0.2 MiB each (gRPC's and ours). A plain Push stream holds its
+  // window and a message of the budget while open (they were ~1 MiB a stream past it: 128 took
+  // the server to ~200 MiB), so it stays within the same bound; those the budget has no room
+  // for are refused, saying so.
   EXPECT_LT(many, 16 + 1 + 60 + 128 * 0.25) << seen;
   EXPECT_LT(many - few, (128 - 16) * 0.35) << seen;
+  EXPECT_LT(plain, 16 + 1 + 60 + 128 * 0.25) << seen;
 }
 
 }  // namespace
