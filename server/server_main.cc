@@ -31,6 +31,9 @@ ABSL_FLAG(uint32_t, max_concurrent_merges, 0,
           "KEY-ordered fetches merging at once (0 = --worker_threads); others wait");
 ABSL_FLAG(uint64_t, max_push_streams, 4096, "open push streams, server-wide");
 ABSL_FLAG(uint64_t, max_fetch_streams, 1024, "open fetch streams, server-wide");
+ABSL_FLAG(uint64_t, max_plain_push_streams, 16,
+          "plain Push streams (clients without credit) open at once: each may make the server "
+          "hold its stream window and a message outside the memory budget (0: none taken)");
 ABSL_FLAG(uint32_t, max_streams_per_connection, 1024, "concurrent streams per connection");
 ABSL_FLAG(double, stream_window_mb, 1,
           "HTTP/2 receive window per stream in MiB, 0.0625 to 64 (0 = gRPC's bandwidth-probed "
@@ -161,6 +164,7 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.max_frames_per_attempt = absl::GetFlag(FLAGS_max_frames_per_attempt);
   opts.max_push_streams = absl::GetFlag(FLAGS_max_push_streams);
   opts.max_fetch_streams = absl::GetFlag(FLAGS_max_fetch_streams);
+  opts.max_plain_push_streams = absl::GetFlag(FLAGS_max_plain_push_streams);
   opts.max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection);
   const double window_mb = absl::GetFlag(FLAGS_stream_window_mb);
   // (Written so that NaN fails too.) SluiceServer::Start checks the bytes' range again.

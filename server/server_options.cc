@@ -93,6 +93,10 @@ absl::Status ValidateOptions(const ServerOptions& o) {
           absl::StrCat(flag, "=", n, " is out of range [1, 1000000]"));
     }
   }
+  if (o.max_plain_push_streams > 100000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_plain_push_streams=", o.max_plain_push_streams, " is out of range [0, 100000]"));
+  }
   if (o.stream_window_bytes != 0 && (o.stream_window_bytes < (uint64_t{64} << 10) ||
                                      o.stream_window_bytes > (uint64_t{64} << 20))) {
     return absl::InvalidArgumentError(

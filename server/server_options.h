@@ -81,8 +81,11 @@ struct ServerOptions {
 
   // Streams and connections (docs/operations.md, "Limits"): what one client may hold, and for
   // how long without progress.
-  size_t max_push_streams = 4096;              ///< open push streams, server-wide
-  size_t max_fetch_streams = 1024;             ///< open fetch streams, server-wide
+  size_t max_push_streams = 4096;   ///< open push streams, server-wide
+  size_t max_fetch_streams = 1024;  ///< open fetch streams, server-wide
+  /// Plain Push streams (clients without credit) open at once: each may make gRPC hold its
+  /// stream window and a message outside the memory budget. One past them is refused.
+  size_t max_plain_push_streams = 16;
   uint32_t max_streams_per_connection = 1024;  ///< HTTP/2 concurrent streams per connection
   /// HTTP/2 receive window of each stream: what gRPC buffers of a stream the server has not
   /// read yet. 0 = gRPC's bandwidth-probed windows (larger, to many MiB a stream).

@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "cluster/etcd_client.h"
 #include "cluster/membership.h"
 #include "cluster/placement_store.h"
-#include "base/status_macros.h"
 #include "rpc/error_reason.h"
 #include "rpc/grpc_glue.h"
 #include "rpc/tls_options.h"
@@ -310,7 +310,8 @@ void SluiceServer::Impl::MakeRuntime() {
   node_options.dead_after = options.dead_after;
   node_options.split_bytes = options.partition_split_bytes;
   node = std::make_unique<ClusterNode>(registry.get(), node_options);
-  streams = std::make_unique<OpenStreams>(options.max_push_streams, options.max_fetch_streams);
+  streams = std::make_unique<OpenStreams>(options.max_push_streams, options.max_fetch_streams,
+                                          options.max_plain_push_streams);
   merge.fan_in = options.merge_fan_in;
   merge.tmp_dir = registry->TmpDir();
   merge.limits = StoredFrameLimits(options.limits);  // it reads and rewrites committed data
@@ -333,10 +334,6 @@ absl::Status SluiceServer::Impl::Serve() {
   deps.push.disk_high_water_pct = options.disk_high_water_pct;
   deps.push.require_prepare = node->requires_prepare();
   deps.push.max_message_bytes = rpc::kMaxPushMessageBytes;
-  // (gRPC's own windows when --stream_window_mb is 0: up to several MiB; 8 held then.)
-  deps.push.plain_stream_bytes =
-      (options.stream_window_bytes != 0 ? options.stream_window_bytes : uint64_t{8} << 20) +
-      rpc::kMaxPushMessageBytes;
   deps.fetch = FetchDeps{registry.get(), budget.get(), options.limits, merge};
   deps.watchdog = watchdog.get();
   deps.timeouts =

@@ -53,11 +53,11 @@ StreamAdmission::~StreamAdmission() {
   // A wait's callback would run on a destroyed admission and keep what it was granted.
   assert(!waiting_.load() && "an admission destroyed while it waits for memory or a merge slot");
   ReleaseCharge();
-  if (held_ != 0) deps_.budget->Release(tenant_, held_);
   if (credit_ != 0) deps_.budget->CreditReturned(tenant_, kCreditCopies * credit_);
   ReleaseLargeFrame();
   if (merge_slot_) deps_.merge_gate->Leave(tenant_);
   if (server_slot_) deps_.streams->Give(kind_);
+  if (plain_slot_) deps_.streams->plain_push_.fetch_sub(1);
   if (tenant_slot_) deps_.tenants->Leave(tenant_);
 }
 
@@ -126,10 +126,20 @@ void StreamAdmission::WhenBudgetAllows(std::function<void()> resume) {
 
 bool StreamAdmission::BudgetMustWait() const { return deps_.budget->MustWait(); }
 
-bool StreamAdmission::TryHold(uint64_t bytes) {
-  if (!deps_.budget->TryReserve(tenant_, bytes)) return false;
-  held_ += bytes;
-  return true;
+absl::Status StreamAdmission::EnterPlainPush() {
+  OpenStreams& s = *deps_.streams;
+  size_t n = s.plain_push_.load();
+  do {
+    if (n >= s.max_plain_push_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the server has ", s.max_plain_push_,
+          " plain Push streams open, its limit (--max_plain_push_streams: a client that sends "
+          "without credit may make it hold its stream window and a message outside the memory "
+          "budget); retry later, or push with PushFlow, which has no such limit"));
+    }
+  } while (!s.plain_push_.compare_exchange_weak(n, n + 1));
+  plain_slot_ = true;
+  return absl::OkStatus();
 }
 
 absl::Status StreamAdmission::CheckStored(uint64_t bytes) {

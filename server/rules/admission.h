@@ -52,8 +52,11 @@ inline constexpr std::chrono::milliseconds kDrainRetryAfter{2000};
 /// The server's open push and fetch streams and their limits.
 class OpenStreams {
  public:
-  OpenStreams(size_t max_push, size_t max_fetch) : max_push_(max_push), max_fetch_(max_fetch) {}
+  /// `max_plain_push`: of the push streams, plain ones (StreamAdmission::EnterPlainPush).
+  OpenStreams(size_t max_push, size_t max_fetch, size_t max_plain_push = 16)
+      : max_push_(max_push), max_fetch_(max_fetch), max_plain_push_(max_plain_push) {}
   size_t push() const { return push_.load(); }
+  size_t plain_push() const { return plain_push_.load(); }
   size_t fetch() const { return fetch_.load(); }
   size_t total() const { return push() + fetch(); }
 
@@ -63,8 +66,8 @@ class OpenStreams {
   absl::Status Take(StreamKind kind);
   void Give(StreamKind kind);
 
-  const size_t max_push_, max_fetch_;
-  std::atomic<size_t> push_{0}, fetch_{0};
+  const size_t max_push_, max_fetch_, max_plain_push_;
+  std::atomic<size_t> push_{0}, fetch_{0}, plain_push_{0};
 };
 
 /// What admissions take from.
@@ -97,9 +100,10 @@ class StreamAdmission {
   void WhenBudgetAllows(std::function<void()> resume);
   /// Whether a newcomer would wait for the budget now.
   bool BudgetMustWait() const;
-  /// Holds `bytes` of the budget until the admission ends (memory the stream may make others
-  /// hold that the budget would not see), if they fit now; false and nothing held otherwise.
-  bool TryHold(uint64_t bytes);
+  /// Counts the stream among the plain Push streams (clients that send without credit) until
+  /// the admission ends: RESOURCE_EXHAUSTED naming --max_plain_push_streams when that many are
+  /// open (what gRPC holds of them is outside the budget, so their number is bounded).
+  absl::Status EnterPlainPush();
 
   // Credit (PushFlow): memory reserved before the client sends the message it is for. All
   /// in message bytes; the budget is charged kCreditCopies times that: gRPC's copy of a message
@@ -171,10 +175,9 @@ class StreamAdmission {
   const std::string tenant_;
   const TenantLimits limits_;
   const AdmissionDeps deps_;
-  bool tenant_slot_ = false, server_slot_ = false;
+  bool tenant_slot_ = false, server_slot_ = false, plain_slot_ = false;
   uint64_t charged_ = 0;
   uint64_t credit_ = 0;  // message bytes reserved, not received yet (PushFlow)
-  uint64_t held_ = 0;    // TryHold's
   std::shared_ptr<std::atomic<int64_t>> stored_;  // the tenant's stored bytes, with a quota
   uint64_t large_bytes_ = 0;                      // the large frame's size, once asked for
   uint64_t quota_reserved_ = 0;                   // of stored_, for the large frame

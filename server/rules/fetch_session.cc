@@ -4,9 +4,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
-#include "base/status_macros.h"
 #include "rpc/error_reason.h"
 #include "server/storage/key_bounds.h"
 #include "server/storage/shuffle_id.h"

@@ -8,8 +8,8 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
-#include "codec/endian.h"
 #include "base/status_macros.h"
+#include "codec/endian.h"
 #include "server/storage/file_util.h"
 #include "server/storage/key_bounds.h"
 

@@ -49,9 +49,6 @@ struct PushLimits {
   /// The largest push message the transport reads (a PushFlow ask's limit): the wiring sets the
   /// transport's.
   uint64_t max_message_bytes = (uint64_t{1} << 20) + (64 << 10);
-  /// What a plain Push stream (no credit) may make gRPC hold that the budget never sees: its
-  /// stream window and a message. Held in the budget while the stream is open (0: nothing).
-  uint64_t plain_stream_bytes = 0;
 };
 
 /// What a committed attempt amounted to.

@@ -14,18 +14,9 @@ absl::StatusOr<std::unique_ptr<PushStream>> PushStream::Make(Kind kind, const Ca
   std::unique_ptr<PushStream> s(new PushStream(kind, call, deps, host));
   SLUICE_ASSIGN_OR_RETURN(s->admission_,
                           StreamAdmission::Enter(StreamKind::kPush, call, deps.admission));
-  // A plain Push client sends without credit: what gRPC may hold of it (its window and a
-  // message) is held in the budget while it is open, or the stream is refused (waiting would
-  // not bound it: its client fills the window meanwhile).
-  const uint64_t hold = deps.push.plain_stream_bytes;
-  if (kind == Kind::kPush && hold != 0 && !s->admission_->TryHold(hold)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the memory budget (--memory_budget_mb) has no room now for another plain Push stream, "
-        "which holds ",
-        hold,
-        " bytes of it while open (its stream window and a message, sent without credit): "
-        "retry later, or push with PushFlow, which holds nothing ahead"));
-  }
+  // A plain Push client sends without credit: gRPC may hold its stream window and a message
+  // that the budget never sees (not reading does not stop it), so plain streams are counted.
+  if (kind == Kind::kPush) SLUICE_RETURN_IF_ERROR(s->admission_->EnterPlainPush());
   return s;
 }
 

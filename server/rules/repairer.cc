@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "codec/frame_decoder.h"
 #include "base/status_macros.h"
+#include "codec/frame_decoder.h"
 #include "server/storage/key_bounds.h"
 #include "server/storage/shuffle_id.h"
 #include "spdlog/spdlog.h"

@@ -705,15 +705,15 @@ TEST(DaemonTest, ManyPushStreamsStayWithinTheBudgetAndAFixedOverhead) {
   const double many = PeakWithMappers(128, /*credit=*/true);
   int refused = 0;
   const double plain = PeakWithMappers(128, /*credit=*/false, &refused);
-  const std::string seen =
-      absl::StrCat("16 mappers: ", few, " MiB, 128: ", many, " MiB (with the plain Push stream: ",
-                   plain, " MiB, ", refused, " of 128 refused for room)");
+  const std::string seen = absl::StrCat("16 mappers: ", few, " MiB, 128: ", many,
+                                        " MiB (with the plain Push stream: ", plain, " MiB, ",
+                                        refused, " of 128 refused for the limit)");
   // The 16 MiB budget, a frame's memory promised past it (one may always go alone), the
   // process's own ~30 MiB with its code, worker threads' decoders and zstd contexts; and the
-  // state of a stream pushing, ~0.2 MiB each (gRPC's and ours). A plain Push stream holds its
-  // window and a message of the budget while open (they were ~1 MiB a stream past it: 128 took
-  // the server to ~200 MiB), so it stays within the same bound; those the budget has no room
-  // for are refused, saying so.
+  // state of a stream pushing, ~0.2 MiB each (gRPC's and ours). A plain Push stream may make
+  // the server hold a window and a message past the budget (~1 MiB a stream: 128 took it to
+  // ~200 MiB), so at most --max_plain_push_streams (16) are open at once; those past them are
+  // refused, saying so.
   EXPECT_LT(many, 16 + 1 + 60 + 128 * 0.25) << seen;
   EXPECT_LT(many - few, (128 - 16) * 0.35) << seen;
   EXPECT_LT(plain, 16 + 1 + 60 + 128 * 0.25) << seen;
