@@ -104,6 +104,8 @@ class ServerTest : public ::testing::Test {
     opts.server.memory_budget_bytes = budget;
     opts.server.merge_fan_in = fan_in;
     opts.server.max_frames_per_attempt = max_frames_per_attempt_;
+    // (These tests push through the plain Push stub, 36 streams at once in one of them.)
+    opts.server.max_plain_push_streams = 64;
     if (server_ == nullptr) {
       ASSERT_OK_AND_ASSIGN(server_, MiniServer::Start(opts));
     } else {
