@@ -210,8 +210,9 @@ absl::StatusOr<std::shared_ptr<ShuffleStore>> ShuffleRegistry::OpenListed(const 
   // overshoot, and the next CloseIdle brings the open ones back under the limit. The
   // descriptors are the hard limit.)
   SLUICE_RETURN_IF_ERROR(MakeRoomLocked(id, &closed));
-  const absl::Status room = CheckFdHeadroom(
-      open_fds_, 3, absl::StrCat("shuffle '", ShuffleName(id), "' cannot be opened now"));
+  const absl::Status room = DescriptorRoomLocked(
+      open_fds_, false, absl::StrCat("shuffle '", ShuffleName(id), "' cannot be opened now"),
+      &closed);
   if (!room.ok()) return room;  // (it stays listed, for a later call)
   unopened_.erase(entry);
   const bool first_time = never_opened_.erase(id) != 0;
@@ -287,6 +288,32 @@ absl::Status ShuffleRegistry::MakeRoomLocked(const std::string& id,
       absl::StrCat("shuffle '", ShuffleName(id), "' cannot be opened now: all ", shuffles_.size(),
                    " open shuffles are in use (--max_open_shuffles=", max_open_, ", and ",
                    OvershootOf(max_open_), " more while those are in use); retry"));
+}
+
+absl::Status ShuffleRegistry::DescriptorRoomLocked(
+    uint64_t open, bool closed_counted, const std::string& what,
+    std::vector<std::shared_ptr<ShuffleStore>>* closed) {
+  if (closed_counted) {
+    for (const auto& store : *closed) open -= std::min<uint64_t>(open, store->open_files());
+  }
+  const uint64_t limit = file::OpenFilesLimit();
+  // Short of descriptors (a small open-files limit, or --max_open_shuffles set past what it
+  // holds): idle shuffles close as they would past the open limit, since they open again when
+  // asked for, before a create or an open is refused. A few rounds at most: each closes what
+  // the shortfall asks for, unless what it closed keeps fewer descriptors than thought.
+  for (int round = 0; round < 4 && open + 3 + kFdHeadroom > limit && !shuffles_.empty(); ++round) {
+    const uint64_t short_by = open + 3 + kFdHeadroom - limit;
+    const size_t stores =
+        static_cast<size_t>(std::min<uint64_t>((short_by + 1) / 2, shuffles_.size()));
+    auto more = CloseIdleLocked(shuffles_.size() - stores, index_budget_,
+                                std::chrono::steady_clock::now(), std::chrono::milliseconds(0));
+    if (more.empty()) break;
+    for (auto& store : more) {
+      open -= std::min<uint64_t>(open, store->open_files());
+      closed->push_back(std::move(store));
+    }
+  }
+  return CheckFdHeadroom(open, 3, what);
 }
 
 std::vector<std::shared_ptr<ShuffleStore>> ShuffleRegistry::CloseIdleLocked(
@@ -422,8 +449,9 @@ absl::StatusOr<bool> ShuffleRegistry::Create(const ShuffleParams& params) {
                                                  " partitions and ", have.num_mappers, " mappers"));
   }
   SLUICE_RETURN_IF_ERROR(MakeRoomLocked(params.shuffle_id, &closed));  // (as for an open)
-  SLUICE_RETURN_IF_ERROR(CheckFdHeadroom(
-      open_fds, 3, absl::StrCat("shuffle '", ShuffleName(params.shuffle_id), "' was not created")));
+  SLUICE_RETURN_IF_ERROR(DescriptorRoomLocked(
+      open_fds, true,
+      absl::StrCat("shuffle '", ShuffleName(params.shuffle_id), "' was not created"), &closed));
   // In the best data directory that works: one whose disk fails is marked failed (and
   // logged), and the next is tried; a full one is passed over.
   absl::Status last = absl::UnavailableError("every data directory has failed");

@@ -193,6 +193,12 @@ class ShuffleRegistry {
   // is in use and the overshoot is reached.
   absl::Status MakeRoomLocked(const std::string& id,
                               std::vector<std::shared_ptr<ShuffleStore>>* closed);
+  // Under mu_: descriptors for one more store (3 while it is made or opened), `open` being those
+  // in use (`closed_counted`: counted before *closed were closed, so theirs are free now).
+  // When short, idle shuffles nobody holds close (into *closed), least recently used first;
+  // RESOURCE_EXHAUSTED, beginning with `what`, when that does not make room.
+  absl::Status DescriptorRoomLocked(uint64_t open, bool closed_counted, const std::string& what,
+                                    std::vector<std::shared_ptr<ShuffleStore>>* closed);
   // Under mu_: closes idle shuffles until at most `max_open` are open and their indexes take at
   // most `index_budget`; returns them (to be let go of outside the lock).
   std::vector<std::shared_ptr<ShuffleStore>> CloseIdleLocked(

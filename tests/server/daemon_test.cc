@@ -47,12 +47,14 @@ using testing::StatusIs;
 // The daemon alone under `prlimit --nofile=<nofile>` on `data_dir` (server 0 of a standalone
 // MiniCluster).
 absl::StatusOr<std::unique_ptr<MiniCluster>> StartLimited(const std::string& data_dir,
-                                                          const std::string& nofile) {
+                                                          const std::string& nofile,
+                                                          std::vector<std::string> flags = {}) {
   MiniClusterOptions options;
   options.servers = 0;
   options.etcd = false;
   options.nofile = nofile;
   options.flags = {"--log_level=warn"};
+  options.flags.insert(options.flags.end(), flags.begin(), flags.end());
   auto cluster = MiniCluster::Start(options);
   if (!cluster.ok()) return cluster.status();
   if (absl::Status st = (*cluster)->Add({}, data_dir).status(); !st.ok()) return st;
@@ -554,9 +556,11 @@ std::pair<long, long> OpenFilesLimit(pid_t pid) {
 }
 
 // Running out of descriptors, where it does not depend on the storage layout: the server raises
-// its soft open-files limit to the hard one at start, a CreateShuffle that runs out of
-// descriptors fails with RESOURCE_EXHAUSTED naming the limit and leaves no directory behind,
-// and the server still starts on that data directory.
+// its soft open-files limit to the hard one at start; with --max_open_shuffles set past what
+// the descriptors hold, a CreateShuffle that runs out of them fails with RESOURCE_EXHAUSTED
+// naming the limit and leaves no directory behind; the server still starts on that data
+// directory; and with the default (derived from the descriptors) shuffles close when idle, so
+// creating many more never runs out.
 TEST(DaemonTest, OutOfDescriptorsIsResourceExhaustedAndTheServerStillStarts) {
   testing::TempDir dir;
   {
@@ -567,27 +571,44 @@ TEST(DaemonTest, OutOfDescriptorsIsResourceExhaustedAndTheServerStillStarts) {
   }
   int created = 0;
   {
-    // Hard 128: shuffles use descriptors until CreateShuffle cannot get one.
-    ASSERT_OK_AND_ASSIGN(auto server, StartLimited(dir.path(), "128:128"));
+    // Hard 128 and an open limit the descriptors cannot hold: shuffles that mappers write to
+    // (an idle one would close to make room) use descriptors until CreateShuffle cannot get one.
+    ASSERT_OK_AND_ASSIGN(auto server,
+                         StartLimited(dir.path(), "128:128", {"--max_open_shuffles=100000"}));
     ASSERT_OK_AND_ASSIGN(auto client, server->Client(ClientOptions()));
+    std::vector<std::unique_ptr<ShuffleWriter>> writing;
+    WriterOptions small;
+    small.buffer_bytes = 1;  // every Add is sent; the second waits for the first to be
     absl::Status st;
     for (; created < 500; ++created) {
-      st = client->CreateShuffle("s" + std::to_string(created), 1, 0).status();
+      const std::string id = "s" + std::to_string(created);
+      st = client->CreateShuffle(id, 1, 0).status();
       if (!st.ok()) break;
+      auto writer = client->OpenWriter(id, 0, 1, small);
+      if (!writer.ok() || !(*writer)->Add("k", "v").ok() || !(*writer)->Add("k", "v").ok()) {
+        continue;  // (its store closed for room before its push took it: it failed instead)
+      }
+      writing.push_back(std::move(writer).value());
     }
     EXPECT_THAT(st, StatusIs(absl::StatusCode::kResourceExhausted, "open files"));
     EXPECT_FALSE(std::filesystem::exists(dir.path() + "/shuffles/s" + std::to_string(created)))
         << "a failed CreateShuffle left its directory behind";
+    writing.clear();
     client.reset();
     ASSERT_OK(server->Stop(0));
   }
   ASSERT_GT(created, 10);
-  // The same limit, the same data directory: the server comes up, and says which shuffles it
-  // could not open.
+  // The same descriptors, the same data directory, the default open limit: the server comes
+  // up, lists every shuffle, and takes 300 more without running out.
   ASSERT_OK_AND_ASSIGN(auto server, StartLimited(dir.path(), "128:128"));
   ASSERT_OK_AND_ASSIGN(auto client, server->Client(ClientOptions()));
   ASSERT_OK_AND_ASSIGN(auto all, client->ListShuffles());
   EXPECT_EQ(static_cast<int>(all.size()), created);
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_OK(client->CreateShuffle("t" + std::to_string(i), 1, 0).status()) << i;
+  }
+  ASSERT_OK_AND_ASSIGN(all, client->ListShuffles());
+  EXPECT_EQ(static_cast<int>(all.size()), created + 300);
   ASSERT_OK(server->Stop(0));
 }
 
