@@ -153,14 +153,14 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
            "1 for a data directory that failed (it takes no new shuffles; its shuffles are "
            "unavailable until it is repaired and the server restarted)",
            failed);
-  const auto stores = s.registry->List();
-  uint64_t partitions = 0, damaged = 0;
-  for (const auto& store : stores) {
+  uint64_t partitions = 0, damaged = 0, open = 0;
+  s.registry->ForEachOpen([&](const std::shared_ptr<ShuffleStore>& store) {
+    ++open;
     partitions += store->params().num_partitions;
     damaged += store->DamagedPartitions().size();
-  }
+  });
   t.Gauge("sluice_shuffles", "Shuffles held, open or not (damaged ones apart)",
-          D(stores.size() + s.registry->unopened()));
+          D(open + s.registry->unopened()));
   t.Gauge("sluice_shuffles_unopened",
           "Shuffles held and not open now: found at start and not opened yet, or closed while "
           "idle (each opens when asked for)",

@@ -235,7 +235,7 @@ absl::StatusOr<std::unique_ptr<SluiceServer>> SluiceServer::Start(const ServerOp
   spdlog::info(
       "event=started listen={} port={} data_dir={} shuffles={} memory_budget_mb={} node_id={} "
       "address={} cluster={} metrics_port={} max_open_shuffles={} max_concurrent_merges={}",
-      options.listen_address, i.grpc->port(), options.data_dir, listed + i.registry->List().size(),
+      options.listen_address, i.grpc->port(), options.data_dir, listed + i.registry->open_count(),
       options.memory_budget_bytes >> 20, self.node_id, self.address,
       i.membership != nullptr ? options.etcd_endpoints : std::string("none"),
       i.metrics_endpoint == nullptr ? 0 : i.metrics_endpoint->port(), resolved.max_open_shuffles,

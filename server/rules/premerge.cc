@@ -71,9 +71,9 @@ bool Premerger::Pace(std::chrono::steady_clock::time_point start, uint64_t writt
 
 size_t Premerger::Run() {
   size_t made = 0;
-  for (const std::shared_ptr<ShuffleStore>& store : registry_->List()) {
-    if (stopped_.load()) break;
-    if (!store->merges_supported() || store->wedged()) continue;
+  registry_->ForEachOpen([&](const std::shared_ptr<ShuffleStore>& store) {
+    if (stopped_.load()) return;
+    if (!store->merges_supported() || store->wedged()) return;
     const std::vector<uint32_t> candidates = store->TakeMergeCandidates();
     bool later = false;  // no room now: the partitions left wait for a later round
     for (uint32_t partition : candidates) {
@@ -113,7 +113,7 @@ size_t Premerger::Run() {
         ++made;
       }
     }
-  }
+  });
   return made;
 }
 

@@ -166,7 +166,9 @@ absl::StatusOr<DecommissionState> CheckDecommission(ShuffleRegistry* registry, C
                                                     PeerFetcher* peers) {
   DecommissionState out;
   std::vector<std::string> ids = registry->UnopenedIds();
-  for (const auto& store : registry->List()) ids.push_back(store->params().shuffle_id);
+  registry->ForEachOpen([&ids](const std::shared_ptr<ShuffleStore>& store) {
+    ids.push_back(store->params().shuffle_id);
+  });
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   SLUICE_ASSIGN_OR_RETURN(const std::vector<NodeEntry> live, node->membership().Nodes());

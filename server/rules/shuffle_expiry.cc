@@ -15,9 +15,9 @@ std::chrono::milliseconds ShuffleExpiry::period() const {
 
 size_t ShuffleExpiry::ExpireIdle(Clock::time_point now) {
   size_t expired = 0;
-  for (const auto& store : registry_->List()) {
+  registry_->ForEachOpen([&](const std::shared_ptr<ShuffleStore>& store) {
     const auto idle = now - store->last_used();
-    if (store->writers() > 0 || idle < ttl_) continue;
+    if (store->writers() > 0 || idle < ttl_) return;
     // (An explicit DeleteShuffle may come first: then this one finds nothing.)
     const std::string id = store->params().shuffle_id;
     const absl::Status st = registry_->Delete(id);
@@ -30,7 +30,7 @@ size_t ShuffleExpiry::ExpireIdle(Clock::time_point now) {
       spdlog::warn("event=expire_failed tenant={} shuffle={} error=\"{}\"", TenantField(id), id,
                    std::string(st.message()));
     }
-  }
+  });
   // Those not open (listed at start and not opened yet, or closed while idle) age too.
   for (const std::string& id : registry_->UnopenedIdleSince(now - ttl_)) {
     if (registry_->DeleteIfUnopenedSince(id, now - ttl_)) {

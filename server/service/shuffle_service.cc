@@ -285,12 +285,14 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
     FillDataDirs(*deps_.registry, everything, resp);
     resp->set_memory_budget_bytes(deps_.admission.budget->limit());
     resp->set_memory_used_bytes(deps_.admission.budget->used());
-    resp->set_shuffles(static_cast<uint32_t>(
-        everything ? deps_.registry->List().size() + deps_.registry->unopened()
-                   : deps_.registry->CountWithPrefix(call.prefix())));
+    resp->set_shuffles(
+        static_cast<uint32_t>(everything ? deps_.registry->open_count() + deps_.registry->unopened()
+                                         : deps_.registry->CountWithPrefix(call.prefix())));
     if (everything) {
       uint64_t damaged = 0;
-      for (const auto& store : deps_.registry->List()) damaged += store->DamagedPartitions().size();
+      deps_.registry->ForEachOpen([&](const std::shared_ptr<ShuffleStore>& store) {
+        damaged += store->DamagedPartitions().size();
+      });
       resp->set_shuffles_unopened(static_cast<uint32_t>(deps_.registry->unopened()));
       resp->set_index_bytes(deps_.registry->index_bytes());
       resp->set_damaged_partitions(static_cast<uint32_t>(damaged));

@@ -662,6 +662,33 @@ std::vector<std::shared_ptr<ShuffleStore>> ShuffleRegistry::List() const {
   return out;
 }
 
+void ShuffleRegistry::ForEachOpen(
+    const std::function<void(const std::shared_ptr<ShuffleStore>&)>& fn) const {
+  std::vector<std::weak_ptr<ShuffleStore>> open;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    open.reserve(shuffles_.size());
+    for (const auto& [id, store] : shuffles_) open.push_back(store);
+  }
+  for (const auto& weak : open) {
+    std::shared_ptr<ShuffleStore> store = weak.lock();
+    if (store == nullptr) continue;
+    {
+      // Still open (not closed for room meanwhile, its last holder not yet let go of it); held
+      // now, so it is not closed while `fn` has it.
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = shuffles_.find(store->params().shuffle_id);
+      if (it == shuffles_.end() || it->second != store) continue;
+    }
+    fn(store);
+  }
+}
+
+size_t ShuffleRegistry::open_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return shuffles_.size();
+}
+
 absl::Status ShuffleRegistry::Delete(const std::string& id) {
   std::vector<std::string> trash;
   {

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -95,8 +96,15 @@ class ShuffleRegistry {
   /// pushes still write to it: UNAVAILABLE, retry. If re-verifying finds damage, the shuffle
   /// becomes damaged (DATA_LOSS).
   absl::StatusOr<std::shared_ptr<ShuffleStore>> GetForWriting(const std::string& id);
-  /// The open shuffles (not those listed at start and not opened yet, nor those closed).
+  /// The open shuffles (not those listed at start and not opened yet, nor those closed). Each
+  /// one held counts as in use (it is not closed for room): a walk uses ForEachOpen.
   std::vector<std::shared_ptr<ShuffleStore>> List() const;
+  /// Calls `fn` on each shuffle open when it is called and still open when its turn comes,
+  /// holding only that one meanwhile (a background walk, preempted halfway, must not keep every
+  /// store from being closed for room). Not under the registry's lock: `fn` may call it.
+  void ForEachOpen(const std::function<void(const std::shared_ptr<ShuffleStore>&)>& fn) const;
+  /// How many shuffles are open now.
+  size_t open_count() const;
   /// Every shuffle's id, open or not (damaged ones apart), in order.
   std::vector<std::string> Ids() const;
   /// The shuffles not open now, in id order.
