@@ -152,7 +152,7 @@ void PrintResult(int r, const BenchConfig& c, const BenchResult& res, const OwnS
       "\"client_peak_rss_mb\": %.1f, \"server_peak_rss_mb\": %.1f, \"servers\": %zu, "
       "\"replication\": %u, \"retried_attempts\": %d, \"pushed_bytes_per_item\": %.1f, "
       "\"server_peak_anon_mb\": %.1f, \"hot_key\": %lld, \"hot_key_share\": %.3f, "
-      "\"settle_s\": %.3f}\n",
+      "\"settle_s\": %.3f, \"longest_retry_s\": %.3f}\n",
       r, c.shards, c.items_per_shard, c.partitions, c.parallel, c.key_order ? "KEY" : "UNORDERED",
       LayoutChoiceName(c.layout), res.elapsed_s, items / res.elapsed_s,
       static_cast<double>(res.item_bytes) / res.elapsed_s / 1e6,
@@ -161,7 +161,8 @@ void PrintResult(int r, const BenchConfig& c, const BenchResult& res, const OwnS
       static_cast<unsigned long long>(res.disk_bytes), client_mb + server_mb,
       own.process != nullptr ? "true" : "false", client_mb, server_mb, res.servers, res.replication,
       res.retried_attempts, items > 0 ? static_cast<double>(res.pushed_bytes) / items : 0.0,
-      server_anon_mb, static_cast<long long>(res.hot_key), res.hot_share, res.settle_s);
+      server_anon_mb, static_cast<long long>(res.hot_key), res.hot_share, res.settle_s,
+      res.longest_retry_s);
   if (res.split.slices > 0) {
     const BenchResult::Split& s = res.split;
     uint64_t least = UINT64_MAX, most = 0;

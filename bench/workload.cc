@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <optional>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -97,6 +98,7 @@ struct ShardTally {
   std::vector<uint64_t> per_key;
   uint64_t bytes = 0;
   double gen_s = 0;
+  double retry_s = 0;  // from the first failed attempt to the commit
 };
 
 // Generates one shard's items in small batches (timed per batch, so the clock is not read per
@@ -186,11 +188,16 @@ absl::Status MapShardAttempt(ShuffleClient& client, const std::string& id, const
 absl::Status MapShard(ShuffleClient& client, const std::string& id, const BenchConfig& c, int s,
                       ShardTally* tally, std::atomic<int>* retried) {
   absl::Status st;
+  std::optional<Clock::time_point> first_failure;
   for (int attempt = 1; attempt <= 1 + c.retries; ++attempt) {
     std::fill(tally->per_key.begin(), tally->per_key.end(), 0);
     tally->bytes = 0;
     st = MapShardAttempt(client, id, c, s, static_cast<uint64_t>(attempt), tally);
+    if (st.ok() && first_failure.has_value()) {
+      tally->retry_s = std::chrono::duration<double>(Clock::now() - *first_failure).count();
+    }
     if (st.ok() || absl::IsInvalidArgument(st) || absl::IsNotFound(st)) return st;
+    if (!first_failure.has_value()) first_failure = Clock::now();
     if (attempt <= c.retries) {
       retried->fetch_add(1);
       std::fprintf(stderr, "sluice bench: mapper %d attempt %d failed, retrying: %s\n", s, attempt,
@@ -408,6 +415,7 @@ absl::StatusOr<BenchResult> RunShuffle(ShuffleClient& client, const std::string&
   for (const ShardTally& s : shards) {
     res.gen_s += s.gen_s;
     res.item_bytes += s.bytes;
+    res.longest_retry_s = std::max(res.longest_retry_s, s.retry_s);
   }
   res.retried_attempts = retried.load();
   // Stored bytes: each partition once; pushed: every replica's copy (replicas hold the same

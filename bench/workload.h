@@ -73,6 +73,9 @@ struct BenchResult {
   uint64_t expected = 0, counted = 0, item_bytes = 0, disk_bytes = 0;
   bool counts_match = false;
   int retried_attempts = 0;  ///< mapper attempts that failed and were retried
+  /// The longest a mapper took from its first failed attempt to its commit (0: none failed):
+  /// what a fault cost the task that waited most.
+  double longest_retry_s = 0;
   uint32_t replication = 1;
   size_t servers = 1;  ///< servers of the shuffle
   /// Frame bytes stored over all the shuffle's servers (every replica's copy): what the pushes

@@ -32,11 +32,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/status_macros.h"
 #include "client/cluster_readers.h"
+#include "client/cluster_writer.h"
 #include "client/partitioned_writer.h"
 #include "client/shuffle_client.h"
 #include "client/transport.h"
-#include "base/status_macros.h"
 #include "rpc/error_reason.h"
 #include "rpc/tls_options.h"
 
@@ -44,11 +45,14 @@ namespace sluice {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using client_internal::ClusterWriter;
 using client_internal::FailoverReader;
 using client_internal::MergeHotKeys;
 using client_internal::MergeSplits;
 using client_internal::SegmentedReader;
 using client_internal::TryAnother;
+using client_internal::Unanswered;
+using client_internal::WatchedStream;
 
 // A failure every server would answer alike: etcd's (they share it), or a cluster whose
 // membership settles after an etcd outage.
@@ -56,47 +60,6 @@ bool EtcdsFault(const absl::Status& st) {
   const ErrorReason r = ReasonOf(st);
   return r == ErrorReason::kEtcdUnavailable || r == ErrorReason::kSettling;
 }
-
-// A failure that says the server itself could not be reached or did not answer in time (not
-// an answer it gave): it is asked after the others for a while.
-bool Unresponsive(const absl::Status& st) {
-  if (IsFromServer(st)) return false;
-  return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st);
-}
-
-// A cluster writer: a server that answers it keeps no part of the shuffle (a node renamed or
-// replaced at its address) means the placement was stale: it is forgotten, and the attempt
-// fails with UNAVAILABLE, for the engine to retry it (the next one is routed afresh).
-class StaleAwareWriter final : public ShuffleWriter {
- public:
-  StaleAwareWriter(std::unique_ptr<ShuffleWriter> writer, std::function<void()> forget)
-      : writer_(std::move(writer)), forget_(std::move(forget)) {}
-  absl::Status Add(std::string_view key, std::string_view value) override {
-    absl::Status st = writer_->Add(key, value);
-    if (st.ok()) return st;
-    return Retryable(std::move(st));
-  }
-  absl::StatusOr<WriteResult> Close() override {
-    auto r = writer_->Close();
-    if (r.ok()) return r;
-    return Retryable(r.status());
-  }
-  void Abort() override { writer_->Abort(); }
-
- private:
-  absl::Status Retryable(absl::Status st) {
-    if (ReasonOf(st) == ErrorReason::kPlacementChanged) forget_();  // routed afresh next time
-    if (ReasonOf(st) != ErrorReason::kNotKept) return st;
-    forget_();
-    return WithReason(absl::UnavailableError(absl::StrCat(
-                          st.message(),
-                          "; the client's placement was stale (a server renamed or replaced at "
-                          "its address): retry the attempt, it is routed afresh")),
-                      ErrorReason::kNotKept);
-  }
-  std::unique_ptr<ShuffleWriter> writer_;
-  std::function<void()> forget_;
-};
 
 class ClusterClient final : public ShuffleClient {
  public:
@@ -311,6 +274,16 @@ class ClusterClient final : public ShuffleClient {
   // Decided by one server in the record, then every registered server of the shuffle made to
   // read it (each applies the revocation before it answers), so that no reader routed by an
   // older epoch is served a revoked attempt by a server that has not learnt of it.
+  absl::StatusOr<Revive> ReviveShuffle(const std::string& id, uint32_t placement_epoch,
+                                       const std::string& node_id) override {
+    SLUICE_ASSIGN_OR_RETURN(const bool clustered, Clustered());
+    if (!clustered) return Seed(0).client().ReviveShuffle(id, placement_epoch, node_id);
+    auto r = OnSeed<Revive>(
+        [&](ShuffleClient& c) { return c.ReviveShuffle(id, placement_epoch, node_id); });
+    if (r.ok()) Forget(id);
+    return r;
+  }
+
   absl::StatusOr<Revocation> RevokeMappers(const std::string& id,
                                            const std::vector<uint32_t>& mappers,
                                            uint32_t placement_epoch) override {
@@ -532,20 +505,28 @@ class ClusterClient final : public ShuffleClient {
     // One stream per server that keeps any replica, in node order.
     std::vector<int> stream_of_node(p.nodes.size(), -1);
     std::vector<std::unique_ptr<PushStream>> streams;
+    std::vector<ClusterWriter::Watched> watched;
     std::vector<ServerLink*> links;
     std::vector<std::vector<uint32_t>> routes(p.num_partitions);
-    // The stream of node n, opened on first need.
+    // The stream of node n, opened on first need; a server that cannot be reached is revived.
     auto stream_to = [&](uint32_t n) -> absl::StatusOr<uint32_t> {
       if (stream_of_node[n] < 0) {
-        SLUICE_ASSIGN_OR_RETURN(ServerLink * link, NodeLink(id, p, n));
-        auto stream = link->OpenPush(id, mapper, attempt, /*prepare=*/true, p.epoch);
+        const NodeAddress& node = p.nodes[n];
+        auto link = NodeLink(id, p, n);
+        if (!link.ok()) return ReviveAfter(id, p.epoch, node.node_id, "", link.status());
+        auto stream = (*link)->OpenPush(id, mapper, attempt, /*prepare=*/true, p.epoch);
         if (!stream.ok()) {
           Forget(id);
+          if (Unanswered(stream.status())) {
+            return ReviveAfter(id, p.epoch, node.node_id, node.address, stream.status());
+          }
           return stream.status();
         }
+        auto watch = std::make_unique<WatchedStream>(std::move(stream).value());
+        watched.push_back({node.node_id, node.address, watch.get()});
         stream_of_node[n] = static_cast<int>(streams.size());
-        streams.push_back(std::move(stream).value());
-        links.push_back(link);
+        streams.push_back(std::move(watch));
+        links.push_back(*link);
       }
       return static_cast<uint32_t>(stream_of_node[n]);
     };
@@ -592,8 +573,40 @@ class ClusterClient final : public ShuffleClient {
         PartitionedWriter::Make(p.num_partitions, std::move(streams), std::move(routes), options,
                                 options_.limits, decide, attempt, std::move(segments));
     if (!writer.ok()) return writer.status();
+    ClusterWriter::Hooks hooks;
+    hooks.forget = [this, id] { Forget(id); };
+    hooks.revive = [this, id, epoch](const std::string& node_id, const std::string& address,
+                                     absl::Status cause) {
+      return ReviveAfter(id, epoch, node_id, address, std::move(cause));
+    };
     return std::unique_ptr<ShuffleWriter>(
-        new StaleAwareWriter(std::move(writer).value(), [this, id] { Forget(id); }));
+        new ClusterWriter(std::move(writer).value(), std::move(watched), std::move(hooks)));
+  }
+
+  // A writer routed by `epoch` could not reach server `node_id` (`cause`; `address` empty: not
+  // registered): it is taken out of the shuffle at once (docs/cluster.md, "Revive"), and the
+  // attempt fails UNAVAILABLE (PLACEMENT_CHANGED) for the engine to retry, routed without it.
+  // If it cannot be now, the attempt fails with `cause` and why (retry: the grace takes it out).
+  absl::Status ReviveAfter(const std::string& id, uint32_t epoch, const std::string& node_id,
+                           const std::string& address, absl::Status cause) {
+    Forget(id);
+    const std::string server = address.empty()
+                                   ? absl::StrCat("server ", node_id, " (not registered now)")
+                                   : absl::StrCat("server ", node_id, " at ", address);
+    auto r = ReviveShuffle(id, epoch, node_id);
+    if (!r.ok()) {
+      return WithReason(absl::UnavailableError(absl::StrCat(
+                            server, " of shuffle '", id, "' did not answer (", Describe(cause),
+                            ") and could not be taken out of it now (", Describe(r.status()),
+                            "): retry the attempt")),
+                        ReasonOf(r.status()), RetryAfterOf(r.status()));
+    }
+    if (r->placement_epoch <= epoch) return cause;  // (nothing moved: the retry tells)
+    return WithReason(
+        absl::UnavailableError(absl::StrCat(server, " did not answer (", Describe(cause),
+                                            "); shuffle '", id, "' moved to placement epoch ",
+                                            r->placement_epoch, " without it: retry the attempt")),
+        ErrorReason::kPlacementChanged);
   }
 
   // The link to `address`, made on first use and kept (each owns a channel).
@@ -686,7 +699,7 @@ class ClusterClient final : public ShuffleClient {
   // Notes what a call to `address` told of its health.
   void Mark(const std::string& address, const absl::Status& st) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (Unresponsive(st)) {
+    if (Unanswered(st)) {
       unhealthy_[address] = Clock::now() + options_.unhealthy_for;
     } else {
       unhealthy_.erase(address);

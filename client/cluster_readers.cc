@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/frame_stream_reader.h"
 #include "base/status_macros.h"
+#include "client/frame_stream_reader.h"
 #include "rpc/error_reason.h"
 
 namespace sluice::client_internal {
@@ -44,6 +44,13 @@ absl::StatusOr<bool> FailoverReader::Next(Record* out) {
                                               " records returned): ", absl::StrJoin(errors_, "; "));
         // A decision revoked since the read began: only a read from the start is exact.
         if (revoked_) return WithReason(absl::AbortedError(what), ErrorReason::kRevoked);
+        // Every replica counts fewer committed mappers than the shuffle has: they have not all
+        // committed (the engine reads too early), which a retry does not change.
+        const size_t asked = static_cast<size_t>(
+            std::count_if(replicas_.begin(), replicas_.end(), [](ServerLink* l) { return l; }));
+        if (not_committed_ > 0 && not_committed_ == asked) {
+          return WithReason(absl::FailedPreconditionError(what), ErrorReason::kNotCommitted);
+        }
         return absl::UnavailableError(what);
       }
       ReaderOptions o = options_;
@@ -70,7 +77,11 @@ absl::StatusOr<bool> FailoverReader::Next(Record* out) {
       if (*more) ++returned_;
       return more;
     }
-    if (!TryAnother(more.status())) return more.status();
+    // (NOT_COMMITTED: this replica may be one taken out of the shuffle that does not know of
+    // winners decided since; the next one may.)
+    const bool not_committed = ReasonOf(more.status()) == ErrorReason::kNotCommitted;
+    if (!TryAnother(more.status()) && !not_committed) return more.status();
+    if (not_committed) ++not_committed_;
     revoked_ = revoked_ || ReasonOf(more.status()) == ErrorReason::kRevoked;
     if (returned_ == 0) {  // nothing returned yet: the next replica starts the read afresh
       served_.clear();

@@ -56,7 +56,8 @@ class FailoverReader final : public ShuffleReader {
   FetchStream* stream_ = nullptr;          // reader_'s
   std::vector<uint32_t> served_;           // the mappers the first replica served
   std::vector<uint64_t> served_attempts_;  // and their attempts
-  bool revoked_ = false;  // a replica found a decision revoked since the read began
+  bool revoked_ = false;      // a replica found a decision revoked since the read began
+  size_t not_committed_ = 0;  // replicas that counted fewer committed mappers than asked for
   size_t current_ = 0;
   uint64_t returned_ = 0;
   std::vector<std::string> errors_;

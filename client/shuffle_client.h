@@ -401,6 +401,17 @@ class ShuffleClient {
   virtual absl::StatusOr<Revocation> RevokeMappers(const std::string& id,
                                                    const std::vector<uint32_t>& mappers,
                                                    uint32_t placement_epoch) = 0;
+  /// What ReviveShuffle did.
+  struct Revive {
+    uint32_t placement_epoch = 0;  ///< the newest epoch now: retry the attempt routed by it
+    bool revived = false;          ///< this call made it
+  };
+  /// In a cluster: a writer routed by `placement_epoch` could not reach server `node_id` of the
+  /// shuffle (no answer); the server asked takes it out with a new epoch at once, decided once
+  /// (docs/cluster.md, "Revive"). The cluster client does this itself when a writer's server
+  /// does not answer. UNAVAILABLE when it cannot now (retry; the grace takes the server out).
+  virtual absl::StatusOr<Revive> ReviveShuffle(const std::string& id, uint32_t placement_epoch,
+                                               const std::string& node_id) = 0;
   /// Keys cutting `partition` into at most `slices` (1 to 4,096) slices of nearly equal stored
   /// bytes, planned by a server that keeps it from its frames' key bounds (no data is read).
   /// Read each slice with OpenReader(..., keys.Slice(i)).

@@ -84,6 +84,7 @@ absl::Status Membership::Register(std::chrono::steady_clock::time_point give_up)
       }
       lease_ = *lease;
       registered_.store(true);
+      (void)etcd_->Delete(RestartingKey(options_.node_id));  // back (if it drained to restart)
       spdlog::info("event=registered node_id={} address={} lease_ttl_s={}", options_.node_id,
                    options_.address, options_.lease_ttl.count());
       return absl::OkStatus();
@@ -138,7 +139,7 @@ void Membership::RenewLoop() {
   }
 }
 
-void Membership::Leave() {
+void Membership::Leave(bool restarting) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (leaving_) return;
@@ -146,6 +147,16 @@ void Membership::Leave() {
   }
   cv_.notify_all();
   if (renewer_.joinable()) renewer_.join();
+  if (restarting && registered_.load()) {
+    // (Before the registration goes: a writer that finds it gone finds it restarting.)
+    auto lease = etcd_->GrantLease(options_.restart_grace);
+    absl::Status st = lease.status();
+    if (lease.ok()) st = etcd_->Put(RestartingKey(options_.node_id), "", *lease);
+    if (!st.ok()) {
+      spdlog::warn("event=restarting_not_said node_id={} error=\"{}\"", options_.node_id,
+                   std::string(st.message()));
+    }
+  }
   if (registered_.exchange(false)) {
     if (absl::Status st = etcd_->RevokeLease(lease_); !st.ok()) {
       spdlog::warn("event=leave_failed node_id={} error=\"{}\"", options_.node_id,
@@ -157,6 +168,12 @@ void Membership::Leave() {
 }
 
 Membership::~Membership() { Leave(); }
+
+absl::StatusOr<bool> Membership::Restarting(const std::string& node_id) const {
+  auto kv = etcd_->Get(RestartingKey(node_id));
+  if (!kv.ok()) return kv.status();
+  return kv->has_value();
+}
 
 absl::StatusOr<std::vector<NodeEntry>> Membership::Nodes(std::chrono::milliseconds deadline) const {
   const std::string prefix = options_.prefix + "nodes/";

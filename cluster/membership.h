@@ -36,6 +36,8 @@ struct MembershipOptions {
   std::string address;  ///< host:port where clients and other servers reach this server
   std::chrono::seconds lease_ttl{10};
   uint64_t started_unix_ms = 0;  ///< when the server started, as registered
+  /// How long a drained server is said to be restarting (writers do not revive it meanwhile).
+  std::chrono::seconds restart_grace{30};
 };
 
 /// A registered server.
@@ -60,6 +62,12 @@ class NodeDirectory {
       std::chrono::milliseconds deadline = std::chrono::milliseconds(0)) const = 0;
   /// Whether this server's own registration is live.
   virtual bool registered() const = 0;
+  /// Whether server `node_id` drained to restart and is not back yet (for at most its restart
+  /// grace): a writer that finds it down waits for it rather than revive it.
+  virtual absl::StatusOr<bool> Restarting(const std::string& node_id) const {
+    (void)node_id;
+    return false;
+  }
 };
 
 class Membership final : public NodeDirectory {
@@ -75,14 +83,19 @@ class Membership final : public NodeDirectory {
       std::chrono::milliseconds deadline = std::chrono::milliseconds(0)) const override;
   /// Whether the registration is live (false after its lease was lost, until re-registered).
   bool registered() const override { return registered_.load(); }
-  /// Stops renewing and revokes the lease: the server is no longer listed. Idempotent.
-  void Leave();
+  absl::StatusOr<bool> Restarting(const std::string& node_id) const override;
+  /// Stops renewing and revokes the lease: the server is no longer listed. `restarting` (a
+  /// drain): it is said to be restarting for the restart grace first. Idempotent.
+  void Leave(bool restarting = false);
 
  private:
   Membership(std::shared_ptr<EtcdClient> etcd, MembershipOptions options);
   absl::Status Register(std::chrono::steady_clock::time_point give_up);
   void RenewLoop();
   std::string Key() const { return options_.prefix + "nodes/" + options_.node_id; }
+  std::string RestartingKey(const std::string& node_id) const {
+    return options_.prefix + "restarting/" + node_id;
+  }
 
   const std::shared_ptr<EtcdClient> etcd_;
   const MembershipOptions options_;

@@ -38,6 +38,7 @@ std::string EncodePlacement(const ShufflePlacement& p) {
         for (const auto& [m, attempt] : e.revoked) revoked.push_back(nlohmann::json{m, attempt});
         epoch["revoked"] = std::move(revoked);
       }
+      if (e.revived) epoch["revive"] = true;
       epochs.push_back(std::move(epoch));
     }
     j["epochs"] = std::move(epochs);
@@ -170,6 +171,10 @@ absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
         }
         epoch.revoked.emplace_back(r[0].get<uint32_t>(), r[1].get<uint64_t>());
       }
+    }
+    if (e.contains("revive")) {
+      if (!e["revive"].is_boolean()) return bad("holding an epoch's revive mark not a boolean");
+      epoch.revived = e["revive"].get<bool>();
     }
     p.epochs.push_back(std::move(epoch));
   }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "cluster/placement.h"
 #include "rpc/error_reason.h"
 
@@ -189,6 +190,30 @@ absl::StatusOr<ShufflePlacement> NextSegment(const ShufflePlacement& p, uint32_t
   out.replicas.push_back(candidates);
   out.first_replicas.push_back(candidates);
   return out;
+}
+
+absl::StatusOr<std::optional<ShufflePlacement>> PlanRevive(const ShufflePlacement& now,
+                                                           uint32_t seen, const std::string& node,
+                                                           const std::vector<std::string>& live) {
+  if (seen > now.epoch()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("placement epoch ", seen, " is past the shuffle's newest, ", now.epoch()));
+  }
+  if (seen < now.epoch() || !now.Holds(node)) return std::optional<ShufflePlacement>();
+  const auto revives = std::count_if(now.epochs.begin(), now.epochs.end(),
+                                     [](const PlacementEpoch& e) { return e.revived; });
+  if (revives >= static_cast<long>(kMaxRevives)) {
+    return absl::UnavailableError(
+        absl::StrCat("the shuffle has had ", kMaxRevives, " revives, the most it takes: server ",
+                     node, " is taken out of it once it has been unregistered for --dead_after_s"));
+  }
+  std::vector<std::string> others;
+  for (const std::string& id : live) {
+    if (id != node) others.push_back(id);
+  }
+  SLUICE_ASSIGN_OR_RETURN(ShufflePlacement next, NextEpoch(now, {node}, others));
+  next.epochs.back().revived = true;
+  return std::optional<ShufflePlacement>(std::move(next));
 }
 
 }  // namespace sluice

@@ -41,6 +41,16 @@ absl::StatusOr<ShufflePlacement> NextEpoch(const ShufflePlacement& p,
                                            const std::vector<std::string>& removed,
                                            const std::vector<std::string>& live);
 
+/// A writer's revive of `node` (docs/cluster.md, "Revive"), routed by epoch `seen`: the record
+/// with a new epoch that takes `node` out (NextEpoch over `live`, which must not name it, marked
+/// revived), or nullopt when there is nothing to do: `seen` is no longer the newest epoch, or the
+/// newest holds no replica on `node` (the writer retries routed by the newest). UNAVAILABLE: the
+/// shuffle has had kMaxRevives revives, or as NextEpoch; INVALID_ARGUMENT: `seen` is past the
+/// newest epoch.
+absl::StatusOr<std::optional<ShufflePlacement>> PlanRevive(const ShufflePlacement& now,
+                                                           uint32_t seen, const std::string& node,
+                                                           const std::vector<std::string>& live);
+
 /// What revoking decisions comes to (PlanRevocation): the attempts revoked, one per mapper
 /// asked, and the record with the epoch that revokes them (nullopt: an epoch after the one the
 /// caller saw revoked them all already, and nothing is to be written).

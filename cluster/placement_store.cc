@@ -92,6 +92,27 @@ absl::StatusOr<std::optional<ShufflePlacement>> EtcdPlacementStore::AddEpoch(
   return absl::UnavailableError("its placement record kept changing while an epoch was added");
 }
 
+absl::StatusOr<std::pair<ShufflePlacement, bool>> EtcdPlacementStore::Revive(
+    const std::string& shuffle_id, uint32_t seen, const std::string& node,
+    const std::vector<std::string>& live) {
+  // As AddEpoch, with PlanRevive's checks made on the record this write replaces: of writers
+  // that race with the same report, one writes the epoch and the others find `seen` past.
+  for (int round = 0; round < 8; ++round) {
+    auto got = Get(shuffle_id);
+    if (!got.ok()) return got.status();
+    if (!got->has_value()) return absl::NotFoundError("it is not recorded in the cluster");
+    ShufflePlacement& now = **got;
+    auto next = PlanRevive(now, seen, node, live);
+    if (!next.ok()) return next.status();
+    if (!next->has_value()) return std::make_pair(std::move(now), false);
+    auto put = etcd_->PutIfUnchanged(Key(shuffle_id), EncodePlacement(**next), now.revision,
+                                     EpochKey(shuffle_id), absl::StrCat((*next)->epoch()));
+    if (!put.ok()) return put.status();
+    if (*put) return std::make_pair(std::move(**next), true);
+  }
+  return absl::UnavailableError("its placement record kept changing while a revive was decided");
+}
+
 absl::StatusOr<std::optional<ShufflePlacement>> EtcdPlacementStore::AddSegment(
     const std::string& shuffle_id, uint32_t full, const std::vector<std::string>& live) {
   // As AddEpoch: read, change, write if unchanged since; the epoch key stays (no attempt in

@@ -83,6 +83,12 @@ class PlacementStore {
   virtual absl::StatusOr<std::optional<ShufflePlacement>> AddEpoch(
       const std::string& shuffle_id, const std::vector<std::string>& removed,
       const std::vector<std::string>& live) = 0;
+  /// A writer's revive of `node`, routed by epoch `seen` (PlanRevive over `live`), decided once
+  /// whoever asks: the newest record and whether this call wrote its epoch. NOT_FOUND when the
+  /// shuffle is not recorded; UNAVAILABLE as PlanRevive.
+  virtual absl::StatusOr<std::pair<ShufflePlacement, bool>> Revive(
+      const std::string& shuffle_id, uint32_t seen, const std::string& node,
+      const std::vector<std::string>& live) = 0;
   /// Revokes the winning decisions of `mappers` as PlanRevocation says, in one write of the
   /// record (a new epoch) that also removes their decisions, so that a later attempt of each can
   /// win; of callers that race, each gets the same attempts. NOT_FOUND when the shuffle is not
@@ -129,6 +135,9 @@ class EtcdPlacementStore final : public PlacementStore {
       const std::string& shuffle_id) override;
   absl::StatusOr<std::optional<ShufflePlacement>> AddEpoch(
       const std::string& shuffle_id, const std::vector<std::string>& removed,
+      const std::vector<std::string>& live) override;
+  absl::StatusOr<std::pair<ShufflePlacement, bool>> Revive(
+      const std::string& shuffle_id, uint32_t seen, const std::string& node,
       const std::vector<std::string>& live) override;
   absl::StatusOr<std::pair<std::vector<uint64_t>, ShufflePlacement>> Revoke(
       const std::string& shuffle_id, const std::vector<uint32_t>& mappers, uint32_t seen) override;

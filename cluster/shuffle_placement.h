@@ -22,10 +22,15 @@ struct PlacementEpoch {
   /// (mapper, attempt): winning decisions this epoch revoked (docs/cluster.md, "Revoking
   /// decisions"); an epoch that revokes changes no replica.
   std::vector<std::pair<uint32_t, uint64_t>> revoked;
+  /// Made by a writer's revive (docs/cluster.md, "Revive"), not by the grace.
+  bool revived = false;
 };
 
 /// The most epochs a shuffle's record takes (each a server lost while it lives).
 inline constexpr uint32_t kMaxPlacementEpochs = 64;
+/// The most of them revives may make (the rest stay for the grace, decommissions and
+/// revocations).
+inline constexpr uint32_t kMaxRevives = 16;
 
 /// A further segment of a huge partition (docs/cluster.md, "Huge partitions"): made when the
 /// partition's last segment grew past the shuffle's split size, on other servers, for the

@@ -33,7 +33,7 @@ std::pair<int, int64_t> Parse(const absl::Status& st) {
   int reason = 0;
   int64_t ms = 0;
   if (!absl::SimpleAtoi(parts.first, &reason) || reason < 0 ||
-      reason > static_cast<int>(ErrorReason::kRevoked)) {
+      reason > static_cast<int>(ErrorReason::kNotCommitted)) {
     reason = 0;
   }
   if (!absl::SimpleAtoi(parts.second, &ms) || ms < 0) ms = 0;
@@ -73,6 +73,8 @@ const char* ReasonName(ErrorReason reason) {
       return "INCOMPLETE";
     case ErrorReason::kRevoked:
       return "REVOKED";
+    case ErrorReason::kNotCommitted:
+      return "NOT_COMMITTED";
     case ErrorReason::kNone:
       break;
   }

@@ -25,12 +25,13 @@ enum class ErrorReason {
   kJoining = 4,          ///< the server is still joining its cluster: retry
   kSettling = 5,  ///< fewer servers registered than needed (after an etcd outage): retry later
   kPlacementChanged = 6,  ///< the shuffle's placement has a newer epoch: read it, retry
-  kIncomplete = 7,  ///< this replica lacks mappers another has (not yet repaired): read another
-  kRevoked = 8,     ///< a mapper's decision was revoked since the read began: read it again
+  kIncomplete = 7,    ///< this replica lacks mappers another has (not yet repaired): read another
+  kRevoked = 8,       ///< a mapper's decision was revoked since the read began: read it again
+  kNotCommitted = 9,  ///< require_complete, and this server counts fewer committed mappers
 };
 
 /// "ETCD_UNAVAILABLE", "NOT_KEPT", "DRAINING", "JOINING", "SETTLING", "PLACEMENT_CHANGED",
-/// "INCOMPLETE", "REVOKED"; "" for kNone (the
+/// "INCOMPLETE", "REVOKED", "NOT_COMMITTED"; "" for kNone (the
 /// proto's names).
 const char* ReasonName(ErrorReason reason);
 

@@ -39,7 +39,7 @@ absl::Status FromGrpcStatus(const grpc::Status& st) {
     if (any.UnpackTo(&detail)) break;
   }
   const int reason = detail.reason();
-  if (reason > 0 && reason <= static_cast<int>(ErrorReason::kRevoked)) {
+  if (reason > 0 && reason <= static_cast<int>(ErrorReason::kNotCommitted)) {
     out = WithReason(std::move(out), static_cast<ErrorReason>(reason),
                      std::chrono::milliseconds(detail.retry_after_ms()));
   }

@@ -76,6 +76,10 @@ ABSL_FLAG(uint32_t, repair_mb_per_s, 64,
 ABSL_FLAG(uint32_t, dead_after_s, 60,
           "a server of a shuffle unregistered this long is taken out of its placement (a new "
           "epoch: new attempts go to live servers); 0 = never");
+ABSL_FLAG(uint32_t, revives_per_s, 10,
+          "in a cluster: revives this server decides a second at most (a writer that cannot "
+          "reach a server of its shuffle has it taken out at once: docs/cluster.md, Revive); "
+          "0 = none, writers wait for --dead_after_s");
 ABSL_FLAG(uint32_t, partition_split_mb, 1024,
           "in a cluster: a partition whose frames stored on a server pass this many MiB takes "
           "further servers for its new frames (recorded in the shuffles this server creates); "
@@ -192,6 +196,7 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.advertise_address = absl::GetFlag(FLAGS_advertise_address);
   opts.node_lease_ttl = std::chrono::seconds(absl::GetFlag(FLAGS_node_lease_s));
   opts.dead_after = std::chrono::seconds(absl::GetFlag(FLAGS_dead_after_s));
+  opts.revives_per_s = absl::GetFlag(FLAGS_revives_per_s);
   opts.partition_split_bytes = uint64_t{absl::GetFlag(FLAGS_partition_split_mb)} << 20;
   opts.repair_bytes_per_s = uint64_t{absl::GetFlag(FLAGS_repair_mb_per_s)} << 20;
   opts.drain_grace = seconds(absl::GetFlag(FLAGS_drain_grace_s));

@@ -186,6 +186,10 @@ absl::Status ValidateOptions(const ServerOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--partition_split_mb=", o.partition_split_bytes >> 20, " is out of range [0, 1048576]"));
   }
+  if (o.revives_per_s > 10000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--revives_per_s=", o.revives_per_s, " is out of range [0, 10000]"));
+  }
   if (o.dead_after > std::chrono::hours(24)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--dead_after_s=", o.dead_after.count(), " is out of range [0, 86400]"));

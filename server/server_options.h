@@ -135,6 +135,8 @@ struct ServerOptions {
   /// A server of a shuffle unregistered this long is taken out of the shuffle's placement (a
   /// new epoch); 0 = never by itself (docs/cluster.md, "Placement epochs").
   std::chrono::seconds dead_after{60};
+  /// Revives this server decides a second at most (docs/cluster.md, "Revive"); 0 = none.
+  uint32_t revives_per_s = 10;
   /// A partition's segment stored past this many bytes on its servers takes further servers
   /// for its new frames (docs/cluster.md, "Huge partitions"); 0 = never.
   uint64_t partition_split_bytes = uint64_t{1024} << 20;

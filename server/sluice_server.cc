@@ -308,6 +308,7 @@ void SluiceServer::Impl::MakeRuntime() {
   node_options.clustered = resolved.clustered;
   node_options.settle = resolved.settle;
   node_options.dead_after = options.dead_after;
+  node_options.revives_per_s = options.revives_per_s;
   node_options.split_bytes = options.partition_split_bytes;
   node = std::make_unique<ClusterNode>(registry.get(), node_options);
   streams = std::make_unique<OpenStreams>(options.max_push_streams, options.max_fetch_streams,
@@ -522,8 +523,9 @@ void SluiceServer::Impl::Drain(std::chrono::milliseconds grace) {
                streams->push(), streams->fetch());
   std::lock_guard<std::mutex> lock(drain_mu);
   if (serving) grpc->SetReady(false);
-  // Out of the cluster's list: readers go to other replicas, writers are told it is down.
-  if (membership != nullptr) membership->Leave();
+  // Out of the cluster's list: readers go to other replicas, writers are told it is down, and
+  // that it restarts (they wait for it rather than revive it).
+  if (membership != nullptr) membership->Leave(/*restarting=*/true);
 }
 
 void SluiceServer::Drain(std::chrono::milliseconds grace) { impl_->Drain(grace); }

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "client/frame_stream_reader.h"
 #include "client/grpc/grpc_calls.h"
 #include "client/grpc/grpc_fetch_stream.h"
@@ -19,7 +20,6 @@
 #include "client/partitioned_writer.h"
 #include "client/shuffle_client.h"
 #include "client/transport.h"
-#include "base/status_macros.h"
 #include "rpc/error_reason.h"
 #include "rpc/grpc_glue.h"
 #include "rpc/tls.h"
@@ -258,6 +258,19 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     if (!st.ok()) return st;
     return Revocation{resp.placement_epoch(),
                       std::vector<uint64_t>(resp.attempts().begin(), resp.attempts().end())};
+  }
+
+  absl::StatusOr<Revive> ReviveShuffle(const std::string& id, uint32_t placement_epoch,
+                                       const std::string& node_id) override {
+    pb::ReviveShuffleRequest req;
+    req.set_shuffle_id(id);
+    req.set_placement_epoch(placement_epoch);
+    req.set_node_id(node_id);
+    pb::ReviveShuffleResponse resp;
+    absl::Status st =
+        Unary([&](grpc::ClientContext* ctx) { return stub_->ReviveShuffle(ctx, req, &resp); });
+    if (!st.ok()) return st;
+    return Revive{resp.placement_epoch(), resp.revived()};
   }
 
   absl::StatusOr<uint32_t> CatchUp(const std::string& id, uint32_t epoch) override {

@@ -181,7 +181,7 @@ PYBIND11_MODULE(_sluice, m) {
       "`message` what happened, `retryable` whether a retry (of a mapper: a new attempt) can "
       "succeed, `retry_after` the seconds the server suggests waiting (or None), `reason` why "
       "when the server says (ETCD_UNAVAILABLE, DRAINING, JOINING, NOT_KEPT, SETTLING, "
-      "PLACEMENT_CHANGED, INCOMPLETE, REVOKED; or None).",
+      "PLACEMENT_CHANGED, INCOMPLETE, REVOKED, NOT_COMMITTED; or None).",
       nullptr, nullptr);
   SetErrorType(error);
   m.attr("Error") = pb::handle(error);

@@ -18,6 +18,8 @@ using cluster_internal::UnknownSegment;
 
 ClusterNode::ClusterNode(ShuffleRegistry* registry, Options options)
     : dead_after_(options.dead_after),
+      revives_per_s_(options.revives_per_s),
+      revive_tokens_(options.revives_per_s),
       membership_(ClusterMembership::Options{options.clustered, options.settle, options.quick_read,
                                              options.clock}),
       placements_(registry, &membership_),
@@ -77,6 +79,80 @@ absl::Status ClusterNode::PrepareToServe(const std::string& id, std::optional<ui
           "' (it took the partition over in a later placement epoch and is not repaired yet): "
           "read another replica")),
       ErrorReason::kIncomplete);
+}
+
+std::optional<std::chrono::milliseconds> ClusterNode::TakeReviveToken() {
+  std::lock_guard<std::mutex> lock(revive_mu_);
+  const Clock::time_point now = membership_.clock().Now();
+  if (revive_refilled_ != Clock::time_point{}) {
+    const double elapsed = std::chrono::duration<double>(now - revive_refilled_).count();
+    revive_tokens_ = std::min(revives_per_s_, revive_tokens_ + elapsed * revives_per_s_);
+  }
+  revive_refilled_ = now;
+  if (revive_tokens_ >= 1) {
+    revive_tokens_ -= 1;
+    return std::nullopt;
+  }
+  if (revives_per_s_ <= 0) return std::chrono::milliseconds(0);
+  return std::chrono::milliseconds(
+      1 + static_cast<int64_t>((1 - revive_tokens_) / revives_per_s_ * 1000));
+}
+
+absl::StatusOr<ClusterNode::Revived> ClusterNode::Revive(const std::string& id, uint32_t seen,
+                                                         const std::string& node) {
+  if (!clustered()) {
+    return absl::FailedPreconditionError(
+        "this server is on its own: a shuffle has no placement epochs to revive");
+  }
+  const ClusterMembership::View c = membership_.view();
+  SLUICE_RETURN_IF_ERROR(c.Joined());
+  if (node == c.node_id) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("server ", node,
+                     " is the one answering this call: a writer revives only a server it "
+                     "cannot reach"));
+  }
+  // What this server remembers may answer it without etcd: an epoch past `seen` is newer still
+  // in the record (revived already, by another writer or the grace).
+  if (auto kept = placements_.Remembered(id); kept != nullptr && kept->placement.epoch() > seen) {
+    return Revived{kept->placement.epoch(), false};
+  }
+  if (auto wait = TakeReviveToken(); wait.has_value()) {
+    if (wait->count() == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("this server makes no revives (--revives_per_s=0): server ", node,
+                       " is taken out of shuffle '", ShuffleName(id), "' after --dead_after_s"));
+    }
+    return WithReason(absl::UnavailableError(
+                          absl::StrCat("this server is making --revives_per_s=", revives_per_s_,
+                                       " revives a second already: retry the revive of server ",
+                                       node, " of shuffle '", ShuffleName(id), "' in a moment")),
+                      ErrorReason::kNone, *wait);
+  }
+  // A server that drained to restart is waited for (it is back in about a second), for its
+  // restart grace at most.
+  auto restarting = membership_.Record(id, c.nodes->Restarting(node));
+  if (!restarting.ok()) return restarting.status();
+  if (*restarting) {
+    return WithReason(absl::UnavailableError(absl::StrCat(
+                          "server ", node, " of shuffle '", ShuffleName(id),
+                          "' drained to restart and is not back yet: retry the attempt in a "
+                          "moment (it is taken out if it is not back within its restart grace)")),
+                      ErrorReason::kDraining, std::chrono::milliseconds(2000));
+  }
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<NodeEntry> live, membership_.Nodes());
+  const std::vector<std::string> staying =
+      ClusterMembership::Staying(live, membership_.Leaving(/*read_now=*/false));
+  auto r = membership_.Record(id, c.placements->Revive(id, seen, node, staying));
+  if (!r.ok()) return r.status();
+  const ShufflePlacement& p = r->first;
+  placements_.Remember(id, p, c.node_id);
+  if (r->second) {
+    spdlog::warn(
+        "event=revive tenant={} shuffle={} epoch={} removed={} changed_partitions={} seen={}",
+        TenantField(id), id, p.epoch(), node, p.epochs.back().changed.size(), seen);
+  }
+  return Revived{p.epoch(), r->second};
 }
 
 void ClusterNode::WatchMembers() {

@@ -33,6 +33,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,6 +61,9 @@ class ClusterNode {
     /// How long a server of a shuffle may be unregistered before it is taken out of the
     /// shuffle's placement with a new epoch (--dead_after_s); 0: never by itself.
     std::chrono::milliseconds dead_after{60000};
+    /// Revive decisions this server makes a second, whatever the shuffles (--revives_per_s;
+    /// as many again at once). 0: none (writers wait for dead_after).
+    double revives_per_s = 10;
     /// The split size recorded in the shuffles this server creates (--partition_split_mb; 0:
     /// their partitions are never split over further servers).
     uint64_t split_bytes = 0;
@@ -107,6 +111,18 @@ class ClusterNode {
   absl::Status PrepareToServe(const std::string& id, std::optional<uint32_t> partition,
                               uint32_t epoch = 0);
 
+  /// A writer routed by placement epoch `seen` could not reach server `node` of shuffle `id`
+  /// (docs/cluster.md, "Revive"): takes it out with a new epoch, decided once in the record,
+  /// unless `seen` is no longer the newest or the newest holds nothing on `node`. The newest
+  /// epoch, and whether this call made it. FAILED_PRECONDITION on its own or for this server
+  /// itself; UNAVAILABLE past --revives_per_s (with a retry time), past the shuffle's kMaxRevives,
+  /// with no live server to move to, or naming etcd.
+  struct Revived {
+    uint32_t epoch = 0;
+    bool revived = false;
+  };
+  absl::StatusOr<Revived> Revive(const std::string& id, uint32_t seen, const std::string& node);
+
   /// Reads the list of servers (briefly) and notes who is registered and whether etcd answers:
   /// run every second or so (the wiring's Periodic), so that an etcd outage is known before a
   /// reader waits on it and a shrunk list after a stall is told from the cluster's size.
@@ -120,7 +136,15 @@ class ClusterNode {
  private:
   void RemoveDead(const ClusterMembership::Members& members);
 
+  // One revive decision's token, if the bucket holds one (refilled at revives_per_s); else
+  // how long until it will.
+  std::optional<std::chrono::milliseconds> TakeReviveToken();
+
   const std::chrono::milliseconds dead_after_;
+  const double revives_per_s_;
+  std::mutex revive_mu_;
+  double revive_tokens_;
+  Clock::time_point revive_refilled_{};
   ClusterMembership membership_;
   PlacementCache placements_;
   ClusterDecisions decisions_;

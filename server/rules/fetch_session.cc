@@ -40,8 +40,10 @@ absl::Status FetchSession::Setup() {
   if (spec_.require_complete) {
     const size_t have = store_->CommittedMappers().size();
     if (have < params.num_mappers) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          params.num_mappers - have, " of ", params.num_mappers, " mappers have not committed"));
+      return WithReason(absl::FailedPreconditionError(absl::StrCat(params.num_mappers - have,
+                                                                   " of ", params.num_mappers,
+                                                                   " mappers have not committed")),
+                        ErrorReason::kNotCommitted);
     }
   }
   if (spec_.zstd_level > kMaxFetchZstdLevel) {

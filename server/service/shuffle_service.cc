@@ -394,6 +394,24 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::RevokeMappers(grpc::CallbackServer
   });
 }
 
+grpc::ServerUnaryReactor* ShuffleServiceImpl::ReviveShuffle(grpc::CallbackServerContext* ctx,
+                                                            const v1::ReviveShuffleRequest* req,
+                                                            v1::ReviveShuffleResponse* resp) {
+  return Unary(ctx, [this, req, resp](const CallContext& call) -> absl::Status {  // asks etcd
+    SLUICE_ASSIGN_OR_RETURN(const std::string id, call.Kept(req->shuffle_id()));
+    if (req->node_id().empty() || req->node_id().size() > 256) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("node_id must name a server of the shuffle (1 to 256 bytes), not ",
+                       req->node_id().size(), " bytes"));
+    }
+    SLUICE_ASSIGN_OR_RETURN(const ClusterNode::Revived revived,
+                            deps_.node->Revive(id, req->placement_epoch(), req->node_id()));
+    resp->set_placement_epoch(revived.epoch);
+    resp->set_revived(revived.revived);
+    return absl::OkStatus();
+  });
+}
+
 grpc::ServerUnaryReactor* ShuffleServiceImpl::GetSplits(grpc::CallbackServerContext* ctx,
                                                         const v1::GetSplitsRequest* req,
                                                         v1::GetSplitsResponse* resp) {

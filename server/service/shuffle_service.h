@@ -57,6 +57,9 @@ class ShuffleServiceImpl final : public v1::ShuffleService::CallbackService {
   grpc::ServerUnaryReactor* GetSplits(grpc::CallbackServerContext* ctx,
                                       const v1::GetSplitsRequest* req,
                                       v1::GetSplitsResponse* resp) override;
+  grpc::ServerUnaryReactor* ReviveShuffle(grpc::CallbackServerContext* ctx,
+                                          const v1::ReviveShuffleRequest* req,
+                                          v1::ReviveShuffleResponse* resp) override;
   grpc::ServerUnaryReactor* Decommission(grpc::CallbackServerContext* ctx,
                                          const v1::DecommissionRequest* req,
                                          v1::DecommissionResponse* resp) override;

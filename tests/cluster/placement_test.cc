@@ -225,6 +225,53 @@ TEST(PlacementTest, EpochsRoundTripThroughTheRecordAndDecisionsNameTheirEpoch) {
   }
 }
 
+// A writer's revive (docs/cluster.md, "Revive"): a new epoch without the server, marked, only
+// while the writer's epoch is the newest and holds it; the revive mark round-trips the record;
+// a shuffle takes at most kMaxRevives.
+TEST(PlacementTest, ARevivesEpochIsMadeOnceFromTheNewestEpochAndIsBounded) {
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement p, NewPlacement("job", 8, 4, 2, {"n0", "n1", "n2", "n3"}));
+  // n2 is still registered (a kill -9 within its lease): it is not given partitions again.
+  const std::vector<std::string> live{"n0", "n1", "n2", "n3"};
+  ASSERT_OK_AND_ASSIGN(auto next, PlanRevive(p, 0, "n2", live));
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->epoch(), 1u);
+  EXPECT_FALSE(next->Holds("n2"));
+  EXPECT_TRUE(next->epochs.back().revived);
+  EXPECT_EQ(next->epochs.back().removed, std::vector<std::string>{"n2"});
+  for (uint32_t q = 0; q < 8; ++q) EXPECT_EQ(next->replicas[q].size(), 2u) << q;
+  // A racing writer's report of the same epoch, and a report about an older epoch, change
+  // nothing; so does one about a server the newest epoch does not hold.
+  ASSERT_OK_AND_ASSIGN(auto again, PlanRevive(*next, 0, "n2", live));
+  EXPECT_FALSE(again.has_value());
+  ASSERT_OK_AND_ASSIGN(auto older, PlanRevive(*next, 0, "n3", live));
+  EXPECT_FALSE(older.has_value()) << "a report about epoch 0 after epoch 1 was made";
+  ASSERT_OK_AND_ASSIGN(auto gone, PlanRevive(*next, 1, "n2", live));
+  EXPECT_FALSE(gone.has_value());
+  EXPECT_THAT(PlanRevive(*next, 5, "n3", live).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "past the shuffle's newest"));
+  // The mark round-trips; an epoch made by the grace has none.
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement back, DecodePlacement("job", EncodePlacement(*next)));
+  EXPECT_TRUE(back.epochs.back().revived);
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement grace, NextEpoch(p, {"n2"}, {"n0", "n1", "n3"}));
+  EXPECT_EQ(EncodePlacement(grace).find("revive"), std::string::npos);
+  std::string bad = EncodePlacement(*next);
+  bad.replace(bad.find("\"revive\":true"), 13, "\"revive\":1234");
+  EXPECT_THAT(DecodePlacement("job", bad).status(),
+              StatusIs(absl::StatusCode::kDataLoss, "revive mark"));
+  // kMaxRevives, then UNAVAILABLE: the grace takes the server out.
+  ShufflePlacement q = p;
+  const std::vector<std::string> many{"n0", "n1", "n2", "n3", "n4", "n5"};
+  for (uint32_t i = 0; i < kMaxRevives; ++i) {
+    const std::string out = q.nodes[q.replicas[i % 8][0]];
+    ASSERT_OK_AND_ASSIGN(auto r, PlanRevive(q, q.epoch(), out, many));
+    ASSERT_TRUE(r.has_value()) << i;
+    q = *r;
+  }
+  EXPECT_EQ(q.epoch(), kMaxRevives);
+  EXPECT_THAT(PlanRevive(q, q.epoch(), q.nodes[q.replicas[0][0]], many).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "revives, the most it takes"));
+}
+
 // Huge partitions (docs/cluster.md, "Huge partitions"): a segment is decided once per full
 // segment, goes to servers that hold fewer of its partition's chain, is stored as partition
 // num_partitions + k, takes part in epochs like a partition, and round-trips the record.

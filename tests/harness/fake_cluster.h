@@ -106,6 +106,19 @@ class FakePlacementStore final : public PlacementStore {
     it->second = *next;
     return std::optional<ShufflePlacement>(*next);
   }
+  absl::StatusOr<std::pair<ShufflePlacement, bool>> Revive(
+      const std::string& id, uint32_t seen, const std::string& node,
+      const std::vector<std::string>& live) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Status st = Call(); !st.ok()) return st;
+    auto it = shuffles_.find(id);
+    if (it == shuffles_.end()) return absl::NotFoundError("it is not recorded in the cluster");
+    auto next = PlanRevive(it->second, seen, node, live);
+    if (!next.ok()) return next.status();
+    if (!next->has_value()) return std::make_pair(it->second, false);
+    it->second = **next;
+    return std::make_pair(it->second, true);
+  }
   absl::StatusOr<std::pair<std::vector<uint64_t>, ShufflePlacement>> Revoke(
       const std::string& id, const std::vector<uint32_t>& mappers, uint32_t seen) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -182,6 +195,20 @@ class FakeNodeDirectory final : public NodeDirectory {
     std::lock_guard<std::mutex> lock(mu_);
     fault_ = std::move(st);
   }
+  /// Server `id` said it restarts (a drain), or is back (false).
+  void SetRestarting(const std::string& id, bool restarting) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (restarting) {
+      restarting_.insert(id);
+    } else {
+      restarting_.erase(id);
+    }
+  }
+  absl::StatusOr<bool> Restarting(const std::string& id) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!fault_.ok()) return fault_;
+    return restarting_.count(id) != 0;
+  }
   /// A server (back) in the list.
   void Add(const std::string& id) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -192,6 +219,7 @@ class FakeNodeDirectory final : public NodeDirectory {
  private:
   mutable std::mutex mu_;
   absl::Status fault_;
+  std::set<std::string> restarting_;
   std::vector<NodeEntry> nodes_;
 };
 

@@ -150,5 +150,71 @@ TEST(ClusterNodeTest, AServerGoneForGoodIsTakenOutAndATakenOverPartitionIsIncomp
   ASSERT_OK(n1.node->PrepareToServe("job", std::nullopt));
 }
 
+// A writer that cannot reach n2 has it taken out at once (no dead_after, n2 still registered):
+// a new epoch without it, decided once (a racing writer's report of the same epoch gets the
+// same epoch, no second one); attempts of the old epoch can no longer be decided; a server
+// does not revive itself; past --revives_per_s a revive is UNAVAILABLE with a retry time; on
+// its own a server has nothing to revive.
+TEST(ClusterNodeTest, AReviveTakesAServerOutAtOnceDecidedOnceAndBounded) {
+  FakePlacementStore record;
+  FakeNodeDirectory nodes({"n0", "n1", "n2", "n3"});
+  ClusterNode::Options options;
+  options.clustered = true;
+  options.dead_after = std::chrono::seconds(60);
+  options.revives_per_s = 2;
+  FakeClock clock;
+  Server n0("n0", options, &clock), n1("n1", options, &clock);
+  for (Server* s : {&n0, &n1}) s->node->membership().Joined(&nodes, &record);
+  ASSERT_OK(n0.node->decisions().Create({"job", 8, 3}, 2).status());
+  ASSERT_OK(n0.node->decisions().Create({"other", 8, 3}, 2).status());
+
+  ASSERT_OK_AND_ASSIGN(ClusterNode::Revived r, n0.node->Revive("job", 0, "n2"));
+  EXPECT_TRUE(r.revived);
+  EXPECT_EQ(r.epoch, 1u);
+  ASSERT_OK_AND_ASSIGN(auto after, record.Get("job"));
+  EXPECT_FALSE(after->Holds("n2"));
+  EXPECT_TRUE(after->epochs.back().revived);
+  // Another writer's report, to another server: the same epoch, nothing new.
+  ASSERT_OK_AND_ASSIGN(ClusterNode::Revived again, n1.node->Revive("job", 0, "n2"));
+  EXPECT_FALSE(again.revived);
+  EXPECT_EQ(again.epoch, 1u);
+  ASSERT_OK_AND_ASSIGN(after, record.Get("job"));
+  EXPECT_EQ(after->epoch(), 1u);
+  // An attempt of epoch 0 can no longer be decided, nor opened.
+  EXPECT_EQ(ReasonOf(record.DecideMapper("job", 0, 1, 0).status()), ErrorReason::kPlacementChanged);
+  EXPECT_EQ(ReasonOf(n0.node->PrepareToPush("job", 0).status()), ErrorReason::kPlacementChanged);
+  ASSERT_OK(n0.node->PrepareToPush("job", 1).status());
+
+  EXPECT_THAT(n0.node->Revive("job", 1, "n0").status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "the one answering"));
+  // The bucket holds 2 a second: the first revive took one, this takes the other, the next
+  // waits (an answer from the placement remembered, epoch moved already, takes none).
+  ASSERT_OK_AND_ASSIGN(ClusterNode::Revived other, n0.node->Revive("other", 0, "n3"));
+  EXPECT_TRUE(other.revived);
+  EXPECT_OK(n0.node->Revive("other", 0, "n3").status()) << "remembered: no token";
+  const absl::Status limited = n0.node->Revive("other", 1, "n1").status();
+  EXPECT_THAT(limited, StatusIs(absl::StatusCode::kUnavailable, "--revives_per_s=2"));
+  EXPECT_GT(RetryAfterOf(limited).count(), 0);
+  clock.Advance(std::chrono::seconds(1));
+  ASSERT_OK_AND_ASSIGN(other, n0.node->Revive("other", 1, "n1"));
+  EXPECT_TRUE(other.revived);
+  EXPECT_EQ(other.epoch, 2u);
+
+  clock.Advance(std::chrono::seconds(1));
+  // A server that drained to restart is waited for, not revived.
+  nodes.SetRestarting("n3", true);
+  const absl::Status waiting = n0.node->Revive("job", 1, "n3").status();
+  EXPECT_THAT(waiting, StatusIs(absl::StatusCode::kUnavailable, "drained to restart"));
+  EXPECT_EQ(ReasonOf(waiting), ErrorReason::kDraining);
+  EXPECT_EQ(RetryAfterOf(waiting), std::chrono::milliseconds(2000));
+  ASSERT_OK_AND_ASSIGN(after, record.Get("job"));
+  EXPECT_EQ(after->epoch(), 1u);
+  nodes.SetRestarting("n3", false);
+
+  Server alone("a", false);
+  EXPECT_THAT(alone.node->Revive("job", 0, "n2").status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "on its own"));
+}
+
 }  // namespace
 }  // namespace sluice::testing
