@@ -39,6 +39,7 @@ run() {  # name kill(0|1) [bench flags...]
   if [[ $kill == 1 ]]; then
     sleep 0.7
     kill -9 "$victim"
+    wait "$victim" 2>/dev/null || true
   fi
   wait "$bench" && rc=0 || rc=$?
   ELAPSED=$(field elapsed_s "$TMP/$name.out")
@@ -47,6 +48,7 @@ run() {  # name kill(0|1) [bench flags...]
     "$(field items_per_sec "$TMP/$name.out")" "$(field retried_attempts "$TMP/$name.out")" \
     "$(field longest_retry_s "$TMP/$name.out")"
   for p in "${PIDS[@]:$first}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]:$first}"; do wait "$p" 2>/dev/null || true; done
 }
 
 echo "# $(date -u +%FT%TZ) $(nproc) cores; 4 servers, --node_lease_s=3, R = 2, --retries 3 $*"
