@@ -201,5 +201,95 @@ TEST_F(ReviveTest, ADrainedServerIsWaitedForNotRevived) {
   ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, {{0, 1}, {1, won}}, job.items);
 }
 
+// Records of partition `p` read to the end, or the read's error.
+absl::StatusOr<uint64_t> CountRecords(ShuffleClient& client, const std::string& id, uint32_t p,
+                                      const ReaderOptions& options) {
+  auto reader = client.OpenReader(id, p, options);
+  if (!reader.ok()) return reader.status();
+  Record r;
+  uint64_t n = 0;
+  for (;;) {
+    auto more = (*reader)->Next(&r);
+    if (!more.ok()) return more.status();
+    if (!*more) return n;
+    ++n;
+  }
+}
+
+// A server that stalls (SIGSTOP: alive, registered, silent) in the middle of the pushes is
+// revived once the writers' keepalive gives up on it, their retries commit without it, and
+// when it resumes it makes no second winner and serves no short read: its prepared attempts of
+// the old epoch are never decided, a complete read from it by the old placement is refused or
+// whole, and readers by any placement read every record once.
+TEST_F(ReviveTest, AStalledServerResumedAfterItsReviveChangesNothing) {
+  Job job;
+  job.id = "stalled";
+  job.partitions = 8;
+  job.mappers = 6;
+  ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
+  ASSERT_OK_AND_ASSIGN(PlacementInfo before, client_->GetPlacement(job.id));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ShuffleClient> stale, cluster_->Client());
+  ASSERT_OK(stale->GetPlacement(job.id).status());  // (kept for its TTL: epoch 0)
+  std::map<uint32_t, uint64_t> winners;
+  for (uint32_t m = 0; m < 3; ++m) {
+    ASSERT_OK(WriteMapper(*client_, job, m, 1, job.items).status());
+    winners[m] = 1;
+  }
+  const size_t victim = 2;
+  const std::string gone = cluster_->node_id(victim);
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  for (uint32_t m = 3; m < job.mappers; ++m) {
+    threads.emplace_back([&, m] {
+      std::function<void(int)> each;
+      if (m == 3) {
+        each = [&](int i) {
+          if (i == job.items / 2) cluster_->Pause(victim);
+        };
+      }
+      for (uint64_t attempt = 1; attempt <= 4; ++attempt) {
+        auto r = WriteMapper(*client_, job, m, attempt, job.items, attempt == 1 ? each : nullptr);
+        if (r.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          winners[m] = r->duplicate ? r->winning_attempt : attempt;
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+      ADD_FAILURE() << "mapper " << m << " did not commit in 4 attempts";
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(winners.size(), job.mappers);
+  ASSERT_OK_AND_ASSIGN(PlacementInfo after, client_->GetPlacement(job.id));
+  EXPECT_EQ(after.epoch, 1u);
+  for (const auto& r : after.replicas) {
+    for (uint32_t n : r) EXPECT_NE(after.nodes[n].node_id, gone);
+  }
+  cluster_->Resume(victim);
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // (it serves again)
+  ExpectCounts(job);
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kUnordered, winners, job.items);
+  ExpectExactlyTheWinners(*stale, job, FetchOrder::kKey, winners, job.items);
+  // Straight from the resumed server, as a reader holding epoch 0 would ask it.
+  ReaderOptions complete;
+  complete.require_complete = true;
+  for (uint32_t p = 0; p < job.partitions; ++p) {
+    bool held = false;
+    for (uint32_t n : before.replicas[p]) held = held || before.nodes[n].node_id == gone;
+    if (!held) continue;
+    ASSERT_OK_AND_ASSIGN(uint64_t whole, CountRecords(*client_, job.id, p, complete));
+    auto direct = CountRecords(cluster_->Link(victim)->client(), job.id, p, complete);
+    if (direct.ok()) {
+      EXPECT_EQ(*direct, whole) << "partition " << p << ": a short read from " << gone;
+    }
+  }
+  // Its prepared attempts of epoch 0 never won: every winner is the one the writers were told.
+  ASSERT_OK_AND_ASSIGN(ShuffleStatus status, client_->GetShuffle(job.id));
+  EXPECT_EQ(status.committed_mappers.size(), job.mappers);
+  ASSERT_TRUE(EveryReplicaWhole(job.id, std::chrono::seconds(30)));
+}
+
 }  // namespace
 }  // namespace sluice
