@@ -583,30 +583,12 @@ class ClusterClient final : public ShuffleClient {
         new ClusterWriter(std::move(writer).value(), std::move(watched), std::move(hooks)));
   }
 
-  // A writer routed by `epoch` could not reach server `node_id` (`cause`; `address` empty: not
-  // registered): it is taken out of the shuffle at once (docs/cluster.md, "Revive"), and the
-  // attempt fails UNAVAILABLE (PLACEMENT_CHANGED) for the engine to retry, routed without it.
-  // If it cannot be now, the attempt fails with `cause` and why (retry: the grace takes it out).
+  // A writer routed by `epoch` could not reach server `node_id`: revived (AfterRevive).
   absl::Status ReviveAfter(const std::string& id, uint32_t epoch, const std::string& node_id,
                            const std::string& address, absl::Status cause) {
     Forget(id);
-    const std::string server = address.empty()
-                                   ? absl::StrCat("server ", node_id, " (not registered now)")
-                                   : absl::StrCat("server ", node_id, " at ", address);
-    auto r = ReviveShuffle(id, epoch, node_id);
-    if (!r.ok()) {
-      return WithReason(absl::UnavailableError(absl::StrCat(
-                            server, " of shuffle '", id, "' did not answer (", Describe(cause),
-                            ") and could not be taken out of it now (", Describe(r.status()),
-                            "): retry the attempt")),
-                        ReasonOf(r.status()), RetryAfterOf(r.status()));
-    }
-    if (r->placement_epoch <= epoch) return cause;  // (nothing moved: the retry tells)
-    return WithReason(
-        absl::UnavailableError(absl::StrCat(server, " did not answer (", Describe(cause),
-                                            "); shuffle '", id, "' moved to placement epoch ",
-                                            r->placement_epoch, " without it: retry the attempt")),
-        ErrorReason::kPlacementChanged);
+    return client_internal::AfterRevive(id, epoch, node_id, address, std::move(cause),
+                                        ReviveShuffle(id, epoch, node_id));
   }
 
   // The link to `address`, made on first use and kept (each owns a channel).

@@ -12,6 +12,27 @@ bool Unanswered(const absl::Status& st) {
   return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st);
 }
 
+absl::Status AfterRevive(const std::string& id, uint32_t epoch, const std::string& node_id,
+                         const std::string& address, absl::Status cause,
+                         const absl::StatusOr<ShuffleClient::Revive>& revive) {
+  const std::string server = address.empty()
+                                 ? absl::StrCat("server ", node_id, " (not registered now)")
+                                 : absl::StrCat("server ", node_id, " at ", address);
+  if (!revive.ok()) {
+    return WithReason(absl::UnavailableError(
+                          absl::StrCat(server, " of shuffle '", id, "' did not answer (",
+                                       Describe(cause), ") and could not be taken out of it now (",
+                                       Describe(revive.status()), "): retry the attempt")),
+                      ReasonOf(revive.status()), RetryAfterOf(revive.status()));
+  }
+  if (revive->placement_epoch <= epoch) return cause;  // (nothing moved: the retry tells)
+  return WithReason(absl::UnavailableError(
+                        absl::StrCat(server, " did not answer (", Describe(cause), "); shuffle '",
+                                     id, "' moved to placement epoch ", revive->placement_epoch,
+                                     " without it: retry the attempt")),
+                    ErrorReason::kPlacementChanged);
+}
+
 absl::StatusOr<WriteResult> WatchedStream::FinishCommit() {
   absl::StatusOr<WriteResult> r = stream_->FinishCommit();
   if (!r.ok()) (void)Note(r.status());

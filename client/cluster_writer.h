@@ -28,6 +28,16 @@ namespace sluice::client_internal {
 // answer it gave).
 bool Unanswered(const absl::Status& st);
 
+// What an attempt whose writer, routed by `epoch`, could not reach server `node_id` (`cause`;
+// `address` empty: not registered) fails with once the server was asked to revive it (`revive`,
+// docs/cluster.md, "Revive"): UNAVAILABLE with reason PLACEMENT_CHANGED when the shuffle moved
+// on without it (the engine's retry is routed by the new epoch); `cause` when nothing moved;
+// UNAVAILABLE naming both, with the revive's reason and retry time, when it could not be now
+// (retry: a drained server is back, or the grace takes it out).
+absl::Status AfterRevive(const std::string& id, uint32_t epoch, const std::string& node_id,
+                         const std::string& address, absl::Status cause,
+                         const absl::StatusOr<ShuffleClient::Revive>& revive);
+
 // A push stream that notes whether it broke without an answer from its server.
 class WatchedStream final : public PushStream {
  public:
