@@ -547,15 +547,16 @@ class ClusterClient final : public ShuffleClient {
       absl::Status last;
       for (ServerLink* link : links) {
         auto winner = link->CommitMapper(id, mapper, attempt, epoch);
-        // (Every server decides in the same etcd: its fault ends the tries, and so does a
-        // newer placement epoch, which every server's decision would find.)
+        // (A newer placement epoch ends the tries: every server's decision would find it. etcd
+        // not reached does not: the server may be cut off from etcd alone, and while etcd is
+        // down for all, each says so at once.)
         if (ReasonOf(winner.status()) == ErrorReason::kPlacementChanged) Forget(id);
-        if (winner.ok() || !TryAnother(winner.status()) || EtcdsFault(winner.status()) ||
+        if (winner.ok() || !TryAnother(winner.status()) ||
             ReasonOf(winner.status()) == ErrorReason::kPlacementChanged) {
           return winner;
         }
         last = winner.status();
-        Forget(id);
+        if (!EtcdsFault(winner.status())) Forget(id);
       }
       return last;
     };

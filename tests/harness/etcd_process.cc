@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "cluster/etcd_client.h"
 #include "base/status_macros.h"
+#include "cluster/etcd_client.h"
 
 namespace sluice::testing {
 
@@ -64,7 +64,8 @@ bool Healthy(const std::string& host, int port) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(const std::string& host) {
+absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(const std::string& host,
+                                                                const std::string& also) {
   const char* env = std::getenv("SLUICE_ETCD_BIN");
   const std::string bin = env != nullptr ? env : "/usr/bin/etcd";
   if (::access(bin.c_str(), X_OK) != 0) {
@@ -80,16 +81,18 @@ absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(const std::strin
   etcd->endpoint_ = absl::StrCat(host, ":", *client_port);
   const std::string client_url = "http://" + etcd->endpoint_;
   const std::string peer_url = absl::StrCat("http://", host, ":", *peer_port);
-  std::vector<std::string> args = {bin,
-                                   "--name=sluice-test",
-                                   "--data-dir=" + etcd->dir_.path() + "/data",
-                                   "--listen-client-urls=" + client_url,
-                                   "--advertise-client-urls=" + client_url,
-                                   "--listen-peer-urls=" + peer_url,
-                                   "--initial-advertise-peer-urls=" + peer_url,
-                                   "--initial-cluster=sluice-test=" + peer_url,
-                                   "--logger=zap",
-                                   "--log-level=warn"};
+  std::vector<std::string> args = {
+      bin,
+      "--name=sluice-test",
+      "--data-dir=" + etcd->dir_.path() + "/data",
+      "--listen-client-urls=" + client_url +
+          (also.empty() ? std::string() : absl::StrCat(",http://", also, ":", *client_port)),
+      "--advertise-client-urls=" + client_url,
+      "--listen-peer-urls=" + peer_url,
+      "--initial-advertise-peer-urls=" + peer_url,
+      "--initial-cluster=sluice-test=" + peer_url,
+      "--logger=zap",
+      "--log-level=warn"};
   etcd->args_ = std::move(args);
   etcd->host_ = host;
   etcd->client_port_ = *client_port;

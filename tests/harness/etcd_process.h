@@ -25,7 +25,10 @@ class EtcdProcess {
  public:
   /// Starts etcd ($SLUICE_ETCD_BIN, else /usr/bin/etcd) on `host` and waits until it answers.
   /// NOT_FOUND if etcd is not installed (deploy/dev.sh installs it).
-  static absl::StatusOr<std::unique_ptr<EtcdProcess>> Start(const std::string& host = "127.0.0.1");
+  /// `also`: another address it answers clients on, at the same port (one a network namespace
+  /// reaches it by).
+  static absl::StatusOr<std::unique_ptr<EtcdProcess>> Start(const std::string& host = "127.0.0.1",
+                                                            const std::string& also = "");
   ~EtcdProcess();  // SIGKILL, wait, and its directory removed
   EtcdProcess(const EtcdProcess&) = delete;
   EtcdProcess& operator=(const EtcdProcess&) = delete;

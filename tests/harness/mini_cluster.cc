@@ -1,6 +1,7 @@
 #include "tests/harness/mini_cluster.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <utility>
 
@@ -17,7 +18,8 @@ namespace sluice::testing {
 absl::StatusOr<std::unique_ptr<MiniCluster>> MiniCluster::Start(MiniClusterOptions options) {
   std::unique_ptr<MiniCluster> cluster(new MiniCluster(std::move(options)));
   if (cluster->options_.etcd) {
-    SLUICE_ASSIGN_OR_RETURN(cluster->etcd_, EtcdProcess::Start());
+    SLUICE_ASSIGN_OR_RETURN(cluster->etcd_,
+                            EtcdProcess::Start("127.0.0.1", cluster->options_.etcd_also_on));
   }
   for (size_t i = 0; i < cluster->options_.servers; ++i) {
     SLUICE_RETURN_IF_ERROR(cluster->Add().status());
@@ -30,7 +32,26 @@ MiniCluster::~MiniCluster() {
 }
 
 std::string MiniCluster::Host(size_t i) const {
+  if (i < servers_.size() && !servers_[i].place.host.empty()) return servers_[i].place.host;
   return options_.etcd ? absl::StrCat("127.0.0.", i + 2) : "127.0.0.1";
+}
+
+absl::StatusOr<size_t> MiniCluster::AddIn(const ServerPlace& place,
+                                          const std::vector<std::string>& extra) {
+  if (!options_.etcd) return absl::FailedPreconditionError("a server elsewhere needs etcd");
+  const size_t i = servers_.size();
+  Server s;
+  s.place = place;
+  s.port = 20000 + static_cast<int>(::getpid() % 20000);  // (its own namespace: free)
+  s.address = absl::StrCat(place.host, ":", s.port);
+  s.owned_dir = std::make_unique<TempDir>();
+  s.dir = s.owned_dir->path();
+  servers_.push_back(std::move(s));
+  if (absl::Status st = Restart(i, extra); !st.ok()) {
+    servers_.pop_back();
+    return st;
+  }
+  return i;
 }
 
 std::string MiniCluster::node_id(size_t i) const { return absl::StrCat("n", i); }
@@ -86,10 +107,14 @@ absl::Status MiniCluster::Restart(size_t i, const std::vector<std::string>& extr
     args = {"--nofile=" + options_.nofile, binary};
     binary = "/usr/bin/prlimit";
   }
+  if (!s.place.netns.empty()) {
+    args.insert(args.begin(), {"netns", "exec", s.place.netns, binary});
+    binary = "/usr/sbin/ip";
+  }
   args.push_back("--data_dir=" + s.dir);
   args.push_back("--listen=" + s.address);
   if (options_.etcd) {
-    args.push_back("--etcd=" + etcd_->endpoint());
+    args.push_back("--etcd=" + (s.place.etcd.empty() ? etcd_->endpoint() : s.place.etcd));
     args.push_back("--node_id=" + node_id(i));
     args.push_back(absl::StrCat("--node_lease_s=", options_.lease_s));
   }

@@ -44,6 +44,16 @@ struct MiniClusterOptions {
   /// in cluster mode etcd, node id and lease).
   std::vector<std::string> flags = {"--worker_threads=2", "--memory_budget_mb=64",
                                     "--log_level=warn"};
+  /// Another address etcd answers on (at its port), for servers in a network namespace.
+  std::string etcd_also_on;
+};
+
+/// Where a server runs other than on the host's loopback (MiniCluster::AddIn): in network
+/// namespace `netns` (`ip netns exec`), listening on `host`, reaching etcd at `etcd`.
+struct ServerPlace {
+  std::string netns;
+  std::string host;
+  std::string etcd;
 };
 
 class MiniCluster {
@@ -87,6 +97,9 @@ class MiniCluster {
   void Resume(size_t i);
   /// Server i's data directory replaced by an empty one (a lost disk); it must not run.
   absl::Status Wipe(size_t i);
+  /// A server more (index size() before the call) joins from `place` (see ServerPlace).
+  absl::StatusOr<size_t> AddIn(const ServerPlace& place,
+                               const std::vector<std::string>& extra = {});
   /// A server more (index size() before the call) joins, with `extra` flags, on `data_dir`
   /// (the caller's, left in place; empty: a new one the cluster removes).
   absl::StatusOr<size_t> Add(const std::vector<std::string>& extra = {},
@@ -114,6 +127,7 @@ class MiniCluster {
     std::unique_ptr<TempDir> owned_dir;  // when the cluster made `dir`
     std::vector<std::string> extra;      // the flags of its last start
     std::unique_ptr<ServerProcess> process;
+    ServerPlace place;  // (empty: the host's loopback)
   };
   explicit MiniCluster(MiniClusterOptions options) : options_(std::move(options)) {}
   std::string Host(size_t i) const;
