@@ -42,6 +42,7 @@ grep RESULT "$TMP/run.out" | grep -o '"elapsed_s": [0-9.]*\|"items_per_sec": [0-
 ID=$(awk '/^KEPT/ {print $2}' "$TMP/run.out")
 if [[ -n $ID ]]; then
   "$CLI" status --server "${LEFT%%,*}" --shuffle "$ID" >"$TMP/status.out" 2>&1 || true
-  echo "placement epoch: $(grep -o 'epoch [0-9]*' "$TMP/status.out" | head -1); LOST partitions: $(grep -c LOST "$TMP/status.out" || true)"
+  echo "LOST partitions: $(grep -c LOST "$TMP/status.out" || true) (none: no revocation needed)"
 fi
+echo "revives (one line per epoch):"
 grep -h "event=revive" "$TMP"/k*.log | sed 's/.* shuffle=[^ ]* //' || true
