@@ -61,6 +61,7 @@ TEST(StressTest, AThousandIdlePushStreamsAreAllEnded) {
   auto server = Start([](ServerOptions& o) {
     o.push_idle_timeout = seconds(2);
     o.max_push_streams = 1000;
+    o.max_plain_push_streams = 1000;  // (the plain Push stub's streams: 16 by default)
   });
   ASSERT_NE(server, nullptr);
   auto stub = MakeStub(*server);
