@@ -178,6 +178,29 @@ TEST_F(ReviveTest, AReviveIsDecidedOnceAndAnswersTheNewestEpoch) {
   ExpectExactlyTheWinners(*stale, job, FetchOrder::kKey, winners, job.items);
 }
 
+// A writer given only the server it loses (a client of one seed) still has it revived: the
+// revive is asked of the placement's other servers when no seed answers, so the shuffle's other
+// writers go on at once.
+TEST_F(ReviveTest, AWriterWhoseOnlySeedIsLostStillRevivesIt) {
+  Job job;
+  job.id = "oneseed";
+  job.partitions = 8;
+  job.mappers = 2;
+  ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
+  const size_t victim = 3;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ShuffleClient> lonely, cluster_->ClientOf(victim));
+  ASSERT_OK(WriteMapper(*lonely, job, 0, 1, job.items).status());
+  auto broken = WriteMapper(*lonely, job, 1, 1, job.items, [&](int i) {
+    if (i == job.items / 2) cluster_->Kill(victim);
+  });
+  ASSERT_FALSE(broken.ok());
+  EXPECT_EQ(ReasonOf(broken.status()), ErrorReason::kPlacementChanged) << broken.status();
+  ASSERT_OK_AND_ASSIGN(PlacementInfo after, client_->GetPlacement(job.id));
+  EXPECT_EQ(after.epoch, 1u);
+  ASSERT_OK(WriteMapper(*client_, job, 1, 2, job.items).status());
+  ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, {{0, 1}, {1, 2}}, job.items);
+}
+
 // A rolling restart is not a loss: a writer that finds a drained server down waits for it
 // (UNAVAILABLE, DRAINING, retry_after_ms 2000) instead of reviving it, and its retry commits on
 // the same placement once the server is back: no epoch, nothing to copy.
