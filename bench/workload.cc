@@ -3,18 +3,18 @@
 #include <pthread.h>
 
 #include <algorithm>
-#include <optional>
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "codec/msgpack_scan.h"
 #include "base/status_macros.h"
+#include "codec/msgpack_scan.h"
 
 namespace sluice::shuffle_bench {
 namespace {
