@@ -33,11 +33,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/status_macros.h"
 #include "client/cli_flags.h"
 #include "client/server_process.h"
 #include "client/shuffle_client.h"
 #include "codec/msgpack_scan.h"
-#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "rpc/error_reason.h"
 

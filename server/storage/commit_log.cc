@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "codec/endian.h"
 #include "codec/frame_format.h"
-#include "base/status_macros.h"
 #include "server/storage/key_bounds.h"
 
 namespace sluice {

@@ -12,8 +12,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "codec/endian.h"
 #include "base/status_macros.h"
+#include "codec/endian.h"
 #include "server/storage/key_bounds.h"
 #include "server/storage/shuffle_id.h"
 

@@ -141,7 +141,6 @@ TEST(ClusterMembershipTest, AServerGoneForGoodHoldsCreatesBackOnlyForTheSettleTi
   EXPECT_EQ(p.nodes.size(), 1u);
 }
 
-
 // ClusterMembership on its own: an absent server is absent since it was first seen so, and
 // measured afresh once etcd answers again (during an outage nobody could register).
 TEST(ClusterMembershipTest, AbsentServersCountFromWhenFirstSeenAndAfreshAfterAnOutage) {

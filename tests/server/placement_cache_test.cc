@@ -155,7 +155,6 @@ TEST(PlacementCacheTest, WithTheRecordUnreachableRememberedShufflesServeAndTheRe
   ASSERT_OK(n0.registry->Get("job").status()) << "a failed delete leaves the shuffle";
 }
 
-
 // PlacementCache on its own: a holding is read from the record once and remembered; a read of
 // an older epoch never replaces a newer one; a shuffle the record no longer has is forgotten,
 // and whoever keeps more of it is told.

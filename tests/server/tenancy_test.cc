@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "codec/frame_encoder.h"
 #include "base/status_macros.h"
+#include "codec/frame_encoder.h"
 #include "rpc/tls_options.h"
 #include "server/storage/shuffle_registry.h"
 #include "tests/harness/frames.h"
