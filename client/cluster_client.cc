@@ -513,12 +513,12 @@ class ClusterClient final : public ShuffleClient {
       if (stream_of_node[n] < 0) {
         const NodeAddress& node = p.nodes[n];
         auto link = NodeLink(id, p, n);
-        if (!link.ok()) return ReviveAfter(id, p, node.node_id, "", link.status());
+        if (!link.ok()) return ReviveAfter(id, p.epoch, p.nodes, node.node_id, "", link.status());
         auto stream = (*link)->OpenPush(id, mapper, attempt, /*prepare=*/true, p.epoch);
         if (!stream.ok()) {
           Forget(id);
           if (Unanswered(stream.status())) {
-            return ReviveAfter(id, p, node.node_id, node.address, stream.status());
+            return ReviveAfter(id, p.epoch, p.nodes, node.node_id, node.address, stream.status());
           }
           return stream.status();
         }
@@ -576,29 +576,29 @@ class ClusterClient final : public ShuffleClient {
     if (!writer.ok()) return writer.status();
     ClusterWriter::Hooks hooks;
     hooks.forget = [this, id] { Forget(id); };
-    hooks.revive = [this, id, p](const std::string& node_id, const std::string& address,
-                                 absl::Status cause) {
-      return ReviveAfter(id, p, node_id, address, std::move(cause));
+    hooks.revive = [this, id, epoch, nodes = p.nodes](
+                       const std::string& node_id, const std::string& address, absl::Status cause) {
+      return ReviveAfter(id, epoch, nodes, node_id, address, std::move(cause));
     };
     return std::unique_ptr<ShuffleWriter>(
         new ClusterWriter(std::move(writer).value(), std::move(watched), std::move(hooks)));
   }
 
   // A writer routed by placement `p` could not reach server `node_id`: revived (AfterRevive),
-  // asked of the seeds, then of the placement's other servers (a client given only the lost
-  // server still reaches the others).
-  absl::Status ReviveAfter(const std::string& id, const PlacementInfo& p,
-                           const std::string& node_id, const std::string& address,
-                           absl::Status cause) {
+  // asked of the seeds, then of the placement's other `nodes` (a client given only the lost
+  // server still reaches the others; a writer keeps those, not the whole placement).
+  absl::Status ReviveAfter(const std::string& id, uint32_t epoch,
+                           const std::vector<NodeAddress>& nodes, const std::string& node_id,
+                           const std::string& address, absl::Status cause) {
     Forget(id);
-    absl::StatusOr<Revive> r = ReviveShuffle(id, p.epoch, node_id);
-    for (const NodeAddress& other : p.nodes) {
+    absl::StatusOr<Revive> r = ReviveShuffle(id, epoch, node_id);
+    for (const NodeAddress& other : nodes) {
       if (r.ok() || !TryAnother(r.status()) || EtcdsFault(r.status())) break;
       if (other.node_id == node_id || other.address.empty()) continue;
-      r = Link(other.address)->client().ReviveShuffle(id, p.epoch, node_id);
+      r = Link(other.address)->client().ReviveShuffle(id, epoch, node_id);
       Mark(other.address, r.status());
     }
-    return client_internal::AfterRevive(id, p.epoch, node_id, address, std::move(cause), r);
+    return client_internal::AfterRevive(id, epoch, node_id, address, std::move(cause), r);
   }
 
   // The link to `address`, made on first use and kept (each owns a channel).
