@@ -9,12 +9,10 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,7 +30,6 @@ using replication_test::Clock;
 using replication_test::ExpectExactlyTheWinners;
 using replication_test::Job;
 using replication_test::LostServerTest;
-using replication_test::WriteMapper;
 using testing::ServerNetns;
 
 class PartitionTest : public LostServerTest {
@@ -66,34 +63,6 @@ class PartitionTest : public LostServerTest {
     ns_.reset();
   }
 
-  // Mappers [first, last) of `job` each written in up to 4 attempts (200 ms apart), at once;
-  // their winners into *winners. The longest a mapper took, in seconds.
-  double WriteAll(const Job& job, uint32_t first, uint32_t last,
-                  std::map<uint32_t, uint64_t>* winners) {
-    std::mutex mu;
-    double longest = 0;
-    std::vector<std::thread> threads;
-    for (uint32_t m = first; m < last; ++m) {
-      threads.emplace_back([&, m] {
-        const auto start = Clock::now();
-        for (uint64_t attempt = 1; attempt <= 4; ++attempt) {
-          auto r = WriteMapper(*client_, job, m, attempt, job.items);
-          if (r.ok()) {
-            std::lock_guard<std::mutex> lock(mu);
-            (*winners)[m] = r->duplicate ? r->winning_attempt : attempt;
-            longest =
-                std::max(longest, std::chrono::duration<double>(Clock::now() - start).count());
-            return;
-          }
-          std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        }
-        ADD_FAILURE() << "mapper " << m << " did not commit in 4 attempts";
-      });
-    }
-    for (auto& t : threads) t.join();
-    return longest;
-  }
-
   // Cuts the server's `links` for `cut_for` in the middle of a job's pushes: the writers revive
   // it and commit without it; healed, it makes no second winner and serves no short read, and
   // its partitions are whole again on the others.
@@ -107,18 +76,16 @@ class PartitionTest : public LostServerTest {
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<ShuffleClient> stale, cluster_->Client());
     ASSERT_OK(stale->GetPlacement(job.id).status());
     std::map<uint32_t, uint64_t> winners;
-    WriteAll(job, 0, 3, &winners);
+    WriteAtOnce(job, 0, 3, 4, &winners);
     const std::string gone = cluster_->node_id(inside_);
     const auto cut_at = Clock::now();
     for (ServerNetns::Link link : links) ASSERT_TRUE(ns_->Cut(link));
-    const double stall = WriteAll(job, 3, job.mappers, &winners);
+    const double stall = WriteAtOnce(job, 3, job.mappers, 4, &winners);
     std::printf("RESULT partition_%s_longest_mapper_s=%.1f\n", id.c_str(), stall);
     ASSERT_EQ(winners.size(), job.mappers);
     ASSERT_OK_AND_ASSIGN(PlacementInfo after, client_->GetPlacement(job.id));
     EXPECT_EQ(after.epoch, 1u);
-    for (const auto& r : after.replicas) {
-      for (uint32_t n : r) EXPECT_NE(after.nodes[n].node_id, gone);
-    }
+    ExpectWithout(after, gone);
     std::this_thread::sleep_until(cut_at + cut_for);
     for (ServerNetns::Link link : links) ASSERT_TRUE(ns_->Heal(link));
     ASSERT_TRUE(testing::Eventually(

@@ -26,7 +26,7 @@ TEST_F(PartitionTest, CutFromEtcdAloneStopsNoWriterAndLosesNothing) {
   job.mappers = 6;
   ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
   std::map<uint32_t, uint64_t> winners;
-  WriteAll(job, 0, 2, &winners);  // (every server has read the placement)
+  WriteAtOnce(job, 0, 2, 4, &winners);  // (every server has read the placement)
   const auto cut_at = Clock::now();
   ASSERT_TRUE(ns_->Cut(ServerNetns::kEtcd));
   ASSERT_TRUE(testing::Eventually(
@@ -36,7 +36,7 @@ TEST_F(PartitionTest, CutFromEtcdAloneStopsNoWriterAndLosesNothing) {
       },
       std::chrono::seconds(20)))
       << "its lease ran out";
-  const double stall = WriteAll(job, 2, job.mappers, &winners);
+  const double stall = WriteAtOnce(job, 2, job.mappers, 4, &winners);
   std::printf("RESULT partition_etcd_longest_mapper_s=%.1f\n", stall);
   ASSERT_EQ(winners.size(), job.mappers);
   std::this_thread::sleep_until(cut_at + std::chrono::seconds(10));

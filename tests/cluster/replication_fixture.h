@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -232,6 +233,51 @@ class LostServerTest : public ReplicationTest {
         std::chrono::seconds(30)))
         << "server " << gone << " is still in the placement of " << id;
     return placed;
+  }
+
+  // No partition of `placed` has a replica on `gone`.
+  static void ExpectWithout(const PlacementInfo& placed, const std::string& gone) {
+    for (size_t p = 0; p < placed.replicas.size(); ++p) {
+      for (uint32_t n : placed.replicas[p]) {
+        EXPECT_NE(placed.nodes[n].node_id, gone) << "partition " << p;
+      }
+    }
+  }
+
+  // Mappers [first, last) of `job` written at once, each in up to `attempts` attempts 200 ms
+  // apart (`each(m, i)` sees item i of mapper m's first attempt); their winners into *winners,
+  // each one's first failure into *failures (when given, sized for the job's mappers). The
+  // longest a mapper took, in seconds.
+  double WriteAtOnce(const Job& job, uint32_t first, uint32_t last, uint64_t attempts,
+                     std::map<uint32_t, uint64_t>* winners,
+                     const std::function<void(uint32_t, int)>& each = nullptr,
+                     std::vector<absl::Status>* failures = nullptr) {
+    std::mutex mu;
+    double longest = 0;
+    std::vector<std::thread> threads;
+    for (uint32_t m = first; m < last; ++m) {
+      threads.emplace_back([&, m] {
+        const auto start = Clock::now();
+        std::function<void(int)> first_each;
+        if (each) first_each = [&each, m](int i) { each(m, i); };
+        for (uint64_t attempt = 1; attempt <= attempts; ++attempt) {
+          auto r = WriteMapper(*client_, job, m, attempt, job.items,
+                               attempt == 1 ? first_each : nullptr);
+          if (r.ok()) {
+            std::lock_guard<std::mutex> lock(mu);
+            (*winners)[m] = r->duplicate ? r->winning_attempt : attempt;
+            longest =
+                std::max(longest, std::chrono::duration<double>(Clock::now() - start).count());
+            return;
+          }
+          if (attempt == 1 && failures != nullptr) (*failures)[m] = r.status();
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+        ADD_FAILURE() << "mapper " << m << " did not commit in " << attempts << " attempts";
+      });
+    }
+    for (auto& t : threads) t.join();
+    return longest;
   }
 
   // Every partition has `replication` replicas, all registered now.

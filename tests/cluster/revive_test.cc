@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -57,39 +56,21 @@ TEST_F(ReviveTest, AServerKilledDuringThePushesCostsOneRetry) {
   const size_t victim = 1;
   const std::string gone = cluster_->node_id(victim);
   std::map<uint32_t, uint64_t> winners;
-  std::mutex mu;
   // Half the mappers commit, then the others push at once and the server is killed mid-push.
   for (uint32_t m = 0; m < job.mappers / 2; ++m) {
     ASSERT_OK_AND_ASSIGN(auto won, WriteMapper(*client_, job, m, 1, job.items));
     winners[m] = 1;
     EXPECT_FALSE(won.duplicate);
   }
-  std::vector<std::thread> threads;
   std::vector<absl::Status> first_failure(job.mappers);
-  for (uint32_t m = job.mappers / 2; m < job.mappers; ++m) {
-    threads.emplace_back([&, m] {
-      std::function<void(int)> each;
-      if (m == job.mappers / 2) {
-        each = [&](int i) {
-          if (i != job.items / 2) return;
-          killed_at_ = Clock::now();
-          cluster_->Kill(victim);
-        };
-      }
-      for (uint64_t attempt = 1; attempt <= 3; ++attempt) {
-        auto r = WriteMapper(*client_, job, m, attempt, job.items, attempt == 1 ? each : nullptr);
-        if (r.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          winners[m] = r->duplicate ? r->winning_attempt : attempt;
-          return;
-        }
-        if (attempt == 1) first_failure[m] = r.status();
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      }
-      ADD_FAILURE() << "mapper " << m << " did not commit in 3 attempts";
-    });
-  }
-  for (auto& t : threads) t.join();
+  WriteAtOnce(
+      job, job.mappers / 2, job.mappers, 3, &winners,
+      [&](uint32_t m, int i) {
+        if (m != job.mappers / 2 || i != job.items / 2) return;
+        killed_at_ = Clock::now();
+        cluster_->Kill(victim);
+      },
+      &first_failure);
   const double kill_to_done = std::chrono::duration<double>(Clock::now() - killed_at_).count();
   std::printf("RESULT revive_kill_to_complete_s=%.1f\n", kill_to_done);
   ASSERT_EQ(winners.size(), job.mappers);
@@ -103,9 +84,7 @@ TEST_F(ReviveTest, AServerKilledDuringThePushesCostsOneRetry) {
 
   ASSERT_OK_AND_ASSIGN(PlacementInfo after, client_->GetPlacement(job.id));
   EXPECT_EQ(after.epoch, 1u) << "one revive for one lost server, whatever the writers";
-  for (const auto& r : after.replicas) {
-    for (uint32_t n : r) EXPECT_NE(after.nodes[n].node_id, gone);
-  }
+  ExpectWithout(after, gone);
   for (uint32_t p = 0; p < job.partitions; ++p) {
     const std::string old_primary = before.nodes[before.replicas[p][0]].node_id;
     if (old_primary != gone) {
@@ -260,35 +239,13 @@ TEST_F(ReviveTest, AStalledServerResumedAfterItsReviveChangesNothing) {
   }
   const size_t victim = 2;
   const std::string gone = cluster_->node_id(victim);
-  std::mutex mu;
-  std::vector<std::thread> threads;
-  for (uint32_t m = 3; m < job.mappers; ++m) {
-    threads.emplace_back([&, m] {
-      std::function<void(int)> each;
-      if (m == 3) {
-        each = [&](int i) {
-          if (i == job.items / 2) cluster_->Pause(victim);
-        };
-      }
-      for (uint64_t attempt = 1; attempt <= 4; ++attempt) {
-        auto r = WriteMapper(*client_, job, m, attempt, job.items, attempt == 1 ? each : nullptr);
-        if (r.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          winners[m] = r->duplicate ? r->winning_attempt : attempt;
-          return;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      }
-      ADD_FAILURE() << "mapper " << m << " did not commit in 4 attempts";
-    });
-  }
-  for (auto& t : threads) t.join();
+  WriteAtOnce(job, 3, job.mappers, 4, &winners, [&](uint32_t m, int i) {
+    if (m == 3 && i == job.items / 2) cluster_->Pause(victim);
+  });
   ASSERT_EQ(winners.size(), job.mappers);
   ASSERT_OK_AND_ASSIGN(PlacementInfo after, client_->GetPlacement(job.id));
   EXPECT_EQ(after.epoch, 1u);
-  for (const auto& r : after.replicas) {
-    for (uint32_t n : r) EXPECT_NE(after.nodes[n].node_id, gone);
-  }
+  ExpectWithout(after, gone);
   cluster_->Resume(victim);
   std::this_thread::sleep_for(std::chrono::seconds(1));  // (it serves again)
   ExpectCounts(job);
