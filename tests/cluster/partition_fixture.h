@@ -1,14 +1,16 @@
 // The partition tests' fixture (partition_test.cc; the long heals in
-// partition_stress_test.cc): a server in a network namespace the test makes
-// (tests/harness/netns.h), three on the host's loopback, a real etcd on the host; the server's
-// links to its clients and servers, or to etcd, are taken down and brought up again. The grace
-// is long (--dead_after_s=600), so that only a revive moves a shuffle. Skipped where namespaces
-// cannot be made (not root, no iproute2).
+// partition_stress_test.cc): four servers in network namespaces the test makes
+// (tests/harness/netns.h): three together, one alone, and a real etcd and the clients on the
+// host; the lone server is cut off from its writers and readers, from the other servers, from
+// etcd, or from several of them, and healed. The grace is long (--dead_after_s=600), so that
+// only a revive moves a shuffle. Skipped where namespaces cannot be made (not root, no
+// iproute2).
 #ifndef SLUICE_TESTS_CLUSTER_PARTITION_FIXTURE_H_
 #define SLUICE_TESTS_CLUSTER_PARTITION_FIXTURE_H_
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -30,25 +32,27 @@ using replication_test::Clock;
 using replication_test::ExpectExactlyTheWinners;
 using replication_test::Job;
 using replication_test::LostServerTest;
-using testing::ServerNetns;
+using testing::PartitionNet;
 
 class PartitionTest : public LostServerTest {
  protected:
   void SetUp() override {
-    auto ns = ServerNetns::Make();
-    if (!ns.ok()) GTEST_SKIP() << ns.status();
-    ns_ = std::move(ns).value();
+    auto net = PartitionNet::Make();
+    if (!net.ok()) GTEST_SKIP() << net.status();
+    net_ = std::move(net).value();
     testing::MiniClusterOptions options;
-    options.servers = 3;
+    options.servers = 0;
     options.lease_s = 3;
     options.flags.push_back("--dead_after_s=600");
-    options.etcd_also_on = ns_->b_host();
+    options.flags.push_back("--plaintext");  // (private addresses on veths the test made)
+    options.etcd_also_on = net_->etcd_host();
     ASSERT_OK_AND_ASSIGN(cluster_, testing::MiniCluster::Start(options));
     const std::string& endpoint = cluster_->etcd_endpoint();
-    const std::string etcd = ns_->b_host() + endpoint.substr(endpoint.rfind(':'));
-    // (A private address on a veth the test made: served in clear, as on loopback.)
-    ASSERT_OK_AND_ASSIGN(inside_,
-                         cluster_->AddIn({ns_->name(), ns_->a_inside(), etcd}, {"--plaintext"}));
+    const std::string etcd = net_->etcd_host() + endpoint.substr(endpoint.rfind(':'));
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_OK(cluster_->AddIn({net_->peers_netns(), net_->peer_host(i), etcd}).status());
+    }
+    ASSERT_OK_AND_ASSIGN(cut_, cluster_->AddIn({net_->cut_netns(), net_->cut_host(), etcd}));
     ASSERT_OK_AND_ASSIGN(client_, cluster_->Client());
     ASSERT_TRUE(testing::Eventually(
         [&] {
@@ -59,15 +63,21 @@ class PartitionTest : public LostServerTest {
   }
   void TearDown() override {
     client_.reset();
-    cluster_.reset();  // (its servers first: the namespace's goes with them)
-    ns_.reset();
+    cluster_.reset();  // (its servers first: the namespaces go with them)
+    net_.reset();
   }
 
-  // Cuts the server's `links` for `cut_for` in the middle of a job's pushes: the writers revive
-  // it and commit without it; healed, it makes no second winner and serves no short read, and
-  // its partitions are whole again on the others.
-  void CutWriteHeal(const std::string& id, const std::vector<ServerNetns::Link>& links,
+  // Cuts the lone server off from `kinds` in the middle of a job's pushes. Cut from its
+  // writers, they revive it and commit without it, and readers read the others at once; cut
+  // from the other servers alone, nobody waits for it. Healed, it makes no second winner and
+  // serves no short read, and every replica is whole again.
+  void CutWriteHeal(const std::string& id, const std::vector<PartitionNet::Kind>& kinds,
                     std::chrono::seconds cut_for) {
+    auto has = [&](PartitionNet::Kind k) {
+      return std::find(kinds.begin(), kinds.end(), k) != kinds.end();
+    };
+    // (Cut from etcd alone, a writer that sees it unregistered may revive it.)
+    const bool from_writers = has(PartitionNet::kWriters), from_etcd = has(PartitionNet::kEtcd);
     Job job;
     job.id = id;
     job.partitions = 8;
@@ -77,17 +87,33 @@ class PartitionTest : public LostServerTest {
     ASSERT_OK(stale->GetPlacement(job.id).status());
     std::map<uint32_t, uint64_t> winners;
     WriteAtOnce(job, 0, 3, 4, &winners);
-    const std::string gone = cluster_->node_id(inside_);
+    const std::string gone = cluster_->node_id(cut_);
     const auto cut_at = Clock::now();
-    for (ServerNetns::Link link : links) ASSERT_TRUE(ns_->Cut(link));
+    for (PartitionNet::Kind kind : kinds) {
+      ASSERT_TRUE(net_->Cut(kind));
+      ASSERT_FALSE(net_->Reaches(kind, PortOf(kind))) << "cut " << kind;
+    }
     const double stall = WriteAtOnce(job, 3, job.mappers, 4, &winners);
     std::printf("RESULT partition_%s_longest_mapper_s=%.1f\n", id.c_str(), stall);
     ASSERT_EQ(winners.size(), job.mappers);
     ASSERT_OK_AND_ASSIGN(PlacementInfo after, client_->GetPlacement(job.id));
-    EXPECT_EQ(after.epoch, 1u);
-    ExpectWithout(after, gone);
+    if (from_writers) {
+      EXPECT_EQ(after.epoch, 1u) << "one revive";
+    } else {
+      EXPECT_LE(after.epoch, from_etcd ? 1u : 0u) << "no revive unless it left etcd";
+    }
+    if (after.epoch == 1) ExpectWithout(after, gone);
+    // Read while it is still cut off: a reader holding the first epoch's placement too.
+    const auto read_at = Clock::now();
+    ExpectExactlyTheWinners(*client_, job, FetchOrder::kKey, winners, job.items);
+    ExpectExactlyTheWinners(*stale, job, FetchOrder::kUnordered, winners, job.items);
+    std::printf("RESULT partition_%s_read_while_cut_s=%.1f\n", id.c_str(),
+                std::chrono::duration<double>(Clock::now() - read_at).count());
     std::this_thread::sleep_until(cut_at + cut_for);
-    for (ServerNetns::Link link : links) ASSERT_TRUE(ns_->Heal(link));
+    for (PartitionNet::Kind kind : kinds) {
+      ASSERT_TRUE(net_->Heal(kind));
+      ASSERT_TRUE(net_->Reaches(kind, PortOf(kind))) << "healed " << kind;
+    }
     ASSERT_TRUE(testing::Eventually(
         [&] {
           auto nodes = client_->ListNodes();
@@ -101,11 +127,18 @@ class PartitionTest : public LostServerTest {
     ExpectExactlyTheWinners(*stale, job, FetchOrder::kKey, winners, job.items);
     ASSERT_TRUE(EveryReplicaWhole(job.id, std::chrono::seconds(30)));
     ASSERT_OK_AND_ASSIGN(PlacementInfo last, client_->GetPlacement(job.id));
-    EXPECT_EQ(last.epoch, 1u) << "healing moves nothing back, and makes no further epoch";
+    EXPECT_EQ(last.epoch, after.epoch) << "healing moves nothing back, and makes no further epoch";
   }
 
-  std::unique_ptr<ServerNetns> ns_;
-  size_t inside_ = 0;
+  // The port a cut of `kind` is checked on (etcd's, or the cut server's).
+  int PortOf(PartitionNet::Kind kind) const {
+    if (kind != PartitionNet::kEtcd) return cluster_->port(cut_);
+    const std::string& endpoint = cluster_->etcd_endpoint();
+    return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  }
+
+  std::unique_ptr<PartitionNet> net_;
+  size_t cut_ = 0;  // (the lone server's index)
 };
 
 }  // namespace sluice::partition_test

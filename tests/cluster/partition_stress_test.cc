@@ -5,12 +5,21 @@
 namespace sluice::partition_test {
 namespace {
 
-TEST_F(PartitionTest, CutFromItsClientsForNinetySecondsLosesNothing) {
-  CutWriteHeal("long", {ServerNetns::kClients}, std::chrono::seconds(90));
+TEST_F(PartitionTest, CutFromItsWritersForNinetySecondsLosesNothing) {
+  CutWriteHeal("long", {PartitionNet::kWriters}, std::chrono::seconds(90));
+}
+
+TEST_F(PartitionTest, CutFromTheOtherServersForNinetySecondsLosesNothing) {
+  CutWriteHeal("longservers", {PartitionNet::kServers}, std::chrono::seconds(90));
+}
+
+TEST_F(PartitionTest, CutFromEtcdForNinetySecondsLosesNothing) {
+  CutWriteHeal("longetcd", {PartitionNet::kEtcd}, std::chrono::seconds(90));
 }
 
 TEST_F(PartitionTest, CutOffBothWaysForNinetySecondsLosesNothing) {
-  CutWriteHeal("longboth", {ServerNetns::kClients, ServerNetns::kEtcd}, std::chrono::seconds(90));
+  CutWriteHeal("longboth", {PartitionNet::kWriters, PartitionNet::kServers, PartitionNet::kEtcd},
+               std::chrono::seconds(90));
 }
 
 }  // namespace

@@ -5,14 +5,25 @@
 namespace sluice::partition_test {
 namespace {
 
-// Cut off from its clients and the other servers (not from etcd: it stays registered).
-TEST_F(PartitionTest, CutFromItsClientsAndServersThenHealedLosesNothing) {
-  CutWriteHeal("cut", {ServerNetns::kClients}, std::chrono::seconds(10));
+// Cut off from its writers and readers alone: the other servers and etcd still reach it.
+TEST_F(PartitionTest, CutFromItsWritersThenHealedLosesNothing) {
+  CutWriteHeal("writers", {PartitionNet::kWriters}, std::chrono::seconds(10));
+}
+
+// Cut off from the other servers alone: its writers and etcd still reach it.
+TEST_F(PartitionTest, CutFromTheOtherServersThenHealedLosesNothing) {
+  CutWriteHeal("servers", {PartitionNet::kServers}, std::chrono::seconds(10));
+}
+
+// Cut off from its writers and the other servers (not from etcd: it stays registered).
+TEST_F(PartitionTest, CutFromItsWritersAndServersThenHealedLosesNothing) {
+  CutWriteHeal("cut", {PartitionNet::kWriters, PartitionNet::kServers}, std::chrono::seconds(10));
 }
 
 // Cut off from everything, etcd too (its lease runs out), then back.
 TEST_F(PartitionTest, CutOffBothWaysThenHealedLosesNothing) {
-  CutWriteHeal("both", {ServerNetns::kClients, ServerNetns::kEtcd}, std::chrono::seconds(10));
+  CutWriteHeal("both", {PartitionNet::kWriters, PartitionNet::kServers, PartitionNet::kEtcd},
+               std::chrono::seconds(10));
 }
 
 // Cut off from etcd alone, for 10 s: once its lease has run out, mappers write (a writer whose
@@ -28,7 +39,8 @@ TEST_F(PartitionTest, CutFromEtcdAloneStopsNoWriterAndLosesNothing) {
   std::map<uint32_t, uint64_t> winners;
   WriteAtOnce(job, 0, 2, 4, &winners);  // (every server has read the placement)
   const auto cut_at = Clock::now();
-  ASSERT_TRUE(ns_->Cut(ServerNetns::kEtcd));
+  ASSERT_TRUE(net_->Cut(PartitionNet::kEtcd));
+  ASSERT_FALSE(net_->Reaches(PartitionNet::kEtcd, PortOf(PartitionNet::kEtcd)));
   ASSERT_TRUE(testing::Eventually(
       [&] {
         auto nodes = client_->ListNodes();
@@ -40,7 +52,7 @@ TEST_F(PartitionTest, CutFromEtcdAloneStopsNoWriterAndLosesNothing) {
   std::printf("RESULT partition_etcd_longest_mapper_s=%.1f\n", stall);
   ASSERT_EQ(winners.size(), job.mappers);
   std::this_thread::sleep_until(cut_at + std::chrono::seconds(10));
-  ASSERT_TRUE(ns_->Heal(ServerNetns::kEtcd));
+  ASSERT_TRUE(net_->Heal(PartitionNet::kEtcd));
   ASSERT_TRUE(testing::Eventually(
       [&] {
         auto nodes = client_->ListNodes();

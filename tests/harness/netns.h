@@ -1,12 +1,18 @@
-// A network namespace for one server, made and removed by the test (docs/cluster.md, "Revive":
-// partitions). Two veth pairs join it to the host: link A carries its clients and the other
-// servers (the server listens on a_inside), link B carries etcd (etcd also answers on b_host).
-// Taking a link's host end down cuts the server off from those peers alone, in both directions;
-// up again heals it. Needs root and `ip` (iproute2): Make says why not.
+// The partition tests' network (docs/cluster.md, "Revive": partitions), made and removed by the
+// test. Two network namespaces, each joined to the host by a veth pair, the host routing
+// between them (ip_forward on while it lives):
 //
-//   ASSERT_OK_AND_ASSIGN(auto ns, ServerNetns::Make());
-//   cluster->AddIn({ns->name(), ns->a_inside(), ns->b_host() + ":" + port});
-//   ns->Cut(ServerNetns::kClients);  ...  ns->Heal(ServerNetns::kClients);
+//   host: the test's clients (writers and readers), etcd on 127.0.0.1 and on etcd_host()
+//    |-- peers namespace: the other servers, on peer_host(0..2)
+//    `-- cut namespace: the server cut off, on cut_host()
+//
+// Cut(kind) drops every packet between the cut server and one kind of peer, both ways, with
+// policy-routing blackhole rules (on the host, and in the cut namespace for its own packets):
+// the other side of a connection hears nothing (a new connection from the host fails at
+// once). Heal(kind) removes them. Needs root and `ip` (iproute2): Make says why not.
+//
+//   ASSERT_OK_AND_ASSIGN(auto net, PartitionNet::Make());
+//   net->Cut(PartitionNet::kWriters);  ...  net->Heal(PartitionNet::kWriters);
 #ifndef SLUICE_TESTS_HARNESS_NETNS_H_
 #define SLUICE_TESTS_HARNESS_NETNS_H_
 
@@ -14,6 +20,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -21,70 +28,147 @@
 
 namespace sluice::testing {
 
-class ServerNetns {
+class PartitionNet {
  public:
-  enum Link { kClients, kEtcd };
+  /// kWriters: the host's clients (writers and readers); kServers: the other servers; kEtcd.
+  enum Kind { kWriters, kServers, kEtcd };
 
-  static absl::StatusOr<std::unique_ptr<ServerNetns>> Make() {
-    std::unique_ptr<ServerNetns> ns(new ServerNetns(static_cast<int>(::getpid() % 120)));
-    const std::string& n = ns->name_;
-    const std::string cmds[] = {
-        "ip netns add " + n,
-        "ip -n " + n + " link set lo up",
-        absl::StrCat("ip link add ", ns->Host(kClients), " type veth peer name ",
-                     ns->Inside(kClients), " netns ", n),
-        absl::StrCat("ip link add ", ns->Host(kEtcd), " type veth peer name ", ns->Inside(kEtcd),
-                     " netns ", n),
-        absl::StrCat("ip addr add ", ns->a_host(), "/24 dev ", ns->Host(kClients)),
-        absl::StrCat("ip addr add ", ns->b_host(), "/24 dev ", ns->Host(kEtcd)),
-        absl::StrCat("ip -n ", n, " addr add ", ns->a_inside(), "/24 dev ", ns->Inside(kClients)),
-        absl::StrCat("ip -n ", n, " addr add ", ns->b_inside(), "/24 dev ", ns->Inside(kEtcd)),
-        absl::StrCat("ip link set ", ns->Host(kClients), " up"),
-        absl::StrCat("ip link set ", ns->Host(kEtcd), " up"),
-        absl::StrCat("ip -n ", n, " link set ", ns->Inside(kClients), " up"),
-        absl::StrCat("ip -n ", n, " link set ", ns->Inside(kEtcd), " up"),
+  static absl::StatusOr<std::unique_ptr<PartitionNet>> Make() {
+    std::unique_ptr<PartitionNet> net(new PartitionNet(static_cast<int>(::getpid() % 240)));
+    net->Cleanup();  // (what a crashed run with the same number left)
+    std::string forward;
+    (void)RunCommand("cat /proc/sys/net/ipv4/ip_forward", &forward);
+    net->forward_was_ = forward.empty() ? "0" : forward.substr(0, 1);
+    const std::string p = net->Ns(kServers), c = net->Ns(kWriters);
+    std::vector<std::string> cmds = {
+        "ip netns add " + p,
+        "ip netns add " + c,
+        "ip -n " + p + " link set lo up",
+        "ip -n " + c + " link set lo up",
+        absl::StrCat("ip link add ", net->Veth(kServers, 'h'), " type veth peer name ",
+                     net->Veth(kServers, 'x'), " netns ", p),
+        absl::StrCat("ip link add ", net->Veth(kWriters, 'h'), " type veth peer name ",
+                     net->Veth(kWriters, 'x'), " netns ", c),
+        absl::StrCat("ip addr add ", net->Net(kServers, 1), "/24 dev ", net->Veth(kServers, 'h')),
+        absl::StrCat("ip addr add ", net->Net(kWriters, 1), "/24 dev ", net->Veth(kWriters, 'h')),
+        absl::StrCat("ip addr add ", net->etcd_host(), "/32 dev lo"),
+        absl::StrCat("ip -n ", c, " addr add ", net->cut_host(), "/24 dev ",
+                     net->Veth(kWriters, 'x')),
     };
-    for (const std::string& c : cmds) {
+    for (int i = 0; i < 3; ++i) {
+      cmds.push_back(absl::StrCat("ip -n ", p, " addr add ", net->peer_host(i), "/24 dev ",
+                                  net->Veth(kServers, 'x')));
+    }
+    for (Kind k : {kServers, kWriters}) {
+      cmds.push_back(absl::StrCat("ip link set ", net->Veth(k, 'h'), " up"));
+      cmds.push_back(absl::StrCat("ip -n ", net->Ns(k), " link set ", net->Veth(k, 'x'), " up"));
+      cmds.push_back(absl::StrCat("ip -n ", net->Ns(k), " route add default via ", net->Net(k, 1)));
+    }
+    cmds.push_back("echo 1 > /proc/sys/net/ipv4/ip_forward");
+    for (const std::string& cmd : cmds) {
       std::string out;
-      if (RunCommand(c, &out) != 0) {
+      if (RunCommand(cmd, &out) != 0) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "cannot make a network namespace (root and iproute2 needed): ", c, ": ", out));
+            "cannot make the test's network (root and iproute2 needed): ", cmd, ": ", out));
       }
     }
-    return ns;
+    net->made_ = true;
+    return net;
   }
-  ~ServerNetns() {
+  ~PartitionNet() {
+    Cleanup();
+    if (made_) {
+      std::string out;
+      (void)RunCommand("echo " + forward_was_ + " > /proc/sys/net/ipv4/ip_forward", &out);
+    }
+  }
+
+  /// The namespaces to run servers in (`ip netns exec`).
+  std::string peers_netns() const { return Ns(kServers); }
+  std::string cut_netns() const { return Ns(kWriters); }
+  /// Addresses: the other servers (i < 3), the server cut off, etcd's second address.
+  std::string peer_host(int i) const { return Net(kServers, 8 + i); }
+  std::string cut_host() const { return Net(kWriters, 2); }
+  std::string etcd_host() const { return absl::StrCat("10.215.", k_, ".1"); }
+
+  bool Cut(Kind kind) { return Rules(kind, "add"); }
+  bool Heal(Kind kind) { return Rules(kind, "del"); }
+
+  /// Whether a TCP connection opens, within 2 s, between the cut server's side and `kind`:
+  /// from the host (kWriters) or the peers' namespace (kServers) to the cut server's `port`, or
+  /// from the cut namespace to etcd's `port` (kEtcd). What a test checks its cut by.
+  bool Reaches(Kind kind, int port) {
+    const std::string probe =
+        absl::StrCat("timeout 2 bash -c 'exec 3<>/dev/tcp/",
+                     kind == kEtcd ? etcd_host() : cut_host(), "/", port, "'");
     std::string out;
-    (void)RunCommand("ip netns del " + name_, &out);  // (its veth ends go, and their peers)
-    (void)RunCommand("ip link del " + Host(kClients), &out);
-    (void)RunCommand("ip link del " + Host(kEtcd), &out);
+    switch (kind) {
+      case kWriters:
+        return RunCommand(probe, &out) == 0;
+      case kServers:
+        return RunCommand("ip netns exec " + Ns(kServers) + " " + probe, &out) == 0;
+      case kEtcd:
+        return RunCommand("ip netns exec " + Ns(kWriters) + " " + probe, &out) == 0;
+    }
+    return false;
   }
-
-  const std::string& name() const { return name_; }
-  std::string a_host() const { return absl::StrCat("10.213.", 2 * k_, ".1"); }
-  std::string a_inside() const { return absl::StrCat("10.213.", 2 * k_, ".2"); }
-  std::string b_host() const { return absl::StrCat("10.213.", 2 * k_ + 1, ".1"); }
-  std::string b_inside() const { return absl::StrCat("10.213.", 2 * k_ + 1, ".2"); }
-
-  /// The host end of `link` down: the server and those peers no longer reach each other.
-  bool Cut(Link link) { return Set(link, "down"); }
-  bool Heal(Link link) { return Set(link, "up"); }
 
  private:
-  explicit ServerNetns(int k) : k_(k), name_(absl::StrCat("sluice-t", ::getpid())) {}
-  std::string Host(Link link) const {
-    return absl::StrCat(link == kClients ? "sa" : "sb", k_, "h");
+  explicit PartitionNet(int k) : k_(k) {}
+
+  // (The cut namespace hangs off link "w" because its host end carries the writers.)
+  std::string Ns(Kind link) const {
+    return absl::StrCat(link == kServers ? "sluice-peers" : "sluice-cut", k_);
   }
-  std::string Inside(Link link) const {
-    return absl::StrCat(link == kClients ? "sa" : "sb", k_, "x");
+  std::string Veth(Kind link, char end) const {
+    return absl::StrCat(link == kServers ? "sp" : "sw", k_, std::string(1, end));
   }
-  bool Set(Link link, const char* state) {
+  std::string Net(Kind link, int host) const {
+    return absl::StrCat(link == kServers ? "10.213." : "10.214.", k_, ".", host);
+  }
+  std::string Pref() const { return absl::StrCat(" pref ", 20000 + k_); }
+
+  bool Rules(Kind kind, const char* verb) {
+    const std::string cut = cut_host();
+    std::string peer;  // whom the cut server no longer reaches
+    switch (kind) {
+      case kWriters:
+        peer = Net(kWriters, 1);
+        break;  // (the host's source towards it)
+      case kServers:
+        peer = Net(kServers, 8) + "/30";
+        break;
+      case kEtcd:
+        peer = etcd_host();
+        break;
+    }
+    const std::string cmds[] = {
+        absl::StrCat("ip rule ", verb, " from ", peer, " to ", cut, Pref(), " blackhole"),
+        absl::StrCat("ip rule ", verb, " from ", cut, " to ", peer, Pref(), " blackhole"),
+        absl::StrCat("ip -n ", cut_netns(), " rule ", verb, " to ", peer, Pref(), " blackhole"),
+    };
+    bool ok = true;
+    for (const std::string& cmd : cmds) {
+      std::string out;
+      ok = RunCommand(cmd, &out) == 0 && ok;
+    }
+    return ok;
+  }
+
+  void Cleanup() {
     std::string out;
-    return RunCommand(absl::StrCat("ip link set ", Host(link), " ", state), &out) == 0;
+    while (RunCommand("ip rule del" + Pref(), &out) == 0) {
+    }
+    for (Kind k : {kServers, kWriters}) {
+      (void)RunCommand("ip netns del " + Ns(k), &out);  // (their veth ends go, and their peers)
+      (void)RunCommand("ip link del " + Veth(k, 'h'), &out);
+    }
+    (void)RunCommand(absl::StrCat("ip addr del ", etcd_host(), "/32 dev lo"), &out);
   }
 
   const int k_;
-  const std::string name_;
+  std::string forward_was_ = "0";
+  bool made_ = false;
 };
 
 }  // namespace sluice::testing
