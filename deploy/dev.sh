@@ -20,6 +20,7 @@ BUILD_PACKAGES=(build-essential cmake ninja-build ccache pkg-config libssl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libmsgpack-cxx-dev libzstd-dev libabsl-dev libspdlog-dev libxxhash-dev libjemalloc-dev
   nlohmann-json3-dev prometheus-cpp-dev pybind11-dev python3-dev python3-numpy
+  libcurl4-openssl-dev libxml2-dev
   libgtest-dev libgmock-dev libbenchmark-dev)
 # etcd-server: cluster mode's coordination service, run for real by the cluster tests.
 # python3-yaml: the deploy/ manifests' check. prometheus: scrapes a server in the metrics test.
@@ -28,7 +29,7 @@ BUILD_PACKAGES=(build-essential cmake ninja-build ccache pkg-config libssl-dev
 # python3-pandas: the columns tests give and take DataFrames (python3-numpy, the columns' one
 # dependency, is a build package: the Python package's columns need it at run time).
 TEST_PACKAGES=(python3 python3-msgpack python3-zstandard python3-yaml etcd-server prometheus iproute2
-  python3-pytest openssl python3-pandas)
+  python3-pytest openssl python3-pandas curl)
 FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
 log() { printf '==> %s\n' "$*" >&2; }
@@ -46,6 +47,17 @@ install_missing() {
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
+}
+
+# npm's s3rver: the real S3 server the object-store tests start (tests/harness/s3_server.h,
+# docs/object-store.md), in .tools/ of the source tree. Node.js and npm from Debian unless the
+# machine has them already (a Node.js from elsewhere brings its own npm).
+install_s3rver() {
+  [[ -x $ROOT/.tools/node_modules/.bin/s3rver ]] && return 0
+  command -v npm >/dev/null || install_missing nodejs npm
+  log "installing s3rver (npm) in $ROOT/.tools"
+  mkdir -p "$ROOT/.tools"
+  (cd "$ROOT/.tools" && npm install --no-audit --no-fund --loglevel=error s3rver@3.7.1 >/dev/null)
 }
 
 configure_and_build() {  # DIR [cmake args...]
@@ -82,12 +94,14 @@ case ${1:-} in
     ;;
   test)
     install_missing "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+    install_s3rver
     build_main
     log "running the test suite"
     ctest --test-dir "$ROOT/build" --output-on-failure -j "$JOBS" -LE "soak|stress|asan"
     ;;
   asan)
     install_missing "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+    install_s3rver
     configure_and_build "$ROOT/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_SANITIZE=ON \
       -DSLUICE_BUILD_TESTS=ON
     log "every test under ASan+UBSan"

@@ -2,7 +2,8 @@
 # The layering rule (docs/architecture.md), checked: no project file includes one from a layer
 # above it, codec/ sees no gRPC, and the client sees it only in its transport (client/grpc/).
 #   base < codec < proto < rpc < cluster < server, client < bench < tests (base/: the status
-#   macros, which every layer may include)
+#   macros, which every layer may include); objstore/ (the object store, over libcurl) sees
+#   only base/ and is seen by the server and the client
 # Inside server/ (its rooms, each a sub-folder):
 #   runtime < metrics < storage < security < rules < service < the wiring (server/*.cc)
 # storage never includes security, rules or the service; the counters (metrics/) include nothing
@@ -19,6 +20,7 @@ status=0
 declare -A allowed=(
   [base]="base/ absl/"
   [codec]="base/ codec/ absl/"
+  [objstore]="base/ objstore/ absl/"
   [rpc]="base/ rpc/ codec/ absl/ sluice/v1/"
   [cluster]="base/ cluster/ rpc/ codec/ absl/ etcd/ spdlog/ nlohmann/"
   [server/runtime]="base/ server/runtime/ absl/"

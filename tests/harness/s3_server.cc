@@ -1,0 +1,162 @@
+#include "tests/harness/s3_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "tests/harness/etcd_process.h"
+#include "tests/harness/run_command.h"
+
+#ifndef SLUICE_S3RVER
+#define SLUICE_S3RVER ""
+#endif
+
+namespace sluice::testing {
+namespace {
+
+// Whether it answers HTTP on host:port (any status line).
+bool Answers(const std::string& host, int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  timeval tv{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+  std::string reply;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string req = "GET / HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
+    if (::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[256];
+      const ssize_t n = ::read(fd, buf, sizeof(buf));
+      if (n > 0) reply.assign(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  return reply.rfind("HTTP/1.", 0) == 0;
+}
+
+}  // namespace
+
+std::string S3Server::MotoBinary() {
+  if (const char* env = std::getenv("SLUICE_MOTO_SERVER"); env != nullptr) return env;
+  std::string out;
+  if (RunCommand("command -v moto_server", &out) != 0) return "";
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<S3Server>> S3Server::Start(const std::string& bucket, Kind kind,
+                                                          const std::string& host) {
+  std::unique_ptr<S3Server> s3(new S3Server());
+  s3->kind_ = kind;
+  if (kind == kMoto) {
+    s3->bin_ = MotoBinary();
+    if (s3->bin_.empty()) {
+      return absl::NotFoundError("no moto_server on this machine (SLUICE_MOTO_SERVER names one)");
+    }
+  } else {
+    const char* env = std::getenv("SLUICE_S3RVER");
+    s3->bin_ = env != nullptr ? env : SLUICE_S3RVER;
+    if (s3->bin_.empty() || ::access(s3->bin_.c_str(), X_OK) != 0) {
+      return absl::NotFoundError(absl::StrCat(
+          "s3rver is not installed at '", s3->bin_,
+          "' (npm's s3rver: bash deploy/dev.sh test installs it; SLUICE_S3RVER names another)"));
+    }
+  }
+  SLUICE_ASSIGN_OR_RETURN(s3->port_, FreePort(host));
+  s3->host_ = host;
+  s3->bucket_ = bucket;
+  s3->endpoint_ = absl::StrCat("http://", host, ":", s3->port_);
+  SLUICE_RETURN_IF_ERROR(s3->Launch());
+  return s3;
+}
+
+absl::Status S3Server::Launch() {
+  std::vector<std::string> args = {
+      bin_,     "--directory",         dir_.path() + "/data", "--address", host_,
+      "--port", std::to_string(port_), "--configure-bucket",  bucket_,     "--silent"};
+  if (kind_ == kMoto) args = {bin_, "-H", host_, "-p", std::to_string(port_)};
+  const std::string log = dir_.path() + "/s3rver.log";
+  ::mkdir((dir_.path() + "/data").c_str(), 0700);
+  const pid_t pid = ::fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    // (s3rver's list tokens use DES, which Node's OpenSSL 3 keeps in its legacy provider)
+    ::setenv("NODE_OPTIONS", "--openssl-legacy-provider", 1);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  pid_ = pid;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (Answers(host_, port_)) {
+      if (kind_ != kMoto) return absl::OkStatus();
+      // moto keeps nothing across starts: the bucket is made again (no auth asked by default).
+      std::string out;
+      if (RunCommand(absl::StrCat("curl --noproxy '*' -sf -X PUT ", endpoint_, "/", bucket_),
+                     &out) == 0) {
+        return absl::OkStatus();
+      }
+    }
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = 0;
+      return absl::InternalError(absl::StrCat("s3rver exited at start; see ", log));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  Stop();
+  return absl::DeadlineExceededError(absl::StrCat("s3rver did not answer in 30 s; see ", log));
+}
+
+void S3Server::Stop() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = 0;
+}
+
+absl::Status S3Server::Restart() {
+  Stop();
+  return Launch();
+}
+
+S3Server::~S3Server() { Stop(); }
+
+objstore::S3Options S3Server::Options(const std::string& prefix) const {
+  objstore::S3Options o;
+  o.bucket = bucket_;
+  o.prefix = prefix.empty() || prefix.back() == '/' ? prefix : prefix + "/";
+  o.endpoint = endpoint_;
+  o.region = "us-east-1";
+  o.path_style = true;
+  o.credentials.access_key_id = "S3RVER";  // (s3rver's own pair)
+  o.credentials.secret_access_key = "S3RVER";
+  o.credentials.source = "the test";
+  return o;
+}
+
+}  // namespace sluice::testing
