@@ -1,12 +1,98 @@
 #include "cluster/placement_codec.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
 namespace sluice {
+namespace {
+
+// An epoch changing more partitions than this is written compactly ("moves"): a server of a
+// version before it cannot read such a record (it finds no "changed" and says so), so small
+// epochs keep the form every version reads.
+constexpr size_t kCompactFrom = 256;
+
+void PutVarint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+bool GetVarint(absl::string_view* in, uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; shift < 35; shift += 7) {
+    if (in->empty()) return false;
+    const auto b = static_cast<uint8_t>(in->front());
+    in->remove_prefix(1);
+    *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+// `before` without the nodes in `removed`: what survives an epoch, in order.
+std::vector<uint32_t> Survivors(const std::vector<uint32_t>& before,
+                                const std::vector<uint32_t>& removed) {
+  std::vector<uint32_t> out;
+  for (uint32_t i : before) {
+    if (std::find(removed.begin(), removed.end(), i) == removed.end()) out.push_back(i);
+  }
+  return out;
+}
+
+std::vector<uint32_t> IndexesOf(const ShufflePlacement& p, const std::vector<std::string>& ids) {
+  std::vector<uint32_t> out;
+  for (const std::string& id : ids) {
+    auto it = std::find(p.nodes.begin(), p.nodes.end(), id);
+    if (it != p.nodes.end()) out.push_back(static_cast<uint32_t>(it - p.nodes.begin()));
+  }
+  return out;
+}
+
+// An epoch's changes as JSON fields: "changed" ([partition, replicas] each), or, for a large
+// epoch, "moves" (base64 of varints: per partition changed, in order, twice its distance from
+// the one after the one before, plus 1 when the count of servers appended to its survivors
+// follows (else they fill it up to the replication), and the appended servers' indexes: what
+// NextEpoch makes) and "other" (changes of another shape, as "changed").
+void EncodeChanges(const ShufflePlacement& p, const PlacementEpoch& e,
+                   std::vector<std::vector<uint32_t>>* current, nlohmann::json* epoch) {
+  const std::vector<uint32_t> removed = IndexesOf(p, e.removed);
+  nlohmann::json explicit_changes = nlohmann::json::array();
+  std::string moves;
+  uint32_t next = 0;
+  const bool compact = e.changed.size() > kCompactFrom;
+  for (const auto& [q, list] : e.changed) {
+    const std::vector<uint32_t> kept = Survivors((*current)[q], removed);
+    const bool appended = compact && q >= next && list.size() >= kept.size() &&
+                          std::equal(kept.begin(), kept.end(), list.begin());
+    if (appended) {
+      // (The count is left out when it fills the partition up to the replication: the usual.)
+      const size_t count = list.size() - kept.size();
+      const bool usual = kept.size() + count == p.replication;
+      PutVarint(&moves, 2 * static_cast<uint64_t>(q - next) + (usual ? 0 : 1));
+      if (!usual) PutVarint(&moves, count);
+      for (size_t i = kept.size(); i < list.size(); ++i) PutVarint(&moves, list[i]);
+      next = q + 1;
+    } else {
+      explicit_changes.push_back(nlohmann::json{q, list});
+    }
+    (*current)[q] = list;
+  }
+  if (compact) {
+    (*epoch)["moves"] = absl::Base64Escape(moves);
+    if (!explicit_changes.empty()) (*epoch)["other"] = std::move(explicit_changes);
+  } else {
+    (*epoch)["changed"] = std::move(explicit_changes);
+  }
+}
+
+}  // namespace
 
 std::string EncodePlacement(const ShufflePlacement& p) {
   nlohmann::json j{
@@ -29,10 +115,10 @@ std::string EncodePlacement(const ShufflePlacement& p) {
   }
   if (!p.epochs.empty()) {
     nlohmann::json epochs = nlohmann::json::array();
+    std::vector<std::vector<uint32_t>> current = p.first_replicas;  // (as each epoch found them)
     for (const PlacementEpoch& e : p.epochs) {
-      nlohmann::json changed = nlohmann::json::array();
-      for (const auto& [q, list] : e.changed) changed.push_back(nlohmann::json{q, list});
-      nlohmann::json epoch{{"removed", e.removed}, {"changed", changed}};
+      nlohmann::json epoch{{"removed", e.removed}};
+      EncodeChanges(p, e, &current, &epoch);
       if (!e.revoked.empty()) {
         nlohmann::json revoked = nlohmann::json::array();
         for (const auto& [m, attempt] : e.revoked) revoked.push_back(nlohmann::json{m, attempt});
@@ -134,8 +220,11 @@ absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
   }
   for (const auto& e : epochs) {
     const auto number = static_cast<uint32_t>(p.epochs.size() + 1);  // this epoch's
+    const bool compact = e.is_object() && e.contains("moves");
     if (!e.is_object() || !e.contains("removed") || !e["removed"].is_array() ||
-        !e.contains("changed") || !e["changed"].is_array()) {
+        (compact ? !e["moves"].is_string() || e.contains("changed") ||
+                       (e.contains("other") && !e["other"].is_array())
+                 : !e.contains("changed") || !e["changed"].is_array())) {
       return bad("holding an epoch without its removed servers and changed partitions");
     }
     PlacementEpoch epoch;
@@ -143,24 +232,79 @@ absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
       if (!n.is_string()) return bad("naming a removed node with something other than a string");
       epoch.removed.push_back(n.get<std::string>());
     }
-    for (const auto& c : e["changed"]) {
+    // (Each partition changes once an epoch, and from the lists the epoch before left.)
+    std::vector<bool> seen(p.total(), false);
+    const auto change = [&](uint32_t q, std::vector<uint32_t> list) {
+      seen[q] = true;
+      p.replicas[q] = list;
+      epoch.changed.emplace_back(q, std::move(list));
+    };
+    const auto valid_list = [&](const std::vector<uint32_t>& list) {
+      if (list.empty() || list.size() > p.replication) return false;
+      for (size_t i = 0; i < list.size(); ++i) {
+        if (list[i] >= p.nodes.size() ||
+            std::find(list.begin(), list.begin() + i, list[i]) != list.begin() + i) {
+          return false;
+        }
+      }
+      return true;
+    };
+    const auto changeable = [&](uint64_t q) {
+      return q < p.total() && p.BornAt(static_cast<uint32_t>(q)) < number &&
+             !seen[static_cast<uint32_t>(q)];
+    };
+    if (compact) {
+      std::string bytes;
+      if (!absl::Base64Unescape(e["moves"].get<std::string>(), &bytes)) {
+        return bad("holding an epoch's moves that are not base64");
+      }
+      const std::vector<uint32_t> removed = IndexesOf(p, epoch.removed);
+      absl::string_view in = bytes;
+      uint64_t next = 0;
+      while (!in.empty()) {
+        uint64_t word = 0, count = 0;
+        if (!GetVarint(&in, &word) || !changeable(next + word / 2) ||
+            ((word & 1) != 0 && (!GetVarint(&in, &count) || count > p.replication))) {
+          return bad("holding an epoch's move that is not [partition, servers appended]");
+        }
+        const auto q = static_cast<uint32_t>(next + word / 2);
+        std::vector<uint32_t> list = Survivors(p.replicas[q], removed);
+        if ((word & 1) == 0) count = p.replication - std::min<size_t>(list.size(), p.replication);
+        for (uint64_t i = 0; i < count; ++i) {
+          uint64_t node = 0;
+          if (!GetVarint(&in, &node) || node >= p.nodes.size()) {
+            return bad("holding an epoch's move naming a node not in its list");
+          }
+          list.push_back(static_cast<uint32_t>(node));
+        }
+        if (!valid_list(list)) {
+          return bad("holding an epoch's move whose replicas name a node twice or are too many");
+        }
+        change(q, std::move(list));
+        next = q + 1;
+      }
+    }
+    static const nlohmann::json kNone = nlohmann::json::array();
+    const nlohmann::json& listed =
+        compact ? (e.contains("other") ? e["other"] : kNone) : e["changed"];
+    for (const auto& c : listed) {
       if (!c.is_array() || c.size() != 2 || !c[0].is_number_unsigned() ||
-          c[0].get<uint64_t>() >= p.total() || p.BornAt(c[0].get<uint32_t>()) >= number ||
-          !c[1].is_array() || c[1].empty() || c[1].size() > p.replication) {
+          !changeable(c[0].get<uint64_t>()) || !c[1].is_array()) {
         return bad("holding an epoch's change that is not [partition, replicas]");
       }
       std::vector<uint32_t> list;
       for (const auto& i : c[1]) {
-        if (!i.is_number_unsigned() || i.get<uint64_t>() >= p.nodes.size() ||
-            std::find(list.begin(), list.end(), i.get<uint32_t>()) != list.end()) {
+        if (!i.is_number_unsigned() || i.get<uint64_t>() > UINT32_MAX) {
           return bad("holding an epoch's replica list naming a node twice or not in its list");
         }
         list.push_back(i.get<uint32_t>());
       }
-      const uint32_t q = c[0].get<uint32_t>();
-      p.replicas[q] = list;
-      epoch.changed.emplace_back(q, std::move(list));
+      if (!valid_list(list)) {
+        return bad("holding an epoch's replica list naming a node twice or not in its list");
+      }
+      change(c[0].get<uint32_t>(), std::move(list));
     }
+    std::sort(epoch.changed.begin(), epoch.changed.end());
     if (e.contains("revoked")) {
       if (!e["revoked"].is_array()) return bad("holding an epoch's revoked decisions not a list");
       for (const auto& r : e["revoked"]) {

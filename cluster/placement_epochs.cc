@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "cluster/placement.h"
+#include "cluster/placement_codec.h"
 #include "rpc/error_reason.h"
 
 namespace sluice {
@@ -112,6 +113,11 @@ absl::StatusOr<ShufflePlacement> NextEpoch(const ShufflePlacement& p,
     epoch.changed.emplace_back(q, std::move(list));
   }
   out.epochs.push_back(std::move(epoch));
+  if (const size_t bytes = EncodePlacement(out).size(); bytes > kMaxRecordBytes) {
+    return absl::UnavailableError(absl::StrCat("its placement record would take ", bytes,
+                                               " bytes with another epoch, more than the ",
+                                               kMaxRecordBytes, " a record takes in etcd"));
+  }
   return out;
 }
 
@@ -212,6 +218,12 @@ absl::StatusOr<std::optional<ShufflePlacement>> PlanRevive(const ShufflePlacemen
     if (id != node) others.push_back(id);
   }
   SLUICE_ASSIGN_OR_RETURN(ShufflePlacement next, NextEpoch(now, {node}, others));
+  if (const size_t bytes = EncodePlacement(next).size(); bytes > kReviveRecordBytes) {
+    return absl::UnavailableError(absl::StrCat(
+        "the shuffle's placement record would take ", bytes, " bytes with a revive's epoch, past ",
+        kReviveRecordBytes, ", where revives stop: server ", node,
+        " is taken out of it once it has been unregistered for --dead_after_s"));
+  }
   next.epochs.back().revived = true;
   return std::optional<ShufflePlacement>(std::move(next));
 }

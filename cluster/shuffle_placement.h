@@ -6,6 +6,7 @@
 #ifndef SLUICE_CLUSTER_SHUFFLE_PLACEMENT_H_
 #define SLUICE_CLUSTER_SHUFFLE_PLACEMENT_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -31,6 +32,12 @@ inline constexpr uint32_t kMaxPlacementEpochs = 64;
 /// The most of them revives may make (the rest stay for the grace, decommissions and
 /// revocations).
 inline constexpr uint32_t kMaxRevives = 16;
+/// The most bytes a record takes in etcd (whose requests are at most 1.5 MiB by default): an
+/// epoch that would make it larger is not made (placement_codec.h writes large epochs
+/// compactly; docs/cluster.md, "Bounded cost").
+inline constexpr size_t kMaxRecordBytes = 1300000;
+/// Revives stop at this size, leaving the rest for the grace's epochs.
+inline constexpr size_t kReviveRecordBytes = 1000000;
 
 /// A further segment of a huge partition (docs/cluster.md, "Huge partitions"): made when the
 /// partition's last segment grew past the shuffle's split size, on other servers, for the

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cluster/placement_store.h"
+#include "cluster/shuffle_placement.h"
 #include "rpc/error_reason.h"
 #include "tests/harness/etcd_process.h"
 #include "tests/harness/status_matchers.h"
@@ -84,6 +85,21 @@ TEST_F(EtcdClientTest, GuardedCreatesAndDeletesWithChildren) {
   EXPECT_EQ(left[0].key, "/s/job2");
   ASSERT_OK_AND_ASSIGN(existed, client_->DeleteWithChildren("/s/job"));
   EXPECT_FALSE(existed);
+}
+
+// The largest placement record (kMaxRecordBytes) is one etcd, at its default request size
+// limit, takes: created, and replaced in the guarded transaction a new epoch is written by.
+TEST_F(EtcdClientTest, TheLargestPlacementRecordIsWrittenAndReplaced) {
+  const std::string record(kMaxRecordBytes, 'r');
+  ASSERT_OK_AND_ASSIGN(EtcdCreate c, client_->CreateIfAbsent("/s/wide", record));
+  ASSERT_TRUE(c.created);
+  ASSERT_OK_AND_ASSIGN(bool replaced,
+                       client_->PutIfUnchanged("/s/wide", std::string(kMaxRecordBytes, 'q'),
+                                               c.kv.mod_revision, "/s/wide/epoch", "1"));
+  EXPECT_TRUE(replaced);
+  ASSERT_OK_AND_ASSIGN(auto back, client_->Get("/s/wide"));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->value.size(), kMaxRecordBytes);
 }
 
 TEST_F(EtcdClientTest, OfManyRacingCreatesExactlyOneWinsAndAllSeeIt) {

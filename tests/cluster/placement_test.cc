@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <string>
@@ -270,6 +271,127 @@ TEST(PlacementTest, ARevivesEpochIsMadeOnceFromTheNewestEpochAndIsBounded) {
   EXPECT_EQ(q.epoch(), kMaxRevives);
   EXPECT_THAT(PlanRevive(q, q.epoch(), q.nodes[q.replicas[0][0]], many).status(),
               StatusIs(absl::StatusCode::kUnavailable, "revives, the most it takes"));
+}
+
+// The record stays within what etcd takes (kMaxRecordBytes; its requests are 1.5 MiB by
+// default) however a shuffle loses servers: the largest shuffle a record is made for (8,192
+// partitions, R = 3), on 4 servers (each loss moves three quarters of its partitions) and on 32,
+// revived kMaxRevives times and then losing servers to the grace until no epoch more is made.
+// Large epochs are written compactly and read back exactly; old records' form still reads.
+TEST(PlacementTest, ARecordStaysWithinWhatEtcdTakesHoweverItsShuffleLosesServers) {
+  std::vector<std::string> nodes;
+  for (int i = 0; i < 100; ++i) nodes.push_back("server-" + std::to_string(i));
+  for (const size_t servers : {size_t{4}, size_t{32}}) {
+    SCOPED_TRACE(servers);
+    std::vector<std::string> live(nodes.begin(), nodes.begin() + servers);
+    ASSERT_OK_AND_ASSIGN(ShufflePlacement p,
+                         NewPlacement("a-long-shuffle-name-0123456789", 8192, 4096, 3, live));
+    size_t next_node = servers;
+    const auto lose_one = [&] {
+      const std::string out = live.front();
+      live.erase(live.begin());
+      live.push_back(nodes[next_node++ % nodes.size()]);
+      return out;
+    };
+    size_t largest = 0;
+    absl::Status last;
+    for (;;) {
+      const std::string out = lose_one();
+      absl::StatusOr<ShufflePlacement> next = p;
+      if (p.epoch() < kMaxRevives) {
+        auto r = PlanRevive(p, p.epoch(), out, live);
+        ASSERT_OK(r.status()) << "a revive refused at epoch " << p.epoch();
+        ASSERT_TRUE(r->has_value());
+        next = **r;
+      } else {
+        next = NextEpoch(p, {out}, live);
+      }
+      if (!next.ok()) {
+        last = next.status();
+        break;
+      }
+      p = *next;
+      const std::string record = EncodePlacement(p);
+      largest = std::max(largest, record.size());
+      ASSERT_LE(record.size(), kMaxRecordBytes);
+      ASSERT_OK_AND_ASSIGN(ShufflePlacement back, DecodePlacement(p.shuffle_id, record));
+      ASSERT_EQ(back.replicas, p.replicas) << "epoch " << p.epoch();
+      ASSERT_EQ(back.epochs.back().changed, p.epochs.back().changed);
+      ASSERT_EQ(back.epochs.back().revived, p.epochs.back().revived);
+    }
+    std::printf("RESULT record_%zu_servers_epochs=%u largest_bytes=%zu\n", servers, p.epoch(),
+                largest);
+    EXPECT_GE(p.epoch(), kMaxRevives) << "every revive made";
+    EXPECT_TRUE(absl::IsUnavailable(last)) << last;
+    if (servers == 32) {
+      EXPECT_EQ(p.epoch(), kMaxPlacementEpochs) << last;
+    }
+  }
+}
+
+// A record near the size etcd takes: revives stop first (the grace keeps room), then the
+// grace's epochs, each with UNAVAILABLE naming the size, before etcd would refuse the write.
+TEST(PlacementTest, RevivesAndThenEpochsStopBeforeTheRecordPassesWhatEtcdTakes) {
+  std::vector<std::string> live;
+  for (int i = 0; i < 4; ++i) live.push_back("n" + std::to_string(i));
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement p, NewPlacement("wide", 60000, 8, 3, live));
+  int next_node = 4;
+  absl::Status refused;
+  while (refused.ok()) {
+    const std::string out = live.front();
+    live.erase(live.begin());
+    live.push_back("n" + std::to_string(next_node++));
+    auto r = PlanRevive(p, p.epoch(), out, live);
+    if (!r.ok()) {
+      refused = r.status();
+    } else {
+      p = **r;
+    }
+  }
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kUnavailable, "where revives stop"));
+  EXPECT_LT(p.epoch(), kMaxRevives);
+  absl::Status full;
+  while (full.ok()) {
+    const std::string out = live.front();
+    live.erase(live.begin());
+    live.push_back("n" + std::to_string(next_node++));
+    auto next = NextEpoch(p, {out}, live);
+    if (!next.ok()) {
+      full = next.status();
+    } else {
+      p = *next;
+    }
+  }
+  EXPECT_THAT(full, StatusIs(absl::StatusCode::kUnavailable, "a record takes in etcd"));
+  EXPECT_LE(EncodePlacement(p).size(), kMaxRecordBytes);
+  std::printf(
+      "RESULT wide_record_revives_stop_after=%u epochs_stop_after=%u\n",
+      static_cast<unsigned>(std::count_if(p.epochs.begin(), p.epochs.end(),
+                                          [](const PlacementEpoch& e) { return e.revived; })),
+      p.epoch());
+}
+
+TEST(PlacementTest, ACompactEpochIsCheckedLikeAnyRecord) {
+  std::vector<std::string> nodes;
+  for (int i = 0; i < 6; ++i) nodes.push_back("n" + std::to_string(i));
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement p, NewPlacement("job", 1024, 8, 2, nodes));
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement next, NextEpoch(p, {"n0"}, {"n1", "n2", "n3", "n4", "n5"}));
+  const std::string record = EncodePlacement(next);
+  ASSERT_NE(record.find("\"moves\""), std::string::npos) << "a large epoch, written compactly";
+  EXPECT_EQ(record.find("\"changed\""), std::string::npos)
+      << "so that a server before compact epochs refuses the record rather than misread it";
+  const size_t at = record.find("\"moves\":\"") + 9;
+  std::string bad = record;
+  bad[at] = '*';
+  EXPECT_THAT(DecodePlacement("job", bad).status(),
+              StatusIs(absl::StatusCode::kDataLoss, "not base64"));
+  bad = record;
+  bad.replace(at, record.find('"', at) - at, "/////w==");  // a partition far past the last
+  EXPECT_THAT(DecodePlacement("job", bad).status(), StatusIs(absl::StatusCode::kDataLoss, "move"));
+  // A small epoch keeps the form every version reads.
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement small, NewPlacement("job", 8, 8, 2, nodes));
+  ASSERT_OK_AND_ASSIGN(small, NextEpoch(small, {"n0"}, {"n1", "n2", "n3", "n4", "n5"}));
+  EXPECT_NE(EncodePlacement(small).find("\"changed\""), std::string::npos);
 }
 
 // Huge partitions (docs/cluster.md, "Huge partitions"): a segment is decided once per full
