@@ -22,6 +22,9 @@
 #ifndef SLUICE_S3RVER
 #define SLUICE_S3RVER ""
 #endif
+#ifndef SLUICE_FAULT_PROXY
+#error "SLUICE_FAULT_PROXY must name tests/harness/s3_fault_proxy.py"
+#endif
 
 namespace sluice::testing {
 namespace {
@@ -156,6 +159,66 @@ objstore::S3Options S3Server::Options(const std::string& prefix) const {
   o.credentials.access_key_id = "S3RVER";  // (s3rver's own pair)
   o.credentials.secret_access_key = "S3RVER";
   o.credentials.source = "the test";
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<S3FaultProxy>> S3FaultProxy::Start(const S3Server& upstream) {
+  std::unique_ptr<S3FaultProxy> proxy(new S3FaultProxy(upstream));
+  const std::string host = "127.0.0.1";
+  SLUICE_ASSIGN_OR_RETURN(const int port, FreePort(host));
+  proxy->endpoint_ = absl::StrCat("http://", host, ":", port);
+  std::vector<std::string> args = {
+      "/usr/bin/python3",   SLUICE_FAULT_PROXY, host,
+      std::to_string(port), "127.0.0.1",        std::to_string(upstream.port())};
+  const pid_t pid = ::fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  proxy->pid_ = pid;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (Answers(host, port)) return proxy;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return absl::DeadlineExceededError("the S3 fault proxy did not answer in 20 s");
+}
+
+S3FaultProxy::~S3FaultProxy() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+}
+
+bool S3FaultProxy::Inject(const std::string& fault_json) {
+  std::string out;
+  std::string quoted;
+  for (char c : fault_json) {
+    if (c == '\'') {
+      quoted += "'\\''";
+    } else {
+      quoted.push_back(c);
+    }
+  }
+  return RunCommand(absl::StrCat("curl --noproxy '*' -sf -X POST --data-binary '", quoted, "' ",
+                                 endpoint_, "/__faults"),
+                    &out) == 0;
+}
+
+std::string S3FaultProxy::State() const {
+  std::string out;
+  (void)RunCommand(absl::StrCat("curl --noproxy '*' -sf ", endpoint_, "/__faults"), &out);
+  return out;
+}
+
+objstore::S3Options S3FaultProxy::Options(const std::string& prefix) const {
+  objstore::S3Options o = upstream_.Options(prefix);
+  o.endpoint = endpoint_;
   return o;
 }
 

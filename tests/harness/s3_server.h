@@ -59,6 +59,35 @@ class S3Server {
   pid_t pid_ = 0;
 };
 
+/// A fault-injecting proxy in front of an S3Server (tests/harness/s3_fault_proxy.py, Debian's
+/// python3): requests pass through unless a fault matches them first (an error answer, a 200
+/// carrying an <Error>, a stall, a reset), so that retries meet the real server behind.
+///
+///   ASSERT_OK_AND_ASSIGN(auto proxy, S3FaultProxy::Start(*s3));
+///   proxy->Inject(R"({"method": "PUT", "query": "partNumber", "count": 2, "status": 503,
+///                     "code": "SlowDown"})");
+///   S3Store::Make(proxy->Options("p"));
+class S3FaultProxy {
+ public:
+  static absl::StatusOr<std::unique_ptr<S3FaultProxy>> Start(const S3Server& upstream);
+  ~S3FaultProxy();
+  S3FaultProxy(const S3FaultProxy&) = delete;
+  S3FaultProxy& operator=(const S3FaultProxy&) = delete;
+
+  /// Adds a fault (the JSON the script takes); false if the proxy did not take it.
+  bool Inject(const std::string& fault_json);
+  /// The faults left and the requests seen, as the script's JSON.
+  std::string State() const;
+  /// The upstream's options, through the proxy.
+  objstore::S3Options Options(const std::string& prefix = "") const;
+
+ private:
+  S3FaultProxy(const S3Server& upstream) : upstream_(upstream) {}
+  const S3Server& upstream_;
+  std::string endpoint_;
+  pid_t pid_ = 0;
+};
+
 }  // namespace sluice::testing
 
 #endif  // SLUICE_TESTS_HARNESS_S3_SERVER_H_

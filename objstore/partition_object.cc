@@ -1,0 +1,183 @@
+#include "objstore/partition_object.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace sluice::objstore {
+namespace {
+
+constexpr char kFooterMagic[4] = {'S', 'L', 'P', 'O'};
+constexpr char kTrailerMagic[4] = {'S', 'L', 'P', 'E'};
+constexpr uint8_t kVersion = 1;
+constexpr size_t kFrameEntryBytes = 32;
+constexpr size_t kWinnerEntryBytes = 12;
+
+template <typename T>
+void Put(std::string* out, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+// Reads little-endian values off the front of a view, remembering a short read.
+class Reader {
+ public:
+  explicit Reader(absl::string_view in) : in_(in) {}
+  template <typename T>
+  T Get() {
+    if (in_.size() < sizeof(T)) {
+      short_ = true;
+      return 0;
+    }
+    T v = 0;
+    for (size_t i = 0; i < sizeof(T); ++i) {
+      v |= static_cast<T>(static_cast<uint8_t>(in_[i])) << (8 * i);
+    }
+    in_.remove_prefix(sizeof(T));
+    return v;
+  }
+  absl::string_view Bytes(size_t n) {
+    if (in_.size() < n) {
+      short_ = true;
+      return {};
+    }
+    absl::string_view out = in_.substr(0, n);
+    in_.remove_prefix(n);
+    return out;
+  }
+  size_t left() const { return in_.size(); }
+  bool short_read() const { return short_; }
+
+ private:
+  absl::string_view in_;
+  bool short_ = false;
+};
+
+absl::Status Damaged(const std::string& why) {
+  return absl::DataLossError(absl::StrCat("partition object: ", why));
+}
+
+}  // namespace
+
+std::string EncodeFooter(const PartitionObjectFooter& f) {
+  std::string out(kFooterMagic, 4);
+  out.push_back(static_cast<char>(kVersion));
+  out.append(3, '\0');
+  Put<uint32_t>(&out, f.partition);
+  Put<uint32_t>(&out, static_cast<uint32_t>(f.shuffle_id.size()));
+  out += f.shuffle_id;
+  Put<uint32_t>(&out, static_cast<uint32_t>(f.winners.size()));
+  for (const auto& [mapper, attempt] : f.winners) {
+    Put<uint32_t>(&out, mapper);
+    Put<uint64_t>(&out, attempt);
+  }
+  Put<uint32_t>(&out, static_cast<uint32_t>(f.frames.size()));
+  for (const ObjectFrame& fr : f.frames) {
+    Put<uint32_t>(&out, fr.mapper);
+    Put<uint64_t>(&out, fr.attempt);
+    Put<uint64_t>(&out, fr.offset);
+    Put<uint32_t>(&out, fr.size);
+    Put<uint32_t>(&out, fr.records);
+    Put<uint32_t>(&out, fr.uncompressed);
+  }
+  Put<uint64_t>(&out, XXH3_64bits(out.data(), out.size()));
+  const uint64_t footer = out.size();
+  std::string trailer;
+  Put<uint64_t>(&trailer, footer);
+  trailer.append(kTrailerMagic, 4);
+  Put<uint32_t>(&trailer, static_cast<uint32_t>(XXH3_64bits(trailer.data(), trailer.size())));
+  return out + trailer;
+}
+
+absl::StatusOr<uint64_t> FooterSize(absl::string_view trailer, uint64_t object_size) {
+  if (trailer.size() != kTrailerBytes || object_size < kTrailerBytes) {
+    return Damaged(absl::StrCat("an object of ", object_size, " bytes has no trailer"));
+  }
+  Reader r(trailer);
+  const uint64_t footer = r.Get<uint64_t>();
+  const absl::string_view magic = r.Bytes(4);
+  const uint32_t check = r.Get<uint32_t>();
+  if (magic != absl::string_view(kTrailerMagic, 4) ||
+      check != static_cast<uint32_t>(XXH3_64bits(trailer.data(), 12))) {
+    return Damaged("its trailer is not one (magic or checksum)");
+  }
+  if (footer < 4 + 4 + 4 + 4 + 4 + 4 + 8 || footer > kMaxFooterBytes ||
+      footer > object_size - kTrailerBytes) {
+    return Damaged(absl::StrCat("its trailer gives a footer of ", footer, " bytes in an object of ",
+                                object_size));
+  }
+  return footer;
+}
+
+absl::StatusOr<PartitionObjectFooter> DecodeFooter(absl::string_view bytes, uint64_t object_size,
+                                                   absl::string_view shuffle_id,
+                                                   uint32_t partition) {
+  if (bytes.size() < 8 || bytes.size() > kMaxFooterBytes ||
+      object_size < bytes.size() + kTrailerBytes) {
+    return Damaged("its footer does not fit the object");
+  }
+  if (Reader(bytes.substr(bytes.size() - 8)).Get<uint64_t>() !=
+      XXH3_64bits(bytes.data(), bytes.size() - 8)) {
+    return Damaged("its footer's checksum does not match");
+  }
+  Reader r(bytes.substr(0, bytes.size() - 8));
+  if (r.Bytes(4) != absl::string_view(kFooterMagic, 4) || r.Get<uint8_t>() != kVersion) {
+    return Damaged("its footer is not a version 1 footer");
+  }
+  r.Bytes(3);
+  PartitionObjectFooter f;
+  f.partition = r.Get<uint32_t>();
+  const uint32_t id_len = r.Get<uint32_t>();
+  f.shuffle_id = std::string(r.Bytes(id_len));
+  if (r.short_read() || f.shuffle_id != shuffle_id || f.partition != partition) {
+    return Damaged(absl::StrCat("it holds partition ", f.partition, " of shuffle '", f.shuffle_id,
+                                "', not partition ", partition, " of '", shuffle_id, "'"));
+  }
+  const uint32_t winners = r.Get<uint32_t>();
+  if (r.short_read() || uint64_t{winners} * kWinnerEntryBytes > r.left()) {
+    return Damaged("its footer lists more winners than it holds");
+  }
+  for (uint32_t i = 0; i < winners; ++i) {
+    const uint32_t mapper = r.Get<uint32_t>();
+    const uint64_t attempt = r.Get<uint64_t>();
+    if (!f.winners.empty() && mapper <= f.winners.back().first) {
+      return Damaged("its winners are not in mapper order, once each");
+    }
+    f.winners.emplace_back(mapper, attempt);
+  }
+  const uint32_t frames = r.Get<uint32_t>();
+  if (r.short_read() || uint64_t{frames} * kFrameEntryBytes != r.left()) {
+    return Damaged("its footer's frame list is not the size it says");
+  }
+  const uint64_t frames_end = object_size - kTrailerBytes - bytes.size();
+  uint64_t at = 0;
+  f.frames.reserve(frames);
+  for (uint32_t i = 0; i < frames; ++i) {
+    ObjectFrame fr;
+    fr.mapper = r.Get<uint32_t>();
+    fr.attempt = r.Get<uint64_t>();
+    fr.offset = r.Get<uint64_t>();
+    fr.size = r.Get<uint32_t>();
+    fr.records = r.Get<uint32_t>();
+    fr.uncompressed = r.Get<uint32_t>();
+    if (fr.offset != at || fr.size == 0 || fr.offset + fr.size > frames_end) {
+      return Damaged(absl::StrCat("its frame ", i, " is not where the frame before it ends"));
+    }
+    at = fr.offset + fr.size;
+    auto w = std::lower_bound(
+        f.winners.begin(), f.winners.end(), fr.mapper,
+        [](const std::pair<uint32_t, uint64_t>& a, uint32_t m) { return a.first < m; });
+    if (w == f.winners.end() || w->first != fr.mapper || w->second != fr.attempt) {
+      return Damaged(absl::StrCat("its frame ", i, " is of mapper ", fr.mapper, " attempt ",
+                                  fr.attempt, ", not a winner it lists"));
+    }
+    f.frames.push_back(fr);
+  }
+  if (at != frames_end) {
+    return Damaged(absl::StrCat("its frames end at ", at, ", its footer starts at ", frames_end));
+  }
+  return f;
+}
+
+}  // namespace sluice::objstore

@@ -1,0 +1,110 @@
+// partition_object.h: a partition's object's footer and trailer, round trip and every damage
+// found (no store: the bytes alone).
+#include "objstore/partition_object.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "tests/harness/status_matchers.h"
+
+namespace sluice::objstore {
+namespace {
+
+using ::sluice::testing::StatusIs;
+
+// Frames of random sizes from the given winners (mapper 2 has none here), and their footer.
+PartitionObjectFooter Sample(std::string* frames) {
+  PartitionObjectFooter f;
+  f.shuffle_id = "job-7";
+  f.partition = 12;
+  f.winners = {{0, 100}, {1, 101}, {2, 5}, {3, 77}};
+  std::mt19937 rng(3);
+  for (uint32_t m : {0u, 1u, 3u, 0u, 3u}) {
+    ObjectFrame fr;
+    fr.mapper = m;
+    fr.attempt = m == 0 ? 100 : m == 1 ? 101 : 77;
+    fr.offset = frames->size();
+    fr.size = 10 + rng() % 500;
+    fr.records = rng() % 40;
+    fr.uncompressed = fr.size * 3;
+    for (uint32_t i = 0; i < fr.size; ++i) frames->push_back(static_cast<char>(rng()));
+    f.frames.push_back(fr);
+  }
+  return f;
+}
+
+absl::StatusOr<PartitionObjectFooter> Read(const std::string& object,
+                                           absl::string_view id = "job-7",
+                                           uint32_t partition = 12) {
+  SLUICE_ASSIGN_OR_RETURN(
+      uint64_t footer,
+      FooterSize(absl::string_view(object).substr(object.size() - kTrailerBytes), object.size()));
+  return DecodeFooter(
+      absl::string_view(object).substr(object.size() - kTrailerBytes - footer, footer),
+      object.size(), id, partition);
+}
+
+TEST(PartitionObjectTest, AFooterRoundTrips) {
+  std::string frames;
+  const PartitionObjectFooter f = Sample(&frames);
+  const std::string object = frames + EncodeFooter(f);
+  ASSERT_OK_AND_ASSIGN(PartitionObjectFooter back, Read(object));
+  EXPECT_EQ(back.shuffle_id, f.shuffle_id);
+  EXPECT_EQ(back.partition, f.partition);
+  EXPECT_EQ(back.winners, f.winners);
+  EXPECT_EQ(back.frames, f.frames);
+  EXPECT_EQ(back.frames_bytes(), frames.size());
+}
+
+TEST(PartitionObjectTest, AnEmptyPartitionStillNamesItsWinners) {
+  PartitionObjectFooter f;
+  f.shuffle_id = "s";
+  f.partition = 0;
+  f.winners = {{0, 1}, {1, 1}};
+  ASSERT_OK_AND_ASSIGN(PartitionObjectFooter back, Read(EncodeFooter(f), "s", 0));
+  EXPECT_EQ(back.winners, f.winners);
+  EXPECT_TRUE(back.frames.empty());
+}
+
+// (The frames' own bytes are checked by their checksums when read: docs/frame-format.md.)
+TEST(PartitionObjectTest, EveryByteOfTheFooterAndTrailerIsChecked) {
+  std::string frames;
+  const PartitionObjectFooter f = Sample(&frames);
+  const std::string full = frames + EncodeFooter(f);
+  for (size_t i = frames.size(); i < full.size(); ++i) {
+    std::string bad = full;
+    bad[i] ^= 0x20;
+    EXPECT_FALSE(Read(bad).ok()) << "byte " << i - frames.size() << " of the footer";
+  }
+}
+
+TEST(PartitionObjectTest, DamageIsNamed) {
+  std::string frames;
+  PartitionObjectFooter f = Sample(&frames);
+  const std::string object = frames + EncodeFooter(f);
+  EXPECT_THAT(Read(object, "job-8"), StatusIs(absl::StatusCode::kDataLoss, "not partition 12"));
+  EXPECT_THAT(Read(object, "job-7", 13), StatusIs(absl::StatusCode::kDataLoss, "of 'job-7'"));
+  EXPECT_THAT(FooterSize("short", 5), StatusIs(absl::StatusCode::kDataLoss, "no trailer"));
+  // Cut short: the footer no longer ends where the trailer says.
+  const std::string cut = object.substr(0, 100) + object.substr(object.size() - 40);
+  EXPECT_FALSE(Read(cut).ok());
+  // The encoder trusts its caller; the decoder does not.
+  PartitionObjectFooter gap = f;
+  gap.frames[1].offset += 1;
+  EXPECT_THAT(Read(frames + "x" + EncodeFooter(gap)),
+              StatusIs(absl::StatusCode::kDataLoss, "frame 1 is not where"));
+  PartitionObjectFooter loser = f;
+  loser.frames[2].attempt = 99;
+  EXPECT_THAT(Read(frames + EncodeFooter(loser)),
+              StatusIs(absl::StatusCode::kDataLoss, "not a winner it lists"));
+  PartitionObjectFooter unordered = f;
+  std::swap(unordered.winners[0], unordered.winners[1]);
+  EXPECT_THAT(Read(frames + EncodeFooter(unordered)),
+              StatusIs(absl::StatusCode::kDataLoss, "mapper order"));
+  EXPECT_THAT(Read(frames + "tail" + EncodeFooter(f)),
+              StatusIs(absl::StatusCode::kDataLoss, "its frames end at"));
+}
+
+}  // namespace
+}  // namespace sluice::objstore
