@@ -245,4 +245,38 @@ absl::StatusOr<std::map<uint32_t, MapperDecision>> EtcdPlacementStore::ParseDeci
   return out;
 }
 
+absl::StatusOr<std::pair<ObjectRecord, bool>> EtcdPlacementStore::RecordObject(
+    const std::string& shuffle_id, uint32_t partition, const ObjectRecord& record) {
+  // Only while the shuffle is recorded: a late upload of a deleted shuffle leaves no record.
+  auto created = etcd_->CreateIfAbsent(absl::StrCat(ObjectsPrefix(shuffle_id), partition),
+                                       EncodeObjectRecord(record), 0, Key(shuffle_id));
+  if (absl::IsNotFound(created.status())) {
+    return absl::NotFoundError("it is not recorded in the cluster (deleted?)");
+  }
+  if (!created.ok()) return created.status();
+  if (created->created) return std::make_pair(record, true);
+  auto recorded = DecodeObjectRecord(created->kv.value);
+  if (!recorded.ok()) return recorded.status();
+  return std::make_pair(*std::move(recorded), false);
+}
+
+absl::StatusOr<std::map<uint32_t, ObjectRecord>> EtcdPlacementStore::Objects(
+    const std::string& shuffle_id) {
+  const std::string prefix = ObjectsPrefix(shuffle_id);
+  auto kvs = etcd_->GetPrefix(prefix);
+  if (!kvs.ok()) return kvs.status();
+  std::map<uint32_t, ObjectRecord> out;
+  for (const EtcdKeyValue& kv : *kvs) {
+    uint32_t partition = 0;
+    if (!absl::SimpleAtoi(absl::string_view(kv.key).substr(prefix.size()), &partition)) {
+      return absl::DataLossError(
+          absl::StrCat("an object record in etcd has the key '", kv.key, "', not a partition's"));
+    }
+    auto r = DecodeObjectRecord(kv.value);
+    if (!r.ok()) return r.status();
+    out.emplace(partition, *std::move(r));
+  }
+  return out;
+}
+
 }  // namespace sluice

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "cluster/etcd_client.h"
+#include "cluster/object_record.h"
 #include "cluster/placement_codec.h"
 #include "cluster/placement_epochs.h"
 #include "cluster/shuffle_placement.h"
@@ -106,10 +107,21 @@ class PlacementStore {
   virtual absl::Status SetDecommissioning(const std::string& node_id) = 0;
   /// The servers being decommissioned.
   virtual absl::StatusOr<std::vector<std::string>> Decommissioning() = 0;
+
+  /// Records `record` as partition `partition`'s object (docs/object-store.md, "The commit
+  /// point") unless one is recorded: the recorded one either way, and whether this call
+  /// recorded it (an uploader that lost deletes its own object). NOT_FOUND once the shuffle is
+  /// not recorded (a late upload of a deleted shuffle leaves no record).
+  virtual absl::StatusOr<std::pair<ObjectRecord, bool>> RecordObject(
+      const std::string& shuffle_id, uint32_t partition, const ObjectRecord& record) = 0;
+  /// Every partition's recorded object.
+  virtual absl::StatusOr<std::map<uint32_t, ObjectRecord>> Objects(
+      const std::string& shuffle_id) = 0;
 };
 
 /// The record in etcd: shuffles/<id> (the placement's JSON), shuffles/<id>/mappers/<m> (a
-/// decision, created only if absent and only while shuffles/<id> exists) and owners/<id> (an
+/// decision, created only if absent and only while shuffles/<id> exists),
+/// shuffles/<id>/objects/<partition> (an object record, the same way) and owners/<id> (an
 /// index of ids, made and removed in the record's transactions; shuffles recorded before the
 /// index existed are not counted by CountWithPrefix).
 class EtcdPlacementStore final : public PlacementStore {
@@ -145,6 +157,10 @@ class EtcdPlacementStore final : public PlacementStore {
       const std::string& shuffle_id, uint32_t full, const std::vector<std::string>& live) override;
   absl::Status SetDecommissioning(const std::string& node_id) override;
   absl::StatusOr<std::vector<std::string>> Decommissioning() override;
+  absl::StatusOr<std::pair<ObjectRecord, bool>> RecordObject(const std::string& shuffle_id,
+                                                             uint32_t partition,
+                                                             const ObjectRecord& record) override;
+  absl::StatusOr<std::map<uint32_t, ObjectRecord>> Objects(const std::string& shuffle_id) override;
 
  private:
   std::string Key(const std::string& shuffle_id) const {
@@ -155,6 +171,9 @@ class EtcdPlacementStore final : public PlacementStore {
   }
   std::string MappersPrefix(const std::string& shuffle_id) const {
     return Key(shuffle_id) + "/mappers/";
+  }
+  std::string ObjectsPrefix(const std::string& shuffle_id) const {
+    return Key(shuffle_id) + "/objects/";
   }
   // The decisions under `prefix` (MappersPrefix) that `kvs` hold.
   static absl::StatusOr<std::map<uint32_t, MapperDecision>> ParseDecisions(

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "cluster/object_record.h"
 #include "cluster/placement_store.h"
 #include "cluster/shuffle_placement.h"
 #include "rpc/error_reason.h"
@@ -85,6 +86,51 @@ TEST_F(EtcdClientTest, GuardedCreatesAndDeletesWithChildren) {
   EXPECT_EQ(left[0].key, "/s/job2");
   ASSERT_OK_AND_ASSIGN(existed, client_->DeleteWithChildren("/s/job"));
   EXPECT_FALSE(existed);
+}
+
+// A partition's object is recorded once (docs/object-store.md, "The commit point"): of
+// uploaders racing to record theirs, one wins and every one learns which; a record stands for
+// the partition only while its winners are the decisions; a deleted shuffle takes its records
+// and takes none after.
+TEST_F(EtcdClientTest, OfRacingUploadersOneObjectIsRecordedAndTheShuffleTakesItsRecords) {
+  EtcdOptions options;
+  options.endpoints = etcd_->endpoint();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<EtcdClient> etcd, EtcdClient::Connect(options));
+  EtcdPlacementStore store(std::shared_ptr<EtcdClient>(std::move(etcd)), "/sluice/test/");
+  ASSERT_OK(store.Create("job", 4, 2, 2, {"n0", "n1", "n2"}).status());
+  ASSERT_OK(store.DecideMapper("job", 0, 10, 0).status());
+  ASSERT_OK(store.DecideMapper("job", 1, 11, 0).status());
+  std::vector<std::thread> racers;
+  std::vector<std::pair<ObjectRecord, bool>> got(8);
+  for (int i = 0; i < 8; ++i) {
+    racers.emplace_back([&, i] {
+      ObjectRecord mine{"job/p2-n" + std::to_string(i), 1000u + i, "etag",
+                        "n" + std::to_string(i),        3,         {{0, 10}, {1, 11}}};
+      auto r = store.RecordObject("job", 2, mine);
+      ASSERT_TRUE(r.ok()) << r.status();
+      got[i] = *r;
+    });
+  }
+  for (std::thread& t : racers) t.join();
+  int created = 0;
+  for (const auto& [record, mine] : got) {
+    created += mine ? 1 : 0;
+    EXPECT_EQ(record, got[0].first) << "every racer learns the one recorded";
+  }
+  EXPECT_EQ(created, 1);
+  ASSERT_OK_AND_ASSIGN(auto objects, store.Objects("job"));
+  ASSERT_EQ(objects.size(), 1u);
+  EXPECT_EQ(objects.at(2), got[0].first);
+  ASSERT_OK_AND_ASSIGN(auto decided, store.Decisions("job"));
+  EXPECT_TRUE(StandsFor(objects.at(2), decided, 2));
+  ASSERT_OK(store.Revoke("job", {1}, 0).status());
+  ASSERT_OK_AND_ASSIGN(decided, store.Decisions("job"));
+  EXPECT_FALSE(StandsFor(objects.at(2), decided, 2)) << "a revocation makes it stale";
+  ASSERT_OK(store.Delete("job").status());
+  ASSERT_OK_AND_ASSIGN(objects, store.Objects("job"));
+  EXPECT_TRUE(objects.empty());
+  EXPECT_THAT(store.RecordObject("job", 2, got[0].first),
+              StatusIs(absl::StatusCode::kNotFound, "not recorded"));
 }
 
 // The largest placement record (kMaxRecordBytes) is one etcd, at its default request size

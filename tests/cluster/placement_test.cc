@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster/object_record.h"
 #include "cluster/placement_store.h"
 #include "tests/harness/status_matchers.h"
 
@@ -474,6 +475,30 @@ TEST(PlacementTest, ASegmentIsDecidedOnceOnOtherServersAndTakesPartInEpochs) {
   // A shuffle of the most partitions has no slot to split into.
   EXPECT_EQ(SegmentSlots(1u << 16), 0u);
   EXPECT_EQ(SegmentSlots((1u << 16) - 10), 10u);
+}
+
+// An object record round-trips; a malformed one is DATA_LOSS naming what is wrong; it stands
+// for its partition only while its winners are every mapper's decision.
+TEST(ObjectRecordTest, ARecordRoundTripsIsCheckedAndStandsForItsDecisions) {
+  const ObjectRecord r{"job/p7-n1-1a2b", 123456789012u, "abc-3", "n1", 40, {{0, 5}, {2, 9}}};
+  ASSERT_OK_AND_ASSIGN(ObjectRecord back, DecodeObjectRecord(EncodeObjectRecord(r)));
+  EXPECT_EQ(back, r);
+  EXPECT_THAT(DecodeObjectRecord("[]").status(),
+              StatusIs(absl::StatusCode::kDataLoss, "not a JSON object"));
+  std::string bad = EncodeObjectRecord(r);
+  bad.replace(bad.find("[2,9]"), 5, "[0,9]");
+  EXPECT_THAT(DecodeObjectRecord(bad).status(),
+              StatusIs(absl::StatusCode::kDataLoss, "mapper order"));
+  bad = EncodeObjectRecord(r);
+  bad.replace(bad.find("\"size\""), 6, "\"sise\"");
+  EXPECT_THAT(DecodeObjectRecord(bad).status(), StatusIs(absl::StatusCode::kDataLoss, "'size'"));
+  std::map<uint32_t, MapperDecision> decided{{0, {5, 0}}, {2, {9, 1}}};
+  EXPECT_TRUE(StandsFor(r, decided, 0));
+  EXPECT_FALSE(StandsFor(r, decided, 3)) << "mapper 1 of 3 is not decided";
+  decided[2].attempt = 10;
+  EXPECT_FALSE(StandsFor(r, decided, 0)) << "another winner";
+  decided.erase(2);
+  EXPECT_FALSE(StandsFor(r, decided, 0));
 }
 
 }  // namespace

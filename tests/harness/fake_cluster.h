@@ -62,6 +62,7 @@ class FakePlacementStore final : public PlacementStore {
     std::lock_guard<std::mutex> lock(mu_);
     if (absl::Status st = Call(); !st.ok()) return st;
     decisions_.erase(id);
+    objects_.erase(id);
     return shuffles_.erase(id) != 0;
   }
   absl::StatusOr<std::optional<ShufflePlacement>> Get(
@@ -155,6 +156,21 @@ class FakePlacementStore final : public PlacementStore {
     if (absl::Status st = Call(); !st.ok()) return st;
     return std::vector<std::string>(decommissioning_.begin(), decommissioning_.end());
   }
+  absl::StatusOr<std::pair<ObjectRecord, bool>> RecordObject(const std::string& id,
+                                                             uint32_t partition,
+                                                             const ObjectRecord& record) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Status st = Call(); !st.ok()) return st;
+    if (shuffles_.count(id) == 0) return absl::NotFoundError("not recorded");
+    auto [it, created] = objects_[id].emplace(partition, record);
+    return std::make_pair(it->second, created);
+  }
+  absl::StatusOr<std::map<uint32_t, ObjectRecord>> Objects(const std::string& id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Status st = Call(); !st.ok()) return st;
+    auto it = objects_.find(id);
+    return it == objects_.end() ? std::map<uint32_t, ObjectRecord>() : it->second;
+  }
 
  private:
   absl::Status Call() {
@@ -166,6 +182,7 @@ class FakePlacementStore final : public PlacementStore {
   int calls_ = 0;
   std::map<std::string, ShufflePlacement> shuffles_;
   std::map<std::string, std::map<uint32_t, MapperDecision>> decisions_;
+  std::map<std::string, std::map<uint32_t, ObjectRecord>> objects_;
   std::set<std::string> decommissioning_;
 };
 
