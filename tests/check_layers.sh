@@ -5,7 +5,8 @@
 #   macros, which every layer may include); objstore/ (the object store, over libcurl) sees
 #   only base/ and is seen by the server and the client
 # Inside server/ (its rooms, each a sub-folder):
-#   runtime < metrics < storage < security < rules < service < the wiring (server/*.cc)
+#   runtime < metrics < storage < tier < security < rules < service < the wiring (server/*.cc)
+# (tier/: the object tier, over storage and objstore/)
 # storage never includes security, rules or the service; the counters (metrics/) include nothing
 # of the server's; gRPC is seen only by service/ and the wiring.
 # bench/ sees the wire protocol (sluice/v1/) only where a bench plays a misbehaving client
@@ -27,10 +28,12 @@ declare -A allowed=(
   [server/net]="base/ server/net/ absl/ spdlog/"
   [server/metrics]="base/ server/metrics/ absl/"
   [server/storage]="base/ server/storage/ server/runtime/ server/metrics/ codec/ absl/ spdlog/"
+  [server/tier]="base/ server/tier/ server/storage/ server/runtime/ server/metrics/ objstore/
+                 codec/ absl/ spdlog/"
   [server/security]="base/ server/security/ server/storage/shuffle_id.h server/runtime/ rpc/tls.h
                      rpc/tls_options.h codec/ absl/ spdlog/"
   [server/rules]="base/ server/rules/ server/security/ server/storage/ server/runtime/
-                  server/metrics/
+                  server/metrics/ server/tier/ objstore/
                   cluster/ rpc/error_reason.h codec/ absl/ spdlog/"
   [server/service]="base/ server/ cluster/ rpc/ codec/ absl/ sluice/v1/ spdlog/"
   [server]="base/ server/ cluster/ rpc/ codec/ absl/ sluice/v1/ spdlog/"
