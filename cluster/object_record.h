@@ -27,6 +27,9 @@ struct ObjectRecord {
   uint32_t frames = 0;
   /// (mapper, attempt) of every winner the object stands for, mappers ascending.
   std::vector<std::pair<uint32_t, uint64_t>> winners;
+  /// The record's mod revision in etcd (not part of the record; 0 when not read from etcd):
+  /// what replacing it when it no longer stands is conditioned on.
+  int64_t revision = 0;
   bool operator==(const ObjectRecord& o) const {
     return key == o.key && size == o.size && etag == o.etag && by == o.by && frames == o.frames &&
            winners == o.winners;

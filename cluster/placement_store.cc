@@ -246,10 +246,26 @@ absl::StatusOr<std::map<uint32_t, MapperDecision>> EtcdPlacementStore::ParseDeci
 }
 
 absl::StatusOr<std::pair<ObjectRecord, bool>> EtcdPlacementStore::RecordObject(
-    const std::string& shuffle_id, uint32_t partition, const ObjectRecord& record) {
+    const std::string& shuffle_id, uint32_t partition, const ObjectRecord& record, int64_t stale) {
+  const std::string key = absl::StrCat(ObjectsPrefix(shuffle_id), partition);
+  if (stale != 0) {
+    // Replaces the stale record only if it is still the one (a record goes with its shuffle,
+    // so a deleted shuffle's is gone and nothing is written).
+    auto put = etcd_->PutIfUnchanged(key, EncodeObjectRecord(record), stale);
+    if (!put.ok()) return put.status();
+    if (!*put) {
+      auto kv = etcd_->Get(key);
+      if (!kv.ok()) return kv.status();
+      if (!kv->has_value()) return absl::NotFoundError("it is not recorded in the cluster");
+      auto now = DecodeObjectRecord((*kv)->value);
+      if (!now.ok()) return now.status();
+      now->revision = (*kv)->mod_revision;
+      return std::make_pair(*std::move(now), false);
+    }
+    return std::make_pair(record, true);
+  }
   // Only while the shuffle is recorded: a late upload of a deleted shuffle leaves no record.
-  auto created = etcd_->CreateIfAbsent(absl::StrCat(ObjectsPrefix(shuffle_id), partition),
-                                       EncodeObjectRecord(record), 0, Key(shuffle_id));
+  auto created = etcd_->CreateIfAbsent(key, EncodeObjectRecord(record), 0, Key(shuffle_id));
   if (absl::IsNotFound(created.status())) {
     return absl::NotFoundError("it is not recorded in the cluster (deleted?)");
   }
@@ -257,6 +273,7 @@ absl::StatusOr<std::pair<ObjectRecord, bool>> EtcdPlacementStore::RecordObject(
   if (created->created) return std::make_pair(record, true);
   auto recorded = DecodeObjectRecord(created->kv.value);
   if (!recorded.ok()) return recorded.status();
+  recorded->revision = created->kv.mod_revision;
   return std::make_pair(*std::move(recorded), false);
 }
 
@@ -274,6 +291,7 @@ absl::StatusOr<std::map<uint32_t, ObjectRecord>> EtcdPlacementStore::Objects(
     }
     auto r = DecodeObjectRecord(kv.value);
     if (!r.ok()) return r.status();
+    r->revision = kv.mod_revision;
     out.emplace(partition, *std::move(r));
   }
   return out;

@@ -110,10 +110,14 @@ class PlacementStore {
 
   /// Records `record` as partition `partition`'s object (docs/object-store.md, "The commit
   /// point") unless one is recorded: the recorded one either way, and whether this call
-  /// recorded it (an uploader that lost deletes its own object). NOT_FOUND once the shuffle is
-  /// not recorded (a late upload of a deleted shuffle leaves no record).
-  virtual absl::StatusOr<std::pair<ObjectRecord, bool>> RecordObject(
-      const std::string& shuffle_id, uint32_t partition, const ObjectRecord& record) = 0;
+  /// recorded it (an uploader that lost deletes its own object). With `stale` (the revision of
+  /// a record that no longer stands for the partition: StandsFor), replaces that record if it
+  /// is still the one recorded. NOT_FOUND once the shuffle is not recorded (a late upload of a
+  /// deleted shuffle leaves no record).
+  virtual absl::StatusOr<std::pair<ObjectRecord, bool>> RecordObject(const std::string& shuffle_id,
+                                                                     uint32_t partition,
+                                                                     const ObjectRecord& record,
+                                                                     int64_t stale = 0) = 0;
   /// Every partition's recorded object.
   virtual absl::StatusOr<std::map<uint32_t, ObjectRecord>> Objects(
       const std::string& shuffle_id) = 0;
@@ -159,7 +163,8 @@ class EtcdPlacementStore final : public PlacementStore {
   absl::StatusOr<std::vector<std::string>> Decommissioning() override;
   absl::StatusOr<std::pair<ObjectRecord, bool>> RecordObject(const std::string& shuffle_id,
                                                              uint32_t partition,
-                                                             const ObjectRecord& record) override;
+                                                             const ObjectRecord& record,
+                                                             int64_t stale = 0) override;
   absl::StatusOr<std::map<uint32_t, ObjectRecord>> Objects(const std::string& shuffle_id) override;
 
  private:

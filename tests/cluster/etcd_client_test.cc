@@ -115,21 +115,38 @@ TEST_F(EtcdClientTest, OfRacingUploadersOneObjectIsRecordedAndTheShuffleTakesIts
   int created = 0;
   for (const auto& [record, mine] : got) {
     created += mine ? 1 : 0;
-    EXPECT_EQ(record, got[0].first) << "every racer learns the one recorded";
+    EXPECT_EQ(record.key, got[0].first.key) << "every racer learns the one recorded";
   }
   EXPECT_EQ(created, 1);
   ASSERT_OK_AND_ASSIGN(auto objects, store.Objects("job"));
   ASSERT_EQ(objects.size(), 1u);
-  EXPECT_EQ(objects.at(2), got[0].first);
+  EXPECT_EQ(objects.at(2).key, got[0].first.key);
+  EXPECT_GT(objects.at(2).revision, 0);
   ASSERT_OK_AND_ASSIGN(auto decided, store.Decisions("job"));
   EXPECT_TRUE(StandsFor(objects.at(2), decided, 2));
   ASSERT_OK(store.Revoke("job", {1}, 0).status());
   ASSERT_OK_AND_ASSIGN(decided, store.Decisions("job"));
   EXPECT_FALSE(StandsFor(objects.at(2), decided, 2)) << "a revocation makes it stale";
+  // A stale record is replaced once: by the first uploader naming its revision.
+  ASSERT_OK(store.DecideMapper("job", 1, 21, 1).status());
+  ASSERT_OK_AND_ASSIGN(decided, store.Decisions("job"));
+  const ObjectRecord fresh{"job/p2-new", 9, "e2", "n1", 3, {{0, 10}, {1, 21}}};
+  const int64_t stale = objects.at(2).revision;
+  ASSERT_OK_AND_ASSIGN(auto replaced, store.RecordObject("job", 2, fresh, stale));
+  EXPECT_TRUE(replaced.second);
+  ObjectRecord late = fresh;
+  late.key = "job/p2-late";
+  ASSERT_OK_AND_ASSIGN(auto lost, store.RecordObject("job", 2, late, stale));
+  EXPECT_FALSE(lost.second) << "the stale record was replaced already";
+  EXPECT_EQ(lost.first.key, "job/p2-new");
+  ASSERT_OK_AND_ASSIGN(objects, store.Objects("job"));
+  EXPECT_TRUE(StandsFor(objects.at(2), decided, 2));
   ASSERT_OK(store.Delete("job").status());
   ASSERT_OK_AND_ASSIGN(objects, store.Objects("job"));
   EXPECT_TRUE(objects.empty());
   EXPECT_THAT(store.RecordObject("job", 2, got[0].first),
+              StatusIs(absl::StatusCode::kNotFound, "not recorded"));
+  EXPECT_THAT(store.RecordObject("job", 2, fresh, stale),
               StatusIs(absl::StatusCode::kNotFound, "not recorded"));
 }
 

@@ -158,11 +158,18 @@ class FakePlacementStore final : public PlacementStore {
   }
   absl::StatusOr<std::pair<ObjectRecord, bool>> RecordObject(const std::string& id,
                                                              uint32_t partition,
-                                                             const ObjectRecord& record) override {
+                                                             const ObjectRecord& record,
+                                                             int64_t stale = 0) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (absl::Status st = Call(); !st.ok()) return st;
     if (shuffles_.count(id) == 0) return absl::NotFoundError("not recorded");
-    auto [it, created] = objects_[id].emplace(partition, record);
+    ObjectRecord mine = record;
+    mine.revision = ++object_revision_;
+    auto [it, created] = objects_[id].emplace(partition, mine);
+    if (!created && stale != 0 && it->second.revision == stale) {
+      it->second = mine;
+      created = true;
+    }
     return std::make_pair(it->second, created);
   }
   absl::StatusOr<std::map<uint32_t, ObjectRecord>> Objects(const std::string& id) override {
@@ -183,6 +190,7 @@ class FakePlacementStore final : public PlacementStore {
   std::map<std::string, ShufflePlacement> shuffles_;
   std::map<std::string, std::map<uint32_t, MapperDecision>> decisions_;
   std::map<std::string, std::map<uint32_t, ObjectRecord>> objects_;
+  int64_t object_revision_ = 0;
   std::set<std::string> decommissioning_;
 };
 
