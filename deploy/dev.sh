@@ -153,6 +153,13 @@ case ${1:-} in
     mkdir -p "$work/arrow"
     "$ROOT/build-fuzz/tests/arrow_batch_fuzzer" -max_total_time="$secs" -rss_limit_mb=2048 \
       -print_final_stats=1 "$work/arrow"
+    log "fuzzing a partition object's trailer and footer for ${secs}s"
+    mkdir -p "$work/footer" "$work/xml"
+    "$ROOT/build-fuzz/tests/object_footer_fuzzer" -max_total_time="$secs" -rss_limit_mb=2048 \
+      -print_final_stats=1 "$work/footer"
+    log "fuzzing the object store's XML answers for ${secs}s"
+    "$ROOT/build-fuzz/tests/s3_xml_fuzzer" -max_total_time="$secs" -rss_limit_mb=2048 \
+      -print_final_stats=1 "$work/xml" "$ROOT/tests/fuzz/corpus_xml"
     ;;
   compare)
     install_missing "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"

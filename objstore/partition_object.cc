@@ -125,7 +125,9 @@ absl::StatusOr<PartitionObjectFooter> DecodeFooter(absl::string_view bytes, uint
   if (r.Bytes(4) != absl::string_view(kFooterMagic, 4) || r.Get<uint8_t>() != kVersion) {
     return Damaged("its footer is not a version 1 footer");
   }
-  r.Bytes(3);
+  if (r.Bytes(3) != absl::string_view("\0\0\0", 3)) {
+    return Damaged("its footer's reserved bytes are not zero");
+  }
   PartitionObjectFooter f;
   f.partition = r.Get<uint32_t>();
   const uint32_t id_len = r.Get<uint32_t>();

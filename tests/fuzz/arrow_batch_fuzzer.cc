@@ -37,6 +37,14 @@ constexpr int64_t kHostile[] = {-1,
 const char* const kFormats[] = {"c", "s", "i", "l", "C", "S", "I",    "L",  "f",  "g",
                                 "b", "u", "U", "z", "Z", "n", "tsu:", "+s", "+l", ""};
 
+// a + b, held at the ends of int64_t (hostile offsets and lengths are near them; the harness's
+// own sums must not overflow).
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) return b > 0 ? INT64_MAX : INT64_MIN;
+  return r;
+}
+
 // What the batch's pieces point to, kept until the reader is done.
 struct Arena {
   std::vector<std::unique_ptr<std::vector<uint8_t>>> blobs;
@@ -44,7 +52,7 @@ struct Arena {
   const uint8_t* Blob(size_t n, FuzzedDataProvider& in) {
     auto b = std::make_unique<std::vector<uint8_t>>(n);
     const std::vector<uint8_t> bytes = in.ConsumeBytes<uint8_t>(n);
-    std::memcpy(b->data(), bytes.data(), bytes.size());
+    if (!bytes.empty()) std::memcpy(b->data(), bytes.data(), bytes.size());
     blobs.push_back(std::move(b));
     return blobs.back()->data();
   }
@@ -103,9 +111,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int64_t extra = in.ConsumeIntegralInRange<int64_t>(0, 3);
     a.offset = col_offset;
     // Long enough for the batch's rows, or (refused) one short, or negative.
-    a.length = in.ConsumeIntegralInRange<int>(0, 15) == 0
-                   ? -1
-                   : length + offset + extra - (in.ConsumeBool() ? 0 : 1);
+    a.length =
+        in.ConsumeIntegralInRange<int>(0, 15) == 0
+            ? -1
+            : SaturatingAdd(SaturatingAdd(length, offset), extra - (in.ConsumeBool() ? 0 : 1));
     a.null_count = in.ConsumeIntegralInRange<int>(0, 2) == 0 ? 0 : in.ConsumeIntegralInRange(-1, 3);
     // The rows the reader may read: [0, end) of each buffer's units.
     const int64_t end = column_hostile ? 0 : offset + col_offset + length;

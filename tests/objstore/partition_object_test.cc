@@ -3,6 +3,7 @@
 #include "objstore/partition_object.h"
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <random>
 
@@ -77,6 +78,19 @@ TEST(PartitionObjectTest, EveryByteOfTheFooterAndTrailerIsChecked) {
     bad[i] ^= 0x20;
     EXPECT_FALSE(Read(bad).ok()) << "byte " << i - frames.size() << " of the footer";
   }
+}
+
+// One encoding: a footer whose checksums hold but whose reserved bytes are not zero is not one
+// (found by tests/fuzz/object_footer_fuzzer.cc: it decoded, and encoded back otherwise).
+TEST(PartitionObjectTest, ReservedBytesMustBeZero) {
+  std::string frames;
+  const PartitionObjectFooter f = Sample(&frames);
+  std::string tail = EncodeFooter(f);
+  const size_t footer = tail.size() - kTrailerBytes;
+  tail[5] = 1;
+  const uint64_t sum = XXH3_64bits(tail.data(), footer - 8);
+  for (int i = 0; i < 8; ++i) tail[footer - 8 + i] = static_cast<char>((sum >> (8 * i)) & 0xff);
+  EXPECT_THAT(Read(frames + tail), StatusIs(absl::StatusCode::kDataLoss, "reserved bytes"));
 }
 
 TEST(PartitionObjectTest, DamageIsNamed) {
