@@ -36,13 +36,9 @@ absl::StatusOr<int> FreePort(const std::string& host) {
   return ntohs(addr.sin_port);
 }
 
-namespace {
-
-// Whether etcd's HTTP /health on host:port says it is healthy. (A gRPC connection made before
-// etcd serves is held until a connect timeout, ~10 s; this asks first.)
-bool Healthy(const std::string& host, int port) {
+std::string HttpReply(const std::string& host, int port, const std::string& path) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
+  if (fd < 0) return "";
   timeval tv{1, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   sockaddr_in addr{};
@@ -51,7 +47,7 @@ bool Healthy(const std::string& host, int port) {
   ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
   std::string reply;
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string req = "GET /health HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
+    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
     if (::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
       char buf[1024];
       ssize_t n;
@@ -59,7 +55,15 @@ bool Healthy(const std::string& host, int port) {
     }
   }
   ::close(fd);
-  return reply.find("\"health\":\"true\"") != std::string::npos;
+  return reply;
+}
+
+namespace {
+
+// Whether etcd's HTTP /health on host:port says it is healthy. (A gRPC connection made before
+// etcd serves is held until a connect timeout, ~10 s; this asks first.)
+bool Healthy(const std::string& host, int port) {
+  return HttpReply(host, port, "/health").find("\"health\":\"true\"") != std::string::npos;
 }
 
 }  // namespace

@@ -20,6 +20,10 @@ namespace sluice::testing {
 
 /// A port that was free on `host` (an IPv4 address) a moment ago: the kernel's pick for port 0.
 absl::StatusOr<int> FreePort(const std::string& host);
+/// What an HTTP/1.0 GET of `path` on host:port answers, status line first, read until the
+/// server closes or 1 s passes without a byte; empty when nothing answers. What the harnesses
+/// wait for their children by.
+std::string HttpReply(const std::string& host, int port, const std::string& path);
 
 class EtcdProcess {
  public:

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -31,25 +32,7 @@ namespace {
 
 // Whether it answers HTTP on host:port (any status line).
 bool Answers(const std::string& host, int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
-  timeval tv{1, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
-  std::string reply;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string req = "GET / HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
-    if (::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
-      char buf[256];
-      const ssize_t n = ::read(fd, buf, sizeof(buf));
-      if (n > 0) reply.assign(buf, static_cast<size_t>(n));
-    }
-  }
-  ::close(fd);
-  return reply.rfind("HTTP/1.", 0) == 0;
+  return HttpReply(host, port, "/").rfind("HTTP/1.", 0) == 0;
 }
 
 }  // namespace
@@ -220,6 +203,13 @@ objstore::S3Options S3FaultProxy::Options(const std::string& prefix) const {
   objstore::S3Options o = upstream_.Options(prefix);
   o.endpoint = endpoint_;
   return o;
+}
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
 }
 
 }  // namespace sluice::testing

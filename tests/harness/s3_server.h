@@ -11,6 +11,7 @@
 #ifndef SLUICE_TESTS_HARNESS_S3_SERVER_H_
 #define SLUICE_TESTS_HARNESS_S3_SERVER_H_
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
 #include <memory>
@@ -87,6 +88,33 @@ class S3FaultProxy {
   std::string endpoint_;
   pid_t pid_ = 0;
 };
+
+/// The object-store suites' fixture: each test runs on s3rver and on moto_server (skipped where
+/// the machine has none), the server started in SetUp.
+///
+///   class MyTest : public S3ServerTest {};
+///   TEST_P(MyTest, ...) { ... s3_->Options("p") ... }
+///   INSTANTIATE_TEST_SUITE_P(Servers, MyTest, S3ServerKinds(), S3ServerName);
+class S3ServerTest : public ::testing::TestWithParam<S3Server::Kind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == S3Server::kMoto && S3Server::MotoBinary().empty()) {
+      GTEST_SKIP() << "no moto_server on this machine";
+    }
+    auto s3 = S3Server::Start("sluice-test", GetParam());
+    ASSERT_TRUE(s3.ok()) << s3.status();
+    s3_ = std::move(s3).value();
+  }
+  std::unique_ptr<S3Server> s3_;
+};
+
+inline auto S3ServerKinds() { return ::testing::Values(S3Server::kS3rver, S3Server::kMoto); }
+inline std::string S3ServerName(const ::testing::TestParamInfo<S3Server::Kind>& p) {
+  return p.param == S3Server::kMoto ? "Moto" : "S3rver";
+}
+
+/// `n` pseudo-random bytes from `seed` (the same for the same seed).
+std::string RandomBytes(size_t n, uint32_t seed);
 
 }  // namespace sluice::testing
 

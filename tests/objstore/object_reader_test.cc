@@ -17,15 +17,16 @@ using ::sluice::testing::DecodeRows;
 using ::sluice::testing::EncodeRows;
 using ::sluice::testing::Rows;
 using ::sluice::testing::S3Server;
+using ::sluice::testing::S3ServerKinds;
+using ::sluice::testing::S3ServerName;
+using ::sluice::testing::S3ServerTest;
 using ::sluice::testing::StatusIs;
 
-class ObjectReaderTest : public ::testing::TestWithParam<S3Server::Kind> {
+class ObjectReaderTest : public S3ServerTest {
  protected:
   void SetUp() override {
-    if (GetParam() == S3Server::kMoto && S3Server::MotoBinary().empty()) {
-      GTEST_SKIP() << "no moto_server on this machine";
-    }
-    ASSERT_OK_AND_ASSIGN(s3_, S3Server::Start("sluice-test", GetParam()));
+    S3ServerTest::SetUp();
+    if (s3_ == nullptr) return;
     ASSERT_OK_AND_ASSIGN(store_, S3Store::Make(s3_->Options("r")));
   }
   // Uploads `frames` (mapper i % mappers, attempt 100 + mapper) as partition 5 of "job" under
@@ -54,7 +55,6 @@ class ObjectReaderTest : public ::testing::TestWithParam<S3Server::Kind> {
     EXPECT_TRUE(info.ok()) << info.status();
     return info.ok() ? info->size : 0;
   }
-  std::unique_ptr<S3Server> s3_;
   std::unique_ptr<S3Store> store_;
 };
 
@@ -138,11 +138,7 @@ TEST_P(ObjectReaderTest, ADamagedOrCutObjectIsNamedNotRead) {
   EXPECT_FALSE(PartitionObjectReader::Open(store_.get(), {"job/ok", size + 100}, "job", 5).ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(Servers, ObjectReaderTest,
-                         ::testing::Values(S3Server::kS3rver, S3Server::kMoto),
-                         [](const ::testing::TestParamInfo<S3Server::Kind>& p) {
-                           return std::string(p.param == S3Server::kMoto ? "Moto" : "S3rver");
-                         });
+INSTANTIATE_TEST_SUITE_P(Servers, ObjectReaderTest, S3ServerKinds(), S3ServerName);
 
 }  // namespace
 }  // namespace sluice::objstore

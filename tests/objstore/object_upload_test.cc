@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <random>
 
 #include "objstore/partition_object.h"
 #include "tests/harness/s3_server.h"
@@ -15,23 +14,18 @@
 namespace sluice::objstore {
 namespace {
 
+using ::sluice::testing::RandomBytes;
 using ::sluice::testing::S3Server;
+using ::sluice::testing::S3ServerKinds;
+using ::sluice::testing::S3ServerName;
+using ::sluice::testing::S3ServerTest;
 using ::sluice::testing::StatusIs;
 
-std::string Bytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-class ObjectUploadTest : public ::testing::TestWithParam<S3Server::Kind> {
+class ObjectUploadTest : public S3ServerTest {
  protected:
   void SetUp() override {
-    if (GetParam() == S3Server::kMoto && S3Server::MotoBinary().empty()) {
-      GTEST_SKIP() << "no moto_server on this machine";
-    }
-    ASSERT_OK_AND_ASSIGN(s3_, S3Server::Start("sluice-test", GetParam()));
+    S3ServerTest::SetUp();
+    if (s3_ == nullptr) return;
     ASSERT_OK_AND_ASSIGN(store_, S3Store::Make(s3_->Options("up")));
   }
   UploadOptions Parts(int parallel = 2) {
@@ -40,12 +34,11 @@ class ObjectUploadTest : public ::testing::TestWithParam<S3Server::Kind> {
     o.parallel_parts = parallel;
     return o;
   }
-  std::unique_ptr<S3Server> s3_;
   std::unique_ptr<S3Store> store_;
 };
 
 TEST_P(ObjectUploadTest, BytesBecomePartsOfOneSizeAndOneObject) {
-  const std::string all = Bytes(2 * kMinPartBytes + 123457, 1);
+  const std::string all = RandomBytes(2 * kMinPartBytes + 123457, 1);
   ASSERT_OK_AND_ASSIGN(auto up, ObjectUpload::Start(store_.get(), "s/p1", Parts()));
   for (size_t at = 0; at < all.size(); at += 777777) ASSERT_OK(up->Append(all.substr(at, 777777)));
   ASSERT_OK_AND_ASSIGN(ObjectInfo info, up->Finish());
@@ -64,7 +57,7 @@ TEST_P(ObjectUploadTest, BytesBecomePartsOfOneSizeAndOneObject) {
 }
 
 TEST_P(ObjectUploadTest, ExactlyFullPartsSendNoEmptyLastPart) {
-  const std::string all = Bytes(2 * kMinPartBytes, 2);
+  const std::string all = RandomBytes(2 * kMinPartBytes, 2);
   ASSERT_OK_AND_ASSIGN(auto up, ObjectUpload::Start(store_.get(), "s/p2", Parts(1)));
   ASSERT_OK(up->Append(all));
   ASSERT_OK_AND_ASSIGN(ObjectInfo info, up->Finish());
@@ -86,7 +79,7 @@ TEST_P(ObjectUploadTest, ASmallObjectIsOnePut) {
 TEST_P(ObjectUploadTest, AnUploadDroppedBeforeItsEndLeavesNothing) {
   {
     ASSERT_OK_AND_ASSIGN(auto up, ObjectUpload::Start(store_.get(), "s/dropped", Parts()));
-    ASSERT_OK(up->Append(Bytes(kMinPartBytes + 10, 3)));
+    ASSERT_OK(up->Append(RandomBytes(kMinPartBytes + 10, 3)));
   }  // (dropped: aborted)
   EXPECT_EQ(store_->counters().start_upload, 1u);
   EXPECT_EQ(store_->counters().abort_upload, 1u);
@@ -100,9 +93,9 @@ TEST_P(ObjectUploadTest, AnUploadDroppedBeforeItsEndLeavesNothing) {
 TEST_P(ObjectUploadTest, AStoreThatFailsMidUploadFailsItUnavailable) {
   store_->set_retries(2, 0.01, 0.01);
   ASSERT_OK_AND_ASSIGN(auto up, ObjectUpload::Start(store_.get(), "s/failed", Parts(1)));
-  ASSERT_OK(up->Append(Bytes(kMinPartBytes, 4)));
+  ASSERT_OK(up->Append(RandomBytes(kMinPartBytes, 4)));
   s3_->Stop();
-  absl::Status st = up->Append(Bytes(kMinPartBytes, 5));
+  absl::Status st = up->Append(RandomBytes(kMinPartBytes, 5));
   if (st.ok()) st = up->Finish().status();
   EXPECT_THAT(st, StatusIs(absl::StatusCode::kUnavailable, "after 2 tries"));
   EXPECT_GE(store_->counters().abort_upload, 1u) << "it tried to abort";
@@ -112,7 +105,7 @@ TEST_P(ObjectUploadTest, TheRateLimitHoldsUploadsBack) {
   RateLimiter limit(20e6);  // 20 MB/s
   UploadOptions o = Parts(4);
   o.limiter = &limit;
-  const std::string all = Bytes(4 * kMinPartBytes, 6);
+  const std::string all = RandomBytes(4 * kMinPartBytes, 6);
   const auto start = std::chrono::steady_clock::now();
   ASSERT_OK_AND_ASSIGN(auto up, ObjectUpload::Start(store_.get(), "s/slow", o));
   ASSERT_OK(up->Append(all));
@@ -149,7 +142,7 @@ TEST_P(ObjectUploadTest, APartitionObjectIsReadBackByRanges) {
                    static_cast<uint32_t>(200000 + i * 1000),
                    7,
                    0};
-    frames += Bytes(fr.size, 100 + i);
+    frames += RandomBytes(fr.size, 100 + i);
     f.frames.push_back(fr);
   }
   ASSERT_OK_AND_ASSIGN(auto up, ObjectUpload::Start(store_.get(), "job/p3", Parts(3)));
@@ -169,11 +162,7 @@ TEST_P(ObjectUploadTest, APartitionObjectIsReadBackByRanges) {
   EXPECT_TRUE(frame == frames.substr(across.offset, across.size));
 }
 
-INSTANTIATE_TEST_SUITE_P(Servers, ObjectUploadTest,
-                         ::testing::Values(S3Server::kS3rver, S3Server::kMoto),
-                         [](const ::testing::TestParamInfo<S3Server::Kind>& p) {
-                           return std::string(p.param == S3Server::kMoto ? "Moto" : "S3rver");
-                         });
+INSTANTIATE_TEST_SUITE_P(Servers, ObjectUploadTest, S3ServerKinds(), S3ServerName);
 
 }  // namespace
 }  // namespace sluice::objstore

@@ -4,8 +4,6 @@
 // keeps failing. s3rver always, moto_server where present.
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include "objstore/object_upload.h"
 #include "tests/harness/s3_server.h"
 #include "tests/harness/status_matchers.h"
@@ -13,24 +11,19 @@
 namespace sluice::objstore {
 namespace {
 
+using ::sluice::testing::RandomBytes;
 using ::sluice::testing::S3FaultProxy;
 using ::sluice::testing::S3Server;
+using ::sluice::testing::S3ServerKinds;
+using ::sluice::testing::S3ServerName;
+using ::sluice::testing::S3ServerTest;
 using ::sluice::testing::StatusIs;
 
-std::string Bytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-class S3FaultsTest : public ::testing::TestWithParam<S3Server::Kind> {
+class S3FaultsTest : public S3ServerTest {
  protected:
   void SetUp() override {
-    if (GetParam() == S3Server::kMoto && S3Server::MotoBinary().empty()) {
-      GTEST_SKIP() << "no moto_server on this machine";
-    }
-    ASSERT_OK_AND_ASSIGN(s3_, S3Server::Start("sluice-test", GetParam()));
+    S3ServerTest::SetUp();
+    if (s3_ == nullptr) return;
     ASSERT_OK_AND_ASSIGN(proxy_, S3FaultProxy::Start(*s3_));
     S3Options o = proxy_->Options("f");
     o.backoff_first_s = 0.05;
@@ -47,7 +40,6 @@ class S3FaultsTest : public ::testing::TestWithParam<S3Server::Kind> {
     SLUICE_RETURN_IF_ERROR(up->Append(bytes));
     return up->Finish();
   }
-  std::unique_ptr<S3Server> s3_;
   std::unique_ptr<S3FaultProxy> proxy_;
   std::unique_ptr<S3Store> store_, direct_;  // (direct_: the real server, no proxy)
 };
@@ -60,7 +52,7 @@ TEST_P(S3FaultsTest, SlowDownAndServerErrorsAreRetriedToOneWholeObject) {
   ASSERT_TRUE(proxy_->Inject(
       R"({"method": "POST", "query": "uploadId", "count": 1, "status": 200, "code": "InternalError"})"))
       << "a 200 CompleteMultipartUpload carrying an error";
-  const std::string all = Bytes(2 * kMinPartBytes + 1000, 1);
+  const std::string all = RandomBytes(2 * kMinPartBytes + 1000, 1);
   ASSERT_OK_AND_ASSIGN(ObjectInfo info, Upload("s/p", all));
   EXPECT_EQ(info.size, all.size());
   EXPECT_EQ(store_->counters().retries, 4u);
@@ -69,11 +61,11 @@ TEST_P(S3FaultsTest, SlowDownAndServerErrorsAreRetriedToOneWholeObject) {
 }
 
 TEST_P(S3FaultsTest, AStalledAnswerIsAbandonedAndAskedAgain) {
-  ASSERT_OK(direct_->Put("k", Bytes(100000, 2)));
+  ASSERT_OK(direct_->Put("k", RandomBytes(100000, 2)));
   ASSERT_TRUE(proxy_->Inject(R"({"method": "GET", "count": 1, "stall_s": 4})"));
   const auto start = std::chrono::steady_clock::now();
   ASSERT_OK_AND_ASSIGN(std::string back, store_->Get("k"));
-  EXPECT_EQ(back, Bytes(100000, 2));
+  EXPECT_EQ(back, RandomBytes(100000, 2));
   EXPECT_EQ(store_->counters().get, 2u);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(3900))
       << "given up at the stall timeout (1 s here), not at the stall's end";
@@ -90,7 +82,7 @@ TEST_P(S3FaultsTest, AResetConnectionIsRetried) {
 TEST_P(S3FaultsTest, AStoreThatKeepsFailingFailsTheUploadUnavailableAndLeavesNoUpload) {
   ASSERT_TRUE(proxy_->Inject(
       R"({"method": "PUT", "query": "partNumber", "count": -1, "status": 503, "code": "SlowDown"})"));
-  EXPECT_THAT(Upload("s/never", Bytes(2 * kMinPartBytes, 3)).status(),
+  EXPECT_THAT(Upload("s/never", RandomBytes(2 * kMinPartBytes, 3)).status(),
               StatusIs(absl::StatusCode::kUnavailable, "SlowDown"));
   EXPECT_THAT(direct_->Head("s/never"), StatusIs(absl::StatusCode::kNotFound, ""));
   EXPECT_EQ(store_->counters().abort_upload, 1u);
@@ -109,11 +101,7 @@ TEST_P(S3FaultsTest, ARefusalIsNotRetried) {
   EXPECT_EQ(store_->counters().retries, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Servers, S3FaultsTest,
-                         ::testing::Values(S3Server::kS3rver, S3Server::kMoto),
-                         [](const ::testing::TestParamInfo<S3Server::Kind>& p) {
-                           return std::string(p.param == S3Server::kMoto ? "Moto" : "S3rver");
-                         });
+INSTANTIATE_TEST_SUITE_P(Servers, S3FaultsTest, S3ServerKinds(), S3ServerName);
 
 }  // namespace
 }  // namespace sluice::objstore

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <random>
 #include <thread>
 
 #include "tests/harness/s3_server.h"
@@ -15,33 +14,27 @@
 namespace sluice::objstore {
 namespace {
 
+using ::sluice::testing::RandomBytes;
 using ::sluice::testing::S3Server;
+using ::sluice::testing::S3ServerKinds;
+using ::sluice::testing::S3ServerName;
+using ::sluice::testing::S3ServerTest;
 using ::sluice::testing::StatusIs;
 
-std::string Bytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-class S3StoreTest : public ::testing::TestWithParam<S3Server::Kind> {
+class S3StoreTest : public S3ServerTest {
  protected:
   void SetUp() override {
-    if (GetParam() == S3Server::kMoto && S3Server::MotoBinary().empty()) {
-      GTEST_SKIP() << "no moto_server on this machine";
-    }
-    ASSERT_OK_AND_ASSIGN(s3_, S3Server::Start("sluice-test", GetParam()));
+    S3ServerTest::SetUp();
+    if (s3_ == nullptr) return;
     ASSERT_OK_AND_ASSIGN(store_, S3Store::Make(s3_->Options("shuffles/t")));
   }
-  std::unique_ptr<S3Server> s3_;
   std::unique_ptr<S3Store> store_;
 };
 
 TEST_P(S3StoreTest, AnObjectIsWrittenReadInRangesAndDeleted) {
   std::string all;
   for (int i = 0; i < 256; ++i) all.push_back(static_cast<char>(i));
-  all += Bytes(100000, 1);
+  all += RandomBytes(100000, 1);
   ASSERT_OK(store_->Put("a/b.obj", all));
   ASSERT_OK_AND_ASSIGN(std::string back, store_->Get("a/b.obj"));
   EXPECT_EQ(back, all);
@@ -84,7 +77,7 @@ TEST_P(S3StoreTest, AListReadsEveryPageUnderItsPrefixOnly) {
 }
 
 TEST_P(S3StoreTest, AMultipartUploadCompletesToOneObject) {
-  const std::string first = Bytes(kMinPartBytes, 2), second = Bytes(1 << 20, 3);
+  const std::string first = RandomBytes(kMinPartBytes, 2), second = RandomBytes(1 << 20, 3);
   ASSERT_OK_AND_ASSIGN(std::string id, store_->StartUpload("big/obj"));
   ASSERT_OK_AND_ASSIGN(std::string e1, store_->UploadPart("big/obj", id, 1, first));
   ASSERT_OK_AND_ASSIGN(std::string e2, store_->UploadPart("big/obj", id, 2, second));
@@ -114,7 +107,7 @@ TEST_P(S3StoreTest, AMultipartUploadCompletesToOneObject) {
 TEST_P(S3StoreTest, AnAbortedUploadLeavesNothing) {
   if (!s3_->lists_uploads()) GTEST_SKIP() << "s3rver has no AbortMultipartUpload";
   ASSERT_OK_AND_ASSIGN(std::string id, store_->StartUpload("gone/obj"));
-  ASSERT_OK(store_->UploadPart("gone/obj", id, 1, Bytes(1000, 4)).status());
+  ASSERT_OK(store_->UploadPart("gone/obj", id, 1, RandomBytes(1000, 4)).status());
   ASSERT_OK(store_->AbortUpload("gone/obj", id));
   ASSERT_OK_AND_ASSIGN(std::vector<UploadInfo> open, store_->ListUploads(""));
   EXPECT_TRUE(open.empty());
@@ -147,11 +140,11 @@ TEST_P(S3StoreTest, ACallRidesOutAStoreThatComesBack) {
     std::this_thread::sleep_for(std::chrono::milliseconds(600));
     ASSERT_OK(s3_->Restart());
   });
-  EXPECT_OK(store_->Put("k", Bytes(1000, 5)));
+  EXPECT_OK(store_->Put("k", RandomBytes(1000, 5)));
   back.join();
   EXPECT_GE(store_->counters().retries, 1u);
   ASSERT_OK_AND_ASSIGN(std::string v, store_->Get("k"));
-  EXPECT_EQ(v, Bytes(1000, 5));
+  EXPECT_EQ(v, RandomBytes(1000, 5));
 }
 
 TEST_P(S3StoreTest, ErrorsNameTheCallNeverTheSecret) {
@@ -180,11 +173,7 @@ TEST_P(S3StoreTest, CountersCountRequestsByType) {
   EXPECT_GE(c.bytes_received, 3u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Servers, S3StoreTest,
-                         ::testing::Values(S3Server::kS3rver, S3Server::kMoto),
-                         [](const ::testing::TestParamInfo<S3Server::Kind>& p) {
-                           return std::string(p.param == S3Server::kMoto ? "Moto" : "S3rver");
-                         });
+INSTANTIATE_TEST_SUITE_P(Servers, S3StoreTest, S3ServerKinds(), S3ServerName);
 
 }  // namespace
 }  // namespace sluice::objstore

@@ -17,6 +17,8 @@ namespace {
 
 using store_test::MakeFrame;
 using testing::S3Server;
+using testing::S3ServerKinds;
+using testing::S3ServerName;
 using testing::StatusIs;
 
 class PartitionUploadTest : public store_test::ShuffleStoreTest,
@@ -120,11 +122,7 @@ TEST_P(PartitionUploadTest, ADamagedFrameFailsTheUploadAndLeavesNoObject) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Servers, PartitionUploadTest,
-                         ::testing::Values(S3Server::kS3rver, S3Server::kMoto),
-                         [](const ::testing::TestParamInfo<S3Server::Kind>& p) {
-                           return std::string(p.param == S3Server::kMoto ? "Moto" : "S3rver");
-                         });
+INSTANTIATE_TEST_SUITE_P(Servers, PartitionUploadTest, S3ServerKinds(), S3ServerName);
 
 }  // namespace
 }  // namespace sluice
