@@ -308,6 +308,13 @@ absl::StatusOr<std::unique_ptr<S3Store>> S3Store::Make(S3Options options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "object store ", options.Url(), ": bucket, endpoint, region and credentials needed"));
   }
+  if (!options.prefix.empty() &&
+      (options.prefix.back() != '/' ||
+       !ValidObjectKey(absl::string_view(options.prefix).substr(0, options.prefix.size() - 1)))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "object store prefix '", options.prefix,
+        "': letters, digits and \"/-_.\", ending in '/' (S3OptionsFromUrl makes one)"));
+  }
   if (options.max_attempts < 1 || options.backoff_first_s < 0 || options.stall_timeout_s < 1 ||
       options.connect_timeout_s < 1) {
     return absl::InvalidArgumentError("object store: retries and timeouts must be positive");

@@ -54,6 +54,11 @@ TEST_P(S3StoreTest, AnObjectIsWrittenReadInRangesAndDeleted) {
 }
 
 TEST_P(S3StoreTest, KeysOutsideTheSafeAlphabetAreRefusedBeforeAnyRequest) {
+  S3Options bad = s3_->Options();
+  bad.prefix = "a b/";
+  EXPECT_THAT(S3Store::Make(bad), StatusIs(absl::StatusCode::kInvalidArgument, "prefix 'a b/'"));
+  bad.prefix = "nodelimiter";
+  EXPECT_THAT(S3Store::Make(bad), StatusIs(absl::StatusCode::kInvalidArgument, "ending in '/'"));
   EXPECT_THAT(store_->Put("a b", "x"), StatusIs(absl::StatusCode::kInvalidArgument, "'a b'"));
   EXPECT_THAT(store_->Get("../x"), StatusIs(absl::StatusCode::kInvalidArgument, ""));
   EXPECT_EQ(store_->counters().requests(), 0u);
