@@ -24,11 +24,21 @@ bool ValidBucket(absl::string_view b) {
   return absl::ascii_isalnum(b.front()) && absl::ascii_isalnum(b.back());
 }
 
+// Letters, digits and "/-_.~": what SigV4 leaves unescaped in a canonical URI (and '/'), so a
+// key is its own canonical URI. (A shuffle id is of these: a tenant's holds '~'.)
 bool ValidKeyText(absl::string_view s) {
   for (char c : s) {
-    if (!(absl::ascii_isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.')) {
+    if (!(absl::ascii_isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~')) {
       return false;
     }
+  }
+  return true;
+}
+
+// No empty segment, and none that is "." or "..".
+bool ValidSegments(absl::string_view s) {
+  for (absl::string_view seg : absl::StrSplit(s, '/')) {
+    if (seg.empty() || seg == "." || seg == "..") return false;
   }
   return true;
 }
@@ -67,8 +77,13 @@ std::string Redacted(absl::string_view key_id) {
 }  // namespace
 
 bool ValidObjectKey(absl::string_view key) {
-  return !key.empty() && key.size() <= 900 && ValidKeyText(key) && !absl::StrContains(key, "//") &&
-         !absl::StrContains(key, "..") && key.front() != '/';
+  return !key.empty() && key.size() <= 900 && ValidKeyText(key) && ValidSegments(key);
+}
+
+bool ValidKeyPrefix(absl::string_view prefix) {
+  if (prefix.empty()) return true;
+  absl::ConsumeSuffix(&prefix, "/");
+  return ValidObjectKey(prefix);
 }
 
 std::string S3Options::Url() const { return absl::StrCat("s3://", bucket, "/", prefix); }

@@ -66,11 +66,14 @@ struct S3Options {
 
 /// The bucket and prefix of `url` (s3://bucket[/prefix]); the rest left for the caller.
 /// INVALID_ARGUMENT naming what is wrong: another scheme, no bucket, a bucket name S3 refuses,
-/// or a prefix with characters other than letters, digits and "/-_.".
+/// or a prefix with characters other than letters, digits and "/-_.~" or a "." or ".." segment.
 absl::StatusOr<S3Options> S3OptionsFromUrl(absl::string_view url);
-/// Whether `key` may name an object under a prefix: letters, digits and "/-_." (no "..", no
-/// empty path segment), so that it is its own canonical URI when signed.
+/// Whether `key` may name an object under a prefix: letters, digits and "/-_.~" (what SigV4
+/// leaves unescaped), no empty, "." or ".." path segment, so that it is its own canonical URI
+/// when signed. Every shuffle id is such a segment.
 bool ValidObjectKey(absl::string_view key);
+/// A prefix keys are listed by: empty, or a valid key with or without a '/' after it.
+bool ValidKeyPrefix(absl::string_view prefix);
 
 /// Reads a variable of an environment (nullopt: unset).
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;

@@ -313,7 +313,7 @@ absl::StatusOr<std::unique_ptr<S3Store>> S3Store::Make(S3Options options) {
        !ValidObjectKey(absl::string_view(options.prefix).substr(0, options.prefix.size() - 1)))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "object store prefix '", options.prefix,
-        "': letters, digits and \"/-_.\", ending in '/' (S3OptionsFromUrl makes one)"));
+        "': letters, digits and \"/-_.~\", ending in '/' (S3OptionsFromUrl makes one)"));
   }
   if (options.max_attempts < 1 || options.backoff_first_s < 0 || options.stall_timeout_s < 1 ||
       options.connect_timeout_s < 1) {
@@ -417,7 +417,7 @@ absl::Status S3Store::Delete(absl::string_view key) {
 }
 
 absl::StatusOr<std::vector<ObjectInfo>> S3Store::List(absl::string_view key_prefix) {
-  if (!key_prefix.empty() && !ValidObjectKey(key_prefix)) {
+  if (!ValidKeyPrefix(key_prefix)) {
     return absl::InvalidArgumentError(absl::StrCat("object store prefix '", key_prefix, "'"));
   }
   std::vector<ObjectInfo> all;
@@ -540,7 +540,7 @@ absl::Status S3Store::AbortUpload(absl::string_view key, const std::string& uplo
 }
 
 absl::StatusOr<std::vector<UploadInfo>> S3Store::ListUploads(absl::string_view key_prefix) {
-  if (!key_prefix.empty() && !ValidObjectKey(key_prefix)) {
+  if (!ValidKeyPrefix(key_prefix)) {
     return absl::InvalidArgumentError(absl::StrCat("object store prefix '", key_prefix, "'"));
   }
   std::vector<UploadInfo> all;

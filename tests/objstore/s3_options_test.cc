@@ -60,10 +60,13 @@ TEST(S3OptionsTest, ABadUrlSaysWhatIsWrong) {
 
 TEST(S3OptionsTest, KeysAreTheirOwnCanonicalUri) {
   EXPECT_TRUE(ValidObjectKey("s/job-1/p00012.v1"));
+  EXPECT_TRUE(ValidObjectKey("team-a~job..7/p3")) << "every shuffle id is a segment";
   EXPECT_FALSE(ValidObjectKey(""));
   EXPECT_FALSE(ValidObjectKey("/abs"));
   EXPECT_FALSE(ValidObjectKey("a//b"));
   EXPECT_FALSE(ValidObjectKey("a/../b"));
+  EXPECT_FALSE(ValidObjectKey("a/./b"));
+  EXPECT_FALSE(ValidObjectKey("a/"));
   EXPECT_FALSE(ValidObjectKey("a=b"));
   EXPECT_FALSE(ValidObjectKey("a%20b"));
 }

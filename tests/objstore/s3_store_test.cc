@@ -53,6 +53,15 @@ TEST_P(S3StoreTest, AnObjectIsWrittenReadInRangesAndDeleted) {
   EXPECT_OK(store_->Delete("a/b.obj")) << "deleting what is gone is done";
 }
 
+TEST_P(S3StoreTest, ATenantsShuffleIdIsAKeySegment) {
+  ASSERT_OK(store_->Put("team-a~job..7/p3", "tilde"));
+  ASSERT_OK_AND_ASSIGN(std::string back, store_->Get("team-a~job..7/p3"));
+  EXPECT_EQ(back, "tilde");
+  ASSERT_OK_AND_ASSIGN(std::vector<ObjectInfo> listed, store_->List("team-a~job..7/"));
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].key, "team-a~job..7/p3");
+}
+
 TEST_P(S3StoreTest, KeysOutsideTheSafeAlphabetAreRefusedBeforeAnyRequest) {
   S3Options bad = s3_->Options();
   bad.prefix = "a b/";
