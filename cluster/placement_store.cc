@@ -221,9 +221,9 @@ absl::StatusOr<MapperDecision> EtcdPlacementStore::DecideMapper(const std::strin
 }
 
 absl::StatusOr<std::map<uint32_t, MapperDecision>> EtcdPlacementStore::Decisions(
-    const std::string& shuffle_id) {
+    const std::string& shuffle_id, std::chrono::milliseconds deadline) {
   const std::string prefix = MappersPrefix(shuffle_id);
-  auto kvs = etcd_->GetPrefix(prefix);
+  auto kvs = etcd_->GetPrefix(prefix, deadline);
   if (!kvs.ok()) return kvs.status();
   return ParseDecisions(prefix, *kvs);
 }

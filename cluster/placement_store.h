@@ -73,9 +73,11 @@ class PlacementStore {
   virtual absl::StatusOr<MapperDecision> DecideMapper(const std::string& shuffle_id,
                                                       uint32_t mapper, uint64_t attempt,
                                                       uint32_t epoch) = 0;
-  /// Every decided mapper of the shuffle and its winning attempt.
+  /// Every decided mapper of the shuffle and its winning attempt. A `deadline` (> 0) other than
+  /// etcd's: a caller with somewhere else to go (a reader's other replicas) asks briefly.
   virtual absl::StatusOr<std::map<uint32_t, MapperDecision>> Decisions(
-      const std::string& shuffle_id) = 0;
+      const std::string& shuffle_id,
+      std::chrono::milliseconds deadline = std::chrono::milliseconds(0)) = 0;
   /// Takes `removed` out of the shuffle's placement with a new epoch whose partitions keep
   /// their other replicas and are filled back from `live` (ReplaceReplicas), decided once
   /// whoever asks (idempotent: when the newest epoch holds none of `removed`, nothing changes).
@@ -148,7 +150,8 @@ class EtcdPlacementStore final : public PlacementStore {
   absl::StatusOr<MapperDecision> DecideMapper(const std::string& shuffle_id, uint32_t mapper,
                                               uint64_t attempt, uint32_t epoch) override;
   absl::StatusOr<std::map<uint32_t, MapperDecision>> Decisions(
-      const std::string& shuffle_id) override;
+      const std::string& shuffle_id,
+      std::chrono::milliseconds deadline = std::chrono::milliseconds(0)) override;
   absl::StatusOr<std::optional<ShufflePlacement>> AddEpoch(
       const std::string& shuffle_id, const std::vector<std::string>& removed,
       const std::vector<std::string>& live) override;

@@ -247,9 +247,13 @@ absl::Status ClusterDecisions::ResolvePending(const std::string& id) {
     decided = std::move(*known);
   } else {
     // (Attempts prepared here and not known decided: serving without the decisions could
-    // leave out a mapper another server has committed.)
+    // leave out a mapper another server has committed.) Asked briefly: a reader has other
+    // replicas, and in the first moments of an etcd outage, before the members read has found
+    // it down, a full etcd deadline here held a reader 5 s.
     SLUICE_RETURN_IF_ERROR(membership_->EtcdUp());
-    SLUICE_ASSIGN_OR_RETURN(decided, membership_->Record(id, c.placements->Decisions(id)));
+    SLUICE_ASSIGN_OR_RETURN(
+        decided,
+        membership_->Record(id, c.placements->Decisions(id, membership_->options().quick_read)));
   }
   // A decision read just before a revocation this server has applied since is no decision.
   for (auto d = decided.begin(); d != decided.end();) {

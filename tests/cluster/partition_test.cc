@@ -26,6 +26,12 @@ TEST_F(PartitionTest, CutOffBothWaysThenHealedLosesNothing) {
                std::chrono::seconds(10));
 }
 
+// Cut off from etcd alone, under writers from the start and readers at once: nobody waits on
+// it (a reader there waits one brief etcd read at most, not etcd's deadline).
+TEST_F(PartitionTest, CutFromEtcdAloneUnderWritersAndReadersThenHealedLosesNothing) {
+  CutWriteHeal("etcd", {PartitionNet::kEtcd}, std::chrono::seconds(10));
+}
+
 // Cut off from etcd alone, for 10 s: once its lease has run out, mappers write (a writer whose
 // placement is fresh sees it unregistered and may revive it; one with the placement it had
 // pushes to it, and servers that reach etcd decide); every mapper commits, and once healed it

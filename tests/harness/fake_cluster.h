@@ -90,7 +90,8 @@ class FakePlacementStore final : public PlacementStore {
     }
     return decided.emplace(mapper, MapperDecision{attempt, epoch}).first->second;
   }
-  absl::StatusOr<std::map<uint32_t, MapperDecision>> Decisions(const std::string& id) override {
+  absl::StatusOr<std::map<uint32_t, MapperDecision>> Decisions(
+      const std::string& id, std::chrono::milliseconds = std::chrono::milliseconds(0)) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (absl::Status st = Call(); !st.ok()) return st;
     return decisions_[id];
