@@ -199,6 +199,38 @@ class ReplicationTest : public ::testing::Test {
     return winners;
   }
 
+  // Waits (up to `within`) until every partition's replicas in the newest epoch are all
+  // registered and whole (none lacks a committed mapper) and agree on its records.
+  bool EveryReplicaWhole(const std::string& id, std::chrono::seconds within) {
+    return testing::Eventually(
+        [&] {
+          auto placed = client_->GetPlacement(id);
+          if (!placed.ok()) return false;
+          std::map<std::string, ShuffleStatus> by_node;
+          for (uint32_t p = 0; p < placed->replicas.size(); ++p) {
+            if (placed->replicas[p].size() != placed->replication) return false;
+            std::optional<uint64_t> records;
+            for (uint32_t n : placed->replicas[p]) {
+              const NodeAddress& node = placed->nodes[n];
+              if (node.address.empty()) return false;
+              if (by_node.count(node.node_id) == 0) {
+                auto here = Alone(node)->client().GetShuffle(id);
+                if (!here.ok()) return false;
+                by_node[node.node_id] = *here;
+              }
+              const ShuffleStatus& here = by_node[node.node_id];
+              if (p >= here.partitions.size() || here.partitions[p].missing_mappers != 0) {
+                return false;
+              }
+              if (records.has_value() && *records != here.partitions[p].records) return false;
+              records = here.partitions[p].records;
+            }
+          }
+          return true;
+        },
+        within);
+  }
+
   std::unique_ptr<testing::MiniCluster> cluster_;
   std::unique_ptr<ShuffleClient> client_;
 };
@@ -342,38 +374,6 @@ class LostServerTest : public ReplicationTest {
     under_replicated_ = status.under_replicated_partitions.size();
   }
   size_t under_replicated_ = 0;
-
-  // Waits (up to `within`) until every partition's replicas in the newest epoch are all
-  // registered and whole (none lacks a committed mapper) and agree on its records.
-  bool EveryReplicaWhole(const std::string& id, std::chrono::seconds within) {
-    return testing::Eventually(
-        [&] {
-          auto placed = client_->GetPlacement(id);
-          if (!placed.ok()) return false;
-          std::map<std::string, ShuffleStatus> by_node;
-          for (uint32_t p = 0; p < placed->replicas.size(); ++p) {
-            if (placed->replicas[p].size() != placed->replication) return false;
-            std::optional<uint64_t> records;
-            for (uint32_t n : placed->replicas[p]) {
-              const NodeAddress& node = placed->nodes[n];
-              if (node.address.empty()) return false;
-              if (by_node.count(node.node_id) == 0) {
-                auto here = Alone(node)->client().GetShuffle(id);
-                if (!here.ok()) return false;
-                by_node[node.node_id] = *here;
-              }
-              const ShuffleStatus& here = by_node[node.node_id];
-              if (p >= here.partitions.size() || here.partitions[p].missing_mappers != 0) {
-                return false;
-              }
-              if (records.has_value() && *records != here.partitions[p].records) return false;
-              records = here.partitions[p].records;
-            }
-          }
-          return true;
-        },
-        within);
-  }
 
   Clock::time_point killed_at_;
 };
