@@ -120,8 +120,9 @@ size_t Header(char* in, size_t size, size_t n, void* user) {
 
 std::once_flag curl_init;
 
-std::string Escape(CURL* c, absl::string_view s) {
-  char* e = curl_easy_escape(c, s.data(), static_cast<int>(s.size()));
+// (libcurl ignores the handle here since 7.82: Debian 12 has 7.88.)
+std::string Escape(absl::string_view s) {
+  char* e = curl_easy_escape(nullptr, s.data(), static_cast<int>(s.size()));
   std::string out = e == nullptr ? "" : e;
   curl_free(e);
   return out;
@@ -155,6 +156,19 @@ enum class Verdict { kDone, kFail, kRetry };
 }  // namespace
 
 struct S3Store::Call {
+  // A request of call `op` (counted in *counter) on `key` (empty: the bucket) with `query`.
+  static absl::StatusOr<Request> Make(const S3Store& store, const char* op,
+                                      std::atomic<uint64_t>* counter, const char* method,
+                                      absl::string_view key, absl::string_view query = "") {
+    Request r;
+    r.op = op;
+    r.counter = counter;
+    r.method = method;
+    r.key = key;
+    SLUICE_ASSIGN_OR_RETURN(r.url, store.KeyUrl(key, query));
+    return r;
+  }
+
   // One try of `r`.
   static CURLcode Once(const S3Store& store, CURL* c, const Request& r, Response* out,
                        char* error) {
@@ -236,17 +250,19 @@ struct S3Store::Call {
           return Verdict::kRetry;
       }
     }
+    const bool success = resp.code >= 200 && resp.code < 300;
+    // (A success's body is the object, or XML that is not an error: parsed only where S3 may
+    // answer 200 with an <Error>.)
+    if (success && !r.complete_upload) return Verdict::kDone;
     const S3Error e = ParseError(resp.body);
     *why = absl::StrCat("HTTP ", resp.code, e.code.empty() ? "" : " " + e.code,
                         e.message.empty() ? "" : " (" + e.message + ")");
     const bool transient = e.code == "SlowDown" || e.code == "InternalError" ||
                            e.code == "RequestTimeout" || e.code == "ServiceUnavailable";
-    if (resp.code >= 200 && resp.code < 300) {
-      if (r.complete_upload && !e.code.empty()) {
-        *code = transient ? absl::StatusCode::kUnavailable : absl::StatusCode::kFailedPrecondition;
-        return transient ? Verdict::kRetry : Verdict::kFail;
-      }
-      return Verdict::kDone;
+    if (success) {
+      if (e.code.empty()) return Verdict::kDone;
+      *code = transient ? absl::StatusCode::kUnavailable : absl::StatusCode::kFailedPrecondition;
+      return transient ? Verdict::kRetry : Verdict::kFail;
     }
     if (resp.code == 408 || resp.code == 429 || (resp.code >= 500 && resp.code != 501) ||
         transient) {
@@ -352,23 +368,14 @@ std::string S3Store::Relative(std::string key) const {
 }
 
 absl::Status S3Store::Put(absl::string_view key, absl::string_view data) {
-  Request r;
-  r.op = "PUT";
-  r.counter = &counts_->put;
-  r.method = "PUT";
-  r.key = key;
+  SLUICE_ASSIGN_OR_RETURN(Request r, Call::Make(*this, "PUT", &counts_->put, "PUT", key));
   r.body = data;
-  SLUICE_ASSIGN_OR_RETURN(r.url, KeyUrl(key, ""));
   return Call::Send(*this, r).status();
 }
 
 absl::StatusOr<std::string> S3Store::Get(absl::string_view key, uint64_t offset,
                                          std::optional<uint64_t> length) {
-  Request r;
-  r.op = "GET";
-  r.counter = &counts_->get;
-  r.key = key;
-  SLUICE_ASSIGN_OR_RETURN(r.url, KeyUrl(key, ""));
+  SLUICE_ASSIGN_OR_RETURN(Request r, Call::Make(*this, "GET", &counts_->get, "GET", key));
   if (length.has_value() && *length == 0) return std::string();
   if (offset > 0 || length.has_value()) {
     r.headers.push_back(
@@ -391,12 +398,7 @@ absl::StatusOr<std::string> S3Store::Get(absl::string_view key, uint64_t offset,
 }
 
 absl::StatusOr<ObjectInfo> S3Store::Head(absl::string_view key) {
-  Request r;
-  r.op = "HEAD";
-  r.counter = &counts_->head;
-  r.method = "HEAD";
-  r.key = key;
-  SLUICE_ASSIGN_OR_RETURN(r.url, KeyUrl(key, ""));
+  SLUICE_ASSIGN_OR_RETURN(Request r, Call::Make(*this, "HEAD", &counts_->head, "HEAD", key));
   SLUICE_ASSIGN_OR_RETURN(Response resp, Call::Send(*this, r));
   if (resp.content_length < 0) {
     return absl::DataLossError(absl::StrCat("object store ", options_.Url(), ": HEAD ", key,
@@ -406,12 +408,7 @@ absl::StatusOr<ObjectInfo> S3Store::Head(absl::string_view key) {
 }
 
 absl::Status S3Store::Delete(absl::string_view key) {
-  Request r;
-  r.op = "DELETE";
-  r.counter = &counts_->del;
-  r.method = "DELETE";
-  r.key = key;
-  SLUICE_ASSIGN_OR_RETURN(r.url, KeyUrl(key, ""));
+  SLUICE_ASSIGN_OR_RETURN(Request r, Call::Make(*this, "DELETE", &counts_->del, "DELETE", key));
   absl::Status st = Call::Send(*this, r).status();
   return absl::IsNotFound(st) ? absl::OkStatus() : st;
 }
@@ -423,45 +420,27 @@ absl::StatusOr<std::vector<ObjectInfo>> S3Store::List(absl::string_view key_pref
   std::vector<ObjectInfo> all;
   std::string token;
   const std::string prefix = absl::StrCat(options_.prefix, key_prefix);
-  CURL* c = pool_->Take();
   for (;;) {
     // (query parameters in SigV4's canonical order: sorted by name)
-    std::string query = token.empty() ? "" : "continuation-token=" + Escape(c, token) + "&";
+    std::string query = token.empty() ? "" : "continuation-token=" + Escape(token) + "&";
     absl::StrAppend(&query, "list-type=2&max-keys=", list_page_,
-                    prefix.empty() ? "" : "&prefix=" + Escape(c, prefix));
-    Request r;
-    r.op = "LIST";
-    r.counter = &counts_->list;
-    r.key = key_prefix;
-    SLUICE_ASSIGN_OR_RETURN(r.url, KeyUrl("", query));
-    absl::StatusOr<Response> resp = Call::Send(*this, r);
-    if (!resp.ok()) {
-      pool_->Give(c);
-      return resp.status();
-    }
-    absl::StatusOr<ObjectList> page = ParseListObjects(resp->body);
-    if (!page.ok()) {
-      pool_->Give(c);
-      return page.status();
-    }
-    for (ObjectInfo& o : page->objects) {
+                    prefix.empty() ? "" : "&prefix=" + Escape(prefix));
+    SLUICE_ASSIGN_OR_RETURN(Request r, Call::Make(*this, "LIST", &counts_->list, "GET", "", query));
+    r.key = key_prefix;  // (for errors)
+    SLUICE_ASSIGN_OR_RETURN(Response resp, Call::Send(*this, r));
+    SLUICE_ASSIGN_OR_RETURN(ObjectList page, ParseListObjects(resp.body));
+    for (ObjectInfo& o : page.objects) {
       o.key = Relative(std::move(o.key));
       all.push_back(std::move(o));
     }
-    if (!page->truncated) break;
-    token = page->next_token;
+    if (!page.truncated) return all;
+    token = page.next_token;
   }
-  pool_->Give(c);
-  return all;
 }
 
 absl::StatusOr<std::string> S3Store::StartUpload(absl::string_view key) {
-  Request r;
-  r.op = "CreateMultipartUpload";
-  r.counter = &counts_->start_upload;
-  r.method = "POST";
-  r.key = key;
-  SLUICE_ASSIGN_OR_RETURN(r.url, KeyUrl(key, "uploads="));
+  SLUICE_ASSIGN_OR_RETURN(Request r, Call::Make(*this, "CreateMultipartUpload",
+                                                &counts_->start_upload, "POST", key, "uploads="));
   SLUICE_ASSIGN_OR_RETURN(Response resp, Call::Send(*this, r));
   return ParseUploadId(resp.body);
 }
@@ -472,17 +451,11 @@ absl::StatusOr<std::string> S3Store::UploadPart(absl::string_view key, const std
     return absl::InvalidArgumentError(
         absl::StrCat("object store: part ", part_number, " of ", key, " (1 to 10,000)"));
   }
-  Request r;
-  r.op = "UploadPart";
-  r.counter = &counts_->upload_part;
-  r.method = "PUT";
-  r.key = key;
+  SLUICE_ASSIGN_OR_RETURN(
+      Request r,
+      Call::Make(*this, "UploadPart", &counts_->upload_part, "PUT", key,
+                 absl::StrCat("partNumber=", part_number, "&uploadId=", Escape(upload_id))));
   r.body = data;
-  CURL* c = pool_->Take();
-  const std::string id = Escape(c, upload_id);
-  pool_->Give(c);
-  SLUICE_ASSIGN_OR_RETURN(r.url,
-                          KeyUrl(key, absl::StrCat("partNumber=", part_number, "&uploadId=", id)));
   SLUICE_ASSIGN_OR_RETURN(Response resp, Call::Send(*this, r));
   if (resp.etag.empty()) {
     return absl::DataLossError(absl::StrCat("object store ", options_.Url(), ": UploadPart ", key,
@@ -503,17 +476,11 @@ absl::Status S3Store::CompleteUpload(absl::string_view key, const std::string& u
                     "\"</ETag></Part>");
   }
   absl::StrAppend(&body, "</CompleteMultipartUpload>");
-  Request r;
-  r.op = "CompleteMultipartUpload";
-  r.counter = &counts_->complete_upload;
-  r.method = "POST";
-  r.key = key;
+  SLUICE_ASSIGN_OR_RETURN(
+      Request r, Call::Make(*this, "CompleteMultipartUpload", &counts_->complete_upload, "POST",
+                            key, "uploadId=" + Escape(upload_id)));
   r.body = body;
   r.complete_upload = true;
-  CURL* c = pool_->Take();
-  const std::string id = Escape(c, upload_id);
-  pool_->Give(c);
-  SLUICE_ASSIGN_OR_RETURN(r.url, KeyUrl(key, "uploadId=" + id));
   absl::Status st = Call::Send(*this, r).status();
   if (absl::IsNotFound(st) || absl::IsUnavailable(st)) {
     // A retry after a try that completed it (its answer lost) finds no upload (S3: 404
@@ -526,15 +493,9 @@ absl::Status S3Store::CompleteUpload(absl::string_view key, const std::string& u
 }
 
 absl::Status S3Store::AbortUpload(absl::string_view key, const std::string& upload_id) {
-  Request r;
-  r.op = "AbortMultipartUpload";
-  r.counter = &counts_->abort_upload;
-  r.method = "DELETE";
-  r.key = key;
-  CURL* c = pool_->Take();
-  const std::string id = Escape(c, upload_id);
-  pool_->Give(c);
-  SLUICE_ASSIGN_OR_RETURN(r.url, KeyUrl(key, "uploadId=" + id));
+  SLUICE_ASSIGN_OR_RETURN(
+      Request r, Call::Make(*this, "AbortMultipartUpload", &counts_->abort_upload, "DELETE", key,
+                            "uploadId=" + Escape(upload_id)));
   absl::Status st = Call::Send(*this, r).status();
   return absl::IsNotFound(st) ? absl::OkStatus() : st;
 }
@@ -546,36 +507,26 @@ absl::StatusOr<std::vector<UploadInfo>> S3Store::ListUploads(absl::string_view k
   std::vector<UploadInfo> all;
   std::string key_marker, id_marker;
   const std::string prefix = absl::StrCat(options_.prefix, key_prefix);
-  CURL* c = pool_->Take();
   for (;;) {
-    std::string query = key_marker.empty() ? "" : "key-marker=" + Escape(c, key_marker) + "&";
+    // (query parameters in SigV4's canonical order: sorted by name)
+    std::string query = key_marker.empty() ? "" : "key-marker=" + Escape(key_marker) + "&";
     absl::StrAppend(&query, "max-uploads=", list_page_,
-                    prefix.empty() ? "" : "&prefix=" + Escape(c, prefix));
-    if (!id_marker.empty()) absl::StrAppend(&query, "&upload-id-marker=", Escape(c, id_marker));
+                    prefix.empty() ? "" : "&prefix=" + Escape(prefix));
+    if (!id_marker.empty()) absl::StrAppend(&query, "&upload-id-marker=", Escape(id_marker));
     absl::StrAppend(&query, "&uploads=");
-    Request r;
-    r.op = "ListMultipartUploads";
-    r.counter = &counts_->list_uploads;
-    r.key = key_prefix;
-    absl::StatusOr<std::string> url = KeyUrl("", query);
-    absl::StatusOr<Response> resp =
-        url.ok() ? (r.url = *url, Call::Send(*this, r)) : absl::StatusOr<Response>(url.status());
-    absl::StatusOr<UploadList> page =
-        resp.ok() ? ParseListUploads(resp->body) : absl::StatusOr<UploadList>(resp.status());
-    if (!page.ok()) {
-      pool_->Give(c);
-      return page.status();
-    }
-    for (UploadInfo& u : page->uploads) {
+    SLUICE_ASSIGN_OR_RETURN(Request r, Call::Make(*this, "ListMultipartUploads",
+                                                  &counts_->list_uploads, "GET", "", query));
+    r.key = key_prefix;  // (for errors)
+    SLUICE_ASSIGN_OR_RETURN(Response resp, Call::Send(*this, r));
+    SLUICE_ASSIGN_OR_RETURN(UploadList page, ParseListUploads(resp.body));
+    for (UploadInfo& u : page.uploads) {
       u.key = Relative(std::move(u.key));
       all.push_back(std::move(u));
     }
-    if (!page->truncated) break;
-    key_marker = page->next_key_marker;
-    id_marker = page->next_upload_id_marker;
+    if (!page.truncated) return all;
+    key_marker = page.next_key_marker;
+    id_marker = page.next_upload_id_marker;
   }
-  pool_->Give(c);
-  return all;
 }
 
 S3Counters S3Store::counters() const {
