@@ -12,6 +12,26 @@
 #include "rpc/error_reason.h"
 
 namespace sluice {
+namespace {
+
+// The record `next` would be fits in `limit` bytes; else `code` saying how many it would take,
+// after `what`. Every change of a record is checked so (kMaxRecordBytes: what etcd takes), so
+// that the size is refused here, naming it, and never by etcd's write.
+absl::Status FitsRecord(const ShufflePlacement& next, size_t limit, absl::StatusCode code,
+                        absl::string_view what) {
+  const size_t bytes = EncodePlacement(next).size();
+  if (bytes <= limit) return absl::OkStatus();
+  return absl::Status(code, absl::StrCat("its placement record would take ", bytes, " bytes ", what,
+                                         ", more than ", limit));
+}
+
+// NextEpoch, the record's size held to `limit` (`why` says whose limit it is).
+absl::StatusOr<ShufflePlacement> NextEpochWithin(const ShufflePlacement& p,
+                                                 const std::vector<std::string>& removed,
+                                                 const std::vector<std::string>& live, size_t limit,
+                                                 absl::string_view why);
+
+}  // namespace
 
 absl::StatusOr<Revocation> PlanRevocation(const ShufflePlacement& now,
                                           const std::map<uint32_t, MapperDecision>& decided,
@@ -73,12 +93,26 @@ absl::StatusOr<Revocation> PlanRevocation(const ShufflePlacement& now,
   }
   out.next = now;
   out.next->epochs.push_back(std::move(epoch));
+  SLUICE_RETURN_IF_ERROR(FitsRecord(
+      *out.next, kMaxRecordBytes, absl::StatusCode::kFailedPrecondition,
+      "with this revocation, the most a record takes in etcd: revoke fewer mappers at once, or "
+      "write the shuffle again under a new id"));
   return out;
 }
 
 absl::StatusOr<ShufflePlacement> NextEpoch(const ShufflePlacement& p,
                                            const std::vector<std::string>& removed,
                                            const std::vector<std::string>& live) {
+  return NextEpochWithin(p, removed, live, kMaxRecordBytes,
+                         "with another epoch, the most a record takes in etcd");
+}
+
+namespace {
+
+absl::StatusOr<ShufflePlacement> NextEpochWithin(const ShufflePlacement& p,
+                                                 const std::vector<std::string>& removed,
+                                                 const std::vector<std::string>& live, size_t limit,
+                                                 absl::string_view why) {
   bool held = false;
   for (const std::string& id : removed) held = held || p.Holds(id);
   if (!held) return p;
@@ -113,13 +147,11 @@ absl::StatusOr<ShufflePlacement> NextEpoch(const ShufflePlacement& p,
     epoch.changed.emplace_back(q, std::move(list));
   }
   out.epochs.push_back(std::move(epoch));
-  if (const size_t bytes = EncodePlacement(out).size(); bytes > kMaxRecordBytes) {
-    return absl::UnavailableError(absl::StrCat("its placement record would take ", bytes,
-                                               " bytes with another epoch, more than the ",
-                                               kMaxRecordBytes, " a record takes in etcd"));
-  }
+  SLUICE_RETURN_IF_ERROR(FitsRecord(out, limit, absl::StatusCode::kUnavailable, why));
   return out;
 }
+
+}  // namespace
 
 absl::StatusOr<ShufflePlacement> NewPlacement(const std::string& shuffle_id,
                                               uint32_t num_partitions, uint32_t num_mappers,
@@ -195,6 +227,8 @@ absl::StatusOr<ShufflePlacement> NextSegment(const ShufflePlacement& p, uint32_t
   out.segments.push_back(PartitionSegment{parent, p.epoch()});
   out.replicas.push_back(candidates);
   out.first_replicas.push_back(candidates);
+  SLUICE_RETURN_IF_ERROR(FitsRecord(out, kMaxRecordBytes, absl::StatusCode::kResourceExhausted,
+                                    "with a further segment, the most a record takes in etcd"));
   return out;
 }
 
@@ -217,13 +251,13 @@ absl::StatusOr<std::optional<ShufflePlacement>> PlanRevive(const ShufflePlacemen
   for (const std::string& id : live) {
     if (id != node) others.push_back(id);
   }
-  SLUICE_ASSIGN_OR_RETURN(ShufflePlacement next, NextEpoch(now, {node}, others));
-  if (const size_t bytes = EncodePlacement(next).size(); bytes > kReviveRecordBytes) {
-    return absl::UnavailableError(absl::StrCat(
-        "the shuffle's placement record would take ", bytes, " bytes with a revive's epoch, past ",
-        kReviveRecordBytes, ", where revives stop: server ", node,
-        " is taken out of it once it has been unregistered for --dead_after_s"));
-  }
+  // (Revives stop short of what a record takes, so that the grace keeps room.)
+  SLUICE_ASSIGN_OR_RETURN(
+      ShufflePlacement next,
+      NextEpochWithin(now, {node}, others, kReviveRecordBytes,
+                      absl::StrCat("with a revive's epoch, where revives stop: server ", node,
+                                   " is taken out of it once it has been unregistered for "
+                                   "--dead_after_s")));
   next.epochs.back().revived = true;
   return std::optional<ShufflePlacement>(std::move(next));
 }

@@ -30,13 +30,14 @@ absl::StatusOr<ShufflePlacement> NewPlacement(const std::string& shuffle_id,
 /// already). The segment's replicas are servers of `live` that hold a partition's replica in the
 /// newest epoch (every attempt of that epoch prepares on them), those holding fewer of the chain's
 /// segments first, then fewer replicas of the shuffle, then by rendezvous score.
-/// RESOURCE_EXHAUSTED: every segment slot is taken; FAILED_PRECONDITION: the shuffle does not
-/// split; UNAVAILABLE: no live server to take it.
+/// RESOURCE_EXHAUSTED: every segment slot is taken, or the record would pass kMaxRecordBytes;
+/// FAILED_PRECONDITION: the shuffle does not split; UNAVAILABLE: no live server to take it.
 absl::StatusOr<ShufflePlacement> NextSegment(const ShufflePlacement& p, uint32_t full,
                                              const std::vector<std::string>& live);
 
 /// The placement with a new epoch that takes `removed` out (see AddEpoch); unchanged (same
-/// epoch) when its newest epoch holds none of them. UNAVAILABLE as AddEpoch.
+/// epoch) when its newest epoch holds none of them. UNAVAILABLE as AddEpoch, and when the
+/// record would pass kMaxRecordBytes.
 absl::StatusOr<ShufflePlacement> NextEpoch(const ShufflePlacement& p,
                                            const std::vector<std::string>& removed,
                                            const std::vector<std::string>& live);
@@ -45,8 +46,8 @@ absl::StatusOr<ShufflePlacement> NextEpoch(const ShufflePlacement& p,
 /// with a new epoch that takes `node` out (NextEpoch over `live`, which must not name it, marked
 /// revived), or nullopt when there is nothing to do: `seen` is no longer the newest epoch, or the
 /// newest holds no replica on `node` (the writer retries routed by the newest). UNAVAILABLE: the
-/// shuffle has had kMaxRevives revives, or as NextEpoch; INVALID_ARGUMENT: `seen` is past the
-/// newest epoch.
+/// shuffle has had kMaxRevives revives, the record would pass kReviveRecordBytes, or as
+/// NextEpoch; INVALID_ARGUMENT: `seen` is past the newest epoch.
 absl::StatusOr<std::optional<ShufflePlacement>> PlanRevive(const ShufflePlacement& now,
                                                            uint32_t seen, const std::string& node,
                                                            const std::vector<std::string>& live);
@@ -62,7 +63,8 @@ struct Revocation {
 /// Revoking the decisions of `mappers` of the shuffle whose record is `now` and whose decided
 /// mappers are `decided`, as a caller that saw epoch `seen` asks (docs/cluster.md, "Revoking
 /// decisions"). INVALID_ARGUMENT: no mapper, a repeat, or one beyond the shuffle's;
-/// FAILED_PRECONDITION: a mapper not decided, or the record at kMaxPlacementEpochs; ABORTED
+/// FAILED_PRECONDITION: a mapper not decided, the record at kMaxPlacementEpochs, or one that
+/// would pass kMaxRecordBytes with these revocations; ABORTED
 /// (ErrorReason::kPlacementChanged): the record moved past `seen` otherwise than by revoking
 /// them (the caller reads the status again).
 absl::StatusOr<Revocation> PlanRevocation(const ShufflePlacement& now,

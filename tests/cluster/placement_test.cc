@@ -372,6 +372,26 @@ TEST(PlacementTest, RevivesAndThenEpochsStopBeforeTheRecordPassesWhatEtcdTakes) 
       p.epoch());
 }
 
+// Every change of a record is held to what etcd takes, a revocation's too: one revoking 150,000
+// mappers at once (~2 MB of revoked decisions) is refused, naming the size, and a smaller one
+// is made.
+TEST(PlacementTest, ARevocationPastWhatEtcdTakesIsRefused) {
+  ASSERT_OK_AND_ASSIGN(ShufflePlacement p, NewPlacement("many", 8, 200000, 2, {"n0", "n1"}));
+  p.revocable = true;
+  std::map<uint32_t, MapperDecision> decided;
+  std::vector<uint32_t> all, few;
+  for (uint32_t m = 0; m < 150000; ++m) {
+    decided[m] = MapperDecision{1000000 + m, 0};
+    all.push_back(m);
+    if (m < 1000) few.push_back(m);
+  }
+  EXPECT_THAT(PlanRevocation(p, decided, all, 0).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "revoke fewer mappers at once"));
+  ASSERT_OK_AND_ASSIGN(Revocation r, PlanRevocation(p, decided, few, 0));
+  ASSERT_TRUE(r.next.has_value());
+  EXPECT_LE(EncodePlacement(*r.next).size(), kMaxRecordBytes);
+}
+
 TEST(PlacementTest, ACompactEpochIsCheckedLikeAnyRecord) {
   std::vector<std::string> nodes;
   for (int i = 0; i < 6; ++i) nodes.push_back("n" + std::to_string(i));
