@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/shuffle_client.h"
 #include "tests/cluster/replication_fixture.h"
 #include "tests/harness/mini_cluster.h"
@@ -47,8 +48,7 @@ class PartitionTest : public LostServerTest {
     options.flags.push_back("--plaintext");  // (private addresses on veths the test made)
     options.etcd_also_on = net_->etcd_host();
     ASSERT_OK_AND_ASSIGN(cluster_, testing::MiniCluster::Start(options));
-    const std::string& endpoint = cluster_->etcd_endpoint();
-    const std::string etcd = net_->etcd_host() + endpoint.substr(endpoint.rfind(':'));
+    const std::string etcd = absl::StrCat(net_->etcd_host(), ":", EtcdPort());
     for (int i = 0; i < 3; ++i) {
       ASSERT_OK(cluster_->AddIn({net_->peers_netns(), net_->peer_host(i), etcd}).status());
     }
@@ -134,7 +134,9 @@ class PartitionTest : public LostServerTest {
 
   // The port a cut of `kind` is checked on (etcd's, or the cut server's).
   int PortOf(PartitionNet::Kind kind) const {
-    if (kind != PartitionNet::kEtcd) return cluster_->port(cut_);
+    return kind == PartitionNet::kEtcd ? EtcdPort() : cluster_->port(cut_);
+  }
+  int EtcdPort() const {
     const std::string& endpoint = cluster_->etcd_endpoint();
     return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
   }

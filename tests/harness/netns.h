@@ -39,27 +39,26 @@ class PartitionNet {
     std::string forward;
     (void)RunCommand("cat /proc/sys/net/ipv4/ip_forward", &forward);
     net->forward_was_ = forward.empty() ? "0" : forward.substr(0, 1);
-    const std::string p = net->Ns(kServers), c = net->Ns(kWriters);
+    const std::string p = net->Ns(kPeers), c = net->Ns(kCut);
     std::vector<std::string> cmds = {
         "ip netns add " + p,
         "ip netns add " + c,
         "ip -n " + p + " link set lo up",
         "ip -n " + c + " link set lo up",
-        absl::StrCat("ip link add ", net->Veth(kServers, 'h'), " type veth peer name ",
-                     net->Veth(kServers, 'x'), " netns ", p),
-        absl::StrCat("ip link add ", net->Veth(kWriters, 'h'), " type veth peer name ",
-                     net->Veth(kWriters, 'x'), " netns ", c),
-        absl::StrCat("ip addr add ", net->Net(kServers, 1), "/24 dev ", net->Veth(kServers, 'h')),
-        absl::StrCat("ip addr add ", net->Net(kWriters, 1), "/24 dev ", net->Veth(kWriters, 'h')),
+        absl::StrCat("ip link add ", net->Veth(kPeers, 'h'), " type veth peer name ",
+                     net->Veth(kPeers, 'x'), " netns ", p),
+        absl::StrCat("ip link add ", net->Veth(kCut, 'h'), " type veth peer name ",
+                     net->Veth(kCut, 'x'), " netns ", c),
+        absl::StrCat("ip addr add ", net->Net(kPeers, 1), "/24 dev ", net->Veth(kPeers, 'h')),
+        absl::StrCat("ip addr add ", net->Net(kCut, 1), "/24 dev ", net->Veth(kCut, 'h')),
         absl::StrCat("ip addr add ", net->etcd_host(), "/32 dev lo"),
-        absl::StrCat("ip -n ", c, " addr add ", net->cut_host(), "/24 dev ",
-                     net->Veth(kWriters, 'x')),
+        absl::StrCat("ip -n ", c, " addr add ", net->cut_host(), "/24 dev ", net->Veth(kCut, 'x')),
     };
     for (int i = 0; i < 3; ++i) {
       cmds.push_back(absl::StrCat("ip -n ", p, " addr add ", net->peer_host(i), "/24 dev ",
-                                  net->Veth(kServers, 'x')));
+                                  net->Veth(kPeers, 'x')));
     }
-    for (Kind k : {kServers, kWriters}) {
+    for (Side k : {kPeers, kCut}) {
       cmds.push_back(absl::StrCat("ip link set ", net->Veth(k, 'h'), " up"));
       cmds.push_back(absl::StrCat("ip -n ", net->Ns(k), " link set ", net->Veth(k, 'x'), " up"));
       cmds.push_back(absl::StrCat("ip -n ", net->Ns(k), " route add default via ", net->Net(k, 1)));
@@ -84,11 +83,11 @@ class PartitionNet {
   }
 
   /// The namespaces to run servers in (`ip netns exec`).
-  std::string peers_netns() const { return Ns(kServers); }
-  std::string cut_netns() const { return Ns(kWriters); }
+  std::string peers_netns() const { return Ns(kPeers); }
+  std::string cut_netns() const { return Ns(kCut); }
   /// Addresses: the other servers (i < 3), the server cut off, etcd's second address.
-  std::string peer_host(int i) const { return Net(kServers, 8 + i); }
-  std::string cut_host() const { return Net(kWriters, 2); }
+  std::string peer_host(int i) const { return Net(kPeers, 8 + i); }
+  std::string cut_host() const { return Net(kCut, 2); }
   std::string etcd_host() const { return absl::StrCat("10.215.", k_, ".1"); }
 
   bool Cut(Kind kind) { return Rules(kind, "add"); }
@@ -106,9 +105,9 @@ class PartitionNet {
       case kWriters:
         return RunCommand(probe, &out) == 0;
       case kServers:
-        return RunCommand("ip netns exec " + Ns(kServers) + " " + probe, &out) == 0;
+        return RunCommand("ip netns exec " + Ns(kPeers) + " " + probe, &out) == 0;
       case kEtcd:
-        return RunCommand("ip netns exec " + Ns(kWriters) + " " + probe, &out) == 0;
+        return RunCommand("ip netns exec " + Ns(kCut) + " " + probe, &out) == 0;
     }
     return false;
   }
@@ -116,15 +115,17 @@ class PartitionNet {
  private:
   explicit PartitionNet(int k) : k_(k) {}
 
-  // (The cut namespace hangs off link "w" because its host end carries the writers.)
-  std::string Ns(Kind link) const {
-    return absl::StrCat(link == kServers ? "sluice-peers" : "sluice-cut", k_);
+  // The two namespaces: the other servers', and the cut server's (whose veth's host end is
+  // also what the host's clients reach it from).
+  enum Side { kPeers, kCut };
+  std::string Ns(Side side) const {
+    return absl::StrCat(side == kPeers ? "sluice-peers" : "sluice-cut", k_);
   }
-  std::string Veth(Kind link, char end) const {
-    return absl::StrCat(link == kServers ? "sp" : "sw", k_, std::string(1, end));
+  std::string Veth(Side side, char end) const {
+    return absl::StrCat(side == kPeers ? "sp" : "sw", k_, std::string(1, end));
   }
-  std::string Net(Kind link, int host) const {
-    return absl::StrCat(link == kServers ? "10.213." : "10.214.", k_, ".", host);
+  std::string Net(Side side, int host) const {
+    return absl::StrCat(side == kPeers ? "10.213." : "10.214.", k_, ".", host);
   }
   std::string Pref() const { return absl::StrCat(" pref ", 20000 + k_); }
 
@@ -133,10 +134,10 @@ class PartitionNet {
     std::string peer;  // whom the cut server no longer reaches
     switch (kind) {
       case kWriters:
-        peer = Net(kWriters, 1);
+        peer = Net(kCut, 1);
         break;  // (the host's source towards it)
       case kServers:
-        peer = Net(kServers, 8) + "/30";
+        peer = Net(kPeers, 8) + "/30";
         break;
       case kEtcd:
         peer = etcd_host();
@@ -159,7 +160,7 @@ class PartitionNet {
     std::string out;
     while (RunCommand("ip rule del" + Pref(), &out) == 0) {
     }
-    for (Kind k : {kServers, kWriters}) {
+    for (Side k : {kPeers, kCut}) {
       (void)RunCommand("ip netns del " + Ns(k), &out);  // (their veth ends go, and their peers)
       (void)RunCommand("ip link del " + Veth(k, 'h'), &out);
     }
