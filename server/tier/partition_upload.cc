@@ -26,21 +26,18 @@ absl::StatusOr<UploadedPartition> UploadPartition(
   std::vector<uint64_t> attempts;
   uint64_t at = 0;
   for (const auto& [mapper, attempt] : winners) {
-    if (store.CommittedAttempt(mapper) != std::optional<uint64_t>(attempt)) {
+    // (One look at the index: the mapper's blocks and the attempt committed here, together.)
+    absl::StatusOr<std::vector<BlockRef>> blocks =
+        store.CommittedBlocksOf(partition, {mapper}, &mappers, &attempts, /*with_bounds=*/false);
+    if ((!blocks.ok() && absl::IsAborted(blocks.status())) ||
+        (blocks.ok() && (attempts.size() != 1 || attempts[0] != attempt))) {
       return absl::FailedPreconditionError(absl::StrCat(
           "mapper ", mapper, " attempt ", attempt, " of shuffle '", ShuffleName(shuffle_id),
           "' is not the attempt committed on this server: partition ", partition,
           " is not uploaded from here"));
     }
-    SLUICE_ASSIGN_OR_RETURN(std::vector<BlockRef> blocks,
-                            store.CommittedBlocksOf(partition, {mapper}, &mappers, &attempts,
-                                                    /*with_bounds=*/false));
-    if (attempts.size() != 1 || attempts[0] != attempt) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "mapper ", mapper, " of shuffle '", ShuffleName(shuffle_id),
-          "' changed its committed attempt during the upload of partition ", partition));
-    }
-    for (const BlockRef& b : blocks) {
+    if (!blocks.ok()) return blocks.status();
+    for (const BlockRef& b : *blocks) {
       SLUICE_RETURN_IF_ERROR(store.ReadFrame(b, &frame));
       SLUICE_RETURN_IF_ERROR(up->Append(frame));
       footer.frames.push_back(
