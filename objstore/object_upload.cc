@@ -125,7 +125,6 @@ absl::Status ObjectUpload::Append(absl::string_view bytes) {
     Abort();
     return st;
   }
-  appended_ += bytes.size();
   while (!bytes.empty()) {
     const size_t take = std::min<size_t>(bytes.size(), options_.part_bytes - buffer_.size());
     buffer_.append(bytes.data(), take);

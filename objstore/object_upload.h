@@ -71,7 +71,6 @@ class ObjectUpload {
   /// Stops sending and aborts the multipart upload (if one was started). Idempotent.
   void Abort();
 
-  uint64_t bytes_appended() const { return appended_; }
   int parts_sent() const;
 
  private:
@@ -87,7 +86,6 @@ class ObjectUpload {
   const std::string key_;
   const UploadOptions options_;
   std::string buffer_;
-  uint64_t appended_ = 0;
   std::string upload_id_;  // empty until the first full part
   bool finished_ = false, aborted_ = false;
 

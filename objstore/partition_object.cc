@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "codec/endian.h"
 
 namespace sluice::objstore {
 namespace {
@@ -15,27 +16,21 @@ constexpr uint8_t kVersion = 1;
 constexpr size_t kFrameEntryBytes = 32;
 constexpr size_t kWinnerEntryBytes = 12;
 
-template <typename T>
-void Put(std::string* out, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
 // Reads little-endian values off the front of a view, remembering a short read.
 class Reader {
  public:
   explicit Reader(absl::string_view in) : in_(in) {}
-  template <typename T>
-  T Get() {
-    if (in_.size() < sizeof(T)) {
-      short_ = true;
-      return 0;
-    }
-    T v = 0;
-    for (size_t i = 0; i < sizeof(T); ++i) {
-      v |= static_cast<T>(static_cast<uint8_t>(in_[i])) << (8 * i);
-    }
-    in_.remove_prefix(sizeof(T));
-    return v;
+  uint8_t Get8() {
+    const absl::string_view b = Bytes(1);
+    return b.empty() ? 0 : static_cast<uint8_t>(b[0]);
+  }
+  uint32_t Get32() {
+    const absl::string_view b = Bytes(4);
+    return b.empty() ? 0 : LoadLE32(reinterpret_cast<const uint8_t*>(b.data()));
+  }
+  uint64_t Get64() {
+    const absl::string_view b = Bytes(8);
+    return b.empty() ? 0 : LoadLE64(reinterpret_cast<const uint8_t*>(b.data()));
   }
   absl::string_view Bytes(size_t n) {
     if (in_.size() < n) {
@@ -64,29 +59,29 @@ std::string EncodeFooter(const PartitionObjectFooter& f) {
   std::string out(kFooterMagic, 4);
   out.push_back(static_cast<char>(kVersion));
   out.append(3, '\0');
-  Put<uint32_t>(&out, f.partition);
-  Put<uint32_t>(&out, static_cast<uint32_t>(f.shuffle_id.size()));
+  AppendLE32(&out, f.partition);
+  AppendLE32(&out, static_cast<uint32_t>(f.shuffle_id.size()));
   out += f.shuffle_id;
-  Put<uint32_t>(&out, static_cast<uint32_t>(f.winners.size()));
+  AppendLE32(&out, static_cast<uint32_t>(f.winners.size()));
   for (const auto& [mapper, attempt] : f.winners) {
-    Put<uint32_t>(&out, mapper);
-    Put<uint64_t>(&out, attempt);
+    AppendLE32(&out, mapper);
+    AppendLE64(&out, attempt);
   }
-  Put<uint32_t>(&out, static_cast<uint32_t>(f.frames.size()));
+  AppendLE32(&out, static_cast<uint32_t>(f.frames.size()));
   for (const ObjectFrame& fr : f.frames) {
-    Put<uint32_t>(&out, fr.mapper);
-    Put<uint64_t>(&out, fr.attempt);
-    Put<uint64_t>(&out, fr.offset);
-    Put<uint32_t>(&out, fr.size);
-    Put<uint32_t>(&out, fr.records);
-    Put<uint32_t>(&out, fr.uncompressed);
+    AppendLE32(&out, fr.mapper);
+    AppendLE64(&out, fr.attempt);
+    AppendLE64(&out, fr.offset);
+    AppendLE32(&out, fr.size);
+    AppendLE32(&out, fr.records);
+    AppendLE32(&out, fr.uncompressed);
   }
-  Put<uint64_t>(&out, XXH3_64bits(out.data(), out.size()));
+  AppendLE64(&out, XXH3_64bits(out.data(), out.size()));
   const uint64_t footer = out.size();
   std::string trailer;
-  Put<uint64_t>(&trailer, footer);
+  AppendLE64(&trailer, footer);
   trailer.append(kTrailerMagic, 4);
-  Put<uint32_t>(&trailer, static_cast<uint32_t>(XXH3_64bits(trailer.data(), trailer.size())));
+  AppendLE32(&trailer, static_cast<uint32_t>(XXH3_64bits(trailer.data(), trailer.size())));
   return out + trailer;
 }
 
@@ -95,9 +90,9 @@ absl::StatusOr<uint64_t> FooterSize(absl::string_view trailer, uint64_t object_s
     return Damaged(absl::StrCat("an object of ", object_size, " bytes has no trailer"));
   }
   Reader r(trailer);
-  const uint64_t footer = r.Get<uint64_t>();
+  const uint64_t footer = r.Get64();
   const absl::string_view magic = r.Bytes(4);
-  const uint32_t check = r.Get<uint32_t>();
+  const uint32_t check = r.Get32();
   if (magic != absl::string_view(kTrailerMagic, 4) ||
       check != static_cast<uint32_t>(XXH3_64bits(trailer.data(), 12))) {
     return Damaged("its trailer is not one (magic or checksum)");
@@ -117,38 +112,38 @@ absl::StatusOr<PartitionObjectFooter> DecodeFooter(absl::string_view bytes, uint
       object_size < bytes.size() + kTrailerBytes) {
     return Damaged("its footer does not fit the object");
   }
-  if (Reader(bytes.substr(bytes.size() - 8)).Get<uint64_t>() !=
+  if (Reader(bytes.substr(bytes.size() - 8)).Get64() !=
       XXH3_64bits(bytes.data(), bytes.size() - 8)) {
     return Damaged("its footer's checksum does not match");
   }
   Reader r(bytes.substr(0, bytes.size() - 8));
-  if (r.Bytes(4) != absl::string_view(kFooterMagic, 4) || r.Get<uint8_t>() != kVersion) {
+  if (r.Bytes(4) != absl::string_view(kFooterMagic, 4) || r.Get8() != kVersion) {
     return Damaged("its footer is not a version 1 footer");
   }
   if (r.Bytes(3) != absl::string_view("\0\0\0", 3)) {
     return Damaged("its footer's reserved bytes are not zero");
   }
   PartitionObjectFooter f;
-  f.partition = r.Get<uint32_t>();
-  const uint32_t id_len = r.Get<uint32_t>();
+  f.partition = r.Get32();
+  const uint32_t id_len = r.Get32();
   f.shuffle_id = std::string(r.Bytes(id_len));
   if (r.short_read() || f.shuffle_id != shuffle_id || f.partition != partition) {
     return Damaged(absl::StrCat("it holds partition ", f.partition, " of shuffle '", f.shuffle_id,
                                 "', not partition ", partition, " of '", shuffle_id, "'"));
   }
-  const uint32_t winners = r.Get<uint32_t>();
+  const uint32_t winners = r.Get32();
   if (r.short_read() || uint64_t{winners} * kWinnerEntryBytes > r.left()) {
     return Damaged("its footer lists more winners than it holds");
   }
   for (uint32_t i = 0; i < winners; ++i) {
-    const uint32_t mapper = r.Get<uint32_t>();
-    const uint64_t attempt = r.Get<uint64_t>();
+    const uint32_t mapper = r.Get32();
+    const uint64_t attempt = r.Get64();
     if (!f.winners.empty() && mapper <= f.winners.back().first) {
       return Damaged("its winners are not in mapper order, once each");
     }
     f.winners.emplace_back(mapper, attempt);
   }
-  const uint32_t frames = r.Get<uint32_t>();
+  const uint32_t frames = r.Get32();
   if (r.short_read() || uint64_t{frames} * kFrameEntryBytes != r.left()) {
     return Damaged("its footer's frame list is not the size it says");
   }
@@ -157,12 +152,12 @@ absl::StatusOr<PartitionObjectFooter> DecodeFooter(absl::string_view bytes, uint
   f.frames.reserve(frames);
   for (uint32_t i = 0; i < frames; ++i) {
     ObjectFrame fr;
-    fr.mapper = r.Get<uint32_t>();
-    fr.attempt = r.Get<uint64_t>();
-    fr.offset = r.Get<uint64_t>();
-    fr.size = r.Get<uint32_t>();
-    fr.records = r.Get<uint32_t>();
-    fr.uncompressed = r.Get<uint32_t>();
+    fr.mapper = r.Get32();
+    fr.attempt = r.Get64();
+    fr.offset = r.Get64();
+    fr.size = r.Get32();
+    fr.records = r.Get32();
+    fr.uncompressed = r.Get32();
     if (fr.offset != at || fr.size == 0 || fr.offset + fr.size > frames_end) {
       return Damaged(absl::StrCat("its frame ", i, " is not where the frame before it ends"));
     }

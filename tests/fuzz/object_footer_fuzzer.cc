@@ -14,20 +14,10 @@
 #include <cstring>
 #include <string>
 
+#include "codec/endian.h"
 #include "objstore/partition_object.h"
 
 namespace {
-
-void PutLE(std::string* out, uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-uint32_t LE32(const std::string& s, size_t at) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i)
-    v |= static_cast<uint32_t>(static_cast<uint8_t>(s[at + i])) << (8 * i);
-  return v;
-}
 
 void Check(const std::string& object) {
   using namespace sluice::objstore;
@@ -41,8 +31,8 @@ void Check(const std::string& object) {
   std::string id;
   uint32_t partition = 0;
   if (footer.size() >= 16) {
-    partition = LE32(footer, 8);
-    const uint32_t len = LE32(footer, 12);
+    partition = sluice::LoadLE32(reinterpret_cast<const uint8_t*>(footer.data()) + 8);
+    const uint32_t len = sluice::LoadLE32(reinterpret_cast<const uint8_t*>(footer.data()) + 12);
     if (len <= footer.size() - 16) id = footer.substr(16, len);
   }
   auto f = DecodeFooter(footer, object.size(), id, partition);
@@ -69,11 +59,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string body(reinterpret_cast<const char*>(data + 3), size - 3);
   std::string object(frames, 'x');
   object += body;
-  PutLE(&object, XXH3_64bits(body.data(), body.size()), 8);
+  sluice::AppendLE64(&object, XXH3_64bits(body.data(), body.size()));
   std::string trailer;
-  PutLE(&trailer, body.size() + 8, 8);
+  sluice::AppendLE64(&trailer, body.size() + 8);
   trailer += "SLPE";
-  PutLE(&trailer, static_cast<uint32_t>(XXH3_64bits(trailer.data(), trailer.size())), 4);
+  sluice::AppendLE32(&trailer, static_cast<uint32_t>(XXH3_64bits(trailer.data(), trailer.size())));
   Check(object + trailer);
   return 0;
 }

@@ -7,6 +7,7 @@
 
 #include <random>
 
+#include "codec/endian.h"
 #include "tests/harness/status_matchers.h"
 
 namespace sluice::objstore {
@@ -89,7 +90,7 @@ TEST(PartitionObjectTest, ReservedBytesMustBeZero) {
   const size_t footer = tail.size() - kTrailerBytes;
   tail[5] = 1;
   const uint64_t sum = XXH3_64bits(tail.data(), footer - 8);
-  for (int i = 0; i < 8; ++i) tail[footer - 8 + i] = static_cast<char>((sum >> (8 * i)) & 0xff);
+  StoreLE64(reinterpret_cast<uint8_t*>(&tail[footer - 8]), sum);
   EXPECT_THAT(Read(frames + tail), StatusIs(absl::StatusCode::kDataLoss, "reserved bytes"));
 }
 
