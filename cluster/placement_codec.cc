@@ -6,6 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "codec/varint.h"
 #include "nlohmann/json.hpp"
 
 namespace sluice {
@@ -16,24 +17,18 @@ namespace {
 // epochs keep the form every version reads.
 constexpr size_t kCompactFrom = 256;
 
-void PutVarint(std::string* out, uint64_t v) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
+// codec/varint.h's LEB128 over a string and a view.
+void AppendVarint(std::string* out, uint64_t v) {
+  uint8_t buf[kMaxVarintBytes];
+  out->append(reinterpret_cast<const char*>(buf), PutVarint(buf, v) - buf);
 }
 
-bool GetVarint(absl::string_view* in, uint64_t* v) {
-  *v = 0;
-  for (int shift = 0; shift < 35; shift += 7) {
-    if (in->empty()) return false;
-    const auto b = static_cast<uint8_t>(in->front());
-    in->remove_prefix(1);
-    *v |= static_cast<uint64_t>(b & 0x7f) << shift;
-    if ((b & 0x80) == 0) return true;
-  }
-  return false;
+bool TakeVarint(absl::string_view* in, uint64_t* v) {
+  const auto* start = reinterpret_cast<const uint8_t*>(in->data());
+  const uint8_t* p = start;
+  if (!GetVarint(&p, start + in->size(), v)) return false;
+  in->remove_prefix(static_cast<size_t>(p - start));
+  return true;
 }
 
 // `before` without the nodes in `removed`: what survives an epoch, in order.
@@ -75,9 +70,9 @@ void EncodeChanges(const ShufflePlacement& p, const PlacementEpoch& e,
       // (The count is left out when it fills the partition up to the replication: the usual.)
       const size_t count = list.size() - kept.size();
       const bool usual = kept.size() + count == p.replication;
-      PutVarint(&moves, 2 * static_cast<uint64_t>(q - next) + (usual ? 0 : 1));
-      if (!usual) PutVarint(&moves, count);
-      for (size_t i = kept.size(); i < list.size(); ++i) PutVarint(&moves, list[i]);
+      AppendVarint(&moves, 2 * static_cast<uint64_t>(q - next) + (usual ? 0 : 1));
+      if (!usual) AppendVarint(&moves, count);
+      for (size_t i = kept.size(); i < list.size(); ++i) AppendVarint(&moves, list[i]);
       next = q + 1;
     } else {
       explicit_changes.push_back(nlohmann::json{q, list});
@@ -263,8 +258,8 @@ absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
       uint64_t next = 0;
       while (!in.empty()) {
         uint64_t word = 0, count = 0;
-        if (!GetVarint(&in, &word) || !changeable(next + word / 2) ||
-            ((word & 1) != 0 && (!GetVarint(&in, &count) || count > p.replication))) {
+        if (!TakeVarint(&in, &word) || !changeable(next + word / 2) ||
+            ((word & 1) != 0 && (!TakeVarint(&in, &count) || count > p.replication))) {
           return bad("holding an epoch's move that is not [partition, servers appended]");
         }
         const auto q = static_cast<uint32_t>(next + word / 2);
@@ -272,7 +267,7 @@ absl::StatusOr<ShufflePlacement> DecodePlacement(const std::string& shuffle_id,
         if ((word & 1) == 0) count = p.replication - std::min<size_t>(list.size(), p.replication);
         for (uint64_t i = 0; i < count; ++i) {
           uint64_t node = 0;
-          if (!GetVarint(&in, &node) || node >= p.nodes.size()) {
+          if (!TakeVarint(&in, &node) || node >= p.nodes.size()) {
             return bad("holding an epoch's move naming a node not in its list");
           }
           list.push_back(static_cast<uint32_t>(node));
