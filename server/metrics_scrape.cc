@@ -53,6 +53,21 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
   t.Counter("sluice_repair_copies_total",
             "A mapper's data for a partition copied from another replica (re-replication)",
             D(m.repair_copies.load()));
+  t.Counter("sluice_objects_uploaded_total",
+            "Partitions this server uploaded to the object store and recorded (--object_store)",
+            D(m.objects_uploaded.load()));
+  t.Counter("sluice_object_upload_bytes_total", "Bytes of the objects this server recorded",
+            D(m.object_upload_bytes.load()));
+  t.Counter("sluice_object_upload_failures_total",
+            "Uploads of a partition that failed (retried in a later round)",
+            D(m.object_upload_failures.load()));
+  t.Counter("sluice_objects_deleted_total",
+            "Objects this server deleted from the store: lost races, stale records, deleted "
+            "shuffles",
+            D(m.objects_deleted.load()));
+  t.Counter("sluice_manifests_written_total",
+            "Shuffle manifests this server wrote to the object store",
+            D(m.manifests_written.load()));
   t.Gauge("sluice_repair_backlog",
           "Committed (mapper, partition) pairs this server's replicas lack: taken over in a "
           "later placement epoch and not copied yet",

@@ -106,6 +106,22 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "host:port for Prometheus metrics over HTTP (GET /metrics); empty = none");
 ABSL_FLAG(uint32_t, disk_high_water_pct, 95,
           "refuse new pushes while the data directory's file system is fuller (0 = never)");
+ABSL_FLAG(std::string, object_store, "",
+          "s3://bucket/prefix: upload sealed partitions to this S3-compatible object store "
+          "(needs --etcd; credentials from the AWS environment variables and files)");
+ABSL_FLAG(std::string, object_endpoint, "",
+          "the store's scheme://host[:port] (empty: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else "
+          "AWS's regional endpoint)");
+ABSL_FLAG(std::string, object_region, "",
+          "the store's signing region (empty: AWS_REGION, AWS_DEFAULT_REGION, the profile's, "
+          "else us-east-1)");
+ABSL_FLAG(std::string, object_addressing, "auto",
+          "path (endpoint/bucket/key), virtual (bucket.endpoint/key), or auto (path with an "
+          "endpoint)");
+ABSL_FLAG(std::string, object_ca_file, "", "PEM CAs of the store's TLS (empty: the system's)");
+ABSL_FLAG(uint64_t, object_mb_per_s, 64, "all uploads to the object store together, MiB/s");
+ABSL_FLAG(uint64_t, object_part_mb, 8, "multipart uploads' part size, MiB (5 to 5120)");
+ABSL_FLAG(int32_t, object_parallel_parts, 4, "parts of one upload in flight (1 to 64)");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain of the server: serve TLS (with --tls_key); watched for rotation");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -210,6 +226,15 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.max_open_shuffles = absl::GetFlag(FLAGS_max_open_shuffles);
   const uint64_t index_mb = absl::GetFlag(FLAGS_index_memory_mb);
   opts.index_memory_bytes = index_mb > (uint64_t{1} << 24) ? uint64_t{1} << 45 : index_mb << 20;
+  opts.object_store = absl::GetFlag(FLAGS_object_store);
+  opts.object_endpoint = absl::GetFlag(FLAGS_object_endpoint);
+  opts.object_region = absl::GetFlag(FLAGS_object_region);
+  opts.object_addressing = absl::GetFlag(FLAGS_object_addressing);
+  opts.object_ca_file = absl::GetFlag(FLAGS_object_ca_file);
+  const auto mib = [](uint64_t n) { return n > (uint64_t{1} << 24) ? uint64_t{1} << 45 : n << 20; };
+  opts.object_bytes_per_s = mib(absl::GetFlag(FLAGS_object_mb_per_s));
+  opts.object_part_bytes = mib(absl::GetFlag(FLAGS_object_part_mb));
+  opts.object_parallel_parts = absl::GetFlag(FLAGS_object_parallel_parts);
   opts.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   opts.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   opts.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);

@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cluster/membership.h"
+#include "objstore/object_upload.h"
+#include "objstore/s3_options.h"
 
 namespace sluice {
 namespace {
@@ -48,6 +50,49 @@ std::vector<std::string> SplitDataDirs(const std::string& list) {
   }
   return out;
 }
+
+namespace {
+
+// The object tier's flags (docs/object-store.md, "Configuration").
+absl::Status ValidateObjectOptions(const ServerOptions& o) {
+  if (o.object_store.empty()) {
+    if (!o.object_endpoint.empty() || !o.object_region.empty() || !o.object_ca_file.empty()) {
+      return absl::InvalidArgumentError(
+          "--object_endpoint, --object_region and --object_ca_file are for --object_store");
+    }
+    return absl::OkStatus();
+  }
+  if (auto url = objstore::S3OptionsFromUrl(o.object_store); !url.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--object_store: ", url.status().message()));
+  }
+  if (o.etcd_endpoints.empty()) {
+    return absl::InvalidArgumentError(
+        "--object_store needs --etcd for now: an object counts once its record is in etcd "
+        "(docs/object-store.md, \"The commit point\"); a server on its own has none yet");
+  }
+  if (o.object_addressing != "auto" && o.object_addressing != "path" &&
+      o.object_addressing != "virtual") {
+    return absl::InvalidArgumentError(absl::StrCat("--object_addressing='", o.object_addressing,
+                                                   "' is not one of auto, path, virtual"));
+  }
+  if (o.object_bytes_per_s < (uint64_t{1} << 20) ||
+      o.object_bytes_per_s > (uint64_t{100000} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat("--object_mb_per_s=", o.object_bytes_per_s >> 20,
+                                                   " is out of range [1, 100000]"));
+  }
+  if (o.object_part_bytes < objstore::kMinPartBytes || o.object_part_bytes > (uint64_t{5} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--object_part_mb=", o.object_part_bytes >> 20,
+        " is out of range [5, 5120] (S3 wants every part but the last at least 5 MiB)"));
+  }
+  if (o.object_parallel_parts < 1 || o.object_parallel_parts > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--object_parallel_parts=", o.object_parallel_parts, " is out of range [1, 64]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status ValidateOptions(const ServerOptions& o) {
   if (o.data_dir.empty())
@@ -133,6 +178,7 @@ absl::Status ValidateOptions(const ServerOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--handshake_timeout_s=", o.handshake_timeout.count() / 1000, " is out of range [1, 300]"));
   }
+  if (absl::Status st = ValidateObjectOptions(o); !st.ok()) return st;
   if (o.disk_high_water_pct > 100) {
     return absl::InvalidArgumentError(
         absl::StrCat("--disk_high_water_pct=", o.disk_high_water_pct, " is out of range [0, 100]"));

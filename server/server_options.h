@@ -143,6 +143,17 @@ struct ServerOptions {
   /// Re-replication's rate: what this server's replicas lack is copied from other replicas at
   /// most this fast (bytes a second); 0 = off.
   uint64_t repair_bytes_per_s = uint64_t{64} << 20;
+
+  // The object tier (docs/object-store.md): sealed partitions uploaded to an S3-compatible
+  // store. Credentials come from the AWS environment variables and files, never a flag.
+  std::string object_store;     ///< s3://bucket/prefix; empty = off (needs --etcd for now)
+  std::string object_endpoint;  ///< scheme://host[:port]; empty = AWS_ENDPOINT_URL*, else AWS
+  std::string object_region;    ///< empty = AWS_REGION, AWS_DEFAULT_REGION, the profile's
+  std::string object_addressing = "auto";  ///< "path", "virtual", or "auto" (path for an endpoint)
+  std::string object_ca_file;              ///< the endpoint's CA bundle (empty: the system's)
+  uint64_t object_bytes_per_s = uint64_t{64} << 20;  ///< uploads' rate, all of them together
+  uint64_t object_part_bytes = uint64_t{8} << 20;    ///< multipart uploads' part size
+  int object_parallel_parts = 4;                     ///< parts of one upload in flight
 };
 
 /// OK if every option is in range; else INVALID_ARGUMENT naming the flag that sets the first

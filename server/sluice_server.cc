@@ -19,6 +19,8 @@
 #include "cluster/etcd_client.h"
 #include "cluster/membership.h"
 #include "cluster/placement_store.h"
+#include "objstore/s3_options.h"
+#include "objstore/s3_store.h"
 #include "rpc/error_reason.h"
 #include "rpc/grpc_glue.h"
 #include "rpc/tls_options.h"
@@ -33,6 +35,7 @@
 #include "server/rules/repairer.h"
 #include "server/rules/scrubber.h"
 #include "server/rules/shuffle_expiry.h"
+#include "server/rules/uploader.h"
 #include "server/runtime/periodic.h"
 #include "server/security/auth.h"
 #include "server/security/tls_reloader.h"
@@ -127,6 +130,35 @@ void WarnOfUnsafeSettings(const ServerOptions& options) {
   }
 }
 
+// --object_store's store, its credentials resolved as AWS's tools do, and looked at once: a
+// bucket that is not there or credentials it refuses stop the start; a store that does not
+// answer now is only warned of (uploads wait for it).
+absl::StatusOr<std::unique_ptr<objstore::S3Store>> OpenObjectStore(const ServerOptions& o) {
+  SLUICE_ASSIGN_OR_RETURN(objstore::S3Options so, objstore::S3OptionsFromUrl(o.object_store));
+  so.endpoint = o.object_endpoint;
+  so.region = o.object_region;
+  if (o.object_addressing != "auto") so.path_style = o.object_addressing == "path";
+  so.ca_file = o.object_ca_file;
+  if (absl::Status st = objstore::ResolveFromEnvironment(&so); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--object_store: ", st.message()));
+  }
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<objstore::S3Store> store, objstore::S3Store::Make(so));
+  store->set_retries(2, 0.2, 1);  // (the look at start only)
+  absl::StatusOr<std::vector<objstore::ObjectInfo>> look = store->List("sluice-start-check/");
+  store->set_retries(so.max_attempts, so.backoff_first_s, so.backoff_max_s);
+  if (!look.ok() && !absl::IsUnavailable(look.status())) {
+    return absl::Status(look.status().code(),
+                        absl::StrCat("--object_store: ", look.status().message()));
+  }
+  if (!look.ok()) {
+    spdlog::warn("event=object_store_down store=\"{}\" error=\"{}\"", so.DebugString(),
+                 look.status().ToString());
+  }
+  spdlog::info("event=object_store store=\"{}\" credentials=\"{}\"", so.DebugString(),
+               so.credentials.source);
+  return store;
+}
+
 }  // namespace
 
 // The parts, in the order they are made; each outlives those made after it that use it.
@@ -162,6 +194,10 @@ struct SluiceServer::Impl {
   std::unique_ptr<Periodic> scrubbing;
   std::unique_ptr<Premerger> premerger;  // with --premerge_mb_per_s
   std::unique_ptr<Periodic> premerging;
+  std::unique_ptr<objstore::S3Store> object_store;  // with --object_store
+  std::unique_ptr<objstore::RateLimiter> object_rate;
+  std::unique_ptr<Uploader> uploader;  // with --object_store, once joined
+  std::unique_ptr<Periodic> uploading;
   std::unique_ptr<Background> opener;  // the shuffles listed at start, opened one by one
   std::unique_ptr<Periodic> closing;   // idle shuffles past --max_open_shuffles, --index_memory_mb
   std::unique_ptr<MetricsEndpoint> metrics_endpoint;  // with --metrics_listen
@@ -263,6 +299,9 @@ absl::Status SluiceServer::Impl::OpenFiles() {
                  options.auth_reload_interval.count());
   }
   WarnOfUnsafeSettings(options);
+  if (!options.object_store.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(object_store, OpenObjectStore(options));
+  }
   return absl::OkStatus();
 }
 
@@ -401,6 +440,16 @@ size_t SluiceServer::Impl::StartBackground() {
     scrubber = std::make_unique<Scrubber>(registry.get(), options.scrub_bytes_per_s, &metrics);
     scrubbing = std::make_unique<Periodic>(Scrubber::kPeriod,
                                            [this] { scrubber->Run(Scrubber::Clock::now()); });
+  }
+  if (object_store != nullptr && node->clustered()) {
+    object_rate = std::make_unique<objstore::RateLimiter>(options.object_bytes_per_s);
+    Uploader::Options uo;
+    uo.upload.part_bytes = options.object_part_bytes;
+    uo.upload.parallel_parts = options.object_parallel_parts;
+    uo.upload.limiter = object_rate.get();
+    uploader =
+        std::make_unique<Uploader>(registry.get(), node.get(), object_store.get(), uo, &metrics);
+    uploading = std::make_unique<Periodic>(Uploader::kPeriod, [this] { uploader->Run(); });
   }
   if (options.premerge_bytes_per_s > 0) {
     PremergeOptions premerge;
@@ -588,6 +637,8 @@ void SluiceServer::Shutdown() {
   i.closing.reset();
   if (i.repairer != nullptr) i.repairer->Stop();
   i.repairing.reset();
+  if (i.uploader != nullptr) i.uploader->Stop();
+  i.uploading.reset();
   i.watching.reset();
   i.metrics_endpoint.reset();  // (scrapes read the pools and the service)
   // Out of the cluster first, so that no one is sent here while the calls in flight finish.

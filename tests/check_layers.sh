@@ -3,7 +3,8 @@
 # above it, codec/ sees no gRPC, and the client sees it only in its transport (client/grpc/).
 #   base < codec < proto < rpc < cluster < server, client < bench < tests (base/: the status
 #   macros, which every layer may include); objstore/ (the object store, over libcurl) sees
-#   only base/ and codec/endian.h and is seen by the server and the client
+#   only base/ and codec/endian.h (and nlohmann/json) and is seen by cluster/, the server and
+#   the client
 # Inside server/ (its rooms, each a sub-folder):
 #   runtime < metrics < storage < tier < security < rules < service < the wiring (server/*.cc)
 # (tier/: the object tier, over storage and objstore/)
@@ -21,9 +22,9 @@ status=0
 declare -A allowed=(
   [base]="base/ absl/"
   [codec]="base/ codec/ absl/"
-  [objstore]="base/ objstore/ codec/endian.h absl/"
+  [objstore]="base/ objstore/ codec/endian.h absl/ nlohmann/"
   [rpc]="base/ rpc/ codec/ absl/ sluice/v1/"
-  [cluster]="base/ cluster/ rpc/ codec/ absl/ etcd/ spdlog/ nlohmann/"
+  [cluster]="base/ cluster/ objstore/ rpc/ codec/ absl/ etcd/ spdlog/ nlohmann/"
   [server/runtime]="base/ server/runtime/ absl/"
   [server/net]="base/ server/net/ absl/ spdlog/"
   [server/metrics]="base/ server/metrics/ absl/"
@@ -36,8 +37,8 @@ declare -A allowed=(
                   server/metrics/ server/tier/ objstore/
                   cluster/ rpc/error_reason.h codec/ absl/ spdlog/"
   [server/service]="base/ server/ cluster/ rpc/ codec/ absl/ sluice/v1/ spdlog/"
-  [server]="base/ server/ cluster/ rpc/ codec/ absl/ sluice/v1/ spdlog/"
-  [client]="base/ client/ rpc/ codec/ absl/ nlohmann/"
+  [server]="base/ server/ cluster/ objstore/ rpc/ codec/ absl/ sluice/v1/ spdlog/"
+  [client]="base/ client/ objstore/ rpc/ codec/ absl/ nlohmann/"
   [client/grpc]="base/ client/ rpc/ codec/ absl/ sluice/v1/"
   [client/python]="base/ client/ rpc/error_reason.h codec/endian.h codec/msgpack_scan.h absl/"
   [bench]="base/ bench/ client/ codec/ rpc/error_reason.h rpc/tls_options.h sluice/v1/ absl/"

@@ -81,6 +81,11 @@ struct ServerMetrics {
   /// Re-replication (--repair_mb_per_s): bytes copied from other replicas, and the (mapper,
   /// partition) copies made.
   Counter repair_bytes{0}, repair_copies{0};
+  /// The object tier (--object_store): partitions uploaded and recorded by this server, their
+  /// bytes, uploads that failed, objects deleted (lost races, stale, deleted shuffles) and
+  /// manifests written.
+  Counter objects_uploaded{0}, object_upload_bytes{0}, object_upload_failures{0},
+      objects_deleted{0}, manifests_written{0};
   /// Committed (mapper, partition) pairs this server's replicas lack (set by the repairer).
   std::atomic<uint64_t> repair_backlog{0};
   /// The bytes those come to, as their sources say (set by the repairer; copies take it down).

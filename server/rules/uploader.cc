@@ -1,0 +1,217 @@
+#include "server/rules/uploader.h"
+
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "cluster/object_record.h"
+#include "server/rules/upload_plan.h"
+#include "server/storage/shuffle_id.h"
+#include "server/tier/partition_upload.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice {
+namespace {
+
+// The first registered server of stored partition q's newest replicas (empty: none).
+std::string FirstRegistered(const ShufflePlacement& p, uint32_t q,
+                            const std::set<std::string>& registered) {
+  if (q >= p.replicas.size()) return "";
+  for (uint32_t i : p.replicas[q]) {
+    if (registered.count(p.nodes[i]) != 0) return p.nodes[i];
+  }
+  return "";
+}
+
+}  // namespace
+
+Uploader::Uploader(ShuffleRegistry* registry, ClusterNode* node, objstore::S3Store* store,
+                   Options options, ServerMetrics* metrics)
+    : registry_(registry),
+      node_(node),
+      store_(store),
+      options_(options),
+      metrics_(metrics),
+      nonce_(std::random_device{}()) {}
+
+uint64_t Uploader::Run() {
+  if (!node_->membership().joined()) return 0;
+  uint64_t made = 0;
+  std::set<std::string> held;
+  for (const std::string& id : registry_->Ids()) {
+    if (stopping_.load()) return made;
+    held.insert(id);
+    known_.insert(id);
+    made += RunShuffle(id);
+  }
+  SweepDeleted(held);
+  return made;
+}
+
+uint64_t Uploader::RunShuffle(const std::string& id) {
+  if (!node_->PrepareToServe(id, std::nullopt).ok()) return 0;
+  const std::shared_ptr<const PlacementCache::Holding> holding = node_->placements().Remembered(id);
+  if (holding == nullptr || !holding->any) return 0;
+  const ShufflePlacement& p = holding->placement;
+  // (A shuffle of no known mapper count is never complete: it is not uploaded.)
+  if (p.num_mappers == 0) return 0;
+  auto settled = settled_.find(id);
+  if (settled != settled_.end() && settled->second == p.revision && unsure_.count(id) == 0) {
+    return 0;
+  }
+  absl::StatusOr<std::shared_ptr<ShuffleStore>> store = registry_->Get(id);
+  if (!store.ok()) return 0;
+  // Every mapper of a complete shuffle is committed here (decisions are applied to every
+  // server of the epoch): until then, etcd is not asked.
+  if ((*store)->CommittedMappers().size() < p.num_mappers) return 0;
+  const ClusterMembership::View view = node_->membership().view();
+  if (view.placements == nullptr) return 0;
+  auto decided = view.placements->Decisions(id, options_.etcd_deadline);
+  if (!decided.ok() || decided->size() != p.num_mappers) return 0;
+  auto recorded = view.placements->Objects(id);
+  if (!recorded.ok()) return 0;
+  // Objects uploaded here whose record was not known: kept if recorded, else deleted.
+  if (auto unsure = unsure_.find(id); unsure != unsure_.end()) {
+    for (const auto& [q, key] : unsure->second) {
+      auto r = recorded->find(q);
+      if (r == recorded->end() || r->second.key != key) DeleteObject(id, key, "not recorded");
+    }
+    unsure_.erase(unsure);
+  }
+  std::set<std::string> registered;
+  for (const NodeEntry& n : node_->membership().LastMembers()) registered.insert(n.node_id);
+  std::vector<bool> whole(p.total(), false);
+  for (uint32_t q = 0; q < p.total(); ++q) {
+    whole[q] = q < holding->partition.size() && holding->partition[q] &&
+               node_->decisions().LackingMappers(id, q).empty() &&
+               (*store)->PartitionDamage(q).ok();
+  }
+  std::vector<std::pair<uint32_t, uint64_t>> winners;
+  for (const auto& [m, d] : *decided) winners.emplace_back(m, d.attempt);
+  uint64_t made = 0;
+  for (uint32_t q : PartitionsToUpload(p, *decided, *recorded, view.node_id, registered, whole)) {
+    if (stopping_.load()) return made;
+    const std::string key = PartitionObjectKey(id, q, view.node_id, nonce_());
+    absl::StatusOr<UploadedPartition> up =
+        UploadPartition(**store, id, q, winners, store_, key, options_.upload);
+    if (!up.ok()) {
+      if (metrics_ != nullptr) ServerMetrics::Add(metrics_->object_upload_failures, 1);
+      spdlog::warn("event=object_upload_failed shuffle={} partition={} error=\"{}\"", id, q,
+                   up.status().ToString());
+      continue;
+    }
+    ObjectRecord record;
+    record.key = key;
+    record.size = up->object.size;
+    record.etag = up->object.etag;
+    record.by = view.node_id;
+    record.frames = up->frames;
+    record.winners = winners;
+    // A record there does not stand (else the plan would not give q): replace it.
+    auto old = recorded->find(q);
+    const std::optional<ObjectRecord> stale =
+        old != recorded->end() ? std::optional<ObjectRecord>(old->second) : std::nullopt;
+    auto r = view.placements->RecordObject(id, q, record, stale ? stale->revision : 0);
+    if (!r.ok()) {
+      if (absl::IsNotFound(r.status())) {
+        DeleteObject(id, key, "shuffle deleted");
+      } else {
+        unsure_[id].emplace_back(q, key);  // (etcd did not answer: the next round reads)
+      }
+      continue;
+    }
+    (*recorded)[q] = r->first;
+    if (!r->second) {
+      DeleteObject(id, key, "another server's recorded");
+      continue;
+    }
+    ++made;
+    if (metrics_ != nullptr) {
+      ServerMetrics::Add(metrics_->objects_uploaded, 1);
+      ServerMetrics::Add(metrics_->object_upload_bytes, up->object.size);
+    }
+    spdlog::info("event=object_recorded shuffle={} partition={} key={} bytes={} frames={}", id, q,
+                 key, up->object.size, up->frames);
+    if (stale && stale->key != key) DeleteObject(id, stale->key, "stale");
+  }
+  // Settled once every stored partition's record stands; the uploader of partition 0 writes
+  // the manifest first.
+  for (uint32_t q = 0; q < p.total(); ++q) {
+    auto r = recorded->find(q);
+    if (r == recorded->end() || !StandsFor(r->second, *decided, p.num_mappers)) return made;
+  }
+  if (FirstRegistered(p, 0, registered) == view.node_id) {
+    ShuffleManifest m;
+    m.shuffle_id = id;
+    m.partitions = p.num_partitions;
+    m.mappers = p.num_mappers;
+    for (const PartitionSegment& s : p.segments) m.segment_parents.push_back(s.parent);
+    for (uint32_t q = 0; q < p.total(); ++q) m.objects[q] = recorded->at(q);
+    if (absl::Status st = store_->Put(ManifestKey(id), EncodeShuffleManifest(m)); !st.ok()) {
+      spdlog::warn("event=manifest_failed shuffle={} error=\"{}\"", id, st.ToString());
+      return made;
+    }
+    if (metrics_ != nullptr) ServerMetrics::Add(metrics_->manifests_written, 1);
+  }
+  settled_[id] = p.revision;
+  return made;
+}
+
+void Uploader::DeleteObject(const std::string& id, const std::string& key, const char* why) {
+  absl::Status st = store_->Delete(key);
+  if (!st.ok()) {
+    spdlog::warn("event=object_delete_failed shuffle={} key={} why=\"{}\" error=\"{}\"", id, key,
+                 why, st.ToString());
+    return;
+  }
+  if (metrics_ != nullptr) ServerMetrics::Add(metrics_->objects_deleted, 1);
+}
+
+void Uploader::SweepDeleted(const std::set<std::string>& held_now) {
+  const ClusterMembership::View view = node_->membership().view();
+  if (view.placements == nullptr) return;
+  for (auto it = known_.begin(); it != known_.end();) {
+    const std::string& id = *it;
+    if (held_now.count(id) != 0 || stopping_.load()) {
+      ++it;
+      continue;
+    }
+    // Gone from here: swept only once etcd says the shuffle is not recorded (not moved away).
+    auto placed = view.placements->Get(id, options_.etcd_deadline);
+    if (!placed.ok()) {
+      ++it;
+      continue;
+    }
+    if (placed->has_value()) {
+      it = known_.erase(it);  // (recorded still: moved off this server)
+      continue;
+    }
+    const std::string prefix = ShuffleObjectsPrefix(id);
+    // Uploads left open (a server killed in one) first, where the store lists them.
+    if (auto open = store_->ListUploads(prefix); open.ok()) {
+      for (const objstore::UploadInfo& u : *open) (void)store_->AbortUpload(u.key, u.upload_id);
+    }
+    auto objects = store_->List(prefix);
+    if (!objects.ok()) {
+      ++it;
+      continue;
+    }
+    bool all = true;
+    for (const objstore::ObjectInfo& o : *objects) {
+      if (!store_->Delete(o.key).ok()) {
+        all = false;
+      } else if (metrics_ != nullptr) {
+        ServerMetrics::Add(metrics_->objects_deleted, 1);
+      }
+    }
+    if (!all) {
+      ++it;
+      continue;
+    }
+    spdlog::info("event=objects_swept shuffle={} objects={}", id, objects->size());
+    settled_.erase(id);
+    unsure_.erase(id);
+    it = known_.erase(it);
+  }
+}
+
+}  // namespace sluice

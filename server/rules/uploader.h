@@ -1,0 +1,87 @@
+// Uploader: --object_store, the object tier's uploads on one server (docs/object-store.md, "Who
+// uploads"). Each round, for every shuffle this server holds whose record has not settled:
+//   - the plan (upload_plan.h: a complete shuffle, the first registered server of a
+//     partition's newest replicas, a replica whole for it, no record standing) says which of
+//     its stored partitions this server uploads; each is uploaded to a key of its own
+//     (objstore/object_record.h: PartitionObjectKey) and recorded in etcd
+//     (PlacementStore::RecordObject). A racer that lost, and an upload whose shuffle was deleted
+//     meanwhile, delete their objects; a record replaced because a revocation made it stale has
+//     its object deleted by the replacer. An object whose record could not be made (etcd did
+//     not answer) is kept until a record is read that does not name it, then deleted.
+//   - once every stored partition's record stands, the server that uploads partition 0 writes
+//     the shuffle's manifest to the store (ManifestKey): a reader with no server and no etcd
+//     finds the objects by it. The shuffle is then settled at its placement's revision.
+//   - a shuffle this server held objects of and that is no longer recorded (deleted, or expired)
+//     has everything under its prefix deleted from the store.
+//
+//   Uploader up(&registry, &node, s3.get(), {}, &metrics);
+//   Periodic every(Uploader::kPeriod, [&] { up.Run(); });
+//
+// Not thread-safe: one caller at a time; Stop() may be called from another thread.
+#ifndef SLUICE_SERVER_RULES_UPLOADER_H_
+#define SLUICE_SERVER_RULES_UPLOADER_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "objstore/object_upload.h"
+#include "objstore/s3_store.h"
+#include "server/metrics/server_metrics.h"
+#include "server/rules/cluster_node.h"
+#include "server/storage/shuffle_registry.h"
+
+namespace sluice {
+
+class Uploader {
+ public:
+  struct Options {
+    objstore::UploadOptions upload;
+    /// How long a round's reads of etcd wait.
+    std::chrono::milliseconds etcd_deadline{2000};
+  };
+  /// How often the server runs a round.
+  static constexpr std::chrono::milliseconds kPeriod{2000};
+  /// `metrics` may be null.
+  Uploader(ShuffleRegistry* registry, ClusterNode* node, objstore::S3Store* store, Options options,
+           ServerMetrics* metrics);
+
+  /// One round over the shuffles held here. Returns the objects this round recorded.
+  uint64_t Run();
+  /// Ends a round in progress before its next upload. Idempotent.
+  void Stop() { stopping_.store(true); }
+
+ private:
+  // Uploads and records what the plan gives this server of shuffle `id`; writes its manifest
+  // once every stored partition's record stands. Returns the objects recorded.
+  uint64_t RunShuffle(const std::string& id);
+  // Deletes `key` from the store (counted; a failure is logged and left to the lifecycle rule).
+  void DeleteObject(const std::string& id, const std::string& key, const char* why);
+  // The shuffles held here before that are no longer recorded: everything under their prefix.
+  void SweepDeleted(const std::set<std::string>& held_now);
+
+  ShuffleRegistry* const registry_;
+  ClusterNode* const node_;
+  objstore::S3Store* const store_;
+  const Options options_;
+  ServerMetrics* const metrics_;
+  std::atomic<bool> stopping_{false};
+  std::mt19937_64 nonce_;
+  // Per shuffle, the placement revision at which its every record stood (nothing to do until
+  // the record changes).
+  std::map<std::string, int64_t> settled_;
+  // Shuffles this server has seen held here with the tier on: swept once no longer recorded.
+  std::set<std::string> known_;
+  // Objects uploaded here whose record is not known (etcd did not answer), by shuffle:
+  // (partition, key).
+  std::map<std::string, std::vector<std::pair<uint32_t, std::string>>> unsure_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_RULES_UPLOADER_H_

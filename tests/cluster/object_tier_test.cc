@@ -1,0 +1,188 @@
+// The object tier in a cluster (docs/object-store.md): real sluice-server processes with
+// --object_store, a real etcd and a real S3 server (npm's s3rver). Servers upload each sealed
+// partition once, record it in etcd, and write the shuffle's manifest; the shuffle then reads
+// back from the store alone, with every server killed and its disk wiped; a deleted shuffle
+// leaves nothing in the store.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/store_reader.h"
+#include "objstore/s3_store.h"
+#include "tests/cluster/replication_fixture.h"
+#include "tests/harness/s3_server.h"
+
+namespace sluice {
+namespace {
+
+using replication_test::Job;
+using replication_test::WriteMapper;
+using testing::Eventually;
+using testing::MiniCluster;
+using testing::S3Server;
+using KeyValues = std::vector<std::pair<std::string, std::string>>;
+
+absl::StatusOr<KeyValues> ReadAll(absl::StatusOr<std::unique_ptr<ShuffleReader>> reader) {
+  if (!reader.ok()) return reader.status();
+  KeyValues out;
+  Record r;
+  for (;;) {
+    absl::StatusOr<bool> more = (*reader)->Next(&r);
+    if (!more.ok()) return more.status();
+    if (!*more) return out;
+    out.emplace_back(std::string(r.key), std::string(r.value));
+  }
+}
+
+KeyValues Sorted(KeyValues kv) {
+  std::sort(kv.begin(), kv.end());
+  return kv;
+}
+
+class ObjectTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(s3_, S3Server::Start("sluice-tier"));
+    const objstore::S3Options o = s3_->Options("tier");
+    // The servers take their credentials from the environment, as AWS's tools do.
+    setenv("AWS_ACCESS_KEY_ID", o.credentials.access_key_id.c_str(), 1);
+    setenv("AWS_SECRET_ACCESS_KEY", o.credentials.secret_access_key.c_str(), 1);
+    testing::MiniClusterOptions mo;
+    mo.servers = 3;
+    mo.flags.push_back("--object_store=s3://sluice-tier/tier");
+    mo.flags.push_back(absl::StrCat("--object_endpoint=", s3_->endpoint()));
+    mo.flags.push_back("--object_part_mb=5");
+    ASSERT_OK_AND_ASSIGN(cluster_, MiniCluster::Start(mo));
+    ASSERT_OK_AND_ASSIGN(client_, cluster_->Client());
+    ASSERT_OK_AND_ASSIGN(store_, objstore::S3Store::Make(o));
+  }
+  void TearDown() override {
+    unsetenv("AWS_ACCESS_KEY_ID");
+    unsetenv("AWS_SECRET_ACCESS_KEY");
+  }
+
+  // Creates `job` at R = 2 and writes every mapper (attempt 1).
+  void Write(const Job& job) {
+    ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
+    for (uint32_t m = 0; m < job.mappers; ++m) {
+      ASSERT_OK(WriteMapper(*client_, job, m, 1, job.items).status()) << "mapper " << m;
+    }
+  }
+  // Every partition read through the servers, KEY order.
+  std::vector<KeyValues> ReadThroughServers(const Job& job) {
+    std::vector<KeyValues> out;
+    for (uint32_t p = 0; p < job.partitions; ++p) {
+      ReaderOptions o;
+      o.order = FetchOrder::kKey;
+      o.require_complete = true;
+      auto kv = ReadAll(client_->OpenReader(job.id, p, o));
+      EXPECT_OK(kv) << "partition " << p;
+      out.push_back(kv.ok() ? *std::move(kv) : KeyValues{});
+    }
+    return out;
+  }
+  // Waits for the shuffle's manifest in the store.
+  std::unique_ptr<StoreShuffle> WaitForManifest(const std::string& id) {
+    std::unique_ptr<StoreShuffle> shuffle;
+    absl::Status last;
+    EXPECT_TRUE(Eventually(
+        [&] {
+          auto s = StoreShuffle::Open(store_.get(), id);
+          if (s.ok()) shuffle = *std::move(s);
+          last = s.status();
+          return s.ok();
+        },
+        std::chrono::seconds(60)))
+        << last;
+    return shuffle;
+  }
+
+  std::unique_ptr<S3Server> s3_;
+  std::unique_ptr<MiniCluster> cluster_;
+  std::unique_ptr<ShuffleClient> client_;
+  std::unique_ptr<objstore::S3Store> store_;
+};
+
+TEST_F(ObjectTierTest, EveryServerLostTheShuffleReadsBackFromTheStoreAlone) {
+  Job job;
+  job.id = "lost";
+  job.partitions = 6;
+  job.mappers = 4;
+  job.items = 4000;
+  job.filler = 300;  // ~1.3 MB a partition: objects of one part and of two
+  ASSERT_NO_FATAL_FAILURE(Write(job));
+  const std::vector<KeyValues> expected = ReadThroughServers(job);
+  std::unique_ptr<StoreShuffle> first = WaitForManifest(job.id);
+  ASSERT_NE(first, nullptr);
+  const ShuffleManifest& m = first->manifest();
+  EXPECT_EQ(m.partitions, job.partitions);
+  EXPECT_EQ(m.mappers, job.mappers);
+  ASSERT_EQ(m.objects.size(), job.partitions);
+  // One object per partition (plus the manifest), whatever the mappers: the racers' and the
+  // lost ones deleted.
+  ASSERT_OK_AND_ASSIGN(auto listed, store_->List(ShuffleObjectsPrefix(job.id)));
+  EXPECT_EQ(listed.size(), job.partitions + 1);
+
+  for (size_t i = 0; i < cluster_->size(); ++i) {
+    cluster_->Kill(i);
+    ASSERT_OK(cluster_->Wipe(i));
+  }
+  ASSERT_OK_AND_ASSIGN(auto shuffle, StoreShuffle::Open(store_.get(), job.id));
+  size_t records = 0;
+  for (uint32_t p = 0; p < job.partitions; ++p) {
+    ReaderOptions key;
+    key.order = FetchOrder::kKey;
+    ASSERT_OK_AND_ASSIGN(KeyValues in_order, ReadAll(shuffle->OpenReader(p, key)));
+    EXPECT_EQ(in_order, expected[p]) << "partition " << p << ", KEY order";
+    ASSERT_OK_AND_ASSIGN(KeyValues any, ReadAll(shuffle->OpenReader(p)));
+    EXPECT_EQ(Sorted(any), Sorted(expected[p])) << "partition " << p << ", UNORDERED";
+    records += any.size();
+    // A key range (what a split read asks) and a resumed read.
+    const size_t n = expected[p].size();
+    ASSERT_GT(n, 3u);
+    ReaderOptions range = key;
+    range.from_key = expected[p][n / 3].first;
+    range.to_key = expected[p][2 * n / 3].first;
+    ASSERT_OK_AND_ASSIGN(KeyValues slice, ReadAll(shuffle->OpenReader(p, range)));
+    KeyValues want;
+    for (const auto& kv : expected[p]) {
+      if (kv.first >= range.from_key && kv.first < *range.to_key) want.push_back(kv);
+    }
+    EXPECT_EQ(slice, want) << "partition " << p << ", keys [" << range.from_key << ", "
+                           << *range.to_key << ")";
+    ReaderOptions resumed = key;
+    resumed.skip_records = n / 2;
+    ASSERT_OK_AND_ASSIGN(KeyValues rest, ReadAll(shuffle->OpenReader(p, resumed)));
+    EXPECT_EQ(rest, KeyValues(expected[p].begin() + n / 2, expected[p].end()));
+  }
+  EXPECT_EQ(records, size_t{job.mappers} * job.items);
+}
+
+TEST_F(ObjectTierTest, ADeletedShuffleLeavesNothingInTheStore) {
+  Job job;
+  job.id = "gone";
+  job.partitions = 4;
+  job.mappers = 3;
+  job.items = 500;
+  ASSERT_NO_FATAL_FAILURE(Write(job));
+  ASSERT_NE(WaitForManifest(job.id), nullptr);
+  ASSERT_OK(client_->DeleteShuffle(job.id));
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto listed = store_->List(ShuffleObjectsPrefix(job.id));
+        return listed.ok() && listed->empty();
+      },
+      std::chrono::seconds(30)));
+  EXPECT_THAT(StoreShuffle::Open(store_.get(), job.id).status(),
+              testing::StatusIs(absl::StatusCode::kNotFound, "no manifest"));
+}
+
+}  // namespace
+}  // namespace sluice
