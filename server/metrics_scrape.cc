@@ -53,6 +53,10 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
   t.Counter("sluice_repair_copies_total",
             "A mapper's data for a partition copied from another replica (re-replication)",
             D(m.repair_copies.load()));
+  t.Counter("sluice_restored_copies_total",
+            "Of the re-replication's copies, those restored from the object store: no server "
+            "held them any more",
+            D(m.restored_copies.load()));
   t.Counter("sluice_objects_uploaded_total",
             "Partitions this server uploaded to the object store and recorded (--object_store)",
             D(m.objects_uploaded.load()));

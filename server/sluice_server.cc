@@ -182,8 +182,11 @@ struct SluiceServer::Impl {
   std::shared_ptr<EtcdClient> etcd;  // with --etcd, once joined
   std::unique_ptr<Membership> membership;
   std::unique_ptr<EtcdPlacementStore> placements;
-  std::unique_ptr<Periodic> watching;      // ClusterNode::WatchMembers, once joined
-  std::unique_ptr<GrpcPeerFetcher> peers;  // with --repair_mb_per_s, once joined
+  std::unique_ptr<Periodic> watching;               // ClusterNode::WatchMembers, once joined
+  std::unique_ptr<objstore::S3Store> object_store;  // with --object_store
+  std::unique_ptr<objstore::RateLimiter> object_rate;
+  std::unique_ptr<ObjectSource> object_source;  // with --object_store, once joined
+  std::unique_ptr<GrpcPeerFetcher> peers;       // with --repair_mb_per_s, once joined
   std::unique_ptr<Repairer> repairer;
   std::string repair_off;  // why this server does not repair (set once, before it joins)
   std::unique_ptr<Periodic> repairing;
@@ -194,8 +197,6 @@ struct SluiceServer::Impl {
   std::unique_ptr<Periodic> scrubbing;
   std::unique_ptr<Premerger> premerger;  // with --premerge_mb_per_s
   std::unique_ptr<Periodic> premerging;
-  std::unique_ptr<objstore::S3Store> object_store;  // with --object_store
-  std::unique_ptr<objstore::RateLimiter> object_rate;
   std::unique_ptr<Uploader> uploader;  // with --object_store, once joined
   std::unique_ptr<Periodic> uploading;
   std::unique_ptr<Background> opener;  // the shuffles listed at start, opened one by one
@@ -530,8 +531,12 @@ absl::Status SluiceServer::Impl::JoinCluster() {
     if (!off.empty()) {
       spdlog::warn("event=repair_off reason=\"{}\"", off);
     } else {
+      if (object_store != nullptr) {
+        object_source =
+            std::make_unique<ObjectSource>(node.get(), object_store.get(), objstore::ReadOptions{});
+      }
       repairer = std::make_unique<Repairer>(registry.get(), node.get(), peers.get(),
-                                            o.repair_bytes_per_s, &metrics);
+                                            o.repair_bytes_per_s, &metrics, object_source.get());
       repairing = std::make_unique<Periodic>(std::chrono::seconds(1), [this] { repairer->Run(); });
     }
   }

@@ -81,6 +81,8 @@ struct ServerMetrics {
   /// Re-replication (--repair_mb_per_s): bytes copied from other replicas, and the (mapper,
   /// partition) copies made.
   Counter repair_bytes{0}, repair_copies{0};
+  /// Of those copies, the ones restored from the object store (no server held them).
+  Counter restored_copies{0};
   /// The object tier (--object_store): partitions uploaded and recorded by this server, their
   /// bytes, uploads that failed, objects deleted (lost races, stale, deleted shuffles) and
   /// manifests written.

@@ -166,6 +166,23 @@ bool PlacementCache::KeepsEver(const std::string& id, uint32_t partition) const 
   return holding->ever[partition];
 }
 
+namespace {
+
+// Whether some partition of `p` has no replica among `live` in its newest epoch.
+bool Orphaned(const ShufflePlacement& p, const std::vector<NodeEntry>& live) {
+  std::set<std::string> registered;
+  for (const NodeEntry& n : live) registered.insert(n.node_id);
+  for (size_t q = 0; q < p.replicas.size() && q < p.total(); ++q) {
+    bool any = false;
+    for (uint32_t i : p.replicas[q])
+      any = any || (i < p.nodes.size() && registered.count(p.nodes[i]));
+    if (!any) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 absl::StatusOr<PlacementCache::Placement> PlacementCache::GetPlacement(const std::string& id,
                                                                        uint64_t known_revision) {
   Placement out;
@@ -213,9 +230,14 @@ absl::StatusOr<PlacementCache::Placement> PlacementCache::GetPlacement(const std
     }
     if (got.ok()) {
       placed = **got;
-      // Remembered where this server keeps a part (its memory follows its shuffles).
+      // Remembered where this server keeps a part (its memory follows its shuffles), and where
+      // a partition has no registered replica: its servers are then taken out by this one's
+      // watch too (WatchMembers), though it holds nothing of it, so that a shuffle whose every
+      // server is gone gets new ones (and, with the object tier, its data back).
       const std::shared_ptr<const Holding> fresh = Remember(id, placed, c.node_id);
-      if (holding == nullptr && !fresh->any) Forget(id);
+      if (holding == nullptr && !fresh->any && !Orphaned(placed, membership_->LastMembers())) {
+        Forget(id);
+      }
     } else if (holding != nullptr && IsEtcdDown(got.status())) {
       placed = holding->placement;
       out.age = std::max(membership_->Since(holding->read_at), std::chrono::milliseconds(1));

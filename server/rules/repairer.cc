@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -14,11 +16,73 @@
 #include "spdlog/spdlog.h"
 
 namespace sluice {
+namespace {
+
+// One (mapper, partition) copy under way: its frames checked end to end as they come, given key
+// bounds like pushed frames (a range read and the split plan go by them; each frame is decoded
+// for them, up to a size), appended; then made visible with one REPAIR record, or given back.
+class FrameCopy {
+ public:
+  FrameCopy(ShuffleStore* store, uint32_t partition, uint32_t mapper, uint64_t attempt)
+      : store_(store), partition_(partition), mapper_(mapper), attempt_(attempt) {
+    // Any frame a server stored is within the largest cap (the cap may have been lowered
+    // since).
+    limits_.max_uncompressed_bytes = kMaxFrameCapBytes;
+    limits_.max_records = UINT32_MAX;
+    DecodeOptions o;
+    o.limits = limits_;
+    o.keys_only = true;  // (as a push validates: the bounds need the keys)
+    decoder_ = std::make_unique<FrameDecoder>(o);
+  }
+  uint32_t mapper() const { return mapper_; }
+  uint64_t bytes() const { return bytes_; }
+
+  absl::Status Add(absl::Span<const uint8_t> frame, const std::string& source) {
+    absl::StatusOr<FrameHeader> h = ParseFrameHeader(frame, limits_);
+    if (!h.ok() || h->frame_size() != frame.size() ||
+        PayloadChecksum(frame.data() + kFrameHeaderSize, h->stored_size) != h->payload_checksum) {
+      return absl::DataLossError(
+          absl::StrCat("a frame copied from ", source, " failed its checks",
+                       h.ok() ? "" : absl::StrCat(": ", h.status().message())));
+    }
+    bounds_.clear();
+    if (h->uncompressed_size <= Repairer::kMaxBoundsDecodeBytes &&
+        decoder_->Decode(frame, &decoded_).ok()) {
+      AppendFrameBounds(decoded_, &bounds_, &bound_keys_);
+    }
+    decoded_.Clear();
+    const ShuffleStore::FrameToAppend one{partition_, frame, h->record_count, bounds_};
+    SLUICE_RETURN_IF_ERROR(
+        store_->AppendAll(mapper_, attempt_, absl::MakeConstSpan(&one, 1), &blocks_));
+    bytes_ += frame.size();
+    return absl::OkStatus();
+  }
+  absl::Status Commit() { return store_->Repair(mapper_, attempt_, partition_, blocks_); }
+  void Discard() {
+    store_->Discard(blocks_);
+    blocks_.clear();
+  }
+
+ private:
+  ShuffleStore* const store_;
+  const uint32_t partition_, mapper_;
+  const uint64_t attempt_;
+  FrameLimits limits_;
+  std::unique_ptr<FrameDecoder> decoder_;
+  DecodedFrame decoded_;
+  std::string bounds_;
+  std::vector<std::string_view> bound_keys_;
+  std::vector<BlockRef> blocks_;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace
 
 uint64_t Repairer::Run() {
   uint64_t made = 0;
   const std::vector<ClusterDecisions::RepairItem> items = node_->decisions().RepairBacklog();
-  PeerStates peers;  // what each source says of each shuffle, asked once a round
+  PeerStates peers;       // what each source says of each shuffle, asked once a round
+  ObjectRecords records;  // each shuffle's object records, read once a round (at the first need)
   uint64_t left = BytesLeft(items, &peers);
   if (metrics_ != nullptr) metrics_->repair_backlog_bytes.store(left);
   for (const ClusterDecisions::RepairItem& item : items) {
@@ -26,6 +90,7 @@ uint64_t Repairer::Run() {
     auto store = registry_->Get(item.id);
     if (!store.ok()) continue;
     bool changed = false;
+    std::vector<std::pair<uint32_t, uint64_t>> lost;  // no server holds them
     for (const auto& [mapper, attempt] : item.mappers) {
       if (stopping_.load()) break;
       absl::Status st = absl::UnavailableError("no other replica of it is registered now");
@@ -38,14 +103,8 @@ uint64_t Repairer::Run() {
       }
       if (absl::IsAlreadyExists(st)) st = absl::OkStatus();  // (repaired meanwhile)
       if (!st.ok() && Lost(item, mapper, &peers)) {
-        if (node_->decisions().MarkLost(item.id, item.partition, mapper)) {
-          spdlog::error(
-              "event=replica_lost tenant={} shuffle={} partition={} mapper={} note=\"no "
-              "registered server holds it and every other holder was taken out: only a new "
-              "run of the mapper, in a new shuffle, brings its records back\"",
-              TenantField(item.id), item.id, item.partition, mapper);
-        }
-        continue;  // the partition's other mappers may still be copied
+        lost.emplace_back(mapper, attempt);  // (from the object store, if it holds it)
+        continue;                            // the partition's other mappers may still be copied
       }
       if (!st.ok()) {
         spdlog::warn(
@@ -64,6 +123,38 @@ uint64_t Repairer::Run() {
       }
       spdlog::info("event=repaired tenant={} shuffle={} partition={} mapper={} bytes={} from={}",
                    TenantField(item.id), item.id, item.partition, mapper, bytes, from);
+    }
+    if (!lost.empty()) {
+      uint64_t bytes = 0;
+      const std::set<uint32_t> restored = objects_ != nullptr
+                                              ? Restore(**store, item, lost, &records, &bytes)
+                                              : std::set<uint32_t>{};
+      for (const auto& [mapper, attempt] : lost) {
+        if (restored.count(mapper) != 0) continue;
+        if (node_->decisions().MarkLost(item.id, item.partition, mapper)) {
+          spdlog::error(
+              "event=replica_lost tenant={} shuffle={} partition={} mapper={} note=\"no "
+              "registered server holds it{} and every other holder was taken out: only a new "
+              "run of the mapper, in a new shuffle, brings its records back\"",
+              TenantField(item.id), item.id, item.partition, mapper,
+              objects_ != nullptr ? ", nor the object store," : "");
+        }
+      }
+      if (!restored.empty()) {
+        changed = true;
+        made += restored.size();
+        left -= std::min(left, bytes);
+        if (metrics_ != nullptr) {
+          ServerMetrics::Add(metrics_->repair_bytes, bytes);
+          ServerMetrics::Add(metrics_->repair_copies, restored.size());
+          ServerMetrics::Add(metrics_->restored_copies, restored.size());
+          metrics_->repair_backlog_bytes.store(left);
+        }
+        spdlog::info(
+            "event=restored tenant={} shuffle={} partition={} mappers={} bytes={} from=\"{}\"",
+            TenantField(item.id), item.id, item.partition, restored.size(), bytes,
+            objects_->name());
+      }
     }
     if (changed) node_->decisions().Recheck(item.id);
   }
@@ -114,52 +205,90 @@ bool Repairer::Lost(const ClusterDecisions::RepairItem& item, uint32_t mapper, P
 absl::Status Repairer::CopyOne(ShuffleStore& store, const ClusterDecisions::RepairItem& item,
                                uint32_t mapper, uint64_t attempt, const std::string& source,
                                uint64_t* bytes) {
-  std::vector<BlockRef> blocks;
-  uint64_t copied = 0;
-  // Any frame a server stored is within the largest cap (the cap may have been lowered since).
-  FrameLimits limits;
-  limits.max_uncompressed_bytes = kMaxFrameCapBytes;
-  limits.max_records = UINT32_MAX;
-  // The copies get key bounds like pushed frames (a range read and the split plan go by them):
-  // each frame is decoded for them, up to a size (larger ones get none: any key).
-  DecodeOptions dopts;
-  dopts.limits = limits;
-  dopts.keys_only = true;  // (as a push validates: the bounds need the keys)
-  FrameDecoder decoder(dopts);
-  DecodedFrame decoded;
-  std::string bounds;
-  std::vector<std::string_view> bound_keys;
-  absl::Status st = fetcher_->Fetch(
-      source, item.id, item.partition, mapper, attempt,
-      [&](absl::Span<const uint8_t> frame) -> absl::Status {
-        if (!Pace(frame.size())) return absl::CancelledError("the server is stopping");
-        // Checked end to end: the source read it checked, and the bytes that came are checked.
-        absl::StatusOr<FrameHeader> h = ParseFrameHeader(frame, limits);
-        if (!h.ok() || h->frame_size() != frame.size() ||
-            PayloadChecksum(frame.data() + kFrameHeaderSize, h->stored_size) !=
-                h->payload_checksum) {
-          return absl::DataLossError(
-              absl::StrCat("a frame copied from ", source, " failed its checks",
-                           h.ok() ? "" : absl::StrCat(": ", h.status().message())));
-        }
-        bounds.clear();
-        if (h->uncompressed_size <= kMaxBoundsDecodeBytes && decoder.Decode(frame, &decoded).ok()) {
-          AppendFrameBounds(decoded, &bounds, &bound_keys);
-        }
-        decoded.Clear();
-        const ShuffleStore::FrameToAppend one{item.partition, frame, h->record_count, bounds};
-        SLUICE_RETURN_IF_ERROR(
-            store.AppendAll(mapper, attempt, absl::MakeConstSpan(&one, 1), &blocks));
-        copied += frame.size();
-        return absl::OkStatus();
-      });
-  if (st.ok()) st = store.Repair(mapper, attempt, item.partition, blocks);
+  FrameCopy copy(&store, item.partition, mapper, attempt);
+  absl::Status st = fetcher_->Fetch(source, item.id, item.partition, mapper, attempt,
+                                    [&](absl::Span<const uint8_t> frame) -> absl::Status {
+                                      if (!Pace(frame.size())) {
+                                        return absl::CancelledError("the server is stopping");
+                                      }
+                                      return copy.Add(frame, source);
+                                    });
+  if (st.ok()) st = copy.Commit();
   if (!st.ok()) {
-    store.Discard(blocks);
+    copy.Discard();
     return st;
   }
-  *bytes = copied;
+  *bytes = copy.bytes();
   return absl::OkStatus();
+}
+
+std::set<uint32_t> Repairer::Restore(ShuffleStore& store, const ClusterDecisions::RepairItem& item,
+                                     const std::vector<std::pair<uint32_t, uint64_t>>& lost,
+                                     ObjectRecords* records, uint64_t* bytes) {
+  std::set<uint32_t> done;
+  auto it = records->find(item.id);
+  if (it == records->end()) it = records->emplace(item.id, objects_->Records(item.id)).first;
+  if (!it->second.ok()) {
+    spdlog::warn("event=restore_failed tenant={} shuffle={} partition={} error=\"{}\"",
+                 TenantField(item.id), item.id, item.partition,
+                 std::string(it->second.status().message()));
+    return done;
+  }
+  auto r = it->second->find(item.partition);
+  if (r == it->second->end()) return done;  // (not uploaded)
+  const ObjectRecord& record = r->second;
+  // The lost mappers the object holds, at their winning attempts (a record made before a
+  // revocation holds another attempt of a revoked mapper: not that one).
+  std::map<uint32_t, uint64_t> want;
+  std::set<uint32_t> wanted;
+  for (const auto& [m, a] : lost) {
+    auto w = std::lower_bound(record.winners.begin(), record.winners.end(),
+                              std::make_pair(m, uint64_t{0}));
+    if (w != record.winners.end() && w->first == m && w->second == a) {
+      want[m] = a;
+      wanted.insert(m);
+    }
+  }
+  if (want.empty()) return done;
+  std::unique_ptr<FrameCopy> copy;
+  const auto finish = [&]() -> absl::Status {
+    absl::Status st = copy->Commit();
+    if (!st.ok() && !absl::IsAlreadyExists(st)) return st;
+    done.insert(copy->mapper());
+    *bytes += copy->bytes();
+    copy.reset();
+    return absl::OkStatus();
+  };
+  absl::Status st = objects_->Read(
+      item.id, item.partition, record, wanted,
+      [&](uint32_t m, absl::string_view frame) -> absl::Status {
+        if (!Pace(frame.size())) return absl::CancelledError("the server is stopping");
+        if (copy != nullptr && copy->mapper() != m) SLUICE_RETURN_IF_ERROR(finish());
+        if (copy == nullptr) copy = std::make_unique<FrameCopy>(&store, item.partition, m, want[m]);
+        return copy->Add(
+            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size()),
+            objects_->name());
+      });
+  if (st.ok() && copy != nullptr) st = finish();
+  if (copy != nullptr) copy->Discard();
+  // The mappers with no frame in the partition: present, with nothing.
+  for (const auto& [m, a] : want) {
+    if (!st.ok()) break;
+    if (done.count(m) != 0) continue;
+    absl::Status empty = store.Repair(m, a, item.partition, {});
+    if (empty.ok() || absl::IsAlreadyExists(empty)) {
+      done.insert(m);
+    } else {
+      st = empty;
+    }
+  }
+  if (!st.ok()) {
+    spdlog::warn(
+        "event=restore_failed tenant={} shuffle={} partition={} object={} error=\"{}\" "
+        "note=\"tried again next round\"",
+        TenantField(item.id), item.id, item.partition, record.key, std::string(st.message()));
+  }
+  return done;
 }
 
 absl::StatusOr<DecommissionState> CheckDecommission(ShuffleRegistry* registry, ClusterNode* node,

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +33,7 @@
 #include "codec/frame_format.h"
 #include "server/metrics/server_metrics.h"
 #include "server/rules/cluster_node.h"
+#include "server/rules/object_source.h"
 #include "server/storage/shuffle_registry.h"
 
 namespace sluice {
@@ -84,11 +86,14 @@ class Repairer {
   static constexpr uint32_t kMaxBoundsDecodeBytes = 16u << 20;
   using Clock = std::chrono::steady_clock;
   /// `bytes_per_s` > 0. `metrics` may be null.
+  /// `objects` (may be null): with --object_store, where a mapper no server holds any more is
+  /// restored from (its partition's recorded object) before it counts as lost.
   Repairer(ShuffleRegistry* registry, ClusterNode* node, PeerFetcher* fetcher, uint64_t bytes_per_s,
-           ServerMetrics* metrics)
+           ServerMetrics* metrics, ObjectSource* objects = nullptr)
       : registry_(registry),
         node_(node),
         fetcher_(fetcher),
+        objects_(objects),
         rate_(bytes_per_s),
         metrics_(metrics) {}
 
@@ -115,12 +120,21 @@ class Repairer {
   absl::Status CopyOne(ShuffleStore& store, const ClusterDecisions::RepairItem& item,
                        uint32_t mapper, uint64_t attempt, const std::string& source,
                        uint64_t* bytes);
+  // Each shuffle's object records (ObjectSource::Records), by id.
+  using ObjectRecords = std::map<std::string, absl::StatusOr<std::map<uint32_t, ObjectRecord>>>;
+  // Copies the `lost` (mapper, winning attempt) pairs of the item's partition from its recorded
+  // object (one pass over the object; a REPAIR record per mapper). The mappers restored (with
+  // their bytes added to *bytes).
+  std::set<uint32_t> Restore(ShuffleStore& store, const ClusterDecisions::RepairItem& item,
+                             const std::vector<std::pair<uint32_t, uint64_t>>& lost,
+                             ObjectRecords* records, uint64_t* bytes);
   // Waits for the rate to allow `bytes` more (false: stopping).
   bool Pace(uint64_t bytes);
 
   ShuffleRegistry* const registry_;
   ClusterNode* const node_;
   PeerFetcher* const fetcher_;
+  ObjectSource* const objects_;
   const uint64_t rate_;
   ServerMetrics* const metrics_;
   std::atomic<bool> stopping_{false};

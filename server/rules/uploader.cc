@@ -54,8 +54,9 @@ uint64_t Uploader::RunShuffle(const std::string& id) {
   const ShufflePlacement& p = holding->placement;
   // (A shuffle of no known mapper count is never complete: it is not uploaded.)
   if (p.num_mappers == 0) return 0;
+  const Settled now{p.revision, p.epoch(), p.total()};
   auto settled = settled_.find(id);
-  if (settled != settled_.end() && settled->second == p.revision && unsure_.count(id) == 0) {
+  if (settled != settled_.end() && settled->second == now && unsure_.count(id) == 0) {
     return 0;
   }
   absl::StatusOr<std::shared_ptr<ShuffleStore>> store = registry_->Get(id);
@@ -152,7 +153,7 @@ uint64_t Uploader::RunShuffle(const std::string& id) {
     }
     if (metrics_ != nullptr) ServerMetrics::Add(metrics_->manifests_written, 1);
   }
-  settled_[id] = p.revision;
+  settled_[id] = now;
   return made;
 }
 

@@ -28,6 +28,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "objstore/object_upload.h"
@@ -72,9 +73,10 @@ class Uploader {
   ServerMetrics* const metrics_;
   std::atomic<bool> stopping_{false};
   std::mt19937_64 nonce_;
-  // Per shuffle, the placement revision at which its every record stood (nothing to do until
-  // the record changes).
-  std::map<std::string, int64_t> settled_;
+  // Per shuffle, the placement (its record's revision, epoch and stored partitions) at which
+  // its every record stood: nothing to do until the placement changes.
+  using Settled = std::tuple<int64_t, uint32_t, uint32_t>;
+  std::map<std::string, Settled> settled_;
   // Shuffles this server has seen held here with the tier on: swept once no longer recorded.
   std::set<std::string> known_;
   // Objects uploaded here whose record is not known (etcd did not answer), by shuffle:

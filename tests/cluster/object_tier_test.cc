@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <memory>
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,14 +56,21 @@ class ObjectTierTest : public ::testing::Test {
     // The servers take their credentials from the environment, as AWS's tools do.
     setenv("AWS_ACCESS_KEY_ID", o.credentials.access_key_id.c_str(), 1);
     setenv("AWS_SECRET_ACCESS_KEY", o.credentials.secret_access_key.c_str(), 1);
+    ASSERT_OK_AND_ASSIGN(store_, objstore::S3Store::Make(o));
+  }
+  // Three servers at `endpoint` (empty: the S3 server's), with `extra` flags.
+  void StartCluster(const std::string& endpoint = "", const std::vector<std::string>& extra = {}) {
     testing::MiniClusterOptions mo;
     mo.servers = 3;
     mo.flags.push_back("--object_store=s3://sluice-tier/tier");
-    mo.flags.push_back(absl::StrCat("--object_endpoint=", s3_->endpoint()));
+    mo.flags.push_back(
+        absl::StrCat("--object_endpoint=", endpoint.empty() ? s3_->endpoint() : endpoint));
     mo.flags.push_back("--object_part_mb=5");
+    // (A server gone 2 s is taken out: fresh servers take its partitions over sooner.)
+    mo.flags.push_back("--dead_after_s=2");
+    mo.flags.insert(mo.flags.end(), extra.begin(), extra.end());
     ASSERT_OK_AND_ASSIGN(cluster_, MiniCluster::Start(mo));
     ASSERT_OK_AND_ASSIGN(client_, cluster_->Client());
-    ASSERT_OK_AND_ASSIGN(store_, objstore::S3Store::Make(o));
   }
   void TearDown() override {
     unsetenv("AWS_ACCESS_KEY_ID");
@@ -116,7 +125,8 @@ TEST_F(ObjectTierTest, EveryServerLostTheShuffleReadsBackFromTheStoreAlone) {
   job.partitions = 6;
   job.mappers = 4;
   job.items = 4000;
-  job.filler = 300;  // ~1.3 MB a partition: objects of one part and of two
+  job.filler = 300;  // ~0.9 MB a partition: one PUT each
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
   ASSERT_NO_FATAL_FAILURE(Write(job));
   const std::vector<KeyValues> expected = ReadThroughServers(job);
   std::unique_ptr<StoreShuffle> first = WaitForManifest(job.id);
@@ -165,12 +175,125 @@ TEST_F(ObjectTierTest, EveryServerLostTheShuffleReadsBackFromTheStoreAlone) {
   EXPECT_EQ(records, size_t{job.mappers} * job.items);
 }
 
+TEST_F(ObjectTierTest, FreshServersServeTheShuffleFromTheStoreAfterEveryServerIsLost) {
+  Job job;
+  job.id = "reborn";
+  job.partitions = 6;
+  job.mappers = 4;
+  job.items = 3000;
+  job.filler = 100;
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
+  ASSERT_NO_FATAL_FAILURE(Write(job));
+  const std::vector<KeyValues> expected = ReadThroughServers(job);
+  ASSERT_NE(WaitForManifest(job.id), nullptr);
+  for (size_t i = 0; i < 3; ++i) {
+    cluster_->Kill(i);
+    ASSERT_OK(cluster_->Wipe(i));
+  }
+  // Three new servers (new ids, empty disks); the old ones never come back.
+  for (size_t i = 0; i < 3; ++i) ASSERT_OK(cluster_->Add().status());
+  ASSERT_OK_AND_ASSIGN(auto client, cluster_->ClientOf(3));
+  const auto start = std::chrono::steady_clock::now();
+  for (uint32_t p = 0; p < job.partitions; ++p) {
+    ReaderOptions key;
+    key.order = FetchOrder::kKey;
+    key.require_complete = true;
+    absl::StatusOr<KeyValues> got;
+    // (Taken out after --dead_after_s, the partitions' new replicas restore them from the store;
+    // meanwhile reads are refused as retryable.)
+    EXPECT_TRUE(Eventually(
+        [&] {
+          got = ReadAll(client->OpenReader(job.id, p, key));
+          EXPECT_TRUE(got.ok() || absl::IsUnavailable(got.status())) << got.status();
+          return got.ok();
+        },
+        std::chrono::seconds(60)))
+        << "partition " << p << ": " << got.status();
+    ASSERT_OK(got);
+    EXPECT_EQ(*got, expected[p]) << "partition " << p << ", KEY order";
+    ReaderOptions any;
+    any.require_complete = true;
+    ASSERT_OK_AND_ASSIGN(KeyValues unordered, ReadAll(client->OpenReader(job.id, p, any)));
+    EXPECT_EQ(Sorted(unordered), Sorted(expected[p])) << "partition " << p << ", UNORDERED";
+    // Split reads: the slices, read one after another, are the partition.
+    ASSERT_OK_AND_ASSIGN(SplitKeys splits, client->GetSplits(job.id, p, 3));
+    KeyValues sliced;
+    for (size_t i = 0; i <= splits.keys.size(); ++i) {
+      ASSERT_OK_AND_ASSIGN(KeyValues slice,
+                           ReadAll(client->OpenReader(job.id, p, splits.Slice(i))));
+      sliced.insert(sliced.end(), slice.begin(), slice.end());
+    }
+    EXPECT_EQ(sliced, expected[p])
+        << "partition " << p << ", " << splits.keys.size() + 1 << " slices";
+  }
+  std::printf("every server lost: fresh servers served the shuffle from the store after %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+TEST_F(ObjectTierTest, StoreFaultsAndAnUploaderKilledMidUploadLeaveOneObjectPerPartition) {
+  ASSERT_OK_AND_ASSIGN(auto proxy, testing::S3FaultProxy::Start(*s3_));
+  // The store fails calls of every kind once or more; each is retried by the uploads.
+  for (const char* fault : {
+           R"({"method": "PUT", "query": "partNumber", "count": 3, "status": 503,
+               "code": "SlowDown"})",
+           R"({"method": "POST", "query": "uploads", "count": 1, "status": 500,
+               "code": "InternalError"})",
+           R"({"method": "POST", "query": "uploadId", "count": 1, "status": 200,
+               "code": "InternalError"})",
+           R"({"method": "PUT", "query": "partNumber", "count": 1, "reset": true})",
+           R"({"method": "GET", "query": "list-type", "count": 1, "status": 503,
+               "code": "SlowDown"})",
+       }) {
+    ASSERT_TRUE(proxy->Inject(fault)) << fault;
+  }
+  // (2 MiB/s: an upload of a partition takes seconds, and is killed in the middle.)
+  ASSERT_NO_FATAL_FAILURE(StartCluster(proxy->Options().endpoint, {"--object_mb_per_s=2"}));
+  Job job;
+  job.id = "faulty";
+  job.partitions = 2;
+  job.mappers = 4;
+  job.items = 6000;
+  job.filler = 1000;  // ~7 MB a partition stored: two parts of a multipart upload
+  ASSERT_NO_FATAL_FAILURE(Write(job));
+  const std::vector<KeyValues> expected = ReadThroughServers(job);
+  // The uploader of partition 0 (its first replica) killed once a part is on its way.
+  ASSERT_OK_AND_ASSIGN(PlacementInfo placement, client_->GetPlacement(job.id));
+  const size_t uploader = cluster_->index_of(placement.nodes[placement.replicas[0][0]].node_id);
+  ASSERT_LT(uploader, cluster_->size());
+  EXPECT_TRUE(Eventually([&] { return proxy->State().find("partNumber") != std::string::npos; },
+                         std::chrono::seconds(30)));
+  cluster_->Kill(uploader);
+  // Its partner takes the upload over once it is unregistered; every fault was met.
+  std::unique_ptr<StoreShuffle> shuffle = WaitForManifest(job.id);
+  ASSERT_NE(shuffle, nullptr);
+  EXPECT_FALSE(std::regex_search(proxy->State(), std::regex("\"count\": [1-9]"))) << proxy->State();
+  ASSERT_OK_AND_ASSIGN(auto listed, store_->List(ShuffleObjectsPrefix(job.id)));
+  EXPECT_EQ(listed.size(), job.partitions + 1);  // one object a partition, and the manifest
+  for (uint32_t p = 0; p < job.partitions; ++p) {
+    EXPECT_GT(shuffle->manifest().objects.at(p).size, objstore::kMinPartBytes);
+    ReaderOptions key;
+    key.order = FetchOrder::kKey;
+    ASSERT_OK_AND_ASSIGN(KeyValues got, ReadAll(shuffle->OpenReader(p, key)));
+    EXPECT_EQ(got, expected[p]) << "partition " << p;
+  }
+  // (The killed server's copy stays until it is back: the delete says so, retryably.)
+  const absl::Status deleted = client_->DeleteShuffle(job.id);
+  EXPECT_TRUE(deleted.ok() || absl::IsUnavailable(deleted)) << deleted;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto left = store_->List(ShuffleObjectsPrefix(job.id));
+        return left.ok() && left->empty();
+      },
+      std::chrono::seconds(30)));
+}
+
 TEST_F(ObjectTierTest, ADeletedShuffleLeavesNothingInTheStore) {
   Job job;
   job.id = "gone";
   job.partitions = 4;
   job.mappers = 3;
   job.items = 500;
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
   ASSERT_NO_FATAL_FAILURE(Write(job));
   ASSERT_NE(WaitForManifest(job.id), nullptr);
   ASSERT_OK(client_->DeleteShuffle(job.id));

@@ -10,6 +10,7 @@
 #ifndef SLUICE_TESTS_HARNESS_FAKE_CLUSTER_H_
 #define SLUICE_TESTS_HARNESS_FAKE_CLUSTER_H_
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -34,6 +35,9 @@ class FakePlacementStore final : public PlacementStore {
     std::lock_guard<std::mutex> lock(mu_);
     fault_ = std::move(st);
   }
+  /// Called (outside the record's lock) as RecordObject starts: a test holds racing uploaders
+  /// there until all of them have uploaded. Set before the calls.
+  std::function<void(const std::string& id, uint32_t partition)> before_record;
   /// Calls made so far (to tell a remembered answer from a read).
   int calls() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -161,6 +165,7 @@ class FakePlacementStore final : public PlacementStore {
                                                              uint32_t partition,
                                                              const ObjectRecord& record,
                                                              int64_t stale = 0) override {
+    if (before_record) before_record(id, partition);
     std::lock_guard<std::mutex> lock(mu_);
     if (absl::Status st = Call(); !st.ok()) return st;
     if (shuffles_.count(id) == 0) return absl::NotFoundError("not recorded");

@@ -1,0 +1,46 @@
+#include "server/rules/object_source.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+
+namespace sluice {
+
+absl::StatusOr<std::map<uint32_t, ObjectRecord>> ObjectSource::Records(const std::string& id) {
+  const ClusterMembership::View view = node_->membership().view();
+  SLUICE_RETURN_IF_ERROR(view.Joined());
+  return view.placements->Objects(id);
+}
+
+absl::Status ObjectSource::Read(
+    const std::string& id, uint32_t partition, const ObjectRecord& record,
+    const std::set<uint32_t>& mappers,
+    const std::function<absl::Status(uint32_t, absl::string_view)>& each) {
+  SLUICE_ASSIGN_OR_RETURN(
+      auto object, objstore::PartitionObjectReader::Open(store_, {record.key, record.size}, id,
+                                                         partition, ranges_));
+  const objstore::PartitionObjectFooter& footer = object->footer();
+  if (footer.winners != record.winners) {
+    return absl::DataLossError(absl::StrCat("object ", record.key, " of partition ", partition,
+                                            " of shuffle '", id,
+                                            "' holds other winners than its record names"));
+  }
+  // The frames asked for, in stretches of neighbours (a mapper's frames are together).
+  size_t i = 0;
+  while (i < footer.frames.size()) {
+    if (mappers.count(footer.frames[i].mapper) == 0) {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < footer.frames.size() && mappers.count(footer.frames[j].mapper) != 0) ++j;
+    SLUICE_RETURN_IF_ERROR(object->ReadFrames(i, j, [&](size_t k, absl::string_view frame) {
+      return each(footer.frames[k].mapper, frame);
+    }));
+    i = j;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sluice

@@ -1,0 +1,58 @@
+// ObjectSource: the object store as the source of a repair (docs/object-store.md, "Restoring
+// from the store"). When no server holds a mapper's data of a partition any more (every replica
+// lost), the repairer copies it from the partition's recorded object instead of marking it lost:
+// the record (in etcd) names the object and the winners it holds; the object's frames of the
+// mappers asked for are read by byte ranges, in the object's order (mappers ascending), each
+// handed over as stored for the repairer to check and append as it does a peer's.
+//
+//   ObjectSource objects(&node, s3.get(), {});
+//   ASSIGN_OR_RETURN(auto records, objects.Records("job"));
+//   RETURN_IF_ERROR(objects.Read("job", 3, records.at(3), {0, 2}, each));
+//
+// Thread-safe (the store is).
+#ifndef SLUICE_SERVER_RULES_OBJECT_SOURCE_H_
+#define SLUICE_SERVER_RULES_OBJECT_SOURCE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "objstore/object_reader.h"
+#include "objstore/object_record.h"
+#include "objstore/s3_store.h"
+#include "server/rules/cluster_node.h"
+
+namespace sluice {
+
+class ObjectSource {
+ public:
+  ObjectSource(ClusterNode* node, objstore::S3Store* store, objstore::ReadOptions ranges)
+      : node_(node), store_(store), ranges_(ranges) {}
+
+  /// The shuffle's object records, by stored partition (read from etcd; etcd's errors as they
+  /// are).
+  absl::StatusOr<std::map<uint32_t, ObjectRecord>> Records(const std::string& id);
+  /// Calls `each(mapper, frame)` with every frame of `mappers` in the object `record` names
+  /// (stored partition `partition` of shuffle `id`), in the object's order; stops at the first
+  /// error (the store's, the object's, or `each`'s) and returns it. DATA_LOSS when the object
+  /// is not the one its record says (its footer's winners, shuffle or partition).
+  absl::Status Read(const std::string& id, uint32_t partition, const ObjectRecord& record,
+                    const std::set<uint32_t>& mappers,
+                    const std::function<absl::Status(uint32_t, absl::string_view)>& each);
+  const std::string& name() const { return name_; }
+
+ private:
+  ClusterNode* const node_;
+  objstore::S3Store* const store_;
+  const objstore::ReadOptions ranges_;
+  const std::string name_ = "the object store";
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_RULES_OBJECT_SOURCE_H_
