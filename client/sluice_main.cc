@@ -37,8 +37,11 @@
 #include "client/cli_flags.h"
 #include "client/server_process.h"
 #include "client/shuffle_client.h"
+#include "client/store_reader.h"
 #include "codec/msgpack_scan.h"
 #include "nlohmann/json.hpp"
+#include "objstore/s3_options.h"
+#include "objstore/s3_store.h"
 #include "rpc/error_reason.h"
 
 namespace {
@@ -423,6 +426,20 @@ int Splits(Flags& flags) {
   return 0;
 }
 
+// A reader of partition `partition` of shuffle `id` straight from the object store at `url`
+// (s3://bucket/prefix, as the servers' --object_store), credentials as AWS's tools find them.
+absl::StatusOr<std::unique_ptr<sluice::ShuffleReader>> OpenFromStore(
+    const std::string& url, const std::string& endpoint, const std::string& id, uint32_t partition,
+    const sluice::ReaderOptions& options, std::unique_ptr<sluice::objstore::S3Store>* store,
+    std::unique_ptr<sluice::StoreShuffle>* shuffle) {
+  SLUICE_ASSIGN_OR_RETURN(sluice::objstore::S3Options o, sluice::objstore::S3OptionsFromUrl(url));
+  o.endpoint = endpoint;
+  SLUICE_RETURN_IF_ERROR(sluice::objstore::ResolveFromEnvironment(&o));
+  SLUICE_ASSIGN_OR_RETURN(*store, sluice::objstore::S3Store::Make(o));
+  SLUICE_ASSIGN_OR_RETURN(*shuffle, sluice::StoreShuffle::Open(store->get(), id));
+  return (*shuffle)->OpenReader(partition, options);
+}
+
 int Fetch(Flags& flags) {
   const std::string server = flags.Get("server", "127.0.0.1:7070");
   const std::string id = flags.Get("shuffle", "");
@@ -430,6 +447,8 @@ int Fetch(Flags& flags) {
   const std::string order = flags.Get("order", "UNORDERED");
   const std::string output = flags.Get("output", "-");
   const std::string format = flags.Get("format", "jsonl");
+  const std::string object_store = flags.Get("object-store", "");
+  const std::string object_endpoint = flags.Get("object-endpoint", "");
   auto from = RangeKey(flags, "from");
   auto to = RangeKey(flags, "to");
   std::string why;
@@ -453,9 +472,17 @@ int Fetch(Flags& flags) {
     ropts.from_key = from->value_or("");
     ropts.to_key = *to;
   }
-  // (The reader uses its client's connections: the client must outlive it.)
-  std::unique_ptr<sluice::ShuffleClient> client = Connect(server);
-  auto reader = client->OpenReader(id, partition, ropts);
+  // (The reader uses its client's connections, or the store: they must outlive it.)
+  std::unique_ptr<sluice::ShuffleClient> client;
+  std::unique_ptr<sluice::objstore::S3Store> store;
+  std::unique_ptr<sluice::StoreShuffle> shuffle;
+  absl::StatusOr<std::unique_ptr<sluice::ShuffleReader>> reader;
+  if (!object_store.empty()) {  // no server: the shuffle's manifest and objects
+    reader = OpenFromStore(object_store, object_endpoint, id, partition, ropts, &store, &shuffle);
+  } else {
+    client = Connect(server);
+    reader = client->OpenReader(id, partition, ropts);
+  }
   if (!reader.ok()) return Fail(reader.status());
   sluice::Record r;
   size_t n = 0;
@@ -530,6 +557,8 @@ void Usage() {
       "  push   --server H:P --shuffle ID --mapper M [--attempt A] --input FILE\n"
       "         --key-field NAME [--format jsonl|msgpack] [--sort]\n"
       "  fetch  --server H:P --shuffle ID --partition P [--order KEY|UNORDERED]\n"
+      "         [--object-store s3://BUCKET/PREFIX [--object-endpoint URL]]   from the object\n"
+      "         store alone, no server (the servers' --object_store; AWS credentials)\n"
       "         [--output FILE|-] [--format jsonl|msgpack]\n"
       "         [--from KEY] [--to KEY]   the keys in [from, to), KEY order (KEY: a JSON value,\n"
       "         as push's --key-field makes keys; --from-hex/--to-hex: the key's bytes)\n"

@@ -61,16 +61,13 @@ struct Chain {
   }
 };
 
-DecodeOptions Limits(const Chain& chain, uint32_t max_frame_bytes) {
+// What the frames may decode to: the largest cap a server takes (the cap may have been lowered
+// since they were pushed; a COLUMNAR frame rebuilds its records larger than its payload), at
+// most the reader's own limit.
+DecodeOptions Limits(uint32_t max_frame_bytes) {
   DecodeOptions o;
-  o.limits.max_uncompressed_bytes = 1;
-  o.limits.max_records = 1;
-  for (const FrameAt& f : chain.frames) {
-    o.limits.max_uncompressed_bytes =
-        std::max(o.limits.max_uncompressed_bytes, chain.Of(f).uncompressed);
-    o.limits.max_records = std::max(o.limits.max_records, chain.Of(f).records);
-  }
-  o.limits.max_uncompressed_bytes = std::min(o.limits.max_uncompressed_bytes, max_frame_bytes);
+  o.limits.max_uncompressed_bytes = std::min(kMaxFrameCapBytes, max_frame_bytes);
+  o.limits.max_records = UINT32_MAX;
   return o;
 }
 
@@ -79,7 +76,7 @@ class UnorderedReader final : public ShuffleReader {
  public:
   UnorderedReader(Chain chain, uint64_t skip, const StoreReadOptions& o)
       : chain_(std::move(chain)),
-        decoder_(Limits(chain_, o.max_frame_bytes)),
+        decoder_(Limits(o.max_frame_bytes)),
         skip_(skip),
         batch_bytes_(o.batch_bytes) {}
 
@@ -161,7 +158,7 @@ class KeyReader final : public ShuffleReader {
     auto r = std::unique_ptr<KeyReader>(new KeyReader(options));
     std::vector<std::string> bytes;
     SLUICE_RETURN_IF_ERROR(chain.Read(0, chain.frames.size(), &bytes));
-    FrameDecoder decoder(Limits(chain, o.max_frame_bytes));
+    FrameDecoder decoder(Limits(o.max_frame_bytes));
     r->runs_.resize(bytes.size());
     for (size_t k = 0; k < bytes.size(); ++k) {
       Run& run = r->runs_[k];

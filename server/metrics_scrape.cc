@@ -112,6 +112,31 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
   t.Family("sluice_rpc_handled_total", prometheus::MetricType::Counter,
            "Calls finished, by method and status code (failures: code != \"OK\")", calls);
 
+  if (s.object_store != nullptr) {
+    const objstore::S3Counters c = s.object_store->counters();
+    std::vector<std::pair<MetricFamilies::Labels, double>> requests;
+    for (const auto& [call, n] : std::vector<std::pair<const char*, uint64_t>>{
+             {"PutObject", c.put},
+             {"GetObject", c.get},
+             {"HeadObject", c.head},
+             {"DeleteObject", c.del},
+             {"ListObjectsV2", c.list},
+             {"CreateMultipartUpload", c.start_upload},
+             {"UploadPart", c.upload_part},
+             {"CompleteMultipartUpload", c.complete_upload},
+             {"AbortMultipartUpload", c.abort_upload},
+             {"ListMultipartUploads", c.list_uploads}}) {
+      requests.push_back({{{"request", call}}, D(n)});
+    }
+    t.Family("sluice_object_requests_total", prometheus::MetricType::Counter,
+             "Requests to the object store, by S3 request type (a retry counts again): what a "
+             "bill counts",
+             requests);
+    t.Counter("sluice_object_retries_total", "Object-store requests retried", D(c.retries));
+    t.Counter("sluice_object_sent_bytes_total", "Bytes sent to the object store", D(c.bytes_sent));
+    t.Counter("sluice_object_received_bytes_total", "Bytes received from the object store",
+              D(c.bytes_received));
+  }
   t.Gauge("sluice_push_streams", "Push streams open", D(s.streams->push()));
   if (s.connections != nullptr) {
     t.Gauge("sluice_connections", "Client connections open (accepted and kept)",

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "objstore/s3_store.h"
 #include "server/metrics/metric_families.h"
 #include "server/metrics/server_metrics.h"
 #include "server/net/connection_guard.h"
@@ -30,6 +31,8 @@ struct MetricsSources {
   uint64_t started_unix_ms = 0;
   int64_t tls_expiry_unix = 0;  ///< the served certificate's expiry; 0 without TLS
   uint64_t tls_reloads = 0;     ///< sets of TLS files taken since the start
+  /// The object store's requests (--object_store), as it counts them; null without one.
+  const objstore::S3Store* object_store = nullptr;
 };
 
 /// Everything in `sources`, as metric families (MetricsText turns them into the text format).

@@ -682,6 +682,7 @@ std::vector<prometheus::MetricFamily> SluiceServer::Impl::CollectMetrics() const
     s.tls_expiry_unix = tls->expiry_unix();
     s.tls_reloads = tls->reloads();
   }
+  s.object_store = object_store.get();
   s.started_unix_ms = node->membership().self().started_unix_ms;
   return sluice::CollectMetrics(s);
 }

@@ -41,7 +41,7 @@ declare -A allowed=(
   [client]="base/ client/ objstore/ rpc/ codec/ absl/ nlohmann/"
   [client/grpc]="base/ client/ rpc/ codec/ absl/ sluice/v1/"
   [client/python]="base/ client/ rpc/error_reason.h codec/endian.h codec/msgpack_scan.h absl/"
-  [bench]="base/ bench/ client/ codec/ rpc/error_reason.h rpc/tls_options.h sluice/v1/ absl/"
+  [bench]="base/ bench/ client/ objstore/ codec/ rpc/error_reason.h rpc/tls_options.h sluice/v1/ absl/"
 )
 for dir in "${!allowed[@]}"; do
   while IFS=: read -r file line inc; do

@@ -22,6 +22,17 @@ std::string FirstRegistered(const ShufflePlacement& p, uint32_t q,
   return "";
 }
 
+// The node id in a partition object's key ("<id>/p<q>-<node>-<nonce>"; node ids may hold '-',
+// the nonce does not); empty for any other key (the manifest).
+std::string UploaderOf(const std::string& key) {
+  const size_t slash = key.rfind('/');
+  if (slash == std::string::npos || key.compare(slash, 2, "/p") != 0) return "";
+  const size_t first = key.find('-', slash);
+  const size_t last = key.rfind('-');
+  if (first == std::string::npos || last <= first + 1) return "";
+  return key.substr(first + 1, last - first - 1);
+}
+
 }  // namespace
 
 Uploader::Uploader(ShuffleRegistry* registry, ClusterNode* node, objstore::S3Store* store,
@@ -196,8 +207,14 @@ void Uploader::SweepDeleted(const std::set<std::string>& held_now) {
       ++it;
       continue;
     }
+    // Each server deletes its own uploads, a gone server's, and the manifest: not every object
+    // by every server that held the shuffle.
+    std::set<std::string> registered;
+    for (const NodeEntry& n : node_->membership().LastMembers()) registered.insert(n.node_id);
     bool all = true;
     for (const objstore::ObjectInfo& o : *objects) {
+      const std::string by = UploaderOf(o.key);
+      if (!by.empty() && by != view.node_id && registered.count(by) != 0) continue;
       if (!store_->Delete(o.key).ok()) {
         all = false;
       } else if (metrics_ != nullptr) {

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <regex>
 #include <string>
@@ -173,6 +175,23 @@ TEST_F(ObjectTierTest, EveryServerLostTheShuffleReadsBackFromTheStoreAlone) {
     EXPECT_EQ(rest, KeyValues(expected[p].begin() + n / 2, expected[p].end()));
   }
   EXPECT_EQ(records, size_t{job.mappers} * job.items);
+  // The CLI reads it so too (`sluice fetch --object-store`): the values of partition 0.
+  testing::TempDir dir;
+  std::string said;
+  ASSERT_EQ(replication_test::RunCli(
+                absl::StrCat("fetch --shuffle lost --partition 0 --order KEY --format msgpack "
+                             "--object-store s3://sluice-tier/tier --object-endpoint ",
+                             s3_->endpoint(), " --output ", dir.path(), "/values"),
+                &said),
+            0)
+      << said;
+  std::ifstream file(dir.path() + "/values", std::ios::binary);
+  const std::string out((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::string values;
+  for (const auto& kv : expected[0]) values += kv.second;
+  EXPECT_EQ(out, values);
+  EXPECT_NE(said.find(absl::StrCat("fetched ", expected[0].size(), " records")), std::string::npos)
+      << said;
 }
 
 TEST_F(ObjectTierTest, FreshServersServeTheShuffleFromTheStoreAfterEveryServerIsLost) {
