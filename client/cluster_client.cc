@@ -37,6 +37,7 @@
 #include "client/cluster_writer.h"
 #include "client/partitioned_writer.h"
 #include "client/shuffle_client.h"
+#include "client/store_fallback.h"
 #include "client/transport.h"
 #include "rpc/error_reason.h"
 #include "rpc/tls_options.h"
@@ -46,25 +47,25 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using client_internal::ClusterWriter;
+using client_internal::EtcdsFault;
 using client_internal::FailoverReader;
+using client_internal::KeepsAny;
 using client_internal::MergeHotKeys;
 using client_internal::MergeSplits;
 using client_internal::SegmentedReader;
+using client_internal::StoreFallback;
 using client_internal::TryAnother;
 using client_internal::Unanswered;
 using client_internal::WatchedStream;
 
-// A failure every server would answer alike: etcd's (they share it), or a cluster whose
-// membership settles after an etcd outage.
-bool EtcdsFault(const absl::Status& st) {
-  const ErrorReason r = ReasonOf(st);
-  return r == ErrorReason::kEtcdUnavailable || r == ErrorReason::kSettling;
-}
-
 class ClusterClient final : public ShuffleClient {
  public:
   ClusterClient(ClientOptions options, std::vector<std::string> seeds)
-      : options_(std::move(options)), seeds_(std::move(seeds)) {}
+      : options_(std::move(options)), seeds_(std::move(seeds)) {
+    if (!options_.object_store.empty()) {
+      fallback_ = std::make_unique<StoreFallback>(options_.object_store, options_.object_endpoint);
+    }
+  }
 
   absl::StatusOr<bool> CreateShuffle(const std::string& id, uint32_t num_partitions,
                                      uint32_t num_mappers, uint32_t replication) override {
@@ -392,6 +393,19 @@ class ClusterClient final : public ShuffleClient {
   absl::StatusOr<std::unique_ptr<ShuffleReader>> OpenReader(const std::string& id,
                                                             uint32_t partition,
                                                             const ReaderOptions& options) override {
+    // (Every server failed lately: the store first, where it holds the shuffle.)
+    const bool down =
+        fallback_ != nullptr && std::all_of(seeds_.begin(), seeds_.end(),
+                                            [&](const std::string& s) { return Unhealthy(s); });
+    return StoreFallback::Or(
+        fallback_.get(), down, [&] { return OpenFromServers(id, partition, options); }, id,
+        partition, options);
+  }
+
+ private:
+  absl::StatusOr<std::unique_ptr<ShuffleReader>> OpenFromServers(const std::string& id,
+                                                                 uint32_t partition,
+                                                                 const ReaderOptions& options) {
     SLUICE_ASSIGN_OR_RETURN(const bool clustered, Clustered());
     if (!clustered) return Seed(0).client().OpenReader(id, partition, options);
     SLUICE_ASSIGN_OR_RETURN(const CachedPlacement placed, Placed(id));
@@ -428,15 +442,13 @@ class ClusterClient final : public ShuffleClient {
         }));
   }
 
- private:
   struct CachedPlacement {
     PlacementInfo info;
     size_t seed = 0;  // the seed that gave it
     Clock::time_point at;
   };
 
-  // A reader of stored partition q (a partition, or a huge partition's segment) over its
-  // replicas in order.
+  // A reader of stored partition q (a partition, or a segment) over its replicas in order.
   std::unique_ptr<FailoverReader> OpenStored(const std::string& id, const PlacementInfo& p,
                                              uint32_t q, const ReaderOptions& options) {
     std::vector<ServerLink*> replicas;
@@ -447,12 +459,12 @@ class ClusterClient final : public ShuffleClient {
       names.push_back(node.address.empty() ? node.node_id
                                            : absl::StrCat(node.node_id, " at ", node.address));
     }
-    return std::make_unique<FailoverReader>(std::move(replicas), std::move(names), id, q, options,
-                                            options_.limits, [this, id](const absl::Status& st) {
-                                              // (etcd's fault says nothing of the placement:
-                                              // it is kept.)
-                                              if (!EtcdsFault(st)) Forget(id);
-                                            });
+    return std::make_unique<FailoverReader>(
+        std::move(replicas), std::move(names), id, q, options, options_.limits,
+        [this, id](const absl::Status& st) {
+          if (!EtcdsFault(st)) Forget(id);  // (etcd's fault says nothing of the placement)
+        },
+        StoreFallback::Of(fallback_.get(), id, q));
   }
 
   // The placement a read goes by. A shuffle whose partitions split makes segments while it is
@@ -635,18 +647,6 @@ class ClusterClient final : public ShuffleClient {
     return clustered;
   }
 
-  // Per node of the placement: whether it keeps any partition.
-  static std::vector<bool> KeepsAny(const PlacementInfo& p) {
-    std::vector<bool> keeps(p.nodes.size(), false);
-    for (const auto& r : p.replicas) {
-      for (uint32_t n : r) keeps[n] = true;
-    }
-    for (const auto& g : p.segments) {
-      for (uint32_t n : g.replicas) keeps[n] = true;
-    }
-    return keeps;
-  }
-
   absl::StatusOr<ServerLink*> NodeLink(const std::string& id, const PlacementInfo& p, uint32_t n) {
     const NodeAddress& node = p.nodes[n];
     if (node.address.empty()) {
@@ -757,7 +757,8 @@ class ClusterClient final : public ShuffleClient {
 
   const ClientOptions options_;
   const std::vector<std::string> seeds_;
-  std::mutex mu_;  // guards the maps
+  std::unique_ptr<StoreFallback> fallback_;  // with ClientOptions::object_store
+  std::mutex mu_;                            // guards the maps
   std::map<std::string, std::unique_ptr<ServerLink>> links_;
   std::map<std::string, CachedPlacement> placements_;
   std::map<std::string, Clock::time_point> unhealthy_;  // address -> until when
@@ -778,11 +779,10 @@ absl::StatusOr<std::unique_ptr<ShuffleClient>> ShuffleClient::Connect(
   if (absl::Status st = rpc::LoadClientTls(&with_tls.tls); !st.ok()) return st;
   if (options.token.size() > 4096)
     return absl::InvalidArgumentError("the token is over 4096 bytes");
-  for (char c : options.token) {
-    if (c <= ' ' || c > '~') {
-      return absl::InvalidArgumentError(
-          "the token has a character other than printable ASCII (a space or a line end?)");
-    }
+  if (std::any_of(options.token.begin(), options.token.end(),
+                  [](char c) { return c <= ' ' || c > '~'; })) {
+    return absl::InvalidArgumentError(
+        "the token has a character other than printable ASCII (a space or a line end?)");
   }
   if (!options.token.empty() && !options.tls.On()) {
     for (const std::string& s : seeds) {

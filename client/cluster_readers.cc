@@ -31,6 +31,34 @@ bool TryAnother(const absl::Status& st) {
   }
 }
 
+bool EtcdsFault(const absl::Status& st) {
+  const ErrorReason r = ReasonOf(st);
+  return r == ErrorReason::kEtcdUnavailable || r == ErrorReason::kSettling;
+}
+
+std::vector<bool> KeepsAny(const PlacementInfo& p) {
+  std::vector<bool> keeps(p.nodes.size(), false);
+  for (const auto& r : p.replicas) {
+    for (uint32_t n : r) keeps[n] = true;
+  }
+  for (const auto& g : p.segments) {
+    for (uint32_t n : g.replicas) keeps[n] = true;
+  }
+  return keeps;
+}
+
+ReaderOptions FailoverReader::Resumed() const {
+  ReaderOptions o = options_;
+  // Where the last one left off, over the same mappers (a replica may have learned of a
+  // mapper committed since: counting records over another set would skip or repeat).
+  o.skip_records = options_.skip_records + returned_;
+  if (returned_ > 0 && o.only_mappers.empty()) {
+    o.only_mappers = served_;
+    o.only_attempts = served_attempts_;  // (a decision revoked since: never mixed)
+  }
+  return o;
+}
+
 absl::StatusOr<bool> FailoverReader::Next(Record* out) {
   for (;;) {
     if (reader_ == nullptr) {
@@ -51,24 +79,30 @@ absl::StatusOr<bool> FailoverReader::Next(Record* out) {
         if (not_committed_ > 0 && not_committed_ == asked) {
           return WithReason(absl::FailedPreconditionError(what), ErrorReason::kNotCommitted);
         }
-        return absl::UnavailableError(what);
+        if (!store_ || from_store_) return absl::UnavailableError(what);
+        // The object tier: the shuffle's objects, from where the replicas left off.
+        from_store_ = true;
+        absl::StatusOr<std::unique_ptr<ShuffleReader>> stored = store_(Resumed());
+        if (!stored.ok()) {
+          // (A decision revoked since the read began: read again from the start.)
+          const absl::Status st = ReasonOf(stored.status()) == ErrorReason::kRevoked
+                                      ? stored.status()
+                                      : absl::UnavailableError("");
+          return absl::Status(
+              st.code(), absl::StrCat(what, "; the object store: ", Describe(stored.status())));
+        }
+        reader_ = *std::move(stored);
+        stream_ = nullptr;
+      } else {
+        ServerLink* link = replicas_[current_];
+        std::unique_ptr<FetchStream> fetch =
+            link->OpenFetch(id_, partition_, Resumed(), /*report_mappers=*/served_.empty());
+        stream_ = fetch.get();
+        reader_ = std::make_unique<FrameStreamReader>(std::move(fetch), limits_, link->address());
       }
-      ReaderOptions o = options_;
-      // Where the last one left off, over the same mappers (a replica may have learned of a
-      // mapper committed since: counting records over another set would skip or repeat).
-      o.skip_records = options_.skip_records + returned_;
-      if (returned_ > 0 && o.only_mappers.empty()) {
-        o.only_mappers = served_;
-        o.only_attempts = served_attempts_;  // (a decision revoked since: never mixed)
-      }
-      ServerLink* link = replicas_[current_];
-      std::unique_ptr<FetchStream> fetch =
-          link->OpenFetch(id_, partition_, o, /*report_mappers=*/served_.empty());
-      stream_ = fetch.get();
-      reader_ = std::make_unique<FrameStreamReader>(std::move(fetch), limits_, link->address());
     }
     absl::StatusOr<bool> more = reader_->Next(out);
-    if (served_.empty()) {
+    if (served_.empty() && stream_ != nullptr) {
       served_ = stream_->mappers();
       served_attempts_ = stream_->attempts();
       if (served_attempts_.size() != served_.size()) served_attempts_.clear();  // (older server)
@@ -76,6 +110,13 @@ absl::StatusOr<bool> FailoverReader::Next(Record* out) {
     if (more.ok()) {
       if (*more) ++returned_;
       return more;
+    }
+    if (from_store_) {
+      // (An object gone: a revocation replaced it since the manifest was read; read again.)
+      return absl::Status(
+          absl::IsNotFound(more.status()) ? absl::StatusCode::kUnavailable : more.status().code(),
+          absl::StrCat("partition ", partition_, " of shuffle '", id_, "' from the object store (",
+                       returned_, " records returned): ", more.status().message()));
     }
     // (NOT_COMMITTED: this replica may be one taken out of the shuffle that does not know of
     // winners decided since; the next one may.)

@@ -21,21 +21,33 @@ namespace sluice::client_internal {
 // A failure the next server (a seed, a replica, a decider) may not have.
 bool TryAnother(const absl::Status& st);
 
+// A failure every server would answer alike: etcd's (they share it), or a cluster whose
+// membership settles after an etcd outage.
+bool EtcdsFault(const absl::Status& st);
+
+// Per node of the placement: whether it keeps any partition.
+std::vector<bool> KeepsAny(const PlacementInfo& p);
+
 // A reader of one partition over its replicas, in order.
 class FailoverReader final : public ShuffleReader {
  public:
   // `replicas`: the links of the partition's servers, primary first (null: not registered
   // now, named in `missing`).
+  // `store` (may be empty): where the read goes on when no replica can serve it (the object
+  // tier: ClientOptions::object_store), given the options that resume it there.
+  using StoreReader =
+      std::function<absl::StatusOr<std::unique_ptr<ShuffleReader>>(const ReaderOptions&)>;
   FailoverReader(std::vector<ServerLink*> replicas, std::vector<std::string> names, std::string id,
                  uint32_t partition, ReaderOptions options, FrameLimits limits,
-                 std::function<void(const absl::Status&)> on_failover)
+                 std::function<void(const absl::Status&)> on_failover, StoreReader store = {})
       : replicas_(std::move(replicas)),
         names_(std::move(names)),
         id_(std::move(id)),
         partition_(partition),
         options_(options),
         limits_(limits),
-        on_failover_(std::move(on_failover)) {}
+        on_failover_(std::move(on_failover)),
+        store_(std::move(store)) {}
 
   absl::StatusOr<bool> Next(Record* out) override;
 
@@ -45,6 +57,8 @@ class FailoverReader final : public ShuffleReader {
   const std::vector<uint64_t>& served_attempts() const { return served_attempts_; }
 
  private:
+  // The options a read from the next source starts with: resumed where the last left off.
+  ReaderOptions Resumed() const;
   const std::vector<ServerLink*> replicas_;
   const std::vector<std::string> names_;
   const std::string id_;
@@ -52,6 +66,8 @@ class FailoverReader final : public ShuffleReader {
   const ReaderOptions options_;
   const FrameLimits limits_;
   const std::function<void(const absl::Status&)> on_failover_;
+  const StoreReader store_;
+  bool from_store_ = false;  // reader_ reads the object store (every replica failed)
   std::unique_ptr<ShuffleReader> reader_;
   FetchStream* stream_ = nullptr;          // reader_'s
   std::vector<uint32_t> served_;           // the mappers the first replica served

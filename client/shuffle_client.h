@@ -80,6 +80,13 @@ struct ClientOptions {
   /// offers it (NodeInfo.protocol 2): its memory then counts every message before it is sent,
   /// however many streams push at once. false: the plain Push stream (for comparison).
   bool push_credit = true;
+  /// The object tier's store, as the servers' --object_store (s3://bucket/prefix), and its
+  /// endpoint (empty: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS's): a read that no server
+  /// can serve (every replica down, or no server answering at all) is read from the shuffle's
+  /// objects instead, where the store holds its manifest (docs/object-store.md, "Reads with no
+  /// server"). Credentials as AWS's tools find them. Empty: reads never go to the store.
+  std::string object_store;
+  std::string object_endpoint;
 };
 
 struct PartitionStatsInfo {

@@ -230,12 +230,27 @@ absl::StatusOr<std::unique_ptr<StoreShuffle>> StoreShuffle::Open(objstore::S3Sto
 
 absl::StatusOr<std::unique_ptr<ShuffleReader>> StoreShuffle::OpenReader(
     uint32_t partition, const ReaderOptions& options) {
-  const std::string& id = manifest_.shuffle_id;
   if (partition >= manifest_.partitions) {
-    return absl::InvalidArgumentError(absl::StrCat("partition ", partition, " of shuffle '", id,
-                                                   "' is out of range (it has ",
-                                                   manifest_.partitions, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("partition ", partition, " of shuffle '", manifest_.shuffle_id,
+                     "' is out of range (it has ", manifest_.partitions, ")"));
   }
+  return OpenChain(partition, manifest_.ChainOf(partition), options);
+}
+
+absl::StatusOr<std::unique_ptr<ShuffleReader>> StoreShuffle::OpenStoredReader(
+    uint32_t stored, const ReaderOptions& options) {
+  if (stored >= manifest_.stored()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stored partition ", stored, " of shuffle '", manifest_.shuffle_id,
+                     "' is out of range (it has ", manifest_.stored(), ")"));
+  }
+  return OpenChain(stored, {stored}, options);
+}
+
+absl::StatusOr<std::unique_ptr<ShuffleReader>> StoreShuffle::OpenChain(
+    uint32_t partition, const std::vector<uint32_t>& stored, const ReaderOptions& options) {
+  const std::string& id = manifest_.shuffle_id;
   if (options.order == FetchOrder::kUnordered &&
       (!options.from_key.empty() || options.to_key.has_value())) {
     return absl::InvalidArgumentError("a key range is for a KEY-ordered read");
@@ -247,7 +262,7 @@ absl::StatusOr<std::unique_ptr<ShuffleReader>> StoreShuffle::OpenReader(
   Chain chain;
   chain.shuffle_id = id;
   chain.partition = partition;
-  for (uint32_t q : manifest_.ChainOf(partition)) {
+  for (uint32_t q : stored) {
     const ObjectRecord& r = manifest_.objects.at(q);
     SLUICE_ASSIGN_OR_RETURN(auto object, objstore::PartitionObjectReader::Open(
                                              store_, {r.key, r.size}, id, q, options_.ranges));

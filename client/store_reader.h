@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "client/shuffle_client.h"
@@ -55,8 +56,15 @@ class StoreShuffle {
   /// max_merge_bytes.
   absl::StatusOr<std::unique_ptr<ShuffleReader>> OpenReader(uint32_t partition,
                                                             const ReaderOptions& options = {});
+  /// A reader of stored partition `stored` alone (a partition without its segments, or one
+  /// segment), as a server serves one.
+  absl::StatusOr<std::unique_ptr<ShuffleReader>> OpenStoredReader(
+      uint32_t stored, const ReaderOptions& options = {});
 
  private:
+  absl::StatusOr<std::unique_ptr<ShuffleReader>> OpenChain(uint32_t partition,
+                                                           const std::vector<uint32_t>& chain,
+                                                           const ReaderOptions& options);
   StoreShuffle(objstore::S3Store* store, StoreReadOptions options, ShuffleManifest manifest)
       : store_(store), options_(options), manifest_(std::move(manifest)) {}
   objstore::S3Store* const store_;

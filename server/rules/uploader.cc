@@ -89,6 +89,13 @@ uint64_t Uploader::RunShuffle(const std::string& id) {
     }
     unsure_.erase(unsure);
   }
+  // A record a revocation made stale: the manifest that names it goes first, so that a reader
+  // with no server finds none (rather than revoked attempts) until the new one is written.
+  for (const auto& [q, r] : *recorded) {
+    if (StandsFor(r, *decided, p.num_mappers) || dropped_.count(id) != 0) continue;
+    if (store_->Delete(ManifestKey(id)).ok()) dropped_[id] = now;
+    break;
+  }
   std::set<std::string> registered;
   for (const NodeEntry& n : node_->membership().LastMembers()) registered.insert(n.node_id);
   std::vector<bool> whole(p.total(), false);
@@ -165,6 +172,7 @@ uint64_t Uploader::RunShuffle(const std::string& id) {
     if (metrics_ != nullptr) ServerMetrics::Add(metrics_->manifests_written, 1);
   }
   settled_[id] = now;
+  dropped_.erase(id);
   return made;
 }
 
@@ -228,6 +236,7 @@ void Uploader::SweepDeleted(const std::set<std::string>& held_now) {
     spdlog::info("event=objects_swept shuffle={} objects={}", id, objects->size());
     settled_.erase(id);
     unsure_.erase(id);
+    dropped_.erase(id);
     it = known_.erase(it);
   }
 }

@@ -142,9 +142,29 @@ TEST_F(ObjectTierTest, EveryServerLostTheShuffleReadsBackFromTheStoreAlone) {
   ASSERT_OK_AND_ASSIGN(auto listed, store_->List(ShuffleObjectsPrefix(job.id)));
   EXPECT_EQ(listed.size(), job.partitions + 1);
 
+  // A client told of the store (ClientOptions::object_store), its placement read while the
+  // servers live.
+  ClientOptions with_store = MiniCluster::ShortDeadlines();
+  with_store.object_store = "s3://sluice-tier/tier";
+  with_store.object_endpoint = s3_->endpoint();
+  ASSERT_OK_AND_ASSIGN(auto before, cluster_->Client(with_store));
+  ASSERT_OK(before->GetPlacement(job.id).status());
+
   for (size_t i = 0; i < cluster_->size(); ++i) {
     cluster_->Kill(i);
     ASSERT_OK(cluster_->Wipe(i));
+  }
+  // The clients read from the store when no replica serves (its placement known), and when no
+  // server answers at all (a client made now): the same records, in KEY order.
+  ASSERT_OK_AND_ASSIGN(auto after, cluster_->Client(with_store));
+  for (ShuffleClient* c : {before.get(), after.get()}) {
+    for (uint32_t p = 0; p < job.partitions; ++p) {
+      ReaderOptions key;
+      key.order = FetchOrder::kKey;
+      key.require_complete = true;
+      ASSERT_OK_AND_ASSIGN(KeyValues got, ReadAll(c->OpenReader(job.id, p, key)));
+      EXPECT_EQ(got, expected[p]) << "partition " << p;
+    }
   }
   ASSERT_OK_AND_ASSIGN(auto shuffle, StoreShuffle::Open(store_.get(), job.id));
   size_t records = 0;

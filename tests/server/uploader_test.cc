@@ -128,6 +128,16 @@ TEST_F(UploaderTest, ARevokedMapperMakesTheRecordsStaleAndTheyAreReplacedWithANe
     Prepare(*s, "job", 0, 2, {0, 1});
   }
   ASSERT_OK(n1_.node->decisions().DecideMapper("job", 0, 2, 1).status());
+  // The stale manifest goes before anything is uploaded again: a reader with no server finds
+  // none (not the revoked attempt) while no new record can be made.
+  record_.before_record = [&](const std::string&, uint32_t) {
+    record_.Fail(absl::UnavailableError("etcd is down"));
+  };
+  up0_->Run();
+  EXPECT_THAT(StoreShuffle::Open(store_.get(), "job").status(),
+              StatusIs(absl::StatusCode::kNotFound, "no manifest"));
+  record_.before_record = nullptr;
+  record_.Fail(absl::OkStatus());
   RunBoth();
   ASSERT_OK_AND_ASSIGN(auto second, record_.Objects("job"));
   ASSERT_EQ(second.size(), 2u);
