@@ -70,13 +70,27 @@ uint64_t Uploader::RunShuffle(const std::string& id) {
   if (settled != settled_.end() && settled->second == now && unsure_.count(id) == 0) {
     return 0;
   }
+  const ClusterMembership::View view = node_->membership().view();
+  if (view.placements == nullptr) return 0;
+  // Settled before, moved since (a revocation, an epoch): a record that no longer stands has
+  // the manifest deleted at once, before the mappers run again, so that a reader with no server
+  // finds none rather than revoked attempts.
+  if (settled != settled_.end() && dropped_.count(id) == 0) {
+    auto decided = view.placements->Decisions(id, options_.etcd_deadline);
+    auto recorded = decided.ok() ? view.placements->Objects(id) : decided.status();
+    if (!recorded.ok()) return 0;
+    for (const auto& [q, r] : *recorded) {
+      if (StandsFor(r, *decided, p.num_mappers)) continue;
+      if (!store_->Delete(ManifestKey(id)).ok()) return 0;  // (the next round again)
+      dropped_.insert(id);
+      break;
+    }
+  }
   absl::StatusOr<std::shared_ptr<ShuffleStore>> store = registry_->Get(id);
   if (!store.ok()) return 0;
   // Every mapper of a complete shuffle is committed here (decisions are applied to every
   // server of the epoch): until then, etcd is not asked.
   if ((*store)->CommittedMappers().size() < p.num_mappers) return 0;
-  const ClusterMembership::View view = node_->membership().view();
-  if (view.placements == nullptr) return 0;
   auto decided = view.placements->Decisions(id, options_.etcd_deadline);
   if (!decided.ok() || decided->size() != p.num_mappers) return 0;
   auto recorded = view.placements->Objects(id);
@@ -88,13 +102,6 @@ uint64_t Uploader::RunShuffle(const std::string& id) {
       if (r == recorded->end() || r->second.key != key) DeleteObject(id, key, "not recorded");
     }
     unsure_.erase(unsure);
-  }
-  // A record a revocation made stale: the manifest that names it goes first, so that a reader
-  // with no server finds none (rather than revoked attempts) until the new one is written.
-  for (const auto& [q, r] : *recorded) {
-    if (StandsFor(r, *decided, p.num_mappers) || dropped_.count(id) != 0) continue;
-    if (store_->Delete(ManifestKey(id)).ok()) dropped_[id] = now;
-    break;
   }
   std::set<std::string> registered;
   for (const NodeEntry& n : node_->membership().LastMembers()) registered.insert(n.node_id);

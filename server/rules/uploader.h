@@ -10,8 +10,9 @@
 //     not answer) is kept until a record is read that does not name it, then deleted.
 //   - once every stored partition's record stands, the server that uploads partition 0 writes
 //     the shuffle's manifest to the store (ManifestKey): a reader with no server and no etcd
-//     finds the objects by it. The shuffle is then settled at its placement's revision. A
-//     record found stale (a revocation) has the manifest deleted first.
+//     finds the objects by it. The shuffle is then settled at its placement's revision. Once
+//     its placement moves, a record found stale (a revocation) has the manifest deleted at
+//     once, before the revoked mappers run again.
 //   - a shuffle this server held objects of and that is no longer recorded (deleted, or expired)
 //     has everything under its prefix deleted from the store.
 //
@@ -79,7 +80,7 @@ class Uploader {
   using Settled = std::tuple<int64_t, uint32_t, uint32_t>;
   std::map<std::string, Settled> settled_;
   // Shuffles whose manifest this server deleted for a stale record (until settled again).
-  std::map<std::string, Settled> dropped_;
+  std::set<std::string> dropped_;
   // Shuffles this server has seen held here with the tier on: swept once no longer recorded.
   std::set<std::string> known_;
   // Objects uploaded here whose record is not known (etcd did not answer), by shuffle:
