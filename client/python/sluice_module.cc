@@ -39,8 +39,11 @@ class Client {
          const std::string& tls_cert, const std::string& tls_key,
          const std::string& tls_server_name, const std::string& token, double keepalive_s,
          double keepalive_timeout_s, double placement_ttl_s, double unhealthy_for_s,
-         double stream_timeout_s) {
+         double stream_timeout_s, const std::string& object_store,
+         const std::string& object_endpoint) {
     ClientOptions o;
+    o.object_store = object_store;
+    o.object_endpoint = object_endpoint;
     o.server = servers;
     o.call_deadline = Millis(call_timeout_s);
     o.keepalive_time = Millis(keepalive_s);
@@ -189,12 +192,13 @@ PYBIND11_MODULE(_sluice, m) {
   pb::class_<Client>(m, "Client")
       .def(pb::init<const std::string&, double, bool, const std::string&, const std::string&,
                     const std::string&, const std::string&, const std::string&, double, double,
-                    double, double, double>(),
+                    double, double, double, const std::string&, const std::string&>(),
            pb::arg("servers"), pb::arg("call_timeout_s") = 30.0, pb::arg("tls") = false,
            pb::arg("tls_ca") = "", pb::arg("tls_cert") = "", pb::arg("tls_key") = "",
            pb::arg("tls_server_name") = "", pb::arg("token") = "", pb::arg("keepalive_s") = 10.0,
            pb::arg("keepalive_timeout_s") = 10.0, pb::arg("placement_ttl_s") = 10.0,
-           pb::arg("unhealthy_for_s") = 30.0, pb::arg("stream_timeout_s") = 0.0)
+           pb::arg("unhealthy_for_s") = 30.0, pb::arg("stream_timeout_s") = 0.0,
+           pb::arg("object_store") = "", pb::arg("object_endpoint") = "")
       .def("create_shuffle", &Client::CreateShuffle, pb::arg("shuffle_id"), pb::arg("partitions"),
            pb::arg("mappers") = 0, pb::arg("replication") = 0)
       .def("delete_shuffle", &Client::DeleteShuffle, pb::arg("shuffle_id"))

@@ -303,3 +303,16 @@ def test_a_skewed_partition_is_read_as_slices_and_its_hot_key_is_named(client):
     assert sluice.unpackb(hot[0]["key"]) == "hot"
     assert hot[0]["records"] == 4 * 6000 and hot[0]["error"] == 0
     assert "hot_keys" not in client.shuffle_status(sid)["partitions"][0]
+
+
+def test_a_read_no_server_answers_is_asked_of_the_object_store_when_given_one(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    with pytest.raises(ValueError):
+        sluice.connect("127.0.0.1:1", object_store="")
+    # No server and no store answer: the error names both, and says a retry may help.
+    dead = sluice.connect("127.0.0.1:1", call_timeout=2, object_store="s3://bucket/prefix",
+                          object_endpoint="http://127.0.0.1:1")
+    with pytest.raises(sluice.Error) as e:
+        list(dead.reader("job", 0))
+    assert e.value.code == "UNAVAILABLE" and "the object store" in e.value.message

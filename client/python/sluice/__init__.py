@@ -28,7 +28,8 @@ __all__ = ["ArrowStream", "Client", "Error", "Reader", "Writer", "connect", "pac
 
 def connect(servers="127.0.0.1:7070", *, call_timeout=30.0, tls=False, tls_ca=None,
             tls_cert=None, tls_key=None, tls_server_name=None, token=None, keepalive=10.0,
-            keepalive_timeout=10.0, placement_ttl=10.0, unhealthy_for=30.0, stream_timeout=None):
+            keepalive_timeout=10.0, placement_ttl=10.0, unhealthy_for=30.0, stream_timeout=None,
+            object_store=None, object_endpoint=None):
     """A client of one server or a cluster ("h1:p1,h2:p2,..." or a DNS name listing them).
 
     Timeouts, in seconds (docs/api.md, "Timeouts and hung servers"): `call_timeout` bounds each
@@ -43,9 +44,15 @@ def connect(servers="127.0.0.1:7070", *, call_timeout=30.0, tls=False, tls_ca=No
     certificate for servers that require one (mutual TLS); `tls_server_name` the name the
     servers' certificates must carry, if not the host dialled. None of them: plaintext.
     `token`: the bearer token for servers that ask for credentials (sent only over TLS or to a
-    loopback address)."""
+    loopback address).
+
+    `object_store` ("s3://bucket/prefix", as the servers' --object_store) and `object_endpoint`
+    (None: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS's): a read no server can serve goes
+    on from the shuffle's objects in the store (docs/object-store.md, "Reads with no server");
+    credentials as AWS's tools find them."""
     for name, value in (("tls_ca", tls_ca), ("tls_cert", tls_cert), ("tls_key", tls_key),
-                        ("tls_server_name", tls_server_name), ("token", token)):
+                        ("tls_server_name", tls_server_name), ("token", token),
+                        ("object_store", object_store), ("object_endpoint", object_endpoint)):
         if value is not None and not value:  # "" (an unset variable?) must not mean plaintext
             raise ValueError(f"{name} is empty: give a value, or None")
     if stream_timeout is not None and not stream_timeout > 0:
@@ -57,7 +64,8 @@ def connect(servers="127.0.0.1:7070", *, call_timeout=30.0, tls=False, tls_ca=No
                                  tls_cert or "", tls_key or "", tls_server_name or "",
                                  token or "", float(keepalive), float(keepalive_timeout),
                                  float(placement_ttl), float(unhealthy_for),
-                                 float(stream_timeout) if stream_timeout is not None else 0.0))
+                                 float(stream_timeout) if stream_timeout is not None else 0.0,
+                                 object_store or "", object_endpoint or ""))
 
 
 class Client:
