@@ -266,7 +266,7 @@ absl::StatusOr<std::unique_ptr<ShuffleReader>> StoreShuffle::OpenChain(
     const ObjectRecord& r = manifest_.objects.at(q);
     SLUICE_ASSIGN_OR_RETURN(auto object, objstore::PartitionObjectReader::Open(
                                              store_, {r.key, r.size}, id, q, options_.ranges));
-    if (object->footer().winners != r.winners) {
+    if (WinnerSet(object->footer().winners) != r.winners) {
       return absl::DataLossError(absl::StrCat("the object store's object ", r.key,
                                               " holds other winners than its manifest names"));
     }

@@ -1,7 +1,11 @@
 #include "objstore/object_record.h"
 
+#include <xxhash.h>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "codec/endian.h"
 #include "nlohmann/json.hpp"
 #include "objstore/s3_options.h"
 
@@ -9,10 +13,13 @@ namespace sluice {
 namespace {
 
 nlohmann::json RecordJson(const ObjectRecord& r) {
-  nlohmann::json winners = nlohmann::json::array();
-  for (const auto& [m, a] : r.winners) winners.push_back(nlohmann::json{m, a});
-  return nlohmann::json{{"key", r.key}, {"size", r.size},     {"etag", r.etag},
-                        {"by", r.by},   {"frames", r.frames}, {"winners", winners}};
+  return nlohmann::json{{"key", r.key},
+                        {"size", r.size},
+                        {"etag", r.etag},
+                        {"by", r.by},
+                        {"frames", r.frames},
+                        {"winners", r.winners.count},
+                        {"winners_xxh3", absl::StrFormat("%016x", r.winners.hash)}};
 }
 
 // The record `j` holds; else what is wrong with it, in words.
@@ -38,14 +45,15 @@ absl::StatusOr<ObjectRecord> RecordFromJson(const nlohmann::json& j) {
     return bad("holding a frame count or a key out of range");
   }
   r.frames = j["frames"].get<uint32_t>();
-  if (!j.contains("winners") || !j["winners"].is_array()) return bad("missing its winners");
-  for (const auto& w : j["winners"]) {
-    if (!w.is_array() || w.size() != 2 || !w[0].is_number_unsigned() ||
-        !w[1].is_number_unsigned() || w[0].get<uint64_t>() > UINT32_MAX ||
-        (!r.winners.empty() && w[0].get<uint32_t>() <= r.winners.back().first)) {
-      return bad("holding winners that are not [mapper, attempt] in mapper order");
-    }
-    r.winners.emplace_back(w[0].get<uint32_t>(), w[1].get<uint64_t>());
+  if (!j.contains("winners") || !j["winners"].is_number_unsigned() ||
+      j["winners"].get<uint64_t>() > UINT32_MAX) {
+    return bad("missing a valid 'winners' (their count)");
+  }
+  r.winners.count = j["winners"].get<uint32_t>();
+  if (!j.contains("winners_xxh3") || !j["winners_xxh3"].is_string() ||
+      j["winners_xxh3"].get<std::string>().size() != 16 ||
+      !absl::SimpleHexAtoi(j["winners_xxh3"].get<std::string>(), &r.winners.hash)) {
+    return bad("missing a valid 'winners_xxh3' (16 hex digits)");
   }
   return r;
 }
@@ -55,6 +63,17 @@ absl::Status Prefixed(const absl::Status& st, absl::string_view what) {
 }
 
 }  // namespace
+
+WinnerSet::WinnerSet(const std::vector<std::pair<uint32_t, uint64_t>>& winners)
+    : count(static_cast<uint32_t>(winners.size())) {
+  std::string bytes;
+  bytes.reserve(winners.size() * 12);
+  for (const auto& [m, a] : winners) {
+    AppendLE32(&bytes, m);
+    AppendLE64(&bytes, a);
+  }
+  hash = XXH3_64bits(bytes.data(), bytes.size());
+}
 
 std::string EncodeObjectRecord(const ObjectRecord& r) { return RecordJson(r).dump(); }
 
@@ -133,7 +152,7 @@ absl::StatusOr<ShuffleManifest> DecodeShuffleManifest(const std::string& json,
       return bad("holding an object of no partition of the shuffle");
     }
     const uint32_t q = o["partition"].get<uint32_t>();
-    if (!objstore::ValidObjectKey(r->key) || r->winners.size() != m.mappers) {
+    if (!objstore::ValidObjectKey(r->key) || r->winners.count != m.mappers) {
       return bad(absl::StrCat("holding an object of partition ", q,
                               " with an invalid key or not one winner per mapper"));
     }

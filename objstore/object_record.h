@@ -14,6 +14,7 @@
 #define SLUICE_OBJSTORE_OBJECT_RECORD_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <utility>
@@ -24,14 +25,32 @@
 
 namespace sluice {
 
+/// The winners an object stands for, as its record keeps them: how many, and the XXH3-64 of
+/// the list ((mapper, attempt) pairs, mappers ascending, each as u32 and u64 little-endian), not
+/// the list itself: every partition's record names the same M winners, and listed, a shuffle of
+/// P partitions would keep P x M pairs in etcd (and in its manifest). The object's footer holds
+/// the list; a record is compared with a footer or with the decisions by this.
+struct WinnerSet {
+  uint32_t count = 0;
+  uint64_t hash = 0;
+  WinnerSet() = default;
+  WinnerSet(const std::vector<std::pair<uint32_t, uint64_t>>& winners);  // (implicit)
+  WinnerSet(std::initializer_list<std::pair<uint32_t, uint64_t>> winners)
+      : WinnerSet(std::vector<std::pair<uint32_t, uint64_t>>(winners)) {}
+  friend bool operator==(const WinnerSet& a, const WinnerSet& b) {
+    return a.count == b.count && a.hash == b.hash;
+  }
+  friend bool operator!=(const WinnerSet& a, const WinnerSet& b) { return !(a == b); }
+};
+
 struct ObjectRecord {
   std::string key;  ///< relative to the store's prefix
   uint64_t size = 0;
   std::string etag;
   std::string by;  ///< the uploading server's node id
   uint32_t frames = 0;
-  /// (mapper, attempt) of every winner the object stands for, mappers ascending.
-  std::vector<std::pair<uint32_t, uint64_t>> winners;
+  /// Every winner the object stands for (its footer lists them).
+  WinnerSet winners;
   /// The record's mod revision in etcd (not part of the record; 0 when not read from etcd):
   /// what replacing it when it no longer stands is conditioned on.
   int64_t revision = 0;

@@ -13,34 +13,39 @@ absl::StatusOr<std::map<uint32_t, ObjectRecord>> ObjectSource::Records(const std
   return view.placements->Objects(id);
 }
 
-absl::Status ObjectSource::Read(
+absl::StatusOr<std::set<uint32_t>> ObjectSource::Read(
     const std::string& id, uint32_t partition, const ObjectRecord& record,
-    const std::set<uint32_t>& mappers,
+    const std::map<uint32_t, uint64_t>& want,
     const std::function<absl::Status(uint32_t, absl::string_view)>& each) {
   SLUICE_ASSIGN_OR_RETURN(
       auto object, objstore::PartitionObjectReader::Open(store_, {record.key, record.size}, id,
                                                          partition, ranges_));
   const objstore::PartitionObjectFooter& footer = object->footer();
-  if (footer.winners != record.winners) {
+  if (WinnerSet(footer.winners) != record.winners) {
     return absl::DataLossError(absl::StrCat("object ", record.key, " of partition ", partition,
                                             " of shuffle '", id,
                                             "' holds other winners than its record names"));
   }
-  // The frames asked for, in stretches of neighbours (a mapper's frames are together).
+  std::set<uint32_t> held;
+  for (const auto& [m, a] : footer.winners) {
+    auto w = want.find(m);
+    if (w != want.end() && w->second == a) held.insert(m);
+  }
+  // Their frames, in stretches of neighbours (a mapper's frames are together).
   size_t i = 0;
   while (i < footer.frames.size()) {
-    if (mappers.count(footer.frames[i].mapper) == 0) {
+    if (held.count(footer.frames[i].mapper) == 0) {
       ++i;
       continue;
     }
     size_t j = i + 1;
-    while (j < footer.frames.size() && mappers.count(footer.frames[j].mapper) != 0) ++j;
+    while (j < footer.frames.size() && held.count(footer.frames[j].mapper) != 0) ++j;
     SLUICE_RETURN_IF_ERROR(object->ReadFrames(i, j, [&](size_t k, absl::string_view frame) {
       return each(footer.frames[k].mapper, frame);
     }));
     i = j;
   }
-  return absl::OkStatus();
+  return held;
 }
 
 }  // namespace sluice

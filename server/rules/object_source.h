@@ -37,13 +37,15 @@ class ObjectSource {
   /// The shuffle's object records, by stored partition (read from etcd; etcd's errors as they
   /// are).
   absl::StatusOr<std::map<uint32_t, ObjectRecord>> Records(const std::string& id);
-  /// Calls `each(mapper, frame)` with every frame of `mappers` in the object `record` names
-  /// (stored partition `partition` of shuffle `id`), in the object's order; stops at the first
+  /// Of `want` (mapper -> attempt), the mappers the object `record` names (stored partition
+  /// `partition` of shuffle `id`) holds at those attempts (its footer's winners); calls
+  /// `each(mapper, frame)` with every frame of those, in the object's order. Stops at the first
   /// error (the store's, the object's, or `each`'s) and returns it. DATA_LOSS when the object
   /// is not the one its record says (its footer's winners, shuffle or partition).
-  absl::Status Read(const std::string& id, uint32_t partition, const ObjectRecord& record,
-                    const std::set<uint32_t>& mappers,
-                    const std::function<absl::Status(uint32_t, absl::string_view)>& each);
+  absl::StatusOr<std::set<uint32_t>> Read(
+      const std::string& id, uint32_t partition, const ObjectRecord& record,
+      const std::map<uint32_t, uint64_t>& want,
+      const std::function<absl::Status(uint32_t, absl::string_view)>& each);
   const std::string& name() const { return name_; }
 
  private:

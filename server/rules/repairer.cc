@@ -237,19 +237,9 @@ std::set<uint32_t> Repairer::Restore(ShuffleStore& store, const ClusterDecisions
   auto r = it->second->find(item.partition);
   if (r == it->second->end()) return done;  // (not uploaded)
   const ObjectRecord& record = r->second;
-  // The lost mappers the object holds, at their winning attempts (a record made before a
-  // revocation holds another attempt of a revoked mapper: not that one).
-  std::map<uint32_t, uint64_t> want;
-  std::set<uint32_t> wanted;
-  for (const auto& [m, a] : lost) {
-    auto w = std::lower_bound(record.winners.begin(), record.winners.end(),
-                              std::make_pair(m, uint64_t{0}));
-    if (w != record.winners.end() && w->first == m && w->second == a) {
-      want[m] = a;
-      wanted.insert(m);
-    }
-  }
-  if (want.empty()) return done;
+  // The lost mappers the object holds at their winning attempts (the object's footer says: one
+  // uploaded before a revocation holds another attempt of a revoked mapper, not that one).
+  const std::map<uint32_t, uint64_t> want(lost.begin(), lost.end());
   std::unique_ptr<FrameCopy> copy;
   const auto finish = [&]() -> absl::Status {
     absl::Status st = copy->Commit();
@@ -259,23 +249,26 @@ std::set<uint32_t> Repairer::Restore(ShuffleStore& store, const ClusterDecisions
     copy.reset();
     return absl::OkStatus();
   };
-  absl::Status st = objects_->Read(
-      item.id, item.partition, record, wanted,
+  absl::StatusOr<std::set<uint32_t>> held = objects_->Read(
+      item.id, item.partition, record, want,
       [&](uint32_t m, absl::string_view frame) -> absl::Status {
         if (!Pace(frame.size())) return absl::CancelledError("the server is stopping");
         if (copy != nullptr && copy->mapper() != m) SLUICE_RETURN_IF_ERROR(finish());
-        if (copy == nullptr) copy = std::make_unique<FrameCopy>(&store, item.partition, m, want[m]);
+        if (copy == nullptr) {
+          copy = std::make_unique<FrameCopy>(&store, item.partition, m, want.at(m));
+        }
         return copy->Add(
             absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size()),
             objects_->name());
       });
+  absl::Status st = held.status();
   if (st.ok() && copy != nullptr) st = finish();
   if (copy != nullptr) copy->Discard();
-  // The mappers with no frame in the partition: present, with nothing.
-  for (const auto& [m, a] : want) {
+  // The mappers held with no frame in the partition: present, with nothing.
+  for (uint32_t m : st.ok() ? *held : std::set<uint32_t>{}) {
     if (!st.ok()) break;
     if (done.count(m) != 0) continue;
-    absl::Status empty = store.Repair(m, a, item.partition, {});
+    absl::Status empty = store.Repair(m, want.at(m), item.partition, {});
     if (empty.ok() || absl::IsAlreadyExists(empty)) {
       done.insert(m);
     } else {
