@@ -176,6 +176,15 @@ std::string PartitionObjectKey(absl::string_view shuffle_id, uint32_t partition,
   return absl::StrFormat("%s/p%u-%s-%016x", shuffle_id, partition, node, nonce);
 }
 
+std::string PartitionObjectUploader(absl::string_view key) {
+  const size_t slash = key.rfind('/');
+  if (slash == absl::string_view::npos || key.substr(slash, 2) != "/p") return "";
+  const size_t first = key.find('-', slash);
+  const size_t last = key.rfind('-');
+  if (first == absl::string_view::npos || last <= first + 1) return "";
+  return std::string(key.substr(first + 1, last - first - 1));
+}
+
 std::string ManifestKey(absl::string_view shuffle_id) {
   return absl::StrCat(shuffle_id, "/manifest.json");
 }

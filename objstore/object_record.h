@@ -95,6 +95,9 @@ std::string ShuffleObjectsPrefix(absl::string_view shuffle_id);
 std::string PartitionObjectKey(absl::string_view shuffle_id, uint32_t partition,
                                absl::string_view node, uint64_t nonce);
 std::string ManifestKey(absl::string_view shuffle_id);
+/// The node that uploaded the partition object `key` names (PartitionObjectKey's; node ids may
+/// hold '-', the nonce does not); empty for any other key (the manifest).
+std::string PartitionObjectUploader(absl::string_view key);
 
 }  // namespace sluice
 

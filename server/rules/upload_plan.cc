@@ -2,6 +2,15 @@
 
 namespace sluice {
 
+std::string FirstRegistered(const ShufflePlacement& p, uint32_t q,
+                            const std::set<std::string>& registered) {
+  if (q >= p.replicas.size()) return "";
+  for (uint32_t i : p.replicas[q]) {
+    if (registered.count(p.nodes[i]) != 0) return p.nodes[i];
+  }
+  return "";
+}
+
 std::vector<uint32_t> PartitionsToUpload(const ShufflePlacement& placement,
                                          const std::map<uint32_t, MapperDecision>& decided,
                                          const std::map<uint32_t, ObjectRecord>& recorded,
@@ -14,12 +23,8 @@ std::vector<uint32_t> PartitionsToUpload(const ShufflePlacement& placement,
     if (q >= whole.size() || !whole[q]) continue;
     auto r = recorded.find(q);
     if (r != recorded.end() && StandsFor(r->second, decided, placement.num_mappers)) continue;
-    for (uint32_t i : placement.replicas[q]) {
-      const std::string& node = placement.nodes[i];
-      if (registered.count(node) == 0) continue;  // (gone: the next one takes over)
-      if (node == self) out.push_back(q);
-      break;
-    }
+    // (One gone: the next takes over.)
+    if (FirstRegistered(placement, q, registered) == self) out.push_back(q);
   }
   return out;
 }

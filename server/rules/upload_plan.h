@@ -21,6 +21,11 @@
 
 namespace sluice {
 
+/// The first server of stored partition q's newest replicas that is registered (empty: none):
+/// the one that uploads it (and, for partition 0, writes the shuffle's manifest).
+std::string FirstRegistered(const ShufflePlacement& placement, uint32_t q,
+                            const std::set<std::string>& registered);
+
 /// The stored partitions (partitions and segments, ascending) `self` uploads now. `whole[q]`:
 /// this server holds stored partition q, every decided mapper's data of it (a partition past
 /// `whole`'s size is not whole). A record that no longer stands for its partition (revoked

@@ -1,5 +1,6 @@
 #include "server/rules/uploader.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -10,30 +11,6 @@
 #include "spdlog/spdlog.h"
 
 namespace sluice {
-namespace {
-
-// The first registered server of stored partition q's newest replicas (empty: none).
-std::string FirstRegistered(const ShufflePlacement& p, uint32_t q,
-                            const std::set<std::string>& registered) {
-  if (q >= p.replicas.size()) return "";
-  for (uint32_t i : p.replicas[q]) {
-    if (registered.count(p.nodes[i]) != 0) return p.nodes[i];
-  }
-  return "";
-}
-
-// The node id in a partition object's key ("<id>/p<q>-<node>-<nonce>"; node ids may hold '-',
-// the nonce does not); empty for any other key (the manifest).
-std::string UploaderOf(const std::string& key) {
-  const size_t slash = key.rfind('/');
-  if (slash == std::string::npos || key.compare(slash, 2, "/p") != 0) return "";
-  const size_t first = key.find('-', slash);
-  const size_t last = key.rfind('-');
-  if (first == std::string::npos || last <= first + 1) return "";
-  return key.substr(first + 1, last - first - 1);
-}
-
-}  // namespace
 
 Uploader::Uploader(ShuffleRegistry* registry, ClusterNode* node, objstore::S3Store* store,
                    Options options, ServerMetrics* metrics)
@@ -72,29 +49,27 @@ uint64_t Uploader::RunShuffle(const std::string& id) {
   }
   const ClusterMembership::View view = node_->membership().view();
   if (view.placements == nullptr) return 0;
-  // Settled before, moved since (a revocation, an epoch): a record that no longer stands has
-  // the manifest deleted at once, before the mappers run again, so that a reader with no server
-  // finds none rather than revoked attempts.
-  if (settled != settled_.end() && dropped_.count(id) == 0) {
-    auto decided = view.placements->Decisions(id, options_.etcd_deadline);
-    auto recorded = decided.ok() ? view.placements->Objects(id) : decided.status();
-    if (!recorded.ok()) return 0;
-    for (const auto& [q, r] : *recorded) {
-      if (StandsFor(r, *decided, p.num_mappers)) continue;
-      if (!store_->Delete(ManifestKey(id)).ok()) return 0;  // (the next round again)
-      dropped_.insert(id);
-      break;
-    }
-  }
   absl::StatusOr<std::shared_ptr<ShuffleStore>> store = registry_->Get(id);
   if (!store.ok()) return 0;
-  // Every mapper of a complete shuffle is committed here (decisions are applied to every
-  // server of the epoch): until then, etcd is not asked.
-  if ((*store)->CommittedMappers().size() < p.num_mappers) return 0;
+  // Settled before and moved since (a revocation, an epoch), or every mapper committed here
+  // (decisions are applied to every server of the epoch): etcd is asked, once; until then not.
+  const bool moved = settled != settled_.end() && dropped_.count(id) == 0;
+  if (!moved && (*store)->CommittedMappers().size() < p.num_mappers) return 0;
   auto decided = view.placements->Decisions(id, options_.etcd_deadline);
-  if (!decided.ok() || decided->size() != p.num_mappers) return 0;
+  if (!decided.ok()) return 0;
   auto recorded = view.placements->Objects(id);
   if (!recorded.ok()) return 0;
+  // A record that no longer stands once the placement moved has the manifest deleted at once,
+  // before the mappers run again, so that a reader with no server finds none rather than
+  // revoked attempts.
+  const auto stale = [&](const auto& qr) { return !StandsFor(qr.second, *decided, p.num_mappers); };
+  if (moved && std::any_of(recorded->begin(), recorded->end(), stale)) {
+    if (!store_->Delete(ManifestKey(id)).ok()) return 0;  // (the next round again)
+    dropped_.insert(id);
+  }
+  if (decided->size() != p.num_mappers || (*store)->CommittedMappers().size() < p.num_mappers) {
+    return 0;
+  }
   // Objects uploaded here whose record was not known: kept if recorded, else deleted.
   if (auto unsure = unsure_.find(id); unsure != unsure_.end()) {
     for (const auto& [q, key] : unsure->second) {
@@ -228,7 +203,7 @@ void Uploader::SweepDeleted(const std::set<std::string>& held_now) {
     for (const NodeEntry& n : node_->membership().LastMembers()) registered.insert(n.node_id);
     bool all = true;
     for (const objstore::ObjectInfo& o : *objects) {
-      const std::string by = UploaderOf(o.key);
+      const std::string by = PartitionObjectUploader(o.key);
       if (!by.empty() && by != view.node_id && registered.count(by) != 0) continue;
       if (!store_->Delete(o.key).ok()) {
         all = false;

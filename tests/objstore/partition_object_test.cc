@@ -8,6 +8,8 @@
 #include <random>
 
 #include "codec/endian.h"
+#include "objstore/object_record.h"
+#include "objstore/s3_options.h"
 #include "tests/harness/status_matchers.h"
 
 namespace sluice::objstore {
@@ -119,6 +121,18 @@ TEST(PartitionObjectTest, DamageIsNamed) {
               StatusIs(absl::StatusCode::kDataLoss, "mapper order"));
   EXPECT_THAT(Read(frames + "tail" + EncodeFooter(f)),
               StatusIs(absl::StatusCode::kDataLoss, "its frames end at"));
+}
+
+// Where a shuffle's objects lie: each partition object's key names its uploader (node ids may
+// hold '-'), the manifest none.
+TEST(PartitionObjectTest, AnObjectsKeyNamesItsUploader) {
+  const std::string key = PartitionObjectKey("team~job", 3, "node-1.a_b", 0xab);
+  EXPECT_EQ(key, "team~job/p3-node-1.a_b-00000000000000ab");
+  EXPECT_TRUE(ValidObjectKey(key));
+  EXPECT_EQ(PartitionObjectUploader(key), "node-1.a_b");
+  EXPECT_EQ(PartitionObjectUploader(ManifestKey("team~job")), "");
+  EXPECT_EQ(PartitionObjectUploader("team~job/p3"), "");
+  EXPECT_EQ(ShuffleObjectsPrefix("team~job"), "team~job/");
 }
 
 }  // namespace
