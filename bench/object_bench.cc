@@ -22,7 +22,6 @@
 
 #include "absl/strings/string_view.h"
 #include "objstore/object_upload.h"
-#include "objstore/s3_options.h"
 #include "objstore/s3_store.h"
 
 namespace {
@@ -52,13 +51,7 @@ int main(int argc, char** argv) {
   const uint64_t bytes = std::strtoull(flags["--mb"].c_str(), nullptr, 10) << 20;
   const uint64_t part = std::strtoull(flags["--part-mb"].c_str(), nullptr, 10) << 20;
   const int rounds = std::atoi(flags["--rounds"].c_str());
-  auto options = sluice::objstore::S3OptionsFromUrl(flags["--store"]);
-  if (!options.ok()) return Fail(options.status().ToString());
-  options->endpoint = flags["--endpoint"];
-  if (auto st = sluice::objstore::ResolveFromEnvironment(&*options); !st.ok()) {
-    return Fail(st.ToString());
-  }
-  auto store = sluice::objstore::S3Store::Make(*options);
+  auto store = sluice::objstore::S3Store::Open({flags["--store"], flags["--endpoint"]});
   if (!store.ok()) return Fail(store.status().ToString());
 
   // The bytes, before any clock.
@@ -73,7 +66,7 @@ int main(int argc, char** argv) {
               static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)),
               static_cast<unsigned long long>(bytes >> 20),
               static_cast<unsigned long long>(part >> 20), flags["--store"].c_str(),
-              options->endpoint.c_str(), flags["--dir"].c_str());
+              (*store)->options().endpoint.c_str(), flags["--dir"].c_str());
   std::map<std::string, std::vector<double>> rates;
   for (int r = 1; r <= rounds; ++r) {
     // The disk: the same bytes written in 1 MiB writes, then synced.

@@ -37,11 +37,9 @@
 #include "client/cli_flags.h"
 #include "client/server_process.h"
 #include "client/shuffle_client.h"
-#include "client/store_reader.h"
+#include "client/store_fallback.h"
 #include "codec/msgpack_scan.h"
 #include "nlohmann/json.hpp"
-#include "objstore/s3_options.h"
-#include "objstore/s3_store.h"
 #include "rpc/error_reason.h"
 
 namespace {
@@ -426,20 +424,6 @@ int Splits(Flags& flags) {
   return 0;
 }
 
-// A reader of partition `partition` of shuffle `id` straight from the object store at `url`
-// (s3://bucket/prefix, as the servers' --object_store), credentials as AWS's tools find them.
-absl::StatusOr<std::unique_ptr<sluice::ShuffleReader>> OpenFromStore(
-    const std::string& url, const std::string& endpoint, const std::string& id, uint32_t partition,
-    const sluice::ReaderOptions& options, std::unique_ptr<sluice::objstore::S3Store>* store,
-    std::unique_ptr<sluice::StoreShuffle>* shuffle) {
-  SLUICE_ASSIGN_OR_RETURN(sluice::objstore::S3Options o, sluice::objstore::S3OptionsFromUrl(url));
-  o.endpoint = endpoint;
-  SLUICE_RETURN_IF_ERROR(sluice::objstore::ResolveFromEnvironment(&o));
-  SLUICE_ASSIGN_OR_RETURN(*store, sluice::objstore::S3Store::Make(o));
-  SLUICE_ASSIGN_OR_RETURN(*shuffle, sluice::StoreShuffle::Open(store->get(), id));
-  return (*shuffle)->OpenReader(partition, options);
-}
-
 int Fetch(Flags& flags) {
   const std::string server = flags.Get("server", "127.0.0.1:7070");
   const std::string id = flags.Get("shuffle", "");
@@ -474,11 +458,10 @@ int Fetch(Flags& flags) {
   }
   // (The reader uses its client's connections, or the store: they must outlive it.)
   std::unique_ptr<sluice::ShuffleClient> client;
-  std::unique_ptr<sluice::objstore::S3Store> store;
-  std::unique_ptr<sluice::StoreShuffle> shuffle;
+  sluice::client_internal::StoreFallback store(object_store, object_endpoint);
   absl::StatusOr<std::unique_ptr<sluice::ShuffleReader>> reader;
   if (!object_store.empty()) {  // no server: the shuffle's manifest and objects
-    reader = OpenFromStore(object_store, object_endpoint, id, partition, ropts, &store, &shuffle);
+    reader = store.Open(id, partition, ropts, /*stored=*/false);
   } else {
     client = Connect(server);
     reader = client->OpenReader(id, partition, ropts);

@@ -6,7 +6,6 @@
 #include "base/status_macros.h"
 #include "client/store_reader.h"
 #include "client/transport.h"
-#include "objstore/s3_options.h"
 
 namespace sluice::client_internal {
 namespace {
@@ -28,10 +27,7 @@ class Holding final : public ShuffleReader {
 absl::StatusOr<objstore::S3Store*> StoreFallback::Store() {
   std::lock_guard<std::mutex> lock(mu_);
   if (store_ == nullptr) {
-    SLUICE_ASSIGN_OR_RETURN(objstore::S3Options o, objstore::S3OptionsFromUrl(url_));
-    o.endpoint = endpoint_;
-    SLUICE_RETURN_IF_ERROR(objstore::ResolveFromEnvironment(&o));
-    SLUICE_ASSIGN_OR_RETURN(store_, objstore::S3Store::Make(o));
+    SLUICE_ASSIGN_OR_RETURN(store_, objstore::S3Store::Open({url_, endpoint_}));
   }
   return store_.get();
 }

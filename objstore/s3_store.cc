@@ -318,6 +318,16 @@ S3Store::S3Store(S3Options options)
 
 S3Store::~S3Store() = default;
 
+absl::StatusOr<std::unique_ptr<S3Store>> S3Store::Open(const StoreLocation& where) {
+  SLUICE_ASSIGN_OR_RETURN(S3Options o, S3OptionsFromUrl(where.url));
+  o.endpoint = where.endpoint;
+  o.region = where.region;
+  o.ca_file = where.ca_file;
+  o.path_style = where.path_style;
+  SLUICE_RETURN_IF_ERROR(ResolveFromEnvironment(&o));
+  return Make(std::move(o));
+}
+
 absl::StatusOr<std::unique_ptr<S3Store>> S3Store::Make(S3Options options) {
   if (options.bucket.empty() || options.endpoint.empty() || options.region.empty() ||
       options.credentials.access_key_id.empty() || options.credentials.secret_access_key.empty()) {

@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -54,8 +55,20 @@ inline constexpr int kMaxParts = 10000;
 /// MD5s, "-", their count ("" when one is not an MD5).
 std::string MultipartEtag(const std::vector<std::string>& part_etags);
 
+/// A store as a user names it (a flag, a client option): its URL, s3://bucket/prefix, and what
+/// is given instead of what the environment says (empty, nullopt: as ResolveS3Options finds it).
+struct StoreLocation {
+  StoreLocation(std::string u, std::string e = "") : url(std::move(u)), endpoint(std::move(e)) {}
+  std::string url;
+  std::string endpoint, region, ca_file;
+  std::optional<bool> path_style;
+};
+
 class S3Store {
  public:
+  /// S3OptionsFromUrl, the location's overrides, ResolveFromEnvironment, then Make:
+  /// INVALID_ARGUMENT naming what is wrong (the URL, missing credentials, an endpoint).
+  static absl::StatusOr<std::unique_ptr<S3Store>> Open(const StoreLocation& where);
   /// `options` resolved (ResolveS3Options); INVALID_ARGUMENT when they are not.
   static absl::StatusOr<std::unique_ptr<S3Store>> Make(S3Options options);
   ~S3Store();

@@ -134,15 +134,17 @@ void WarnOfUnsafeSettings(const ServerOptions& options) {
 // bucket that is not there or credentials it refuses stop the start; a store that does not
 // answer now is only warned of (uploads wait for it).
 absl::StatusOr<std::unique_ptr<objstore::S3Store>> OpenObjectStore(const ServerOptions& o) {
-  SLUICE_ASSIGN_OR_RETURN(objstore::S3Options so, objstore::S3OptionsFromUrl(o.object_store));
-  so.endpoint = o.object_endpoint;
-  so.region = o.object_region;
-  if (o.object_addressing != "auto") so.path_style = o.object_addressing == "path";
-  so.ca_file = o.object_ca_file;
-  if (absl::Status st = objstore::ResolveFromEnvironment(&so); !st.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--object_store: ", st.message()));
+  objstore::StoreLocation where(o.object_store, o.object_endpoint);
+  where.region = o.object_region;
+  where.ca_file = o.object_ca_file;
+  if (o.object_addressing != "auto") where.path_style = o.object_addressing == "path";
+  absl::StatusOr<std::unique_ptr<objstore::S3Store>> opened = objstore::S3Store::Open(where);
+  if (!opened.ok()) {
+    return absl::Status(opened.status().code(),
+                        absl::StrCat("--object_store: ", opened.status().message()));
   }
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<objstore::S3Store> store, objstore::S3Store::Make(so));
+  std::unique_ptr<objstore::S3Store> store = *std::move(opened);
+  const objstore::S3Options& so = store->options();
   store->set_retries(2, 0.2, 1);  // (the look at start only)
   absl::StatusOr<std::vector<objstore::ObjectInfo>> look = store->List("sluice-start-check/");
   store->set_retries(so.max_attempts, so.backoff_first_s, so.backoff_max_s);
