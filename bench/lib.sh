@@ -60,3 +60,19 @@ start_sluice_cluster() {  # server_bin name port n [flags...]
   done
   SERVERS=$list
 }
+
+# npm's s3rver (in .tools/ of the source tree; $SLUICE_S3RVER names another) on
+# 127.0.0.1:PORT with bucket BUCKET, its data in $TMP/s3 and its log in $TMP/s3rver.log, its pid
+# added to $PIDS; returns once it listens, with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY
+# exported as s3rver's own pair.
+start_s3rver() {  # port bucket
+  mkdir -p "$TMP/s3"
+  NODE_OPTIONS=--openssl-legacy-provider "$S3RVER" --directory "$TMP/s3" --address 127.0.0.1 \
+    --port "$1" --configure-bucket "$2" --silent >"$TMP/s3rver.log" 2>&1 &
+  PIDS+=($!)
+  wait_port 127.0.0.1 "$1"
+  export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
+}
+
+# Where s3rver is: $SLUICE_S3RVER, else this source tree's .tools/.
+S3RVER=${SLUICE_S3RVER:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.tools/node_modules/.bin/s3rver}

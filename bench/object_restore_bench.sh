@@ -13,7 +13,6 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 BUILD=${1:-build}
 shift $(($# < 1 ? $# : 1))
-S3RVER=${SLUICE_S3RVER:-$(cd "$(dirname "$0")/.." && pwd)/.tools/node_modules/.bin/s3rver}
 need_built "$BUILD/server/sluice-server" "$BUILD/bench/sluice-bench" "$BUILD/client/sluice" \
   "${SLUICE_ETCD_BIN:-/usr/bin/etcd}" "$S3RVER"
 scratch sluice-restore-bench
@@ -22,12 +21,7 @@ BASE=$((20000 + RANDOM % 20000))
 EP=$BASE
 S3PORT=$((BASE + 5))
 start_etcd "$EP" "$TMP/etcd"
-mkdir -p "$TMP/s3"
-NODE_OPTIONS=--openssl-legacy-provider "$S3RVER" --directory "$TMP/s3" --address 127.0.0.1 \
-  --port "$S3PORT" --configure-bucket sluice-bench --silent >"$TMP/s3rver.log" 2>&1 &
-PIDS+=($!)
-wait_port 127.0.0.1 "$S3PORT"
-export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER  # (s3rver's own pair)
+start_s3rver "$S3PORT" sluice-bench
 STORE="s3://sluice-bench/tier"
 ENDPOINT="http://127.0.0.1:$S3PORT"
 TIER=(--object_store="$STORE" --object_endpoint="$ENDPOINT" --dead_after_s=2)

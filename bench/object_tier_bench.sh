@@ -14,7 +14,6 @@ source "$(dirname "$0")/lib.sh"
 BUILD=${1:-build}
 ROUNDS=${2:-5}
 shift $(($# < 2 ? $# : 2))
-S3RVER=${SLUICE_S3RVER:-$(cd "$(dirname "$0")/.." && pwd)/.tools/node_modules/.bin/s3rver}
 need_built "$BUILD/server/sluice-server" "$BUILD/bench/sluice-bench" "$BUILD/client/sluice" \
   "${SLUICE_ETCD_BIN:-/usr/bin/etcd}" "$S3RVER"
 scratch sluice-tier-bench
@@ -24,12 +23,7 @@ EP=$BASE
 S3PORT=$((BASE + 5))
 BUCKET=sluice-bench
 start_etcd "$EP" "$TMP/etcd"
-mkdir -p "$TMP/s3"
-NODE_OPTIONS=--openssl-legacy-provider "$S3RVER" --directory "$TMP/s3" --address 127.0.0.1 \
-  --port "$S3PORT" --configure-bucket "$BUCKET" --silent >"$TMP/s3rver.log" 2>&1 &
-PIDS+=($!)
-wait_port 127.0.0.1 "$S3PORT"
-export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER  # (s3rver's own pair)
+start_s3rver "$S3PORT" "$BUCKET"
 
 declare -A SERVERS
 start_cluster() {  # name first-host-octet [flags...]

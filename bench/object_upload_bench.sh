@@ -10,15 +10,9 @@ source "$(dirname "$0")/lib.sh"
 BUILD=${1:-build}
 ROUNDS=${2:-3}
 MB=${3:-256}
-S3RVER=${SLUICE_S3RVER:-$(cd "$(dirname "$0")/.." && pwd)/.tools/node_modules/.bin/s3rver}
 need_built "$BUILD/bench/sluice-object-bench" "$S3RVER"
 scratch sluice-upload-bench
 PORT=$((20000 + RANDOM % 20000))
-mkdir -p "$TMP/s3"
-NODE_OPTIONS=--openssl-legacy-provider "$S3RVER" --directory "$TMP/s3" --address 127.0.0.1 \
-  --port "$PORT" --configure-bucket sluice-bench --silent >"$TMP/s3rver.log" 2>&1 &
-PIDS+=($!)
-wait_port 127.0.0.1 "$PORT"
-AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER \
-  "$BUILD/bench/sluice-object-bench" --store s3://sluice-bench/up \
+start_s3rver "$PORT" sluice-bench
+"$BUILD/bench/sluice-object-bench" --store s3://sluice-bench/up \
   --endpoint "http://127.0.0.1:$PORT" --mb "$MB" --rounds "$ROUNDS" --dir "$TMP"

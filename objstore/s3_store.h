@@ -41,9 +41,23 @@ struct S3Counters {
            list_uploads = 0;
   uint64_t retries = 0;
   uint64_t bytes_sent = 0, bytes_received = 0;
+  /// Each request type by its S3 name (PutObject, GetObject, ..., ListMultipartUploads).
+  std::vector<std::pair<const char*, uint64_t>> ByRequest() const {
+    return {{"PutObject", put},
+            {"GetObject", get},
+            {"HeadObject", head},
+            {"DeleteObject", del},
+            {"ListObjectsV2", list},
+            {"CreateMultipartUpload", start_upload},
+            {"UploadPart", upload_part},
+            {"CompleteMultipartUpload", complete_upload},
+            {"AbortMultipartUpload", abort_upload},
+            {"ListMultipartUploads", list_uploads}};
+  }
   uint64_t requests() const {
-    return put + get + head + del + list + start_upload + upload_part + complete_upload +
-           abort_upload + list_uploads;
+    uint64_t n = 0;
+    for (const auto& [request, count] : ByRequest()) n += count;
+    return n;
   }
 };
 

@@ -115,18 +115,8 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
   if (s.object_store != nullptr) {
     const objstore::S3Counters c = s.object_store->counters();
     std::vector<std::pair<MetricFamilies::Labels, double>> requests;
-    for (const auto& [call, n] : std::vector<std::pair<const char*, uint64_t>>{
-             {"PutObject", c.put},
-             {"GetObject", c.get},
-             {"HeadObject", c.head},
-             {"DeleteObject", c.del},
-             {"ListObjectsV2", c.list},
-             {"CreateMultipartUpload", c.start_upload},
-             {"UploadPart", c.upload_part},
-             {"CompleteMultipartUpload", c.complete_upload},
-             {"AbortMultipartUpload", c.abort_upload},
-             {"ListMultipartUploads", c.list_uploads}}) {
-      requests.push_back({{{"request", call}}, D(n)});
+    for (const auto& [request, n] : c.ByRequest()) {
+      requests.push_back({{{"request", request}}, D(n)});
     }
     t.Family("sluice_object_requests_total", prometheus::MetricType::Counter,
              "Requests to the object store, by S3 request type (a retry counts again): what a "

@@ -224,14 +224,14 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.premerge_bytes_per_s = uint64_t{absl::GetFlag(FLAGS_premerge_mb_per_s)} << 20;
   opts.premerge_min_runs = absl::GetFlag(FLAGS_premerge_min_runs);
   opts.max_open_shuffles = absl::GetFlag(FLAGS_max_open_shuffles);
-  const uint64_t index_mb = absl::GetFlag(FLAGS_index_memory_mb);
-  opts.index_memory_bytes = index_mb > (uint64_t{1} << 24) ? uint64_t{1} << 45 : index_mb << 20;
+  // MiB flags in bytes (past 2^24 MiB: 2^45 bytes, out of every range, named by the check).
+  const auto mib = [](uint64_t n) { return n > (uint64_t{1} << 24) ? uint64_t{1} << 45 : n << 20; };
+  opts.index_memory_bytes = mib(absl::GetFlag(FLAGS_index_memory_mb));
   opts.object_store = absl::GetFlag(FLAGS_object_store);
   opts.object_endpoint = absl::GetFlag(FLAGS_object_endpoint);
   opts.object_region = absl::GetFlag(FLAGS_object_region);
   opts.object_addressing = absl::GetFlag(FLAGS_object_addressing);
   opts.object_ca_file = absl::GetFlag(FLAGS_object_ca_file);
-  const auto mib = [](uint64_t n) { return n > (uint64_t{1} << 24) ? uint64_t{1} << 45 : n << 20; };
   opts.object_bytes_per_s = mib(absl::GetFlag(FLAGS_object_mb_per_s));
   opts.object_part_bytes = mib(absl::GetFlag(FLAGS_object_part_mb));
   opts.object_parallel_parts = absl::GetFlag(FLAGS_object_parallel_parts);
