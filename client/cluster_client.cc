@@ -61,11 +61,9 @@ using client_internal::WatchedStream;
 class ClusterClient final : public ShuffleClient {
  public:
   ClusterClient(ClientOptions options, std::vector<std::string> seeds)
-      : options_(std::move(options)), seeds_(std::move(seeds)) {
-    if (!options_.object_store.empty()) {
-      fallback_ = std::make_unique<StoreFallback>(options_.object_store, options_.object_endpoint);
-    }
-  }
+      : options_(std::move(options)),
+        seeds_(std::move(seeds)),
+        fallback_(StoreFallback::For(options_)) {}
 
   absl::StatusOr<bool> CreateShuffle(const std::string& id, uint32_t num_partitions,
                                      uint32_t num_mappers, uint32_t replication) override {

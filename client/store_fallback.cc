@@ -13,12 +13,12 @@ namespace {
 // A reader that keeps the shuffle's manifest it reads by.
 class Holding final : public ShuffleReader {
  public:
-  Holding(std::unique_ptr<StoreShuffle> shuffle, std::unique_ptr<ShuffleReader> reader)
+  Holding(std::shared_ptr<StoreShuffle> shuffle, std::unique_ptr<ShuffleReader> reader)
       : shuffle_(std::move(shuffle)), reader_(std::move(reader)) {}
   absl::StatusOr<bool> Next(Record* out) override { return reader_->Next(out); }
 
  private:
-  std::unique_ptr<StoreShuffle> shuffle_;
+  std::shared_ptr<StoreShuffle> shuffle_;
   std::unique_ptr<ShuffleReader> reader_;
 };
 
@@ -32,12 +32,25 @@ absl::StatusOr<objstore::S3Store*> StoreFallback::Store() {
   return store_.get();
 }
 
+absl::StatusOr<std::shared_ptr<StoreShuffle>> StoreFallback::Shuffle(const std::string& id) {
+  SLUICE_ASSIGN_OR_RETURN(objstore::S3Store * store, Store());
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = manifests_.find(id);
+    if (it != manifests_.end() && now - it->second.at < ttl_) return it->second.shuffle;
+  }
+  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<StoreShuffle> shuffle, StoreShuffle::Open(store, id));
+  std::lock_guard<std::mutex> lock(mu_);
+  manifests_[id] = Manifest{shuffle, now};
+  return shuffle;
+}
+
 absl::StatusOr<std::unique_ptr<ShuffleReader>> StoreFallback::Open(const std::string& id,
                                                                    uint32_t partition,
                                                                    const ReaderOptions& options,
                                                                    bool stored) {
-  SLUICE_ASSIGN_OR_RETURN(objstore::S3Store * store, Store());
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<StoreShuffle> shuffle, StoreShuffle::Open(store, id));
+  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<StoreShuffle> shuffle, Shuffle(id));
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<ShuffleReader> reader,
                           stored ? shuffle->OpenStoredReader(partition, options)
                                  : shuffle->OpenReader(partition, options));
