@@ -72,6 +72,17 @@ std::vector<prometheus::MetricFamily> CollectMetrics(const MetricsSources& s) {
   t.Counter("sluice_manifests_written_total",
             "Shuffle manifests this server wrote to the object store",
             D(m.manifests_written.load()));
+  t.Counter("sluice_evicted_shuffles_total",
+            "Shuffles whose data this server let go because their data directory passed "
+            "--object_evict_pct: every partition of them is in the object store",
+            D(m.evicted_shuffles.load()));
+  t.Counter("sluice_evicted_bytes_total", "Bytes the evictions freed", D(m.evicted_bytes.load()));
+  t.Counter("sluice_read_back_copies_total",
+            "A mapper's data for a partition of an evicted shuffle read back from the object "
+            "store for a read",
+            D(m.read_back_copies.load()));
+  t.Counter("sluice_read_back_bytes_total", "Bytes read back from the object store for reads",
+            D(m.read_back_bytes.load()));
   t.Gauge("sluice_repair_backlog",
           "Committed (mapper, partition) pairs this server's replicas lack: taken over in a "
           "later placement epoch and not copied yet",

@@ -122,6 +122,10 @@ ABSL_FLAG(std::string, object_ca_file, "", "PEM CAs of the store's TLS (empty: t
 ABSL_FLAG(uint64_t, object_mb_per_s, 64, "all uploads to the object store together, MiB/s");
 ABSL_FLAG(uint64_t, object_part_mb, 8, "multipart uploads' part size, MiB (5 to 5120)");
 ABSL_FLAG(int32_t, object_parallel_parts, 4, "parts of one upload in flight (1 to 64)");
+ABSL_FLAG(uint32_t, object_evict_pct, 85,
+          "with --object_store: shuffles whose every partition is in the store are evicted from "
+          "a data directory fuller than this, in percent (0: never; below "
+          "--disk_high_water_pct); their partitions are read back from the store when read");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain of the server: serve TLS (with --tls_key); watched for rotation");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -235,6 +239,7 @@ absl::StatusOr<sluice::ServerOptions> OptionsFromFlags() {
   opts.object_bytes_per_s = mib(absl::GetFlag(FLAGS_object_mb_per_s));
   opts.object_part_bytes = mib(absl::GetFlag(FLAGS_object_part_mb));
   opts.object_parallel_parts = absl::GetFlag(FLAGS_object_parallel_parts);
+  opts.object_evict_pct = absl::GetFlag(FLAGS_object_evict_pct);
   opts.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   opts.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   opts.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);

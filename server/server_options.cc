@@ -89,6 +89,16 @@ absl::Status ValidateObjectOptions(const ServerOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--object_parallel_parts=", o.object_parallel_parts, " is out of range [1, 64]"));
   }
+  if (o.object_evict_pct > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--object_evict_pct=", o.object_evict_pct, " is out of range [0, 100]"));
+  }
+  if (o.object_evict_pct != 0 && o.disk_high_water_pct != 0 && o.disk_high_water_pct < 100 &&
+      o.object_evict_pct >= o.disk_high_water_pct) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--object_evict_pct=", o.object_evict_pct, " must be below --disk_high_water_pct=",
+        o.disk_high_water_pct, ": eviction makes room before pushes are refused"));
+  }
   return absl::OkStatus();
 }
 

@@ -154,6 +154,9 @@ struct ServerOptions {
   uint64_t object_bytes_per_s = uint64_t{64} << 20;  ///< uploads' rate, all of them together
   uint64_t object_part_bytes = uint64_t{8} << 20;    ///< multipart uploads' part size
   int object_parallel_parts = 4;                     ///< parts of one upload in flight
+  /// Shuffles all in the store are evicted while their data directory is fuller (percent; 0:
+  /// never; below --disk_high_water_pct).
+  uint32_t object_evict_pct = 85;
 };
 
 /// OK if every option is in range; else INVALID_ARGUMENT naming the flag that sets the first

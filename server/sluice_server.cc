@@ -31,6 +31,7 @@
 #include "server/net/listener_probe.h"
 #include "server/rules/admission.h"
 #include "server/rules/cluster_node.h"
+#include "server/rules/evictor.h"
 #include "server/rules/premerge.h"
 #include "server/rules/repairer.h"
 #include "server/rules/scrubber.h"
@@ -201,6 +202,8 @@ struct SluiceServer::Impl {
   std::unique_ptr<Periodic> premerging;
   std::unique_ptr<Uploader> uploader;  // with --object_store, once joined
   std::unique_ptr<Periodic> uploading;
+  std::unique_ptr<Evictor> evictor;  // with --object_store
+  std::unique_ptr<Periodic> evicting;
   std::unique_ptr<Background> opener;  // the shuffles listed at start, opened one by one
   std::unique_ptr<Periodic> closing;   // idle shuffles past --max_open_shuffles, --index_memory_mb
   std::unique_ptr<MetricsEndpoint> metrics_endpoint;  // with --metrics_listen
@@ -453,6 +456,20 @@ size_t SluiceServer::Impl::StartBackground() {
     uploader =
         std::make_unique<Uploader>(registry.get(), node.get(), object_store.get(), uo, &metrics);
     uploading = std::make_unique<Periodic>(Uploader::kPeriod, [this] { uploader->Run(); });
+    object_source =
+        std::make_unique<ObjectSource>(node.get(), object_store.get(), objstore::ReadOptions{});
+    evictor =
+        std::make_unique<Evictor>(registry.get(), node.get(), object_source.get(), uploader.get(),
+                                  Evictor::Options{options.object_evict_pct}, &metrics);
+    node->set_evicted_restore([this](const std::string& id, uint32_t q,
+                                     const std::vector<std::pair<uint32_t, uint64_t>>& lacking) {
+      return evictor->ReadBack(id, q, lacking);
+    });
+    if (options.object_evict_pct != 0) {
+      registry->set_room_maker([this] { return evictor->MakeRoom(); });
+      evicting =
+          std::make_unique<Periodic>(Evictor::kPeriod, [this] { (void)evictor->MakeRoom(); });
+    }
   }
   if (options.premerge_bytes_per_s > 0) {
     PremergeOptions premerge;
@@ -533,7 +550,7 @@ absl::Status SluiceServer::Impl::JoinCluster() {
     if (!off.empty()) {
       spdlog::warn("event=repair_off reason=\"{}\"", off);
     } else {
-      if (object_store != nullptr) {
+      if (object_store != nullptr && object_source == nullptr) {
         object_source =
             std::make_unique<ObjectSource>(node.get(), object_store.get(), objstore::ReadOptions{});
       }
@@ -646,6 +663,8 @@ void SluiceServer::Shutdown() {
   i.repairing.reset();
   if (i.uploader != nullptr) i.uploader->Stop();
   i.uploading.reset();
+  if (i.evictor != nullptr) i.evictor->Stop();
+  i.evicting.reset();
   i.watching.reset();
   i.metrics_endpoint.reset();  // (scrapes read the pools and the service)
   // Out of the cluster first, so that no one is sent here while the calls in flight finish.

@@ -88,6 +88,9 @@ struct ServerMetrics {
   /// manifests written.
   Counter objects_uploaded{0}, object_upload_bytes{0}, object_upload_failures{0},
       objects_deleted{0}, manifests_written{0};
+  /// Disks as a cache (--object_evict_pct): shuffles evicted and the bytes that freed; (mapper,
+  /// partition) copies read back from the store for reads, and their bytes.
+  Counter evicted_shuffles{0}, evicted_bytes{0}, read_back_copies{0}, read_back_bytes{0};
   /// Committed (mapper, partition) pairs this server's replicas lack (set by the repairer).
   std::atomic<uint64_t> repair_backlog{0};
   /// The bytes those come to, as their sources say (set by the repairer; copies take it down).

@@ -28,6 +28,15 @@ std::vector<uint32_t> ClusterDecisions::LackingMappers(const std::string& id,
   return out;
 }
 
+std::vector<std::pair<uint32_t, uint64_t>> ClusterDecisions::EvictedLacking(
+    const std::string& id, uint32_t partition) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = checked_.find(id);
+  if (it == checked_.end()) return {};
+  auto m = it->second.evicted.find(partition);
+  return m == it->second.evicted.end() ? std::vector<std::pair<uint32_t, uint64_t>>{} : m->second;
+}
+
 std::vector<uint32_t> ClusterDecisions::LostMappers(const std::string& id,
                                                     uint32_t partition) const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -232,7 +241,8 @@ absl::Status ClusterDecisions::ResolvePending(const std::string& id) {
     auto checked = checked_.find(id);
     if (pending.empty() && checked != checked_.end() &&
         (kept == nullptr || kept->placement.epoch() == checked->second.epoch)) {
-      if (!checked->second.stale) return absl::OkStatus();
+      const bool same = checked->second.instance == (*store)->instance();
+      if (!checked->second.stale && same) return absl::OkStatus();
       // Only a repair changed it since: on a server of the newest epoch nothing waits for a
       // decision (every attempt of the epoch prepares here), so the decisions read then still
       // say all; checked again without etcd (a repair during an etcd outage leaves the shuffle
@@ -298,7 +308,9 @@ absl::Status ClusterDecisions::ResolvePending(const std::string& id) {
   }
   Checked checked;
   checked.epoch = kept != nullptr ? kept->placement.epoch() : 0;
+  checked.instance = (*store)->instance();
   checked.missing = std::move(check.missing);
+  checked.evicted = std::move(check.evicted);
   checked.decided = std::move(decided);
   std::lock_guard<std::mutex> lock(mu_);
   // (Found lost at this epoch and missing still: lost still, until the repairer looks again.)

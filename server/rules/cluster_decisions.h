@@ -94,6 +94,11 @@ class ClusterDecisions {
   uint32_t MissingMappers(const std::string& id, uint32_t partition) const {
     return static_cast<uint32_t>(LackingMappers(id, partition).size());
   }
+  /// Of an evicted shuffle here (ShuffleStore::evicted()), the (mapper, winning attempt) pairs
+  /// partition `partition` lacks here as the last ResolvePending found: read back from its
+  /// object before it is served (none once it was, and for any other shuffle).
+  std::vector<std::pair<uint32_t, uint64_t>> EvictedLacking(const std::string& id,
+                                                            uint32_t partition) const;
   /// Of those, the ones the repairer found no registered server holding (MarkLost): lost,
   /// until a check at a newer epoch or a repair says otherwise.
   std::vector<uint32_t> LostMappers(const std::string& id, uint32_t partition) const;
@@ -136,8 +141,11 @@ class ClusterDecisions {
   // later epoch, not repaired); guarded by mu_.
   struct Checked {
     uint32_t epoch = 0;
+    uint64_t instance = 0;  // the store checked (ShuffleStore::instance(): evicted, reopened)
     // partition -> the (mapper, winning attempt) pairs missing here
     std::map<uint32_t, std::vector<std::pair<uint32_t, uint64_t>>> missing;
+    // partition -> of an evicted shuffle, the pairs not here (ReplicaCheck::evicted)
+    std::map<uint32_t, std::vector<std::pair<uint32_t, uint64_t>>> evicted;
     // partition -> those of its missing mappers no registered server holds (MarkLost)
     std::map<uint32_t, std::set<uint32_t>> lost;
     bool stale = false;  // a repair changed it since (Recheck): checked again at the next serve

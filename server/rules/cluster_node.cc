@@ -70,6 +70,28 @@ absl::Status ClusterNode::PrepareToServe(const std::string& id, std::optional<ui
   }
   SLUICE_RETURN_IF_ERROR(decisions_.ResolvePending(id));
   if (!partition.has_value()) return absl::OkStatus();
+  if (auto lacking = decisions_.EvictedLacking(id, *partition); !lacking.empty()) {
+    if (!evicted_restore_) {
+      return WithReason(absl::UnavailableError(
+                            absl::StrCat("server ", membership_.self().node_id, " let partition ",
+                                         *partition, " of shuffle '", ShuffleName(id),
+                                         "' go (evicted) and has no object store to read "
+                                         "it back from: read another replica")),
+                        ErrorReason::kIncomplete);
+    }
+    SLUICE_RETURN_IF_ERROR(evicted_restore_(id, *partition, lacking));
+    decisions_.Recheck(id);
+    SLUICE_RETURN_IF_ERROR(decisions_.ResolvePending(id));
+    if (const size_t left = decisions_.EvictedLacking(id, *partition).size(); left != 0) {
+      return WithReason(absl::UnavailableError(absl::StrCat(
+                            "server ", membership_.self().node_id, " read partition ", *partition,
+                            " of shuffle '", ShuffleName(id), "' back from the object store, and ",
+                            left, " mapper", left == 1 ? " is" : "s are",
+                            " not here yet (another read of it failed meanwhile, or its object "
+                            "does not hold them): retry, or read another replica")),
+                        ErrorReason::kIncomplete);
+    }
+  }
   const uint32_t missing = decisions_.MissingMappers(id, *partition);
   if (missing == 0) return absl::OkStatus();
   return WithReason(

@@ -32,6 +32,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -110,6 +111,13 @@ class ClusterNode {
   /// remembered is read from the record first (and the decisions it revoked applied here).
   absl::Status PrepareToServe(const std::string& id, std::optional<uint32_t> partition,
                               uint32_t epoch = 0);
+  /// With --object_store: how PrepareToServe reads an evicted shuffle's partition back from its
+  /// object (ClusterDecisions::EvictedLacking names the pairs) before serving it. Without one an
+  /// evicted partition is UNAVAILABLE (kIncomplete). Set before the server serves.
+  using EvictedRestore =
+      std::function<absl::Status(const std::string& id, uint32_t partition,
+                                 const std::vector<std::pair<uint32_t, uint64_t>>& lacking)>;
+  void set_evicted_restore(EvictedRestore restore) { evicted_restore_ = std::move(restore); }
 
   /// A writer routed by placement epoch `seen` could not reach server `node` of shuffle `id`
   /// (docs/cluster.md, "Revive"): takes it out with a new epoch, decided once in the record,
@@ -134,6 +142,7 @@ class ClusterNode {
   std::vector<Absent> AbsentNodes() const;
 
  private:
+  EvictedRestore evicted_restore_;
   void RemoveDead(const ClusterMembership::Members& members);
 
   // One revive decision's token, if the bucket holds one (refilled at revives_per_s); else

@@ -32,6 +32,15 @@ absl::Status FetchSession::Setup() {
   }
   // Found damaged by a fetch or the scrub: a cluster reader goes to another replica.
   SLUICE_RETURN_IF_ERROR(store_->PartitionDamage(spec_.partition));
+  // An evicted partition is read back before it is served (ClusterNode::PrepareToServe): one not
+  // back (evicted since that check) is never served as if empty.
+  if (!store_->EvictedPartitionHere(spec_.partition)) {
+    return WithReason(
+        absl::UnavailableError(absl::StrCat(
+            "partition ", spec_.partition, " of shuffle '", ShuffleName(params.shuffle_id),
+            "' was evicted from this server's disk and is not read back yet: retry")),
+        ErrorReason::kIncomplete);
+  }
   if (spec_.require_complete && params.num_mappers == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "require_complete needs the shuffle's mapper count, and shuffle '",

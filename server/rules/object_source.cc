@@ -1,9 +1,11 @@
 #include "server/rules/object_source.h"
 
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "server/rules/frame_copy.h"
 
 namespace sluice {
 
@@ -46,6 +48,45 @@ absl::StatusOr<std::set<uint32_t>> ObjectSource::Read(
     i = j;
   }
   return held;
+}
+
+ObjectSource::Restored ObjectSource::RestoreInto(ShuffleStore& store, const std::string& id,
+                                                 uint32_t partition, const ObjectRecord& record,
+                                                 const std::map<uint32_t, uint64_t>& want,
+                                                 const std::function<bool(uint64_t)>& pace) {
+  Restored out;
+  std::unique_ptr<FrameCopy> copy;
+  const auto finish = [&]() -> absl::Status {
+    absl::Status st = copy->Commit();
+    if (!st.ok() && !absl::IsAlreadyExists(st)) return st;
+    out.mappers.insert(copy->mapper());
+    out.bytes += copy->bytes();
+    copy.reset();
+    return absl::OkStatus();
+  };
+  absl::StatusOr<std::set<uint32_t>> held =
+      Read(id, partition, record, want, [&](uint32_t m, absl::string_view frame) -> absl::Status {
+        if (!pace(frame.size())) return absl::CancelledError("the server is stopping");
+        if (copy != nullptr && copy->mapper() != m) SLUICE_RETURN_IF_ERROR(finish());
+        if (copy == nullptr) copy = std::make_unique<FrameCopy>(&store, partition, m, want.at(m));
+        return copy->Add(
+            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size()),
+            name_);
+      });
+  out.status = held.status();
+  if (out.status.ok() && copy != nullptr) out.status = finish();
+  if (copy != nullptr) copy->Discard();
+  // The mappers held with no frame in the partition: present, with nothing.
+  for (uint32_t m : out.status.ok() ? *held : std::set<uint32_t>{}) {
+    if (out.mappers.count(m) != 0) continue;
+    absl::Status empty = store.Repair(m, want.at(m), partition, {});
+    if (!empty.ok() && !absl::IsAlreadyExists(empty)) {
+      out.status = empty;
+      break;
+    }
+    out.mappers.insert(m);
+  }
+  return out;
 }
 
 }  // namespace sluice

@@ -26,6 +26,7 @@
 #include "objstore/object_record.h"
 #include "objstore/s3_store.h"
 #include "server/rules/cluster_node.h"
+#include "server/storage/shuffle_store.h"
 
 namespace sluice {
 
@@ -46,6 +47,19 @@ class ObjectSource {
       const std::string& id, uint32_t partition, const ObjectRecord& record,
       const std::map<uint32_t, uint64_t>& want,
       const std::function<absl::Status(uint32_t, absl::string_view)>& each);
+  /// Copies the `want` pairs of stored partition `partition` that the object `record` names
+  /// holds into `store` (Read, each mapper's frames checked and appended by a FrameCopy and
+  /// made visible with a REPAIR record; a mapper it holds with no frame in the partition is
+  /// recorded with none). `pace(bytes)` before each frame: false stops (CANCELLED). What was
+  /// restored stays restored when a later mapper fails: `status` says why it stopped.
+  struct Restored {
+    std::set<uint32_t> mappers;
+    uint64_t bytes = 0;
+    absl::Status status;
+  };
+  Restored RestoreInto(ShuffleStore& store, const std::string& id, uint32_t partition,
+                       const ObjectRecord& record, const std::map<uint32_t, uint64_t>& want,
+                       const std::function<bool(uint64_t)>& pace);
   const std::string& name() const { return name_; }
 
  private:

@@ -11,72 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "codec/frame_decoder.h"
-#include "server/storage/key_bounds.h"
+#include "server/rules/frame_copy.h"
 #include "server/storage/shuffle_id.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice {
-namespace {
-
-// One (mapper, partition) copy under way: its frames checked end to end as they come, given key
-// bounds like pushed frames (a range read and the split plan go by them; each frame is decoded
-// for them, up to a size), appended; then made visible with one REPAIR record, or given back.
-class FrameCopy {
- public:
-  FrameCopy(ShuffleStore* store, uint32_t partition, uint32_t mapper, uint64_t attempt)
-      : store_(store), partition_(partition), mapper_(mapper), attempt_(attempt) {
-    // Any frame a server stored is within the largest cap (the cap may have been lowered
-    // since).
-    limits_.max_uncompressed_bytes = kMaxFrameCapBytes;
-    limits_.max_records = UINT32_MAX;
-    DecodeOptions o;
-    o.limits = limits_;
-    o.keys_only = true;  // (as a push validates: the bounds need the keys)
-    decoder_ = std::make_unique<FrameDecoder>(o);
-  }
-  uint32_t mapper() const { return mapper_; }
-  uint64_t bytes() const { return bytes_; }
-
-  absl::Status Add(absl::Span<const uint8_t> frame, const std::string& source) {
-    absl::StatusOr<FrameHeader> h = ParseFrameHeader(frame, limits_);
-    if (!h.ok() || h->frame_size() != frame.size() ||
-        PayloadChecksum(frame.data() + kFrameHeaderSize, h->stored_size) != h->payload_checksum) {
-      return absl::DataLossError(
-          absl::StrCat("a frame copied from ", source, " failed its checks",
-                       h.ok() ? "" : absl::StrCat(": ", h.status().message())));
-    }
-    bounds_.clear();
-    if (h->uncompressed_size <= Repairer::kMaxBoundsDecodeBytes &&
-        decoder_->Decode(frame, &decoded_).ok()) {
-      AppendFrameBounds(decoded_, &bounds_, &bound_keys_);
-    }
-    decoded_.Clear();
-    const ShuffleStore::FrameToAppend one{partition_, frame, h->record_count, bounds_};
-    SLUICE_RETURN_IF_ERROR(
-        store_->AppendAll(mapper_, attempt_, absl::MakeConstSpan(&one, 1), &blocks_));
-    bytes_ += frame.size();
-    return absl::OkStatus();
-  }
-  absl::Status Commit() { return store_->Repair(mapper_, attempt_, partition_, blocks_); }
-  void Discard() {
-    store_->Discard(blocks_);
-    blocks_.clear();
-  }
-
- private:
-  ShuffleStore* const store_;
-  const uint32_t partition_, mapper_;
-  const uint64_t attempt_;
-  FrameLimits limits_;
-  std::unique_ptr<FrameDecoder> decoder_;
-  DecodedFrame decoded_;
-  std::string bounds_;
-  std::vector<std::string_view> bound_keys_;
-  std::vector<BlockRef> blocks_;
-  uint64_t bytes_ = 0;
-};
-
-}  // namespace
 
 uint64_t Repairer::Run() {
   uint64_t made = 0;
@@ -240,41 +179,11 @@ std::set<uint32_t> Repairer::Restore(ShuffleStore& store, const ClusterDecisions
   // The lost mappers the object holds at their winning attempts (the object's footer says: one
   // uploaded before a revocation holds another attempt of a revoked mapper, not that one).
   const std::map<uint32_t, uint64_t> want(lost.begin(), lost.end());
-  std::unique_ptr<FrameCopy> copy;
-  const auto finish = [&]() -> absl::Status {
-    absl::Status st = copy->Commit();
-    if (!st.ok() && !absl::IsAlreadyExists(st)) return st;
-    done.insert(copy->mapper());
-    *bytes += copy->bytes();
-    copy.reset();
-    return absl::OkStatus();
-  };
-  absl::StatusOr<std::set<uint32_t>> held = objects_->Read(
-      item.id, item.partition, record, want,
-      [&](uint32_t m, absl::string_view frame) -> absl::Status {
-        if (!Pace(frame.size())) return absl::CancelledError("the server is stopping");
-        if (copy != nullptr && copy->mapper() != m) SLUICE_RETURN_IF_ERROR(finish());
-        if (copy == nullptr) {
-          copy = std::make_unique<FrameCopy>(&store, item.partition, m, want.at(m));
-        }
-        return copy->Add(
-            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size()),
-            objects_->name());
-      });
-  absl::Status st = held.status();
-  if (st.ok() && copy != nullptr) st = finish();
-  if (copy != nullptr) copy->Discard();
-  // The mappers held with no frame in the partition: present, with nothing.
-  for (uint32_t m : st.ok() ? *held : std::set<uint32_t>{}) {
-    if (!st.ok()) break;
-    if (done.count(m) != 0) continue;
-    absl::Status empty = store.Repair(m, want.at(m), item.partition, {});
-    if (empty.ok() || absl::IsAlreadyExists(empty)) {
-      done.insert(m);
-    } else {
-      st = empty;
-    }
-  }
+  ObjectSource::Restored restored = objects_->RestoreInto(
+      store, item.id, item.partition, record, want, [this](uint64_t bytes) { return Pace(bytes); });
+  done = std::move(restored.mappers);
+  *bytes += restored.bytes;
+  const absl::Status& st = restored.status;
   if (!st.ok()) {
     spdlog::warn(
         "event=restore_failed tenant={} shuffle={} partition={} object={} error=\"{}\" "

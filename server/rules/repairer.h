@@ -82,8 +82,6 @@ absl::StatusOr<DecommissionState> CheckDecommission(ShuffleRegistry* registry, C
 
 class Repairer {
  public:
-  /// Frames copied are decoded for their key bounds up to this size (uncompressed).
-  static constexpr uint32_t kMaxBoundsDecodeBytes = 16u << 20;
   using Clock = std::chrono::steady_clock;
   /// `bytes_per_s` > 0. `metrics` may be null.
   /// `objects` (may be null): with --object_store, where a mapper no server holds any more is

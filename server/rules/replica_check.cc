@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 
 namespace sluice {
 
@@ -17,6 +18,31 @@ ReplicaCheck CheckReplicas(const std::vector<std::vector<bool>>& held_by_epoch,
     return store.CommittedAttempt(m) == std::optional<uint64_t>(d.attempt);
   };
   ReplicaCheck out;
+  if (store.evicted() != nullptr) {
+    // Here: restored by Repair (every partition its own), or committed by a push since the
+    // eviction (then for the partitions it was pushed to, as anywhere).
+    const std::set<uint32_t> repaired_any = store.RepairedAnywhere();
+    for (uint32_t q = 0; q < partitions; ++q) {
+      const uint32_t from = std::min(q < born.size() ? born[q] : 0, epochs);
+      bool ever = false;
+      for (uint32_t e = 0; e < epochs && !ever; ++e) ever = q < held[e].size() && held[e][q];
+      if (!ever) continue;
+      const std::vector<uint32_t> repaired = store.RepairedMappers(q);
+      std::vector<std::pair<uint32_t, uint64_t>> lacking;
+      for (const auto& [m, d] : decided) {
+        if (epoch_of(d) < from) continue;
+        const std::vector<bool>& in = held[epoch_of(d)];
+        const bool pushed = repaired_any.count(m) == 0 && q < in.size() && in[q];
+        if (committed(m, d) &&
+            (pushed || std::binary_search(repaired.begin(), repaired.end(), m))) {
+          continue;
+        }
+        lacking.emplace_back(m, d.attempt);
+      }
+      if (!lacking.empty()) out.evicted.emplace(q, std::move(lacking));
+    }
+    return out;
+  }
   // Counted first (committed mappers by epoch), listed only where a partition lacks some.
   std::vector<uint64_t> committed_in(epochs, 0), decided_from(epochs + 1, 0);
   for (const auto& [m, d] : decided) {

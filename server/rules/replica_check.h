@@ -25,6 +25,10 @@ struct ReplicaCheck {
   /// not here (pushed in an epoch that did not place the partition here, not repaired since),
   /// in mapper order.
   std::map<uint32_t, std::vector<std::pair<uint32_t, uint64_t>>> missing;
+  /// Of an evicted store (ShuffleStore::evicted(); then `lost` and `missing` stay empty): per
+  /// partition held here, the (mapper, winning attempt) pairs whose data is not here: read back
+  /// from the partition's object when it is read (none once it was).
+  std::map<uint32_t, std::vector<std::pair<uint32_t, uint64_t>>> evicted;
 };
 
 /// `held`: per epoch, per partition, whether this server held it (ShufflePlacement::HeldBy);

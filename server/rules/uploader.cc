@@ -43,18 +43,22 @@ uint64_t Uploader::RunShuffle(const std::string& id) {
   // (A shuffle of no known mapper count is never complete: it is not uploaded.)
   if (p.num_mappers == 0) return 0;
   const Settled now{p.revision, p.epoch(), p.total()};
-  auto settled = settled_.find(id);
-  if (settled != settled_.end() && settled->second == now && unsure_.count(id) == 0) {
-    return 0;
+  std::optional<Settled> before;
+  {
+    std::lock_guard<std::mutex> lock(settled_mu_);
+    if (auto settled = settled_.find(id); settled != settled_.end()) before = settled->second;
   }
+  if (before == now && unsure_.count(id) == 0) return 0;
   const ClusterMembership::View view = node_->membership().view();
   if (view.placements == nullptr) return 0;
   absl::StatusOr<std::shared_ptr<ShuffleStore>> store = registry_->Get(id);
   if (!store.ok()) return 0;
   // Settled before and moved since (a revocation, an epoch), or every mapper committed here
   // (decisions are applied to every server of the epoch): etcd is asked, once; until then not.
-  const bool moved = settled != settled_.end() && dropped_.count(id) == 0;
-  if (!moved && (*store)->CommittedMappers().size() < p.num_mappers) return 0;
+  // (An evicted shuffle holds its mappers in the store: asked after a restart too.)
+  const bool evicted = (*store)->evicted() != nullptr;
+  const bool moved = before.has_value() && dropped_.count(id) == 0;
+  if (!moved && !evicted && (*store)->CommittedMappers().size() < p.num_mappers) return 0;
   auto decided = view.placements->Decisions(id, options_.etcd_deadline);
   if (!decided.ok()) return 0;
   auto recorded = view.placements->Objects(id);
@@ -67,7 +71,8 @@ uint64_t Uploader::RunShuffle(const std::string& id) {
     if (!store_->Delete(ManifestKey(id)).ok()) return 0;  // (the next round again)
     dropped_.insert(id);
   }
-  if (decided->size() != p.num_mappers || (*store)->CommittedMappers().size() < p.num_mappers) {
+  if (decided->size() != p.num_mappers ||
+      (!evicted && (*store)->CommittedMappers().size() < p.num_mappers)) {
     return 0;
   }
   // Objects uploaded here whose record was not known: kept if recorded, else deleted.
@@ -84,6 +89,7 @@ uint64_t Uploader::RunShuffle(const std::string& id) {
   for (uint32_t q = 0; q < p.total(); ++q) {
     whole[q] = q < holding->partition.size() && holding->partition[q] &&
                node_->decisions().LackingMappers(id, q).empty() &&
+               node_->decisions().EvictedLacking(id, q).empty() &&
                (*store)->PartitionDamage(q).ok();
   }
   std::vector<std::pair<uint32_t, uint64_t>> winners;
@@ -153,9 +159,21 @@ uint64_t Uploader::RunShuffle(const std::string& id) {
     }
     if (metrics_ != nullptr) ServerMetrics::Add(metrics_->manifests_written, 1);
   }
-  settled_[id] = now;
+  {
+    std::lock_guard<std::mutex> lock(settled_mu_);
+    settled_[id] = now;
+  }
   dropped_.erase(id);
   return made;
+}
+
+bool Uploader::IsSettled(const std::string& id) const {
+  const std::shared_ptr<const PlacementCache::Holding> holding = node_->placements().Remembered(id);
+  if (holding == nullptr) return false;
+  const ShufflePlacement& p = holding->placement;
+  std::lock_guard<std::mutex> lock(settled_mu_);
+  auto it = settled_.find(id);
+  return it != settled_.end() && it->second == Settled{p.revision, p.epoch(), p.total()};
 }
 
 void Uploader::DeleteObject(const std::string& id, const std::string& key, const char* why) {
@@ -216,7 +234,10 @@ void Uploader::SweepDeleted(const std::set<std::string>& held_now) {
       continue;
     }
     spdlog::info("event=objects_swept shuffle={} objects={}", id, objects->size());
-    settled_.erase(id);
+    {
+      std::lock_guard<std::mutex> lock(settled_mu_);
+      settled_.erase(id);
+    }
     unsure_.erase(id);
     dropped_.erase(id);
     it = known_.erase(it);

@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <random>
 #include <set>
 #include <string>
@@ -56,6 +57,10 @@ class Uploader {
 
   /// One round over the shuffles held here. Returns the objects this round recorded.
   uint64_t Run();
+  /// Whether every stored partition of shuffle `id` had its record standing in the last round
+  /// that looked, at the placement remembered now (its data is all in the store: the Evictor
+  /// may let it go). Thread-safe.
+  bool IsSettled(const std::string& id) const;
   /// Ends a round in progress before its next upload. Idempotent.
   void Stop() { stopping_.store(true); }
 
@@ -78,6 +83,7 @@ class Uploader {
   // Per shuffle, the placement (its record's revision, epoch and stored partitions) at which
   // its every record stood: nothing to do until the placement changes.
   using Settled = std::tuple<int64_t, uint32_t, uint32_t>;
+  mutable std::mutex settled_mu_;  // guards settled_ (IsSettled is asked from other threads)
   std::map<std::string, Settled> settled_;
   // Shuffles whose manifest this server deleted for a stale record (until settled again).
   std::set<std::string> dropped_;

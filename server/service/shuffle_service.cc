@@ -51,7 +51,7 @@ void FillInfo(const CallContext& call, const ShuffleStore& store, uint32_t first
   info->set_num_partitions(sizes.partitions);
   info->set_stored_partitions(sizes.listed);
   info->set_num_mappers(p.num_mappers);
-  for (uint32_t m : store.CommittedMappers()) info->add_committed_mappers(m);
+  for (uint32_t m : store.ReportedMappers()) info->add_committed_mappers(m);
   if (store.wedged()) {
     info->set_wedged(true);
     info->set_wedge(std::string(store.WedgedError().message()));
@@ -60,7 +60,7 @@ void FillInfo(const CallContext& call, const ShuffleStore& store, uint32_t first
   const uint32_t end =
       static_cast<uint32_t>(std::min<uint64_t>(sizes.listed, uint64_t{first} + max_partitions));
   for (uint32_t i = first; i < end; ++i) {
-    const PartitionStats s = store.Stats(i);
+    const PartitionStats s = store.ReportedStats(i);
     auto* pi = info->add_partitions();
     pi->set_partition_id(i);
     pi->set_records(s.records);

@@ -10,6 +10,8 @@ namespace sluice {
 namespace {
 
 constexpr char kParamsMagic[4] = {'S', 'L', 'S', 'H'};
+constexpr char kEvictedMagic[4] = {'S', 'L', 'E', 'V'};
+constexpr uint8_t kEvictedVersion = 1;
 constexpr char kBlockMagic[4] = {'S', 'L', 'B', 'K'};
 // The layout SHUFFLE names: 3 since a shuffle's blocks live in one data file.
 constexpr uint8_t kParamsVersion = 3;
@@ -59,6 +61,56 @@ absl::StatusOr<ShuffleParams> DecodeParams(const std::string& s, const std::stri
   params.num_mappers = LoadLE32(p + 9);
   params.shuffle_id.assign(s.data() + 17, id_len);
   return params;
+}
+
+std::string EncodeEvicted(const EvictedSummary& e) {
+  std::string s(kEvictedMagic, 4);
+  s.push_back(static_cast<char>(kEvictedVersion));
+  AppendLE32(&s, static_cast<uint32_t>(e.partitions.size()));
+  AppendLE32(&s, static_cast<uint32_t>(e.winners.size()));
+  for (const auto& [m, attempt] : e.winners) {
+    AppendLE32(&s, m);
+    AppendLE64(&s, attempt);
+  }
+  for (const PartitionStats& p : e.partitions) {
+    AppendLE64(&s, p.records);
+    AppendLE64(&s, p.bytes);
+    AppendLE32(&s, p.frames);
+  }
+  AppendLE64(&s, PayloadChecksum(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
+  return s;
+}
+
+absl::StatusOr<EvictedSummary> DecodeEvicted(const std::string& s, uint32_t partitions,
+                                             const std::string& path) {
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  auto bad = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat(path, ": ", why));
+  };
+  if (s.size() < 4 + 1 + 8 + 8 || std::memcmp(p, kEvictedMagic, 4) != 0) {
+    return bad("not a Sluice evicted-shuffle file");
+  }
+  if (p[4] != kEvictedVersion) return bad(absl::StrCat("unsupported version ", p[4]));
+  const uint32_t count = LoadLE32(p + 5), winners = LoadLE32(p + 9);
+  if (count != partitions) {
+    return bad(absl::StrCat("names ", count, " partitions, the shuffle has ", partitions));
+  }
+  const uint64_t want = 13 + uint64_t{winners} * 12 + uint64_t{count} * 20 + 8;
+  if (s.size() != want) return bad("wrong size");
+  if (LoadLE64(p + want - 8) != PayloadChecksum(p, want - 8)) return bad("bad checksum");
+  EvictedSummary e;
+  const uint8_t* at = p + 13;
+  for (uint32_t i = 0; i < winners; ++i, at += 12) {
+    if (!e.winners.emplace(LoadLE32(at), LoadLE64(at + 4)).second) return bad("a mapper twice");
+  }
+  e.partitions.resize(count);
+  for (PartitionStats& ps : e.partitions) {
+    ps.records = LoadLE64(at);
+    ps.bytes = LoadLE64(at + 8);
+    ps.frames = LoadLE32(at + 16);
+    at += 20;
+  }
+  return e;
 }
 
 void WriteBlockHeader(uint32_t partition, uint32_t mapper, uint64_t attempt, uint32_t frame_size,

@@ -145,17 +145,44 @@ absl::Status ShuffleRegistry::CheckRoom(const std::string& id, uint32_t mark) co
     if (it == home_.end()) return absl::OkStatus();
     index = it->second;
   }
-  const double used_pct = UsedPpm(*dirs_[index]) / 1e4;
+  double used_pct = UsedPpm(*dirs_[index]) / 1e4;
   if (used_pct <= mark) return absl::OkStatus();
+  absl::Status made;  // (with the object tier: eviction first)
+  if (room_maker_) {
+    made = room_maker_();
+    dirs_[index]->checked_ms.store(-1000000);  // (looked at again now)
+    used_pct = UsedPpm(*dirs_[index]) / 1e4;
+    if (used_pct <= mark) return absl::OkStatus();
+  }
   const std::string which = dirs_.size() == 1
                                 ? std::string("the data directory's")
                                 : absl::StrCat("data directory ", index + 1, "'s (of ",
                                                dirs_.size(), ", where this shuffle lives)");
-  return absl::ResourceExhaustedError(absl::StrCat(
-      which, " file system is ", static_cast<int>(used_pct * 10) / 10.0,
-      "% full, past the high-water mark of ", mark,
-      "% (--disk_high_water_pct): new pushes are refused until space is freed (delete finished "
-      "shuffles); committed data is untouched"));
+  return PastMark(which, used_pct, mark, made);
+}
+
+absl::Status ShuffleRegistry::PastMark(const std::string& which, double used_pct, uint32_t mark,
+                                       const absl::Status& made) {
+  const std::string full =
+      absl::StrCat(which, " file system is ", static_cast<int>(used_pct * 10) / 10.0,
+                   "% full, past the high-water mark of ", mark, "% (--disk_high_water_pct)");
+  if (absl::IsUnavailable(made))
+    return absl::UnavailableError(absl::StrCat(full, ": ", made.message()));
+  if (!made.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(full, ": new pushes are refused until space is freed (", made.message(),
+                     "); committed data is untouched"));
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat(full,
+                   ": new pushes are refused until space is freed (delete finished shuffles); "
+                   "committed data is untouched"));
+}
+
+size_t ShuffleRegistry::HomeIndex(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = home_.find(id);
+  return it == home_.end() ? SIZE_MAX : it->second;
 }
 
 absl::Status ShuffleRegistry::CheckRoomFor(const std::string& id, uint64_t bytes,
@@ -211,6 +238,68 @@ std::vector<size_t> ShuffleRegistry::CreationOrderLocked() const {
   std::vector<size_t> order;
   for (const Candidate& x : c) order.push_back(x.index);
   return order;
+}
+
+absl::StatusOr<uint64_t> ShuffleRegistry::Evict(const std::string& id) {
+  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<ShuffleStore> store, Get(id));
+  std::vector<std::string> trash;
+  std::shared_ptr<ShuffleStore> old;
+  uint64_t freed = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = shuffles_.find(id);
+    // In use: the registry's and this call's are the only holders of an idle store.
+    if (it == shuffles_.end() || it->second != store || store.use_count() > 2 || store->wedged() ||
+        !store->DamagedPartitions().empty() || extra_homes_.count(id) != 0 ||
+        home_.count(id) == 0 || !dirs_[home_.at(id)]->failed.ok()) {
+      return 0;
+    }
+    for (uint32_t q = 0; q < store->params().num_partitions; ++q) freed += store->Stats(q).bytes;
+    freed += store->merged_bytes();
+    if (freed == 0 && store->evicted() != nullptr) return 0;
+    // The evicted shuffle's directory is made beside it under a trash name (a crash leaves
+    // nothing a start takes for a shuffle), then put in its place with two renames.
+    const std::string root = absl::StrCat(dirs_[home_.at(id)]->path, "/shuffles");
+    const std::string staged = absl::StrCat(root, "/.trash-evict-", id, "-", ++trash_counter_);
+    const std::string dir = absl::StrCat(root, "/", id);
+    const EvictedSummary summary = store->SummaryForEviction();
+    {
+      absl::StatusOr<std::unique_ptr<ShuffleStore>> made =
+          ShuffleStore::Create(staged, Shown(id), store->params(), OptionsForLocked(id), &summary);
+      if (!made.ok()) {
+        (void)file::RemoveTree(staged);
+        return made.status();
+      }
+    }  // (closed: opened again in its place)
+    SLUICE_ASSIGN_OR_RETURN(trash, MoveToTrash(id));
+    if (absl::Status st = file::Rename(staged, dir, Shown(id)); !st.ok()) {
+      (void)file::Rename(trash.front(), dir, Shown(id));  // (the shuffle as it was)
+      (void)file::RemoveTree(staged);
+      return st;
+    }
+    (void)file::SyncDir(root, "shuffles");
+    absl::StatusOr<std::unique_ptr<ShuffleStore>> opened =
+        ShuffleStore::Open(dir, Shown(id), OptionsForLocked(id));
+    if (!opened.ok()) {
+      // (Not expected: it was just made. The shuffle is then reported damaged, as at a start.)
+      damaged_[id] = DamagedShuffle{store->params(), opened.status()};
+      store->MarkDeleted();
+      shuffles_.erase(it);
+      old = std::move(store);
+    } else {
+      (*opened)->SetLastUsed(store->last_used());
+      store->MarkDeleted();  // (nobody else holds it)
+      old = std::move(it->second);
+      it->second = std::shared_ptr<ShuffleStore>(std::move(opened).value());
+    }
+  }
+  old.reset();
+  store.reset();
+  for (const std::string& t : trash) {
+    SLUICE_RETURN_IF_ERROR(file::RemoveTree(t, absl::StrCat(Shown(id), " (evicted)")));
+  }
+  spdlog::info("event=evicted tenant={} shuffle={} bytes={}", TenantField(id), id, freed);
+  return freed;
 }
 
 }  // namespace sluice

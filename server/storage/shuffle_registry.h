@@ -81,6 +81,13 @@ class ShuffleRegistry {
   /// most `mark` percent full (background work asks before it writes what it plans:
   /// RESOURCE_EXHAUSTED naming both when they would not).
   absl::Status CheckRoomFor(const std::string& id, uint64_t bytes, uint32_t mark) const;
+  /// With the object tier: what CheckRoom calls when a shuffle's directory is past the mark,
+  /// before it refuses (Evictor::MakeRoom): the refusal stands unless the directory is below the
+  /// mark after it; its UNAVAILABLE (room is coming: retry) makes the refusal UNAVAILABLE, its
+  /// other errors are named in it. Set before the server serves.
+  void set_room_maker(std::function<absl::Status()> f) { room_maker_ = std::move(f); }
+  /// The data directory (an index of DataDirs()) shuffle `id` lives in; SIZE_MAX if none.
+  size_t HomeIndex(const std::string& id) const;
   /// The mark new shuffles' placement avoids (see above).
   void set_high_water_pct(uint32_t pct) { high_water_pct_ = pct; }
 
@@ -163,6 +170,14 @@ class ShuffleRegistry {
   std::vector<DamagedShuffle> ListDamaged() const;
   /// Removes a shuffle, damaged or not.
   absl::Status Delete(const std::string& id);
+  /// Lets an idle shuffle's data go (docs/object-store.md, "Disks as a cache"): its directory
+  /// is replaced, atomically, by an evicted shuffle's (ShuffleStore::evicted()) that holds what
+  /// its status reports and nothing else; its partitions are read back from their objects
+  /// when asked for. The caller has made sure every partition held here is in the object store.
+  /// The bytes it freed; 0 when it was not evicted: in use (held by a push, fetch or call), not
+  /// open and not openable now, wedged or damaged, on more than one data directory, or an
+  /// evicted shuffle holding nothing.
+  absl::StatusOr<uint64_t> Evict(const std::string& id);
 
   /// Bytes the tenant's shuffles hold here: each store adds the bytes of its blocks (committed,
   /// prepared and being pushed) as they change, and a push's admission reserves a large
@@ -186,6 +201,11 @@ class ShuffleRegistry {
     mutable std::atomic<uint64_t> total_bytes{0};  // its file system's size, when last looked at
   };
   explicit ShuffleRegistry(StoreOptions options) : options_(options) {}
+  // CheckRoom's refusal: `which` directory is `used_pct` full, past `mark`; `made`: what the
+  // room maker said.
+  static absl::Status PastMark(const std::string& which, double used_pct, uint32_t mark,
+                               const absl::Status& made);
+  std::function<absl::Status()> room_maker_;
   // Lists one data directory's shuffles (as unopened); an error fails the directory.
   absl::Status ListDir(size_t index);
   // Opens shuffle `id` if it is not open (listed at start, or closed while idle), or waits

@@ -54,6 +54,13 @@ ShuffleStore::Partition& ShuffleStore::PartitionTable::Get(uint32_t i) {
   return *p;
 }
 
+namespace {
+uint64_t NextInstance() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+}  // namespace
+
 ShuffleStore::ShuffleStore(std::string dir, std::string shown, ShuffleParams params,
                            StoreOptions options)
     : dir_(std::move(dir)),
@@ -61,6 +68,7 @@ ShuffleStore::ShuffleStore(std::string dir, std::string shown, ShuffleParams par
       data_name_(absl::StrCat(shown_dir_, "/", kDataFile)),
       params_(std::move(params)),
       options_(std::move(options)),
+      instance_(NextInstance()),
       partitions_(params_.num_partitions) {
   Touch();
 }
@@ -106,7 +114,8 @@ absl::Status ShuffleStore::SyncDataFile() {
 absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Create(const std::string& dir,
                                                                    const std::string& shown,
                                                                    const ShuffleParams& params,
-                                                                   const StoreOptions& options) {
+                                                                   const StoreOptions& options,
+                                                                   const EvictedSummary* evicted) {
   if (params.num_partitions == 0 || params.num_partitions > kMaxPartitions) {
     return absl::InvalidArgumentError(absl::StrCat("a shuffle has 1 to ", kMaxPartitions,
                                                    " partitions, not ", params.num_partitions));
@@ -115,6 +124,11 @@ absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Create(const std::st
     return absl::AlreadyExistsError(absl::StrCat("shuffle directory ", shown, " already exists"));
   }
   SLUICE_RETURN_IF_ERROR(file::MakeDirs(dir, shown));
+  // (Before the parameters: a directory with them is an evicted shuffle's whole, or another.)
+  if (evicted != nullptr) {
+    SLUICE_RETURN_IF_ERROR(
+        file::WriteFileAtomically(dir, kEvictedFile, Bytes(EncodeEvicted(*evicted)), shown));
+  }
   SLUICE_RETURN_IF_ERROR(
       file::WriteFileAtomically(dir, kParamsFile, Bytes(EncodeParams(params)), shown));
   // The new directory's own entry in its parent must be durable too.
@@ -123,6 +137,7 @@ absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Create(const std::st
     SLUICE_RETURN_IF_ERROR(file::SyncDir(parent, shown.substr(0, shown.find_last_of('/'))));
   }
   std::unique_ptr<ShuffleStore> store(new ShuffleStore(dir, shown, params, options));
+  if (evicted != nullptr) store->evicted_ = *evicted;
   SLUICE_ASSIGN_OR_RETURN(file::Fd dir_fd, file::OpenDirectory(dir, shown));
   SLUICE_ASSIGN_OR_RETURN(store->data_fd_,
                           file::OpenAt(dir_fd.get(), kDataFile, store->DataName()));

@@ -118,12 +118,6 @@ struct MergeUnit {
   uint32_t runs = 0;
 };
 
-struct PartitionStats {
-  uint64_t records = 0;
-  uint64_t bytes = 0;  ///< frame bytes
-  uint32_t frames = 0;
-};
-
 /// The limits committed frames are read back with. Each frame was checked against the cap in
 /// force when it was pushed; a lower cap set later applies to new input only, never to what is
 /// committed, so reading uses the largest cap a server accepts (and `input`'s record limit).
@@ -134,11 +128,11 @@ inline FrameLimits StoredFrameLimits(const FrameLimits& input) {
 class ShuffleStore {
  public:
   /// Creates `dir` (which must not hold a shuffle yet) and writes the parameters durably.
-  /// `shown`: the directory as messages name it.
-  static absl::StatusOr<std::unique_ptr<ShuffleStore>> Create(const std::string& dir,
-                                                              const std::string& shown,
-                                                              const ShuffleParams& params,
-                                                              const StoreOptions& options);
+  /// `shown`: the directory as messages name it. With `evicted`, the store of an evicted
+  /// shuffle (its EVICTED file written before its parameters: see evicted()).
+  static absl::StatusOr<std::unique_ptr<ShuffleStore>> Create(
+      const std::string& dir, const std::string& shown, const ShuffleParams& params,
+      const StoreOptions& options, const EvictedSummary* evicted = nullptr);
   /// Opens an existing shuffle directory and recovers its committed state (store_recovery.cc).
   /// DATA_LOSS for damage, and for a shuffle of an earlier, unreleased layout.
   static absl::StatusOr<std::unique_ptr<ShuffleStore>> Open(const std::string& dir,
@@ -212,6 +206,25 @@ class ShuffleStore {
   /// Revoke for many (mapper, attempt) pairs at once: one log write and one pass over the index,
   /// however many (a lost partition's revocation names every mapper of a wide shuffle).
   absl::Status RevokeAll(absl::Span<const std::pair<uint32_t, uint64_t>> revoked);
+  /// An evicted shuffle (docs/object-store.md, "Disks as a cache"): the store made afresh when
+  /// its data was let go, and what it held then; null for any other. Its partitions come back
+  /// by Repair from their objects (every winner's, or the partition is not here), and its
+  /// mappers pushed since come by commits as anywhere.
+  const EvictedSummary* evicted() const { return evicted_ ? &*evicted_ : nullptr; }
+  /// What an eviction of this store keeps: its committed mappers (and, evicted before, the
+  /// winners it held then that are not revoked) and each partition's stats (of one not here
+  /// since an earlier eviction, those it had then).
+  EvictedSummary SummaryForEviction() const;
+  /// Of an evicted shuffle: whether partition `partition` is here whole, as far as the store
+  /// knows its winners (SummaryForEviction's): each committed here at that attempt, and here
+  /// for the partition (read back by a Repair, or pushed since the eviction). True for any
+  /// other shuffle. A fetch of an evicted partition not here is refused, never served empty.
+  bool EvictedPartitionHere(uint32_t partition) const;
+  /// This store object's own number (a reopen, or an eviction's new store, has another): what
+  /// a check of the store remembers it checked.
+  uint64_t instance() const { return instance_; }
+  /// Mappers whose data came by Repair for some partition.
+  std::set<uint32_t> RepairedAnywhere() const;
   /// Whether `attempt` of `mapper` was revoked here.
   bool IsRevoked(uint32_t mapper, uint64_t attempt) const;
   /// The mappers whose data for `partition` came by Repair, in order.
@@ -289,6 +302,12 @@ class ShuffleStore {
       std::vector<uint64_t>* attempts = nullptr, bool with_bounds = true,
       std::vector<std::shared_ptr<const MergedRun>>* merged = nullptr) const;
   PartitionStats Stats(uint32_t partition) const;
+  /// Stats, or of an evicted shuffle's partition not here now, what it held when evicted (what
+  /// status calls report).
+  PartitionStats ReportedStats(uint32_t partition) const;
+  /// The committed mappers status calls report: CommittedMappers, and an evicted shuffle's
+  /// winners that were not revoked since.
+  std::vector<uint32_t> ReportedMappers() const;
   /// Every stride-th committed block of the partition (with its bounds; stride the least that
   /// takes at most `max`), in CommittedBlocks' order: what a split plan reads.
   struct BlockSample {
@@ -543,6 +562,8 @@ class ShuffleStore {
   void AddIndexBytes(int64_t delta);
   const ShuffleParams params_;
   const StoreOptions options_;
+  std::optional<EvictedSummary> evicted_;  // set once, before the store is shared
+  const uint64_t instance_;
   file::Fd data_fd_;
   std::mutex data_mu_;                       // guards data_end_
   uint64_t data_end_ = 0;                    // where the next append goes

@@ -224,4 +224,56 @@ PartitionStats ShuffleStore::Stats(uint32_t partition) const {
   return p != nullptr ? p->stats : PartitionStats{};
 }
 
+PartitionStats ShuffleStore::ReportedStats(uint32_t partition) const {
+  const PartitionStats here = Stats(partition);
+  if (here.frames != 0 || !evicted_ || partition >= evicted_->partitions.size()) return here;
+  return evicted_->partitions[partition];
+}
+
+std::set<uint32_t> ShuffleStore::RepairedAnywhere() const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  std::set<uint32_t> out;
+  for (const auto& [q, mappers] : repaired_) out.insert(mappers.begin(), mappers.end());
+  return out;
+}
+
+EvictedSummary ShuffleStore::SummaryForEviction() const {
+  EvictedSummary out;
+  out.partitions.resize(params_.num_partitions);
+  for (uint32_t q = 0; q < params_.num_partitions; ++q) out.partitions[q] = ReportedStats(q);
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  out.winners = committed_;
+  if (evicted_) {
+    for (const auto& [m, attempt] : evicted_->winners) {
+      if (revoked_.count({m, attempt}) == 0) out.winners.emplace(m, attempt);  // (not replaced)
+    }
+  }
+  return out;
+}
+
+bool ShuffleStore::EvictedPartitionHere(uint32_t partition) const {
+  if (!evicted_) return true;
+  const EvictedSummary now = SummaryForEviction();
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  auto repaired = repaired_.find(partition);
+  for (const auto& [m, attempt] : now.winners) {
+    auto c = committed_.find(m);
+    if (c == committed_.end() || c->second != attempt) return false;
+    const bool back = repaired != repaired_.end() && repaired->second.count(m) != 0;
+    if (back) continue;
+    // (Pushed since the eviction: not come by a repair of any partition.)
+    for (const auto& [q, mappers] : repaired_) {
+      if (mappers.count(m) != 0) return false;
+    }
+  }
+  return true;
+}
+
+std::vector<uint32_t> ShuffleStore::ReportedMappers() const {
+  const EvictedSummary now = SummaryForEviction();
+  std::vector<uint32_t> out;
+  for (const auto& [m, attempt] : now.winners) out.push_back(m);
+  return out;
+}
+
 }  // namespace sluice

@@ -20,6 +20,13 @@ absl::StatusOr<std::unique_ptr<ShuffleStore>> ShuffleStore::Open(const std::stri
                                                                  OpenCheck check) {
   SLUICE_ASSIGN_OR_RETURN(ShuffleParams params, ReadParams(dir, shown));
   std::unique_ptr<ShuffleStore> store(new ShuffleStore(dir, shown, params, options));
+  if (const std::string evicted = absl::StrCat(dir, "/", kEvictedFile); file::Exists(evicted)) {
+    const std::string shown_path = absl::StrCat(shown, "/", kEvictedFile);
+    SLUICE_ASSIGN_OR_RETURN(std::string encoded,
+                            file::ReadFile(evicted, kMaxEvictedFile, shown_path));
+    SLUICE_ASSIGN_OR_RETURN(store->evicted_,
+                            DecodeEvicted(encoded, params.num_partitions, shown_path));
+  }
   SLUICE_ASSIGN_OR_RETURN(file::Fd dir_fd, file::OpenDirectory(dir, shown));
   SLUICE_RETURN_IF_ERROR(store->Recover(dir_fd.get(), check));
   return store;

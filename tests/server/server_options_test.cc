@@ -33,6 +33,31 @@ TEST(ServerOptionsTest, AnOptionOutOfRangeIsRefusedNamingItsFlag) {
   EXPECT_OK(ValidateOptions(Valid()));
 }
 
+// Eviction (docs/object-store.md, "Disks as a cache") must begin below the mark where pushes
+// are refused, or it would never make room before they are.
+TEST(ServerOptionsTest, TheEvictionMarkIsBelowTheHighWaterMark) {
+  ServerOptions o = Valid();
+  o.object_store = "s3://bucket/prefix";
+  o.etcd_endpoints = "127.0.0.1:2379";
+  EXPECT_OK(ValidateOptions(o)) << "85 under 95 by default";
+  o.object_evict_pct = 95;
+  EXPECT_THAT(ValidateOptions(o),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "--object_evict_pct=95 must be below --disk_high_water_pct=95"));
+  o.object_evict_pct = 101;
+  EXPECT_THAT(ValidateOptions(o), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           "--object_evict_pct=101 is out of range [0, 100]"));
+  o.object_evict_pct = 0;  // never
+  EXPECT_OK(ValidateOptions(o));
+  o.object_evict_pct = 50;
+  o.disk_high_water_pct = 0;  // pushes never refused: any mark
+  EXPECT_OK(ValidateOptions(o));
+  // Without the tier, the flag is not looked at (a low high-water mark stays valid).
+  o = Valid();
+  o.disk_high_water_pct = 1;
+  EXPECT_OK(ValidateOptions(o));
+}
+
 TEST(ServerOptionsTest, DefaultsThatDependOnOtherOptionsAreWorkedOutInOnePlace) {
   ServerOptions o = Valid();
   o.worker_threads = 6;
