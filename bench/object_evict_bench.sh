@@ -1,8 +1,9 @@
 #!/bin/bash
 # Disks as a cache (docs/benchmarks.md, "The object tier"): two clusters side by side on one etcd
 # and one s3rver, three sluice-servers each at R = 2 with --object_store, --disk_high_water_pct=90
-# and --object_evict_pct=60: "small" with each server's data directory on a tmpfs of SMALL_MIB
-# (smaller than the shuffles the rounds keep), "big" on this machine's disk. Each round runs the
+# and --object_evict_pct=60, each server's data directory on a tmpfs of its own: "small" of
+# SMALL_MIB (smaller than the shuffles the rounds keep), "big" of 4 GiB (larger than all of them;
+# tmpfs takes only what is written). Each round runs the
 # seed workload through `sluice-bench --keep 1 --retries 60` on each, alternating, every shuffle
 # kept: the small disks keep taking writes by evicting the shuffles already in the store (a push
 # refused UNAVAILABLE while the last ones upload is retried by the bench's mapper, as by an
@@ -11,12 +12,13 @@
 # `sluice fetch` through small (each partition read back from the store first) and through big
 # (on its disk): the time to the first partition, to the last, and MiB/s.
 #
-#   bash bench/object_evict_bench.sh [BUILD=build] [ROUNDS=6] [SMALL_MIB=96] [sluice-bench flags...]
+#   bash bench/object_evict_bench.sh [BUILD=build] [ROUNDS=6] [SMALL_MIB=160] [sluice-bench flags...]
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 BUILD=${1:-build}
 ROUNDS=${2:-6}
-SMALL_MIB=${3:-96}
+SMALL_MIB=${3:-160}
+BIG_MIB=4096
 shift $(($# < 3 ? $# : 3))
 need_built "$BUILD/server/sluice-server" "$BUILD/bench/sluice-bench" "$BUILD/client/sluice" \
   "${SLUICE_ETCD_BIN:-/usr/bin/etcd}" "$S3RVER"
@@ -35,16 +37,14 @@ TIER=(--object_store="s3://$BUCKET/evict" --object_endpoint="http://127.0.0.1:$S
   --disk_high_water_pct=90 --object_evict_pct=60)
 
 declare -A SERVERS METRICS_OF
-start_cluster() {  # name first-host-octet small(0/1)
+start_cluster() {  # name first-host-octet disk-MiB
   local name=$1 first=$2 list="" metrics="" i host dir
   for i in 0 1 2; do
     host="127.0.0.$((first + i))"
     dir="$TMP/$name$i"
     mkdir -p "$dir"
-    if [[ $3 == 1 ]]; then
-      mount -t tmpfs -o "size=${SMALL_MIB}m" tmpfs "$dir"
-      MOUNTS+=("$dir")
-    fi
+    mount -t tmpfs -o "size=${3}m" tmpfs "$dir"
+    MOUNTS+=("$dir")
     "$BUILD/server/sluice-server" --data_dir="$dir" --listen="$host:$((BASE + 10))" \
       --etcd="127.0.0.1:$EP" --etcd_prefix="/$name/" --node_id="$name$i" --node_lease_s=3 \
       --worker_threads=2 --memory_budget_mb=128 --log_level=warn "${TIER[@]}" \
@@ -57,8 +57,8 @@ start_cluster() {  # name first-host-octet small(0/1)
   SERVERS[$name]=$list
   METRICS_OF[$name]=$metrics
 }
-start_cluster small 2 1
-start_cluster big 6 0
+start_cluster small 2 "$SMALL_MIB"
+start_cluster big 6 "$BIG_MIB"
 sleep 1  # every server registered
 
 metric() {  # cluster name: the sum over its servers
@@ -69,8 +69,9 @@ fullest() {  # the small disks' fullest use now, percent
   df --output=pcent "$TMP"/small0 "$TMP"/small1 "$TMP"/small2 | tail -n +2 | tr -d ' %' | sort -n | tail -1
 }
 
-echo "# $(date -u +%FT%TZ) $(nproc) cores; $BUILD; 3 servers a cluster, R=2, small: tmpfs of" \
-  "$SMALL_MIB MiB a server; store: s3rver on loopback; flags: ${*:-(defaults)}"
+echo "# $(date -u +%FT%TZ) $(nproc) cores; $BUILD; 3 servers a cluster, R=2, tmpfs of" \
+  "$SMALL_MIB MiB (small) and $BIG_MIB MiB (big) a server; store: s3rver on loopback;" \
+  "flags: ${*:-(defaults)}"
 declare -a RSMALL RBIG RATIO IDS
 PEAK=0
 for r in $(seq 1 "$ROUNDS"); do

@@ -33,8 +33,12 @@ absl::Status Evictor::MakeRoom(size_t dir, uint64_t free_bytes) {
   if (mark == 0 || mark >= 100) return absl::OkStatus();
   std::lock_guard<std::mutex> room(room_mu_);
   std::vector<ShuffleRegistry::DataDir> dirs = registry_->DataDirs();
+  // Past the mark (every second, and before a push is refused), or, for a read back, short of
+  // the bytes it needs in its own directory (a disk fuller than the mark with room enough, say
+  // one shared with other data, evicts nothing for it).
   const auto short_of_room = [&](size_t i) {
-    return UsedPct(dirs[i]) > mark || (i == dir && dirs[i].free_bytes < free_bytes);
+    return free_bytes == 0 ? UsedPct(dirs[i]) > mark
+                           : i == dir && dirs[i].free_bytes < free_bytes;
   };
   std::set<size_t> over;
   for (size_t i = 0; i < dirs.size(); ++i) {

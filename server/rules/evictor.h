@@ -61,8 +61,9 @@ class Evictor {
   /// complete and not in the store yet (room comes once they are uploaded: retry), or
   /// RESOURCE_EXHAUSTED naming why nothing can go.
   absl::Status MakeRoom() { return MakeRoom(SIZE_MAX, 0); }
-  /// MakeRoom, and data directory `dir` (an index of ShuffleRegistry::DataDirs()) with at least
-  /// `free_bytes` free.
+  /// With `free_bytes` > 0: evicts from data directory `dir` (an index of
+  /// ShuffleRegistry::DataDirs()) until it has at least `free_bytes` free, whatever the mark
+  /// (a read back's room).
   absl::Status MakeRoom(size_t dir, uint64_t free_bytes);
   /// Reads the `lacking` (mapper, winning attempt) pairs of partition `partition` of evicted
   /// shuffle `id` back from the partition's object (ClusterNode::EvictedRestore). A second
