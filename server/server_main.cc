@@ -108,7 +108,7 @@ ABSL_FLAG(uint32_t, disk_high_water_pct, 95,
           "refuse new pushes while the data directory's file system is fuller (0 = never)");
 ABSL_FLAG(std::string, object_store, "",
           "s3://bucket/prefix: upload sealed partitions to this S3-compatible object store "
-          "(needs --etcd; credentials from the AWS environment variables and files)");
+          "(credentials from the AWS environment variables and files)");
 ABSL_FLAG(std::string, object_endpoint, "",
           "the store's scheme://host[:port] (empty: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else "
           "AWS's regional endpoint)");

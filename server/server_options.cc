@@ -65,11 +65,6 @@ absl::Status ValidateObjectOptions(const ServerOptions& o) {
   if (auto url = objstore::S3OptionsFromUrl(o.object_store); !url.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--object_store: ", url.status().message()));
   }
-  if (o.etcd_endpoints.empty()) {
-    return absl::InvalidArgumentError(
-        "--object_store needs --etcd for now: an object counts once its record is in etcd "
-        "(docs/object-store.md, \"The commit point\"); a server on its own has none yet");
-  }
   if (o.object_addressing != "auto" && o.object_addressing != "path" &&
       o.object_addressing != "virtual") {
     return absl::InvalidArgumentError(absl::StrCat("--object_addressing='", o.object_addressing,

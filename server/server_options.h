@@ -146,7 +146,7 @@ struct ServerOptions {
 
   // The object tier (docs/object-store.md): sealed partitions uploaded to an S3-compatible
   // store. Credentials come from the AWS environment variables and files, never a flag.
-  std::string object_store;     ///< s3://bucket/prefix; empty = off (needs --etcd for now)
+  std::string object_store;     ///< s3://bucket/prefix; empty = off
   std::string object_endpoint;  ///< scheme://host[:port]; empty = AWS_ENDPOINT_URL*, else AWS
   std::string object_region;    ///< empty = AWS_REGION, AWS_DEFAULT_REGION, the profile's
   std::string object_addressing = "auto";  ///< "path", "virtual", or "auto" (path for an endpoint)

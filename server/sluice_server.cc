@@ -447,7 +447,7 @@ size_t SluiceServer::Impl::StartBackground() {
     scrubbing = std::make_unique<Periodic>(Scrubber::kPeriod,
                                            [this] { scrubber->Run(Scrubber::Clock::now()); });
   }
-  if (object_store != nullptr && node->clustered()) {
+  if (object_store != nullptr) {
     object_rate = std::make_unique<objstore::RateLimiter>(options.object_bytes_per_s);
     Uploader::Options uo;
     uo.upload.part_bytes = options.object_part_bytes;
@@ -456,8 +456,8 @@ size_t SluiceServer::Impl::StartBackground() {
     uploader =
         std::make_unique<Uploader>(registry.get(), node.get(), object_store.get(), uo, &metrics);
     uploading = std::make_unique<Periodic>(Uploader::kPeriod, [this] { uploader->Run(); });
-    object_source =
-        std::make_unique<ObjectSource>(node.get(), object_store.get(), objstore::ReadOptions{});
+    object_source = std::make_unique<ObjectSource>(node.get(), object_store.get(),
+                                                   objstore::ReadOptions{}, registry.get());
     evictor =
         std::make_unique<Evictor>(registry.get(), node.get(), object_source.get(), uploader.get(),
                                   Evictor::Options{options.object_evict_pct}, &metrics);

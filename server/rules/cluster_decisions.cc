@@ -30,6 +30,11 @@ std::vector<uint32_t> ClusterDecisions::LackingMappers(const std::string& id,
 
 std::vector<std::pair<uint32_t, uint64_t>> ClusterDecisions::EvictedLacking(
     const std::string& id, uint32_t partition) const {
+  if (!membership_->clustered()) {  // (its own winners: no decision is made elsewhere)
+    auto store = registry_->Get(id);
+    return store.ok() ? (*store)->EvictedLacking(partition)
+                      : std::vector<std::pair<uint32_t, uint64_t>>{};
+  }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = checked_.find(id);
   if (it == checked_.end()) return {};

@@ -37,8 +37,7 @@ absl::Status Evictor::MakeRoom(size_t dir, uint64_t free_bytes) {
   // the bytes it needs in its own directory (a disk fuller than the mark with room enough, say
   // one shared with other data, evicts nothing for it).
   const auto short_of_room = [&](size_t i) {
-    return free_bytes == 0 ? UsedPct(dirs[i]) > mark
-                           : i == dir && dirs[i].free_bytes < free_bytes;
+    return free_bytes == 0 ? UsedPct(dirs[i]) > mark : i == dir && dirs[i].free_bytes < free_bytes;
   };
   std::set<size_t> over;
   for (size_t i = 0; i < dirs.size(); ++i) {

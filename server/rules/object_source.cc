@@ -10,6 +10,12 @@
 namespace sluice {
 
 absl::StatusOr<std::map<uint32_t, ObjectRecord>> ObjectSource::Records(const std::string& id) {
+  if (!node_->clustered() && registry_ != nullptr) {
+    SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<ShuffleStore> store, registry_->Get(id));
+    SLUICE_ASSIGN_OR_RETURN(std::string json, store->ReadObjectsFile());
+    SLUICE_ASSIGN_OR_RETURN(ShuffleManifest m, DecodeShuffleManifest(json, id));
+    return m.objects;
+  }
   const ClusterMembership::View view = node_->membership().view();
   SLUICE_RETURN_IF_ERROR(view.Joined());
   return view.placements->Objects(id);

@@ -26,17 +26,20 @@
 #include "objstore/object_record.h"
 #include "objstore/s3_store.h"
 #include "server/rules/cluster_node.h"
+#include "server/storage/shuffle_registry.h"
 #include "server/storage/shuffle_store.h"
 
 namespace sluice {
 
 class ObjectSource {
  public:
-  ObjectSource(ClusterNode* node, objstore::S3Store* store, objstore::ReadOptions ranges)
-      : node_(node), store_(store), ranges_(ranges) {}
+  /// `registry`: where a server without etcd reads its records (the shuffles' OBJECTS files).
+  ObjectSource(ClusterNode* node, objstore::S3Store* store, objstore::ReadOptions ranges,
+               ShuffleRegistry* registry = nullptr)
+      : node_(node), store_(store), ranges_(ranges), registry_(registry) {}
 
-  /// The shuffle's object records, by stored partition (read from etcd; etcd's errors as they
-  /// are).
+  /// The shuffle's object records, by stored partition (read from etcd, etcd's errors as they
+  /// are; on a server without etcd, from the shuffle's OBJECTS file: NOT_FOUND without one).
   absl::StatusOr<std::map<uint32_t, ObjectRecord>> Records(const std::string& id);
   /// Of `want` (mapper -> attempt), the mappers the object `record` names (stored partition
   /// `partition` of shuffle `id`) holds at those attempts (its footer's winners); calls
@@ -66,6 +69,7 @@ class ObjectSource {
   ClusterNode* const node_;
   objstore::S3Store* const store_;
   const objstore::ReadOptions ranges_;
+  ShuffleRegistry* const registry_;
   const std::string name_ = "the object store";
 };
 

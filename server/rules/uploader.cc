@@ -22,16 +22,99 @@ Uploader::Uploader(ShuffleRegistry* registry, ClusterNode* node, objstore::S3Sto
       nonce_(std::random_device{}()) {}
 
 uint64_t Uploader::Run() {
-  if (!node_->membership().joined()) return 0;
+  const bool alone = !node_->clustered();
+  if (!alone && !node_->membership().joined()) return 0;
   uint64_t made = 0;
   std::set<std::string> held;
   for (const std::string& id : registry_->Ids()) {
     if (stopping_.load()) return made;
     held.insert(id);
     known_.insert(id);
-    made += RunShuffle(id);
+    made += alone ? RunAlone(id) : RunShuffle(id);
   }
   SweepDeleted(held);
+  return made;
+}
+
+uint64_t Uploader::RunAlone(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(settled_mu_);
+    if (settled_.count(id) != 0) return 0;
+  }
+  absl::StatusOr<std::shared_ptr<ShuffleStore>> store = registry_->Get(id);
+  if (!store.ok()) return 0;
+  const auto settle = [&] {
+    std::lock_guard<std::mutex> lock(settled_mu_);
+    settled_[id] = Settled{};
+  };
+  if ((*store)->ReadObjectsFile().ok()) {  // (uploaded before a restart, or evicted)
+    settle();
+    return 0;
+  }
+  const ShuffleParams& params = (*store)->params();
+  // (A shuffle of no known mapper count is never complete: it is not uploaded.)
+  if (params.num_mappers == 0 || (*store)->evicted() != nullptr || !(*store)->complete()) {
+    return 0;
+  }
+  std::vector<std::pair<uint32_t, uint64_t>> winners;
+  for (uint32_t m : (*store)->CommittedMappers()) {
+    if (auto a = (*store)->CommittedAttempt(m)) winners.emplace_back(m, *a);
+  }
+  if (winners.size() != params.num_mappers) return 0;
+  std::string node_id = node_->membership().self().node_id;
+  if (node_id.empty()) node_id = "server";
+  ShuffleManifest m;
+  m.shuffle_id = id;
+  m.partitions = params.num_partitions;
+  m.mappers = params.num_mappers;
+  uint64_t made = 0;
+  for (uint32_t q = 0; q < params.num_partitions; ++q) {
+    if (stopping_.load()) return made;
+    const std::string key = PartitionObjectKey(id, q, node_id, nonce_());
+    absl::StatusOr<UploadedPartition> up =
+        UploadPartition(**store, id, q, winners, store_, key, options_.upload);
+    if (!up.ok()) {
+      if (metrics_ != nullptr) ServerMetrics::Add(metrics_->object_upload_failures, 1);
+      spdlog::warn("event=object_upload_failed shuffle={} partition={} error=\"{}\"", id, q,
+                   up.status().ToString());
+      for (const auto& [done, r] : m.objects) DeleteObject(id, r.key, "upload not finished");
+      DeleteObject(id, key, "upload not finished");  // (a part may be there)
+      return made;
+    }
+    ObjectRecord& r = m.objects[q];
+    r.key = key;
+    r.size = up->object.size;
+    r.etag = up->object.etag;
+    r.by = node_id;
+    r.frames = up->frames;
+    r.winners = winners;
+    ++made;
+    if (metrics_ != nullptr) {
+      ServerMetrics::Add(metrics_->objects_uploaded, 1);
+      ServerMetrics::Add(metrics_->object_upload_bytes, up->object.size);
+    }
+  }
+  // The commit point: the OBJECTS file beside the shuffle (its store's manifest first, so that
+  // a reader with no server finds what the server counts as uploaded).
+  const std::string manifest = EncodeShuffleManifest(m);
+  absl::Status st = store_->Put(ManifestKey(id), manifest);
+  if (st.ok()) st = (*store)->WriteObjectsFile(manifest);
+  if (!st.ok()) {
+    spdlog::warn("event=manifest_failed shuffle={} error=\"{}\"", id, st.ToString());
+    for (const auto& [q, r] : m.objects) DeleteObject(id, r.key, "not recorded");
+    return 0;
+  }
+  if (metrics_ != nullptr) ServerMetrics::Add(metrics_->manifests_written, 1);
+  spdlog::info("event=objects_recorded shuffle={} objects={}", id, m.objects.size());
+  // Objects of an earlier round cut short (a crash between an upload and the record) go.
+  if (auto listed = store_->List(ShuffleObjectsPrefix(id)); listed.ok()) {
+    std::set<std::string> named = {ManifestKey(id)};
+    for (const auto& [q, r] : m.objects) named.insert(r.key);
+    for (const objstore::ObjectInfo& o : *listed) {
+      if (named.count(o.key) == 0) DeleteObject(id, o.key, "not recorded");
+    }
+  }
+  settle();
   return made;
 }
 
@@ -168,6 +251,10 @@ uint64_t Uploader::RunShuffle(const std::string& id) {
 }
 
 bool Uploader::IsSettled(const std::string& id) const {
+  if (!node_->clustered()) {
+    std::lock_guard<std::mutex> lock(settled_mu_);
+    return settled_.count(id) != 0;
+  }
   const std::shared_ptr<const PlacementCache::Holding> holding = node_->placements().Remembered(id);
   if (holding == nullptr) return false;
   const ShufflePlacement& p = holding->placement;
@@ -188,22 +275,26 @@ void Uploader::DeleteObject(const std::string& id, const std::string& key, const
 
 void Uploader::SweepDeleted(const std::set<std::string>& held_now) {
   const ClusterMembership::View view = node_->membership().view();
-  if (view.placements == nullptr) return;
+  const bool alone = !node_->clustered();
+  if (view.placements == nullptr && !alone) return;
   for (auto it = known_.begin(); it != known_.end();) {
     const std::string& id = *it;
     if (held_now.count(id) != 0 || stopping_.load()) {
       ++it;
       continue;
     }
-    // Gone from here: swept only once etcd says the shuffle is not recorded (not moved away).
-    auto placed = view.placements->Get(id, options_.etcd_deadline);
-    if (!placed.ok()) {
-      ++it;
-      continue;
-    }
-    if (placed->has_value()) {
-      it = known_.erase(it);  // (recorded still: moved off this server)
-      continue;
+    // Gone from here: swept only once etcd says the shuffle is not recorded (not moved away);
+    // a server on its own: at once.
+    if (!alone) {
+      auto placed = view.placements->Get(id, options_.etcd_deadline);
+      if (!placed.ok()) {
+        ++it;
+        continue;
+      }
+      if (placed->has_value()) {
+        it = known_.erase(it);  // (recorded still: moved off this server)
+        continue;
+      }
     }
     const std::string prefix = ShuffleObjectsPrefix(id);
     // Uploads left open (a server killed in one) first, where the store lists them.
@@ -222,7 +313,7 @@ void Uploader::SweepDeleted(const std::set<std::string>& held_now) {
     bool all = true;
     for (const objstore::ObjectInfo& o : *objects) {
       const std::string by = PartitionObjectUploader(o.key);
-      if (!by.empty() && by != view.node_id && registered.count(by) != 0) continue;
+      if (!alone && !by.empty() && by != view.node_id && registered.count(by) != 0) continue;
       if (!store_->Delete(o.key).ok()) {
         all = false;
       } else if (metrics_ != nullptr) {

@@ -68,6 +68,10 @@ class Uploader {
   // Uploads and records what the plan gives this server of shuffle `id`; writes its manifest
   // once every stored partition's record stands. Returns the objects recorded.
   uint64_t RunShuffle(const std::string& id);
+  // A server without etcd (docs/object-store.md, "A server on its own"): a complete shuffle
+  // here is uploaded whole, every partition, then recorded in its OBJECTS file (the commit
+  // point) after its manifest in the store. Returns the objects recorded.
+  uint64_t RunAlone(const std::string& id);
   // Deletes `key` from the store (counted; a failure is logged and left to the lifecycle rule).
   void DeleteObject(const std::string& id, const std::string& key, const char* why);
   // The shuffles held here before that are no longer recorded: everything under their prefix.

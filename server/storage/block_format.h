@@ -49,6 +49,12 @@ struct EvictedSummary {
 
 inline constexpr char kParamsFile[] = "SHUFFLE";
 inline constexpr char kEvictedFile[] = "EVICTED";
+/// A server without etcd: the shuffle's objects in the object store (its manifest's JSON,
+/// objstore/object_record.h), the commit point of its uploads (docs/object-store.md, "A server
+/// on its own").
+inline constexpr char kObjectsFile[] = "OBJECTS";
+/// Largest OBJECTS file read (a record is ~250 bytes; 2^16 partitions and their segments).
+inline constexpr size_t kMaxObjectsFile = size_t{64} << 20;
 inline constexpr char kDataFile[] = "data";
 /// Largest SHUFFLE file read (an id is at most 128 bytes).
 inline constexpr size_t kMaxParamsFile = 1 << 16;

@@ -271,6 +271,15 @@ absl::StatusOr<uint64_t> ShuffleRegistry::Evict(const std::string& id) {
         return made.status();
       }
     }  // (closed: opened again in its place)
+    // A server without etcd keeps its record of the objects with the shuffle.
+    if (absl::StatusOr<std::string> objects = store->ReadObjectsFile(); objects.ok()) {
+      if (absl::Status st =
+              file::WriteFileAtomically(staged, kObjectsFile, Bytes(*objects), Shown(id));
+          !st.ok()) {
+        (void)file::RemoveTree(staged);
+        return st;
+      }
+    }
     SLUICE_ASSIGN_OR_RETURN(trash, MoveToTrash(id));
     if (absl::Status st = file::Rename(staged, dir, Shown(id)); !st.ok()) {
       (void)file::Rename(trash.front(), dir, Shown(id));  // (the shuffle as it was)

@@ -754,6 +754,18 @@ size_t ShuffleStore::open_files() const {
   return (data_fd_.valid() ? 1 : 0) + (log_ != nullptr ? 1 : 0);
 }
 
+absl::Status ShuffleStore::WriteObjectsFile(const std::string& bytes) const {
+  return file::WriteFileAtomically(dir_, kObjectsFile, Bytes(bytes), shown_dir_);
+}
+
+absl::StatusOr<std::string> ShuffleStore::ReadObjectsFile() const {
+  const std::string path = absl::StrCat(dir_, "/", kObjectsFile);
+  if (!file::Exists(path)) {
+    return absl::NotFoundError(absl::StrCat(shown_dir_, " has no ", kObjectsFile, " file"));
+  }
+  return file::ReadFile(path, kMaxObjectsFile, absl::StrCat(shown_dir_, "/", kObjectsFile));
+}
+
 void ShuffleStore::MarkDeleted() {
   std::lock_guard<std::mutex> lock(commit_mu_);
   destroyed_.store(true);

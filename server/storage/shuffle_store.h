@@ -220,9 +220,17 @@ class ShuffleStore {
   /// for the partition (read back by a Repair, or pushed since the eviction). True for any
   /// other shuffle. A fetch of an evicted partition not here is refused, never served empty.
   bool EvictedPartitionHere(uint32_t partition) const;
+  /// Those winners not here for the partition (mapper, attempt), in mapper order (none for any
+  /// other shuffle).
+  std::vector<std::pair<uint32_t, uint64_t>> EvictedLacking(uint32_t partition) const;
   /// This store object's own number (a reopen, or an eviction's new store, has another): what
   /// a check of the store remembers it checked.
   uint64_t instance() const { return instance_; }
+  /// A server without etcd: the shuffle's OBJECTS file (kObjectsFile: the record of its
+  /// objects in the store), written durably (temp file, fsync, rename, fsync dir); NOT_FOUND
+  /// when there is none. Kept by an eviction.
+  absl::Status WriteObjectsFile(const std::string& bytes) const;
+  absl::StatusOr<std::string> ReadObjectsFile() const;
   /// Mappers whose data came by Repair for some partition.
   std::set<uint32_t> RepairedAnywhere() const;
   /// Whether `attempt` of `mapper` was revoked here.

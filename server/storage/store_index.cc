@@ -251,22 +251,27 @@ EvictedSummary ShuffleStore::SummaryForEviction() const {
   return out;
 }
 
-bool ShuffleStore::EvictedPartitionHere(uint32_t partition) const {
-  if (!evicted_) return true;
+std::vector<std::pair<uint32_t, uint64_t>> ShuffleStore::EvictedLacking(uint32_t partition) const {
+  std::vector<std::pair<uint32_t, uint64_t>> out;
+  if (!evicted_) return out;
   const EvictedSummary now = SummaryForEviction();
   std::lock_guard<std::mutex> lock(commit_mu_);
   auto repaired = repaired_.find(partition);
+  std::set<uint32_t> repaired_any;
+  for (const auto& [q, mappers] : repaired_) repaired_any.insert(mappers.begin(), mappers.end());
   for (const auto& [m, attempt] : now.winners) {
     auto c = committed_.find(m);
-    if (c == committed_.end() || c->second != attempt) return false;
     const bool back = repaired != repaired_.end() && repaired->second.count(m) != 0;
-    if (back) continue;
     // (Pushed since the eviction: not come by a repair of any partition.)
-    for (const auto& [q, mappers] : repaired_) {
-      if (mappers.count(m) != 0) return false;
-    }
+    const bool pushed = repaired_any.count(m) == 0;
+    if (c != committed_.end() && c->second == attempt && (back || pushed)) continue;
+    out.emplace_back(m, attempt);
   }
-  return true;
+  return out;
+}
+
+bool ShuffleStore::EvictedPartitionHere(uint32_t partition) const {
+  return EvictedLacking(partition).empty();
 }
 
 std::vector<uint32_t> ShuffleStore::ReportedMappers() const {

@@ -23,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "objstore/object_record.h"
 #include "objstore/s3_store.h"
 #include "tests/cluster/replication_fixture.h"
 #include "tests/harness/s3_server.h"
@@ -193,6 +194,92 @@ TEST_F(ObjectEvictTest, ShufflesLargerThanTheDisksWriteAndReadBackExactly) {
         ExpectExact(*client_, jobs[s], FetchOrder::kKey, winners[s], &reads_retried));
   }
   std::cout << "reads retried: " << reads_retried << "\n";
+}
+
+// A server without etcd (docs/object-store.md, "A server on its own"): its commit log decides,
+// its OBJECTS files record the uploads, and the rest is as in a cluster: on a 24 MiB disk it
+// keeps taking shuffles larger than it by evicting those in the store, reads them back exactly,
+// and with the server gone a client given the store reads them from it alone; a deleted
+// shuffle leaves nothing in the store.
+TEST(ObjectAloneTest, AServerOnItsOwnEvictsReadsBackAndIsReadFromTheStoreWhenGone) {
+  testing::TempDir root;
+  const std::string disk = root.path() + "/disk";
+  ::mkdir(disk.c_str(), 0755);
+  if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, absl::StrCat("size=", kDiskMiB, "m").c_str()) !=
+      0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root): " << std::strerror(errno);
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{disk};
+  ASSERT_OK_AND_ASSIGN(auto s3, S3Server::Start("sluice-alone"));
+  const objstore::S3Options o = s3->Options("alone");
+  setenv("AWS_ACCESS_KEY_ID", o.credentials.access_key_id.c_str(), 1);
+  setenv("AWS_SECRET_ACCESS_KEY", o.credentials.secret_access_key.c_str(), 1);
+  ASSERT_OK_AND_ASSIGN(auto store, objstore::S3Store::Make(o));
+  testing::MiniClusterOptions mo;
+  mo.servers = 0;
+  mo.etcd = false;
+  ASSERT_OK_AND_ASSIGN(auto cluster, MiniCluster::Start(mo));
+  ASSERT_OK(cluster
+                ->Add({"--object_store=s3://sluice-alone/alone",
+                       absl::StrCat("--object_endpoint=", s3->endpoint()), "--object_part_mb=5",
+                       "--disk_high_water_pct=90", "--object_evict_pct=45"},
+                      disk)
+                .status());
+  ASSERT_OK_AND_ASSIGN(auto client, cluster->Client());
+  std::vector<Job> jobs;
+  std::vector<std::map<uint32_t, uint64_t>> winners;
+  for (int s = 0; s < 8; ++s) {
+    Job job;
+    job.id = absl::StrCat("alone", s);
+    job.partitions = 4;
+    job.mappers = 4;
+    job.items = 1500;
+    job.filler = 1500;
+    ASSERT_OK(client->CreateShuffle(job.id, job.partitions, job.mappers).status());
+    std::map<uint32_t, uint64_t> won;
+    for (uint32_t m = 0; m < job.mappers; ++m) {
+      absl::StatusOr<uint64_t> w = WriteWithRetries(*client, job, m, nullptr, 1, 60);
+      ASSERT_OK(w) << job.id << " mapper " << m;
+      won[m] = *w;
+    }
+    jobs.push_back(job);
+    winners.push_back(won);
+  }
+  EXPECT_GT(EvictedIn(disk), 0) << "the shuffles did not fit: some were evicted";
+  int retried = 0;
+  for (size_t s = 0; s < jobs.size(); ++s) {
+    ASSERT_NO_FATAL_FAILURE(ExpectExact(*client, jobs[s], FetchOrder::kKey, winners[s], &retried));
+  }
+  // Every shuffle's manifest in the store, then the server gone: a client given the store reads
+  // it alone.
+  for (const Job& job : jobs) {
+    EXPECT_TRUE(testing::Eventually([&] { return store->Head(ManifestKey(job.id)).ok(); },
+                                    std::chrono::seconds(30)))
+        << job.id;
+  }
+  ASSERT_OK(client->DeleteShuffle(jobs[7].id));
+  EXPECT_TRUE(testing::Eventually(
+      [&] {
+        auto listed = store->List(ShuffleObjectsPrefix(jobs[7].id));
+        return listed.ok() && listed->empty();
+      },
+      std::chrono::seconds(30)))
+      << "a deleted shuffle's objects";
+  cluster->Kill(0);
+  ClientOptions with_store = MiniCluster::ShortDeadlines();
+  with_store.server = cluster->address(0);
+  with_store.object_store = "s3://sluice-alone/alone";
+  with_store.object_endpoint = s3->endpoint();
+  ASSERT_OK_AND_ASSIGN(auto reader_client, ShuffleClient::Connect(with_store));
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectExact(*reader_client, jobs[0], FetchOrder::kKey, winners[0], &retried));
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectExact(*reader_client, jobs[1], FetchOrder::kUnordered, winners[1], &retried));
+  unsetenv("AWS_ACCESS_KEY_ID");
+  unsetenv("AWS_SECRET_ACCESS_KEY");
 }
 
 }  // namespace

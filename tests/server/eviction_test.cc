@@ -101,12 +101,21 @@ TEST_F(EvictionTest, AnIdleShuffleGoesKeepingItsStatusAndComesBackPartitionByPar
     EXPECT_EQ(freed, 0u);
     EXPECT_EQ(held->evicted(), nullptr);
   }
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, registry_->Get("job"));
+    EXPECT_THAT(store->ReadObjectsFile().status(),
+                StatusIs(absl::StatusCode::kNotFound, "no OBJECTS file"));
+    ASSERT_OK(store->WriteObjectsFile("{\"a server on its own\": 1}"));
+  }
   ASSERT_OK_AND_ASSIGN(uint64_t freed, registry_->Evict("job"));
   EXPECT_EQ(freed, before_[0].bytes + before_[1].bytes + before_[2].bytes);
   EXPECT_LT(FileSize(DataFile()), 8192u) << "its data is let go";
   ASSERT_OK_AND_ASSIGN(auto store, registry_->Get("job"));
   ASSERT_NE(store->evicted(), nullptr);
   EXPECT_EQ(store->evicted()->winners, (std::map<uint32_t, uint64_t>{{0, 4}, {1, 9}}));
+  // The record of its objects (a server without etcd's) goes with it.
+  ASSERT_OK_AND_ASSIGN(std::string objects, store->ReadObjectsFile());
+  EXPECT_EQ(objects, "{\"a server on its own\": 1}");
   // Its status reports what it held; nothing is here.
   EXPECT_EQ(store->ReportedMappers(), (std::vector<uint32_t>{0, 1}));
   EXPECT_TRUE(store->CommittedMappers().empty());
@@ -130,6 +139,9 @@ TEST_F(EvictionTest, AnIdleShuffleGoesKeepingItsStatusAndComesBackPartitionByPar
   Restore(*store, 1, 9, 0);
   check = CheckReplicas({}, decided, *store);
   EXPECT_EQ(check.evicted.count(0), 0u);
+  // (What the store alone knows, a server without etcd's check, says the same.)
+  EXPECT_TRUE(store->EvictedLacking(0).empty());
+  EXPECT_EQ(store->EvictedLacking(1).size(), 2u);
   ASSERT_EQ(check.evicted.count(1), 1u) << "committed now by partition 0's repair, not here";
   EXPECT_EQ(check.evicted.at(1).size(), 2u);
   std::vector<uint32_t> mappers;
