@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "codec/frame_decoder.h"
+#include "codec/key_bounds.h"
 #include "rpc/error_reason.h"
 
 namespace sluice {
@@ -289,12 +290,20 @@ absl::StatusOr<std::unique_ptr<ShuffleReader>> StoreShuffle::OpenChain(
           ErrorReason::kRevoked);
     }
   }
+  const bool ranged =
+      options.order == FetchOrder::kKey && (!options.from_key.empty() || options.to_key);
   for (size_t o = 0; o < chain.objects.size(); ++o) {
     const auto& frames = chain.objects[o]->footer().frames;
     for (size_t f = 0; f < frames.size(); ++f) {
       if (!options.only_mappers.empty() &&
           !std::binary_search(options.only_mappers.begin(), options.only_mappers.end(),
                               frames[f].mapper)) {
+        continue;
+      }
+      // A key range reads only the frames whose bounds meet it (the footer's index).
+      if (ranged && !frames[f].bounds.empty() &&
+          KeyBoundsSize(frames[f].bounds) == frames[f].bounds.size() &&
+          !MayHoldKeyIn(frames[f].bounds, options.from_key, options.to_key)) {
         continue;
       }
       chain.frames.push_back(FrameAt{o, f, frames[f].mapper});

@@ -12,8 +12,9 @@ namespace {
 
 constexpr char kFooterMagic[4] = {'S', 'L', 'P', 'O'};
 constexpr char kTrailerMagic[4] = {'S', 'L', 'P', 'E'};
-constexpr uint8_t kVersion = 1;
-constexpr size_t kFrameEntryBytes = 32;
+// Version 2 gives each frame its key bounds; version 1 (none) is read too.
+constexpr uint8_t kVersion = 2;
+constexpr size_t kFrameEntryBytes = 32;  // (version 2: and u16 bounds size, the bounds)
 constexpr size_t kWinnerEntryBytes = 12;
 
 // Reads little-endian values off the front of a view, remembering a short read.
@@ -75,6 +76,9 @@ std::string EncodeFooter(const PartitionObjectFooter& f) {
     AppendLE32(&out, fr.size);
     AppendLE32(&out, fr.records);
     AppendLE32(&out, fr.uncompressed);
+    out.push_back(static_cast<char>(fr.bounds.size() & 0xff));
+    out.push_back(static_cast<char>(fr.bounds.size() >> 8));
+    out += fr.bounds;
   }
   AppendLE64(&out, XXH3_64bits(out.data(), out.size()));
   const uint64_t footer = out.size();
@@ -117,8 +121,10 @@ absl::StatusOr<PartitionObjectFooter> DecodeFooter(absl::string_view bytes, uint
     return Damaged("its footer's checksum does not match");
   }
   Reader r(bytes.substr(0, bytes.size() - 8));
-  if (r.Bytes(4) != absl::string_view(kFooterMagic, 4) || r.Get8() != kVersion) {
-    return Damaged("its footer is not a version 1 footer");
+  if (r.Bytes(4) != absl::string_view(kFooterMagic, 4)) return Damaged("its footer is not one");
+  const uint8_t version = r.Get8();
+  if (version != 1 && version != kVersion) {
+    return Damaged(absl::StrCat("its footer is of version ", version, ", not 1 or 2"));
   }
   if (r.Bytes(3) != absl::string_view("\0\0\0", 3)) {
     return Damaged("its footer's reserved bytes are not zero");
@@ -144,7 +150,8 @@ absl::StatusOr<PartitionObjectFooter> DecodeFooter(absl::string_view bytes, uint
     f.winners.emplace_back(mapper, attempt);
   }
   const uint32_t frames = r.Get32();
-  if (r.short_read() || uint64_t{frames} * kFrameEntryBytes != r.left()) {
+  const uint64_t least = uint64_t{frames} * (kFrameEntryBytes + (version == 1 ? 0 : 2));
+  if (r.short_read() || (version == 1 ? least != r.left() : least > r.left())) {
     return Damaged("its footer's frame list is not the size it says");
   }
   const uint64_t frames_end = object_size - kTrailerBytes - bytes.size();
@@ -158,6 +165,15 @@ absl::StatusOr<PartitionObjectFooter> DecodeFooter(absl::string_view bytes, uint
     fr.size = r.Get32();
     fr.records = r.Get32();
     fr.uncompressed = r.Get32();
+    if (version >= 2) {
+      const uint8_t lo = r.Get8(), hi = r.Get8();
+      const size_t n = lo | (size_t{hi} << 8);
+      if (n > kMaxFrameBoundsBytes) {
+        return Damaged(absl::StrCat("its frame ", i, " has key bounds of ", n, " bytes"));
+      }
+      fr.bounds = std::string(r.Bytes(n));
+      if (r.short_read()) return Damaged("its footer's frame list is not the size it says");
+    }
     if (fr.offset != at || fr.size == 0 || fr.offset + fr.size > frames_end) {
       return Damaged(absl::StrCat("its frame ", i, " is not where the frame before it ends"));
     }
@@ -171,6 +187,7 @@ absl::StatusOr<PartitionObjectFooter> DecodeFooter(absl::string_view bytes, uint
     }
     f.frames.push_back(fr);
   }
+  if (r.left() != 0) return Damaged("its footer's frame list is not the size it says");
   if (at != frames_end) {
     return Damaged(absl::StrCat("its frames end at ", at, ", its footer starts at ", frames_end));
   }

@@ -7,10 +7,12 @@
 //
 //   object:  frame 0 | frame 1 | ... | footer | trailer
 //   trailer: u64 footer size | "SLPE" | u32 low bits of XXH3-64 of the 12 bytes before
-//   footer:  "SLPO" | u8 version 1 | 3 zero bytes | u32 partition | u32 id length | shuffle id |
+//   footer:  "SLPO" | u8 version 2 | 3 zero bytes | u32 partition | u32 id length | shuffle id |
 //            u32 winners | (u32 mapper, u64 attempt) each, mappers ascending |
 //            u32 frames | (u32 mapper, u64 attempt, u64 offset, u32 size, u32 records,
-//            u32 uncompressed size) each, in object order | u64 XXH3-64 of the footer before it
+//            u32 uncompressed size, u16 bounds size, the frame's key bounds) each, in object
+//            order | u64 XXH3-64 of the footer before it
+//   (version 2; version 1, read too, has no bounds: its frames may hold any key)
 //
 // All little-endian. The winners are every mapper the object stands for, those without a frame
 // in this partition too, so that a reader knows a mapper with nothing here from one missing.
@@ -35,9 +37,13 @@ struct ObjectFrame {
   uint32_t size = 0;    ///< the frame's bytes
   uint32_t records = 0;
   uint32_t uncompressed = 0;  ///< its payload's uncompressed size
+  /// Its key bounds as the server stored them (codec/key_bounds.h's encoding, opaque here; at
+  /// most kMaxFrameBoundsBytes; empty: not known, any key): a reader of a key range skips the
+  /// frames whose bounds do not meet it.
+  std::string bounds;
   bool operator==(const ObjectFrame& o) const {
     return mapper == o.mapper && attempt == o.attempt && offset == o.offset && size == o.size &&
-           records == o.records && uncompressed == o.uncompressed;
+           records == o.records && uncompressed == o.uncompressed && bounds == o.bounds;
   }
 };
 
@@ -56,6 +62,8 @@ struct PartitionObjectFooter {
 };
 
 inline constexpr size_t kTrailerBytes = 16;
+/// The most key bounds a frame's entry may carry (codec/key_bounds.h's take at most ~1.2 KiB).
+inline constexpr size_t kMaxFrameBoundsBytes = 4096;
 /// The most a footer may take (a partition of 2 million frames); larger is refused as damage.
 inline constexpr uint64_t kMaxFooterBytes = 64u << 20;
 

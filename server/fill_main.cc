@@ -24,7 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
-#include "server/storage/key_bounds.h"
+#include "codec/key_bounds.h"
 #include "server/storage/shuffle_store.h"
 
 namespace sluice {

@@ -307,6 +307,10 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const ServerOptions& o, uint64_t 
   r.premerge_disk_mark_pct = o.disk_high_water_pct == 0   ? 90
                              : o.disk_high_water_pct > 20 ? o.disk_high_water_pct - 10
                                                           : o.disk_high_water_pct;
+  // With the object tier, the pre-merge's copies never take a disk past where eviction begins.
+  if (!o.object_store.empty() && o.object_evict_pct != 0) {
+    r.premerge_disk_mark_pct = std::min(r.premerge_disk_mark_pct, o.object_evict_pct);
+  }
   r.settle = 2 * std::chrono::duration_cast<std::chrono::milliseconds>(o.node_lease_ttl);
   r.descriptor_limit = static_cast<int>(std::min<uint64_t>(open_files_limit, 1 << 22));
   r.max_connections = o.max_connections != 0

@@ -54,7 +54,9 @@ class Evictor {
         objects_(objects),
         uploader_(uploader),
         options_(options),
-        metrics_(metrics) {}
+        metrics_(metrics) {
+    registry_->KeepEvictReserves();
+  }
 
   /// Evicts until every data directory is at most --object_evict_pct full or nothing more can
   /// go. OK when it is (or was) below the mark; else UNAVAILABLE when shuffles here are

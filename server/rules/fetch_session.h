@@ -58,7 +58,7 @@ struct FetchSpec {
   /// (ErrorReason::kRevoked) when one's committed attempt here is another.
   std::vector<uint64_t> only_attempts;
   /// KEY only: the records with keys in [from_key, to_key) (no to_key: to the end). Only the
-  /// stored frames whose key bounds meet the range are read (server/storage/key_bounds.h);
+  /// stored frames whose key bounds meet the range are read (codec/key_bounds.h);
   /// skip_records counts within the range.
   std::string from_key;
   std::optional<std::string> to_key;

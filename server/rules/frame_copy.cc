@@ -2,11 +2,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "server/storage/key_bounds.h"
+#include "codec/key_bounds.h"
 
 namespace sluice {
 
-absl::Status FrameCopy::Add(absl::Span<const uint8_t> frame, const std::string& source) {
+absl::Status FrameCopy::Add(absl::Span<const uint8_t> frame, const std::string& source,
+                            std::string_view bounds) {
   absl::StatusOr<FrameHeader> h = ParseFrameHeader(frame, limits_);
   if (!h.ok() || h->frame_size() != frame.size() ||
       PayloadChecksum(frame.data() + kFrameHeaderSize, h->stored_size) != h->payload_checksum) {
@@ -15,7 +16,10 @@ absl::Status FrameCopy::Add(absl::Span<const uint8_t> frame, const std::string& 
                      h.ok() ? "" : absl::StrCat(": ", h.status().message())));
   }
   bounds_.clear();
-  if (h->uncompressed_size <= kMaxBoundsDecodeBytes && decoder_->Decode(frame, &decoded_).ok()) {
+  if (!bounds.empty() && KeyBoundsSize(bounds) == bounds.size()) {
+    bounds_.assign(bounds);  // (the source's, checked: no decode for them)
+  } else if (h->uncompressed_size <= kMaxBoundsDecodeBytes &&
+             decoder_->Decode(frame, &decoded_).ok()) {
     AppendFrameBounds(decoded_, &bounds_, &bound_keys_);
   }
   decoded_.Clear();

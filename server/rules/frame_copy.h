@@ -46,7 +46,10 @@ class FrameCopy {
 
   /// Checks one frame (from `source`, as messages name it) and appends it: DATA_LOSS when it
   /// fails its checks.
-  absl::Status Add(absl::Span<const uint8_t> frame, const std::string& source);
+  /// `bounds`: its key bounds as its source gives them (a partition object's footer), kept
+  /// when they are a valid encoding instead of decoding the frame for them.
+  absl::Status Add(absl::Span<const uint8_t> frame, const std::string& source,
+                   std::string_view bounds = {});
   absl::Status Commit() { return store_->Repair(mapper_, attempt_, partition_, blocks_); }
   void Discard() {
     store_->Discard(blocks_);

@@ -11,7 +11,7 @@
 #include "base/status_macros.h"
 #include "codec/endian.h"
 #include "server/storage/file_util.h"
-#include "server/storage/key_bounds.h"
+#include "codec/key_bounds.h"
 
 namespace sluice {
 namespace {

@@ -24,7 +24,7 @@ absl::StatusOr<std::map<uint32_t, ObjectRecord>> ObjectSource::Records(const std
 absl::StatusOr<std::set<uint32_t>> ObjectSource::Read(
     const std::string& id, uint32_t partition, const ObjectRecord& record,
     const std::map<uint32_t, uint64_t>& want,
-    const std::function<absl::Status(uint32_t, absl::string_view)>& each) {
+    const std::function<absl::Status(uint32_t, absl::string_view, absl::string_view)>& each) {
   SLUICE_ASSIGN_OR_RETURN(
       auto object, objstore::PartitionObjectReader::Open(store_, {record.key, record.size}, id,
                                                          partition, ranges_));
@@ -49,7 +49,7 @@ absl::StatusOr<std::set<uint32_t>> ObjectSource::Read(
     size_t j = i + 1;
     while (j < footer.frames.size() && held.count(footer.frames[j].mapper) != 0) ++j;
     SLUICE_RETURN_IF_ERROR(object->ReadFrames(i, j, [&](size_t k, absl::string_view frame) {
-      return each(footer.frames[k].mapper, frame);
+      return each(footer.frames[k].mapper, frame, footer.frames[k].bounds);
     }));
     i = j;
   }
@@ -71,14 +71,16 @@ ObjectSource::Restored ObjectSource::RestoreInto(ShuffleStore& store, const std:
     return absl::OkStatus();
   };
   absl::StatusOr<std::set<uint32_t>> held =
-      Read(id, partition, record, want, [&](uint32_t m, absl::string_view frame) -> absl::Status {
-        if (!pace(frame.size())) return absl::CancelledError("the server is stopping");
-        if (copy != nullptr && copy->mapper() != m) SLUICE_RETURN_IF_ERROR(finish());
-        if (copy == nullptr) copy = std::make_unique<FrameCopy>(&store, partition, m, want.at(m));
-        return copy->Add(
-            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size()),
-            name_);
-      });
+      Read(id, partition, record, want,
+           [&](uint32_t m, absl::string_view frame, absl::string_view bounds) -> absl::Status {
+             if (!pace(frame.size())) return absl::CancelledError("the server is stopping");
+             if (copy != nullptr && copy->mapper() != m) SLUICE_RETURN_IF_ERROR(finish());
+             if (copy == nullptr)
+               copy = std::make_unique<FrameCopy>(&store, partition, m, want.at(m));
+             return copy->Add(
+                 absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size()),
+                 name_, std::string_view(bounds.data(), bounds.size()));
+           });
   out.status = held.status();
   if (out.status.ok() && copy != nullptr) out.status = finish();
   if (copy != nullptr) copy->Discard();

@@ -43,13 +43,14 @@ class ObjectSource {
   absl::StatusOr<std::map<uint32_t, ObjectRecord>> Records(const std::string& id);
   /// Of `want` (mapper -> attempt), the mappers the object `record` names (stored partition
   /// `partition` of shuffle `id`) holds at those attempts (its footer's winners); calls
-  /// `each(mapper, frame)` with every frame of those, in the object's order. Stops at the first
+  /// `each(mapper, frame, bounds)` with every frame of those and its key bounds as the footer
+  /// gives them (empty: not known), in the object's order. Stops at the first
   /// error (the store's, the object's, or `each`'s) and returns it. DATA_LOSS when the object
   /// is not the one its record says (its footer's winners, shuffle or partition).
   absl::StatusOr<std::set<uint32_t>> Read(
       const std::string& id, uint32_t partition, const ObjectRecord& record,
       const std::map<uint32_t, uint64_t>& want,
-      const std::function<absl::Status(uint32_t, absl::string_view)>& each);
+      const std::function<absl::Status(uint32_t, absl::string_view, absl::string_view)>& each);
   /// Copies the `want` pairs of stored partition `partition` that the object `record` names
   /// holds into `store` (Read, each mapper's frames checked and appended by a FrameCopy and
   /// made visible with a REPAIR record; a mapper it holds with no frame in the partition is

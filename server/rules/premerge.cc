@@ -9,7 +9,7 @@
 #include "base/status_macros.h"
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
-#include "server/storage/key_bounds.h"
+#include "codec/key_bounds.h"
 #include "server/storage/shuffle_id.h"
 #include "spdlog/spdlog.h"
 

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "rpc/error_reason.h"
-#include "server/storage/key_bounds.h"
+#include "codec/key_bounds.h"
 #include "server/storage/shuffle_id.h"
 #include "spdlog/spdlog.h"
 

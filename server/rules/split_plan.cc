@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
-#include "server/storage/key_bounds.h"
+#include "codec/key_bounds.h"
 
 namespace sluice {
 namespace {

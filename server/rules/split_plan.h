@@ -1,5 +1,5 @@
 // PlanSplits: keys that cut a partition into slices of nearly equal stored bytes, from the key
-// bounds of its committed frames alone (server/storage/key_bounds.h; docs/api.md, "Split
+// bounds of its committed frames alone (codec/key_bounds.h; docs/api.md, "Split
 // reads"): no frame is read.
 //
 // The keys the frames name (each frame's least and greatest key and the samples between them,

@@ -8,7 +8,7 @@
 #include "base/status_macros.h"
 #include "codec/endian.h"
 #include "codec/frame_format.h"
-#include "server/storage/key_bounds.h"
+#include "codec/key_bounds.h"
 
 namespace sluice {
 namespace {

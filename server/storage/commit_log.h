@@ -51,7 +51,7 @@ struct BlockRef {
   /// The frame's uncompressed payload size (what decoding it takes): in the commit record from
   /// log version 4 on; for a version 3 log, recovery reads it from the frame's header.
   uint32_t uncompressed = 0;
-  /// The frame's key bounds, encoded (server/storage/key_bounds.h; empty: not known): in the
+  /// The frame's key bounds, encoded (codec/key_bounds.h; empty: not known): in the
   /// commit record from log version 7 on.
   std::string bounds{};
 };

@@ -266,6 +266,13 @@ absl::StatusOr<uint64_t> ShuffleRegistry::Evict(const std::string& id) {
     {
       absl::StatusOr<std::unique_ptr<ShuffleStore>> made =
           ShuffleStore::Create(staged, Shown(id), store->params(), OptionsForLocked(id), &summary);
+      if (!made.ok() && absl::IsResourceExhausted(made.status())) {
+        // A disk full to the last block: the reserve makes room for the eviction's few files.
+        (void)file::RemoveTree(staged);
+        ::unlink(ReservePath(home_.at(id)).c_str());
+        made = ShuffleStore::Create(staged, Shown(id), store->params(), OptionsForLocked(id),
+                                    &summary);
+      }
       if (!made.ok()) {
         (void)file::RemoveTree(staged);
         return made.status();
@@ -307,8 +314,35 @@ absl::StatusOr<uint64_t> ShuffleRegistry::Evict(const std::string& id) {
   for (const std::string& t : trash) {
     SLUICE_RETURN_IF_ERROR(file::RemoveTree(t, absl::StrCat(Shown(id), " (evicted)")));
   }
+  KeepEvictReserves();  // (made again, now that there is room)
   spdlog::info("event=evicted tenant={} shuffle={} bytes={}", TenantField(id), id, freed);
   return freed;
+}
+
+std::string ShuffleRegistry::ReservePath(size_t index) const {
+  return absl::StrCat(dirs_[index]->path, "/evict-reserve");
+}
+
+void ShuffleRegistry::KeepEvictReserves() {
+  std::vector<std::string> paths;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < dirs_.size(); ++i) {
+      if (dirs_[i]->failed.ok()) paths.push_back(ReservePath(i));
+    }
+  }
+  for (const std::string& path : paths) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 &&
+        static_cast<uint64_t>(st.st_blocks) * 512 >= kEvictReserve) {
+      continue;
+    }
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) continue;
+    const bool made = ::posix_fallocate(fd, 0, static_cast<off_t>(kEvictReserve)) == 0;
+    ::close(fd);
+    if (!made) ::unlink(path.c_str());  // (no room for it now: the next eviction tries again)
+  }
 }
 
 }  // namespace sluice

@@ -178,6 +178,11 @@ class ShuffleRegistry {
   /// open and not openable now, wedged or damaged, on more than one data directory, or an
   /// evicted shuffle holding nothing.
   absl::StatusOr<uint64_t> Evict(const std::string& id);
+  /// Space each data directory keeps (a file, `evict-reserve`) for evictions on a disk full to
+  /// its last block: an eviction that finds no room for its few files lets it go, and it is made
+  /// again once there is room. Made by the first call (the Evictor's) and after each eviction.
+  static constexpr uint64_t kEvictReserve = 1u << 20;
+  void KeepEvictReserves();
 
   /// Bytes the tenant's shuffles hold here: each store adds the bytes of its blocks (committed,
   /// prepared and being pushed) as they change, and a push's admission reserves a large
@@ -201,6 +206,8 @@ class ShuffleRegistry {
     mutable std::atomic<uint64_t> total_bytes{0};  // its file system's size, when last looked at
   };
   explicit ShuffleRegistry(StoreOptions options) : options_(options) {}
+  // The eviction reserve of data directory `index`.
+  std::string ReservePath(size_t index) const;
   // CheckRoom's refusal: `which` directory is `used_pct` full, past `mark`; `made`: what the
   // room maker said.
   static absl::Status PastMark(const std::string& which, double used_pct, uint32_t mark,

@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "codec/endian.h"
-#include "server/storage/key_bounds.h"
+#include "codec/key_bounds.h"
 #include "server/storage/shuffle_id.h"
 
 namespace sluice {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/storage/key_bounds.h"
+#include "codec/key_bounds.h"
 #include "server/storage/shuffle_id.h"
 #include "server/storage/shuffle_store.h"
 

@@ -28,7 +28,7 @@ absl::StatusOr<UploadedPartition> UploadPartition(
   for (const auto& [mapper, attempt] : winners) {
     // (One look at the index: the mapper's blocks and the attempt committed here, together.)
     absl::StatusOr<std::vector<BlockRef>> blocks =
-        store.CommittedBlocksOf(partition, {mapper}, &mappers, &attempts, /*with_bounds=*/false);
+        store.CommittedBlocksOf(partition, {mapper}, &mappers, &attempts, /*with_bounds=*/true);
     if ((!blocks.ok() && absl::IsAborted(blocks.status())) ||
         (blocks.ok() && (attempts.size() != 1 || attempts[0] != attempt))) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -40,8 +40,10 @@ absl::StatusOr<UploadedPartition> UploadPartition(
     for (const BlockRef& b : *blocks) {
       SLUICE_RETURN_IF_ERROR(store.ReadFrame(b, &frame));
       SLUICE_RETURN_IF_ERROR(up->Append(frame));
-      footer.frames.push_back(
-          objstore::ObjectFrame{mapper, attempt, at, b.frame_size, b.records, b.uncompressed});
+      // (Bounds past what a footer takes, never made by a server, are left out: any key.)
+      footer.frames.push_back(objstore::ObjectFrame{
+          mapper, attempt, at, b.frame_size, b.records, b.uncompressed,
+          b.bounds.size() <= objstore::kMaxFrameBoundsBytes ? b.bounds : std::string()});
       at += b.frame_size;
     }
   }

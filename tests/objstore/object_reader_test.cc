@@ -44,9 +44,13 @@ class ObjectReaderTest : public S3ServerTest {
     uint64_t at = 0;
     for (size_t i = 0; i < frames.size(); ++i) {
       const uint32_t m = static_cast<uint32_t>(i % mappers);
-      f.frames.push_back(ObjectFrame{m, 100u + m, at, static_cast<uint32_t>(frames[i].size()),
+      f.frames.push_back(ObjectFrame{m,
+                                     100u + m,
+                                     at,
+                                     static_cast<uint32_t>(frames[i].size()),
                                      static_cast<uint32_t>(rows != nullptr ? (*rows)[i].size() : 0),
-                                     0});
+                                     0,
+                                     {}});
       at += frames[i].size();
       EXPECT_TRUE((*up)->Append(frames[i]).ok());
     }

@@ -141,7 +141,8 @@ TEST_P(ObjectUploadTest, APartitionObjectIsReadBackByRanges) {
                    frames.size(),
                    static_cast<uint32_t>(200000 + i * 1000),
                    7,
-                   0};
+                   0,
+                   {}};
     frames += RandomBytes(fr.size, 100 + i);
     f.frames.push_back(fr);
   }

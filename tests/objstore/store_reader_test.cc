@@ -7,11 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
+#include "codec/key_bounds.h"
 #include "objstore/partition_object.h"
 #include "tests/harness/frames.h"
 #include "tests/harness/s3_server.h"
@@ -61,9 +65,13 @@ TEST_P(StoreReaderTest, AShufflesObjectsReadBackInBothOrdersColumnarFramesInclud
         eo.sort_by_key = true;
         const std::string frame = EncodeRows(rows, eo);
         ASSERT_EQ(DecodeRows(frame), rows);
-        footer.frames.push_back(objstore::ObjectFrame{mapper, 10 + mapper, object.size(),
-                                                      static_cast<uint32_t>(frame.size()), 500,
-                                                      static_cast<uint32_t>(frame.size())});
+        footer.frames.push_back(objstore::ObjectFrame{mapper,
+                                                      10 + mapper,
+                                                      object.size(),
+                                                      static_cast<uint32_t>(frame.size()),
+                                                      500,
+                                                      static_cast<uint32_t>(frame.size()),
+                                                      {}});
         object += frame;
         want[p].insert(want[p].end(), rows.begin(), rows.end());
       }
@@ -117,6 +125,100 @@ TEST_P(StoreReaderTest, AShufflesObjectsReadBackInBothOrdersColumnarFramesInclud
               StatusIs(absl::StatusCode::kResourceExhausted, "max_merge_bytes"));
   EXPECT_THAT(StoreShuffle::Open(store.get(), "other").status(),
               StatusIs(absl::StatusCode::kNotFound, "no manifest of shuffle 'other'"));
+}
+
+// The footer's key bounds are its index: a KEY read of a key range reads only the frames whose
+// bounds meet it (here one of four, in bytes from the store), and returns exactly the records in
+// the range; a frame without bounds may hold any key and is read.
+TEST_P(StoreReaderTest, AKeyRangeReadsOnlyTheFramesWhoseBoundsMeetIt) {
+  ASSERT_OK_AND_ASSIGN(auto store, objstore::S3Store::Make(s3_->Options("b")));
+  objstore::PartitionObjectFooter footer;
+  footer.shuffle_id = "ranged";
+  footer.partition = 0;
+  footer.winners = {{0, 1}, {1, 1}};
+  std::string object;
+  Rows all;
+  uint64_t frame_bytes = 0;
+  for (uint32_t f = 0; f < 5; ++f) {
+    const uint32_t mapper = f < 4 ? 0 : 1;
+    Rows rows;
+    for (uint32_t i = 0; i < 400; ++i) {
+      char key[16];
+      // Mapper 0: frame f holds keys k<f>000..k<f>399; mapper 1 (no bounds): a few everywhere.
+      std::snprintf(key, sizeof(key), "k%u%03u", mapper == 0 ? f : i % 4, i);
+      std::string value(1000, 'a');
+      uint64_t x = 0x9e3779b97f4a7c15ULL * (f + 1) + i;
+      for (char& c : value) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        c = static_cast<char>('a' + x % 26);  // (zstd cannot shrink it much)
+      }
+      rows.emplace_back(key, value);
+    }
+    std::sort(rows.begin(), rows.end());
+    EncodeOptions eo;
+    eo.sort_by_key = true;
+    const std::string frame = EncodeRows(rows, eo);
+    std::string bounds;
+    if (mapper == 0) {
+      FrameDecoder decoder;
+      DecodedFrame decoded;
+      ASSERT_OK(decoder.Decode(frame, &decoded));
+      std::vector<std::string_view> scratch;
+      AppendFrameBounds(decoded, &bounds, &scratch);
+    }
+    footer.frames.push_back(objstore::ObjectFrame{mapper, 1, object.size(),
+                                                  static_cast<uint32_t>(frame.size()), 400,
+                                                  static_cast<uint32_t>(frame.size()), bounds});
+    object += frame;
+    frame_bytes = std::max<uint64_t>(frame_bytes, frame.size());
+    all.insert(all.end(), rows.begin(), rows.end());
+  }
+  object += objstore::EncodeFooter(footer);
+  ShuffleManifest m;
+  m.shuffle_id = "ranged";
+  m.partitions = 1;
+  m.mappers = 2;
+  ObjectRecord r;
+  r.key = PartitionObjectKey("ranged", 0, "n0", 1);
+  r.size = object.size();
+  r.by = "n0";
+  r.frames = 5;
+  r.winners = footer.winners;
+  m.objects[0] = r;
+  ASSERT_OK(store->Put(r.key, object));
+  ASSERT_OK(store->Put(ManifestKey("ranged"), EncodeShuffleManifest(m)));
+
+  StoreReadOptions o;
+  o.ranges.range_bytes = 1;  // (a GET a frame: what is read is what is asked for)
+  o.ranges.tail_bytes = 4096;
+  ASSERT_OK_AND_ASSIGN(auto shuffle, StoreShuffle::Open(store.get(), "ranged", o));
+  ReaderOptions range;
+  range.order = FetchOrder::kKey;
+  range.from_key = "k2";
+  range.to_key = "k3";
+  const uint64_t before = store->counters().bytes_received;
+  ASSERT_OK_AND_ASSIGN(auto reader, shuffle->OpenReader(0, range));
+  Rows got;
+  Record rec;
+  for (;;) {
+    ASSERT_OK_AND_ASSIGN(bool more, reader->Next(&rec));
+    if (!more) break;
+    got.emplace_back(std::string(rec.key), std::string(rec.value));
+  }
+  const uint64_t read = store->counters().bytes_received - before;
+  Rows want;
+  for (const auto& kv : all) {
+    if (kv.first >= "k2" && kv.first < "k3") want.push_back(kv);
+  }
+  std::stable_sort(want.begin(), want.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  EXPECT_EQ(got.size(), 500u) << "400 of mapper 0's frame 2, 100 of mapper 1's";
+  EXPECT_EQ(got, want);
+  // Mapper 0's frame 2 and mapper 1's frame (and the footer): not mapper 0's other three.
+  EXPECT_LT(read, 3 * frame_bytes) << read;
+  EXPECT_GT(read, frame_bytes) << read;
 }
 
 INSTANTIATE_TEST_SUITE_P(Servers, StoreReaderTest, S3ServerKinds(), S3ServerName);

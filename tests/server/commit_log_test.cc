@@ -20,7 +20,7 @@
 #include "codec/endian.h"
 #include "codec/frame_format.h"
 #include "server/storage/file_util.h"
-#include "server/storage/key_bounds.h"
+#include "codec/key_bounds.h"
 #include "tests/harness/parked_threads.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"

@@ -2,9 +2,14 @@
 // its status reports and nothing else, survives a reopen as evicted, takes its partitions back
 // by repairs one partition at a time, and the replica check tells what each partition lacks; the
 // EVICTED file's bytes are checked like every file on disk.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -194,6 +199,52 @@ TEST_F(EvictionTest, AMapperPushedAfterTheEvictionIsHereForWhatItPushed) {
   }
   // What its status reports: the revoked attempt is not a winner any more.
   EXPECT_EQ(store->SummaryForEviction().winners, (std::map<uint32_t, uint64_t>{{0, 4}, {1, 10}}));
+}
+
+// A disk full to its last block still evicts: the data directory's reserve (kEvictReserve)
+// makes room for the eviction's own files, and is made again once the eviction freed room.
+TEST(EvictionOnAFullDiskTest, TheReserveLetsAnEvictionBeginOnADiskWithNoBlockLeft) {
+  TempDir root;
+  const std::string disk = root.path() + "/disk";
+  ::mkdir(disk.c_str(), 0755);
+  if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=4m") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root): " << std::strerror(errno);
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{disk};
+  const std::string reserve = disk + "/evict-reserve";
+  {
+    ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(disk, StoreOptions{}));
+    registry->KeepEvictReserves();
+    EXPECT_GE(FileSize(reserve), ShuffleRegistry::kEvictReserve);
+    ASSERT_OK(registry->Create({"full", 1, 1}).status());
+    ASSERT_OK_AND_ASSIGN(auto store, registry->Get("full"));
+    std::vector<BlockRef> blocks;
+    for (int i = 0; i < 100; ++i) {  // until the disk has no block left
+      const std::string frame = testing::RandomValueFrame(64 << 10, 100 + i);
+      absl::StatusOr<BlockRef> b = store->Append(0, 1, 0, testing::Bytes(frame), 1);
+      if (!b.ok()) break;
+      blocks.push_back(*b);
+    }
+    ASSERT_OK(store->Commit(0, 1, blocks).status()) << "(the log's record fits the last page)";
+    // Fill whatever is left, a byte file at a time.
+    for (int i = 0;; ++i) {
+      const std::string f = disk + "/filler" + std::to_string(i);
+      const int fd = ::open(f.c_str(), O_WRONLY | O_CREAT, 0644);
+      ASSERT_GE(fd, 0);
+      const bool wrote = ::write(fd, "x", 1) == 1 && ::fsync(fd) == 0;
+      ::close(fd);
+      if (!wrote) break;
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(auto registry, ShuffleRegistry::Open(disk, StoreOptions{}));
+  ASSERT_OK_AND_ASSIGN(uint64_t freed, registry->Evict("full"));
+  EXPECT_GT(freed, 1u << 20);
+  ASSERT_OK_AND_ASSIGN(auto store, registry->Get("full"));
+  EXPECT_NE(store->evicted(), nullptr);
+  EXPECT_GE(FileSize(reserve), ShuffleRegistry::kEvictReserve) << "made again";
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "codec/frame_decoder.h"
+#include "codec/key_bounds.h"
 #include "objstore/object_reader.h"
 #include "tests/harness/s3_server.h"
 #include "tests/harness/status_matchers.h"
@@ -85,6 +87,30 @@ TEST_P(PartitionUploadTest, APartitionsWinnersAreUploadedAsStoredAndReadBackInOr
                                         bucket_.get(), {up.object.key, up.object.size}, "s1", 1));
   EXPECT_EQ(reader->footer().winners, winners) << "mapper 2 listed, with no frame";
   (void)loser;
+}
+
+// Each frame's key bounds, as the store keeps them, go into the footer: the object's index for
+// key range reads with no server.
+TEST_P(PartitionUploadTest, TheFramesKeyBoundsGoIntoTheFooter) {
+  auto store = CreateStore(1, 1);
+  const std::string frame = MakeFrame(0, 0, 50, 1);
+  FrameDecoder decoder;
+  DecodedFrame decoded;
+  ASSERT_OK(decoder.Decode(frame, &decoded));
+  std::string bounds;
+  std::vector<std::string_view> scratch;
+  AppendFrameBounds(decoded, &bounds, &scratch);
+  ASSERT_FALSE(bounds.empty());
+  const ShuffleStore::FrameToAppend one{0, testing::Bytes(frame), 50, bounds};
+  std::vector<BlockRef> blocks;
+  ASSERT_OK(store->AppendAll(0, 1, absl::MakeConstSpan(&one, 1), &blocks));
+  ASSERT_EQ(*store->Commit(0, 1, blocks), CommitOutcome::kCommitted);
+  ASSERT_OK_AND_ASSIGN(UploadedPartition up,
+                       UploadPartition(*store, "s1", 0, {{0, 1}}, bucket_.get(), "s1/b", options_));
+  ASSERT_OK_AND_ASSIGN(auto reader, objstore::PartitionObjectReader::Open(
+                                        bucket_.get(), {up.object.key, up.object.size}, "s1", 0));
+  ASSERT_EQ(reader->footer().frames.size(), 1u);
+  EXPECT_EQ(reader->footer().frames[0].bounds, bounds);
 }
 
 TEST_P(PartitionUploadTest, AWinnerNotCommittedHereUploadsNothing) {

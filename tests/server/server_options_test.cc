@@ -52,6 +52,11 @@ TEST(ServerOptionsTest, TheEvictionMarkIsBelowTheHighWaterMark) {
   o.object_evict_pct = 50;
   o.disk_high_water_pct = 0;  // pushes never refused: any mark
   EXPECT_OK(ValidateOptions(o));
+  // The pre-merge's copies never take a disk past where eviction begins.
+  o.disk_high_water_pct = 95;
+  o.object_evict_pct = 60;
+  ASSERT_OK_AND_ASSIGN(ResolvedOptions r, ResolveOptions(o, 1024));
+  EXPECT_EQ(r.premerge_disk_mark_pct, 60u);
   // Without the tier, the flag is not looked at (a low high-water mark stays valid).
   o = Valid();
   o.disk_high_water_pct = 1;

@@ -1,4 +1,4 @@
-#include "server/storage/key_bounds.h"
+#include "codec/key_bounds.h"
 
 #include <algorithm>
 

@@ -17,8 +17,8 @@
 //
 // An empty encoding means "not known" (a frame of an older log, or a large one copied by a
 // repair): such a frame may hold any key.
-#ifndef SLUICE_SERVER_STORAGE_KEY_BOUNDS_H_
-#define SLUICE_SERVER_STORAGE_KEY_BOUNDS_H_
+#ifndef SLUICE_CODEC_KEY_BOUNDS_H_
+#define SLUICE_CODEC_KEY_BOUNDS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -82,4 +82,4 @@ bool MayHoldKeyIn(std::string_view encoded, std::string_view from,
 
 }  // namespace sluice
 
-#endif  // SLUICE_SERVER_STORAGE_KEY_BOUNDS_H_
+#endif  // SLUICE_CODEC_KEY_BOUNDS_H_
