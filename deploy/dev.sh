@@ -28,8 +28,9 @@ BUILD_PACKAGES=(build-essential cmake ninja-build ccache pkg-config libssl-dev
 # Python client's tests. openssl: the TLS tests make their CA and certificates with it.
 # python3-pandas: the columns tests give and take DataFrames (python3-numpy, the columns' one
 # dependency, is a build package: the Python package's columns need it at run time).
+# python3-dask, python3-distributed: sluice.dask's tests run a real distributed.LocalCluster.
 TEST_PACKAGES=(python3 python3-msgpack python3-zstandard python3-yaml etcd-server prometheus iproute2
-  python3-pytest openssl python3-pandas curl)
+  python3-pytest openssl python3-pandas curl python3-dask python3-distributed)
 FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
 log() { printf '==> %s\n' "$*" >&2; }
