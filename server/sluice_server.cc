@@ -188,8 +188,10 @@ struct SluiceServer::Impl {
   std::unique_ptr<Periodic> watching;               // ClusterNode::WatchMembers, once joined
   std::unique_ptr<objstore::S3Store> object_store;  // with --object_store
   std::unique_ptr<objstore::RateLimiter> object_rate;
-  std::unique_ptr<ObjectSource> object_source;  // with --object_store, once joined
-  std::unique_ptr<GrpcPeerFetcher> peers;       // with --repair_mb_per_s, once joined
+  // With --object_store: made once (by the cluster's join, or the background's start), shared
+  // by the repairer and the evictor.
+  std::unique_ptr<ObjectSource> object_source;
+  std::unique_ptr<GrpcPeerFetcher> peers;  // with --repair_mb_per_s, once joined
   std::unique_ptr<Repairer> repairer;
   std::string repair_off;  // why this server does not repair (set once, before it joins)
   std::unique_ptr<Periodic> repairing;
@@ -456,8 +458,10 @@ size_t SluiceServer::Impl::StartBackground() {
     uploader =
         std::make_unique<Uploader>(registry.get(), node.get(), object_store.get(), uo, &metrics);
     uploading = std::make_unique<Periodic>(Uploader::kPeriod, [this] { uploader->Run(); });
-    object_source = std::make_unique<ObjectSource>(node.get(), object_store.get(),
-                                                   objstore::ReadOptions{}, registry.get());
+    if (object_source == nullptr) {  // (the cluster's join made it first, for the repairer)
+      object_source = std::make_unique<ObjectSource>(node.get(), object_store.get(),
+                                                     objstore::ReadOptions{}, registry.get());
+    }
     evictor =
         std::make_unique<Evictor>(registry.get(), node.get(), object_source.get(), uploader.get(),
                                   Evictor::Options{options.object_evict_pct}, &metrics);
@@ -551,8 +555,8 @@ absl::Status SluiceServer::Impl::JoinCluster() {
       spdlog::warn("event=repair_off reason=\"{}\"", off);
     } else {
       if (object_store != nullptr && object_source == nullptr) {
-        object_source =
-            std::make_unique<ObjectSource>(node.get(), object_store.get(), objstore::ReadOptions{});
+        object_source = std::make_unique<ObjectSource>(node.get(), object_store.get(),
+                                                       objstore::ReadOptions{}, registry.get());
       }
       repairer = std::make_unique<Repairer>(registry.get(), node.get(), peers.get(),
                                             o.repair_bytes_per_s, &metrics, object_source.get());
