@@ -28,6 +28,7 @@
 #include "tests/cluster/replication_fixture.h"
 #include "tests/harness/s3_server.h"
 #include "tests/harness/temp_dir.h"
+#include "tests/harness/wait.h"
 
 namespace sluice {
 namespace {
@@ -178,10 +179,21 @@ TEST_F(ObjectEvictTest, ShufflesLargerThanTheDisksWriteAndReadBackExactly) {
         ExpectExact(*client_, jobs[s], FetchOrder::kKey, winners[s], &reads_retried));
     ASSERT_NO_FATAL_FAILURE(
         ExpectExact(*client_, jobs[s], FetchOrder::kUnordered, winners[s], &reads_retried));
-    // Its status reports every mapper committed, evicted or not.
-    ASSERT_OK_AND_ASSIGN(ShuffleStatus status, client_->GetShuffle(jobs[s].id));
-    EXPECT_EQ(status.committed_mappers.size(), jobs[s].mappers);
-    EXPECT_TRUE(status.under_replicated_partitions.empty());
+    // Its status reports every mapper committed, evicted or not, and no partition
+    // under-replicated (asked again for a while: a server busy reading back partitions may
+    // miss a status call, and its replica then counts as not whole).
+    absl::StatusOr<ShuffleStatus> status;
+    EXPECT_TRUE(testing::Eventually(
+        [&] {
+          status = client_->GetShuffle(jobs[s].id);
+          return status.ok() && status->committed_mappers.size() == jobs[s].mappers &&
+                 status->under_replicated_partitions.empty();
+        },
+        std::chrono::seconds(30)))
+        << (status.ok() ? absl::StrCat(status->committed_mappers.size(), " mappers, ",
+                                       status->under_replicated_partitions.size(),
+                                       " partitions under-replicated")
+                        : status.status().ToString());
   }
   // A server restarted finds its evicted shuffles evicted still, and serves them alone.
   const int evicted_before = EvictedIn(cluster_->data_dir(0));
