@@ -58,7 +58,8 @@ absl::Status Damaged(const std::string& why) {
 
 std::string EncodeFooter(const PartitionObjectFooter& f) {
   std::string out(kFooterMagic, 4);
-  out.push_back(static_cast<char>(kVersion));
+  const bool v1 = f.version == 1;
+  out.push_back(static_cast<char>(v1 ? 1 : kVersion));
   out.append(3, '\0');
   AppendLE32(&out, f.partition);
   AppendLE32(&out, static_cast<uint32_t>(f.shuffle_id.size()));
@@ -76,6 +77,7 @@ std::string EncodeFooter(const PartitionObjectFooter& f) {
     AppendLE32(&out, fr.size);
     AppendLE32(&out, fr.records);
     AppendLE32(&out, fr.uncompressed);
+    if (v1) continue;
     out.push_back(static_cast<char>(fr.bounds.size() & 0xff));
     out.push_back(static_cast<char>(fr.bounds.size() >> 8));
     out += fr.bounds;
@@ -130,6 +132,7 @@ absl::StatusOr<PartitionObjectFooter> DecodeFooter(absl::string_view bytes, uint
     return Damaged("its footer's reserved bytes are not zero");
   }
   PartitionObjectFooter f;
+  f.version = version;
   f.partition = r.Get32();
   const uint32_t id_len = r.Get32();
   f.shuffle_id = std::string(r.Bytes(id_len));

@@ -48,6 +48,9 @@ struct ObjectFrame {
 };
 
 struct PartitionObjectFooter {
+  /// The footer's layout: 2 (frames with key bounds), or 1 as an older object was written
+  /// (EncodeFooter writes what it is given, so that a footer read re-encodes to its bytes).
+  uint8_t version = 2;
   std::string shuffle_id;
   uint32_t partition = 0;
   /// (mapper, attempt) of every winner the object stands for, mappers ascending.
@@ -68,7 +71,8 @@ inline constexpr size_t kMaxFrameBoundsBytes = 4096;
 inline constexpr uint64_t kMaxFooterBytes = 64u << 20;
 
 /// The footer and the trailer, to follow the frames. The footer's frames must be back to back
-/// from 0 and name winners (the encoder does not check; DecodeFooter does).
+/// from 0 and name winners (the encoder does not check; DecodeFooter does). Version 1 carries
+/// no key bounds (the frames' are left out).
 std::string EncodeFooter(const PartitionObjectFooter& footer);
 
 /// The footer's size from an object's last kTrailerBytes; DATA_LOSS naming the damage when the
