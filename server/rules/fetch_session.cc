@@ -7,8 +7,8 @@
 #include "base/status_macros.h"
 #include "codec/frame_decoder.h"
 #include "codec/frame_encoder.h"
-#include "rpc/error_reason.h"
 #include "codec/key_bounds.h"
+#include "rpc/error_reason.h"
 #include "server/storage/shuffle_id.h"
 
 namespace sluice {

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "codec/endian.h"
-#include "server/storage/file_util.h"
 #include "codec/key_bounds.h"
+#include "server/storage/file_util.h"
 
 namespace sluice {
 namespace {

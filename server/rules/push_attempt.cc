@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "rpc/error_reason.h"
 #include "codec/key_bounds.h"
+#include "rpc/error_reason.h"
 #include "server/storage/shuffle_id.h"
 #include "spdlog/spdlog.h"
 

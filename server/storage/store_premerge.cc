@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/storage/block_format.h"
 #include "codec/key_bounds.h"
+#include "server/storage/block_format.h"
 #include "server/storage/shuffle_id.h"
 #include "server/storage/shuffle_store.h"
 

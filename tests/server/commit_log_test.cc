@@ -19,8 +19,8 @@
 
 #include "codec/endian.h"
 #include "codec/frame_format.h"
-#include "server/storage/file_util.h"
 #include "codec/key_bounds.h"
+#include "server/storage/file_util.h"
 #include "tests/harness/parked_threads.h"
 #include "tests/harness/status_matchers.h"
 #include "tests/harness/temp_dir.h"

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "codec/key_bounds.h"
 #include "server/rules/fetch_session.h"
 #include "server/rules/push_attempt.h"
 #include "server/rules/split_plan.h"
-#include "codec/key_bounds.h"
 #include "tests/harness/fetch_fixture.h"
 #include "tests/harness/frames.h"
 #include "tests/harness/status_matchers.h"
