@@ -70,29 +70,14 @@ uint64_t Uploader::RunAlone(const std::string& id) {
   uint64_t made = 0;
   for (uint32_t q = 0; q < params.num_partitions; ++q) {
     if (stopping_.load()) return made;
-    const std::string key = PartitionObjectKey(id, q, node_id, nonce_());
-    absl::StatusOr<UploadedPartition> up =
-        UploadPartition(**store, id, q, winners, store_, key, options_.upload);
-    if (!up.ok()) {
-      if (metrics_ != nullptr) ServerMetrics::Add(metrics_->object_upload_failures, 1);
-      spdlog::warn("event=object_upload_failed shuffle={} partition={} error=\"{}\"", id, q,
-                   up.status().ToString());
+    absl::StatusOr<ObjectRecord> up = UploadOne(**store, id, q, node_id, winners);
+    if (!up.ok()) {  // (a failed upload leaves nothing: UploadPartition aborts it)
       for (const auto& [done, r] : m.objects) DeleteObject(id, r.key, "upload not finished");
-      DeleteObject(id, key, "upload not finished");  // (a part may be there)
       return made;
     }
-    ObjectRecord& r = m.objects[q];
-    r.key = key;
-    r.size = up->object.size;
-    r.etag = up->object.etag;
-    r.by = node_id;
-    r.frames = up->frames;
-    r.winners = winners;
+    CountRecorded(*up);
+    m.objects[q] = *std::move(up);
     ++made;
-    if (metrics_ != nullptr) {
-      ServerMetrics::Add(metrics_->objects_uploaded, 1);
-      ServerMetrics::Add(metrics_->object_upload_bytes, up->object.size);
-    }
   }
   // The commit point: the OBJECTS file beside the shuffle (its store's manifest first, so that
   // a reader with no server finds what the server counts as uploaded).
@@ -180,22 +165,10 @@ uint64_t Uploader::RunShuffle(const std::string& id) {
   uint64_t made = 0;
   for (uint32_t q : PartitionsToUpload(p, *decided, *recorded, view.node_id, registered, whole)) {
     if (stopping_.load()) return made;
-    const std::string key = PartitionObjectKey(id, q, view.node_id, nonce_());
-    absl::StatusOr<UploadedPartition> up =
-        UploadPartition(**store, id, q, winners, store_, key, options_.upload);
-    if (!up.ok()) {
-      if (metrics_ != nullptr) ServerMetrics::Add(metrics_->object_upload_failures, 1);
-      spdlog::warn("event=object_upload_failed shuffle={} partition={} error=\"{}\"", id, q,
-                   up.status().ToString());
-      continue;
-    }
-    ObjectRecord record;
-    record.key = key;
-    record.size = up->object.size;
-    record.etag = up->object.etag;
-    record.by = view.node_id;
-    record.frames = up->frames;
-    record.winners = winners;
+    absl::StatusOr<ObjectRecord> up = UploadOne(**store, id, q, view.node_id, winners);
+    if (!up.ok()) continue;
+    const ObjectRecord& record = *up;
+    const std::string& key = record.key;
     // A record there does not stand (else the plan would not give q): replace it.
     auto old = recorded->find(q);
     const std::optional<ObjectRecord> stale =
@@ -215,12 +188,9 @@ uint64_t Uploader::RunShuffle(const std::string& id) {
       continue;
     }
     ++made;
-    if (metrics_ != nullptr) {
-      ServerMetrics::Add(metrics_->objects_uploaded, 1);
-      ServerMetrics::Add(metrics_->object_upload_bytes, up->object.size);
-    }
+    CountRecorded(record);
     spdlog::info("event=object_recorded shuffle={} partition={} key={} bytes={} frames={}", id, q,
-                 key, up->object.size, up->frames);
+                 key, record.size, record.frames);
     if (stale && stale->key != key) DeleteObject(id, stale->key, "stale");
   }
   // Settled once every stored partition's record stands; the uploader of partition 0 writes
@@ -248,6 +218,34 @@ uint64_t Uploader::RunShuffle(const std::string& id) {
   }
   dropped_.erase(id);
   return made;
+}
+
+absl::StatusOr<ObjectRecord> Uploader::UploadOne(
+    const ShuffleStore& store, const std::string& id, uint32_t partition,
+    const std::string& node_id, const std::vector<std::pair<uint32_t, uint64_t>>& winners) {
+  const std::string key = PartitionObjectKey(id, partition, node_id, nonce_());
+  absl::StatusOr<UploadedPartition> up =
+      UploadPartition(store, id, partition, winners, store_, key, options_.upload);
+  if (!up.ok()) {
+    if (metrics_ != nullptr) ServerMetrics::Add(metrics_->object_upload_failures, 1);
+    spdlog::warn("event=object_upload_failed shuffle={} partition={} error=\"{}\"", id, partition,
+                 up.status().ToString());
+    return up.status();
+  }
+  ObjectRecord r;
+  r.key = key;
+  r.size = up->object.size;
+  r.etag = up->object.etag;
+  r.by = node_id;
+  r.frames = up->frames;
+  r.winners = winners;
+  return r;
+}
+
+void Uploader::CountRecorded(const ObjectRecord& r) {
+  if (metrics_ == nullptr) return;
+  ServerMetrics::Add(metrics_->objects_uploaded, 1);
+  ServerMetrics::Add(metrics_->object_upload_bytes, r.size);
 }
 
 bool Uploader::IsSettled(const std::string& id) const {

@@ -72,6 +72,13 @@ class Uploader {
   // here is uploaded whole, every partition, then recorded in its OBJECTS file (the commit
   // point) after its manifest in the store. Returns the objects recorded.
   uint64_t RunAlone(const std::string& id);
+  // Uploads stored partition `partition` of shuffle `id` to a key of its own and returns the
+  // record that names it (not made anywhere yet); a failure is counted and logged.
+  absl::StatusOr<ObjectRecord> UploadOne(const ShuffleStore& store, const std::string& id,
+                                         uint32_t partition, const std::string& node_id,
+                                         const std::vector<std::pair<uint32_t, uint64_t>>& winners);
+  // Counts an object recorded (in etcd, or a server's own OBJECTS file).
+  void CountRecorded(const ObjectRecord& r);
   // Deletes `key` from the store (counted; a failure is logged and left to the lifecycle rule).
   void DeleteObject(const std::string& id, const std::string& key, const char* why);
   // The shuffles held here before that are no longer recorded: everything under their prefix.

@@ -102,6 +102,33 @@ void ExpectExact(ShuffleClient& client, const Job& job, FetchOrder order,
   EXPECT_EQ(seen.size(), winners.size() * static_cast<size_t>(job.items)) << job.id;
 }
 
+// Eight shuffles `<prefix>0`..`<prefix>7` of ~5 MB each as stored (4 x 1,500 values of 1,500
+// random letters), created at `replication` (0: the default) and written by mappers that re-run
+// an attempt refused UNAVAILABLE, as an engine does (a full disk, until the shuffles before are
+// in the store and evicted). Sets *jobs, each one's winners, and the attempts re-run.
+void WriteShuffles(ShuffleClient& client, const std::string& prefix, uint32_t replication,
+                   std::vector<Job>* jobs, std::vector<std::map<uint32_t, uint64_t>>* winners,
+                   int* retried) {
+  for (int s = 0; s < 8; ++s) {
+    Job job;
+    job.id = absl::StrCat(prefix, s);
+    job.partitions = 4;
+    job.mappers = 4;
+    job.items = 1500;
+    job.filler = 1500;
+    ASSERT_OK(client.CreateShuffle(job.id, job.partitions, job.mappers, replication).status());
+    std::map<uint32_t, uint64_t> won;
+    for (uint32_t m = 0; m < job.mappers; ++m) {
+      absl::StatusOr<uint64_t> w = WriteWithRetries(client, job, m, nullptr, 1, 60);
+      ASSERT_OK(w) << job.id << " mapper " << m;
+      *retried += static_cast<int>(*w - 1);
+      won[m] = *w;
+    }
+    jobs->push_back(job);
+    winners->push_back(won);
+  }
+}
+
 class ObjectEvictTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -143,31 +170,11 @@ class ObjectEvictTest : public ::testing::Test {
 };
 
 TEST_F(ObjectEvictTest, ShufflesLargerThanTheDisksWriteAndReadBackExactly) {
-  // 8 shuffles of ~5 MB each as stored (values of random letters), every partition on both
-  // servers: ~40 MB a server, on 24 MiB disks.
+  // Every partition on both servers: ~40 MB a server, on 24 MiB disks.
   std::vector<Job> jobs;
   std::vector<std::map<uint32_t, uint64_t>> winners;
   int retried = 0;
-  for (int s = 0; s < 8; ++s) {
-    Job job;
-    job.id = absl::StrCat("full", s);
-    job.partitions = 4;
-    job.mappers = 4;
-    job.items = 1500;
-    job.filler = 1500;
-    ASSERT_OK(client_->CreateShuffle(job.id, job.partitions, job.mappers, 2).status());
-    std::map<uint32_t, uint64_t> won;
-    for (uint32_t m = 0; m < job.mappers; ++m) {
-      // (An engine re-runs a task refused with UNAVAILABLE: the disk is full until the
-      // shuffles before it are in the store and evicted.)
-      absl::StatusOr<uint64_t> w = WriteWithRetries(*client_, job, m, nullptr, 1, 60);
-      ASSERT_OK(w) << job.id << " mapper " << m;
-      retried += static_cast<int>(*w - 1);
-      won[m] = *w;
-    }
-    jobs.push_back(job);
-    winners.push_back(won);
-  }
+  ASSERT_NO_FATAL_FAILURE(WriteShuffles(*client_, "full", 2, &jobs, &winners, &retried));
   const int evicted = EvictedIn(cluster_->data_dir(0)) + EvictedIn(cluster_->data_dir(1));
   EXPECT_GT(evicted, 0) << "the shuffles did not fit: some were evicted";
   std::cout << "evicted shuffles: " << evicted << ", attempts retried: " << retried << "\n";
@@ -248,25 +255,9 @@ TEST(ObjectAloneTest, AServerOnItsOwnEvictsReadsBackAndIsReadFromTheStoreWhenGon
   ASSERT_OK_AND_ASSIGN(auto client, cluster->Client());
   std::vector<Job> jobs;
   std::vector<std::map<uint32_t, uint64_t>> winners;
-  for (int s = 0; s < 8; ++s) {
-    Job job;
-    job.id = absl::StrCat("alone", s);
-    job.partitions = 4;
-    job.mappers = 4;
-    job.items = 1500;
-    job.filler = 1500;
-    ASSERT_OK(client->CreateShuffle(job.id, job.partitions, job.mappers).status());
-    std::map<uint32_t, uint64_t> won;
-    for (uint32_t m = 0; m < job.mappers; ++m) {
-      absl::StatusOr<uint64_t> w = WriteWithRetries(*client, job, m, nullptr, 1, 60);
-      ASSERT_OK(w) << job.id << " mapper " << m;
-      won[m] = *w;
-    }
-    jobs.push_back(job);
-    winners.push_back(won);
-  }
-  EXPECT_GT(EvictedIn(disk), 0) << "the shuffles did not fit: some were evicted";
   int retried = 0;
+  ASSERT_NO_FATAL_FAILURE(WriteShuffles(*client, "alone", 0, &jobs, &winners, &retried));
+  EXPECT_GT(EvictedIn(disk), 0) << "the shuffles did not fit: some were evicted";
   for (size_t s = 0; s < jobs.size(); ++s) {
     ASSERT_NO_FATAL_FAILURE(ExpectExact(*client, jobs[s], FetchOrder::kKey, winners[s], &retried));
   }
