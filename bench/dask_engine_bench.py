@@ -1,16 +1,18 @@
 """sluice.dask against Dask distributed's own shuffle ("tasks") on the same frames and the same
 LocalCluster (docs/benchmarks.md, "Dask on Sluice").
 
-The frames: SHARDS partitions of ROWS rows {key < KEYS, seq, src, payload: 168 random
-alphanumeric characters, each row its own}, made on the workers by the same function for both
-sides and persisted there before the clock. Each round shuffles them on `key` into PARTITIONS
-partitions, once through Sluice (a real sluice-server child, fsync on, its data in a temporary
-directory on this machine's disk) and once with Dask's own shuffle, alternating which goes first,
-and consumes each output partition on the workers (its rows counted per key: the counts must be
-the made ones). Timed: the shuffle and the consumption; items/s = rows / seconds. The workers'
-peak memory: their processes' resident set sampled every 20 ms during the round, the peak of
-the sum less the sum just before it (the persisted input is in both). The server's resident
-set at the end of each Sluice round is printed beside it.
+The frames: SHARDS partitions of ROWS rows {key < KEYS, seq, src, payload: 168 random alphanumeric
+characters, each row its own}, made on the workers by the same function for both sides and
+persisted there before the clock. Each round shuffles them on `key` into PARTITIONS partitions,
+once through Sluice (a real sluice-server child, fsync on, its data in a temporary directory on
+this machine's disk) and once with Dask's own shuffle, alternating which goes first, and consumes
+each output partition on the workers (its rows counted per key: the counts must be the made ones);
+one round of each, not counted, goes first (imports, connections). Timed: the shuffle and the
+consumption; items/s = rows / seconds. The workers' peak memory: their processes' resident set
+sampled every 20 ms during the round, the peak of the sum less the sum just before it (the
+persisted input is in both). The server's resident set at the end of each Sluice round is printed
+beside it. CPU-s: the CPU time the workers, the server and this process (Dask's scheduler and
+client) spent in the round (on 2 cores a round takes at least half of it).
 
     PYTHONPATH=build/python /usr/bin/python3 bench/dask_engine_bench.py [--scale 10] [--rounds 3]
 """
@@ -115,10 +117,16 @@ def main(argv=None):
             expected = sum(client.gather(client.compute(
                 [dask.delayed(key_counts)(p, a.keys) for p in ddf.to_delayed()])))
             server_proc = psutil.Process(server.pid)
+            # CPU: the workers, the server and this process (the scheduler and the client).
+            cpu_procs = [psutil.Process(p) for p in pids] + [server_proc, psutil.Process()]
+
+            def cpu_seconds():
+                return sum(t.user + t.system for t in (p.cpu_times() for p in cpu_procs))
 
             def run(side):
                 with sluice.dask.Shuffle(address) as s, Peak(pids) as peak:
                     server_base = server_proc.memory_info().rss
+                    cpu_base = cpu_seconds()
                     start = time.perf_counter()
                     if side == "sluice":
                         out = s.shuffle(ddf, on="key", npartitions=a.partitions)
@@ -127,23 +135,27 @@ def main(argv=None):
                     got = sum(client.gather(client.compute(
                         [dask.delayed(key_counts)(p, a.keys) for p in out.to_delayed()])))
                     seconds = time.perf_counter() - start
+                    cpu = cpu_seconds() - cpu_base
                     server_end = server_proc.memory_info().rss
                 if not np.array_equal(got, expected):
                     sys.exit(f"{side}: the counts per key differ from the made ones")
-                return {"items_per_s": total / seconds, "seconds": seconds,
+                return {"items_per_s": total / seconds, "seconds": seconds, "cpu_s": cpu,
                         "workers_peak_mib": (peak.peak - peak.base) / 2**20,
                         "server_rss_mib": server_end / 2**20,
                         "server_rss_growth_mib": (server_end - server_base) / 2**20}
 
+            for side in ("sluice", "dask"):  # warm-up, not counted: imports, connections
+                run(side)
             for r in range(a.rounds):
                 order = ("sluice", "dask") if r % 2 == 0 else ("dask", "sluice")
                 for side in order:
                     res = run(side)
                     results[side].append(res)
                     print(f"round {r + 1} {side:6s}: {res['items_per_s']:,.0f} items/s "
-                          f"({res['seconds']:.2f} s), workers' peak +{res['workers_peak_mib']:.0f} "
-                          f"MiB" + (f", server RSS {res['server_rss_mib']:.0f} MiB"
-                                    if side == "sluice" else ""), flush=True)
+                          f"({res['seconds']:.2f} s, {res['cpu_s']:.2f} CPU-s), workers' peak "
+                          f"+{res['workers_peak_mib']:.0f} MiB" +
+                          (f", server RSS {res['server_rss_mib']:.0f} MiB"
+                           if side == "sluice" else ""), flush=True)
                 ratio = (results["sluice"][-1]["items_per_s"] / results["dask"][-1]["items_per_s"])
                 mem = (results["sluice"][-1]["workers_peak_mib"] /
                        max(results["dask"][-1]["workers_peak_mib"], 1e-9))
@@ -163,6 +175,7 @@ def main(argv=None):
         "dask_items_per_s": median("dask", "items_per_s"),
         "ratio_items_per_s": float(np.median([s["items_per_s"] / d["items_per_s"] for s, d in
                                               zip(results["sluice"], results["dask"])])),
+        "sluice_cpu_s": median("sluice", "cpu_s"), "dask_cpu_s": median("dask", "cpu_s"),
         "sluice_workers_peak_mib": median("sluice", "workers_peak_mib"),
         "dask_workers_peak_mib": median("dask", "workers_peak_mib"),
         "server_rss_mib": median("sluice", "server_rss_mib"),

@@ -83,6 +83,59 @@ def test_shuffle_puts_every_row_where_dasks_own_shuffle_does(server, cluster):
                 assert owners.setdefault(k, p) == p
 
 
+def test_map_tasks_that_flush_many_times_send_every_row(server, cluster):
+    # 2 x 40,000 rows of ~100 bytes with a 1 MiB writer buffer: each map task sends many times.
+    ddf = frame(partitions=2, rows=40000, seed=3)
+    with sluice.dask.Shuffle(server, buffer_mb=1) as s:
+        got = dask.compute(*s.shuffle(ddf, on="key", npartitions=3).to_delayed())
+        want = dask.compute(*ddf.shuffle("key", npartitions=3, shuffle="tasks").to_delayed())
+        for p, (g, w) in enumerate(zip(got, want)):
+            assert rows(g) == rows(w), f"partition {p}"
+    with pytest.raises(ValueError, match="buffer_mb must be 1 to 65,536"):
+        sluice.dask.Shuffle(server, buffer_mb=0)
+
+
+def test_reduce_batches_join_into_the_inputs_dtypes():
+    # A reduce task's batches of columns (a masked array where a batch had nulls) joined into
+    # one frame of the input's dtypes and index.
+    meta = pd.DataFrame({"a": pd.Series([], dtype="Int64"), "s": pd.Series([], dtype=object),
+                         "t": pd.Series([], dtype="datetime64[ns]"),
+                         "f": pd.Series([], dtype="float32")},
+                        index=pd.Index([], dtype="int32", name="row"))
+    idx = sluice.dask._INDEX
+    batches = [
+        {"a": np.array([1, 2]), "s": np.array(["x", None], dtype=object),
+         "t": np.array([0, 10**9]), "f": np.array([0.5, 1.5], dtype=np.float32),
+         idx: np.array([5, 6])},
+        {"a": np.ma.masked_array([3, 0], mask=[False, True]),
+         "s": np.array(["z", "w"], dtype=object), "t": np.array([2 * 10**9, 3 * 10**9]),
+         "f": np.array([2.5, 3.5], dtype=np.float32), idx: np.array([7, 8])},
+    ]
+    out = sluice.dask._from_wire(batches, meta)
+    assert out.dtypes.to_dict() == meta.dtypes.to_dict()
+    assert out.index.dtype == meta.index.dtype and out.index.name == "row"
+    assert out.index.tolist() == [5, 6, 7, 8]
+    assert out["a"].tolist()[:3] == [1, 2, 3] and out["a"].isna().tolist() == [False] * 3 + [True]
+    assert out["s"].tolist() == ["x", None, "z", "w"]
+    assert out["t"].tolist() == list(pd.to_datetime([0, 10**9, 2 * 10**9, 3 * 10**9]))
+    assert out["f"].tolist() == [0.5, 1.5, 2.5, 3.5]
+    assert sluice.dask._from_wire([], meta).dtypes.to_dict() == meta.dtypes.to_dict()
+
+
+def test_nulls_shuffle_as_in_dask(server, cluster):
+    df = pd.DataFrame({"key": np.arange(600) % 7,
+                       "n": pd.array([None if i % 5 == 0 else i for i in range(600)],
+                                     dtype="Int64"),
+                       "s": [None if i % 3 == 0 else f"v{i}" for i in range(600)]})
+    ddf = dd.from_pandas(df, npartitions=3)
+    with sluice.dask.Shuffle(server) as s:
+        got = dask.compute(*s.shuffle(ddf, on="key", npartitions=2).to_delayed())
+        want = dask.compute(*ddf.shuffle("key", npartitions=2, shuffle="tasks").to_delayed())
+        for g, w in zip(got, want):
+            assert g.dtypes.to_dict() == w.dtypes.to_dict()
+            assert rows(g) == rows(w)
+
+
 def test_set_index_and_sort_values_match_dasks(server, cluster):
     ddf = frame(seed=2)
     with sluice.dask.Shuffle(server) as s:
