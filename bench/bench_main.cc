@@ -32,7 +32,7 @@ constexpr char kUsage[] =
     "usage: sluice bench [--server H:P | --servers H:P,H:P,...] [--replication 0] [--retries 3]\n"
     "         [--shards 8] [--items-per-shard 50000] [--item-bytes 200]\n"
     "         [--keys 10000] [--partitions 8] [--hot-shard-frac 0] [--skew 0] [--split 0] "
-    "[--heavy-tail] [--premerge-wait 0]\n"
+    "[--heavy-tail] [--premerge-wait 0] [--payload random|same]\n"
     "         [--layout auto|msgpack|columnar|opaque] [--zstd-level 3]\n"
     "         [--order KEY|UNORDERED] [--repeat 1] [--buffer-mb 4] [--frame-kb 0] [--parallel 0]\n"
     "         [--server-memory-mb 128] [--server-args='FLAGS'] [--data-dir DIR]\n"
@@ -41,6 +41,8 @@ constexpr char kUsage[] =
     "  --server-args: its further flags, space-separated)\n"
     "  --push-credit 0: the plain Push stream instead of PushFlow's credit (for comparison)\n"
     "  --skew F: a share F (0 to 1) of the items on partition 0, over its many keys\n"
+    "  --payload: each item's payload random alphanumeric characters (item-bytes - 32 of\n"
+    "  them), or the same run of 'x' for all; python3 -m sluice.bench makes the same items\n"
     "  --split N: then partition 0 read whole and as N slices at once (GetSplits; KEY order):\n"
     "  a SPLIT line (bytes read and server CPU of both, slice balance, first records)\n"
     "  --premerge-wait S: between scatter and reduce, up to S seconds for the servers' pre-merge\n"
@@ -227,6 +229,11 @@ int Main(int argc, char** argv) {
   c.hot_frac = flags.Double("hot-shard-frac", 0);
   c.skew = flags.Double("skew", 0);
   c.heavy_tail = flags.Get("heavy-tail", "false") == "true";
+  const std::string payload = flags.Get("payload", "random");
+  if (payload != "random" && payload != "same") {
+    return Fail(absl::InvalidArgumentError("--payload is random or same"));
+  }
+  c.same_payload = payload == "same";
   auto layout = ParseLayoutChoice(flags.Get("layout", "auto"));
   if (!layout.ok()) return Fail(layout.status());
   c.layout = *layout;

@@ -2,17 +2,18 @@
 LocalCluster (docs/benchmarks.md, "Dask on Sluice").
 
 The frames: SHARDS partitions of ROWS rows {key < KEYS, seq, src, payload: 168 random alphanumeric
-characters, each row its own}, made on the workers by the same function for both sides and
-persisted there before the clock. Each round shuffles them on `key` into PARTITIONS partitions,
-once through Sluice (a real sluice-server child, fsync on, its data in a temporary directory on
-this machine's disk) and once with Dask's own shuffle, alternating which goes first, and consumes
-each output partition on the workers (its rows counted per key: the counts must be the made ones);
-one round of each, not counted, goes first (imports, connections). Timed: the shuffle and the
-consumption; items/s = rows / seconds. The workers' peak memory: their processes' resident set
-sampled every 20 ms during the round, the peak of the sum less the sum just before it (the
-persisted input is in both). The server's resident set at the end of each Sluice round is printed
-beside it. CPU-s: the CPU time the workers, the server and this process (Dask's scheduler and
-client) spent in the round (on 2 cores a round takes at least half of it).
+characters, each row its own}: the very items of `sluice bench` (sluice.bench.columns), made on the
+workers by the same function for both sides and persisted there before the clock. Each round
+shuffles them on `key` into PARTITIONS partitions, once through Sluice (a real sluice-server child,
+fsync on, its data in a temporary directory on this machine's disk) and once with Dask's own
+shuffle, alternating which goes first, and consumes each output partition on the workers (its rows
+counted per key: the counts must be the made ones); one round of each, not counted, goes first
+(imports, connections). Timed: the shuffle and the consumption; items/s = rows / seconds. The
+workers' peak memory: their processes' resident set sampled every 20 ms during the round, the peak
+of the sum less the sum just before it (the persisted input is in both). The server's resident set
+at the end of each Sluice round is printed beside it. CPU-s: the CPU time the workers, the server
+and this process (Dask's scheduler and client) spent in the round (on 2 cores a round takes at
+least half of it).
 
     PYTHONPATH=build/python /usr/bin/python3 bench/dask_engine_bench.py [--scale 10] [--rounds 3]
 """
@@ -36,17 +37,11 @@ import distributed
 import psutil
 
 import sluice.dask
+from sluice.bench import columns
 
-ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
-                         dtype=np.uint8)
-
-
-def shard(m, n, keys):
-    rng = np.random.default_rng(m)
-    letters = ALPHABET[rng.integers(0, len(ALPHABET), size=(n, 168))]
-    payload = letters.view("S168").ravel().astype(str).astype(object)
-    return pd.DataFrame({"key": rng.integers(0, keys, size=n), "seq": np.arange(n),
-                         "src": np.full(n, m), "payload": payload})
+def shard(m, n, keys, item_bytes=200):
+    """Shard m's rows: the very items of `sluice bench` and sluice.bench (random payloads)."""
+    return pd.DataFrame(columns(m, n, keys, item_bytes))
 
 
 def key_counts(df, keys):

@@ -1,8 +1,8 @@
 """The seed workload through Dask's dataframe shuffle, the local Python peer of
 `python3 -m sluice.bench --columns` (bench/python_bench.sh runs them side by side).
 
-The same items as the columns bench (8 shards of 50,000 rows {key, seq, src, payload}, keys and
-counts from numpy's generator with the shard as seed), made inside Dask tasks, shuffled on `key`
+The very items of the columns bench and `sluice bench` (8 shards of 50,000 rows {key, seq, src,
+payload}, from sluice.bench.columns, --payload random or same), made inside Dask tasks, shuffled on `key`
 into 8 partitions with shuffle="disk" (partd files in a temporary directory), then each
 partition's rows counted per key; the counts must match what was made. Dask's threads scheduler
 with 2 workers. Debian's python3-dask (install it for the bench: it is not a build dependency).
@@ -21,17 +21,12 @@ import pandas as pd
 import dask
 import dask.dataframe as dd
 
+from sluice.bench import PAYLOADS, columns
 
-def shard(m, n, keys, item_bytes, distinct=False):
-    rng = np.random.default_rng(m)
-    payload = np.empty(n, dtype=object)
-    if distinct:  # every row its own str (pickle's memo cannot share them)
-        pad = "x" * max(0, item_bytes - 68)
-        payload[:] = [f"{m:02d}{i:06d}{pad}" for i in range(n)]
-    else:  # the seed's: one str for every row
-        payload[:] = "x" * max(0, item_bytes - 60)
-    return pd.DataFrame({"key": rng.integers(0, keys, size=n), "seq": np.arange(n),
-                         "src": np.full(n, m), "payload": payload})
+
+def shard(m, n, keys, item_bytes, payload="random"):
+    """Shard m's items (the very items of `sluice bench` and sluice.bench) as a DataFrame."""
+    return pd.DataFrame(columns(m, n, keys, item_bytes, payload))
 
 
 def counts(df, keys):
@@ -46,15 +41,14 @@ def main(argv=None):
     ap.add_argument("--keys", type=int, default=10000)
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--payload", choices=("same", "distinct"), default="same",
-                    help="every row's payload one str (the seed's), or a str of its own")
+    ap.add_argument("--payload", choices=PAYLOADS, default="random",
+                    help="each row's payload random characters of its own, or one str for all")
     a = ap.parse_args(argv)
     meta = shard(0, 0, a.keys, a.item_bytes)
     with tempfile.TemporaryDirectory(prefix="dask-shuffle-") as tmp, \
             dask.config.set(scheduler="threads", num_workers=a.workers, temporary_directory=tmp):
         start = time.perf_counter()
-        parts = [dask.delayed(shard)(m, a.items_per_shard, a.keys, a.item_bytes,
-                                     a.payload == "distinct")
+        parts = [dask.delayed(shard)(m, a.items_per_shard, a.keys, a.item_bytes, a.payload)
                  for m in range(a.shards)]
         ddf = dd.from_delayed(parts, meta=meta)
         expected = sum(dask.compute(*[dask.delayed(counts)(p, a.keys) for p in parts]))

@@ -11,8 +11,10 @@
 #   cpp     `sluice-bench` (the C++ client, its own sluice-server child)
 #   gen     `python3 -m sluice.bench --generate-only`: the same workers only make the dict items
 #           and shuffle nothing; the workload's own Python, a ceiling no dict shuffle can pass
-# PAYLOAD=distinct gives every item a payload str of its own (the seed's is one str for all)
-# to the columns, python and dask ways. Prints each round, then the medians and the ratios.
+# Every way makes the very same items (sluice.bench.columns reproduces the C++ bench's
+# generator): PAYLOAD=random (the default) gives each item 168 random alphanumeric characters
+# of its own, PAYLOAD=same one run of 'x' for all (which pickle's memo writes once a batch).
+# Prints each round, then the medians and the ratios.
 # Installs Debian's python3-dask (and numpy, pandas) if missing: a bench dependency, not a
 # build one.
 #
@@ -21,7 +23,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 BUILD=${1:-build}
 ROUNDS=${2:-3}
-PAYLOAD=${PAYLOAD:-same}
+PAYLOAD=${PAYLOAD:-random}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=/usr/bin/python3
 need_built "$BUILD/server/sluice-server" "$BUILD/bench/sluice-bench"
@@ -38,8 +40,9 @@ for r in $(seq 1 "$ROUNDS"); do
       columns) out=$("$PY" -m sluice.bench --columns --payload "$PAYLOAD") ;;
       python) out=$("$PY" -m sluice.bench --payload "$PAYLOAD") ;;
       dask) out=$("$PY" "$ROOT/bench/dask_shuffle.py" --payload "$PAYLOAD") ;;
-      zephyr) out=$("$PY" "$ROOT/tests/py/zephyr_style_shuffle.py") ;;
-      cpp) out=$("$BUILD/bench/sluice-bench" --order KEY --server-bin "$SLUICE_SERVER_BIN") ;;
+      zephyr) out=$("$PY" "$ROOT/tests/py/zephyr_style_shuffle.py" --payload "$PAYLOAD") ;;
+      cpp) out=$("$BUILD/bench/sluice-bench" --order KEY --payload "$PAYLOAD" \
+                 --server-bin "$SLUICE_SERVER_BIN") ;;
       gen) out=$("$PY" -m sluice.bench --generate-only --payload "$PAYLOAD") ;;
     esac
     grep -q '"counts_match": true' <<<"$out" || { echo "python_bench: $way: counts differ: $out" >&2; exit 1; }

@@ -162,7 +162,11 @@ absl::Status MapShardAttempt(ShuffleClient& client, const std::string& id, const
       w = WriteStr(w, "payload");
       auto* h = reinterpret_cast<uint8_t*>(w);
       w = reinterpret_cast<char*>(mp::WriteStrHeader(h, static_cast<uint32_t>(payload_len)));
-      FillAlnum(rng, pairs, w, payload_len);
+      if (c.same_payload) {
+        std::memset(w, 'x', payload_len);
+      } else {
+        FillAlnum(rng, pairs, w, payload_len);
+      }
       w += payload_len;
       batch.resize(static_cast<size_t>(w - batch.data()));
       ends.push_back(static_cast<uint32_t>(batch.size()));

@@ -29,6 +29,10 @@ struct BenchConfig {
   /// 0's under HashPartition); the rest spread as usual.
   double skew = 0;
   bool heavy_tail = false;  ///< payload sizes lognormal with a Pareto tail, about the same mean
+  /// Every payload the same run of 'x' (drawing no random numbers for it) rather than random
+  /// alphanumeric characters of its own: Python's "same" payload (sluice.bench.columns makes
+  /// the very same items).
+  bool same_payload = false;
   LayoutChoice layout = LayoutChoice::kAuto;
   int zstd_level = 3;
   bool key_order = true;  ///< KEY-ordered fetches (and writers sort their frames)

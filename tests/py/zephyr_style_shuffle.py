@@ -6,10 +6,12 @@ commits are); each reducer process reads its partition's chunk from every mapper
 unpickles, merges them with heapq by key and counts each key's items, which must match what was
 sent. The baseline for `python3 -m sluice.bench` (docs/benchmarks.md, "Python client").
 
-Same items as sluice.bench: dicts {key, seq, src, payload} of ~200 bytes keyed by an int out of
---keys; routing by crc32 of the pickled key. Prints a RESULT line of JSON.
+The very items of sluice.bench and `sluice bench` (sluice.bench.items: dicts {key, seq, src,
+payload} of ~200 bytes keyed by an int out of --keys, --payload random or same); routing by crc32
+of the pickled key. Prints a RESULT line of JSON.
 
-    /usr/bin/python3 tests/py/zephyr_style_shuffle.py [--shards 8] [--items-per-shard 50000]
+    PYTHONPATH=build/python /usr/bin/python3 tests/py/zephyr_style_shuffle.py [--shards 8] \
+        [--items-per-shard 50000] [--payload random|same]
 """
 import argparse
 import heapq
@@ -17,7 +19,6 @@ import json
 import multiprocessing
 import os
 import pickle
-import random
 import resource
 import shutil
 import tempfile
@@ -28,20 +29,19 @@ from itertools import groupby
 
 import zstandard
 
+from sluice.bench import PAYLOADS
+from sluice.bench import items as seed_items
 
-def items(shard, n, keys, item_bytes):
-    rng = random.Random(shard)
-    pad = "x" * max(0, item_bytes - 60)
-    for seq in range(n):
-        key = rng.randrange(keys)
-        yield key, {"key": key, "seq": seq, "src": shard, "payload": pad}
+
+def items(shard, n, keys, item_bytes, payload):
+    return seed_items(shard, n, keys, item_bytes, Counter(), payload)
 
 
 def mapper(args):
-    shard, n, keys, item_bytes, partitions, out = args
+    shard, n, keys, item_bytes, partitions, out, payload = args
     parts = [[] for _ in range(partitions)]
     sent = Counter()
-    for key, item in items(shard, n, keys, item_bytes):
+    for key, item in items(shard, n, keys, item_bytes, payload):
         parts[zlib.crc32(pickle.dumps(key)) % partitions].append((key, item))
         sent[key] += 1
     cctx = zstandard.ZstdCompressor(level=3)
@@ -76,13 +76,14 @@ def main():
     ap.add_argument("--keys", type=int, default=10000)
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--processes", type=int, default=os.cpu_count())
+    ap.add_argument("--payload", choices=PAYLOADS, default="random")
     a = ap.parse_args()
     out = tempfile.mkdtemp(prefix="zephyr-style-")
     try:
         start = time.perf_counter()
         with multiprocessing.Pool(a.processes) as pool:
             sent = pool.map(mapper, [(m, a.items_per_shard, a.keys, a.item_bytes, a.partitions,
-                                      out) for m in range(a.shards)])
+                                      out, a.payload) for m in range(a.shards)])
             scattered = time.perf_counter()
             got = pool.map(reducer, [(p, a.shards, out) for p in range(a.partitions)])
         end = time.perf_counter()
@@ -97,7 +98,7 @@ def main():
         print("RESULT " + json.dumps({
             "way": "zephyr-style pure Python (pickle + zstd, sorted chunks, heapq merge)",
             "shards": a.shards, "items_per_shard": a.items_per_shard,
-            "partitions": a.partitions, "processes": a.processes,
+            "partitions": a.partitions, "processes": a.processes, "payload": a.payload,
             "elapsed_s": round(end - start, 3), "items_per_sec": round(total / (end - start)),
             "scatter_s": round(scattered - start, 3), "reduce_s": round(end - scattered, 3),
             "counts_match": expected == counted,

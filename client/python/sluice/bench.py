@@ -1,15 +1,15 @@
 """The seed workload from Python: `python3 -m sluice.bench`.
 
 Mappers each write items of ~200 bytes (dicts {key, seq, src, payload}, keyed by an int out
-of --keys) through `Writer.write_many`, sorted for a KEY-ordered read; then reducers read every
+of --keys; the very items `sluice bench` makes, from its generator: `columns()`) through
+`Writer.write_many`, sorted for a KEY-ordered read; then reducers read every
 partition in key order with `Reader.groups()` and count each key's items, which must match what
 was sent. Mappers and reducers are tasks of a pool of worker processes (--workers, one per core
 by default: Python workers are processes, as in zephyr, Ray or Dask), or of threads
 (--threads). Against --server, or a sluice-server child on 127.0.0.1 with a temporary
 data directory (durable commits). Prints a RESULT line of JSON, like `sluice bench`.
 
---columns: the same items made as numpy columns (the same fields; keys and counts from numpy's
-generator), written with `Writer.write_columns` and read with `Reader.frame_groups()`, each
+--columns: the same items made as numpy columns, written with `Writer.write_columns` and read with `Reader.frame_groups()`, each
 key's rows counted exactly. --steps: one process, the columns path step by step at 400,000 rows
 (make the columns, rows from columns, writer adds, close: push and commit, fetch, columns from
 records, numpy arrays): the seconds and nanoseconds per row of each.
@@ -55,15 +55,66 @@ def start_server(memory_mb):
     return p, data, f"127.0.0.1:{port}"
 
 
-def items(shard, n, keys, item_bytes, counts, distinct=False):
-    rng = random.Random(shard)
-    pad = "x" * max(0, item_bytes - 60)
-    pad8 = pad[8:]
-    for seq in range(n):
-        key = rng.randrange(keys)
+_ALNUM = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+PAYLOADS = ("random", "same")
+
+
+def _draws(seed, count, skip=0):
+    """`count` numbers of the C++ bench's generator seeded with `seed` (splitmix64,
+    bench/workload.cc's Rng), after its first `skip`, as uint64s."""
+    import numpy as np
+    golden = np.array(0x9e3779b97f4a7c15, dtype=np.uint64)
+    state = np.array(seed, dtype=np.uint64) * golden + np.array(1, dtype=np.uint64)
+    z = state + np.arange(skip + 1, skip + count + 1, dtype=np.uint64) * golden
+    z = (z ^ (z >> np.uint64(30))) * np.array(0xbf58476d1ce4e5b9, dtype=np.uint64)
+    z = (z ^ (z >> np.uint64(27))) * np.array(0x94d049bb133111eb, dtype=np.uint64)
+    return z ^ (z >> np.uint64(31))
+
+
+def columns(shard, n, keys, item_bytes, payload="random"):
+    """Shard `shard`'s items as numpy columns {key, seq, src, payload}: the very items the C++
+    bench (`sluice bench`, bench/workload.cc) makes for that shard with the same --keys and
+    --item-bytes. Its generator, seeded with shard + 1, draws each item's key (a number mod
+    `keys`), then with payload="random" its payload: item_bytes - 32 (at least 8) alphanumeric
+    characters, ten a number (6 bits each, mod 62), each item its own; with payload="same"
+    every payload is one str of that many "x" (pickle's memo writes it once a batch)."""
+    import numpy as np
+    if payload not in PAYLOADS:
+        raise ValueError(f"payload must be one of {PAYLOADS}, not {payload!r}")
+    length = max(8, item_bytes - 32)
+    per_item = 1 + ((length + 9) // 10 if payload == "random" else 0)
+    key = np.empty(n, dtype=np.int64)
+    values = np.empty(n, dtype=object)
+    # As bench/workload.cc: 12 bits make two characters, through a table of the 4,096 pairs.
+    v = np.arange(4096)
+    alnum = np.frombuffer(_ALNUM, dtype=np.uint8)
+    pairs = np.stack([alnum[(v & 63) % 62], alnum[(v >> 6) % 62]], axis=1)  # [v] = lo, hi
+    step = 8192
+    for at in range(0, n, step):  # in slices: the numbers take 8 bytes a character
+        rows = min(step, n - at)
+        d = _draws(shard + 1, rows * per_item, at * per_item).reshape(rows, per_item)
+        key[at:at + rows] = (d[:, 0] % np.uint64(keys)).astype(np.int64)
+        if payload == "random":
+            # (bits past 60 are never used, so the signed shift's sign bits do not matter)
+            numbers = np.ascontiguousarray(d[:, 1:]).view(np.int64)
+            codes = np.empty(numbers.shape + (5,), dtype=np.int64)
+            for k in range(5):  # (one shift at a time: numpy's broadcast shift is 20x slower)
+                np.bitwise_and(numbers >> (12 * k), 4095, out=codes[:, :, k])
+            chars = pairs[codes].reshape(rows, -1)[:, :length]
+            strs = [x.decode() for x in np.ascontiguousarray(chars).view(f"S{length}").ravel()]
+            values[at:at + rows] = np.array(strs, dtype=object)
+    if payload == "same":
+        values[:] = "x" * length
+    return {"key": key, "seq": np.arange(n, dtype=np.int64),
+            "src": np.full(n, shard, dtype=np.int64), "payload": values}
+
+
+def items(shard, n, keys, item_bytes, counts, payload="random"):
+    """The same items as (key, dict) pairs, counted per key into `counts`."""
+    cols = columns(shard, n, keys, item_bytes, payload)
+    for key, seq, value in zip(cols["key"].tolist(), cols["seq"].tolist(), cols["payload"]):
         counts[key] += 1
-        payload = f"{shard:02d}{seq:06d}{pad8}" if distinct else pad
-        yield key, {"key": key, "seq": seq, "src": shard, "payload": payload}
+        yield key, {"key": key, "seq": seq, "src": shard, "payload": value}
 
 
 _clients = {}
@@ -78,33 +129,17 @@ def _client(server):
 
 
 def mapper(args):
-    server, sid, m, n, keys, item_bytes, buffer_mb, distinct = args
+    server, sid, m, n, keys, item_bytes, buffer_mb, payload = args
     sent = Counter()
     with _client(server).writer(sid, mapper=m, sort_by_key=True, buffer_mb=buffer_mb) as w:
-        w.write_many(items(m, n, keys, item_bytes, sent, distinct))
+        w.write_many(items(m, n, keys, item_bytes, sent, payload))
     return sent
-
-
-def columns(shard, n, keys, item_bytes, distinct=False):
-    """The shard's items as columns: {key, seq, src, payload}, the payload one str object (or
-    each row its own, `distinct`)."""
-    import numpy as np
-    rng = np.random.default_rng(shard)
-    pad = "x" * max(0, item_bytes - 60)
-    payload = np.empty(n, dtype=object)
-    if distinct:
-        pad8 = pad[8:]
-        payload[:] = [f"{shard:02d}{i:06d}{pad8}" for i in range(n)]
-    else:
-        payload[:] = pad
-    return {"key": rng.integers(0, keys, size=n), "seq": np.arange(n),
-            "src": np.full(n, shard), "payload": payload}
 
 
 def columns_mapper(args):
     import numpy as np
-    server, sid, m, n, keys, item_bytes, buffer_mb, distinct = args
-    cols = columns(m, n, keys, item_bytes, distinct)
+    server, sid, m, n, keys, item_bytes, buffer_mb, payload = args
+    cols = columns(m, n, keys, item_bytes, payload)
     with _client(server).writer(sid, mapper=m, sort_by_key=True, buffer_mb=buffer_mb) as w:
         w.write_columns(cols, key="key")
     return np.bincount(cols["key"], minlength=keys)
@@ -121,9 +156,9 @@ def columns_reducer(args):
 
 
 def generate_only(args):
-    _, _, m, n, keys, item_bytes, _, distinct = args
+    _, _, m, n, keys, item_bytes, _, payload = args
     sent = Counter()
-    for _ in items(m, n, keys, item_bytes, sent, distinct):
+    for _ in items(m, n, keys, item_bytes, sent, payload):
         pass
     return sent
 
@@ -154,8 +189,9 @@ def main(argv=None):
                     help="items as numpy columns: write_columns, then frame_groups")
     ap.add_argument("--steps", action="store_true",
                     help="the columns path's cost step by step, in one process")
-    ap.add_argument("--payload", choices=("same", "distinct"), default="same",
-                    help="every item's payload one str (the seed's), or a str of its own")
+    ap.add_argument("--payload", choices=PAYLOADS, default="random",
+                    help="each item's payload random alphanumeric characters of its own (the "
+                         "C++ bench's items), or one str for all (pickle writes it once)")
     ap.add_argument("--generate-only", action="store_true",
                     help="only make the items, in the same workers, and shuffle nothing: the "
                          "workload's own Python, a ceiling for any shuffle of it")
@@ -182,7 +218,7 @@ def main(argv=None):
             start = time.perf_counter()
             sent = pool.map(columns_mapper if a.columns else mapper,
                             [(a.server, sid, m, a.items_per_shard, a.keys, a.item_bytes,
-                              a.buffer_mb, a.payload == "distinct") for m in range(a.shards)],
+                              a.buffer_mb, a.payload) for m in range(a.shards)],
                             chunksize=1)
             scattered = time.perf_counter()
             if a.columns:
@@ -237,7 +273,7 @@ def run_steps(a):
         client.create_shuffle(sid, partitions=a.partitions, mappers=1)
         rows = a.shards * a.items_per_shard
         t0 = time.perf_counter()
-        cols = columns(0, rows, a.keys, a.item_bytes, a.payload == "distinct")
+        cols = columns(0, rows, a.keys, a.item_bytes, a.payload)
         make_s = time.perf_counter() - t0
         w = client.writer(sid, mapper=0, sort_by_key=True, buffer_mb=a.buffer_mb)
         w.write_columns(cols, key="key")
@@ -276,7 +312,7 @@ def run_generate_only(a):
     with pool:
         start = time.perf_counter()
         sent = pool.map(generate_only, [(None, None, m, a.items_per_shard, a.keys, a.item_bytes,
-                                         None, a.payload == "distinct")
+                                         None, a.payload)
                                         for m in range(a.shards)], chunksize=1)
         end = time.perf_counter()
     total = a.shards * a.items_per_shard

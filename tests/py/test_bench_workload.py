@@ -1,0 +1,69 @@
+"""The benches' one workload: sluice.bench.columns (the Python benches' and Dask benches' items)
+makes the very items the C++ bench (`sluice-bench`, bench/workload.cc) writes, byte for byte:
+the C++ bench writes them to a real server and keeps the shuffle, Python reads them back."""
+import json
+import os
+import subprocess
+
+import pytest
+
+import sluice
+import sluice.bench
+
+BENCH = os.environ.get("SLUICE_BENCH_BIN", "build/bench/sluice-bench")
+
+
+def cpp_items(server, payload, shards, per_shard, keys, item_bytes):
+    out = subprocess.run([BENCH, f"--server={server}", "--keep=1", f"--shards={shards}",
+                          f"--items-per-shard={per_shard}", f"--keys={keys}",
+                          f"--item-bytes={item_bytes}", "--partitions=3", "--order=UNORDERED",
+                          f"--payload={payload}"],
+                         check=True, capture_output=True, text=True).stdout
+    sid = next(line.split()[1] for line in out.splitlines() if line.startswith("KEPT "))
+    result = json.loads(next(line for line in out.splitlines()
+                             if line.startswith("RESULT "))[len("RESULT "):])
+    assert result["counts_match"]
+    client = sluice.connect(server)
+    got = []
+    for p in range(3):
+        for key, v in client.reader(sid, p, require_complete=True):
+            assert key == v["key"]
+            got.append((v["src"], v["seq"], v["key"], v["payload"]))
+    client.delete_shuffle(sid)
+    return sorted(got)
+
+
+def py_items(payload, shards, per_shard, keys, item_bytes):
+    made = []
+    for m in range(shards):
+        c = sluice.bench.columns(m, per_shard, keys, item_bytes, payload)
+        made += zip(c["src"].tolist(), c["seq"].tolist(), c["key"].tolist(), c["payload"])
+    return sorted(made)
+
+
+@pytest.mark.parametrize("payload,item_bytes", [("random", 200), ("random", 57), ("same", 200)])
+def test_python_makes_the_cpp_benchs_items(server, payload, item_bytes):
+    args = (payload, 3, 700, 97, item_bytes)
+    want = py_items(*args)
+    assert len(want) == 3 * 700
+    assert cpp_items(server, *args) == want
+    lengths = {len(x[3]) for x in want}
+    assert lengths == {item_bytes - 32}
+    if payload == "random":
+        assert len({x[3] for x in want}) == len(want)  # each its own
+        assert set("".join(x[3] for x in want)) <= set(sluice.bench._ALNUM.decode())
+    else:
+        assert {x[3] for x in want} == {"x" * (item_bytes - 32)}
+
+
+def test_the_dicts_path_makes_the_same_items():
+    from collections import Counter
+
+    counts = Counter()
+    dicts = list(sluice.bench.items(2, 300, 50, 120, counts, "random"))
+    cols = sluice.bench.columns(2, 300, 50, 120, "random")
+    assert [k for k, _ in dicts] == cols["key"].tolist()
+    assert [v["payload"] for _, v in dicts] == list(cols["payload"])
+    assert sum(counts.values()) == 300
+    with pytest.raises(ValueError, match="payload must be one of"):
+        sluice.bench.columns(0, 1, 1, 200, "distinct")
