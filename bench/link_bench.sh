@@ -6,16 +6,21 @@
 # else), the rate the link itself gives. Rounds interleave the rates and the two sides.
 # Figures: the bench's items/s, its push rate (stored bytes / scatter seconds) and its fetch
 # rate (stored bytes / reduce seconds) against the raw TCP rate. "none": the veth unshaped.
-# Needs root (namespaces, tc); everything it makes is removed at exit. The kernel here has no
-# netem (CONFIG_NET_SCH_NETEM is not set): delay cannot be added, only rate.
+# Round trips: this kernel has no netem (CONFIG_NET_SCH_NETEM is not set), so a delay of D ms
+# is added by bench/delay_proxy.py, in the server's namespace, in front of the server and of the
+# raw TCP receiver alike: every chunk held D/2 ms each way, so each request and its answer take
+# D ms more (what the applications wait for; TCP's own acknowledgements are not delayed).
+# Needs root (namespaces, tc); everything it makes is removed at exit.
 #
 #   bash bench/link_bench.sh [BUILD_DIR=build] [ROUNDS=3]
-#   RATES="none 10gbit 1gbit" ORDER=KEY|UNORDERED ITEMS=50000 (items per shard)
+#   RATES="none 10gbit 1gbit" DELAYS="0 1 10" (ms a round trip) ORDER=KEY|UNORDERED
+#   ITEMS=50000 (items per shard)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 BUILD=${1:-build}
 ROUNDS=${2:-3}
 RATES=${RATES:-none 10gbit 1gbit}
+DELAYS=${DELAYS:-0}
 ORDER=${ORDER:-KEY}
 ITEMS=${ITEMS:-50000}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,7 +29,7 @@ need_built "$BUILD/server/sluice-server" "$BUILD/bench/sluice-bench"
 [[ $(id -u) == 0 ]] || { echo "link_bench: needs root (network namespaces, tc)" >&2; exit 2; }
 
 SRV=slb-srv-$$ CLI=slb-cli-$$ VS=slb$$s VC=slb$$c
-SRV_IP=10.77.0.1 CLI_IP=10.77.0.2 PORT=7070 RAW_PORT=7071
+SRV_IP=10.77.0.1 CLI_IP=10.77.0.2 PORT=7070 RAW_PORT=7071 PROXY=100
 TMP=$(mktemp -d /tmp/link-bench.XXXXXX)
 PIDS=()
 cleanup() {
@@ -46,7 +51,8 @@ for ns in "$SRV" "$CLI"; do ip -n "$ns" link set lo up; done
 ip -n "$SRV" link set "$VS" up
 ip -n "$CLI" link set "$VC" up
 
-in_srv() { ip netns exec "$SRV" "$@"; }
+# (Background processes are started with `ip netns exec` itself, not through these, so that
+# $! is the process and the cleanup's kill reaches it.)
 in_cli() { ip netns exec "$CLI" "$@"; }
 # Waits until something in the server's namespace listens on PORT, seen from the clients'.
 wait_link_port() {  # port
@@ -79,48 +85,74 @@ shape() {  # rate
   done
 }
 
-in_srv "$BUILD/server/sluice-server" --data_dir="$TMP/data" --listen="$SRV_IP:$PORT" \
+ip netns exec "$SRV" "$BUILD/server/sluice-server" --data_dir="$TMP/data" --listen="$SRV_IP:$PORT" \
   --plaintext --worker_threads=2 --memory_budget_mb=128 --log_level=warn >"$TMP/server.log" 2>&1 &
 PIDS+=($!)
 wait_link_port "$PORT"
 
 field() { sed -n "s/.*\"$1\": \\([0-9.]*\\).*/\\1/p"; }
 declare -A RAW=() IPS=() PUSH=() FETCH=()
+CASES=()
+for delay in $DELAYS; do for rate in $RATES; do CASES+=("$rate@${delay}ms"); done; done
 for r in $(seq 1 "$ROUNDS"); do
-  for rate in $RATES; do
-    shape "$rate"
-    # Raw TCP: as many MB as the rate carries in about 2 s (1 GB unshaped).
-    mb=1000
-    [[ $rate != none ]] && mb=$(($(bits_of "$rate") * 2 / 8 / 1000000))
-    in_srv "$PY" "$ROOT/bench/tcp_rate.py" serve "$SRV_IP" "$RAW_PORT" >"$TMP/raw.out" &
-    raw_pid=$!
-    for _ in $(seq 1 200); do  # (it takes one connection: no probe of its port)
-      grep -q listening "$TMP/raw.out" && break
-      sleep 0.05
+  for delay in $DELAYS; do
+    port=$PORT raw_port=$RAW_PORT proxies=()
+    if [[ $delay != 0 ]]; then  # both through a delay line of their own
+      port=$((PORT + PROXY)) raw_port=$((RAW_PORT + PROXY))
+      for pair in "$port:$PORT" "$raw_port:$RAW_PORT"; do
+        ip netns exec "$SRV" "$PY" "$ROOT/bench/delay_proxy.py" "$SRV_IP:${pair%%:*}" \
+          "$SRV_IP:${pair##*:}" "$delay" >"$TMP/proxy.${pair%%:*}" 2>&1 &
+        proxies+=($!)
+        PIDS+=($!)
+      done
+      wait_link_port "$port"
+      for _ in $(seq 1 200); do  # (the raw receiver's proxy: no probe, as for the receiver)
+        grep -q listening "$TMP/proxy.$raw_port" && break
+        sleep 0.05
+      done
+    fi
+    for rate in $RATES; do
+      shape "$rate"
+      case_name="$rate@${delay}ms"
+      # Raw TCP: as many MB as the rate carries in about 2 s (1 GB unshaped).
+      mb=1000
+      [[ $rate != none ]] && mb=$(($(bits_of "$rate") * 2 / 8 / 1000000))
+      ip netns exec "$SRV" "$PY" "$ROOT/bench/tcp_rate.py" serve "$SRV_IP" "$RAW_PORT" \
+        >"$TMP/raw.out" &
+      raw_pid=$!
+      for _ in $(seq 1 200); do  # (it takes one connection: no probe of its port)
+        grep -q listening "$TMP/raw.out" && break
+        sleep 0.05
+      done
+      in_cli "$PY" "$ROOT/bench/tcp_rate.py" send "$SRV_IP" "$raw_port" "$mb"
+      wait "$raw_pid"
+      raw=$(grep RESULT "$TMP/raw.out" | field mb_per_sec)
+      out=$(in_cli "$BUILD/bench/sluice-bench" --server "$SRV_IP:$port" --order "$ORDER" \
+        --payload random --items-per-shard "$ITEMS")
+      if ! grep -q '"counts_match": true' <<<"$out"; then
+        echo "link_bench: counts differ: $out" >&2
+        exit 1
+      fi
+      line=$(grep RESULT <<<"$out")
+      ips=$(field items_per_sec <<<"$line")
+      stored=$(field stored_bytes <<<"$line")
+      push=$(awk "BEGIN{printf \"%.1f\", $stored / $(field scatter_s <<<"$line") / 1e6}")
+      fetch=$(awk "BEGIN{printf \"%.1f\", $stored / $(field reduce_s <<<"$line") / 1e6}")
+      RAW[$case_name]+="$raw " IPS[$case_name]+="$ips " PUSH[$case_name]+="$push "
+      FETCH[$case_name]+="$fetch "
+      echo "round $r, $rate, ${delay} ms: raw TCP $raw MB/s; sluice $ips items/s," \
+        "push $push MB/s, fetch $fetch MB/s (stored $stored bytes)"
     done
-    in_cli "$PY" "$ROOT/bench/tcp_rate.py" send "$SRV_IP" "$RAW_PORT" "$mb"
-    wait "$raw_pid"
-    raw=$(grep RESULT "$TMP/raw.out" | field mb_per_sec)
-    out=$(in_cli "$BUILD/bench/sluice-bench" --server "$SRV_IP:$PORT" --order "$ORDER" \
-      --payload random --items-per-shard "$ITEMS")
-    grep -q '"counts_match": true' <<<"$out" || { echo "link_bench: counts differ: $out" >&2; exit 1; }
-    line=$(grep RESULT <<<"$out")
-    ips=$(field items_per_sec <<<"$line")
-    stored=$(field stored_bytes <<<"$line")
-    push=$(awk "BEGIN{printf \"%.1f\", $stored / $(field scatter_s <<<"$line") / 1e6}")
-    fetch=$(awk "BEGIN{printf \"%.1f\", $stored / $(field reduce_s <<<"$line") / 1e6}")
-    RAW[$rate]+="$raw " IPS[$rate]+="$ips " PUSH[$rate]+="$push " FETCH[$rate]+="$fetch "
-    echo "round $r, $rate: raw TCP $raw MB/s; sluice $ips items/s, push $push MB/s, fetch $fetch MB/s" \
-      "(stored $stored bytes)"
+    for p in "${proxies[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   done
 done
 json=""
-for rate in $RATES; do
+for case_name in "${CASES[@]}"; do
   # shellcheck disable=SC2086  # the lists split into numbers
-  raw=$(median ${RAW[$rate]}) ips=$(median ${IPS[$rate]}) push=$(median ${PUSH[$rate]})
+  raw=$(median ${RAW[$case_name]}) ips=$(median ${IPS[$case_name]})
   # shellcheck disable=SC2086
-  fetch=$(median ${FETCH[$rate]})
-  json+="${json:+, }\"$rate\": {\"raw_tcp_mb_per_sec\": $raw, \"items_per_sec\": $ips,"
+  push=$(median ${PUSH[$case_name]}) fetch=$(median ${FETCH[$case_name]})
+  json+="${json:+, }\"$case_name\": {\"raw_tcp_mb_per_sec\": $raw, \"items_per_sec\": $ips,"
   json+=" \"push_mb_per_sec\": $push, \"fetch_mb_per_sec\": $fetch,"
   json+=" \"push_over_raw\": $(awk "BEGIN{printf \"%.2f\", $push / $raw}"),"
   json+=" \"fetch_over_raw\": $(awk "BEGIN{printf \"%.2f\", $fetch / $raw}")}"
