@@ -14,7 +14,7 @@
 #
 #   bash bench/link_bench.sh [BUILD_DIR=build] [ROUNDS=3]
 #   RATES="none 10gbit 1gbit" DELAYS="0 1 10" (ms a round trip) ORDER=KEY|UNORDERED
-#   ITEMS=50000 (items per shard)
+#   ITEMS=50000 (items per shard) BENCH_ARGS="--push-credit 0" (more sluice-bench flags)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 BUILD=${1:-build}
@@ -127,8 +127,9 @@ for r in $(seq 1 "$ROUNDS"); do
       in_cli "$PY" "$ROOT/bench/tcp_rate.py" send "$SRV_IP" "$raw_port" "$mb"
       wait "$raw_pid"
       raw=$(grep RESULT "$TMP/raw.out" | field mb_per_sec)
+      # shellcheck disable=SC2086  # BENCH_ARGS: flags, split
       out=$(in_cli "$BUILD/bench/sluice-bench" --server "$SRV_IP:$port" --order "$ORDER" \
-        --payload random --items-per-shard "$ITEMS")
+        --payload random --items-per-shard "$ITEMS" ${BENCH_ARGS:-})
       if ! grep -q '"counts_match": true' <<<"$out"; then
         echo "link_bench: counts differ: $out" >&2
         exit 1
