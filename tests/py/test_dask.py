@@ -4,7 +4,9 @@ groupby-apply give what Dask's own give on the same frames (rows, dtypes, index)
 killed with SIGKILL in the map or the reduce phase costs only its own tasks; the shuffles are
 deleted on close (docs/dask.md)."""
 import os
+import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -25,6 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "harness"))
 from local_cluster import LocalCluster as SluiceCluster  # noqa: E402
 
 SERVER = os.environ.get("SLUICE_SERVER_BIN", "build/server/sluice-server")
+MAKE_CERTS = os.path.join(os.path.dirname(__file__), "..", "harness", "make_certs.sh")
 
 
 @pytest.fixture(scope="module")
@@ -304,3 +307,53 @@ def test_a_replicated_cluster_shuffles_and_joins_as_dask_does(tmp_path, cluster)
         with pytest.raises(sluice.Error) as e:
             sluice.connect(sc.servers).shuffle_status(s.shuffle_ids[0])
         assert e.value.code == "NOT_FOUND"
+
+
+def test_tls_and_a_tenant_token_reach_every_worker(tmp_path, cluster):
+    """A server with TLS and tokens (certificates from openssl, a token from `sluice token`):
+    the servers from Dask's config `sluice.servers`, the TLS and token settings from `connect`,
+    carried to every worker's client; the shuffle is the tenant's alone."""
+    subprocess.run(["bash", MAKE_CERTS, str(tmp_path)], check=True, capture_output=True)
+    cli = os.path.join(os.path.dirname(SERVER), "..", "client", "sluice")
+    tokens, lines = {}, []
+    for tenant in ("team-a", "team-b"):
+        out = subprocess.run([cli, "token", "--tenant", tenant], check=True,
+                             capture_output=True, text=True).stdout
+        tokens[tenant] = re.search(r"token: (\S+)", out).group(1)
+        lines.append(re.search(r"line: +(.+)", out).group(1))
+    (tmp_path / "creds").write_text("\n".join(lines) + "\n")
+    p = subprocess.Popen([SERVER, f"--data_dir={tmp_path}/data", "--listen=127.0.0.1:0",
+                          f"--tls_cert={tmp_path}/server.pem", f"--tls_key={tmp_path}/server.key",
+                          f"--auth_file={tmp_path}/creds", "--worker_threads=2",
+                          "--log_level=warn"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         text=True)
+    try:
+        port = int(re.search(r"listening on port (\d+)", p.stdout.readline()).group(1))
+        server = f"127.0.0.1:{port}"
+        ddf = frame(partitions=3, rows=500, seed=7)
+        connect = {"tls_ca": f"{tmp_path}/ca.pem", "token": tokens["team-a"]}
+        with dask.config.set({"sluice.servers": server}):
+            with sluice.dask.Shuffle(connect=connect) as s:
+                got = dask.compute(*s.shuffle(ddf, on="key", npartitions=2).to_delayed())
+                want = dask.compute(*ddf.shuffle("key", npartitions=2,
+                                                 shuffle="tasks").to_delayed())
+                for g, w in zip(got, want):
+                    assert rows(g) == rows(w)
+                (sid,) = s.shuffle_ids
+                mine = sluice.connect(server, **connect).shuffle_status(sid)
+                assert sorted(mine["committed_mappers"]) == [0, 1, 2]
+                other = sluice.connect(server, tls_ca=f"{tmp_path}/ca.pem",
+                                       token=tokens["team-b"])
+                with pytest.raises(sluice.Error) as e:
+                    other.shuffle_status(sid)
+                assert e.value.code == "NOT_FOUND"
+        # Without the token the shuffle is refused as the graph is built (UNAUTHENTICATED: not
+        # to be retried), and close() has nothing to delete.
+        with sluice.dask.Shuffle(server, connect={"tls_ca": f"{tmp_path}/ca.pem"}) as s:
+            with pytest.raises(sluice.Error) as e:
+                s.shuffle(ddf, on="key", npartitions=2)
+            assert e.value.code == "UNAUTHENTICATED" and not e.value.retryable
+            assert s.shuffle_ids == []
+    finally:
+        p.terminate()
+        p.wait(timeout=30)

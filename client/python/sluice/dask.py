@@ -243,9 +243,7 @@ class Shuffle:
         return list(self._made)
 
     def _new_id(self):
-        sid = f"{self._prefix}-{os.urandom(8).hex()}"
-        self._made.append(sid)
-        return sid
+        return f"{self._prefix}-{os.urandom(8).hex()}"
 
     def _exchange(self, df, npartitions, route, route_args, after=None, after_args=(),
                   meta=None, divisions=None, name="sluice-shuffle"):
@@ -258,6 +256,7 @@ class Shuffle:
         sid = self._new_id()
         client = _client(self._settings)
         client.create_shuffle(sid, npartitions, df.npartitions, replication=self._replication)
+        self._made.append(sid)  # (only once made: a refused one is not deleted at close)
         token = tokenize(sid)
         write_name, barrier_name, read_name = (f"{name}-write-{token}",
                                                f"{name}-barrier-{token}", f"{name}-{token}")
