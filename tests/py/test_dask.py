@@ -357,3 +357,17 @@ def test_tls_and_a_tenant_token_reach_every_worker(tmp_path, cluster):
     finally:
         p.terminate()
         p.wait(timeout=30)
+
+
+def test_a_shuffle_whose_making_failed_on_the_way_is_kept_for_close():
+    # Nothing listens there: the create fails UNAVAILABLE (it might have reached a server), so
+    # the id is kept and close() tries it, warning that it cannot delete it now.
+    ddf = frame(partitions=1, rows=10)
+    s = sluice.dask.Shuffle("127.0.0.1:1", connect={"call_timeout": 1.0})
+    with pytest.raises(sluice.Error) as e:
+        s.shuffle(ddf, on="key")
+    assert e.value.code == "UNAVAILABLE" and e.value.retryable
+    assert len(s.shuffle_ids) == 1
+    with pytest.warns(RuntimeWarning, match="not deleted now"):
+        s.close()
+    assert len(s.shuffle_ids) == 1

@@ -255,8 +255,16 @@ class Shuffle:
         npartitions = int(npartitions or df.npartitions)
         sid = self._new_id()
         client = _client(self._settings)
-        client.create_shuffle(sid, npartitions, df.npartitions, replication=self._replication)
-        self._made.append(sid)  # (only once made: a refused one is not deleted at close)
+        try:
+            client.create_shuffle(sid, npartitions, df.npartitions,
+                                  replication=self._replication)
+        except Error as e:
+            # A refusal made nothing; a call that failed on the way (retryable) may have made
+            # it: close() deletes that one, passing over it if it is not there.
+            if e.retryable:
+                self._made.append(sid)
+            raise
+        self._made.append(sid)
         token = tokenize(sid)
         write_name, barrier_name, read_name = (f"{name}-write-{token}",
                                                f"{name}-barrier-{token}", f"{name}-{token}")
