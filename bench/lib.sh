@@ -20,6 +20,9 @@ need_built() {  # file...
 # The items/s of a RESULT line on stdin.
 items_per_sec() { sed -n 's/.*"items_per_sec": \([0-9]*\).*/\1/p'; }
 
+# The number a JSON line on stdin gives for key $1 (a RESULT line's field).
+field() { sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p"; }
+
 # The median of the numbers given as arguments.
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 

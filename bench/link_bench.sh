@@ -63,6 +63,16 @@ wait_link_port() {  # port
   echo "link_bench: nothing listens on $SRV_IP:$1" >&2
   exit 1
 }
+# Waits until FILE (the output of a raw TCP receiver or its proxy) says it listens: they take
+# one connection each, so their ports are not probed.
+wait_listening() {  # file
+  for _ in $(seq 1 200); do
+    grep -q listening "$1" && return 0
+    sleep 0.05
+  done
+  echo "link_bench: $1 never said it listens" >&2
+  exit 1
+}
 # Bits a second of a tc rate (10gbit, 500mbit...).
 bits_of() {  # rate
   local r=${1%bit}
@@ -90,7 +100,6 @@ ip netns exec "$SRV" "$BUILD/server/sluice-server" --data_dir="$TMP/data" --list
 PIDS+=($!)
 wait_link_port "$PORT"
 
-field() { sed -n "s/.*\"$1\": \\([0-9.]*\\).*/\\1/p"; }
 declare -A RAW=() IPS=() PUSH=() FETCH=()
 CASES=()
 for delay in $DELAYS; do for rate in $RATES; do CASES+=("$rate@${delay}ms"); done; done
@@ -106,10 +115,7 @@ for r in $(seq 1 "$ROUNDS"); do
         PIDS+=($!)
       done
       wait_link_port "$port"
-      for _ in $(seq 1 200); do  # (the raw receiver's proxy: no probe, as for the receiver)
-        grep -q listening "$TMP/proxy.$raw_port" && break
-        sleep 0.05
-      done
+      wait_listening "$TMP/proxy.$raw_port"  # (the raw receiver's proxy, as the receiver)
     fi
     for rate in $RATES; do
       shape "$rate"
@@ -120,10 +126,7 @@ for r in $(seq 1 "$ROUNDS"); do
       ip netns exec "$SRV" "$PY" "$ROOT/bench/tcp_rate.py" serve "$SRV_IP" "$RAW_PORT" \
         >"$TMP/raw.out" &
       raw_pid=$!
-      for _ in $(seq 1 200); do  # (it takes one connection: no probe of its port)
-        grep -q listening "$TMP/raw.out" && break
-        sleep 0.05
-      done
+      wait_listening "$TMP/raw.out"
       in_cli "$PY" "$ROOT/bench/tcp_rate.py" send "$SRV_IP" "$raw_port" "$mb"
       wait "$raw_pid"
       raw=$(grep RESULT "$TMP/raw.out" | field mb_per_sec)

@@ -21,7 +21,6 @@ BUILD=${2:-build}
 BENCH=$BUILD/bench/sluice-bench
 need_built "$BENCH" "$BUILD/server/sluice-server"
 scratch sluice-premerge
-field() { sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p"; }
 run() {  # on|off bench flags...
   local side=$1
   shift

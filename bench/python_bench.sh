@@ -32,7 +32,6 @@ if ! "$PY" -c "import dask.dataframe, numpy, pandas" 2>/dev/null; then
   apt-get install -y -q python3-dask python3-numpy python3-pandas >/dev/null
 fi
 export PYTHONPATH=$BUILD/python SLUICE_SERVER_BIN=$BUILD/server/sluice-server
-field() { sed -n "s/.*\"$1\": \\([0-9.]*\\).*/\\1/p"; }
 declare -A ALL=()
 for r in $(seq 1 "$ROUNDS"); do
   for way in columns python dask zephyr cpp gen; do

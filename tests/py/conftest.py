@@ -26,3 +26,22 @@ def server(tmp_path_factory):
 @pytest.fixture
 def client(server):
     return sluice.connect(server)
+
+
+def tenant_tokens(tenants):
+    """A token for each tenant, made by `sluice token`, and the --auth_file lines that admit
+    them: ({tenant: token}, [line, ...])."""
+    cli = os.path.join(os.path.dirname(SERVER), "..", "client", "sluice")
+    tokens, lines = {}, []
+    for tenant in tenants:
+        out = subprocess.run([cli, "token", "--tenant", tenant], check=True,
+                             capture_output=True, text=True).stdout
+        tokens[tenant] = re.search(r"token: (\S+)", out).group(1)
+        lines.append(re.search(r"line: +(.+)", out).group(1))
+    return tokens, lines
+
+
+@pytest.fixture
+def make_tokens():
+    """tenant_tokens, for tests (conftest's functions are reached through fixtures)."""
+    return tenant_tokens

@@ -309,18 +309,12 @@ def test_a_replicated_cluster_shuffles_and_joins_as_dask_does(tmp_path, cluster)
         assert e.value.code == "NOT_FOUND"
 
 
-def test_tls_and_a_tenant_token_reach_every_worker(tmp_path, cluster):
+def test_tls_and_a_tenant_token_reach_every_worker(tmp_path, cluster, make_tokens):
     """A server with TLS and tokens (certificates from openssl, a token from `sluice token`):
     the servers from Dask's config `sluice.servers`, the TLS and token settings from `connect`,
     carried to every worker's client; the shuffle is the tenant's alone."""
     subprocess.run(["bash", MAKE_CERTS, str(tmp_path)], check=True, capture_output=True)
-    cli = os.path.join(os.path.dirname(SERVER), "..", "client", "sluice")
-    tokens, lines = {}, []
-    for tenant in ("team-a", "team-b"):
-        out = subprocess.run([cli, "token", "--tenant", tenant], check=True,
-                             capture_output=True, text=True).stdout
-        tokens[tenant] = re.search(r"token: (\S+)", out).group(1)
-        lines.append(re.search(r"line: +(.+)", out).group(1))
+    tokens, lines = make_tokens(("team-a", "team-b"))
     (tmp_path / "creds").write_text("\n".join(lines) + "\n")
     p = subprocess.Popen([SERVER, f"--data_dir={tmp_path}/data", "--listen=127.0.0.1:0",
                           f"--tls_cert={tmp_path}/server.pem", f"--tls_key={tmp_path}/server.key",

@@ -77,17 +77,11 @@ def test_mutual_tls_end_to_end(server, certs):
     assert got == sent
 
 
-def test_tokens(tmp_path):
+def test_tokens(tmp_path, make_tokens):
     """A server with --auth_file (in clear on loopback): a token from `sluice token` works, no
     token or a wrong one is UNAUTHENTICATED, another tenant's shuffles are not there, quotas
     hold, and a token is never sent in clear off-host."""
-    sluice_cli = os.path.join(os.path.dirname(SERVER), "..", "client", "sluice")
-    tokens, lines = {}, []
-    for tenant in ("team-a", "team-b"):
-        out = subprocess.run([sluice_cli, "token", "--tenant", tenant], check=True,
-                             capture_output=True, text=True).stdout
-        tokens[tenant] = re.search(r"token: (\S+)", out).group(1)
-        lines.append(re.search(r"line: +(.+)", out).group(1))
+    tokens, lines = make_tokens(("team-a", "team-b"))
     token = tokens["team-a"]
     (tmp_path / "creds").write_text("\n".join(lines) + "\nquota team-b shuffles=1\n")
     p = subprocess.Popen([SERVER, f"--data_dir={tmp_path}/data", "--listen=127.0.0.1:0",

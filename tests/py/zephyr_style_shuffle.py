@@ -29,21 +29,15 @@ from itertools import groupby
 
 import zstandard
 
-from sluice.bench import PAYLOADS
-from sluice.bench import items as seed_items
-
-
-def items(shard, n, keys, item_bytes, payload):
-    return seed_items(shard, n, keys, item_bytes, Counter(), payload)
+from sluice.bench import PAYLOADS, items
 
 
 def mapper(args):
     shard, n, keys, item_bytes, partitions, out, payload = args
     parts = [[] for _ in range(partitions)]
     sent = Counter()
-    for key, item in items(shard, n, keys, item_bytes, payload):
+    for key, item in items(shard, n, keys, item_bytes, sent, payload):  # (counted into sent)
         parts[zlib.crc32(pickle.dumps(key)) % partitions].append((key, item))
-        sent[key] += 1
     cctx = zstandard.ZstdCompressor(level=3)
     for p, chunk in enumerate(parts):
         chunk.sort(key=lambda kv: kv[0])

@@ -1,23 +1,22 @@
 """The seed workload from Python: `python3 -m sluice.bench`.
 
-Mappers each write items of ~200 bytes (dicts {key, seq, src, payload}, keyed by an int out
-of --keys; the very items `sluice bench` makes, from its generator: `columns()`) through
-`Writer.write_many`, sorted for a KEY-ordered read; then reducers read every
-partition in key order with `Reader.groups()` and count each key's items, which must match what
-was sent. Mappers and reducers are tasks of a pool of worker processes (--workers, one per core
-by default: Python workers are processes, as in zephyr, Ray or Dask), or of threads
-(--threads). Against --server, or a sluice-server child on 127.0.0.1 with a temporary
-data directory (durable commits). Prints a RESULT line of JSON, like `sluice bench`.
+Mappers each write items of ~200 bytes (dicts {key, seq, src, payload}, keyed by an int out of
+--keys; the very items `sluice bench` makes, from its generator: `columns()`) through
+`Writer.write_many`, sorted for a KEY-ordered read; then reducers read every partition in key order
+with `Reader.groups()` and count each key's items, which must match what was sent. Mappers and
+reducers are tasks of a pool of worker processes (--workers, one per core by default: Python
+workers are processes, as in zephyr, Ray or Dask), or of threads (--threads). Against --server, or
+a sluice-server child on 127.0.0.1 with a temporary data directory (durable commits). Prints a
+RESULT line of JSON, like `sluice bench`.
 
---columns: the same items made as numpy columns, written with `Writer.write_columns` and read with `Reader.frame_groups()`, each
-key's rows counted exactly. --steps: one process, the columns path step by step at 400,000 rows
-(make the columns, rows from columns, writer adds, close: push and commit, fetch, columns from
-records, numpy arrays): the seconds and nanoseconds per row of each.
+--columns: the same items made as numpy columns, written with `Writer.write_columns` and read with
+`Reader.frame_groups()`, each key's rows counted exactly. --steps: one process, the columns path
+step by step at 400,000 rows (make the columns, rows from columns, writer adds, close: push and
+commit, fetch, columns from records, numpy arrays): the seconds and nanoseconds per row of each.
 """
 import argparse
 import json
 import os
-import random
 import re
 import resource
 import shutil

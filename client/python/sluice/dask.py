@@ -214,7 +214,7 @@ class Shuffle:
     or None: Dask's config `sluice.servers`), `replication` (0: the cluster's default), and
     `connect`: more sluice.connect() settings (tls_ca, token...) for the workers' clients;
     `buffer_mb`: what each map task's writer buffers before it sends (Client.writer's
-    buffer_mb; 8 measured as fast as 64 with a third of the memory per task).
+    buffer_mb; at 8 a 500,000-row task took no longer than at 64, with a quarter of the memory).
     Each shuffle it makes is deleted by close() (or leaving its `with`); a server's
     --shuffle_ttl_s deletes those of a process that died first."""
 
