@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "cluster/etcd_client.h"
+#include "tests/harness/wait.h"
 
 namespace sluice::testing {
 
@@ -152,6 +153,10 @@ absl::Status EtcdProcess::Launch(bool append_log) {
 
 void EtcdProcess::Signal(int sig) {
   if (pid_ == 0) return;
+  if (sig == SIGSTOP) {
+    StopProcess(pid_);  // (returns once stopped)
+    return;
+  }
   ::kill(pid_, sig);
   if (sig == SIGKILL || sig == SIGTERM || sig == SIGINT) {
     int status = 0;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "tests/harness/wait.h"
 
 #ifndef SLUICE_SERVER_BIN
 #error "SLUICE_SERVER_BIN must name the sluice-server executable"
@@ -145,7 +146,7 @@ int MiniCluster::Signal(size_t i, int sig) {
 }
 
 void MiniCluster::Pause(size_t i) {
-  if (servers_[i].process != nullptr) ::kill(servers_[i].process->pid(), SIGSTOP);
+  if (servers_[i].process != nullptr) StopProcess(servers_[i].process->pid());
 }
 
 void MiniCluster::Resume(size_t i) {

@@ -500,11 +500,10 @@ TEST(DaemonTest, AStoppedServerIsUnavailableWithinTheKeepaliveBound) {
   WriterOptions small;
   small.buffer_bytes = 1 << 20;
   ASSERT_OK_AND_ASSIGN(auto writer, client->OpenWriter("h", 1, 1, small));
-  ASSERT_EQ(::kill(d->pid(), SIGSTOP), 0);
-  // kill() returns before every thread of the server has stopped: a fetch sent at once could
-  // still be answered in full (a one-chunk fetch is two thread hand-overs). Wait for the stop.
-  ASSERT_TRUE(testing::Eventually([&] { return ProcessState(d->pid()) == 'T'; }))
-      << "the server did not stop";
+  // (StopProcess returns once every thread has stopped: a fetch sent while one still ran could
+  // be answered in full, a one-chunk fetch being two thread hand-overs.)
+  testing::StopProcess(d->pid());
+  ASSERT_EQ(ProcessState(d->pid()), 'T') << "the server did not stop";
   ASSERT_OK_AND_ASSIGN(auto reader, client->OpenReader("h", 0, ReaderOptions{}));
   const auto stopped = std::chrono::steady_clock::now();
   auto seconds_since_stop = [&] {
