@@ -2,8 +2,8 @@
 `python3 -m sluice.bench --columns` (bench/python_bench.sh runs them side by side).
 
 The very items of the columns bench and `sluice bench` (8 shards of 50,000 rows {key, seq, src,
-payload}, from sluice.bench.columns, --payload random or same), made inside Dask tasks, shuffled on `key`
-into 8 partitions with shuffle="disk" (partd files in a temporary directory), then each
+payload}, from sluice.bench.columns, --payload random or same), made inside Dask tasks (or, with
+--premade, before the clock starts), shuffled on `key` into 8 partitions with shuffle="disk" (partd files in a temporary directory), then each
 partition's rows counted per key; the counts must match what was made. Dask's threads scheduler
 with 2 workers. Debian's python3-dask (install it for the bench: it is not a build dependency).
 Prints a RESULT line of JSON like the other benches.
@@ -43,13 +43,20 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--payload", choices=PAYLOADS, default="random",
                     help="each row's payload random characters of its own, or one str for all")
+    ap.add_argument("--premade", action="store_true",
+                    help="the shards made as pandas frames before the clock starts (in this "
+                         "process, which the threads share): the shuffle alone is timed")
     a = ap.parse_args(argv)
     meta = shard(0, 0, a.keys, a.item_bytes)
     with tempfile.TemporaryDirectory(prefix="dask-shuffle-") as tmp, \
             dask.config.set(scheduler="threads", num_workers=a.workers, temporary_directory=tmp):
         start = time.perf_counter()
-        parts = [dask.delayed(shard)(m, a.items_per_shard, a.keys, a.item_bytes, a.payload)
-                 for m in range(a.shards)]
+        if a.premade:  # the frames themselves, in memory (the tasks hand them on)
+            parts = [dask.delayed(shard(m, a.items_per_shard, a.keys, a.item_bytes, a.payload))
+                     for m in range(a.shards)]
+        else:  # made again by the timed shuffle's tasks
+            parts = [dask.delayed(shard)(m, a.items_per_shard, a.keys, a.item_bytes, a.payload)
+                     for m in range(a.shards)]
         ddf = dd.from_delayed(parts, meta=meta)
         expected = sum(dask.compute(*[dask.delayed(counts)(p, a.keys) for p in parts]))
         made = time.perf_counter()
@@ -62,12 +69,13 @@ def main(argv=None):
     counted = np.zeros(a.keys, dtype=np.int64)
     np.add.at(counted, got.index.to_numpy(), got.to_numpy())
     # The expected counts came from making the shards once before the clock started; the timed
-    # shuffle makes them again in its tasks, as the Sluice mappers make theirs.
+    # shuffle makes them again in its tasks, as the Sluice mappers make theirs (--premade: it
+    # takes the frames made then).
     total = a.shards * a.items_per_shard
     elapsed = end - made
     result = {
         "shards": a.shards, "items_per_shard": a.items_per_shard, "partitions": a.partitions,
-        "payload": a.payload, "shuffle": "disk", "scheduler": "threads", "workers": a.workers,
+        "payload": a.payload, "premade": a.premade, "shuffle": "disk", "scheduler": "threads", "workers": a.workers,
         "elapsed_s": round(elapsed, 3), "items_per_sec": round(total / elapsed),
         "expected_items": int(expected.sum()), "counted_items": int(counted.sum()),
         "counts_match": bool((counted == expected).all()) and int(counted.sum()) == total,

@@ -135,10 +135,15 @@ def mapper(args):
     return sent
 
 
+# --premade: every shard's columns, made before the clock by the parent process before it forks
+# its workers (which see them copy-on-write): the timed run is the shuffle alone.
+_premade = {}
+
+
 def columns_mapper(args):
     import numpy as np
     server, sid, m, n, keys, item_bytes, buffer_mb, payload = args
-    cols = columns(m, n, keys, item_bytes, payload)
+    cols = _premade.get(m) or columns(m, n, keys, item_bytes, payload)
     with _client(server).writer(sid, mapper=m, sort_by_key=True, buffer_mb=buffer_mb) as w:
         w.write_columns(cols, key="key")
     return np.bincount(cols["key"], minlength=keys)
@@ -160,6 +165,11 @@ def generate_only(args):
     for _ in items(m, n, keys, item_bytes, sent, payload):
         pass
     return sent
+
+
+def generate_columns_only(args):
+    _, _, m, n, keys, item_bytes, _, payload = args
+    return Counter({"made": len(columns(m, n, keys, item_bytes, payload)["key"])})
 
 
 def reducer(args):
@@ -186,6 +196,9 @@ def main(argv=None):
     ap.add_argument("--threads", action="store_true", help="threads instead of processes")
     ap.add_argument("--columns", action="store_true",
                     help="items as numpy columns: write_columns, then frame_groups")
+    ap.add_argument("--premade", action="store_true",
+                    help="with --columns: every shard's columns made before the clock starts "
+                         "(and before the workers fork), so the shuffle alone is timed")
     ap.add_argument("--steps", action="store_true",
                     help="the columns path's cost step by step, in one process")
     ap.add_argument("--payload", choices=PAYLOADS, default="random",
@@ -193,7 +206,8 @@ def main(argv=None):
                          "C++ bench's items), or one str for all (pickle writes it once)")
     ap.add_argument("--generate-only", action="store_true",
                     help="only make the items, in the same workers, and shuffle nothing: the "
-                         "workload's own Python, a ceiling for any shuffle of it")
+                         "workload's own Python, a ceiling for any shuffle of it (with "
+                         "--columns: the numpy columns write_columns would take)")
     a = ap.parse_args(argv)
     if a.generate_only:
         return run_generate_only(a)
@@ -203,8 +217,13 @@ def main(argv=None):
     child = None
     if a.server is None:
         child, data, a.server = start_server(a.server_memory_mb)
+    if a.premade and not a.columns:
+        ap.error("--premade goes with --columns")
     if a.columns:
         import numpy  # noqa: F401  (once, before the workers fork)
+    if a.premade:
+        for m in range(a.shards):
+            _premade[m] = columns(m, a.items_per_shard, a.keys, a.item_bytes, a.payload)
     # The worker processes are forked before this process makes a gRPC client (gRPC's threads
     # do not survive a fork); each worker makes its own.
     pool = (multiprocessing.pool.ThreadPool(a.workers) if a.threads else
@@ -244,6 +263,7 @@ def main(argv=None):
             "counts_match": expected == counted,
             "workers": a.workers, "worker_kind": "threads" if a.threads else "processes",
             "path": "columns" if a.columns else "dicts", "payload": a.payload,
+            "premade": a.premade,
             "peak_rss_mb": round(max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                                      resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
                                  / 1024, 1),
@@ -310,7 +330,7 @@ def run_generate_only(a):
             multiprocessing.get_context("fork").Pool(a.workers))
     with pool:
         start = time.perf_counter()
-        sent = pool.map(generate_only, [(None, None, m, a.items_per_shard, a.keys, a.item_bytes,
+        sent = pool.map(generate_columns_only if a.columns else generate_only, [(None, None, m, a.items_per_shard, a.keys, a.item_bytes,
                                          None, a.payload)
                                         for m in range(a.shards)], chunksize=1)
         end = time.perf_counter()
@@ -318,6 +338,7 @@ def run_generate_only(a):
     made = sum(sum(c.values()) for c in sent)
     print("RESULT " + json.dumps({
         "shards": a.shards, "items_per_shard": a.items_per_shard, "generate_only": True,
+        "path": "columns" if a.columns else "dicts",
         "elapsed_s": round(end - start, 3), "items_per_sec": round(total / (end - start)),
         "expected_items": total, "counted_items": made, "counts_match": made == total,
         "workers": a.workers, "worker_kind": "threads" if a.threads else "processes",
