@@ -2,10 +2,11 @@
 `python3 -m sluice.bench --columns` (bench/python_bench.sh runs them side by side).
 
 The very items of the columns bench and `sluice bench` (8 shards of 50,000 rows {key, seq, src,
-payload}, from sluice.bench.columns, --payload random or same), made inside Dask tasks (or, with
---premade, before the clock starts), shuffled on `key` into 8 partitions with shuffle="disk" (partd files in a temporary directory), then each
-partition's rows counted per key; the counts must match what was made. Dask's threads scheduler
-with 2 workers. Debian's python3-dask (install it for the bench: it is not a build dependency).
+payload}, from sluice.bench.columns, --payload random or same), made inside Dask tasks (or,
+with --premade, before the clock starts), shuffled on `key` into 8 partitions with
+shuffle="disk" (partd files in a temporary directory), then each partition's rows counted per
+key; the counts must match what was made. Dask's threads scheduler with 2 workers. Debian's
+python3-dask (install it for the bench: it is not a build dependency).
 Prints a RESULT line of JSON like the other benches.
 """
 import argparse
@@ -75,7 +76,8 @@ def main(argv=None):
     elapsed = end - made
     result = {
         "shards": a.shards, "items_per_shard": a.items_per_shard, "partitions": a.partitions,
-        "payload": a.payload, "premade": a.premade, "shuffle": "disk", "scheduler": "threads", "workers": a.workers,
+        "payload": a.payload, "premade": a.premade, "shuffle": "disk", "scheduler": "threads",
+        "workers": a.workers,
         "elapsed_s": round(elapsed, 3), "items_per_sec": round(total / elapsed),
         "expected_items": int(expected.sum()), "counted_items": int(counted.sum()),
         "counts_match": bool((counted == expected).all()) and int(counted.sum()) == total,

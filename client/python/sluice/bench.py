@@ -330,9 +330,9 @@ def run_generate_only(a):
             multiprocessing.get_context("fork").Pool(a.workers))
     with pool:
         start = time.perf_counter()
-        sent = pool.map(generate_columns_only if a.columns else generate_only, [(None, None, m, a.items_per_shard, a.keys, a.item_bytes,
-                                         None, a.payload)
-                                        for m in range(a.shards)], chunksize=1)
+        make = generate_columns_only if a.columns else generate_only
+        sent = pool.map(make, [(None, None, m, a.items_per_shard, a.keys, a.item_bytes, None,
+                                a.payload) for m in range(a.shards)], chunksize=1)
         end = time.perf_counter()
     total = a.shards * a.items_per_shard
     made = sum(sum(c.values()) for c in sent)
