@@ -405,18 +405,7 @@ absl::Status PartitionedWriter::SendFill(const Fill& fill, FrameEncoder& encoder
     SLUICE_RETURN_IF_ERROR(
         Send(p, absl::MakeSpan(grouped_.data() + start[p], start[p + 1] - start[p]), encoder));
   }
-  // Nothing more to send until the next fill: no credit is held while the sender waits for it.
-  return SettleUnless(kNoStream);
-}
-
-// The stream written last sends what it asked credit for ahead unless it is `s` (the one
-// written next): a sender waits for one stream's credit at a time, holding none of another's
-// (docs/api.md, PushFlow).
-absl::Status PartitionedWriter::SettleUnless(uint32_t s) {
-  if (last_stream_ == s) return absl::OkStatus();
-  const uint32_t last = last_stream_;
-  last_stream_ = s;
-  return last == kNoStream ? absl::OkStatus() : streams_[last]->Settle();
+  return absl::OkStatus();
 }
 
 absl::Status PartitionedWriter::Send(uint32_t partition, absl::Span<Record> records,
@@ -447,10 +436,8 @@ absl::Status PartitionedWriter::Send(uint32_t partition, absl::Span<Record> reco
     sent_.bytes += frame->size();
     for (size_t r = 1; r < route.size(); ++r) {  // copies first: sending may take the buffer
       *streams_[route[r]]->NewFrame(q) = *frame;
-      SLUICE_RETURN_IF_ERROR(SettleUnless(route[r]));
       SLUICE_RETURN_IF_ERROR(streams_[route[r]]->SendFrame());
     }
-    SLUICE_RETURN_IF_ERROR(SettleUnless(route[0]));
     SLUICE_RETURN_IF_ERROR(first.SendFrame());
     for (uint32_t s : route) {
       ++frames_[s];

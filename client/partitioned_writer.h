@@ -112,8 +112,6 @@ class PartitionedWriter final : public ShuffleWriter {
   void SendLoop();
   absl::Status SendFill(const client_internal::Fill& fill, FrameEncoder& encoder);
   absl::Status Send(uint32_t partition, absl::Span<Record> records, FrameEncoder& encoder);
-  absl::Status SettleUnless(uint32_t stream);
-  static constexpr uint32_t kNoStream = UINT32_MAX;
   void StopSender();
   void CancelStreams();
 
@@ -129,7 +127,6 @@ class PartitionedWriter final : public ShuffleWriter {
   std::map<uint32_t, std::vector<uint32_t>> segment_routes_;
   std::vector<int> stream_of_node_;
   uint64_t segment_frames_ = 0;
-  uint32_t last_stream_ = kNoStream;  // the sender's: the stream it wrote last
   const Decider decide_;
   const uint64_t attempt_;  // (with decide_: what the decision is compared with)
   std::unique_ptr<client_internal::ChunkPool> pool_;

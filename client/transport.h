@@ -38,11 +38,6 @@ class PushStream {
   /// Sends the frame NewFrame handed out. An error is the stream's end: the server's reason
   /// when it gave one (a rejected frame, say), else why the stream broke.
   virtual absl::Status SendFrame() = 0;
-  /// Sends the message whose credit was asked for ahead, if any (waiting for that credit): the
-  /// writer calls it before it sends on another stream and once it has nothing more to send
-  /// for now, so that it never holds credit while it waits for anything else (docs/api.md,
-  /// PushFlow). An error is the stream's end, as SendFrame's.
-  virtual absl::Status Settle() { return absl::OkStatus(); }
   /// Sends the commit (for an attempt of a cluster shuffle, the prepare: docs/cluster.md),
   /// saying how many frames and records were sent, without waiting for the server's answer;
   /// FinishCommit waits for it. A writer of several streams sends every commit before it waits

@@ -369,9 +369,8 @@ class GrpcClient final : public ShuffleClient, public ServerLink {
     for (int i = 0; i < 2; ++i) {  // again once if the transport failed it before the server did
       const auto sent = std::chrono::steady_clock::now();
       auto stream =
-          OpenPushStream(stub_.get(), options_, prepare, options_.push_credit && protocol >= 2,
-                         /*ask_ahead=*/protocol >= 3, id, mapper, attempt, epoch,
-                         /*await_headers=*/protocol >= 1);
+          OpenPushStream(stub_.get(), options_, prepare, options_.push_credit && protocol >= 2, id,
+                         mapper, attempt, epoch, /*await_headers=*/protocol >= 1);
       if (stream.ok()) return stream;
       st = stream.status();
       if (!DeadConnection(st, sent, options_, channel_.get(), Never())) return st;

@@ -15,12 +15,10 @@ namespace {
 class GrpcPushStream final : public PushStream {
  public:
   // `flow`: PushFlow (each frames or piece message sent within credit the server granted);
-  // else Push. `ask_ahead` (PushFlow, a server of protocol 3): a full message's credit is asked
-  // for at once, and the message sent once the next is full (or at Settle), so that the round
-  // trip of its ask passes while the next is made.
+  // else Push.
   GrpcPushStream(pb::ShuffleService::Stub* stub, const ClientOptions& options, bool prepare,
-                 bool flow, bool ask_ahead)
-      : server_(options.server), prepare_(prepare), ask_ahead_(flow && ask_ahead) {
+                 bool flow)
+      : server_(options.server), prepare_(prepare) {
     SetStreamDeadline(options, &ctx_);
     if (flow) {
       flow_ = stub->PushFlow(&ctx_);
@@ -69,10 +67,7 @@ class GrpcPushStream final : public PushStream {
     if (pending_bytes_ > 0 && pending_bytes_ + size > kPushMessageBytes) {
       if (absl::Status st = SendPending(); !st.ok()) return st;
     }
-    if (size > kPushMessageBytes) {
-      if (absl::Status st = Settle(); !st.ok()) return st;  // (no ask during a large frame)
-      return SendLargeFrame();
-    }
+    if (size > kPushMessageBytes) return SendLargeFrame();
     msg_.mutable_frames()->add_frames()->Swap(&next_);  // (next_ gets a recycled element)
     pending_bytes_ += size;
     // PushFlow's first message goes with its first frame: its credit tells the writer of the
@@ -87,7 +82,6 @@ class GrpcPushStream final : public PushStream {
     if (pending_bytes_ > 0) {
       if (absl::Status st = SendPending(); !st.ok()) return st;
     }
-    if (absl::Status st = Settle(); !st.ok()) return st;
     pb::PushRequest commit;
     commit.mutable_commit()->set_frame_count(frames);
     commit.mutable_commit()->set_record_count(records);
@@ -117,11 +111,6 @@ class GrpcPushStream final : public PushStream {
     r.records = response_.records();
     r.bytes = response_.bytes();
     return r;
-  }
-
-  absl::Status Settle() override {
-    if (queued_bytes_ == 0) return absl::OkStatus();
-    return SendQueued() ? absl::OkStatus() : WriteFailed();
   }
 
   void Cancel() override { ctx_.TryCancel(); }
@@ -174,32 +163,10 @@ class GrpcPushStream final : public PushStream {
     return true;
   }
   absl::Status SendPending() {
-    if (ask_ahead_ && credited_) {
-      // Its credit asked for now; the message asked for before it (if any) goes once its own
-      // credit has come. The server reads this ask after that message's grant: one ahead.
-      const uint64_t size = msg_.ByteSizeLong();
-      pb::PushRequest ask;
-      ask.mutable_ask()->set_bytes(size);
-      if (!flow_->Write(ask)) return WriteFailed();
-      if (queued_bytes_ > 0 && !SendQueued()) return WriteFailed();
-      queued_.Swap(&msg_);  // (msg_ gets the sent one's emptied elements)
-      queued_bytes_ = size;
-      pending_bytes_ = 0;
-      return absl::OkStatus();
-    }
     const bool ok = Send(msg_, /*within_credit=*/true);
     msg_.mutable_frames()->mutable_frames()->Clear();  // keeps the elements for reuse
     pending_bytes_ = 0;
     return ok ? absl::OkStatus() : WriteFailed();
-  }
-  // Sends the message asked for ahead once its credit has come.
-  bool SendQueued() {
-    if (!AwaitCredit(queued_bytes_)) return false;
-    credit_ -= queued_bytes_;
-    queued_bytes_ = 0;
-    const bool ok = flow_->Write(queued_);
-    queued_.mutable_frames()->mutable_frames()->Clear();
-    return ok;
   }
   // A frame over a message: its size first (the server reserves that much memory before it
   // reads on), then its bytes in pieces of a message each.
@@ -230,15 +197,12 @@ class GrpcPushStream final : public PushStream {
 
   const std::string server_;
   const bool prepare_;
-  const bool ask_ahead_;
   grpc::ClientContext ctx_;
   pb::PushResponse response_;
-  pb::PushRequest msg_;        // the frames not sent yet
-  pb::PushRequest queued_;     // asked for ahead, sent once its credit came (ask_ahead_)
-  uint64_t queued_bytes_ = 0;  // its size (0: none)
-  pb::PartitionFrame next_;    // the frame being encoded
-  size_t pending_bytes_ = 0;   // in msg_
-  std::unique_ptr<grpc::ClientWriter<pb::PushRequest>> stream_;                     // Push
+  pb::PushRequest msg_;                                          // the frames not sent yet
+  pb::PartitionFrame next_;                                      // the frame being encoded
+  size_t pending_bytes_ = 0;                                     // in msg_
+  std::unique_ptr<grpc::ClientWriter<pb::PushRequest>> stream_;  // Push
   std::unique_ptr<grpc::ClientReaderWriter<pb::PushRequest, pb::PushReply>> flow_;  // PushFlow
   uint64_t credit_ = 0;                  // granted and not used (PushFlow)
   std::vector<SegmentNotice> segments_;  // told with credit, not taken yet
@@ -248,13 +212,10 @@ class GrpcPushStream final : public PushStream {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<PushStream>> OpenPushStream(pb::ShuffleService::Stub* stub,
-                                                           const ClientOptions& options,
-                                                           bool prepare, bool flow, bool ask_ahead,
-                                                           const std::string& id, uint32_t mapper,
-                                                           uint64_t attempt, uint32_t epoch,
-                                                           bool await_headers) {
-  auto stream = std::make_unique<GrpcPushStream>(stub, options, prepare, flow, ask_ahead);
+absl::StatusOr<std::unique_ptr<PushStream>> OpenPushStream(
+    pb::ShuffleService::Stub* stub, const ClientOptions& options, bool prepare, bool flow,
+    const std::string& id, uint32_t mapper, uint64_t attempt, uint32_t epoch, bool await_headers) {
+  auto stream = std::make_unique<GrpcPushStream>(stub, options, prepare, flow);
   SLUICE_RETURN_IF_ERROR(stream->Open(id, mapper, attempt, epoch, await_headers));
   return std::unique_ptr<PushStream>(std::move(stream));
 }

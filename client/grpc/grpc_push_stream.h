@@ -14,16 +14,12 @@
 namespace sluice::grpc_client {
 
 /// Opens a push stream of attempt `attempt` of mapper `mapper` of shuffle `id` (routed by
-/// placement epoch `epoch`) over `stub`: PushFlow when `flow` (asking credit one message ahead
-/// when `ask_ahead`: a server of protocol 3); its attempt prepared rather than committed when
-/// `prepare`; with `await_headers`, once the server has taken the stream (a refusal or a dead
-/// connection known before anything is sent).
-absl::StatusOr<std::unique_ptr<PushStream>> OpenPushStream(pb::ShuffleService::Stub* stub,
-                                                           const ClientOptions& options,
-                                                           bool prepare, bool flow, bool ask_ahead,
-                                                           const std::string& id, uint32_t mapper,
-                                                           uint64_t attempt, uint32_t epoch,
-                                                           bool await_headers);
+/// placement epoch `epoch`) over `stub`: PushFlow when `flow`; its attempt prepared rather than
+/// committed when `prepare`; with `await_headers`, once the server has taken the stream (a
+/// refusal or a dead connection known before anything is sent).
+absl::StatusOr<std::unique_ptr<PushStream>> OpenPushStream(
+    pb::ShuffleService::Stub* stub, const ClientOptions& options, bool prepare, bool flow,
+    const std::string& id, uint32_t mapper, uint64_t attempt, uint32_t epoch, bool await_headers);
 
 }  // namespace sluice::grpc_client
 

@@ -103,15 +103,6 @@ PushStream::Step PushStream::Received(const PushMessage* m, bool cancelled) {
       failed_ = asked.status();
       return Step{Step::Do::kWork};
     }
-    if (admission_->credit() != 0) {
-      // Asked one message ahead: granted now if the budget has room at once; else once the
-      // message of the credit held is taken (the stream reads on meanwhile, so that message
-      // can come: an ask waiting for the budget must not stand before it).
-      ahead_ = true;
-      if (admission_->TryReserveCredit(*asked)) return ReadStep(*asked);
-      deferred_ask_ = *asked;
-      return ReadStep();
-    }
     return Grant(*asked);
   }
   if (flow() && m->kind == PushMessage::Kind::kFrames) {
@@ -120,7 +111,6 @@ PushStream::Step PushStream::Received(const PushMessage* m, bool cancelled) {
       failed_ = BeyondCredit(size, admission_->credit());
       return Step{Step::Do::kWork};
     }
-    ahead_ = false;  // the grant asked before the one ahead is used: one more may be asked
   } else if (flow() && m->kind == PushMessage::Kind::kPiece) {
     // A large frame's piece, its data within the credit its promise gave.
     const uint64_t data = m->piece.size();
@@ -161,11 +151,11 @@ absl::StatusOr<uint64_t> PushStream::TakeAsk(uint64_t bytes) const {
         "an ask in the middle of a large frame: its pieces come within the credit its size "
         "was granted");
   }
-  if (ahead_) {
+  if (admission_->credit() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "an ask with two messages' credit asked for and not used (", admission_->credit(),
-        " bytes granted", deferred_ask_ != 0 ? absl::StrCat(", ", deferred_ask_, " waiting") : "",
-        "): a PushFlow client asks at most one message ahead of the one it sends next"));
+        "an ask while holding credit (", admission_->credit(),
+        " bytes granted, their message not sent): ask for the next message once the last one "
+        "is sent"));
   }
   return bytes;
 }
@@ -215,13 +205,6 @@ PushStream::Step PushStream::Work() {
   }
   if (!st.ok()) return Fail(st);
   if (committed_) return Step{Step::Do::kFinish};
-  // PushFlow: an ask made ahead and waiting for the budget goes to it now that the message
-  // before it is taken (the stream holds no credit while it waits).
-  if (flow() && deferred_ask_ != 0 && admission_->credit() == 0) {
-    const uint64_t n = deferred_ask_;
-    deferred_ask_ = 0;
-    return Grant(n);
-  }
   // PushFlow: what comes next is an ask, or within credit granted. A large frame's memory is
   // reserved already: its next piece may come at once.
   if (flow() || admission_->holds_large_frame()) return ReadStep();

@@ -13,10 +13,7 @@
 // What it decides (docs/api.md, "Push"):
 //   - Admission: the stream's slots (StreamAdmission) are taken by Make and given back with it.
 //   - Memory: a message is charged once it is in hand (Push) or within credit reserved before
-//     its client sent it (PushFlow: an ask, granted from the budget; one more may be asked
-//     while a grant is held, granted at once if the budget has room, else once the message
-//     of the grant held is taken: a stream holds at most two messages' credit, and never
-//     waits for the budget with credit held); the next read of a Push
+//     its client sent it (PushFlow: an ask, granted from the budget); the next read of a Push
 //     waits until the budget has room. A large frame (announced by its size, sent in pieces)
 //     is promised its whole size before its first piece is read; a promise taken back for
 //     another tenant is asked for again before the next piece.
@@ -173,13 +170,9 @@ class PushStream {
   std::atomic<bool> cancelled_{false};
   bool committed_ = false;
   PushSummary summary_;
-  std::string shuffle_id_;     // as kept (the tenant's prefix on it), once open
-  uint64_t piece_bytes_ = 0;   // the size of the piece of a large frame just taken
-  uint64_t piece_credit_ = 0;  // PushFlow: a large frame's bytes its client may still send
-  // PushFlow: an ask was taken while the stream held credit (one message ahead), and its
-  // grant, when the budget had no room for it at once (granted once credit is back to 0).
-  bool ahead_ = false;
-  uint64_t deferred_ask_ = 0;
+  std::string shuffle_id_;           // as kept (the tenant's prefix on it), once open
+  uint64_t piece_bytes_ = 0;         // the size of the piece of a large frame just taken
+  uint64_t piece_credit_ = 0;        // PushFlow: a large frame's bytes its client may still send
   Clock::time_point promised_at_{};  // when the large frame's promise was last granted
   // The wait for the next message, and why it ends when it does.
   StreamPhase phase_;

@@ -277,7 +277,7 @@ grpc::ServerUnaryReactor* ShuffleServiceImpl::GetNode(grpc::CallbackServerContex
     // Runs with --etcd (before it has joined too: a client that asks then must route by
     // placements, which answer "still joining" until it has).
     resp->set_clustered(node.clustered());
-    resp->set_protocol(3);
+    resp->set_protocol(2);
     resp->set_registered(node.membership().registered());
     resp->set_serving(!node.membership().draining());
     // A tenant's own (the others' are not its business).

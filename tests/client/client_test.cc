@@ -1,23 +1,16 @@
 // The client library against a real in-process server on 127.0.0.1:0.
 #include <gtest/gtest.h>
-#include <signal.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <map>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "client/shuffle_client.h"
-#include "client/transport.h"
 #include "server/storage/file_util.h"
-#include "tests/harness/frames.h"
 #include "tests/harness/mini_server.h"
 #include "tests/harness/status_matchers.h"
-#include "tests/harness/wait.h"
 
 namespace sluice {
 namespace {
@@ -324,62 +317,6 @@ TEST_F(ClientTest, ErrorsSayWhatHappened) {
   auto more = (*reader)->Next(&r);
   EXPECT_EQ(more.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(more.status().message().find("2 of 2 mappers"), absl::string_view::npos);
-}
-
-// PushFlow with a server of protocol 3 (docs/api.md): a full message's credit is asked for at
-// once and the message sent once the next is full, so its ask's round trip passes while the
-// next is made; never more than one message ahead. Shown with the server stopped (SIGSTOP):
-// the writer goes on past a full message nobody has answered, and stops at the next one.
-TEST(PushCreditTest, AFullMessagesCreditIsAskedAheadWhileTheNextIsMade) {
-  testing::MiniServerOptions opts;
-  opts.child_process = true;
-  ASSERT_OK_AND_ASSIGN(auto server, testing::MiniServer::Start(opts));
-  ClientOptions copts;
-  copts.server = server->address();
-  std::unique_ptr<ServerLink> link = ConnectServer(copts);
-  ASSERT_OK(link->client().CreateShuffle("s", 1, 1).status());
-  // Six frames of one ~400 KiB record: two make a message (a third would take it past 1 MiB).
-  std::vector<std::string> frames;
-  for (uint64_t i = 0; i < 6; ++i) frames.push_back(testing::RandomValueFrame(400 << 10, i + 1));
-  ASSERT_OK_AND_ASSIGN(auto stream, link->OpenPush("s", 0, 1, /*prepare=*/false, /*epoch=*/0));
-  auto send = [&](int i) {
-    *stream->NewFrame(0) = frames[i];
-    return stream->SendFrame();
-  };
-  ASSERT_OK(send(0));  // the first message goes with the first frame, within its credit
-  testing::StopProcess(server->pid());  // nothing is answered from now on
-  std::atomic<int> sent{0};
-  absl::Status st;
-  std::thread writer([&] {
-    for (int i = 1; i < 6 && st.ok(); ++i) {
-      st = send(i);
-      if (st.ok()) sent = i;
-    }
-  });
-  // Frame 3 finds frames 1 and 2 a full message: its credit is asked for and the message kept;
-  // frames 3 and 4 go on into the next.
-  EXPECT_TRUE(testing::Eventually([&] { return sent.load() >= 4; }))
-      << "the writer waited for the credit of a message it could have asked ahead: sent "
-      << sent.load();
-  // Frame 5 finds frames 3 and 4 full: the message before them must go first, and its credit
-  // has not come.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_EQ(sent.load(), 4) << "a message went without its credit, or two were asked ahead";
-  ASSERT_EQ(::kill(server->pid(), SIGCONT), 0);
-  writer.join();
-  ASSERT_OK(st);
-  ASSERT_OK(stream->SendCommit(6, 6));
-  ASSERT_OK(stream->FinishCommit().status());
-  ASSERT_OK_AND_ASSIGN(auto reader, link->client().OpenReader("s", 0, ReaderOptions{}));
-  std::vector<std::string> got, want;
-  Record r;
-  for (;;) {
-    ASSERT_OK_AND_ASSIGN(bool more, reader->Next(&r));
-    if (!more) break;
-    got.emplace_back(r.value);
-  }
-  for (const std::string& f : frames) want.push_back(testing::DecodeRows(f)[0].second);
-  EXPECT_EQ(got, want);
 }
 
 }  // namespace

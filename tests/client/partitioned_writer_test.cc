@@ -38,10 +38,6 @@ struct FakePush {
   int notify_at = -1;
   std::vector<SegmentNotice> notices;
   absl::Status failure = absl::InvalidArgumentError("frame 3 for partition 1: rejected");
-  // With a log: each frame ('f') and each Settle ('s') of this stream (`id`), in order with the
-  // other streams' of the log.
-  int id = 0;
-  std::vector<std::pair<int, char>>* log = nullptr;
 };
 
 class FakePushStream final : public PushStream {
@@ -58,12 +54,6 @@ class FakePushStream final : public PushStream {
       return s_->failure;
     }
     s_->frames.emplace_back(partition_, pending_);
-    if (s_->log != nullptr) s_->log->emplace_back(s_->id, 'f');
-    return absl::OkStatus();
-  }
-  absl::Status Settle() override {
-    std::lock_guard<std::mutex> lock(s_->mu);
-    if (s_->log != nullptr) s_->log->emplace_back(s_->id, 's');
     return absl::OkStatus();
   }
   absl::Status SendCommit(uint64_t frames, uint64_t records) override {
@@ -413,40 +403,6 @@ TEST(PartitionedWriterTest, ReplicatedPartitionsGoToEveryReplicaAndOneDecisionCo
     for (const FakePush& s : states) frames += s.frames.size();
     EXPECT_EQ(frames, 2 * result.frames);
   }
-}
-
-// A stream may hold credit asked for ahead until it is settled (client/transport.h): the
-// writer settles the stream it wrote last before it writes another, and when a fill is sent,
-// so that it never waits on one server with another's credit held, nor idles with any.
-TEST(PartitionedWriterTest, AStreamIsSettledBeforeAnotherIsWrittenAndWhenAFillIsSent) {
-  std::vector<FakePush> states(3);
-  std::vector<std::pair<int, char>> log;  // (the streams' calls come from the one sender)
-  for (int i = 0; i < 3; ++i) {
-    states[i].id = i;
-    states[i].log = &log;
-  }
-  WriterOptions opts;
-  opts.buffer_bytes = 8 << 10;  // many fills
-  ASSERT_OK_AND_ASSIGN(auto writer, PartitionedWriter::Make(6, Streams(states),
-                                                            {{0}, {1}, {2}, {0, 1}, {1, 2}, {2, 0}},
-                                                            opts, FrameLimits{}));
-  for (int i = 0; i < 3000; ++i) {
-    ASSERT_OK(writer->Add("key" + std::to_string(i), "value" + std::to_string(i)));
-  }
-  ASSERT_OK(writer->Close().status());
-  int unsettled = -1, settles = 0;  // the one stream written since its last Settle
-  for (const auto& [stream, what] : log) {
-    if (what == 's') {
-      if (stream == unsettled) unsettled = -1;
-      ++settles;
-      continue;
-    }
-    ASSERT_TRUE(unsettled == -1 || unsettled == stream)
-        << "stream " << stream << " written while stream " << unsettled << " was not settled";
-    unsettled = stream;
-  }
-  EXPECT_EQ(unsettled, -1) << "the last fill's stream was not settled";
-  EXPECT_GT(settles, 10);
 }
 
 // Huge partitions (docs/cluster.md): once a stream tells of a partition's new segment, the

@@ -31,11 +31,11 @@ namespace sluice {
 namespace {
 
 constexpr uint64_t kSplitBytes = 4 << 20;  // --partition_split_mb=4
-// What a writer may still send to a segment once its next is made: the push message in flight,
-// the one whose credit it asked for ahead and the one it had built when told (1 MiB each). The
-// server asks that much per writer before the size (SegmentMeter::ask_bytes), so a segment
-// ends within the size give or take the writers that opened after the ask.
-constexpr uint64_t kOvershoot = 3 << 20;
+// What a writer may still send to a segment once its next is made: the push message in flight
+// and the one it had built when told (1 MiB each). The server asks that much per writer
+// before the size (SegmentMeter::ask_bytes), so a segment ends within the size give or take
+// the writers that opened after the ask.
+constexpr uint64_t kOvershoot = 2 << 20;
 constexpr uint32_t kPartitions = 4;
 constexpr uint32_t kHot = 0;  // the huge partition
 

@@ -30,8 +30,7 @@ TEST(SegmentMeterTest, AsksOnceNearTheSplitSizeAndTellsTheSegmentsInOrder) {
   SegmentMeter meter(p.split_bytes, p.slots());
   meter.Known(p);
   EXPECT_EQ(meter.ask_bytes(), 7000u);
-  // Writers pushing here: each may send kWriterLag (4 MiB) after the split; never more than
-  // half the size.
+  // Writers pushing here: each may send ~2 MiB after the split; never more than half the size.
   meter.Enter();
   EXPECT_EQ(meter.ask_bytes(), 4000u);
   meter.Leave();
@@ -39,7 +38,7 @@ TEST(SegmentMeterTest, AsksOnceNearTheSplitSizeAndTellsTheSegmentsInOrder) {
   SegmentMeter large(big.split_bytes, big.slots());
   EXPECT_EQ(large.ask_bytes(), 56u << 20);
   for (int i = 0; i < 6; ++i) large.Enter();
-  EXPECT_EQ(large.ask_bytes(), 40u << 20);  // 64 - 6 x 4
+  EXPECT_EQ(large.ask_bytes(), 46u << 20);
   EXPECT_FALSE(meter.Add(0, 6999));
   EXPECT_TRUE(meter.Add(0, 1));
   EXPECT_FALSE(meter.Add(0, 5000)) << "asked already";
