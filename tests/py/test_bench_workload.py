@@ -1,9 +1,12 @@
 """The benches' one workload: sluice.bench.columns (the Python benches' and Dask benches' items)
 makes the very items the C++ bench (`sluice-bench`, bench/workload.cc) writes, byte for byte:
-the C++ bench writes them to a real server and keeps the shuffle, Python reads them back."""
+the C++ bench writes them to a real server and keeps the shuffle, Python reads them back. And
+the Python benches' ways of timing them (items made before the clock, or made and nothing
+else) count every item."""
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -67,3 +70,31 @@ def test_the_dicts_path_makes_the_same_items():
     assert sum(counts.values()) == 300
     with pytest.raises(ValueError, match="payload must be one of"):
         sluice.bench.columns(0, 1, 1, 200, "distinct")
+
+
+def run(*args):
+    """One bench run (its own process: the benches fork workers); its RESULT line."""
+    out = subprocess.run([sys.executable, *args], check=True, capture_output=True,
+                         text=True).stdout
+    return json.loads(next(line for line in out.splitlines()
+                           if line.startswith("RESULT "))[len("RESULT "):])
+
+
+def test_the_columns_bench_takes_its_items_made_before_the_clock(server):
+    r = run("-m", "sluice.bench", f"--server={server}", "--columns", "--premade", "--shards=4",
+            "--items-per-shard=3000", "--keys=500")
+    assert r["premade"] and r["counts_match"] and r["counted_items"] == 12000
+
+
+def test_making_the_columns_alone_makes_every_item():
+    r = run("-m", "sluice.bench", "--generate-only", "--columns", "--shards=3",
+            "--items-per-shard=2000")
+    assert r["path"] == "columns" and r["counts_match"] and r["counted_items"] == 6000
+
+
+def test_dasks_shuffle_takes_the_same_frames_made_before_the_clock():
+    pytest.importorskip("dask.dataframe")  # (the test set-up installs python3-dask)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
+                          "dask_shuffle.py")
+    r = run(script, "--premade", "--shards=3", "--items-per-shard=2000", "--partitions=4")
+    assert r["premade"] and r["counts_match"] and r["counted_items"] == 6000
