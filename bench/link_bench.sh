@@ -15,7 +15,7 @@
 #   bash bench/link_bench.sh [BUILD_DIR=build] [ROUNDS=3]
 #   RATES="none 10gbit 1gbit" DELAYS="0 1 10" (ms a round trip) ORDER=KEY|UNORDERED
 #   ITEMS=50000 (items per shard) BENCH_ARGS="--push-credit 0" (more sluice-bench flags)
-#   SERVER_MB=128 (the server's --memory_budget_mb)
+#   SERVER_MB=128 (the server's --memory_budget_mb) SERVER_ARGS="--stream_window_mb=4" (more flags)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 BUILD=${1:-build}
@@ -97,7 +97,7 @@ shape() {  # rate
 }
 
 ip netns exec "$SRV" "$BUILD/server/sluice-server" --data_dir="$TMP/data" --listen="$SRV_IP:$PORT" \
-  --plaintext --worker_threads=2 --memory_budget_mb="${SERVER_MB:-128}" --log_level=warn >"$TMP/server.log" 2>&1 &
+  --plaintext --worker_threads=2 --memory_budget_mb="${SERVER_MB:-128}" --log_level=warn ${SERVER_ARGS:-} >"$TMP/server.log" 2>&1 &
 PIDS+=($!)
 wait_link_port "$PORT"
 
