@@ -96,8 +96,10 @@ shape() {  # rate
   done
 }
 
+read -r -a SERVER_FLAGS <<<"${SERVER_ARGS:-}"  # (more server flags, space-separated)
 ip netns exec "$SRV" "$BUILD/server/sluice-server" --data_dir="$TMP/data" --listen="$SRV_IP:$PORT" \
-  --plaintext --worker_threads=2 --memory_budget_mb="${SERVER_MB:-128}" --log_level=warn ${SERVER_ARGS:-} >"$TMP/server.log" 2>&1 &
+  --plaintext --worker_threads=2 --memory_budget_mb="${SERVER_MB:-128}" --log_level=warn \
+  "${SERVER_FLAGS[@]}" >"$TMP/server.log" 2>&1 &
 PIDS+=($!)
 wait_link_port "$PORT"
 
