@@ -51,13 +51,11 @@ def main(argv=None):
     meta = shard(0, 0, a.keys, a.item_bytes)
     with tempfile.TemporaryDirectory(prefix="dask-shuffle-") as tmp, \
             dask.config.set(scheduler="threads", num_workers=a.workers, temporary_directory=tmp):
-        start = time.perf_counter()
-        if a.premade:  # the frames themselves, in memory (the tasks hand them on)
-            parts = [dask.delayed(shard(m, a.items_per_shard, a.keys, a.item_bytes, a.payload))
-                     for m in range(a.shards)]
-        else:  # made again by the timed shuffle's tasks
-            parts = [dask.delayed(shard)(m, a.items_per_shard, a.keys, a.item_bytes, a.payload)
-                     for m in range(a.shards)]
+        # --premade: the frames themselves, in memory (the tasks hand them on); else made again
+        # by the timed shuffle's tasks.
+        make = (lambda *args: dask.delayed(shard(*args))) if a.premade else dask.delayed(shard)
+        parts = [make(m, a.items_per_shard, a.keys, a.item_bytes, a.payload)
+                 for m in range(a.shards)]
         ddf = dd.from_delayed(parts, meta=meta)
         expected = sum(dask.compute(*[dask.delayed(counts)(p, a.keys) for p in parts]))
         made = time.perf_counter()

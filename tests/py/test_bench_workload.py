@@ -16,6 +16,12 @@ import sluice.bench
 BENCH = os.environ.get("SLUICE_BENCH_BIN", "build/bench/sluice-bench")
 
 
+def result_of(out):
+    """The RESULT line of a bench's output, as a dict."""
+    return json.loads(next(line for line in out.splitlines()
+                           if line.startswith("RESULT "))[len("RESULT "):])
+
+
 def cpp_items(server, payload, shards, per_shard, keys, item_bytes):
     out = subprocess.run([BENCH, f"--server={server}", "--keep=1", f"--shards={shards}",
                           f"--items-per-shard={per_shard}", f"--keys={keys}",
@@ -23,9 +29,7 @@ def cpp_items(server, payload, shards, per_shard, keys, item_bytes):
                           f"--payload={payload}"],
                          check=True, capture_output=True, text=True).stdout
     sid = next(line.split()[1] for line in out.splitlines() if line.startswith("KEPT "))
-    result = json.loads(next(line for line in out.splitlines()
-                             if line.startswith("RESULT "))[len("RESULT "):])
-    assert result["counts_match"]
+    assert result_of(out)["counts_match"]
     client = sluice.connect(server)
     got = []
     for p in range(3):
@@ -74,10 +78,8 @@ def test_the_dicts_path_makes_the_same_items():
 
 def run(*args):
     """One bench run (its own process: the benches fork workers); its RESULT line."""
-    out = subprocess.run([sys.executable, *args], check=True, capture_output=True,
-                         text=True).stdout
-    return json.loads(next(line for line in out.splitlines()
-                           if line.startswith("RESULT "))[len("RESULT "):])
+    return result_of(subprocess.run([sys.executable, *args], check=True, capture_output=True,
+                                    text=True).stdout)
 
 
 def test_the_columns_bench_takes_its_items_made_before_the_clock(server):
@@ -98,3 +100,16 @@ def test_dasks_shuffle_takes_the_same_frames_made_before_the_clock():
                           "dask_shuffle.py")
     r = run(script, "--premade", "--shards=3", "--items-per-shard=2000", "--partitions=4")
     assert r["premade"] and r["counts_match"] and r["counted_items"] == 6000
+
+
+def test_a_refused_premade_run_starts_no_server():
+    """--premade without --columns is refused before the bench starts its server child (which
+    would outlive it, its data directory with it)."""
+    try:  # (a server child left behind holds the output pipes open: the run never ends)
+        p = subprocess.run([sys.executable, "-m", "sluice.bench", "--premade"],
+                           capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the refused run left a server child holding its output")
+    assert p.returncode == 2 and "--premade goes with --columns" in p.stderr
+    left = subprocess.run(["pgrep", "-f", "sluice-pybench-"], capture_output=True, text=True)
+    assert left.stdout == "", "a server child outlived the refused run"

@@ -209,6 +209,8 @@ def main(argv=None):
                          "workload's own Python, a ceiling for any shuffle of it (with "
                          "--columns: the numpy columns write_columns would take)")
     a = ap.parse_args(argv)
+    if a.premade and (not a.columns or a.generate_only or a.steps):
+        ap.error("--premade goes with --columns, in a shuffle run")  # (before any server starts)
     if a.generate_only:
         return run_generate_only(a)
     if a.steps:
@@ -217,8 +219,6 @@ def main(argv=None):
     child = None
     if a.server is None:
         child, data, a.server = start_server(a.server_memory_mb)
-    if a.premade and not a.columns:
-        ap.error("--premade goes with --columns")
     if a.columns:
         import numpy  # noqa: F401  (once, before the workers fork)
     if a.premade:
